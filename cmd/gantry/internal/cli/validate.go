@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/gantry-dev/gantry/pkg/composition"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/spf13/cobra"
+)
+
+func newValidateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE...",
+		Short: "Check compositions and list every problem",
+		Long: `validate checks each composition (YAML or JSON; "-" reads standard input)
+and prints a one-line summary for a valid one, or every problem with its
+path and line. It exits 1 when any file is invalid.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bad := 0
+			for _, file := range args {
+				if !validateFile(cmd.OutOrStdout(), cmd.ErrOrStderr(), file) {
+					bad++
+				}
+			}
+			if bad > 0 {
+				return failed("%d of %d file(s) invalid", bad, len(args))
+			}
+			return nil
+		},
+	}
+}
+
+func validateFile(stdout, stderr io.Writer, file string) bool {
+	plan, err := loadPlan(file)
+	if err != nil {
+		printProblems(stderr, file, err)
+		return false
+	}
+	fmt.Fprintf(stdout, "%s: valid: %s\n", file, plan)
+	return true
+}
+
+// loadPlan reads, validates and plans one composition file.
+func loadPlan(file string) (*dag.Plan, error) {
+	c, err := composition.LoadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return dag.PlanLoaded(c), nil
+}
+
+// printProblems prints every problem as "file:line: path: message", the
+// form editors and CI logs link to.
+func printProblems(w io.Writer, file string, err error) {
+	var inv *dag.InvalidError
+	if !errors.As(err, &inv) {
+		fmt.Fprintf(w, "%s: %v\n", file, err)
+		return
+	}
+	for _, p := range inv.Problems {
+		loc := file
+		if p.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", file, p.Line)
+		}
+		path := p.Path
+		if path == "" {
+			path = "(document)"
+		}
+		fmt.Fprintf(w, "%s: %s: %s\n", loc, path, p.Message)
+	}
+	fmt.Fprintf(w, "%s: %d problem(s)\n", file, len(inv.Problems))
+}

@@ -1,0 +1,171 @@
+// Package render draws a dag.Plan as text, JSON, Graphviz dot or Mermaid.
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+)
+
+// Renderer writes a plan in one format.
+type Renderer func(w io.Writer, p *dag.Plan) error
+
+// Renderers maps each --format to its renderer.
+var Renderers = map[string]Renderer{
+	"text":    Text,
+	"json":    JSON,
+	"dot":     Dot,
+	"mermaid": Mermaid,
+}
+
+// JSON writes the plan as indented JSON.
+func JSON(w io.Writer, p *dag.Plan) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(p)
+}
+
+// Text writes the plan for people: levels, formulas with their
+// prerequisites and gates, and each formula's node order.
+func Text(w io.Writer, p *dag.Plan) error {
+	var b strings.Builder
+	fmt.Fprintln(&b, p)
+	if len(p.Targets) > 0 {
+		fmt.Fprintf(&b, "targets: %s\n", strings.Join(p.Targets, ", "))
+		if len(p.NotSelected) > 0 {
+			fmt.Fprintf(&b, "not selected: %s\n", strings.Join(p.NotSelected, ", "))
+		}
+	}
+	fmt.Fprintf(&b, "on_failure: %s\n", p.OnFailure)
+	for l, level := range p.Levels {
+		fmt.Fprintf(&b, "\nlevel %d\n", l)
+		for _, i := range level {
+			f := &p.Formulas[i]
+			mark := ""
+			if f.Target {
+				mark = " [target]"
+			}
+			fmt.Fprintf(&b, "  %s on %s%s", f.ID, f.Server, mark)
+			if f.MaxParallel > 1 {
+				fmt.Fprintf(&b, " (up to %d nodes at once)", f.MaxParallel)
+			}
+			b.WriteString("\n")
+			if len(f.DependsOn) > 0 {
+				deps := make([]string, len(f.DependsOn))
+				for k, d := range f.DependsOn {
+					deps[k] = fmt.Sprintf("%s %s", d.Formula, d.Condition)
+				}
+				fmt.Fprintf(&b, "    after: %s\n", strings.Join(deps, ", "))
+			}
+			for k, j := range f.NodeOrder {
+				n := &f.Nodes[j]
+				fmt.Fprintf(&b, "    %d. %s", k+1, n.Name)
+				if len(n.DependsOn) > 0 {
+					fmt.Fprintf(&b, " (after %s)", strings.Join(n.DependsOn, ", "))
+				}
+				if n.Command == "" {
+					b.WriteString(" -- nothing to run for " + string(p.Operation))
+				}
+				b.WriteString("\n")
+			}
+			if g := f.Gate; g != nil {
+				fmt.Fprintf(&b, "    gate: %s (%s, %d retries)\n", oneLine(g.Check, 60), g.Timeout, g.Retries)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n-3] + "..."
+	}
+	return s
+}
+
+// Dot writes the plan as a Graphviz digraph: a cluster per formula holding
+// its nodes, and an edge between formulas for each dependency, labelled
+// with its condition. Gated formulas have a double border.
+func Dot(w io.Writer, p *dag.Plan) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "digraph %q {\n  compound=true;\n  rankdir=TB;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n", p.Workflow)
+	for i := range p.Formulas {
+		f := &p.Formulas[i]
+		fmt.Fprintf(&b, "  subgraph \"cluster_%s\" {\n    label=%q;\n", f.ID, f.ID+" @ "+f.Server)
+		if f.Gate != nil {
+			fmt.Fprintf(&b, "    peripheries=2; tooltip=%q;\n", "health gate: "+oneLine(f.Gate.Check, 80))
+		}
+		if f.Target {
+			b.WriteString("    color=blue;\n")
+		}
+		for _, j := range f.NodeOrder {
+			fmt.Fprintf(&b, "    %q [label=%q];\n", f.ID+"/"+f.Nodes[j].Name, f.Nodes[j].Name)
+		}
+		for j := range f.Nodes {
+			for _, d := range f.Nodes[j].DependsOn {
+				fmt.Fprintf(&b, "    %q -> %q;\n", f.ID+"/"+d, f.ID+"/"+f.Nodes[j].Name)
+			}
+		}
+		b.WriteString("  }\n")
+	}
+	for i := range p.Formulas {
+		f := &p.Formulas[i]
+		for _, d := range f.Deps {
+			from := &p.Formulas[d.Formula]
+			last := from.Nodes[from.NodeOrder[len(from.NodeOrder)-1]].Name
+			first := f.Nodes[f.NodeOrder[0]].Name
+			style := ""
+			if d.Condition == dag.ConditionHealthy {
+				style = ", style=bold"
+			}
+			fmt.Fprintf(&b, "  %q -> %q [ltail=\"cluster_%s\", lhead=\"cluster_%s\", label=%q%s];\n",
+				from.ID+"/"+last, f.ID+"/"+first, from.ID, f.ID, string(d.Condition), style)
+		}
+	}
+	b.WriteString("}\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Mermaid writes the plan as a Mermaid flowchart for Markdown: a subgraph
+// per formula, its nodes inside, and labelled edges between formulas.
+func Mermaid(w io.Writer, p *dag.Plan) error {
+	var b strings.Builder
+	b.WriteString("flowchart TD\n")
+	for i := range p.Formulas {
+		f := &p.Formulas[i]
+		label := f.ID + " @ " + f.Server
+		if f.Gate != nil {
+			label += " ✚ gate"
+		}
+		fmt.Fprintf(&b, "  subgraph F%d[\"%s\"]\n", i, mermaidText(label))
+		if f.MaxParallel == 1 {
+			b.WriteString("    direction TB\n")
+		}
+		for _, j := range f.NodeOrder {
+			fmt.Fprintf(&b, "    F%dN%d[\"%s\"]\n", i, j, mermaidText(f.Nodes[j].Name))
+		}
+		for j := range f.Nodes {
+			for _, k := range f.Nodes[j].Deps {
+				fmt.Fprintf(&b, "    F%dN%d --> F%dN%d\n", i, k, i, j)
+			}
+		}
+		b.WriteString("  end\n")
+	}
+	for i := range p.Formulas {
+		for _, d := range p.Formulas[i].Deps {
+			fmt.Fprintf(&b, "  F%d -->|%s| F%d\n", d.Formula, d.Condition, i)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func mermaidText(s string) string {
+	return strings.NewReplacer(`"`, "#quot;", "<", "#lt;", ">", "#gt;").Replace(s)
+}

@@ -1,0 +1,148 @@
+package dag
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Operation is what a run does with each node.
+type Operation string
+
+const (
+	OpCreate Operation = "create" // run each node's `run` (default)
+	OpDelete Operation = "delete" // run each node's `delete`, in reverse dependency order
+	OpCheck  Operation = "check"  // run only `check` commands and report what would change
+)
+
+// OnFailure is the workflow's policy when a node fails.
+type OnFailure string
+
+const (
+	OnFailureStop     OnFailure = "stop"     // nothing new starts (default)
+	OnFailureContinue OnFailure = "continue" // independent branches go on
+	OnFailureRollback OnFailure = "rollback" // succeeded nodes run `delete` in reverse order
+)
+
+// Transport is how the executor reaches a host.
+type Transport string
+
+const (
+	TransportSSH   Transport = "ssh"   // default
+	TransportLocal Transport = "local" // the executor's own machine
+)
+
+// Condition is what a formula waits for in a prerequisite.
+type Condition string
+
+const (
+	ConditionCompleted Condition = "completed" // every node succeeded or was skipped
+	ConditionHealthy   Condition = "healthy"   // completed and its health gate passed
+)
+
+// Defaults applied by Normalize.
+const (
+	DefaultNodeTimeout = 30 * time.Minute
+	DefaultMaxParallel = 1
+	MaxMaxParallel     = 1024
+	MaxRetryAttempts   = 100
+	DefaultSSHPort     = "22"
+)
+
+// DefaultRetry is the retry policy when a composition names none: one
+// attempt. Commands are not assumed to be safe to repeat.
+var DefaultRetry = RetryPolicy{MaxAttempts: 1, InitialInterval: Duration(2 * time.Second), MaxInterval: Duration(time.Minute), Multiplier: 2}
+
+// Composition is a v1 composition document. Field names are the same in
+// YAML and JSON.
+type Composition struct {
+	Name      string          `json:"name"`
+	Operation Operation       `json:"operation,omitempty"`
+	Hosts     map[string]Host `json:"hosts"`
+	Formulas  []Formula       `json:"formulas"`
+	Retry     *RetryPolicy    `json:"retry,omitempty"`
+	OnFailure OnFailure       `json:"on_failure,omitempty"`
+	Targets   []string        `json:"targets,omitempty"`
+	Reset     bool            `json:"reset,omitempty"`
+}
+
+// Host is a machine formulas run on.
+type Host struct {
+	Address   string    `json:"address,omitempty"` // host or host:port; ssh only
+	User      string    `json:"user,omitempty"`    // ssh login; the executor's default when empty
+	Transport Transport `json:"transport,omitempty"`
+}
+
+// Formula is an ordered set of nodes for one server.
+type Formula struct {
+	ID          string       `json:"id"`
+	Server      string       `json:"server"`
+	MaxParallel int          `json:"max_parallel,omitempty"`
+	DependsOn   []FormulaDep `json:"depends_on,omitempty"`
+	Nodes       []Node       `json:"nodes"`
+	HealthGate  *HealthGate  `json:"health_gate,omitempty"`
+}
+
+// FormulaDep is one prerequisite of a formula.
+type FormulaDep struct {
+	Formula   string    `json:"formula"`
+	Condition Condition `json:"condition,omitempty"`
+}
+
+// Node is one command (with its check and delete) on the formula's server.
+type Node struct {
+	Name      string            `json:"name"`
+	Run       string            `json:"run,omitempty"`
+	Check     string            `json:"check,omitempty"`
+	Delete    string            `json:"delete,omitempty"`
+	DependsOn []string          `json:"depends_on"`
+	Timeout   Duration          `json:"timeout,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Retry     *RetryPolicy      `json:"retry,omitempty"`
+
+	// dependsOnSet records whether depends_on was given at all: an absent
+	// depends_on under max_parallel 1 means "the previous node", an empty
+	// one means "nothing".
+	dependsOnSet bool
+}
+
+// HealthGate is the check that must pass after a formula completes before
+// formulas that wait for it as `healthy` may start.
+type HealthGate struct {
+	Check   string   `json:"check"`
+	Timeout Duration `json:"timeout"`
+	Retries int      `json:"retries"`
+}
+
+// RetryPolicy is exponential backoff between the attempts of a node.
+type RetryPolicy struct {
+	MaxAttempts     int      `json:"max_attempts"`
+	InitialInterval Duration `json:"initial_interval"`
+	MaxInterval     Duration `json:"max_interval"`
+	Multiplier      float64  `json:"multiplier"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("90s", "10m").
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"90s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}

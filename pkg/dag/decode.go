@@ -1,0 +1,356 @@
+package dag
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Decode builds a Composition from a parsed document. It reports every
+// unknown field, wrong type and bad duration at once; it does not check
+// meaning (see Validate). Problems come back as an *InvalidError.
+func Decode(root *Value) (*Composition, error) {
+	var d decoder
+	c := d.composition(root)
+	return c, d.ps.err()
+}
+
+// Load decodes, validates and normalizes a parsed document, reporting the
+// problems of every pass together. On success the composition has every
+// default filled in (see Normalize).
+func Load(root *Value) (*Composition, error) {
+	var d decoder
+	c := d.composition(root)
+	validate(c, &d.ps)
+	if err := d.ps.err(); err != nil {
+		return nil, err
+	}
+	Normalize(c)
+	return c, nil
+}
+
+// ParseJSONComposition parses, validates and normalizes a JSON composition.
+func ParseJSONComposition(data []byte) (*Composition, error) {
+	root, err := ParseJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	return Load(root)
+}
+
+type decoder struct {
+	ps problems
+}
+
+// fields maps each known field of an object to its reader.
+type fields map[string]func(v *Value, path string)
+
+func (d *decoder) object(v *Value, path string, fs fields) bool {
+	if !d.want(v, path, KindMap) {
+		return false
+	}
+	for i, k := range v.Keys {
+		kpath := keyPath(path, k)
+		d.mark(kpath, v.Vals[i])
+		f, ok := fs[k]
+		if !ok {
+			if hint := closest(k, fs); hint != "" {
+				d.ps.add(kpath, v.Vals[i].Line, CodeUnknownField, "unknown field %q (did you mean %q?)", k, hint)
+			} else {
+				d.ps.add(kpath, v.Vals[i].Line, CodeUnknownField, "unknown field %q", k)
+			}
+			continue
+		}
+		if v.Vals[i].Kind == KindNull { // an explicit null is the same as leaving the field out
+			continue
+		}
+		f(v.Vals[i], kpath)
+	}
+	return true
+}
+
+// mark remembers the source line of path for later problems.
+func (d *decoder) mark(path string, v *Value) {
+	if v.Line <= 0 {
+		return
+	}
+	if d.ps.lines == nil {
+		d.ps.lines = make(map[string]int)
+	}
+	d.ps.lines[path] = v.Line
+}
+
+func (d *decoder) want(v *Value, path string, k Kind) bool {
+	if v.Kind != k {
+		d.ps.add(path, v.Line, CodeType, "expected a %s, got %s", k, v.describe())
+		return false
+	}
+	return true
+}
+
+func (d *decoder) str(dst *string) func(*Value, string) {
+	return func(v *Value, path string) {
+		if d.want(v, path, KindString) {
+			*dst = v.Scalar
+		}
+	}
+}
+
+func (d *decoder) boolean(dst *bool) func(*Value, string) {
+	return func(v *Value, path string) {
+		if d.want(v, path, KindBool) {
+			*dst = v.Scalar == "true"
+		}
+	}
+}
+
+func (d *decoder) integer(dst *int) func(*Value, string) {
+	return func(v *Value, path string) {
+		if !d.want(v, path, KindNumber) {
+			return
+		}
+		n, err := strconv.ParseInt(v.Scalar, 10, 32)
+		if err != nil {
+			d.ps.add(path, v.Line, CodeType, "expected a whole number, got %s", v.Scalar)
+			return
+		}
+		*dst = int(n)
+	}
+}
+
+func (d *decoder) float(dst *float64) func(*Value, string) {
+	return func(v *Value, path string) {
+		if !d.want(v, path, KindNumber) {
+			return
+		}
+		f, err := strconv.ParseFloat(v.Scalar, 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			d.ps.add(path, v.Line, CodeType, "expected a number, got %s", v.Scalar)
+			return
+		}
+		*dst = f
+	}
+}
+
+func (d *decoder) duration(dst *Duration) func(*Value, string) {
+	return func(v *Value, path string) {
+		if v.Kind != KindString {
+			d.ps.add(path, v.Line, CodeType, "expected a duration string like \"90s\" or \"10m\", got %s", v.describe())
+			return
+		}
+		t, err := time.ParseDuration(strings.TrimSpace(v.Scalar))
+		if err != nil {
+			d.ps.add(path, v.Line, CodeValue, "bad duration %q: use a number and a unit (ms, s, m, h), like \"90s\" or \"10m\"", v.Scalar)
+			return
+		}
+		*dst = Duration(t)
+	}
+}
+
+func (d *decoder) strings(dst *[]string) func(*Value, string) {
+	return func(v *Value, path string) {
+		if !d.want(v, path, KindList) {
+			return
+		}
+		out := make([]string, 0, len(v.Items))
+		for i, it := range v.Items {
+			d.mark(indexPath(path, i), it)
+			if d.want(it, indexPath(path, i), KindString) {
+				out = append(out, it.Scalar)
+			}
+		}
+		*dst = out
+	}
+}
+
+func (d *decoder) composition(v *Value) *Composition {
+	c := &Composition{}
+	var op, onf string
+	d.object(v, "", fields{
+		"name":       d.str(&c.Name),
+		"operation":  d.str(&op),
+		"hosts":      func(v *Value, p string) { c.Hosts = d.hosts(v, p) },
+		"formulas":   func(v *Value, p string) { c.Formulas = d.formulas(v, p) },
+		"retry":      func(v *Value, p string) { c.Retry = d.retry(v, p) },
+		"on_failure": d.str(&onf),
+		"targets":    d.strings(&c.Targets),
+		"reset":      d.boolean(&c.Reset),
+	})
+	c.Operation, c.OnFailure = Operation(op), OnFailure(onf)
+	return c
+}
+
+func (d *decoder) hosts(v *Value, path string) map[string]Host {
+	if !d.want(v, path, KindMap) {
+		return nil
+	}
+	out := make(map[string]Host, len(v.Keys))
+	for i, name := range v.Keys {
+		var h Host
+		var tr string
+		d.object(v.Vals[i], keyPath(path, name), fields{
+			"address":   d.str(&h.Address),
+			"user":      d.str(&h.User),
+			"transport": d.str(&tr),
+		})
+		h.Transport = Transport(tr)
+		out[name] = h
+	}
+	return out
+}
+
+func (d *decoder) formulas(v *Value, path string) []Formula {
+	if !d.want(v, path, KindList) {
+		return nil
+	}
+	out := make([]Formula, len(v.Items))
+	for i, it := range v.Items {
+		f := &out[i]
+		fp := indexPath(path, i)
+		d.mark(fp, it)
+		d.object(it, fp, fields{
+			"id":     d.str(&f.ID),
+			"server": d.str(&f.Server),
+			"max_parallel": func(v *Value, p string) {
+				d.integer(&f.MaxParallel)(v, p)
+				if f.MaxParallel <= 0 && v.Kind == KindNumber && !d.ps.bad[p] {
+					d.ps.add(p, v.Line, CodeValue, "max_parallel must be at least 1 (1 runs nodes one at a time)")
+				}
+			},
+			"depends_on":  func(v *Value, p string) { f.DependsOn = d.formulaDeps(v, p) },
+			"nodes":       func(v *Value, p string) { f.Nodes = d.nodes(v, p) },
+			"health_gate": func(v *Value, p string) { f.HealthGate = d.gate(v, p) },
+		})
+	}
+	return out
+}
+
+func (d *decoder) formulaDeps(v *Value, path string) []FormulaDep {
+	if !d.want(v, path, KindList) {
+		return nil
+	}
+	out := make([]FormulaDep, len(v.Items))
+	for i, it := range v.Items {
+		dep := &out[i]
+		var cond string
+		ip := indexPath(path, i)
+		d.mark(ip, it)
+		if it.Kind == KindString { // shorthand: "- os-base" waits for completion
+			dep.Formula = it.Scalar
+			continue
+		}
+		if it.Kind != KindMap {
+			d.ps.add(ip, it.Line, CodeType, "expected a formula id or a mapping {formula, condition}, got %s", it.describe())
+			continue
+		}
+		d.object(it, ip, fields{
+			"formula":   d.str(&dep.Formula),
+			"condition": d.str(&cond),
+		})
+		dep.Condition = Condition(cond)
+	}
+	return out
+}
+
+func (d *decoder) nodes(v *Value, path string) []Node {
+	if !d.want(v, path, KindList) {
+		return nil
+	}
+	out := make([]Node, len(v.Items))
+	for i, it := range v.Items {
+		n := &out[i]
+		d.mark(indexPath(path, i), it)
+		d.object(it, indexPath(path, i), fields{
+			"name":   d.str(&n.Name),
+			"run":    d.str(&n.Run),
+			"check":  d.str(&n.Check),
+			"delete": d.str(&n.Delete),
+			"depends_on": func(v *Value, p string) {
+				n.dependsOnSet = true
+				d.strings(&n.DependsOn)(v, p)
+			},
+			"timeout": d.duration(&n.Timeout),
+			"env":     func(v *Value, p string) { n.Env = d.env(v, p) },
+			"retry":   func(v *Value, p string) { n.Retry = d.retry(v, p) },
+		})
+	}
+	return out
+}
+
+func (d *decoder) env(v *Value, path string) map[string]string {
+	if !d.want(v, path, KindMap) {
+		return nil
+	}
+	out := make(map[string]string, len(v.Keys))
+	for i, k := range v.Keys {
+		val := v.Vals[i]
+		switch val.Kind {
+		case KindString, KindNumber, KindBool: // PORT: 8080 is the text "8080"
+			out[k] = val.Scalar
+		default:
+			d.ps.add(keyPath(path, k), val.Line, CodeType, "expected a string, number or boolean, got %s", val.describe())
+		}
+	}
+	return out
+}
+
+func (d *decoder) gate(v *Value, path string) *HealthGate {
+	g := &HealthGate{}
+	d.object(v, path, fields{
+		"check":   d.str(&g.Check),
+		"timeout": d.duration(&g.Timeout),
+		"retries": d.integer(&g.Retries),
+	})
+	return g
+}
+
+func (d *decoder) retry(v *Value, path string) *RetryPolicy {
+	r := &RetryPolicy{}
+	d.object(v, path, fields{
+		"max_attempts":     d.integer(&r.MaxAttempts),
+		"initial_interval": d.duration(&r.InitialInterval),
+		"max_interval":     d.duration(&r.MaxInterval),
+		"multiplier":       d.float(&r.Multiplier),
+	})
+	return r
+}
+
+// closest returns the known field nearest to name by edit distance, if it
+// is near enough to be a likely typo.
+func closest(name string, fs fields) string {
+	best, bestD := "", 3
+	for k := range fs {
+		dist := editDistance(name, k)
+		if dist < bestD || (dist == bestD && best != "" && k < best) {
+			best, bestD = k, dist
+		}
+	}
+	if bestD > 2 || best == "" {
+		return ""
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 99
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

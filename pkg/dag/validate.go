@@ -1,0 +1,394 @@
+package dag
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// MaxTokenLen is the longest name allowed for a composition, host, formula
+// or node: names become NATS subject tokens.
+const MaxTokenLen = 63
+
+// IsToken reports whether s matches [a-z0-9][a-z0-9_-]{0,62}.
+func IsToken(s string) bool {
+	if len(s) == 0 || len(s) > MaxTokenLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '-' || c == '_') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func tokenProblem(s string) string {
+	switch {
+	case s == "":
+		return "must not be empty"
+	case len(s) > MaxTokenLen:
+		return fmt.Sprintf("%q is %d characters; names are at most %d", trunc(s, 20), len(s), MaxTokenLen)
+	}
+	const rule = "names match [a-z0-9][a-z0-9_-]{0,62}"
+	if i := strings.IndexAny(s, ". *>"); i >= 0 {
+		return fmt.Sprintf("%q contains %q, which would break NATS subjects; %s", s, s[i], rule)
+	}
+	for _, r := range s {
+		if r > 127 {
+			return fmt.Sprintf("%q contains non-ASCII %q; %s", s, r, rule)
+		}
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool { return r >= 'A' && r <= 'Z' }); i >= 0 {
+		return fmt.Sprintf("%q contains upper-case %q; %s", s, s[i], rule)
+	}
+	if s[0] == '-' || s[0] == '_' {
+		return fmt.Sprintf("%q starts with %q; names start with a letter or digit", s, s[0])
+	}
+	return fmt.Sprintf("%q is not a name: names match [a-z0-9][a-z0-9_-]{0,62}", s)
+}
+
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// Validate reports every problem with a decoded composition at once, as an
+// *InvalidError, or nil. It does not modify c.
+func Validate(c *Composition) error {
+	var ps problems
+	validate(c, &ps)
+	return ps.err()
+}
+
+func validate(c *Composition, ps *problems) {
+	v := validator{c: c, ps: ps}
+	v.run()
+}
+
+type validator struct {
+	c  *Composition
+	ps *problems
+}
+
+func (v *validator) bad(path string, code Code, format string, args ...any) {
+	v.ps.addUnlessCovered(path, 0, code, format, args...)
+}
+
+func (v *validator) token(path, s, what string) bool {
+	if IsToken(s) {
+		return true
+	}
+	if s == "" {
+		v.bad(path, CodeRequired, "%s is required", what)
+	} else {
+		v.bad(path, CodeToken, "%s %s", what, tokenProblem(s))
+	}
+	return false
+}
+
+func (v *validator) run() {
+	c := v.c
+	v.token("name", c.Name, "name")
+	switch c.Operation {
+	case "", OpCreate, OpDelete, OpCheck:
+	default:
+		v.bad("operation", CodeValue, "unknown operation %q: use create, delete or check", c.Operation)
+	}
+	switch c.OnFailure {
+	case "", OnFailureStop, OnFailureContinue, OnFailureRollback:
+	default:
+		v.bad("on_failure", CodeValue, "unknown on_failure %q: use stop, continue or rollback", c.OnFailure)
+	}
+	if c.Retry != nil {
+		v.retry("retry", c.Retry)
+	}
+	for _, name := range sortedKeys(c.Hosts) {
+		v.host(keyPath("hosts", name), name, c.Hosts[name])
+	}
+	if len(c.Formulas) == 0 {
+		v.bad("formulas", CodeRequired, "at least one formula is required")
+		return
+	}
+	ids := make(map[string]int, len(c.Formulas))
+	for i := range c.Formulas {
+		f := &c.Formulas[i]
+		p := indexPath("formulas", i)
+		if v.token(p+".id", f.ID, "id") {
+			if first, dup := ids[f.ID]; dup {
+				v.bad(p+".id", CodeDuplicate, "duplicate formula id %q (also formulas[%d])", f.ID, first)
+			} else {
+				ids[f.ID] = i
+			}
+		}
+	}
+	for i := range c.Formulas {
+		v.formula(indexPath("formulas", i), &c.Formulas[i], ids)
+	}
+	v.formulaCycles(ids)
+	v.targets(ids)
+}
+
+func (v *validator) host(p, name string, h Host) {
+	v.token(p, name, "host name")
+	switch h.Transport {
+	case "", TransportSSH:
+		if h.Address == "" {
+			v.bad(p+".address", CodeRequired, "address is required for transport ssh (or set transport: local)")
+		} else if _, err := hostAddress(h.Address); err != nil {
+			v.bad(p+".address", CodeValue, "%v", err)
+		}
+	case TransportLocal:
+	default:
+		v.bad(p+".transport", CodeValue, "unknown transport %q: use ssh or local", h.Transport)
+	}
+	if strings.ContainsAny(h.User, " \t\r\n@:") {
+		v.bad(p+".user", CodeValue, "user %q contains a space, '@' or ':'", h.User)
+	}
+}
+
+// hostAddress checks an address and returns it as host:port, adding port 22.
+func hostAddress(a string) (string, error) {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		// No port: a bare host name or IP address.
+		if strings.Contains(a, ":") && net.ParseIP(strings.Trim(a, "[]")) == nil {
+			return "", fmt.Errorf("address %q is not host or host:port", a)
+		}
+		host, port = strings.Trim(a, "[]"), DefaultSSHPort
+	}
+	if host == "" || strings.ContainsAny(host, " \t\r\n/@") {
+		return "", fmt.Errorf("address %q has no valid host", a)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("address %q has a bad port %q (1-65535)", a, port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func (v *validator) formula(p string, f *Formula, ids map[string]int) {
+	if f.Server == "" {
+		v.bad(p+".server", CodeRequired, "server is required")
+	} else if _, ok := v.c.Hosts[f.Server]; !ok {
+		v.bad(p+".server", CodeUnknownRef, "server %q is not listed in hosts", f.Server)
+	}
+	if f.MaxParallel < 0 || f.MaxParallel > MaxMaxParallel {
+		v.bad(p+".max_parallel", CodeValue, "max_parallel %d is out of range 1-%d", f.MaxParallel, MaxMaxParallel)
+	}
+	seen := make(map[string]bool, len(f.DependsOn))
+	for j, d := range f.DependsOn {
+		dp := indexPath(p+".depends_on", j)
+		switch {
+		case d.Formula == "":
+			v.bad(dp+".formula", CodeRequired, "formula is required")
+		case d.Formula == f.ID:
+			v.bad(dp, CodeCycle, "formula %q depends on itself", f.ID)
+		default:
+			k, ok := ids[d.Formula]
+			if !ok {
+				v.bad(dp, CodeUnknownRef, "unknown formula %q", d.Formula)
+				break
+			}
+			if seen[d.Formula] {
+				v.bad(dp, CodeDuplicate, "formula %q is listed twice", d.Formula)
+			}
+			seen[d.Formula] = true
+			if d.Condition == ConditionHealthy && v.c.Formulas[k].HealthGate == nil {
+				v.bad(dp+".condition", CodeValue, "condition healthy, but formula %q has no health_gate", d.Formula)
+			}
+		}
+		switch d.Condition {
+		case "", ConditionCompleted, ConditionHealthy:
+		default:
+			v.bad(dp+".condition", CodeValue, "unknown condition %q: use completed or healthy", d.Condition)
+		}
+	}
+	if g := f.HealthGate; g != nil {
+		gp := p + ".health_gate"
+		if strings.TrimSpace(g.Check) == "" {
+			v.bad(gp+".check", CodeRequired, "health_gate needs a check command")
+		}
+		if g.Timeout <= 0 {
+			v.bad(gp+".timeout", CodeRequired, "health_gate needs a timeout greater than 0")
+		}
+		if g.Retries < 1 || g.Retries > MaxRetryAttempts {
+			v.bad(gp+".retries", CodeRequired, "health_gate needs retries between 1 and %d", MaxRetryAttempts)
+		}
+	}
+	if len(f.Nodes) == 0 {
+		v.bad(p+".nodes", CodeRequired, "formula %q has no nodes", f.ID)
+		return
+	}
+	names := make(map[string]int, len(f.Nodes))
+	for j := range f.Nodes {
+		n := &f.Nodes[j]
+		np := indexPath(p+".nodes", j)
+		if v.token(np+".name", n.Name, "name") {
+			if first, dup := names[n.Name]; dup {
+				v.bad(np+".name", CodeDuplicate, "duplicate node name %q in formula %q (also nodes[%d])", n.Name, f.ID, first)
+			} else {
+				names[n.Name] = j
+			}
+		}
+	}
+	for j := range f.Nodes {
+		v.node(indexPath(p+".nodes", j), f, &f.Nodes[j], names)
+	}
+	v.nodeCycles(p, f, names)
+}
+
+func (v *validator) node(p string, f *Formula, n *Node, names map[string]int) {
+	switch v.c.Operation {
+	case "", OpCreate:
+		if strings.TrimSpace(n.Run) == "" {
+			v.bad(p+".run", CodeRequired, "run is required for operation create")
+		}
+	case OpDelete:
+		if strings.TrimSpace(n.Delete) == "" {
+			v.bad(p+".delete", CodeRequired, "delete is required for operation delete")
+		}
+	}
+	seen := make(map[string]bool, len(n.DependsOn))
+	for k, d := range n.DependsOn {
+		dp := indexPath(p+".depends_on", k)
+		switch {
+		case d == n.Name:
+			v.bad(dp, CodeCycle, "node %q depends on itself", d)
+		case seen[d]:
+			v.bad(dp, CodeDuplicate, "node %q is listed twice", d)
+		default:
+			if _, ok := names[d]; !ok {
+				v.bad(dp, CodeUnknownRef, "unknown node %q in formula %q", d, f.ID)
+			}
+		}
+		seen[d] = true
+	}
+	if n.Timeout < 0 {
+		v.bad(p+".timeout", CodeValue, "timeout must be greater than 0")
+	}
+	for _, k := range sortedKeys(n.Env) {
+		if !isEnvName(k) {
+			v.bad(keyPath(p+".env", k), CodeValue, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
+		}
+	}
+	if n.Retry != nil {
+		v.retry(p+".retry", n.Retry)
+	}
+}
+
+func isEnvName(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) retry(p string, r *RetryPolicy) {
+	if r.MaxAttempts < 1 || r.MaxAttempts > MaxRetryAttempts {
+		v.bad(p+".max_attempts", CodeValue, "max_attempts must be between 1 and %d", MaxRetryAttempts)
+	}
+	if r.InitialInterval < 0 {
+		v.bad(p+".initial_interval", CodeValue, "initial_interval must not be negative")
+	}
+	if r.MaxInterval < 0 {
+		v.bad(p+".max_interval", CodeValue, "max_interval must not be negative")
+	}
+	if r.InitialInterval > 0 && r.MaxInterval > 0 && r.MaxInterval < r.InitialInterval {
+		v.bad(p+".max_interval", CodeValue, "max_interval %s is less than initial_interval %s", r.MaxInterval, r.InitialInterval)
+	}
+	if r.Multiplier != 0 && (r.Multiplier < 1 || r.Multiplier > 100) {
+		v.bad(p+".multiplier", CodeValue, "multiplier %g must be between 1 and 100", r.Multiplier)
+	}
+}
+
+func (v *validator) targets(ids map[string]int) {
+	nodes := make(map[string]bool)
+	for _, f := range v.c.Formulas {
+		for _, n := range f.Nodes {
+			nodes[n.Name] = true
+		}
+	}
+	seen := make(map[string]bool, len(v.c.Targets))
+	for i, t := range v.c.Targets {
+		p := indexPath("targets", i)
+		switch {
+		case !IsToken(t):
+			v.bad(p, CodeToken, "target %s", tokenProblem(t))
+		case seen[t]:
+			v.bad(p, CodeDuplicate, "target %q is listed twice", t)
+		case !nodes[t] && !hasKey(ids, t):
+			v.bad(p, CodeUnknownRef, "unknown target %q: no node or formula has that name", t)
+		}
+		seen[t] = true
+	}
+}
+
+func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
+
+// formulaCycles reports each cycle among formulas once, naming it.
+func (v *validator) formulaCycles(ids map[string]int) {
+	fs := v.c.Formulas
+	adj := make([][]int, len(fs))
+	for i, f := range fs {
+		for _, d := range f.DependsOn {
+			if k, ok := ids[d.Formula]; ok && k != i && fs[k].ID == d.Formula {
+				adj[i] = append(adj[i], k)
+			}
+		}
+	}
+	for _, cyc := range findCycles(adj) {
+		names := make([]string, len(cyc)+1)
+		for i, k := range cyc {
+			names[i] = fs[k].ID
+		}
+		names[len(cyc)] = fs[cyc[0]].ID
+		v.bad(indexPath("formulas", cyc[0])+".depends_on", CodeCycle, "dependency cycle between formulas: %s", strings.Join(names, " -> "))
+	}
+}
+
+// nodeCycles reports each cycle among the nodes of a formula.
+func (v *validator) nodeCycles(p string, f *Formula, names map[string]int) {
+	adj := make([][]int, len(f.Nodes))
+	for j := range f.Nodes {
+		for _, d := range effectiveNodeDeps(f, j) {
+			if k, ok := names[d]; ok && k != j && f.Nodes[k].Name == d {
+				adj[j] = append(adj[j], k)
+			}
+		}
+	}
+	for _, cyc := range findCycles(adj) {
+		ns := make([]string, len(cyc)+1)
+		for i, k := range cyc {
+			ns[i] = f.Nodes[k].Name
+		}
+		ns[len(cyc)] = f.Nodes[cyc[0]].Name
+		v.bad(indexPath(p+".nodes", cyc[0])+".depends_on", CodeCycle, "dependency cycle between nodes of formula %q: %s", f.ID, strings.Join(ns, " -> "))
+	}
+}
+
+// effectiveNodeDeps is a node's depends_on, or the previous node when none
+// is given and the formula runs one node at a time.
+func effectiveNodeDeps(f *Formula, j int) []string {
+	n := &f.Nodes[j]
+	if n.dependsOnSet || n.DependsOn != nil {
+		return n.DependsOn
+	}
+	if (f.MaxParallel == 0 || f.MaxParallel == 1) && j > 0 {
+		return []string{f.Nodes[j-1].Name}
+	}
+	return nil
+}

@@ -1,0 +1,3 @@
+module github.com/gantry-dev/gantry/services/health-gate
+
+go 1.26.8
