@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"sort"
 	"time"
 )
 
@@ -14,12 +13,11 @@ import (
 // duration spelling ("10m" and "600s"), and changes when any of those
 // change. The state-store records it to decide skip, rerun and drift.
 func SpecHash(n *Node) string {
-	h := sha256.New()
-	var buf [8]byte
+	var stack [512]byte
+	buf := stack[:0]
 	field := func(s string) {
-		binary.BigEndian.PutUint64(buf[:], uint64(len(s)))
-		h.Write(buf[:])
-		h.Write([]byte(s))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(len(s)))
+		buf = append(buf, s...)
 	}
 	field("gantry.node.v1")
 	field(n.Run)
@@ -29,18 +27,18 @@ func SpecHash(n *Node) string {
 	if timeout == 0 {
 		timeout = DefaultNodeTimeout
 	}
-	binary.BigEndian.PutUint64(buf[:], uint64(timeout))
-	h.Write(buf[:])
-	keys := make([]string, 0, len(n.Env))
-	for k := range n.Env {
-		keys = append(keys, k)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(timeout))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(len(n.Env)))
+	if len(n.Env) > 0 {
+		for _, k := range sortedKeys(n.Env) {
+			field(k)
+			field(n.Env[k])
+		}
 	}
-	sort.Strings(keys)
-	binary.BigEndian.PutUint64(buf[:], uint64(len(keys)))
-	h.Write(buf[:])
-	for _, k := range keys {
-		field(k)
-		field(n.Env[k])
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256(buf)
+	const prefix = "sha256:"
+	var out [len(prefix) + 2*sha256.Size]byte
+	copy(out[:], prefix)
+	hex.Encode(out[len(prefix):], sum[:])
+	return string(out[:])
 }

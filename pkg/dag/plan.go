@@ -271,9 +271,13 @@ func planNodes(f *Formula, op Operation) ([]PlannedNode, []int) {
 		}
 	}
 	for j := range nodes {
-		for _, k := range deps[j] {
-			nodes[j].Deps = append(nodes[j].Deps, k)
-			nodes[j].DependsOn = append(nodes[j].DependsOn, nodes[k].Name)
+		if len(deps[j]) == 0 {
+			continue
+		}
+		nodes[j].Deps = deps[j]
+		nodes[j].DependsOn = make([]string, len(deps[j]))
+		for o, k := range deps[j] {
+			nodes[j].DependsOn[o] = nodes[k].Name
 			nodes[k].Dependents = append(nodes[k].Dependents, j)
 		}
 	}

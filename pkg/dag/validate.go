@@ -3,6 +3,7 @@ package dag
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -230,59 +231,64 @@ func (v *validator) formula(p string, f *Formula, ids map[string]int) {
 	names := make(map[string]int, len(f.Nodes))
 	for j := range f.Nodes {
 		n := &f.Nodes[j]
-		np := indexPath(p+".nodes", j)
-		if v.token(np+".name", n.Name, "name") {
-			if first, dup := names[n.Name]; dup {
-				v.bad(np+".name", CodeDuplicate, "duplicate node name %q in formula %q (also nodes[%d])", n.Name, f.ID, first)
-			} else {
-				names[n.Name] = j
-			}
+		if !IsToken(n.Name) {
+			v.token(indexPath(p+".nodes", j)+".name", n.Name, "name")
+			continue
+		}
+		if first, dup := names[n.Name]; dup {
+			v.bad(indexPath(p+".nodes", j)+".name", CodeDuplicate, "duplicate node name %q in formula %q (also nodes[%d])", n.Name, f.ID, first)
+		} else {
+			names[n.Name] = j
 		}
 	}
 	for j := range f.Nodes {
-		v.node(indexPath(p+".nodes", j), f, &f.Nodes[j], names)
+		v.node(p, j, f, &f.Nodes[j], names)
 	}
 	v.nodeCycles(p, f, names)
 }
 
-func (v *validator) node(p string, f *Formula, n *Node, names map[string]int) {
+// node checks one node. Its path is built only when there is a problem:
+// a large valid composition should not pay for strings it never shows.
+func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string]int) {
+	path := func(field string) string { return indexPath(fp+".nodes", j) + field }
 	switch v.c.Operation {
 	case "", OpCreate:
-		if strings.TrimSpace(n.Run) == "" {
-			v.bad(p+".run", CodeRequired, "run is required for operation create")
+		if isBlank(n.Run) {
+			v.bad(path(".run"), CodeRequired, "run is required for operation create")
 		}
 	case OpDelete:
-		if strings.TrimSpace(n.Delete) == "" {
-			v.bad(p+".delete", CodeRequired, "delete is required for operation delete")
+		if isBlank(n.Delete) {
+			v.bad(path(".delete"), CodeRequired, "delete is required for operation delete")
 		}
 	}
-	seen := make(map[string]bool, len(n.DependsOn))
 	for k, d := range n.DependsOn {
-		dp := indexPath(p+".depends_on", k)
 		switch {
 		case d == n.Name:
-			v.bad(dp, CodeCycle, "node %q depends on itself", d)
-		case seen[d]:
-			v.bad(dp, CodeDuplicate, "node %q is listed twice", d)
+			v.bad(indexPath(path(".depends_on"), k), CodeCycle, "node %q depends on itself", d)
+		case slices.Contains(n.DependsOn[:k], d):
+			v.bad(indexPath(path(".depends_on"), k), CodeDuplicate, "node %q is listed twice", d)
 		default:
 			if _, ok := names[d]; !ok {
-				v.bad(dp, CodeUnknownRef, "unknown node %q in formula %q", d, f.ID)
+				v.bad(indexPath(path(".depends_on"), k), CodeUnknownRef, "unknown node %q in formula %q", d, f.ID)
 			}
 		}
-		seen[d] = true
 	}
 	if n.Timeout < 0 {
-		v.bad(p+".timeout", CodeValue, "timeout must be greater than 0")
+		v.bad(path(".timeout"), CodeValue, "timeout must be greater than 0")
 	}
-	for _, k := range sortedKeys(n.Env) {
-		if !isEnvName(k) {
-			v.bad(keyPath(p+".env", k), CodeValue, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
+	if len(n.Env) > 0 {
+		for _, k := range sortedKeys(n.Env) {
+			if !isEnvName(k) {
+				v.bad(keyPath(path(".env"), k), CodeValue, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
+			}
 		}
 	}
 	if n.Retry != nil {
-		v.retry(p+".retry", n.Retry)
+		v.retry(path(".retry"), n.Retry)
 	}
 }
+
+func isBlank(s string) bool { return strings.TrimSpace(s) == "" }
 
 func isEnvName(s string) bool {
 	if s == "" || len(s) > 255 {
@@ -362,6 +368,19 @@ func (v *validator) formulaCycles(ids map[string]int) {
 
 // nodeCycles reports each cycle among the nodes of a formula.
 func (v *validator) nodeCycles(p string, f *Formula, names map[string]int) {
+	// A cycle needs a dependency on a node listed later (or unnamed); in
+	// the common case there is none and the search is skipped.
+	forward := false
+	for j := range f.Nodes {
+		for _, d := range effectiveNodeDeps(f, j) {
+			if k, ok := names[d]; ok && k >= j {
+				forward = true
+			}
+		}
+	}
+	if !forward {
+		return
+	}
 	adj := make([][]int, len(f.Nodes))
 	for j := range f.Nodes {
 		for _, d := range effectiveNodeDeps(f, j) {
