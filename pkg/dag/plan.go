@@ -138,7 +138,10 @@ func planNormalized(c *Composition) *Plan {
 			continue
 		}
 		for _, d := range f.DependsOn {
-			j := p.byID[d.Formula]
+			j, ok := p.byID[d.Formula]
+			if !ok { // cannot happen: targets pull in every prerequisite
+				panic("dag: prerequisite " + d.Formula + " not selected")
+			}
 			cond := d.Condition
 			if c.Operation != OpCreate {
 				cond = ConditionCompleted // no gates run outside create
@@ -150,8 +153,10 @@ func planNormalized(c *Composition) *Plan {
 		for k := range p.Formulas {
 			f := p.Formulas[k].spec
 			for _, d := range f.DependsOn {
-				j := p.byID[d.Formula]
-				p.Formulas[j].Deps = append(p.Formulas[j].Deps, Dep{Formula: k, Condition: ConditionCompleted})
+				// A prerequisite left out by targets is not deleted.
+				if j, ok := p.byID[d.Formula]; ok {
+					p.Formulas[j].Deps = append(p.Formulas[j].Deps, Dep{Formula: k, Condition: ConditionCompleted})
+				}
 			}
 		}
 	}
