@@ -1,0 +1,157 @@
+// Package events is gantry's versioned wire contract: the CloudEvents 1.0
+// envelope, one typed payload per event, the subjects they travel on, and
+// every stream and consumer setting. Services talk only through it.
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// SpecVersion is the CloudEvents version of every envelope.
+const SpecVersion = "1.0"
+
+// ContentType is the datacontenttype of every envelope.
+const ContentType = "application/json"
+
+// MaxEventBytes bounds an encoded event; a larger one is rejected on parse.
+const MaxEventBytes = 1 << 20
+
+// Sentinel errors for bad input; wrapped with the detail.
+var (
+	ErrMalformed   = errors.New("malformed event")
+	ErrUnknownType = errors.New("unknown event type")
+)
+
+// Envelope is a CloudEvents 1.0 structured-mode JSON document.
+type Envelope struct {
+	SpecVersion     string          `json:"specversion"`
+	ID              string          `json:"id"`
+	Source          string          `json:"source"`
+	Type            Type            `json:"type"`
+	Time            time.Time       `json:"time"`
+	Subject         string          `json:"subject,omitempty"`
+	DataContentType string          `json:"datacontenttype"`
+	DataSchema      string          `json:"dataschema"`
+	Data            json.RawMessage `json:"data"`
+}
+
+// Payload is implemented by every event's data struct.
+type Payload interface {
+	// EventType is the CloudEvents type for this payload.
+	EventType() Type
+	// EventSubject is the CloudEvents subject attribute (what it is about).
+	EventSubject() string
+	// Validate reports what is missing or wrong in a decoded payload.
+	Validate() error
+}
+
+// New wraps a payload in an envelope with a fresh id, the given source
+// ("service/instance") and the current time.
+func New(source string, p Payload) (*Envelope, error) {
+	return NewAt(uuid.NewString(), source, time.Now().UTC(), p)
+}
+
+// NewAt is New with the id and time given, for deterministic ids (so a
+// retried publish dedupes) and for tests.
+func NewAt(id, source string, at time.Time, p Payload) (*Envelope, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", p.EventType(), err)
+	}
+	t := p.EventType()
+	return &Envelope{
+		SpecVersion:     SpecVersion,
+		ID:              id,
+		Source:          source,
+		Type:            t,
+		Time:            at.UTC(),
+		Subject:         p.EventSubject(),
+		DataContentType: ContentType,
+		DataSchema:      t.Schema(),
+		Data:            data,
+	}, nil
+}
+
+// Marshal encodes a payload as a complete CloudEvent.
+func Marshal(source string, p Payload) ([]byte, *Envelope, error) {
+	env, err := New(source, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := json.Marshal(env)
+	return b, env, err
+}
+
+// Parse decodes and checks an envelope: the required CloudEvents
+// attributes, a known type, and a bounded size. It does not decode Data.
+func Parse(b []byte) (*Envelope, error) {
+	if len(b) > MaxEventBytes {
+		return nil, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrMalformed, len(b), MaxEventBytes)
+	}
+	var env Envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	var missing []string
+	if env.SpecVersion != SpecVersion {
+		return nil, fmt.Errorf("%w: specversion %q, want %q", ErrMalformed, env.SpecVersion, SpecVersion)
+	}
+	for name, v := range map[string]string{"id": env.ID, "source": env.Source, "type": string(env.Type)} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%w: missing %s", ErrMalformed, strings.Join(missing, ", "))
+	}
+	if env.DataContentType != "" && env.DataContentType != ContentType {
+		return nil, fmt.Errorf("%w: datacontenttype %q, want %q", ErrMalformed, env.DataContentType, ContentType)
+	}
+	if !env.Type.Known() {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, env.Type)
+	}
+	if len(bytes.TrimSpace(env.Data)) == 0 || bytes.Equal(bytes.TrimSpace(env.Data), []byte("null")) {
+		return nil, fmt.Errorf("%w: %s has no data", ErrMalformed, env.Type)
+	}
+	return &env, nil
+}
+
+// DecodeData decodes an envelope's data into p and validates it. The data
+// must be of p's family (a node event into *NodeEvent, ...).
+func DecodeData(env *Envelope, p Payload) error {
+	if err := json.Unmarshal(env.Data, p); err != nil {
+		return fmt.Errorf("%w: %s data: %w", ErrMalformed, env.Type, err)
+	}
+	if env.Type.Family() != p.EventType().Family() {
+		return fmt.Errorf("%w: %s does not carry a %s", ErrMalformed, env.Type, p.EventType().Family())
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrMalformed, env.Type, err)
+	}
+	return nil
+}
+
+// Decode parses an envelope and its data in one step.
+func Decode[P any, PP interface {
+	*P
+	Payload
+}](b []byte) (*Envelope, *P, error) {
+	env, err := Parse(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := PP(new(P))
+	if err := DecodeData(env, p); err != nil {
+		return env, nil, err
+	}
+	return env, (*P)(p), nil
+}

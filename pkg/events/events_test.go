@@ -1,0 +1,263 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var (
+	t0   = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	t1   = t0.Add(1500 * time.Millisecond)
+	zero = 0
+	one  = 1
+	ref  = events.Ref{WorkflowID: "0b5c3a52-4f0c-4c51-9d0e-7a4d2f9e8a11", Workflow: "wuji", Formula: "cp-containerd", Host: "cp-0", Node: "containerd", Operation: dag.OpCreate}
+)
+
+func wfRef() events.Ref  { r := ref; r.Formula, r.Host, r.Node = "", "", ""; return r }
+func fmlRef() events.Ref { r := ref; r.Node = ""; return r }
+
+// samples holds one event of every payload struct, with every field set.
+func samples() map[string]events.Payload {
+	return map[string]events.Payload{
+		"workflow_running": &events.WorkflowEvent{Ref: wfRef(), Status: dag.WorkflowRunning,
+			Run:      events.Run{Attempt: 1, StartedAt: &t0},
+			Formulas: map[events.FormulaState]int{dag.FormulaPending: 7, dag.FormulaRunning: 3}},
+		"workflow_failed": &events.WorkflowEvent{Ref: wfRef(), Status: dag.WorkflowFailed,
+			Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t1, Error: "formula cp-containerd failed"}, Reason: "on_failure stop"},
+		"formula_blocked": &events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Formula = "worker-0-kubernetes"; r.Host = "worker-0"; return r }(),
+			Status: dag.FormulaBlocked, Run: events.Run{EndedAt: &t1}, Blocker: "cp-kubernetes"},
+		"formula_healthy": &events.FormulaEvent{Ref: fmlRef(), Status: dag.FormulaHealthy, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t1}},
+		"node_running":    &events.NodeEvent{Ref: ref, Status: dag.NodeRunning, Run: events.Run{Attempt: 1, StartedAt: &t0}, MaxAttempts: 3, SpecHash: "sha256:ab", Actor: "executor/host-a-1"},
+		"node_succeeded": &events.NodeEvent{Ref: ref, Status: dag.NodeSucceeded, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t1, ExitCode: &zero},
+			MaxAttempts: 3, SpecHash: "sha256:ab", Actor: "executor/host-a-1", StdoutTail: "Setting up containerd (1.6.20~ds1-1) ...\n"},
+		"node_failed": &events.NodeEvent{Ref: ref, Status: dag.NodeFailed, Run: events.Run{Attempt: 3, StartedAt: &t0, EndedAt: &t1, ExitCode: &one, Error: "exit status 1"},
+			MaxAttempts: 3, SpecHash: "sha256:ab", Actor: "executor/host-a-1", StderrTail: "E: Unable to locate package containerd\n"},
+		"node_skipped": &events.NodeEvent{Ref: ref, Status: dag.NodeSkipped, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t1, ExitCode: &zero}, SpecHash: "sha256:ab", Reason: "check passed"},
+		"node_checked": &events.NodeEvent{Ref: func() events.Ref { r := ref; r.Operation = dag.OpCheck; return r }(), Status: dag.NodeSucceeded,
+			Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t1, ExitCode: &one}, Check: events.CheckWouldChange},
+		"health_attempt": &events.HealthEvent{Ref: fmlRef(), Status: events.HealthFail, Run: events.Run{Attempt: 2, StartedAt: &t0, EndedAt: &t1, ExitCode: &one}, Retries: 6, OutputTail: "inactive\n"},
+		"health_passed":  &events.HealthEvent{Ref: fmlRef(), Status: events.HealthPass, Run: events.Run{Attempt: 3, StartedAt: &t0, EndedAt: &t1, ExitCode: &zero}, Final: true, Retries: 6, OutputTail: "active\n"},
+		"health_failed":  &events.HealthEvent{Ref: fmlRef(), Status: events.HealthFail, Run: events.Run{Attempt: 6, StartedAt: &t0, EndedAt: &t1, ExitCode: &one, Error: "gate budget of 1m0s used up"}, Final: true, Retries: 6},
+		"log_line":       &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
+		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
+			Generation: 1, MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"},
+			Nodes: []events.WorkNode{
+				{Name: "containerd", Command: "apt-get install -y containerd", Check: "command -v containerd", Timeout: dag.Duration(10 * time.Minute),
+					Env: map[string]string{"DEBIAN_FRONTEND": "noninteractive"}, Retry: dag.DefaultRetry, SpecHash: "sha256:ab"},
+				{Name: "containerd-config", Command: "systemctl restart containerd", DependsOn: []string{"containerd"}, Timeout: dag.Duration(30 * time.Minute),
+					Retry: dag.DefaultRetry, SpecHash: "sha256:cd", AlreadyDone: true},
+			}},
+		"gate_request": &events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
+			Generation: 1, Gate: dag.HealthGate{Check: "systemctl is-active containerd", Timeout: dag.Duration(time.Minute), Retries: 6}},
+	}
+}
+
+func encode(t *testing.T, p events.Payload) []byte {
+	t.Helper()
+	env, err := events.NewAt("6f1e2d3c-0000-4000-8000-000000000001", "executor/host-a-1", t0, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.MarshalIndent(env, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+func TestGolden(t *testing.T) {
+	for name, p := range samples() {
+		t.Run(name, func(t *testing.T) {
+			got := encode(t, p)
+			path := filepath.Join("testdata", name+".golden.json")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s changed; the wire contract is versioned: add fields, never rename.\ngot:\n%s\nwant:\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+// The data of every event carries at least the fields DESIGN.md promises.
+func TestDataCarriesContractFields(t *testing.T) {
+	required := []string{"workflow_id", "workflow", "formula", "host", "node", "operation", "status", "attempt", "started_at", "ended_at", "exit_code", "error"}
+	for name, p := range samples() {
+		switch p.(type) {
+		case *events.LogLine, *events.Dispatch, *events.GateRequest:
+			continue // output and work messages, not state events
+		}
+		var data map[string]any
+		if err := json.Unmarshal(encodeData(t, p), &data); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range required {
+			if _, ok := data[f]; !ok {
+				t.Errorf("%s: data has no %q", name, f)
+			}
+		}
+	}
+}
+
+func encodeData(t *testing.T, p events.Payload) []byte {
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Our events are valid CloudEvents for the official Go SDK, and their data
+// decodes back to the same payload.
+func TestCloudEventsSDKAcceptsOurEvents(t *testing.T) {
+	for name, p := range samples() {
+		t.Run(name, func(t *testing.T) {
+			raw := encode(t, p)
+			var ce cloudevents.Event
+			if err := json.Unmarshal(raw, &ce); err != nil {
+				t.Fatalf("SDK cannot decode: %v", err)
+			}
+			if err := ce.Validate(); err != nil {
+				t.Fatalf("SDK says invalid: %v", err)
+			}
+			if ce.SpecVersion() != "1.0" || ce.Type() != string(p.EventType()) || ce.Source() != "executor/host-a-1" ||
+				ce.DataContentType() != "application/json" || ce.DataSchema() != p.EventType().Schema() || !ce.Time().Equal(t0) {
+				t.Errorf("attributes: %s", ce.String())
+			}
+			if !strings.HasPrefix(ce.Type(), "gantry.") {
+				t.Errorf("type %q", ce.Type())
+			}
+			// the data round-trips through the SDK to the same payload
+			again := newLike(p)
+			if err := ce.DataAs(again); err != nil {
+				t.Fatalf("DataAs: %v", err)
+			}
+			if a, b := encodeData(t, p), encodeData(t, again); !bytes.Equal(a, b) {
+				t.Errorf("data changed through the SDK:\n%s\n%s", a, b)
+			}
+			// and our own parser accepts it
+			env, err := events.Parse(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := events.DecodeData(env, newLike(p)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func newLike(p events.Payload) events.Payload {
+	switch p.(type) {
+	case *events.WorkflowEvent:
+		return &events.WorkflowEvent{}
+	case *events.FormulaEvent:
+		return &events.FormulaEvent{}
+	case *events.NodeEvent:
+		return &events.NodeEvent{}
+	case *events.HealthEvent:
+		return &events.HealthEvent{}
+	case *events.LogLine:
+		return &events.LogLine{}
+	case *events.Dispatch:
+		return &events.Dispatch{}
+	case *events.GateRequest:
+		return &events.GateRequest{}
+	}
+	panic("unknown payload")
+}
+
+func TestParseRejectsBadEvents(t *testing.T) {
+	good := string(encode(t, samples()["node_failed"]))
+	cases := map[string]struct {
+		doc  string
+		want error
+		msg  string
+	}{
+		"not json":          {`{"specversion":`, events.ErrMalformed, "unexpected end"},
+		"wrong specversion": {strings.Replace(good, `"1.0"`, `"0.3"`, 1), events.ErrMalformed, `specversion "0.3"`},
+		"missing id":        {strings.Replace(good, `"id": "6f1e2d3c-0000-4000-8000-000000000001"`, `"id": ""`, 1), events.ErrMalformed, "missing id"},
+		"unknown type":      {strings.Replace(good, `"gantry.node.failed"`, `"gantry.node.exploded"`, 1), events.ErrUnknownType, "gantry.node.exploded"},
+		"foreign type":      {strings.Replace(good, `"gantry.node.failed"`, `"com.example.thing"`, 1), events.ErrUnknownType, "com.example.thing"},
+		"wrong content":     {strings.Replace(good, `"application/json"`, `"text/xml"`, 1), events.ErrMalformed, "datacontenttype"},
+		"no data":           {good[:strings.Index(good, `"data"`)] + `"data": null}`, events.ErrMalformed, "has no data"},
+		"too large":         {`{"x":"` + strings.Repeat("a", events.MaxEventBytes) + `"}`, events.ErrMalformed, "over the"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := events.Parse([]byte(tc.doc))
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v, want %v containing %q", err, tc.want, tc.msg)
+			}
+		})
+	}
+}
+
+func TestDecodeDataRejectsBadPayloads(t *testing.T) {
+	cases := map[string]struct {
+		p   events.Payload
+		msg string
+	}{
+		"node without node":    {&events.NodeEvent{Ref: fmlRef(), Status: dag.NodeRunning}, "node: missing"},
+		"bad host token":       {&events.NodeEvent{Ref: func() events.Ref { r := ref; r.Host = "a.b"; return r }(), Status: dag.NodeRunning}, `host "a.b" is not a token`},
+		"bad operation":        {&events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Operation = "zap"; return r }(), Status: dag.FormulaRunning}, "operation"},
+		"dispatch no nodes":    {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1}, "nodes: missing"},
+		"dispatch bad dep":     {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a", DependsOn: []string{"zz"}}}, Order: []string{"a"}}, `unknown node "zz"`},
+		"dispatch ssh no addr": {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}}, "host_spec.address"},
+		"gate without check":   {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}}, "gate needs"},
+		"log bad stream":       {&events.LogLine{Ref: ref, Stream: "stdin"}, `stream "stdin"`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			env, err := events.NewAt("id", "test", t0, tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = events.DecodeData(env, newLike(tc.p))
+			if !errors.Is(err, events.ErrMalformed) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v, want ErrMalformed containing %q", err, tc.msg)
+			}
+		})
+	}
+	// data of one family cannot be read as another
+	env, _ := events.NewAt("id", "test", t0, samples()["node_failed"])
+	if err := events.DecodeData(env, &events.FormulaEvent{}); !errors.Is(err, events.ErrMalformed) {
+		t.Fatalf("node data decoded as a formula event: %v", err)
+	}
+}
+
+func TestBounds(t *testing.T) {
+	long := strings.Repeat("é", 3000) // 6000 bytes
+	if e := events.BoundError(long); len(e) > events.MaxErrorBytes || !strings.Contains(e, "bytes cut") || !strings.HasPrefix(e, "éé") {
+		t.Errorf("BoundError: %d bytes", len(e))
+	}
+	tail := events.BoundTail("start"+long+"END", events.MaxTailBytes)
+	if len(tail) > events.MaxTailBytes || !strings.HasSuffix(tail, "END") || !utf8Valid(tail) {
+		t.Errorf("BoundTail: %d bytes, valid %v", len(tail), utf8Valid(tail))
+	}
+	if events.BoundTail("short", 10) != "short" || events.BoundError("short") != "short" {
+		t.Error("short strings changed")
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }

@@ -1,0 +1,336 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+)
+
+// The states of DESIGN.md, as typed string enums (defined in pkg/dag, which
+// steps runs by them).
+type (
+	WorkflowState = dag.WorkflowState
+	FormulaState  = dag.FormulaState
+	NodeState     = dag.NodeState
+	Operation     = dag.Operation
+)
+
+// HealthStatus is the verdict of one health-gate check.
+type HealthStatus string
+
+const (
+	HealthPass HealthStatus = "pass"
+	HealthFail HealthStatus = "fail"
+)
+
+// CheckResult is what operation check found for a node.
+type CheckResult string
+
+const (
+	CheckOK          CheckResult = "ok"           // check exited 0: nothing would change
+	CheckWouldChange CheckResult = "would_change" // check failed or is missing: run would do something
+)
+
+// Stream names an output stream of a command.
+type Stream string
+
+const (
+	Stdout Stream = "stdout"
+	Stderr Stream = "stderr"
+)
+
+// Size bounds of text carried in events.
+const (
+	MaxErrorBytes = 2048 // error messages: the start is kept
+	MaxTailBytes  = 4096 // output tails: the end is kept
+	MaxLineBytes  = 4096 // one log line
+)
+
+// Ref says what an event is about. Every payload carries it, with the
+// fields that do not apply left empty (a workflow event has no node).
+type Ref struct {
+	WorkflowID string    `json:"workflow_id"`
+	Workflow   string    `json:"workflow"`
+	Formula    string    `json:"formula"`
+	Host       string    `json:"host"`
+	Node       string    `json:"node"`
+	Operation  Operation `json:"operation"`
+}
+
+// Run is the timing and result of an attempt.
+type Run struct {
+	Attempt   int        `json:"attempt"`
+	StartedAt *time.Time `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at"`
+	ExitCode  *int       `json:"exit_code"`
+	Error     string     `json:"error"`
+}
+
+// WorkflowEvent is published on workflow.<id>.lifecycle.
+type WorkflowEvent struct {
+	Ref
+	Status WorkflowState `json:"status"`
+	Run
+	// Counts of formulas by state when the event was published.
+	Formulas map[FormulaState]int `json:"formulas,omitempty"`
+	Reason   string               `json:"reason,omitempty"` // why paused, cancelled or failed
+}
+
+// FormulaEvent is published on decky.<host>.lifecycle.
+type FormulaEvent struct {
+	Ref
+	Status FormulaState `json:"status"`
+	Run
+	Blocker string `json:"blocker,omitempty"` // the failed formula behind blocked or cancelled
+}
+
+// NodeEvent is published on decky.<host>.lifecycle.
+type NodeEvent struct {
+	Ref
+	Status NodeState `json:"status"`
+	Run
+	MaxAttempts int         `json:"max_attempts,omitempty"`
+	SpecHash    string      `json:"spec_hash,omitempty"`
+	Blocker     string      `json:"blocker,omitempty"` // the failed node behind blocked
+	Actor       string      `json:"actor,omitempty"`   // the executor instance that ran it
+	Check       CheckResult `json:"check,omitempty"`   // operation check only
+	Reason      string      `json:"reason,omitempty"`  // why skipped or cancelled
+	StdoutTail  string      `json:"stdout_tail,omitempty"`
+	StderrTail  string      `json:"stderr_tail,omitempty"`
+}
+
+// HealthEvent is published on decky.<host>.health for every check attempt
+// and for the final verdict.
+type HealthEvent struct {
+	Ref
+	Status HealthStatus `json:"status"`
+	Run
+	Final      bool   `json:"final"`
+	Retries    int    `json:"retries"`
+	OutputTail string `json:"output_tail,omitempty"`
+}
+
+// LogLine is one line of a node's output, on decky.<host>.logs.<node>.
+type LogLine struct {
+	Ref
+	Attempt int    `json:"attempt"`
+	Stream  Stream `json:"stream"`
+	Seq     int64  `json:"seq"` // per node attempt, from 1
+	Line    string `json:"line"`
+}
+
+// HostSpec is how an executor or health-gate worker reaches a host.
+type HostSpec struct {
+	Transport dag.Transport `json:"transport"`
+	Address   string        `json:"address,omitempty"`
+	User      string        `json:"user,omitempty"`
+}
+
+// WorkNode is one node of a dispatched formula.
+type WorkNode struct {
+	Name        string            `json:"name"`
+	Command     string            `json:"command"`         // what the operation runs
+	Check       string            `json:"check,omitempty"` // create: exit 0 means skip
+	DependsOn   []string          `json:"depends_on,omitempty"`
+	Timeout     dag.Duration      `json:"timeout"`
+	Env         map[string]string `json:"env,omitempty"`
+	Retry       dag.RetryPolicy   `json:"retry"`
+	SpecHash    string            `json:"spec_hash"`
+	AlreadyDone bool              `json:"already_done,omitempty"` // recorded succeeded with this spec: skip
+}
+
+// Dispatch is formula-ready work on decky.<host>.dispatch: everything an
+// executor needs to run the formula, so executors keep no state.
+type Dispatch struct {
+	Ref
+	Host        HostSpec      `json:"host_spec"`
+	Generation  int           `json:"generation"` // bumped by retry, so a new run is a new message
+	MaxParallel int           `json:"max_parallel"`
+	OnFailure   dag.OnFailure `json:"on_failure"`
+	Nodes       []WorkNode    `json:"nodes"`
+	Order       []string      `json:"order"`
+}
+
+// GateRequest is health-gate work on decky.<host>.gate.
+type GateRequest struct {
+	Ref
+	Host       HostSpec       `json:"host_spec"`
+	Generation int            `json:"generation"`
+	Gate       dag.HealthGate `json:"gate"`
+}
+
+// EventType implementations.
+func (e *WorkflowEvent) EventType() Type { return WorkflowType(e.Status) }
+func (e *FormulaEvent) EventType() Type  { return FormulaType(e.Status) }
+func (e *NodeEvent) EventType() Type     { return NodeType(e.Status) }
+func (e *HealthEvent) EventType() Type {
+	switch {
+	case !e.Final:
+		return TypeHealthAttempt
+	case e.Status == HealthPass:
+		return TypeHealthPassed
+	}
+	return TypeHealthFailed
+}
+func (e *LogLine) EventType() Type     { return TypeLogLine }
+func (e *Dispatch) EventType() Type    { return TypeDispatch }
+func (e *GateRequest) EventType() Type { return TypeGateRequest }
+
+// EventSubject implementations: "<workflow_id>/<formula>/<node>" as far as
+// it applies.
+func (r *Ref) EventSubject() string {
+	s := r.WorkflowID
+	if r.Formula != "" {
+		s += "/" + r.Formula
+	}
+	if r.Node != "" {
+		s += "/" + r.Node
+	}
+	return s
+}
+
+var errMissing = errors.New("missing")
+
+func (r *Ref) validate(needFormula, needNode bool) error {
+	var errs []error
+	check := func(name, v string, need bool) {
+		switch {
+		case need && v == "":
+			errs = append(errs, fmt.Errorf("%s: %w", name, errMissing))
+		case v != "" && !dag.IsToken(v):
+			errs = append(errs, fmt.Errorf("%s %q is not a token", name, v))
+		}
+	}
+	check("workflow_id", r.WorkflowID, true)
+	check("workflow", r.Workflow, true)
+	check("formula", r.Formula, needFormula)
+	check("host", r.Host, needFormula)
+	check("node", r.Node, needNode)
+	switch r.Operation {
+	case dag.OpCreate, dag.OpDelete, dag.OpCheck:
+	default:
+		errs = append(errs, fmt.Errorf("operation %q is not create, delete or check", r.Operation))
+	}
+	return errors.Join(errs...)
+}
+
+func (e *WorkflowEvent) Validate() error {
+	return errors.Join(e.Ref.validate(false, false), validState("status", e.Status.Valid(), string(e.Status)))
+}
+
+func (e *FormulaEvent) Validate() error {
+	return errors.Join(e.Ref.validate(true, false), validState("status", e.Status.Valid(), string(e.Status)))
+}
+
+func (e *NodeEvent) Validate() error {
+	return errors.Join(e.Ref.validate(true, true), validState("status", e.Status.Valid(), string(e.Status)),
+		nonNegative("attempt", e.Attempt))
+}
+
+func (e *HealthEvent) Validate() error {
+	return errors.Join(e.Ref.validate(true, false),
+		validState("status", e.Status == HealthPass || e.Status == HealthFail, string(e.Status)),
+		nonNegative("attempt", e.Attempt))
+}
+
+func (e *LogLine) Validate() error {
+	return errors.Join(e.Ref.validate(true, true),
+		validState("stream", e.Stream == Stdout || e.Stream == Stderr, string(e.Stream)))
+}
+
+func (e *Dispatch) Validate() error {
+	errs := []error{e.Ref.validate(true, false), e.Host.validate()}
+	if len(e.Nodes) == 0 {
+		errs = append(errs, fmt.Errorf("nodes: %w", errMissing))
+	}
+	if e.MaxParallel < 1 {
+		errs = append(errs, fmt.Errorf("max_parallel %d is below 1", e.MaxParallel))
+	}
+	names := make(map[string]bool, len(e.Nodes))
+	for i, n := range e.Nodes {
+		if !dag.IsToken(n.Name) {
+			errs = append(errs, fmt.Errorf("nodes[%d].name %q is not a token", i, n.Name))
+		}
+		names[n.Name] = true
+	}
+	for i, n := range e.Nodes {
+		for _, d := range n.DependsOn {
+			if !names[d] {
+				errs = append(errs, fmt.Errorf("nodes[%d].depends_on: unknown node %q", i, d))
+			}
+		}
+	}
+	for _, o := range e.Order {
+		if !names[o] {
+			errs = append(errs, fmt.Errorf("order: unknown node %q", o))
+		}
+	}
+	if len(e.Order) != len(e.Nodes) {
+		errs = append(errs, fmt.Errorf("order names %d nodes, want %d", len(e.Order), len(e.Nodes)))
+	}
+	return errors.Join(errs...)
+}
+
+func (e *GateRequest) Validate() error {
+	errs := []error{e.Ref.validate(true, false), e.Host.validate()}
+	if e.Gate.Check == "" || e.Gate.Timeout <= 0 || e.Gate.Retries < 1 {
+		errs = append(errs, errors.New("gate needs a check, a timeout and retries"))
+	}
+	return errors.Join(errs...)
+}
+
+func (h *HostSpec) validate() error {
+	switch h.Transport {
+	case dag.TransportLocal:
+		return nil
+	case dag.TransportSSH:
+		if h.Address == "" {
+			return fmt.Errorf("host_spec.address: %w", errMissing)
+		}
+		return nil
+	}
+	return fmt.Errorf("host_spec.transport %q is not ssh or local", h.Transport)
+}
+
+func validState(name string, ok bool, v string) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("%s %q is not a known state", name, v)
+}
+
+func nonNegative(name string, v int) error {
+	if v < 0 {
+		return fmt.Errorf("%s %d is negative", name, v)
+	}
+	return nil
+}
+
+// BoundError keeps the start of an error message, at most MaxErrorBytes,
+// cut on a UTF-8 boundary, saying how much was dropped.
+func BoundError(s string) string {
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	cut := MaxErrorBytes - 32
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes cut)", s[:cut], len(s)-cut)
+}
+
+// BoundTail keeps the end of an output, at most max bytes, cut on a UTF-8
+// boundary.
+func BoundTail(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := len(s) - max
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return s[cut:]
+}

@@ -1,0 +1,168 @@
+package events
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Every stream, consumer and bucket setting lives here.
+
+// Stream names.
+const (
+	StreamEvents   = "GANTRY_EVENTS"   // lifecycle and health events (limits)
+	StreamDispatch = "GANTRY_DISPATCH" // formula-ready work (work queue)
+	StreamGates    = "GANTRY_GATES"    // health-gate work (work queue)
+	StreamLogs     = "GANTRY_LOGS"     // output lines (limits, bounded in time and size)
+)
+
+// Durable consumer names: one per service, shared by its replicas.
+const (
+	ConsumerPlanner    = "planner"
+	ConsumerStateStore = "state-store"
+	ConsumerExecutor   = "executor"
+	ConsumerHealthGate = "health-gate"
+)
+
+// KV buckets.
+const (
+	BucketWorkflows = "gantry_workflows" // accepted submissions, by workflow id (planner)
+	BucketState     = "gantry_state"     // projections (state-store)
+)
+
+// Retention and delivery settings.
+const (
+	EventsMaxAge      = 30 * 24 * time.Hour
+	LogsMaxAge        = 24 * time.Hour
+	LogsMaxBytes      = 1 << 30
+	DuplicateWindow   = 2 * time.Minute // Nats-Msg-Id dedupe
+	WorkAckWait       = 30 * time.Second
+	EventAckWait      = 30 * time.Second
+	MaxDeliverEvents  = 20 // then the message is given up and logged as poison
+	MaxDeliverWork    = 50
+	MaxMessageBytes   = 1 << 20
+	ExecutorMaxAcks   = 256
+	HealthGateMaxAcks = 64
+)
+
+// Streams returns every stream's configuration. replicas is 1 for a single
+// server (gantry dev, tests) and 3 for a production cluster.
+func Streams(replicas int) []jetstream.StreamConfig {
+	if replicas < 1 {
+		replicas = 1
+	}
+	return []jetstream.StreamConfig{
+		{
+			Name:        StreamEvents,
+			Description: "gantry lifecycle and health events",
+			Subjects:    []string{AllWorkflowLifecycle, AllHostLifecycle, AllHealth},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      EventsMaxAge,
+			MaxMsgSize:  MaxMessageBytes,
+			Duplicates:  DuplicateWindow,
+			Replicas:    replicas,
+		},
+		{
+			Name:        StreamDispatch,
+			Description: "gantry formula-ready work for executors",
+			Subjects:    []string{AllDispatch},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			MaxMsgSize:  MaxMessageBytes,
+			Duplicates:  DuplicateWindow,
+			Replicas:    replicas,
+		},
+		{
+			Name:        StreamGates,
+			Description: "gantry health-gate work",
+			Subjects:    []string{AllGate},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			MaxMsgSize:  MaxMessageBytes,
+			Duplicates:  DuplicateWindow,
+			Replicas:    replicas,
+		},
+		{
+			Name:        StreamLogs,
+			Description: "gantry node output lines",
+			Subjects:    []string{AllLogs},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      LogsMaxAge,
+			MaxBytes:    LogsMaxBytes,
+			MaxMsgSize:  64 << 10,
+			Discard:     jetstream.DiscardOld,
+			Replicas:    replicas,
+		},
+	}
+}
+
+// Consumers maps each stream to its durable consumers.
+func Consumers() map[string][]jetstream.ConsumerConfig {
+	return map[string][]jetstream.ConsumerConfig{
+		StreamEvents: {
+			{
+				Durable:        ConsumerPlanner,
+				Description:    "planner: steps runs on node, formula and health events",
+				FilterSubjects: []string{AllHostLifecycle, AllHealth},
+				AckPolicy:      jetstream.AckExplicitPolicy,
+				AckWait:        EventAckWait,
+				MaxDeliver:     MaxDeliverEvents,
+				DeliverPolicy:  jetstream.DeliverAllPolicy,
+			},
+			{
+				Durable:       ConsumerStateStore,
+				Description:   "state-store: projects every event",
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       EventAckWait,
+				MaxDeliver:    MaxDeliverEvents,
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+			},
+		},
+		StreamDispatch: {{
+			Durable:       ConsumerExecutor,
+			Description:   "executors: run dispatched formulas",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       WorkAckWait,
+			MaxDeliver:    MaxDeliverWork,
+			MaxAckPending: ExecutorMaxAcks,
+		}},
+		StreamGates: {{
+			Durable:       ConsumerHealthGate,
+			Description:   "health-gate workers: run gate checks",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       WorkAckWait,
+			MaxDeliver:    MaxDeliverWork,
+			MaxAckPending: HealthGateMaxAcks,
+		}},
+	}
+}
+
+// KeyValues returns the KV bucket configurations.
+func KeyValues(replicas int) []jetstream.KeyValueConfig {
+	if replicas < 1 {
+		replicas = 1
+	}
+	return []jetstream.KeyValueConfig{
+		{Bucket: BucketWorkflows, Description: "gantry accepted workflows", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
+		{Bucket: BucketState, Description: "gantry state projections", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
+	}
+}
+
+// MsgID is the Nats-Msg-Id of an event: stable for the same transition, so
+// a retried publish is stored once.
+func MsgID(parts ...string) string {
+	n := 0
+	for _, p := range parts {
+		n += len(p) + 1
+	}
+	b := make([]byte, 0, n)
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, '|')
+		}
+		b = append(b, p...)
+	}
+	return string(b)
+}

@@ -1,0 +1,158 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+)
+
+// Request/reply subjects (NATS micro endpoints).
+const (
+	SubjectSubmit   = "workflow.submit"
+	SubjectValidate = "workflow.validate"
+	SubjectState    = "state" // state.<endpoint>
+	StateWorkflow   = "state.workflow"
+	StateList       = "state.list"
+	StateHost       = "state.host"
+	StateDrift      = "state.drift"
+)
+
+// Control verbs on workflow.<id>.<verb>.
+const (
+	VerbCancel = "cancel"
+	VerbPause  = "pause"
+	VerbResume = "resume"
+	VerbRetry  = "retry"
+)
+
+// Wildcards for subscribers and stream filters.
+const (
+	AllWorkflowLifecycle = "workflow.*.lifecycle"
+	AllHostLifecycle     = "decky.*.lifecycle"
+	AllDispatch          = "decky.*.dispatch"
+	AllGate              = "decky.*.gate"
+	AllHealth            = "decky.*.health"
+	AllLogs              = "decky.*.logs.*"
+	AllControl           = "workflow.*.*" // includes lifecycle; the planner filters
+)
+
+// WorkflowLifecycle is workflow.<id>.lifecycle.
+func WorkflowLifecycle(id string) string { return "workflow." + id + ".lifecycle" }
+
+// WorkflowControl is workflow.<id>.<verb> for cancel, pause, resume, retry.
+func WorkflowControl(id, verb string) string { return "workflow." + id + "." + verb }
+
+// HostLifecycle is decky.<host>.lifecycle.
+func HostLifecycle(host string) string { return "decky." + host + ".lifecycle" }
+
+// HostDispatch is decky.<host>.dispatch.
+func HostDispatch(host string) string { return "decky." + host + ".dispatch" }
+
+// HostGate is decky.<host>.gate.
+func HostGate(host string) string { return "decky." + host + ".gate" }
+
+// HostHealth is decky.<host>.health.
+func HostHealth(host string) string { return "decky." + host + ".health" }
+
+// HostLogs is decky.<host>.logs.<node>.
+func HostLogs(host, node string) string { return "decky." + host + ".logs." + node }
+
+// Kind classifies a parsed subject.
+type Kind string
+
+const (
+	KindSubmit            Kind = "submit"
+	KindValidate          Kind = "validate"
+	KindWorkflowLifecycle Kind = "workflow_lifecycle"
+	KindWorkflowControl   Kind = "workflow_control"
+	KindHostLifecycle     Kind = "host_lifecycle"
+	KindDispatch          Kind = "dispatch"
+	KindGate              Kind = "gate"
+	KindHealth            Kind = "health"
+	KindLogs              Kind = "logs"
+	KindState             Kind = "state"
+)
+
+// Subject is a parsed subject.
+type Subject struct {
+	Kind       Kind
+	WorkflowID string // workflow.<id>...
+	Verb       string // cancel, pause, resume, retry; or the state endpoint
+	Host       string // decky.<host>...
+	Node       string // decky.<host>.logs.<node>
+}
+
+// ErrBadSubject is wrapped by every ParseSubject error.
+var ErrBadSubject = errors.New("bad subject")
+
+// ParseSubject recognises every gantry subject and checks its tokens.
+func ParseSubject(s string) (Subject, error) {
+	parts := strings.Split(s, ".")
+	bad := func(format string, args ...any) (Subject, error) {
+		return Subject{}, fmt.Errorf("%w %q: %s", ErrBadSubject, s, fmt.Sprintf(format, args...))
+	}
+	token := func(name, v string) error {
+		if !dag.IsToken(v) {
+			return fmt.Errorf("%s %q is not a token", name, v)
+		}
+		return nil
+	}
+	switch parts[0] {
+	case "workflow":
+		switch {
+		case s == SubjectSubmit:
+			return Subject{Kind: KindSubmit}, nil
+		case s == SubjectValidate:
+			return Subject{Kind: KindValidate}, nil
+		case len(parts) != 3:
+			return bad("want workflow.<id>.<verb>")
+		}
+		if err := token("workflow id", parts[1]); err != nil {
+			return bad("%v", err)
+		}
+		switch parts[2] {
+		case "lifecycle":
+			return Subject{Kind: KindWorkflowLifecycle, WorkflowID: parts[1]}, nil
+		case VerbCancel, VerbPause, VerbResume, VerbRetry:
+			return Subject{Kind: KindWorkflowControl, WorkflowID: parts[1], Verb: parts[2]}, nil
+		}
+		return bad("unknown verb %q", parts[2])
+	case "decky":
+		if len(parts) < 3 {
+			return bad("want decky.<host>.<kind>")
+		}
+		if err := token("host", parts[1]); err != nil {
+			return bad("%v", err)
+		}
+		sub := Subject{Host: parts[1]}
+		switch {
+		case parts[2] == "lifecycle" && len(parts) == 3:
+			sub.Kind = KindHostLifecycle
+		case parts[2] == "dispatch" && len(parts) == 3:
+			sub.Kind = KindDispatch
+		case parts[2] == "gate" && len(parts) == 3:
+			sub.Kind = KindGate
+		case parts[2] == "health" && len(parts) == 3:
+			sub.Kind = KindHealth
+		case parts[2] == "logs" && len(parts) == 4:
+			if err := token("node", parts[3]); err != nil {
+				return bad("%v", err)
+			}
+			sub.Kind, sub.Node = KindLogs, parts[3]
+		default:
+			return bad("unknown host subject")
+		}
+		return sub, nil
+	case "state":
+		if len(parts) == 2 {
+			switch s {
+			case StateWorkflow, StateList, StateHost, StateDrift:
+				return Subject{Kind: KindState, Verb: parts[1]}, nil
+			}
+		}
+		return bad("unknown state endpoint")
+	}
+	return bad("not a gantry subject")
+}
