@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Execute(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+const examples = "../../../../examples/"
+
+func TestValidate(t *testing.T) {
+	code, out, errOut := run(t, "validate", examples+"hello.yaml", examples+"kubernetes.yaml")
+	if code != ExitOK || !strings.Contains(out, "kubernetes.yaml: valid: wuji: create 10 formulas, 22 nodes, 5 health gates in 5 levels") {
+		t.Fatalf("code %d\n%s\n%s", code, out, errOut)
+	}
+	if n := strings.Count(out, "\n"); n != 2 {
+		t.Errorf("want one line per file, got %d:\n%s", n, out)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte(`name: t
+hosts: {h: {transport: local}}
+formulas:
+  - id: alpha
+    server: h
+    depends_on: [beta]
+    nodes: [{name: a, run: x}]
+  - id: beta
+    server: h
+    depends_on: [alpha]
+    nodes: [{name: "b.c"}]
+`), 0o644)
+	code, out, errOut = run(t, "validate", examples+"hello.yaml", bad)
+	if code != ExitFailed {
+		t.Fatalf("invalid file: exit %d", code)
+	}
+	for _, want := range []string{
+		bad + `:6: formulas[0].depends_on: dependency cycle between formulas: alpha -> beta -> alpha`,
+		bad + `:11: formulas[1].nodes[0].name: name "b.c" contains '.'`,
+		bad + `:11: formulas[1].nodes[0].run: run is required for operation create`,
+		"1 of 2 file(s) invalid",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if !strings.Contains(out, "hello.yaml: valid") {
+		t.Errorf("valid file not reported: %s", out)
+	}
+	if code, _, errOut = run(t, "validate", "/nonexistent.yaml"); code != ExitFailed || !strings.Contains(errOut, "no such file") {
+		t.Errorf("missing file: %d %s", code, errOut)
+	}
+	if code, _, _ = run(t, "validate"); code != ExitUsage {
+		t.Errorf("no args: exit %d, want %d", code, ExitUsage)
+	}
+}
+
+func TestPlanFormats(t *testing.T) {
+	code, out, _ := run(t, "plan", examples+"kubernetes.yaml")
+	if code != 0 || !strings.Contains(out, "level 3\n  worker-0-kubernetes on worker-0\n    after: worker-0-containerd healthy, cp-kubernetes healthy") ||
+		!strings.Contains(out, "gate: systemctl is-active containerd (1m0s, 6 retries)") {
+		t.Fatalf("text plan:\n%s", out)
+	}
+	code, out, _ = run(t, "plan", examples+"kubernetes.yaml", "--format", "json")
+	var plan struct {
+		Workflow string     `json:"workflow"`
+		Levels   [][]string `json:"levels"`
+		Formulas []struct {
+			ID    string   `json:"id"`
+			Order []string `json:"order"`
+		} `json:"formulas"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil || code != 0 {
+		t.Fatalf("json plan: %v\n%s", err, out)
+	}
+	if plan.Workflow != "wuji" || len(plan.Levels) != 5 || plan.Levels[4][0] != "cni" || plan.Formulas[0].Order[0] != "swapoff" {
+		t.Errorf("json plan = %+v", plan)
+	}
+	code, out, _ = run(t, "plan", examples+"hello.yaml", "-f", "dot")
+	if code != 0 || !strings.HasPrefix(out, `digraph "hello" {`) || !strings.Contains(out, `"prepare/greeting" -> "report/uname" [ltail="cluster_prepare", lhead="cluster_report", label="healthy"`) {
+		t.Errorf("dot:\n%s", out)
+	}
+	code, out, _ = run(t, "plan", examples+"hello.yaml", "-f", "mermaid")
+	if code != 0 || !strings.HasPrefix(out, "flowchart TD\n") || !strings.Contains(out, "F0 -->|healthy| F1") {
+		t.Errorf("mermaid:\n%s", out)
+	}
+	if code, _, errOut := run(t, "plan", examples+"hello.yaml", "-f", "svg"); code != ExitUsage || !strings.Contains(errOut, `unknown --format "svg"`) {
+		t.Errorf("bad format: %d %s", code, errOut)
+	}
+}
+
+func TestPlanTargets(t *testing.T) {
+	src, _ := os.ReadFile(examples + "kubernetes.yaml")
+	f := filepath.Join(t.TempDir(), "k.yaml")
+	os.WriteFile(f, []byte(strings.Replace(string(src), "on_failure: stop", "on_failure: stop\ntargets: [kubeadm-init]", 1)), 0o644)
+	code, out, errOut := run(t, "plan", f)
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	if !strings.Contains(out, "targets: kubeadm-init\nnot selected: worker-0-os, worker-0-containerd, worker-0-kubernetes, worker-1-os, worker-1-containerd, worker-1-kubernetes, cni") ||
+		!strings.Contains(out, "cp-kubernetes on cp-0 [target]") {
+		t.Errorf("targets plan:\n%s", out)
+	}
+}
