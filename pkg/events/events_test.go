@@ -23,7 +23,7 @@ var (
 	t1   = t0.Add(1500 * time.Millisecond)
 	zero = 0
 	one  = 1
-	ref  = events.Ref{WorkflowID: "0b5c3a52-4f0c-4c51-9d0e-7a4d2f9e8a11", Workflow: "wuji", Formula: "cp-containerd", Host: "cp-0", Node: "containerd", Operation: dag.OpCreate}
+	ref  = events.Ref{WorkflowID: "0b5c3a52-4f0c-4c51-9d0e-7a4d2f9e8a11", Workflow: "wuji", Formula: "cp-containerd", Host: "cp-0", Node: "containerd", Operation: dag.OpCreate, Generation: 1}
 )
 
 func wfRef() events.Ref  { r := ref; r.Formula, r.Host, r.Node = "", "", ""; return r }
@@ -53,7 +53,7 @@ func samples() map[string]events.Payload {
 		"health_failed":  &events.HealthEvent{Ref: fmlRef(), Status: events.HealthFail, Run: events.Run{Attempt: 6, StartedAt: &t0, EndedAt: &t1, ExitCode: &one, Error: "gate budget of 1m0s used up"}, Final: true, Retries: 6},
 		"log_line":       &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
 		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
-			Generation: 1, MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"},
+			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"},
 			Nodes: []events.WorkNode{
 				{Name: "containerd", Command: "apt-get install -y containerd", Check: "command -v containerd", Timeout: dag.Duration(10 * time.Minute),
 					Env: map[string]string{"DEBIAN_FRONTEND": "noninteractive"}, Retry: dag.DefaultRetry, SpecHash: "sha256:ab"},
@@ -61,7 +61,7 @@ func samples() map[string]events.Payload {
 					Retry: dag.DefaultRetry, SpecHash: "sha256:cd", AlreadyDone: true},
 			}},
 		"gate_request": &events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
-			Generation: 1, Gate: dag.HealthGate{Check: "systemctl is-active containerd", Timeout: dag.Duration(time.Minute), Retries: 6}},
+			Gate: dag.HealthGate{Check: "systemctl is-active containerd", Timeout: dag.Duration(time.Minute), Retries: 6}},
 	}
 }
 

@@ -58,6 +58,9 @@ type Ref struct {
 	Host       string    `json:"host"`
 	Node       string    `json:"node"`
 	Operation  Operation `json:"operation"`
+	// Generation counts runs of the workflow: 1, then +1 for each retry.
+	// Events of an older generation are history, not news.
+	Generation int `json:"generation"`
 }
 
 // Run is the timing and result of an attempt.
@@ -147,7 +150,6 @@ type WorkNode struct {
 type Dispatch struct {
 	Ref
 	Host        HostSpec      `json:"host_spec"`
-	Generation  int           `json:"generation"` // bumped by retry, so a new run is a new message
 	MaxParallel int           `json:"max_parallel"`
 	OnFailure   dag.OnFailure `json:"on_failure"`
 	Nodes       []WorkNode    `json:"nodes"`
@@ -157,9 +159,8 @@ type Dispatch struct {
 // GateRequest is health-gate work on decky.<host>.gate.
 type GateRequest struct {
 	Ref
-	Host       HostSpec       `json:"host_spec"`
-	Generation int            `json:"generation"`
-	Gate       dag.HealthGate `json:"gate"`
+	Host HostSpec       `json:"host_spec"`
+	Gate dag.HealthGate `json:"gate"`
 }
 
 // EventType implementations.

@@ -1,6 +1,8 @@
 package events
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,6 +30,8 @@ const (
 const (
 	BucketWorkflows = "gantry_workflows" // accepted submissions, by workflow id (planner)
 	BucketState     = "gantry_state"     // projections (state-store)
+	BucketNodes     = "gantry_nodes"     // node attempts and completions (executor)
+	BucketRuns      = "gantry_runs"      // run state snapshots (planner)
 )
 
 // Retention and delivery settings.
@@ -147,6 +151,8 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketWorkflows, Description: "gantry accepted workflows", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
 		{Bucket: BucketState, Description: "gantry state projections", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
+		{Bucket: BucketNodes, Description: "gantry node attempts and completions", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: 64 << 10},
+		{Bucket: BucketRuns, Description: "gantry run state snapshots", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
 	}
 }
 
@@ -165,4 +171,32 @@ func MsgID(parts ...string) string {
 		b = append(b, p...)
 	}
 	return string(b)
+}
+
+// NodeKey is the gantry_nodes key of a node in a workflow.
+func NodeKey(workflowID, formula, node string) string {
+	return workflowID + "." + formula + "." + node
+}
+
+// Ensure creates or updates every stream, consumer and KV bucket. Every
+// service calls it at start, so any one of them can come up first.
+func Ensure(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	for _, cfg := range Streams(replicas) {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+	}
+	for stream, cs := range Consumers() {
+		for _, cfg := range cs {
+			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
+				return fmt.Errorf("consumer %s on %s: %w", cfg.Durable, stream, err)
+			}
+		}
+	}
+	for _, cfg := range KeyValues(replicas) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return fmt.Errorf("kv bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	return nil
 }

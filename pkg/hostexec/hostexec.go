@@ -1,0 +1,119 @@
+// Package hostexec runs shell commands on hosts: over SSH (one connection
+// per host, reused, within the server's MaxSessions; host keys checked
+// against known_hosts) or on the local machine. A timeout or cancellation
+// kills the command's whole process group, on the host too.
+package hostexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Errors a Run can return (wrapped with detail). A command that ran and
+// exited non-zero is not an error: Result.ExitCode says so.
+var (
+	ErrTimeout        = errors.New("timed out")
+	ErrCancelled      = errors.New("cancelled")
+	ErrHostKeyUnknown = errors.New("host key unknown")
+	ErrHostKeyChanged = errors.New("host key changed")
+	ErrConnect        = errors.New("cannot connect")
+	ErrAuth           = errors.New("authentication failed")
+	ErrSession        = errors.New("ssh session failed")
+)
+
+// Stream names an output stream.
+type Stream string
+
+const (
+	Stdout Stream = "stdout"
+	Stderr Stream = "stderr"
+)
+
+// MaxTail is how much of each output stream a Result keeps (the end).
+const MaxTail = 4096
+
+// MaxLine bounds one line passed to OnLine; longer lines are cut.
+const MaxLine = 4096
+
+// Command is one shell script to run.
+type Command struct {
+	Script  string
+	Env     map[string]string // names must be [A-Za-z_][A-Za-z0-9_]*
+	Timeout time.Duration     // 0: no limit beyond ctx
+	// OnLine, when set, receives each output line as it is produced.
+	OnLine func(s Stream, line string)
+}
+
+// Result is how a command ended.
+type Result struct {
+	ExitCode int // -1 when there is no exit status (killed, lost)
+	Stdout   string
+	Stderr   string
+	Started  time.Time
+	Ended    time.Time
+}
+
+// Runner runs commands on one host.
+type Runner interface {
+	Run(ctx context.Context, cmd Command) (Result, error)
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// exports renders env as "export K='v'; " in a stable order.
+func exports(env map[string]string) (string, error) {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		if !validEnvName(k) {
+			return "", fmt.Errorf("environment variable name %q is not valid", k)
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString("export ")
+		b.WriteString(k)
+		b.WriteString("=")
+		b.WriteString(shellQuote(env[k]))
+		b.WriteString("; ")
+	}
+	return b.String(), nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// runContext applies the command timeout and says, after the fact, which
+// of timeout or cancellation ended it.
+func runContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
+	}
+	return context.WithCancel(ctx)
+}
+
+// endErr is the error for a command ended by its context.
+func endErr(ctx context.Context) error {
+	if c := context.Cause(ctx); c != nil && errors.Is(c, ErrTimeout) {
+		return c
+	}
+	return fmt.Errorf("%w: %w", ErrCancelled, ctx.Err())
+}

@@ -1,0 +1,424 @@
+package hostexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// SSHConfig configures SSH connections.
+type SSHConfig struct {
+	// KeyFile is a private key (unencrypted; use the agent for encrypted
+	// keys). Empty: the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
+	KeyFile string
+	// UseAgent also offers the keys of the ssh-agent at $SSH_AUTH_SOCK.
+	UseAgent bool
+	// KnownHosts is the known_hosts file. Empty: ~/.ssh/known_hosts.
+	KnownHosts string
+	// InsecureIgnoreHostKey connects to hosts whatever their key. Only an
+	// operator's explicit choice may set it.
+	InsecureIgnoreHostKey bool
+	DefaultUser           string        // when a host names none (default: $USER, else root)
+	MaxSessions           int           // sessions at once per connection (default 8; OpenSSH allows 10)
+	DialTimeout           time.Duration // default 10s
+	Logger                *slog.Logger
+}
+
+// DefaultKeyFiles are tried in order when no key file is given, as OpenSSH does.
+var DefaultKeyFiles = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
+
+// DefaultSSHPaths returns the key file and known_hosts OpenSSH would use.
+func DefaultSSHPaths() (keyFile, knownHosts string) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", ""
+	}
+	dir := filepath.Join(home, ".ssh")
+	for _, k := range DefaultKeyFiles {
+		if _, err := os.Stat(filepath.Join(dir, k)); err == nil {
+			keyFile = filepath.Join(dir, k)
+			break
+		}
+	}
+	return keyFile, filepath.Join(dir, "known_hosts")
+}
+
+// Pool holds one SSH connection per user@host:port and hands out runners.
+type Pool struct {
+	cfg   SSHConfig
+	auth  []ssh.AuthMethod
+	hkcb  ssh.HostKeyCallback
+	log   *slog.Logger
+	mu    sync.Mutex
+	conns map[string]*conn
+}
+
+type conn struct {
+	mu     sync.Mutex // held while dialing
+	client *ssh.Client
+	sem    chan struct{}
+}
+
+// NewPool checks the configuration (key readable, known_hosts parseable)
+// before any connection is made.
+func NewPool(cfg SSHConfig) (*Pool, error) {
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 8
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DefaultUser == "" {
+		cfg.DefaultUser = os.Getenv("USER")
+		if cfg.DefaultUser == "" {
+			cfg.DefaultUser = "root"
+		}
+	}
+	defKey, defKnown := DefaultSSHPaths()
+	if cfg.KeyFile == "" {
+		cfg.KeyFile = defKey
+	}
+	if cfg.KnownHosts == "" {
+		cfg.KnownHosts = defKnown
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}}
+	if cfg.KeyFile != "" {
+		pem, err := os.ReadFile(cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("ssh key: %w", err)
+		}
+		signer, err := ssh.ParsePrivateKey(pem)
+		if err != nil {
+			var pp *ssh.PassphraseMissingError
+			if errors.As(err, &pp) {
+				return nil, fmt.Errorf("ssh key %s is encrypted: load it into ssh-agent instead", cfg.KeyFile)
+			}
+			return nil, fmt.Errorf("ssh key %s: %w", cfg.KeyFile, err)
+		}
+		p.auth = append(p.auth, ssh.PublicKeys(signer))
+	}
+	if cfg.UseAgent {
+		if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
+			p.auth = append(p.auth, ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
+				c, err := net.Dial("unix", sock)
+				if err != nil {
+					return nil, fmt.Errorf("ssh-agent: %w", err)
+				}
+				return agent.NewClient(c).Signers()
+			}))
+		}
+	}
+	if len(p.auth) == 0 {
+		return nil, errors.New("ssh: no key file found and no ssh-agent: set --ssh-key (GANTRY_SSH_KEY)")
+	}
+	if cfg.InsecureIgnoreHostKey {
+		p.log.Warn("ssh host keys are NOT checked: --insecure-ignore-host-key was given")
+		p.hkcb = ssh.InsecureIgnoreHostKey()
+	} else {
+		cb, err := knownhosts.New(cfg.KnownHosts)
+		if err != nil {
+			return nil, fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", cfg.KnownHosts, err)
+		}
+		p.hkcb = cb
+	}
+	return p, nil
+}
+
+// Runner returns a runner for user@address (address is host:port).
+func (p *Pool) Runner(address, user string) Runner {
+	if user == "" {
+		user = p.cfg.DefaultUser
+	}
+	return &sshRunner{pool: p, address: address, user: user}
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, c := range p.conns {
+		if c.client != nil {
+			_ = c.client.Close()
+		}
+		delete(p.conns, k)
+	}
+}
+
+func (p *Pool) entry(key string) *conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.conns[key]
+	if !ok {
+		c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions)}
+		p.conns[key] = c
+	}
+	return c
+}
+
+// client returns the live connection, dialing if there is none.
+func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client != nil {
+		return c.client, nil
+	}
+	var keyErr error
+	cfg := &ssh.ClientConfig{
+		User: user,
+		Auth: p.auth,
+		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
+			err := p.hkcb(host, remote, key)
+			var ke *knownhosts.KeyError
+			if errors.As(err, &ke) {
+				if len(ke.Want) == 0 {
+					keyErr = fmt.Errorf("%w: %s offers a %s key that is not in %s; refusing to connect (check it, then add it: ssh-keyscan -p %s %s >> %s)",
+						ErrHostKeyUnknown, address, key.Type(), p.cfg.KnownHosts, portOf(address), hostOf(address), p.cfg.KnownHosts)
+				} else {
+					keyErr = fmt.Errorf("%w: %s offers a %s key that does not match %s:%d; refusing to connect (someone may be intercepting, or the host was rebuilt)",
+						ErrHostKeyChanged, address, key.Type(), ke.Want[0].Filename, ke.Want[0].Line)
+				}
+				return keyErr
+			}
+			return err
+		},
+		Timeout: p.cfg.DialTimeout,
+	}
+	d := net.Dialer{Timeout: p.cfg.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+	}
+	sc, chans, reqs, err := ssh.NewClientConn(nc, address, cfg)
+	if err != nil {
+		_ = nc.Close()
+		if keyErr != nil {
+			return nil, keyErr
+		}
+		if strings.Contains(err.Error(), "unable to authenticate") {
+			return nil, fmt.Errorf("%w as %s@%s: %w", ErrAuth, user, address, err)
+		}
+		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+	}
+	c.client = ssh.NewClient(sc, chans, reqs)
+	go func(cl *ssh.Client) { // forget the connection once it dies
+		_ = cl.Wait()
+		c.mu.Lock()
+		if c.client == cl {
+			c.client = nil
+		}
+		c.mu.Unlock()
+	}(c.client)
+	return c.client, nil
+}
+
+func (p *Pool) drop(c *conn, cl *ssh.Client) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client == cl {
+		_ = cl.Close()
+		c.client = nil
+	}
+}
+
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}
+
+func portOf(addr string) string {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "22"
+	}
+	return p
+}
+
+type sshRunner struct {
+	pool    *Pool
+	address string
+	user    string
+}
+
+// session opens a session. A refused channel (sshd frees a session slot a
+// moment after the client closes it, so a burst can meet "no more
+// sessions") is retried on the same connection; a broken connection is
+// dropped and redialed once.
+func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Client, error) {
+	redialed := false
+	for wait := 5 * time.Millisecond; ; {
+		client, err := r.pool.client(ctx, c, r.address, r.user)
+		if err != nil {
+			return nil, nil, err
+		}
+		sess, err := client.NewSession()
+		if err == nil {
+			return sess, client, nil
+		}
+		var oce *ssh.OpenChannelError
+		switch {
+		case errors.As(err, &oce):
+			select {
+			case <-ctx.Done():
+				return nil, nil, endErr(ctx)
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 200*time.Millisecond)
+		case !redialed:
+			r.pool.drop(c, client)
+			redialed = true
+		default:
+			return nil, nil, fmt.Errorf("%w on %s: %w", ErrSession, r.address, err)
+		}
+	}
+}
+
+// pidMarker starts the first stdout line of every remote command: the
+// shell sshd started is a session leader (sshd calls setsid), so its pid
+// is the process group of everything the command runs.
+const pidMarker = "__gantry_pgid "
+
+func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
+	res := Result{ExitCode: -1, Started: time.Now()}
+	ex, err := exports(cmd.Env)
+	if err != nil {
+		return res, err
+	}
+	rctx, cancel := runContext(ctx, cmd.Timeout)
+	defer cancel()
+	c := r.pool.entry(r.user + "@" + r.address)
+	select { // stay within MaxSessions on this connection
+	case c.sem <- struct{}{}:
+	case <-rctx.Done():
+		return res, endErr(rctx)
+	}
+	defer func() { <-c.sem }()
+
+	var (
+		client *ssh.Client
+		sess   *ssh.Session
+	)
+	sess, client, err = r.session(rctx, c)
+	if err != nil {
+		return res, err
+	}
+	defer sess.Close()
+
+	pgid := make(chan int, 1)
+	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: func(s string) {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 1 {
+			pgid <- n
+		}
+	}}
+	errOut := &output{stream: Stderr, onLine: cmd.OnLine}
+	sess.Stdout, sess.Stderr = out, errOut
+	sess.Stdin = eofReader{}
+	remote := "printf '" + pidMarker + "%s\\n' \"$$\"; " + ex + "exec /bin/sh -c " + shellQuote(cmd.Script)
+	if err := sess.Start(remote); err != nil {
+		return res, fmt.Errorf("%w on %s: start: %w", ErrSession, r.address, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sess.Wait() }()
+	var werr error
+	select {
+	case werr = <-waited:
+	case <-rctx.Done():
+		var g int
+		select {
+		case g = <-pgid:
+		default:
+		}
+		r.killRemote(client, g)
+		_ = sess.Close()
+		select {
+		case <-waited:
+		case <-time.After(KillGrace):
+		}
+		out.flush()
+		errOut.flush()
+		res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
+		return res, endErr(rctx)
+	}
+	out.flush()
+	errOut.flush()
+	res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
+	var ee *ssh.ExitError
+	var missing *ssh.ExitMissingError
+	switch {
+	case werr == nil:
+		res.ExitCode = 0
+	case errors.As(werr, &ee):
+		res.ExitCode = ee.ExitStatus()
+		if ee.Signal() != "" {
+			res.ExitCode = 128 + signalNumber(ee.Signal())
+		}
+	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
+		r.pool.drop(c, client)
+		return res, fmt.Errorf("%w on %s: the connection ended before the command reported an exit status", ErrSession, r.address)
+	default:
+		return res, fmt.Errorf("%w on %s: %w", ErrSession, r.address, werr)
+	}
+	return res, nil
+}
+
+// killRemote ends the command's process group on the host: SIGTERM, then
+// SIGKILL for whatever is still there after the grace period. It uses a
+// fresh session on the same connection (sshd ignores signal requests on
+// sessions without a terminal).
+func (r *sshRunner) killRemote(client *ssh.Client, pgid int) {
+	if pgid <= 1 {
+		r.pool.log.Warn("cannot kill remote command: its process group is unknown", "host", r.address)
+		return
+	}
+	s, err := client.NewSession()
+	if err != nil {
+		r.pool.log.Warn("cannot kill remote command", "host", r.address, "pgid", pgid, "err", err)
+		return
+	}
+	defer s.Close()
+	g := strconv.Itoa(pgid)
+	script := "kill -TERM -- -" + g + " 2>/dev/null; i=0; while [ $i -lt 20 ] && kill -0 -- -" + g + " 2>/dev/null; do sleep 0.1; i=$((i+1)); done; kill -KILL -- -" + g + " 2>/dev/null; true"
+	done := make(chan error, 1)
+	go func() { done <- s.Run(script) }()
+	select {
+	case <-done:
+	case <-time.After(KillGrace + 3*time.Second):
+		r.pool.log.Warn("remote kill did not finish", "host", r.address, "pgid", pgid)
+	}
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+func signalNumber(sig string) int {
+	switch sig {
+	case "HUP":
+		return 1
+	case "INT":
+		return 2
+	case "KILL":
+		return 9
+	case "TERM":
+		return 15
+	}
+	return 0
+}

@@ -1,0 +1,202 @@
+// Package sshtest starts real OpenSSH sshd processes on 127.0.0.1 for
+// integration tests, with throwaway host and user keys and a known_hosts
+// file. It installs openssh-server with apt-get when sshd is missing.
+package sshtest
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// SSHD is the OpenSSH server binary.
+const SSHD = "/usr/sbin/sshd"
+
+var installOnce sync.Once
+
+// EnsureSSHD installs openssh-server when sshd is missing.
+func EnsureSSHD(t testing.TB) {
+	t.Helper()
+	installOnce.Do(func() {
+		if _, err := os.Stat(SSHD); err == nil {
+			return
+		}
+		t.Logf("sshd missing: installing openssh-server with apt-get")
+		for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "openssh-server"}} {
+			cmd := exec.Command("apt-get", args...)
+			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Logf("apt-get %v: %v\n%s", args, err, out)
+			}
+		}
+	})
+	if _, err := os.Stat(SSHD); err != nil {
+		t.Fatalf("sshd is not available and could not be installed: %v", err)
+	}
+	_ = os.MkdirAll("/run/sshd", 0o755) // privilege separation directory
+}
+
+// Fleet is a set of sshd hosts sharing one user key and known_hosts file.
+type Fleet struct {
+	Dir        string
+	KeyFile    string // the user's private key
+	KnownHosts string // host keys of every host
+	User       string
+	Hosts      []*Host
+	t          testing.TB
+}
+
+// Host is one sshd.
+type Host struct {
+	Name    string
+	Addr    string // 127.0.0.1:port
+	Dir     string // a directory of the host's own, for marker files
+	cfgPath string
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	fleet   *Fleet
+}
+
+// Options for Start.
+type Options struct {
+	// ExtraConfig lines appended to every sshd_config.
+	ExtraConfig []string
+}
+
+// Start starts n sshd hosts named host-0..host-n-1 and stops them when the
+// test ends.
+func Start(t testing.TB, n int, opts Options) *Fleet {
+	t.Helper()
+	EnsureSSHD(t)
+	dir := t.TempDir()
+	f := &Fleet{Dir: dir, KeyFile: filepath.Join(dir, "id_ed25519"), KnownHosts: filepath.Join(dir, "known_hosts"), t: t}
+	f.User = os.Getenv("USER")
+	if f.User == "" {
+		f.User = "root"
+	}
+	userPub := writeKey(t, f.KeyFile)
+	authorized := filepath.Join(dir, "authorized_keys")
+	must(t, os.WriteFile(authorized, ssh.MarshalAuthorizedKey(userPub), 0o600))
+	var known strings.Builder
+	for i := 0; i < n; i++ {
+		h := &Host{Name: fmt.Sprintf("host-%d", i), Dir: filepath.Join(dir, fmt.Sprintf("host-%d", i)), fleet: f}
+		must(t, os.MkdirAll(h.Dir, 0o755))
+		hostKey := filepath.Join(h.Dir, "ssh_host_ed25519_key")
+		hostPub := writeKey(t, hostKey)
+		port := freePort(t)
+		h.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		cfg := []string{
+			"Port " + strconv.Itoa(port),
+			"ListenAddress 127.0.0.1",
+			"HostKey " + hostKey,
+			"PidFile " + filepath.Join(h.Dir, "sshd.pid"),
+			"AuthorizedKeysFile " + authorized,
+			"StrictModes no",
+			"UsePAM no",
+			"PasswordAuthentication no",
+			"KbdInteractiveAuthentication no",
+			"PubkeyAuthentication yes",
+			"PermitRootLogin prohibit-password",
+			"MaxSessions 10",
+			"MaxStartups 200:30:400",
+			"PrintMotd no",
+			"LogLevel QUIET",
+			// Debian's bash reads ~/.bashrc for commands sshd runs (root's
+			// runs pyenv init, ~90 ms); this keeps the shell's start-up out.
+			"SetEnv SHLVL=1",
+		}
+		cfg = append(cfg, opts.ExtraConfig...)
+		h.cfgPath = filepath.Join(h.Dir, "sshd_config")
+		must(t, os.WriteFile(h.cfgPath, []byte(strings.Join(cfg, "\n")+"\n"), 0o600))
+		known.WriteString(knownhosts.Line([]string{knownhosts.Normalize(h.Addr)}, hostPub) + "\n")
+		f.Hosts = append(f.Hosts, h)
+	}
+	must(t, os.WriteFile(f.KnownHosts, []byte(known.String()), 0o600))
+	for _, h := range f.Hosts {
+		h.Start()
+	}
+	t.Cleanup(func() {
+		for _, h := range f.Hosts {
+			h.Stop()
+		}
+	})
+	return f
+}
+
+// Start starts (or restarts) the host's sshd and waits until it listens.
+func (h *Host) Start() {
+	t := h.fleet.t
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd != nil {
+		return
+	}
+	cmd := exec.Command(SSHD, "-D", "-e", "-f", h.cfgPath)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sshd %s: %v", h.Name, err)
+	}
+	h.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", h.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("sshd %s not listening on %s after 10s", h.Name, h.Addr)
+}
+
+// Stop kills the host's sshd (the listener; sessions it forked may go on
+// until their connection drops). Safe to call twice.
+func (h *Host) Stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd == nil {
+		return
+	}
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+	h.cmd = nil
+}
+
+func writeKey(t testing.TB, path string) ssh.PublicKey {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	must(t, err)
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	must(t, err)
+	must(t, os.WriteFile(path, pem.EncodeToMemory(block), 0o600))
+	sp, err := ssh.NewPublicKey(pub)
+	must(t, err)
+	must(t, os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sp), 0o644))
+	return sp
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
