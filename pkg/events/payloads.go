@@ -97,10 +97,11 @@ type NodeEvent struct {
 	Run
 	MaxAttempts int         `json:"max_attempts,omitempty"`
 	SpecHash    string      `json:"spec_hash,omitempty"`
-	Blocker     string      `json:"blocker,omitempty"` // the failed node behind blocked
-	Actor       string      `json:"actor,omitempty"`   // the executor instance that ran it
-	Check       CheckResult `json:"check,omitempty"`   // operation check only
-	Reason      string      `json:"reason,omitempty"`  // why skipped or cancelled
+	Blocker     string      `json:"blocker,omitempty"`    // the failed node behind blocked
+	Actor       string      `json:"actor,omitempty"`      // the executor instance that ran it
+	Check       CheckResult `json:"check,omitempty"`      // operation check only
+	Reason      string      `json:"reason,omitempty"`     // why skipped or cancelled
+	WillRetry   bool        `json:"will_retry,omitempty"` // failed, but another attempt follows
 	StdoutTail  string      `json:"stdout_tail,omitempty"`
 	StderrTail  string      `json:"stderr_tail,omitempty"`
 }

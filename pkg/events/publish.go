@@ -1,0 +1,78 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// idSpace derives envelope ids from message ids, so the same transition
+// published twice carries the same CloudEvents id.
+var idSpace = uuid.MustParse("9f0c9d5e-1c7e-4b0a-9a57-5f8a3f2c7d10")
+
+// Publisher publishes events of one source ("planner/host-1").
+type Publisher struct {
+	JS     jetstream.JetStream
+	NC     *nats.Conn
+	Source string
+	Log    *slog.Logger
+	// Now is the clock (tests set it).
+	Now func() time.Time
+}
+
+func (p *Publisher) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now().UTC()
+}
+
+// Publish stores an event in JetStream with Nats-Msg-Id msgID (so a retried
+// publish is stored once), retrying transient failures for a few seconds.
+func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msgID string) error {
+	env, err := NewAt(uuid.NewSHA1(idSpace, []byte(msgID)).String(), p.Source, p.now(), pl)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", env.Type, err)
+	}
+	delay := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		_, err = p.JS.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
+		if err == nil || try == 8 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("publish %s on %s: %w", env.Type, subject, err)
+	}
+	return nil
+}
+
+// Fire publishes without waiting for storage (output lines): a lost line
+// must never hold up or break the work that produced it.
+func (p *Publisher) Fire(subject string, pl Payload) {
+	env, err := NewAt(uuid.NewString(), p.Source, p.now(), pl)
+	if err == nil {
+		var b []byte
+		if b, err = json.Marshal(env); err == nil {
+			err = p.NC.Publish(subject, b)
+		}
+	}
+	if err != nil && p.Log != nil {
+		p.Log.Debug("output line not published", "subject", subject, "err", err)
+	}
+}

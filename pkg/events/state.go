@@ -1,0 +1,131 @@
+package events
+
+import (
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+)
+
+// The state-store's projections, as stored in the gantry_state bucket and
+// returned by the state.* endpoints.
+
+// MaxHostLog is how many log entries a host node keeps.
+const MaxHostLog = 50
+
+// Keys in the gantry_state bucket.
+func WorkflowDocKey(id string) string { return "wf." + id }
+func HostNodeKey(host, formula, node string) string {
+	return "host." + host + "." + formula + "." + node
+}
+func HostNodePrefix(host string) string { return "host." + host + "." }
+
+// WorkflowDoc is the per-workflow projection: every formula and node.
+type WorkflowDoc struct {
+	WorkflowID string                 `json:"workflow_id"`
+	Workflow   string                 `json:"workflow"`
+	Operation  dag.Operation          `json:"operation"`
+	Status     dag.WorkflowState      `json:"status"`
+	Generation int                    `json:"generation"`
+	Error      string                 `json:"error,omitempty"`
+	CreatedAt  time.Time              `json:"created_at"`
+	UpdatedAt  time.Time              `json:"updated_at"`
+	EndedAt    *time.Time             `json:"ended_at,omitempty"`
+	Formulas   map[string]*FormulaDoc `json:"formulas"`
+	LastSeq    uint64                 `json:"last_seq"` // stream sequence of the last event applied
+}
+
+// FormulaDoc is one formula in a WorkflowDoc.
+type FormulaDoc struct {
+	Host      string              `json:"host"`
+	Status    dag.FormulaState    `json:"status"`
+	Blocker   string              `json:"blocker,omitempty"`
+	Error     string              `json:"error,omitempty"`
+	StartedAt *time.Time          `json:"started_at,omitempty"`
+	EndedAt   *time.Time          `json:"ended_at,omitempty"`
+	Health    *HealthDoc          `json:"health,omitempty"`
+	Nodes     map[string]*NodeDoc `json:"nodes"`
+}
+
+// HealthDoc is the latest health-gate result of a formula.
+type HealthDoc struct {
+	Status   HealthStatus `json:"status"`
+	Attempts int          `json:"attempts"`
+	Final    bool         `json:"final"`
+	Output   string       `json:"output,omitempty"`
+	Error    string       `json:"error,omitempty"`
+}
+
+// NodeDoc is one node in a WorkflowDoc.
+type NodeDoc struct {
+	Status      dag.NodeState `json:"status"`
+	Attempts    int           `json:"attempts"` // attempts started
+	ExitCode    *int          `json:"exit_code,omitempty"`
+	Error       string        `json:"error,omitempty"`
+	Blocker     string        `json:"blocker,omitempty"`
+	Check       CheckResult   `json:"check,omitempty"`
+	SpecHash    string        `json:"spec_hash,omitempty"`
+	StartedAt   *time.Time    `json:"started_at,omitempty"`
+	EndedAt     *time.Time    `json:"ended_at,omitempty"`
+	Transitions int           `json:"transitions"` // node events applied (each counted once)
+}
+
+// HostNode is the per-host projection of one node across workflows.
+type HostNode struct {
+	Host       string         `json:"host"`
+	Formula    string         `json:"formula"`
+	Node       string         `json:"node"`
+	Status     dag.NodeState  `json:"status"`
+	Operation  dag.Operation  `json:"operation"`
+	SpecHash   string         `json:"spec_hash"`
+	WorkflowID string         `json:"workflow_id"`
+	StartedAt  *time.Time     `json:"started_at,omitempty"`
+	EndedAt    *time.Time     `json:"ended_at,omitempty"`
+	Actor      string         `json:"actor,omitempty"`
+	Blocker    string         `json:"blocker,omitempty"`
+	Log        []HostLogEntry `json:"log"`
+	LastSeq    uint64         `json:"last_seq"`
+}
+
+// HostLogEntry is one transition in a HostNode's log.
+type HostLogEntry struct {
+	Time       time.Time     `json:"ts"`
+	Event      Type          `json:"event"`
+	WorkflowID string        `json:"workflow_id"`
+	Status     dag.NodeState `json:"status"`
+	Attempt    int           `json:"attempt"`
+	Error      string        `json:"error,omitempty"`
+}
+
+// Request bodies of the state endpoints.
+type (
+	WorkflowQuery struct {
+		WorkflowID string `json:"workflow_id"`
+	}
+	HostQuery struct {
+		Host string `json:"host,omitempty"` // empty: every host
+	}
+	ListQuery struct {
+		Limit int `json:"limit,omitempty"`
+	}
+)
+
+// WorkflowSummary is one row of state.list.
+type WorkflowSummary struct {
+	WorkflowID string            `json:"workflow_id"`
+	Workflow   string            `json:"workflow"`
+	Operation  dag.Operation     `json:"operation"`
+	Status     dag.WorkflowState `json:"status"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+	Formulas   int               `json:"formulas"`
+	Nodes      int               `json:"nodes"`
+}
+
+// SubmitReply is the reply of workflow.submit and workflow.validate.
+type SubmitReply struct {
+	WorkflowID string        `json:"workflow_id,omitempty"`
+	Status     string        `json:"status"` // accepted | valid | rejected
+	Plan       *dag.Plan     `json:"plan,omitempty"`
+	Errors     []string      `json:"errors,omitempty"`
+	Problems   []dag.Problem `json:"problems,omitempty"`
+}

@@ -1,0 +1,55 @@
+// Package natsconn connects gantry's processes to NATS with the same
+// options everywhere: a name, reconnecting forever, and logged state
+// changes.
+package natsconn
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultURL is used when neither --server nor NATS_URL is given.
+const DefaultURL = "nats://127.0.0.1:4222"
+
+// URL returns flagValue, else $NATS_URL, else DefaultURL.
+func URL(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Connect connects as name ("gantry-executor"). Services keep reconnecting
+// for as long as they run; a one-shot CLI call should pass retry=false.
+func Connect(url, name string, log *slog.Logger, retry bool) (*nats.Conn, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+	}
+	if retry {
+		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	} else {
+		opts = append(opts, nats.Timeout(5*time.Second))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}

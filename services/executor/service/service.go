@@ -1,0 +1,69 @@
+// Package service wires the executor: it consumes formula-ready work from
+// decky.*.dispatch (one durable consumer shared by every replica) and runs
+// each formula on its host. main.go and `gantry dev` both start it.
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/services/executor/internal/formula"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config of an executor.
+type Config struct {
+	Instance    string // "executor/<host>-<pid>": the actor named in events
+	Replicas    int    // stream replicas (1 for a single server)
+	SSH         hostexec.SSHConfig
+	MaxFormulas int // formulas running at once in this executor (default 64)
+	PerHost     int // nodes running at once per host (default 8)
+	Log         *slog.Logger
+}
+
+// Run runs the executor until ctx is cancelled, then finishes the formulas
+// in flight and returns.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
+	if cfg.MaxFormulas <= 0 {
+		cfg.MaxFormulas = 64
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	log := cfg.Log.With("service", "executor", "instance", cfg.Instance)
+	if cfg.SSH.Logger == nil {
+		cfg.SSH.Logger = log
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	if err := events.Ensure(ctx, js, cfg.Replicas); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketNodes)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	cons, err := js.Consumer(ctx, events.StreamDispatch, events.ConsumerExecutor)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	hosts := hostexec.NewHosts(cfg.SSH)
+	defer hosts.Close()
+	x := &formula.Executor{
+		Hosts:   hosts,
+		Nodes:   kv,
+		Pub:     &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log},
+		Actor:   cfg.Instance,
+		PerHost: cfg.PerHost,
+		Log:     log,
+	}
+	log.Info("executor started", "max_formulas", cfg.MaxFormulas)
+	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log})
+}

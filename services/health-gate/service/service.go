@@ -1,0 +1,55 @@
+// Package service wires the health-gate worker: it consumes decky.*.gate
+// (one durable consumer shared by every replica) and runs each gate.
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/services/health-gate/internal/gate"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config of a health-gate worker.
+type Config struct {
+	Instance    string
+	Replicas    int
+	SSH         hostexec.SSHConfig
+	Concurrency int // gates checked at once (default 32)
+	Log         *slog.Logger
+}
+
+// Run runs until ctx is cancelled, then finishes the gates in flight.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	log := cfg.Log.With("service", "health-gate", "instance", cfg.Instance)
+	if cfg.SSH.Logger == nil {
+		cfg.SSH.Logger = log
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("health-gate: %w", err)
+	}
+	if err := events.Ensure(ctx, js, cfg.Replicas); err != nil {
+		return fmt.Errorf("health-gate: %w", err)
+	}
+	cons, err := js.Consumer(ctx, events.StreamGates, events.ConsumerHealthGate)
+	if err != nil {
+		return fmt.Errorf("health-gate: %w", err)
+	}
+	hosts := hostexec.NewHosts(cfg.SSH)
+	defer hosts.Close()
+	c := &gate.Checker{Hosts: hosts, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log}
+	log.Info("health-gate started")
+	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log})
+}

@@ -1,0 +1,60 @@
+// Package api exposes the planner's request/reply endpoints as a NATS
+// micro service, so `nats micro ls` lists it.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/services/planner/internal/engine"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Version of the planner service.
+const Version = "0.1.0"
+
+// Register adds the planner service and its endpoints.
+func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        "gantry-planner",
+		Version:     Version,
+		Description: "gantry planner: validates, plans and accepts compositions, and controls runs",
+	})
+	if err != nil {
+		return nil, err
+	}
+	g := svc.AddGroup("workflow")
+	submit := func(validateOnly bool) micro.HandlerFunc {
+		return func(req micro.Request) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			reply, err := e.Submit(ctx, req.Data(), validateOnly)
+			if err != nil {
+				log.Error("submit failed", "err", err)
+				_ = req.Error("500", "submit failed: "+err.Error(), nil)
+				return
+			}
+			body, _ := json.Marshal(reply)
+			if reply.Status == "rejected" {
+				_ = req.Error("400", "composition rejected: "+strconv.Itoa(len(reply.Errors))+" problem(s)", body)
+				return
+			}
+			_ = req.Respond(body)
+			if reply.Status == "accepted" {
+				start(reply.WorkflowID)
+			}
+		}
+	}
+	if err := g.AddEndpoint("submit", submit(false), micro.WithEndpointSubject(events.SubjectSubmit)); err != nil {
+		return nil, err
+	}
+	if err := g.AddEndpoint("validate", submit(true), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}

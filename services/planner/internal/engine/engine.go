@@ -1,0 +1,443 @@
+// Package engine is the planner's use case: it accepts submissions, steps
+// each run with pkg/dag on every event, and turns each decision into work
+// (dispatch, gate) and lifecycle events.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/composition"
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Engine plans and steps workflows.
+type Engine struct {
+	Workflows jetstream.KeyValue // events.BucketWorkflows
+	Runs      jetstream.KeyValue // events.BucketRuns
+	State     jetstream.KeyValue // events.BucketState (read: per-host projection)
+	Pub       *events.Publisher
+	Log       *slog.Logger
+
+	mu    sync.Mutex // one transition at a time
+	cache map[string]*run
+}
+
+type run struct {
+	rec     *Record
+	recRev  uint64
+	plan    *dag.Plan
+	state   *dag.RunState
+	snap    Snapshot
+	snapRev uint64
+	done    map[string]bool
+}
+
+// Submit validates, plans and (unless validateOnly) accepts a composition.
+// A rejected composition writes nothing. The reply says which.
+func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool) (*events.SubmitReply, error) {
+	c, err := composition.Load("", data)
+	if err != nil {
+		var inv *dag.InvalidError
+		if errors.As(err, &inv) {
+			return &events.SubmitReply{Status: "rejected", Errors: inv.Messages(), Problems: inv.Problems}, nil
+		}
+		return nil, err
+	}
+	plan := dag.PlanLoaded(c)
+	if validateOnly {
+		return &events.SubmitReply{Status: "valid", Plan: plan}, nil
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("workflow id: %w", err)
+	}
+	now := time.Now().UTC()
+	rec := &Record{ID: id.String(), Name: c.Name, Operation: c.Operation, Status: dag.WorkflowAccepted, Generation: 1,
+		CreatedAt: now, UpdatedAt: now, Composition: c}
+	if c.Operation == dag.OpCreate && !c.Reset {
+		rec.AlreadyDone = e.alreadyDone(ctx, plan)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := &run{rec: rec, plan: plan, state: plan.NewRunState(), done: toSet(rec.AlreadyDone)}
+	r.snap = Snapshot{Generation: 1, Status: dag.WorkflowAccepted}
+	r.captureSnapshot()
+	if r.snapRev, err = putJSON(ctx, e.Runs, rec.ID, r.snap, 0); err != nil {
+		return nil, fmt.Errorf("persist run %s: %w", rec.ID, err)
+	}
+	// The record goes last: a workflow exists once its record does.
+	if r.recRev, err = putJSON(ctx, e.Workflows, rec.ID, rec, 0); err != nil {
+		return nil, fmt.Errorf("persist workflow %s: %w", rec.ID, err)
+	}
+	e.cacheRun(r)
+	e.Log.Info("workflow accepted", "workflow_id", rec.ID, "workflow", rec.Name, "formulas", len(plan.Formulas), "already_done", len(rec.AlreadyDone))
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowAccepted, ""); err != nil {
+		e.Log.Warn("accepted event not published; the run starts anyway", "workflow_id", rec.ID, "err", err)
+	}
+	return &events.SubmitReply{WorkflowID: rec.ID, Status: "accepted", Plan: plan}, nil
+}
+
+// Start begins an accepted run: dispatch what is ready.
+func (e *Engine) Start(ctx context.Context, id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, err := e.load(ctx, id)
+	if err != nil || r == nil {
+		return err
+	}
+	return e.begin(ctx, r)
+}
+
+func (e *Engine) begin(ctx context.Context, r *run) error {
+	if r.rec.Status != dag.WorkflowAccepted {
+		return nil
+	}
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, ""); err != nil {
+		return err
+	}
+	r.rec.Status = dag.WorkflowRunning
+	r.snap.StartedAt = time.Now().UTC()
+	if err := e.saveRecord(ctx, r); err != nil {
+		return err
+	}
+	return e.act(ctx, r, r.plan.Step(r.state))
+}
+
+// Resume restarts every unfinished workflow after a planner restart:
+// accepted ones begin, running ones get whatever the full step finds due.
+func (e *Engine) Resume(ctx context.Context) error {
+	lister, err := e.Workflows.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil
+		}
+		return fmt.Errorf("list workflows: %w", err)
+	}
+	var ids []string
+	for k := range lister.Keys() {
+		ids = append(ids, k)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, id := range ids {
+		r, err := e.load(ctx, id)
+		if err != nil {
+			e.Log.Error("cannot resume workflow", "workflow_id", id, "err", err)
+			continue
+		}
+		if r == nil || r.rec.Status.Terminal() || r.rec.Status == dag.WorkflowPaused {
+			continue
+		}
+		e.Log.Info("resuming workflow", "workflow_id", id, "status", r.rec.Status)
+		if r.rec.Status == dag.WorkflowAccepted {
+			err = e.begin(ctx, r)
+		} else {
+			err = e.act(ctx, r, r.plan.Step(r.state))
+		}
+		if err != nil {
+			e.Log.Error("resume failed", "workflow_id", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// Handle is the consumer handler for node, formula and health events.
+func (e *Engine) Handle(ctx context.Context, ev *consume.Event) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch ev.Type.Family() {
+	case events.FamilyNode:
+		var n events.NodeEvent
+		if err := events.DecodeData(ev.Envelope, &n); err != nil {
+			return err
+		}
+		r, i, ok, err := e.target(ctx, n.Ref)
+		if !ok || err != nil {
+			return err
+		}
+		j := nodeIndex(&r.plan.Formulas[i], n.Node)
+		if j < 0 || n.WillRetry || !nodeAdvances(r.state.Nodes(i)[j], n.Status) {
+			return nil
+		}
+		if err := r.state.SetNode(i, j, n.Status); err != nil {
+			return consume.Poison(err)
+		}
+		return e.saveSnapshot(ctx, r)
+	case events.FamilyFormula:
+		var f events.FormulaEvent
+		if err := events.DecodeData(ev.Envelope, &f); err != nil {
+			return err
+		}
+		switch f.Status { // the executor's transitions; the rest are the planner's own
+		case dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed:
+		default:
+			return nil
+		}
+		r, i, ok, err := e.target(ctx, f.Ref)
+		if !ok || err != nil {
+			return err
+		}
+		return e.transition(ctx, r, i, f.Status)
+	case events.FamilyHealth:
+		var h events.HealthEvent
+		if err := events.DecodeData(ev.Envelope, &h); err != nil {
+			return err
+		}
+		if !h.Final {
+			return nil
+		}
+		r, i, ok, err := e.target(ctx, h.Ref)
+		if !ok || err != nil {
+			return err
+		}
+		st := dag.FormulaUnhealthy
+		if h.Status == events.HealthPass {
+			st = dag.FormulaHealthy
+		}
+		return e.transition(ctx, r, i, st)
+	}
+	return nil
+}
+
+// target finds the run and formula an event is about. ok is false for an
+// event to ignore: an unknown workflow or formula, or an older generation.
+func (e *Engine) target(ctx context.Context, ref events.Ref) (*run, int, bool, error) {
+	r, err := e.load(ctx, ref.WorkflowID)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if r == nil {
+		e.Log.Warn("event for an unknown workflow ignored", "workflow_id", ref.WorkflowID, "formula", ref.Formula)
+		return nil, 0, false, nil
+	}
+	if ref.Generation != r.rec.Generation {
+		return nil, 0, false, nil
+	}
+	i, ok := r.plan.Index(ref.Formula)
+	if !ok {
+		e.Log.Warn("event for an unknown formula ignored", "workflow_id", ref.WorkflowID, "formula", ref.Formula)
+		return nil, 0, false, nil
+	}
+	return r, i, true, nil
+}
+
+// rank orders formula states along the lifecycle; a transition is applied
+// only if it moves forward, so redelivered and late events change nothing.
+func rank(s dag.FormulaState) int {
+	switch s {
+	case dag.FormulaPending:
+		return 0
+	case dag.FormulaReady:
+		return 1
+	case dag.FormulaRunning:
+		return 2
+	case dag.FormulaSucceeded:
+		return 3
+	case dag.FormulaGating:
+		return 4
+	}
+	return 5 // healthy, unhealthy, failed, blocked, cancelled: final
+}
+
+func nodeAdvances(cur, next dag.NodeState) bool {
+	if cur.Terminal() {
+		return false
+	}
+	return next != dag.NodePending && !(cur == dag.NodeRunning && next == dag.NodeRunning)
+}
+
+func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaState) error {
+	cur := r.state.Formula(i)
+	if rank(st) <= rank(cur) {
+		return nil
+	}
+	if (st == dag.FormulaHealthy || st == dag.FormulaUnhealthy) && cur != dag.FormulaGating {
+		return nil
+	}
+	if err := r.state.SetFormula(i, st, -1); err != nil {
+		return consume.Poison(err)
+	}
+	if st == dag.FormulaHealthy || st == dag.FormulaUnhealthy {
+		if err := e.publishFormula(ctx, r, i, st, ""); err != nil {
+			return err
+		}
+	}
+	return e.act(ctx, r, r.plan.StepAfter(r.state, i))
+}
+
+// act turns a decision into messages, then records it. Publishing first
+// means a crash in between re-sends (deduplicated by Nats-Msg-Id) rather
+// than forgets.
+func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
+	for _, i := range d.Dispatch {
+		if err := e.dispatch(ctx, r, i); err != nil {
+			return err
+		}
+	}
+	for _, i := range d.Gate {
+		if err := e.gate(ctx, r, i); err != nil {
+			return err
+		}
+	}
+	for _, b := range d.Blocked {
+		if err := e.stopFormula(ctx, r, b, dag.FormulaBlocked, dag.NodeBlocked); err != nil {
+			return err
+		}
+	}
+	for _, b := range d.Cancelled {
+		if err := e.stopFormula(ctx, r, b, dag.FormulaCancelled, dag.NodeCancelled); err != nil {
+			return err
+		}
+	}
+	r.state.Apply(d)
+	if d.Done {
+		if err := e.finish(ctx, r, d.Result); err != nil {
+			return err
+		}
+	}
+	return e.saveSnapshot(ctx, r)
+}
+
+func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) error {
+	reason := ""
+	if result == dag.WorkflowFailed {
+		if k := firstFailed(r); k != "" {
+			reason = "formula " + k + " failed"
+		}
+	}
+	if err := e.publishWorkflow(ctx, r, result, reason); err != nil {
+		return err
+	}
+	r.rec.Status = result
+	r.snap.Status = result
+	e.Log.Info("workflow finished", "workflow_id", r.rec.ID, "status", result, "reason", reason)
+	return e.saveRecord(ctx, r)
+}
+
+func firstFailed(r *run) string {
+	for _, i := range r.plan.Order {
+		switch r.state.Formula(i) {
+		case dag.FormulaFailed, dag.FormulaUnhealthy:
+			return r.plan.Formulas[i].ID
+		}
+	}
+	return ""
+}
+
+func (e *Engine) ref(r *run, i int) events.Ref {
+	pf := &r.plan.Formulas[i]
+	return events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Formula: pf.ID, Host: pf.Server, Operation: r.rec.Operation, Generation: r.rec.Generation}
+}
+
+func (e *Engine) msgID(r *run, parts ...string) string {
+	return events.MsgID(append([]string{r.rec.ID, strconv.Itoa(r.rec.Generation)}, parts...)...)
+}
+
+func hostSpec(c *dag.Composition, server string) events.HostSpec {
+	h := c.Hosts[server]
+	return events.HostSpec{Transport: h.Transport, Address: h.Address, User: h.User}
+}
+
+func (e *Engine) dispatch(ctx context.Context, r *run, i int) error {
+	pf := &r.plan.Formulas[i]
+	spec := r.plan.Spec(i)
+	c := r.rec.Composition
+	d := &events.Dispatch{Ref: e.ref(r, i), Host: hostSpec(c, pf.Server), MaxParallel: pf.MaxParallel, OnFailure: c.OnFailure, Order: pf.Order}
+	d.Nodes = make([]events.WorkNode, len(pf.Nodes))
+	for j := range pf.Nodes {
+		pn, n := &pf.Nodes[j], &spec.Nodes[j]
+		d.Nodes[j] = events.WorkNode{Name: pn.Name, Command: pn.Command, Check: pn.Check, DependsOn: pn.DependsOn,
+			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name]}
+	}
+	// "ready" goes first so that, in the stream, it precedes the executor's
+	// "running" for the same formula.
+	if err := e.publishFormula(ctx, r, i, dag.FormulaReady, ""); err != nil {
+		return err
+	}
+	return e.Pub.Publish(ctx, events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch"))
+}
+
+func (e *Engine) gate(ctx context.Context, r *run, i int) error {
+	pf := &r.plan.Formulas[i]
+	g := &events.GateRequest{Ref: e.ref(r, i), Host: hostSpec(r.rec.Composition, pf.Server), Gate: *pf.Gate}
+	if err := e.publishFormula(ctx, r, i, dag.FormulaGating, ""); err != nil {
+		return err
+	}
+	return e.Pub.Publish(ctx, events.HostGate(pf.Server), g, e.msgID(r, pf.ID, "gate"))
+}
+
+// stopFormula publishes a blocked or cancelled formula and each of its
+// nodes, naming the failed formula behind it.
+func (e *Engine) stopFormula(ctx context.Context, r *run, b dag.Blocked, fs dag.FormulaState, ns dag.NodeState) error {
+	blocker := ""
+	if b.Blocker >= 0 {
+		blocker = r.plan.Formulas[b.Blocker].ID
+	}
+	pf := &r.plan.Formulas[b.Formula]
+	for j := range pf.Nodes {
+		ev := &events.NodeEvent{Ref: e.ref(r, b.Formula), Status: ns, Blocker: blocker, SpecHash: pf.Nodes[j].SpecHash}
+		ev.Node = pf.Nodes[j].Name
+		if ns == dag.NodeCancelled {
+			ev.Reason = "not started: on_failure " + string(r.plan.OnFailure) + " after " + blocker + " failed"
+		}
+		if err := e.Pub.Publish(ctx, events.HostLifecycle(pf.Server), ev, e.msgID(r, pf.ID, ev.Node, string(ns))); err != nil {
+			return err
+		}
+		_ = r.state.SetNode(b.Formula, j, ns)
+	}
+	return e.publishFormula(ctx, r, b.Formula, fs, blocker)
+}
+
+func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.FormulaState, blocker string) error {
+	now := time.Now().UTC()
+	ev := &events.FormulaEvent{Ref: e.ref(r, i), Status: st, Blocker: blocker, Run: events.Run{Attempt: r.rec.Generation}}
+	switch st {
+	case dag.FormulaReady, dag.FormulaGating:
+		ev.StartedAt = &now
+	default:
+		ev.EndedAt = &now
+	}
+	return e.Pub.Publish(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
+}
+
+func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowState, reason string) error {
+	now := time.Now().UTC()
+	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
+		Status: st, Reason: reason, Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}}
+	if st.Terminal() {
+		ev.EndedAt = &now
+		ev.Error = reason
+	}
+	ev.Formulas = map[dag.FormulaState]int{}
+	for i := range r.plan.Formulas {
+		ev.Formulas[r.state.Formula(i)]++
+	}
+	return e.Pub.Publish(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st)))
+}
+
+func nodeIndex(pf *dag.PlannedFormula, name string) int {
+	for j := range pf.Nodes {
+		if pf.Nodes[j].Name == name {
+			return j
+		}
+	}
+	return -1
+}
+
+func toSet(keys []string) map[string]bool {
+	m := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m[k] = true
+	}
+	return m
+}

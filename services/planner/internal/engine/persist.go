@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// load returns the run of a workflow from the cache, else from KV. It
+// returns nil, nil for a workflow that does not exist.
+func (e *Engine) load(ctx context.Context, id string) (*run, error) {
+	if r, ok := e.cache[id]; ok {
+		return r, nil
+	}
+	rec := &Record{}
+	recRev, err := getJSON(ctx, e.Workflows, id, rec)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load workflow %s: %w", id, err)
+	}
+	r := &run{rec: rec, recRev: recRev, plan: dag.PlanLoaded(rec.Composition), done: toSet(rec.AlreadyDone)}
+	r.state = r.plan.NewRunState()
+	r.snapRev, err = getJSON(ctx, e.Runs, id, &r.snap)
+	if err != nil {
+		return nil, fmt.Errorf("load run %s: %w", id, err)
+	}
+	if len(r.snap.Formulas) != len(r.plan.Formulas) {
+		return nil, fmt.Errorf("run %s: snapshot has %d formulas, plan %d", id, len(r.snap.Formulas), len(r.plan.Formulas))
+	}
+	for i, st := range r.snap.Formulas {
+		if err := r.state.SetFormula(i, st, r.snap.Blockers[i]); err != nil {
+			return nil, fmt.Errorf("run %s: %w", id, err)
+		}
+		for j, ns := range r.snap.Nodes[i] {
+			if j < len(r.state.Nodes(i)) {
+				_ = r.state.SetNode(i, j, ns)
+			}
+		}
+	}
+	e.cacheRun(r)
+	return r, nil
+}
+
+func (e *Engine) cacheRun(r *run) {
+	if e.cache == nil {
+		e.cache = map[string]*run{}
+	}
+	e.cache[r.rec.ID] = r
+}
+
+// captureSnapshot copies the run state into r.snap.
+func (r *run) captureSnapshot() {
+	n := len(r.plan.Formulas)
+	r.snap.Generation = r.rec.Generation
+	r.snap.Formulas = make([]dag.FormulaState, n)
+	r.snap.Blockers = make([]int, n)
+	r.snap.Nodes = make([][]dag.NodeState, n)
+	for i := 0; i < n; i++ {
+		r.snap.Formulas[i] = r.state.Formula(i)
+		r.snap.Blockers[i] = r.state.Blocker(i)
+		r.snap.Nodes[i] = append([]dag.NodeState(nil), r.state.Nodes(i)...)
+	}
+}
+
+// saveSnapshot writes the run state with a compare-and-set. If another
+// writer got there first, the cached run is dropped and the event will be
+// redelivered against the fresh state.
+func (e *Engine) saveSnapshot(ctx context.Context, r *run) error {
+	r.captureSnapshot()
+	rev, err := putJSON(ctx, e.Runs, r.rec.ID, r.snap, r.snapRev)
+	if err != nil {
+		delete(e.cache, r.rec.ID)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: %w", errStale, err)
+		}
+		return fmt.Errorf("save run %s: %w", r.rec.ID, err)
+	}
+	r.snapRev = rev
+	return nil
+}
+
+func (e *Engine) saveRecord(ctx context.Context, r *run) error {
+	r.rec.UpdatedAt = time.Now().UTC()
+	rev, err := putJSON(ctx, e.Workflows, r.rec.ID, r.rec, r.recRev)
+	if err != nil {
+		delete(e.cache, r.rec.ID)
+		return fmt.Errorf("save workflow %s: %w", r.rec.ID, err)
+	}
+	r.recRev = rev
+	return nil
+}
+
+// alreadyDone lists the nodes the per-host projection records as succeeded
+// (by a create) with the same spec hash.
+func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) []string {
+	if e.State == nil {
+		return nil
+	}
+	var out []string
+	for i := range p.Formulas {
+		pf := &p.Formulas[i]
+		for j := range pf.Nodes {
+			pn := &pf.Nodes[j]
+			ent, err := e.State.Get(ctx, events.HostNodeKey(pf.Server, pf.ID, pn.Name))
+			if err != nil {
+				continue
+			}
+			var hn events.HostNode
+			if json.Unmarshal(ent.Value(), &hn) != nil {
+				continue
+			}
+			if hn.Status.Done() && hn.Operation == dag.OpCreate && hn.SpecHash == pn.SpecHash {
+				out = append(out, pf.ID+"/"+pn.Name)
+			}
+		}
+	}
+	return out
+}

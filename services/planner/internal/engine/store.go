@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Record is an accepted workflow, stored in gantry_workflows before the
+// submitter hears "accepted".
+type Record struct {
+	ID          string            `json:"workflow_id"`
+	Name        string            `json:"workflow"`
+	Operation   dag.Operation     `json:"operation"`
+	Status      dag.WorkflowState `json:"status"`
+	Generation  int               `json:"generation"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	Composition *dag.Composition  `json:"composition"` // normalized
+	// AlreadyDone lists "formula/node" recorded succeeded on its host with
+	// the same spec hash when the workflow was accepted: they are skipped.
+	AlreadyDone []string `json:"already_done,omitempty"`
+}
+
+// Snapshot is the run state of a workflow, saved in gantry_runs after every
+// event that changes it, so a restarted planner resumes where it was.
+type Snapshot struct {
+	Generation int                `json:"generation"`
+	Status     dag.WorkflowState  `json:"status"`
+	StartedAt  time.Time          `json:"started_at"`
+	Formulas   []dag.FormulaState `json:"formulas"`
+	Blockers   []int              `json:"blockers"`
+	Nodes      [][]dag.NodeState  `json:"nodes"`
+}
+
+func getJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any) (uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, fmt.Errorf("decode %s/%s: %w", kv.Bucket(), key, err)
+	}
+	return e.Revision(), nil
+}
+
+// putJSON writes v at key: a create when rev is 0, else a compare-and-set
+// on rev. It returns the new revision.
+func putJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any, rev uint64) (uint64, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s/%s: %w", kv.Bucket(), key, err)
+	}
+	if rev == 0 {
+		return kv.Create(ctx, key, b)
+	}
+	return kv.Update(ctx, key, b, rev)
+}
+
+var errStale = errors.New("run state changed underneath (another planner replica?)")

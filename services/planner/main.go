@@ -1,0 +1,44 @@
+// Command planner validates, plans and accepts compositions and steps each
+// run on its events. Configuration: flags, or the environment variables
+// named in their help.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/services/planner/service"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	var cfg service.Config
+	var url string
+	flag.StringVar(&url, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
+	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
+	flag.Parse()
+	host, _ := os.Hostname()
+	cfg.Instance = fmt.Sprintf("planner/%s-%d", host, os.Getpid())
+	cfg.Log = log
+
+	nc, err := natsconn.Connect(natsconn.URL(url), "gantry-planner", log, true)
+	if err != nil {
+		log.Error("start", "err", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := service.Run(ctx, nc, cfg); err != nil {
+		log.Error("planner stopped", "err", err)
+		_ = nc.Drain()
+		os.Exit(1)
+	}
+	_ = nc.Drain()
+	log.Info("planner stopped")
+}

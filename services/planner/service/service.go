@@ -1,0 +1,63 @@
+// Package service wires the planner: the micro endpoints, the durable
+// consumer of node, formula and health events, and resuming unfinished
+// runs at start.
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/services/planner/internal/api"
+	"github.com/gantry-dev/gantry/services/planner/internal/engine"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config of a planner.
+type Config struct {
+	Instance string
+	Replicas int
+	Log      *slog.Logger
+}
+
+// Run runs the planner until ctx is cancelled.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	log := cfg.Log.With("service", "planner", "instance", cfg.Instance)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	if err := events.Ensure(ctx, js, cfg.Replicas); err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log}
+	for bucket, dst := range map[string]*jetstream.KeyValue{events.BucketWorkflows: &e.Workflows, events.BucketRuns: &e.Runs, events.BucketState: &e.State} {
+		if *dst, err = js.KeyValue(ctx, bucket); err != nil {
+			return fmt.Errorf("planner: bucket %s: %w", bucket, err)
+		}
+	}
+	if err := e.Resume(ctx); err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	svc, err := api.Register(nc, e, log, func(id string) {
+		if err := e.Start(context.WithoutCancel(ctx), id); err != nil {
+			log.Error("start failed; the run resumes when the planner restarts", "workflow_id", id, "err", err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("planner: micro: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
+	cons, err := js.Consumer(ctx, events.StreamEvents, events.ConsumerPlanner)
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	log.Info("planner started")
+	return consume.Run(ctx, cons, e.Handle, consume.Options{Name: "planner", Concurrency: 1, AckWait: events.EventAckWait, Logger: log})
+}

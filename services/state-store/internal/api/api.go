@@ -1,0 +1,190 @@
+// Package api serves the state-store's projections as a NATS micro
+// service: state.workflow, state.list and state.host.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Version of the state-store service.
+const Version = "0.1.0"
+
+// Register adds the state-store service.
+func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger) (micro.Service, error) {
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        "gantry-state-store",
+		Version:     Version,
+		Description: "gantry state-store: workflow and per-host projections",
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &server{kv: kv, log: log}
+	g := svc.AddGroup("state")
+	for name, h := range map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host} {
+		if err := g.AddEndpoint(name, h); err != nil {
+			return nil, err
+		}
+	}
+	return svc, nil
+}
+
+type server struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+}
+
+func ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 20*time.Second)
+}
+
+func decode(req micro.Request, v any) bool {
+	if len(req.Data()) == 0 {
+		return true
+	}
+	if err := json.Unmarshal(req.Data(), v); err != nil {
+		_ = req.Error("400", "bad request body: "+err.Error(), nil)
+		return false
+	}
+	return true
+}
+
+func respond(req micro.Request, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	_ = req.Respond(b)
+}
+
+func (s *server) workflow(req micro.Request) {
+	var q events.WorkflowQuery
+	if !decode(req, &q) {
+		return
+	}
+	if !dag.IsToken(q.WorkflowID) {
+		_ = req.Error("400", "workflow_id is missing or not a token", nil)
+		return
+	}
+	c, cancel := ctx()
+	defer cancel()
+	e, err := s.kv.Get(c, events.WorkflowDocKey(q.WorkflowID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		_ = req.Error("404", "no workflow "+q.WorkflowID, nil)
+		return
+	}
+	if err != nil {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	_ = req.Respond(e.Value())
+}
+
+func (s *server) keys(c context.Context, prefix string) ([]string, error) {
+	l, err := s.kv.ListKeys(c)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []string
+	for k := range l.Keys() {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+func (s *server) list(req micro.Request) {
+	var q events.ListQuery
+	if !decode(req, &q) {
+		return
+	}
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	c, cancel := ctx()
+	defer cancel()
+	keys, err := s.keys(c, "wf.")
+	if err != nil {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	rows := []events.WorkflowSummary{}
+	for _, k := range keys {
+		e, err := s.kv.Get(c, k)
+		if err != nil {
+			continue
+		}
+		var d events.WorkflowDoc
+		if json.Unmarshal(e.Value(), &d) != nil {
+			continue
+		}
+		row := events.WorkflowSummary{WorkflowID: d.WorkflowID, Workflow: d.Workflow, Operation: d.Operation, Status: d.Status,
+			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Formulas: len(d.Formulas)}
+		for _, f := range d.Formulas {
+			row.Nodes += len(f.Nodes)
+		}
+		rows = append(rows, row)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if !rows[i].CreatedAt.Equal(rows[j].CreatedAt) {
+			return rows[i].CreatedAt.After(rows[j].CreatedAt)
+		}
+		return rows[i].WorkflowID > rows[j].WorkflowID
+	})
+	if len(rows) > q.Limit {
+		rows = rows[:q.Limit]
+	}
+	respond(req, rows)
+}
+
+func (s *server) host(req micro.Request) {
+	var q events.HostQuery
+	if !decode(req, &q) {
+		return
+	}
+	prefix := "host."
+	if q.Host != "" {
+		if !dag.IsToken(q.Host) {
+			_ = req.Error("400", "host is not a token", nil)
+			return
+		}
+		prefix = events.HostNodePrefix(q.Host)
+	}
+	c, cancel := ctx()
+	defer cancel()
+	keys, err := s.keys(c, prefix)
+	if err != nil {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	sort.Strings(keys)
+	nodes := []events.HostNode{}
+	for _, k := range keys {
+		e, err := s.kv.Get(c, k)
+		if err != nil {
+			continue
+		}
+		var hn events.HostNode
+		if json.Unmarshal(e.Value(), &hn) == nil {
+			nodes = append(nodes, hn)
+		}
+	}
+	respond(req, nodes)
+}

@@ -1,0 +1,267 @@
+// Package project keeps the state-store's two projections in KV: per
+// workflow (every formula and node) and per host and node across workflows
+// (last state, operation, spec hash, times, actor, blocker, the last 50 log
+// entries). Events are applied in stream order; an event whose stream
+// sequence a document has already seen is skipped, so redelivery never
+// counts a transition twice.
+package project
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Projector applies events to the gantry_state bucket.
+type Projector struct {
+	KV  jetstream.KeyValue
+	Log *slog.Logger
+	// cache of documents and their revisions (one replica applies in
+	// order; a conflicting write drops the entry and the event is retried)
+	cache map[string]cached
+}
+
+type cached struct {
+	val any
+	rev uint64
+}
+
+// Handle is the consumer handler for every event.
+func (p *Projector) Handle(ctx context.Context, ev *consume.Event) error {
+	switch ev.Type.Family() {
+	case events.FamilyWorkflow:
+		var w events.WorkflowEvent
+		if err := events.DecodeData(ev.Envelope, &w); err != nil {
+			return err
+		}
+		return p.workflow(ctx, ev, &w)
+	case events.FamilyFormula:
+		var f events.FormulaEvent
+		if err := events.DecodeData(ev.Envelope, &f); err != nil {
+			return err
+		}
+		return p.formula(ctx, ev, &f)
+	case events.FamilyNode:
+		var n events.NodeEvent
+		if err := events.DecodeData(ev.Envelope, &n); err != nil {
+			return err
+		}
+		if err := p.node(ctx, ev, &n); err != nil {
+			return err
+		}
+		return p.hostNode(ctx, ev, &n)
+	case events.FamilyHealth:
+		var h events.HealthEvent
+		if err := events.DecodeData(ev.Envelope, &h); err != nil {
+			return err
+		}
+		return p.health(ctx, ev, &h)
+	}
+	return nil
+}
+
+func get[T any](ctx context.Context, p *Projector, key string) (*T, uint64, error) {
+	if c, ok := p.cache[key]; ok {
+		return c.val.(*T), c.rev, nil
+	}
+	e, err := p.KV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	v := new(T)
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return v, e.Revision(), nil
+}
+
+func (p *Projector) put(ctx context.Context, key string, v any, rev uint64) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	var nrev uint64
+	if rev == 0 {
+		nrev, err = p.KV.Create(ctx, key, b)
+	} else {
+		nrev, err = p.KV.Update(ctx, key, b, rev)
+	}
+	if err != nil {
+		delete(p.cache, key)
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	if p.cache == nil {
+		p.cache = map[string]cached{}
+	}
+	p.cache[key] = cached{v, nrev}
+	return nil
+}
+
+// workflowDoc loads (or starts) a workflow's document; ok is false when the
+// event was already applied.
+func (p *Projector) workflowDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.WorkflowDoc, uint64, bool, error) {
+	key := events.WorkflowDocKey(r.WorkflowID)
+	doc, rev, err := get[events.WorkflowDoc](ctx, p, key)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if doc == nil {
+		doc = &events.WorkflowDoc{WorkflowID: r.WorkflowID, Workflow: r.Workflow, Operation: r.Operation, Status: dag.WorkflowAccepted,
+			Generation: r.Generation, CreatedAt: ev.Time, Formulas: map[string]*events.FormulaDoc{}}
+	}
+	if ev.Stream <= doc.LastSeq {
+		return nil, 0, false, nil
+	}
+	doc.LastSeq = ev.Stream
+	doc.UpdatedAt = ev.Time
+	if r.Generation > doc.Generation {
+		doc.Generation = r.Generation
+	}
+	return doc, rev, true, nil
+}
+
+func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.WorkflowEvent) error {
+	doc, rev, ok, err := p.workflowDoc(ctx, ev, w.Ref)
+	if !ok || err != nil {
+		return err
+	}
+	if w.Generation >= doc.Generation {
+		doc.Status = w.Status
+		doc.Error = w.Error
+		doc.EndedAt = w.EndedAt
+		if w.Status == dag.WorkflowAccepted {
+			doc.CreatedAt = ev.Time
+		}
+	}
+	return p.put(ctx, events.WorkflowDocKey(w.WorkflowID), doc, rev)
+}
+
+func formulaDoc(doc *events.WorkflowDoc, r events.Ref) *events.FormulaDoc {
+	f, ok := doc.Formulas[r.Formula]
+	if !ok {
+		f = &events.FormulaDoc{Host: r.Host, Status: dag.FormulaPending, Nodes: map[string]*events.NodeDoc{}}
+		doc.Formulas[r.Formula] = f
+	}
+	return f
+}
+
+func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.FormulaEvent) error {
+	doc, rev, ok, err := p.workflowDoc(ctx, ev, e.Ref)
+	if !ok || err != nil {
+		return err
+	}
+	if e.Generation == doc.Generation {
+		f := formulaDoc(doc, e.Ref)
+		f.Status, f.Blocker, f.Error = e.Status, e.Blocker, e.Error
+		if e.Status == dag.FormulaRunning || (f.StartedAt == nil && e.StartedAt != nil) {
+			f.StartedAt = e.StartedAt
+		}
+		if e.EndedAt != nil {
+			f.EndedAt = e.EndedAt
+		}
+	}
+	return p.put(ctx, events.WorkflowDocKey(e.WorkflowID), doc, rev)
+}
+
+func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
+	doc, rev, ok, err := p.workflowDoc(ctx, ev, e.Ref)
+	if !ok || err != nil {
+		return err
+	}
+	if e.Generation == doc.Generation {
+		f := formulaDoc(doc, e.Ref)
+		n, ok := f.Nodes[e.Node]
+		if !ok {
+			n = &events.NodeDoc{Status: dag.NodePending}
+			f.Nodes[e.Node] = n
+		}
+		n.Transitions++
+		if e.Status == dag.NodeRunning {
+			n.Attempts++
+			n.StartedAt, n.EndedAt, n.ExitCode, n.Error = e.StartedAt, nil, nil, ""
+		}
+		if e.EndedAt != nil {
+			n.EndedAt = e.EndedAt
+		}
+		n.Status = e.Status
+		if e.WillRetry { // failed, but the node is still at work
+			n.Status = dag.NodeRunning
+		}
+		if e.ExitCode != nil {
+			n.ExitCode = e.ExitCode
+		}
+		if e.Error != "" {
+			n.Error = e.Error
+		}
+		n.Blocker, n.Check = e.Blocker, e.Check
+		if e.SpecHash != "" {
+			n.SpecHash = e.SpecHash
+		}
+	}
+	return p.put(ctx, events.WorkflowDocKey(e.WorkflowID), doc, rev)
+}
+
+func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
+	key := events.HostNodeKey(e.Ref.Host, e.Formula, e.Node)
+	hn, rev, err := get[events.HostNode](ctx, p, key)
+	if err != nil {
+		return err
+	}
+	if hn == nil {
+		hn = &events.HostNode{Host: e.Ref.Host, Formula: e.Formula, Node: e.Node, Status: dag.NodePending}
+	}
+	if ev.Stream <= hn.LastSeq {
+		return nil
+	}
+	hn.LastSeq = ev.Stream
+	// Only what happened to the host counts: blocked and cancelled nodes
+	// did not run, so they do not replace a node's last real state.
+	switch e.Status {
+	case dag.NodeBlocked, dag.NodeCancelled:
+		if hn.Status == dag.NodePending {
+			hn.Status, hn.Blocker = e.Status, e.Blocker
+		}
+	default:
+		hn.Status = e.Status
+		if e.WillRetry {
+			hn.Status = dag.NodeRunning
+		}
+		hn.Operation, hn.WorkflowID, hn.Actor, hn.Blocker = e.Operation, e.WorkflowID, e.Actor, ""
+		if e.SpecHash != "" {
+			hn.SpecHash = e.SpecHash
+		}
+		if e.Status == dag.NodeRunning {
+			hn.StartedAt, hn.EndedAt = e.StartedAt, nil
+		}
+		if e.EndedAt != nil {
+			hn.EndedAt = e.EndedAt
+		}
+	}
+	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Status: e.Status, Attempt: e.Attempt, Error: e.Error})
+	if len(hn.Log) > events.MaxHostLog {
+		hn.Log = append([]events.HostLogEntry(nil), hn.Log[len(hn.Log)-events.MaxHostLog:]...)
+	}
+	return p.put(ctx, key, hn, rev)
+}
+
+func (p *Projector) health(ctx context.Context, ev *consume.Event, h *events.HealthEvent) error {
+	doc, rev, ok, err := p.workflowDoc(ctx, ev, h.Ref)
+	if !ok || err != nil {
+		return err
+	}
+	if h.Generation == doc.Generation {
+		f := formulaDoc(doc, h.Ref)
+		f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error}
+	}
+	return p.put(ctx, events.WorkflowDocKey(h.WorkflowID), doc, rev)
+}
