@@ -39,10 +39,9 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./pkg/dag
 
-## run: the main job on the embedded default.
+## run: gantry dev (embedded NATS + all services), submit examples/hello.yaml, stream it to the end.
 run: build
-	$(BIN)/gantry validate examples/hello.yaml examples/kubernetes.yaml
-	$(BIN)/gantry plan examples/hello.yaml
+	scripts/run-hello.sh
 
 tidy:
 	for d in $(MODULE_DIRS); do (cd $$d && $(GO) mod tidy) || exit 1; done

@@ -323,5 +323,5 @@ func (p *Plan) String() string {
 			gates++
 		}
 	}
-	return fmt.Sprintf("%s: %s %d formulas, %d nodes, %d health gates in %d levels", p.Workflow, p.Operation, len(p.Formulas), nodes, gates, len(p.Levels))
+	return fmt.Sprintf("%s: %s %d formulas, %d nodes, %d health gates in %d levels", p.Workflow, p.Operation, len(p.Formulas), nodes, gates, len(p.LevelIDs))
 }

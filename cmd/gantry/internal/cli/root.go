@@ -65,6 +65,6 @@ until health gates pass, and publishes every transition on NATS.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newValidateCmd(), newPlanCmd())
+	root.AddCommand(newValidateCmd(), newPlanCmd(), newSubmitCmd(), newWatchCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDevCmd())
 	return root
 }

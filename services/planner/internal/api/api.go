@@ -28,7 +28,6 @@ func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id s
 	if err != nil {
 		return nil, err
 	}
-	g := svc.AddGroup("workflow")
 	submit := func(validateOnly bool) micro.HandlerFunc {
 		return func(req micro.Request) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -50,10 +49,10 @@ func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id s
 			}
 		}
 	}
-	if err := g.AddEndpoint("submit", submit(false), micro.WithEndpointSubject(events.SubjectSubmit)); err != nil {
+	if err := svc.AddEndpoint("submit", submit(false), micro.WithEndpointSubject(events.SubjectSubmit)); err != nil {
 		return nil, err
 	}
-	if err := g.AddEndpoint("validate", submit(true), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
+	if err := svc.AddEndpoint("validate", submit(true), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
 		return nil, err
 	}
 	return svc, nil

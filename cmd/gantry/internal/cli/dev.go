@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/pkg/natsembed"
+	executor "github.com/gantry-dev/gantry/services/executor/service"
+	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
+	planner "github.com/gantry-dev/gantry/services/planner/service"
+	statestore "github.com/gantry-dev/gantry/services/state-store/service"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+func newDevCmd() *cobra.Command {
+	var port int
+	var dataDir, logLevel string
+	var ssh hostexec.SSHConfig
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run NATS (JetStream embedded) and all four services in this process",
+		Long: `dev is the zero-setup gantry: an embedded NATS server with JetStream on
+local storage under --data-dir, plus the planner, executor, health-gate and
+state-store. It prints the NATS URL, then runs until interrupted, when it
+finishes the work in flight and stops.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--log-level: %w", err)}
+			}
+			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			if dataDir == "" {
+				dataDir = defaultDataDir()
+			}
+			if err := os.MkdirAll(dataDir, 0o755); err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
+			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream")})
+			if err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
+			defer ns.Stop()
+			fmt.Fprintf(cmd.OutOrStdout(), "gantry dev: NATS with JetStream at %s (data in %s)\n", ns.URL(), dataDir)
+			fmt.Fprintf(cmd.OutOrStdout(), "  export NATS_URL=%s\n", ns.URL())
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServices(ctx, ns.URL(), ssh, log)
+		},
+	}
+	cmd.Flags().IntVar(&port, "port", 4222, "NATS client port (0 picks a free one)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where JetStream stores data (default $XDG_DATA_HOME/gantry/dev, else ~/.local/share/gantry/dev)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	addSSHFlags(cmd, &ssh)
+	return cmd
+}
+
+// addSSHFlags adds the SSH settings of the executor and health-gate.
+func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
+	cmd.Flags().StringVar(&c.KeyFile, "ssh-key", os.Getenv("GANTRY_SSH_KEY"), "SSH private key (default $GANTRY_SSH_KEY, else ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	cmd.Flags().StringVar(&c.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file (default $GANTRY_KNOWN_HOSTS, else ~/.ssh/known_hosts)")
+	cmd.Flags().BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
+	cmd.Flags().BoolVar(&c.UseAgent, "ssh-agent", true, "also offer the keys of the ssh-agent at $SSH_AUTH_SOCK")
+}
+
+func defaultDataDir() string {
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "gantry", "dev")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "gantry", "dev")
+	}
+	return filepath.Join(os.TempDir(), "gantry-dev")
+}
+
+// runServices runs the four services, each on its own connection, until
+// ctx ends or one fails.
+func runServices(ctx context.Context, url string, ssh hostexec.SSHConfig, log *slog.Logger) error {
+	host, _ := os.Hostname()
+	inst := func(svc string) string { return fmt.Sprintf("%s/%s-dev-%d", svc, host, os.Getpid()) }
+	type svc struct {
+		name string
+		run  func(context.Context, *nats.Conn) error
+	}
+	svcs := []svc{
+		{"state-store", func(ctx context.Context, nc *nats.Conn) error {
+			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
+		}},
+		{"planner", func(ctx context.Context, nc *nats.Conn) error {
+			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log})
+		}},
+		{"executor", func(ctx context.Context, nc *nats.Conn) error {
+			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), SSH: ssh, Log: log})
+		}},
+		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
+			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), SSH: ssh, Log: log})
+		}},
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(svcs))
+	for _, s := range svcs {
+		nc, err := natsconn.Connect(url, "gantry-dev-"+s.name, log, true)
+		if err != nil {
+			return &exitError{code: ExitProblem, err: err}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = nc.Drain() }()
+			if err := s.run(ctx, nc); err != nil {
+				errs <- fmt.Errorf("%s: %w", s.name, err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if len(all) > 0 {
+		return &exitError{code: ExitProblem, err: errors.Join(all...)}
+	}
+	return nil
+}

@@ -1,0 +1,13 @@
+package cli
+
+import (
+	"io"
+	"log/slog"
+)
+
+type slogLogger = slog.Logger
+
+// newQuietLogger logs warnings and errors only, as text, for the CLI.
+func newQuietLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

@@ -1,0 +1,206 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/spf13/cobra"
+)
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// stateErr turns a state-store error reply into a CLI error.
+func stateErr(err error) error {
+	var se *serviceError
+	if errors.As(err, &se) {
+		if se.Code == "404" {
+			return failed("%s", se.Description)
+		}
+		return &exitError{code: ExitProblem, err: fmt.Errorf("state-store: %s", se.Description)}
+	}
+	return err
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newStatusCmd() *cobra.Command {
+	var cf connFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status WORKFLOW_ID",
+		Short: "Show a workflow's formulas and nodes",
+		Long:  "status prints a workflow's state from the state-store. -o json prints the workflow document; its top-level \"status\" is the workflow's state.",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "table" && output != "json" {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("unknown -o %q: use table or json", output)}
+			}
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var doc events.WorkflowDoc
+			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: args[0]}), cf.timeout, &doc); err != nil {
+				return stateErr(err)
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), doc)
+			}
+			return statusTable(cmd.OutOrStdout(), &doc)
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func statusTable(w io.Writer, d *events.WorkflowDoc) error {
+	fmt.Fprintf(w, "workflow %s (%s)  %s  %s\n", d.Workflow, d.WorkflowID, d.Operation, strings.ToUpper(string(d.Status)))
+	if d.Error != "" {
+		fmt.Fprintf(w, "  %s\n", d.Error)
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FORMULA\tHOST\tNODE\tSTATUS\tATTEMPTS\tEXIT\tDETAIL")
+	ids := make([]string, 0, len(d.Formulas))
+	for id := range d.Formulas {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		return startOf(d.Formulas[ids[i]]).Before(startOf(d.Formulas[ids[j]])) || ids[i] < ids[j] && startOf(d.Formulas[ids[i]]).Equal(startOf(d.Formulas[ids[j]]))
+	})
+	for _, id := range ids {
+		f := d.Formulas[id]
+		detail := f.Error
+		if f.Blocker != "" {
+			detail = "blocked by " + f.Blocker
+		}
+		if f.Health != nil {
+			detail = strings.TrimSpace(detail + " health " + string(f.Health.Status) + " after " + strconv.Itoa(f.Health.Attempts))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t\t%s\t\t\t%s\n", id, f.Host, f.Status, detail)
+		names := make([]string, 0, len(f.Nodes))
+		for n := range f.Nodes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			nd := f.Nodes[n]
+			exit := ""
+			if nd.ExitCode != nil {
+				exit = strconv.Itoa(*nd.ExitCode)
+			}
+			detail := firstLine(nd.Error)
+			if nd.Blocker != "" {
+				detail = "blocked by " + nd.Blocker
+			}
+			if nd.Check != "" {
+				detail = string(nd.Check)
+			}
+			fmt.Fprintf(tw, "\t\t%s\t%s\t%d\t%s\t%s\n", n, nd.Status, nd.Attempts, exit, detail)
+		}
+	}
+	return tw.Flush()
+}
+
+func startOf(f *events.FormulaDoc) time.Time {
+	if f.StartedAt != nil {
+		return *f.StartedAt
+	}
+	if f.EndedAt != nil {
+		return *f.EndedAt
+	}
+	return time.Time{}
+}
+
+func newListCmd() *cobra.Command {
+	var cf connFlags
+	var limit int
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List workflows, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var rows []events.WorkflowSummary
+			if err := request(nc, events.StateList, mustJSON(events.ListQuery{Limit: limit}), cf.timeout, &rows); err != nil {
+				return stateErr(err)
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "WORKFLOW_ID\tNAME\tOPERATION\tSTATUS\tFORMULAS\tNODES\tCREATED")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.WorkflowID, r.Workflow, r.Operation, r.Status, r.Formulas, r.Nodes, r.CreatedAt.Local().Format(time.DateTime))
+			}
+			return tw.Flush()
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func newStateCmd() *cobra.Command {
+	var cf connFlags
+	var host, output string
+	cmd := &cobra.Command{
+		Use:   "state",
+		Short: "Show what each host has: every node's last state across workflows",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var nodes []events.HostNode
+			if err := request(nc, events.StateHost, mustJSON(events.HostQuery{Host: host}), cf.timeout, &nodes); err != nil {
+				return stateErr(err)
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), nodes)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOST\tFORMULA\tNODE\tSTATUS\tOPERATION\tSPEC\tENDED\tWORKFLOW")
+			for _, n := range nodes {
+				ended := ""
+				if n.EndedAt != nil {
+					ended = n.EndedAt.Local().Format(time.DateTime)
+				}
+				spec := strings.TrimPrefix(n.SpecHash, "sha256:")
+				if len(spec) > 12 {
+					spec = spec[:12]
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Host, n.Formula, n.Node, n.Status, n.Operation, spec, ended, n.WorkflowID)
+			}
+			return tw.Flush()
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringVar(&host, "host", "", "only this host")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/composition"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/spf13/cobra"
+)
+
+func newSubmitCmd() *cobra.Command {
+	var cf connFlags
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Submit a composition and print its workflow id",
+		Long: `submit sends a composition (YAML or JSON; "-" reads standard input) to the
+planner. It prints the workflow id, or every problem when the composition is
+rejected (exit 1; nothing is written or run). With --watch it then streams
+the run until it ends, and exits non-zero unless it succeeded.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := composition.ReadFile(args[0])
+			if err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			since := time.Now().Add(-time.Second)
+			var reply events.SubmitReply
+			err = request(nc, events.SubjectSubmit, data, cf.timeout, &reply)
+			var se *serviceError
+			if errors.As(err, &se) {
+				if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
+					for _, m := range reply.Errors {
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", args[0], m)
+					}
+					return failed("%s rejected: %d problem(s); nothing was run", args[0], len(reply.Errors))
+				}
+				return &exitError{code: ExitProblem, err: fmt.Errorf("planner: %s", se.Description)}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "accepted %s (%s)\n", reply.WorkflowID, reply.Plan)
+			if !watch {
+				return nil
+			}
+			return watchWorkflow(cmd, nc, reply.WorkflowID, since, cf.timeout)
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
+	return cmd
+}

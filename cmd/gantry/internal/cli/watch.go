@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+func newWatchCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:   "watch WORKFLOW_ID",
+		Short: "Stream a workflow's progress until it ends",
+		Long: `watch prints every formula, node and health transition of a workflow as it
+happens (from its start, so nothing is missed), and exits when the workflow
+ends: 0 when it succeeded, 1 when it failed or was cancelled.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var doc events.WorkflowDoc
+			since := time.Now().Add(-24 * time.Hour)
+			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: args[0]}), cf.timeout, &doc); err == nil {
+				since = doc.CreatedAt.Add(-time.Second)
+			} else {
+				var se *serviceError
+				if errors.As(err, &se) && se.Code == "404" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "gantry: %s is not in the state-store yet; reading the last 24h of events\n", args[0])
+				} else if !errors.As(err, &se) {
+					return err
+				}
+			}
+			return watchWorkflow(cmd, nc, args[0], since, cf.timeout)
+		},
+	}
+	cf.add(cmd)
+	return cmd
+}
+
+// watchWorkflow reads the events of one workflow from the event stream,
+// starting at since, prints them, and returns when the workflow ends.
+func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, _ time.Duration) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+	defer stop()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &since,
+	})
+	if err != nil {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
+	}
+	go func() { <-ctx.Done(); msgs.Stop() }()
+	out := cmd.OutOrStdout()
+	for {
+		m, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return failed("watch interrupted")
+			}
+			return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
+		}
+		env, err := events.Parse(m.Data())
+		if err != nil || !strings.HasPrefix(env.Subject, id) {
+			continue
+		}
+		if st, done := printEvent(out, env); done {
+			if st == dag.WorkflowSucceeded {
+				return nil
+			}
+			return failed("workflow %s %s", id, st)
+		}
+	}
+}
+
+// printEvent prints one event as a line; done is set for a workflow's end.
+func printEvent(w io.Writer, env *events.Envelope) (dag.WorkflowState, bool) {
+	ts := env.Time.Local().Format("15:04:05.000")
+	switch env.Type.Family() {
+	case events.FamilyWorkflow:
+		var e events.WorkflowEvent
+		if events.DecodeData(env, &e) != nil {
+			return "", false
+		}
+		line := fmt.Sprintf("%s workflow %s %s", ts, e.Workflow, strings.ToUpper(string(e.Status)))
+		if e.Reason != "" {
+			line += ": " + e.Reason
+		}
+		fmt.Fprintln(w, line)
+		return e.Status, e.Status.Terminal()
+	case events.FamilyFormula:
+		var e events.FormulaEvent
+		if events.DecodeData(env, &e) != nil {
+			return "", false
+		}
+		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula, e.Status)
+		if e.Blocker != "" {
+			line += " (blocked by " + e.Blocker + ")"
+		}
+		if e.Error != "" {
+			line += ": " + e.Error
+		}
+		fmt.Fprintln(w, line)
+	case events.FamilyNode:
+		var e events.NodeEvent
+		if events.DecodeData(env, &e) != nil {
+			return "", false
+		}
+		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Status)
+		switch {
+		case e.Status == dag.NodeRunning && e.Attempt > 1:
+			line += fmt.Sprintf(" (attempt %d of %d)", e.Attempt, e.MaxAttempts)
+		case e.WillRetry:
+			line += fmt.Sprintf(" (attempt %d of %d, will retry)", e.Attempt, e.MaxAttempts)
+		}
+		if e.Check != "" {
+			line += " [" + string(e.Check) + "]"
+		}
+		if e.Reason != "" {
+			line += ": " + e.Reason
+		}
+		if e.Error != "" {
+			line += ": " + firstLine(e.Error)
+		}
+		if e.Status == dag.NodeFailed && e.StderrTail != "" {
+			line += "\n      stderr: " + firstLine(lastLine(e.StderrTail))
+		}
+		fmt.Fprintln(w, line)
+	case events.FamilyHealth:
+		var e events.HealthEvent
+		if events.DecodeData(env, &e) != nil {
+			return "", false
+		}
+		kind := "health check"
+		if e.Final {
+			kind = "health gate"
+		}
+		line := fmt.Sprintf("%s %-12s %-28s %s %s (%d/%d)", ts, e.Ref.Host, e.Formula, kind, e.Status, e.Attempt, e.Retries)
+		if e.Error != "" && e.Final {
+			line += ": " + firstLine(e.Error)
+		}
+		fmt.Fprintln(w, line)
+	}
+	return "", false
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
