@@ -1,24 +1,16 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sync"
 	"syscall"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
-	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
-	executor "github.com/gantry-dev/gantry/services/executor/service"
-	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
-	planner "github.com/gantry-dev/gantry/services/planner/service"
-	statestore "github.com/gantry-dev/gantry/services/state-store/service"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -55,7 +47,10 @@ finishes the work in flight and stops.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "  export NATS_URL=%s\n", ns.URL())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runServices(ctx, ns.URL(), ssh, log)
+			if err := devstack.Run(ctx, ns.URL(), ssh, log); err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().IntVar(&port, "port", 4222, "NATS client port (0 picks a free one)")
@@ -81,58 +76,4 @@ func defaultDataDir() string {
 		return filepath.Join(h, ".local", "share", "gantry", "dev")
 	}
 	return filepath.Join(os.TempDir(), "gantry-dev")
-}
-
-// runServices runs the four services, each on its own connection, until
-// ctx ends or one fails.
-func runServices(ctx context.Context, url string, ssh hostexec.SSHConfig, log *slog.Logger) error {
-	host, _ := os.Hostname()
-	inst := func(svc string) string { return fmt.Sprintf("%s/%s-dev-%d", svc, host, os.Getpid()) }
-	type svc struct {
-		name string
-		run  func(context.Context, *nats.Conn) error
-	}
-	svcs := []svc{
-		{"state-store", func(ctx context.Context, nc *nats.Conn) error {
-			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
-		}},
-		{"planner", func(ctx context.Context, nc *nats.Conn) error {
-			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log})
-		}},
-		{"executor", func(ctx context.Context, nc *nats.Conn) error {
-			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), SSH: ssh, Log: log})
-		}},
-		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
-			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), SSH: ssh, Log: log})
-		}},
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(svcs))
-	for _, s := range svcs {
-		nc, err := natsconn.Connect(url, "gantry-dev-"+s.name, log, true)
-		if err != nil {
-			return &exitError{code: ExitProblem, err: err}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { _ = nc.Drain() }()
-			if err := s.run(ctx, nc); err != nil {
-				errs <- fmt.Errorf("%s: %w", s.name, err)
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	if len(all) > 0 {
-		return &exitError{code: ExitProblem, err: errors.Join(all...)}
-	}
-	return nil
 }

@@ -1,0 +1,75 @@
+// Package devstack runs the planner, executor, health-gate and state-store
+// in one process, each on its own NATS connection: what `gantry dev` runs,
+// and what integration tests start against an embedded server.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/natsconn"
+	executor "github.com/gantry-dev/gantry/services/executor/service"
+	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
+	planner "github.com/gantry-dev/gantry/services/planner/service"
+	statestore "github.com/gantry-dev/gantry/services/state-store/service"
+	"github.com/nats-io/nats.go"
+)
+
+// Run runs the four services, each on its own connection, until
+// ctx ends or one fails.
+func Run(ctx context.Context, url string, ssh hostexec.SSHConfig, log *slog.Logger) error {
+	host, _ := os.Hostname()
+	inst := func(svc string) string { return fmt.Sprintf("%s/%s-dev-%d", svc, host, os.Getpid()) }
+	type svc struct {
+		name string
+		run  func(context.Context, *nats.Conn) error
+	}
+	svcs := []svc{
+		{"state-store", func(ctx context.Context, nc *nats.Conn) error {
+			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
+		}},
+		{"planner", func(ctx context.Context, nc *nats.Conn) error {
+			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log})
+		}},
+		{"executor", func(ctx context.Context, nc *nats.Conn) error {
+			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), SSH: ssh, Log: log})
+		}},
+		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
+			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), SSH: ssh, Log: log})
+		}},
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(svcs))
+	for _, s := range svcs {
+		nc, err := natsconn.Connect(url, "gantry-dev-"+s.name, log, true)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = nc.Drain() }()
+			if err := s.run(ctx, nc); err != nil {
+				errs <- fmt.Errorf("%s: %w", s.name, err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if len(all) > 0 {
+		return errors.Join(all...)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+module github.com/gantry-dev/gantry/e2e
+
+go 1.26.8
+
+require (
+	github.com/gantry-dev/gantry/cmd/gantry v0.0.0
+	github.com/gantry-dev/gantry/pkg/composition v0.0.0
+	github.com/gantry-dev/gantry/pkg/dag v0.0.0
+	github.com/gantry-dev/gantry/pkg/events v0.0.0
+	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
+	github.com/nats-io/nats.go v1.55.0
+)
+
+require (
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/gantry-dev/gantry/pkg/consume v0.0.0 // indirect
+	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0 // indirect
+	github.com/gantry-dev/gantry/services/executor v0.0.0 // indirect
+	github.com/gantry-dev/gantry/services/health-gate v0.0.0 // indirect
+	github.com/gantry-dev/gantry/services/planner v0.0.0 // indirect
+	github.com/gantry-dev/gantry/services/state-store v0.0.0 // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
+
+replace github.com/gantry-dev/gantry/pkg/dag => ../pkg/dag
+
+replace github.com/gantry-dev/gantry/pkg/events => ../pkg/events
+
+replace github.com/gantry-dev/gantry/pkg/composition => ../pkg/composition
+
+replace github.com/gantry-dev/gantry/pkg/hostexec => ../pkg/hostexec
+
+replace github.com/gantry-dev/gantry/pkg/natsembed => ../pkg/natsembed
+
+replace github.com/gantry-dev/gantry/pkg/natsconn => ../pkg/natsconn
+
+replace github.com/gantry-dev/gantry/pkg/consume => ../pkg/consume
+
+replace github.com/gantry-dev/gantry/cmd/gantry => ../cmd/gantry
+
+replace github.com/gantry-dev/gantry/services/executor => ../services/executor
+
+replace github.com/gantry-dev/gantry/services/health-gate => ../services/health-gate
+
+replace github.com/gantry-dev/gantry/services/planner => ../services/planner
+
+replace github.com/gantry-dev/gantry/services/state-store => ../services/state-store

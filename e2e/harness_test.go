@@ -1,0 +1,283 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
+	"github.com/gantry-dev/gantry/pkg/composition"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+	"github.com/gantry-dev/gantry/pkg/natsembed"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// stack is an embedded NATS server with the four services in process,
+// and a fleet of real sshd hosts on 127.0.0.1.
+type stack struct {
+	t     *testing.T
+	ns    *natsembed.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	fleet *sshtest.Fleet
+	logs  string
+}
+
+type stackOptions struct {
+	hosts      int
+	knownHosts func(f *sshtest.Fleet) string // default: the fleet's own
+}
+
+func newStack(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	s := &stack{t: t}
+	if o.hosts > 0 {
+		s.fleet = sshtest.Start(t, o.hosts, sshtest.Options{})
+	}
+	var err error
+	s.ns, err = natsembed.Start(natsembed.Config{StoreDir: filepath.Join(t.TempDir(), "js")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logs = filepath.Join(t.TempDir(), "services.log")
+	lf, err := os.Create(s.logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(lf, nil))
+	var ssh hostexec.SSHConfig
+	if s.fleet != nil {
+		ssh = hostexec.SSHConfig{KeyFile: s.fleet.KeyFile, KnownHosts: s.fleet.KnownHosts, DefaultUser: s.fleet.User}
+		if o.knownHosts != nil {
+			ssh.KnownHosts = o.knownHosts(s.fleet)
+		}
+	} else {
+		ssh = hostexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- devstack.Run(ctx, s.ns.URL(), ssh, log) }()
+	s.nc, err = nats.Connect(s.ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.js, _ = jetstream.New(s.nc)
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("services stopped with: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("services did not stop within 30s")
+		}
+		s.nc.Close()
+		s.ns.Stop()
+		lf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(s.logs)
+			t.Logf("service logs:\n%s", tail(string(b), 6000))
+		}
+	})
+	// ready when both micro services answer
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, e1 := s.nc.Request(events.SubjectValidate, []byte("{}"), time.Second)
+		_, e2 := s.nc.Request(events.StateList, nil, time.Second)
+		if e1 == nil && e2 == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("services not answering: %v / %v", e1, e2)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// submit sends a composition; it returns the reply and the micro error
+// code ("" when accepted).
+func (s *stack) submit(doc []byte) (events.SubmitReply, string) {
+	s.t.Helper()
+	msg, err := s.nc.Request(events.SubjectSubmit, doc, 10*time.Second)
+	if err != nil {
+		s.t.Fatalf("submit: %v", err)
+	}
+	var r events.SubmitReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		s.t.Fatalf("submit reply %q: %v", msg.Data, err)
+	}
+	return r, msg.Header.Get(micro.ErrorCodeHeader)
+}
+
+func (s *stack) mustSubmit(c *dag.Composition) string {
+	s.t.Helper()
+	b, _ := json.Marshal(c)
+	r, code := s.submit(b)
+	if code != "" || r.Status != "accepted" {
+		s.t.Fatalf("submit rejected (%s): %v", code, r.Errors)
+	}
+	return r.WorkflowID
+}
+
+// wait polls state.workflow until the workflow ends.
+func (s *stack) wait(id string, timeout time.Duration) *events.WorkflowDoc {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
+		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
+			var d events.WorkflowDoc
+			if json.Unmarshal(msg.Data, &d) == nil && d.Status.Terminal() {
+				return &d
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("workflow %s did not end within %s", id, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// evt is one event of a workflow, in stream order.
+type evt struct {
+	typ     events.Type
+	formula string
+	node    string
+	status  string
+	attempt int
+	blocker string
+	retry   bool
+	err     string
+}
+
+func (e evt) String() string {
+	return fmt.Sprintf("%s %s/%s %s", e.typ, e.formula, e.node, e.status)
+}
+
+// events reads every event of a workflow from the stream, in order.
+func (s *stack) events(id string) []evt {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cons, err := s.js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []evt
+	for {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			env, err := events.Parse(m.Data())
+			if err != nil {
+				s.t.Fatalf("bad event in stream: %v", err)
+			}
+			if !strings.HasPrefix(env.Subject, id) {
+				continue
+			}
+			var d struct {
+				Formula   string `json:"formula"`
+				Node      string `json:"node"`
+				Status    string `json:"status"`
+				Attempt   int    `json:"attempt"`
+				Blocker   string `json:"blocker"`
+				WillRetry bool   `json:"will_retry"`
+				Final     bool   `json:"final"`
+				Error     string `json:"error"`
+			}
+			json.Unmarshal(env.Data, &d)
+			if env.Type.Family() == events.FamilyHealth && !d.Final {
+				d.Status = "attempt-" + d.Status
+			}
+			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error})
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// index finds the first event matching family, formula, node and status.
+func index(evs []evt, family, formula, node, status string) int {
+	for i, e := range evs {
+		if e.typ.Family() == family && e.formula == formula && e.node == node && e.status == status {
+			return i
+		}
+	}
+	return -1
+}
+
+// k8sOnFleet is examples/kubernetes.yaml aimed at the fleet: the same
+// formulas, dependencies, gates and parallelism, with every command
+// replaced by one that appends "<formula>/<node>" to the host's marker
+// file, and every gate checking that its formula's markers are there.
+func k8sOnFleet(t *testing.T, f *sshtest.Fleet) (*dag.Composition, map[string]*sshtest.Host) {
+	t.Helper()
+	c, err := composition.LoadFile("../examples/kubernetes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := map[string]*sshtest.Host{"cp-0": f.Hosts[0], "worker-0": f.Hosts[1], "worker-1": f.Hosts[2]}
+	for name, h := range hosts {
+		c.Hosts[name] = dag.Host{Transport: dag.TransportSSH, Address: h.Addr, User: f.User}
+	}
+	c.Retry = &dag.RetryPolicy{MaxAttempts: 2, InitialInterval: dag.Duration(100 * time.Millisecond), MaxInterval: dag.Duration(time.Second), Multiplier: 2}
+	for i := range c.Formulas {
+		fm := &c.Formulas[i]
+		markers := hosts[fm.Server].Dir + "/markers"
+		for j := range fm.Nodes {
+			n := &fm.Nodes[j]
+			n.Run = fmt.Sprintf("echo %s/%s >> %s", fm.ID, n.Name, markers)
+			n.Check = ""
+			n.Delete = fmt.Sprintf("echo delete %s/%s >> %s", fm.ID, n.Name, markers)
+			n.Env = map[string]string{"GANTRY_TEST": "1"}
+		}
+		if fm.HealthGate != nil {
+			fm.HealthGate = &dag.HealthGate{Check: fmt.Sprintf("grep -q '^%s/' %s", fm.ID, markers), Timeout: dag.Duration(5 * time.Second), Retries: 3}
+		}
+	}
+	return c, hosts
+}
+
+// markers reads a host's marker file: how often each line appears.
+func markers(t *testing.T, h *sshtest.Host) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(h.Dir + "/markers")
+	if os.IsNotExist(err) {
+		return map[string]int{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l != "" {
+			m[l]++
+		}
+	}
+	return m
+}
