@@ -158,8 +158,12 @@ func safeCall(ctx context.Context, h Handler, ev *Event) (err error) {
 func settle(msg jetstream.Msg, err error, delivered uint64, log *slog.Logger, o Options) {
 	switch {
 	case err == nil:
-		if aerr := msg.Ack(); aerr != nil {
-			log.Warn("ack failed; the message will be redelivered", "err", aerr)
+		// Wait for the server to confirm: work is not done while its ack
+		// could still be lost with the process.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if aerr := msg.DoubleAck(ctx); aerr != nil {
+			log.Warn("ack not confirmed; the message may be redelivered (handlers are idempotent)", "err", aerr)
 		}
 	case errors.Is(err, ErrPoison), errors.Is(err, events.ErrMalformed), errors.Is(err, events.ErrUnknownType):
 		log.Error("terminating poison message", "err", err)

@@ -1,0 +1,144 @@
+package consume_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/natsembed"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func setup(t *testing.T, ackWait time.Duration) (jetstream.JetStream, jetstream.Consumer) {
+	t.Helper()
+	ns, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Stop)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, cons
+}
+
+func publishEvent(t *testing.T, js jetstream.JetStream, subject, node string) {
+	t.Helper()
+	ev := &events.NodeEvent{Ref: events.Ref{WorkflowID: "w", Workflow: "w", Formula: "f", Host: "h", Node: node, Operation: dag.OpCreate}, Status: dag.NodeRunning}
+	env, _ := events.New("test", ev)
+	b, _ := json.Marshal(env)
+	if _, err := js.Publish(context.Background(), subject, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestAdapter(t *testing.T) {
+	js, cons := setup(t, time.Second)
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	handler := func(ctx context.Context, ev *consume.Event) error {
+		var n events.NodeEvent
+		if err := events.DecodeData(ev.Envelope, &n); err != nil {
+			return err
+		}
+		mu.Lock()
+		deliveries[n.Node]++
+		d := deliveries[n.Node]
+		mu.Unlock()
+		switch n.Node {
+		case "slow": // longer than AckWait: InProgress must keep it ours
+			time.Sleep(2500 * time.Millisecond)
+		case "poison":
+			return consume.Poison(errors.New("cannot ever work"))
+		case "panics":
+			panic("boom")
+		case "flaky": // fails twice, then works
+			if d < 3 {
+				return errors.New("transient")
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, cons, handler, consume.Options{Name: "t", Concurrency: 4, AckWait: time.Second, Logger: quiet,
+			NakDelay: func(uint64) time.Duration { return 50 * time.Millisecond }})
+	}()
+	for _, n := range []string{"slow", "poison", "panics", "flaky", "ok"} {
+		publishEvent(t, js, "t."+n, n)
+	}
+	js.Publish(context.Background(), "t.garbage", []byte("not an event"))
+	time.Sleep(4 * time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"slow": 1, "poison": 1, "panics": 1, "flaky": 3, "ok": 1}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, v := range want {
+		if deliveries[k] != v {
+			t.Errorf("%s handled %d times, want %d", k, deliveries[k], v)
+		}
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Errorf("messages left: %d ack-pending, %d pending", info.NumAckPending, info.NumPending)
+	}
+}
+
+// Cancelling the context (SIGTERM) stops fetching but lets the handler in
+// flight finish, and its message is acked, not redelivered.
+func TestDrainFinishesInFlight(t *testing.T) {
+	js, cons := setup(t, 5*time.Second)
+	var started, finished atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	handler := func(hctx context.Context, ev *consume.Event) error {
+		started.Add(1)
+		cancel() // the signal arrives while work is in flight
+		time.Sleep(500 * time.Millisecond)
+		if hctx.Err() != nil {
+			return hctx.Err()
+		}
+		finished.Add(1)
+		return nil
+	}
+	publishEvent(t, js, "t.a", "a")
+	if err := consume.Run(ctx, cons, handler, consume.Options{Name: "t", Logger: quiet}); err != nil {
+		t.Fatal(err)
+	}
+	if started.Load() != 1 || finished.Load() != 1 {
+		t.Fatalf("started %d finished %d", started.Load(), finished.Load())
+	}
+	info, _ := cons.Info(context.Background())
+	if info.NumAckPending != 0 || info.NumRedelivered != 0 {
+		t.Fatalf("after drain: %d ack-pending, %d redelivered", info.NumAckPending, info.NumRedelivered)
+	}
+}
