@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildGantry builds the CLI once per test binary.
+func buildGantry(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gantry")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/gantry").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build gantry: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// gantry submit --watch streams a run and exits 0 only when it succeeded;
+// status -o json prints the document whose top-level status is the state.
+func TestCLISubmitWatchStatus(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	bin := buildGantry(t)
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "ok.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(ok, []byte("name: ok\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: echo fine}]\n"), 0o644)
+	os.WriteFile(bad, []byte("name: bad\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'echo broken >&2; exit 4'}]\n  - id: b\n    server: me\n    depends_on: [a]\n    nodes: [{name: m, run: 'true'}]\n"), 0o644)
+	run := func(args ...string) (int, string) {
+		cmd := exec.Command(bin, append(args, "--server", s.ns.URL())...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, isExit := err.(*exec.ExitError); isExit {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	code, out := run("submit", ok, "--watch")
+	if code != 0 || !strings.Contains(out, "a/n") || !strings.Contains(out, "workflow ok SUCCEEDED") {
+		t.Fatalf("ok run: exit %d\n%s", code, out)
+	}
+	code, out = run("submit", bad, "--watch")
+	if code != 1 || !strings.Contains(out, "failed: exit status 4") || !strings.Contains(out, "stderr: broken") ||
+		!strings.Contains(out, "b                            blocked (blocked by a)") || !strings.Contains(out, "workflow bad FAILED") {
+		t.Fatalf("failing run: exit %d\n%s", code, out)
+	}
+	id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
+	code, out = run("status", id, "-o", "json")
+	var doc map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || doc["status"] != "failed" {
+		t.Fatalf("status -o json: exit %d\n%s", code, out)
+	}
+	if code, out = run("watch", id); code != 1 || !strings.Contains(out, "workflow bad FAILED") {
+		t.Fatalf("watch of a finished failed workflow: exit %d\n%s", code, out)
+	}
+	if code, out = run("list"); code != 0 || strings.Count(out, "\n") != 3 {
+		t.Fatalf("list: exit %d\n%s", code, out)
+	}
+	if code, out = run("state", "--host", "me"); code != 0 || !strings.Contains(out, "me    a        n     failed") {
+		t.Fatalf("state: exit %d\n%s", code, out)
+	}
+	if code, out = run("status", "nonexistent-id"); code != 1 || !strings.Contains(out, "no workflow nonexistent-id") {
+		t.Fatalf("status of an unknown id: exit %d\n%s", code, out)
+	}
+	if code, out = run("submit", filepath.Join(dir, "missing.yaml")); code != 3 {
+		t.Fatalf("missing file: exit %d\n%s", code, out)
+	}
+}
