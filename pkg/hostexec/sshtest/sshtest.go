@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,6 +147,9 @@ func (h *Host) Start() {
 	}
 	cmd := exec.Command(SSHD, "-D", "-e", "-f", h.cfgPath)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// Its own process group: Stop takes the per-connection sshd processes
+	// down with the listener, as a host going down would.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start sshd %s: %v", h.Name, err)
 	}
@@ -162,17 +166,58 @@ func (h *Host) Start() {
 	t.Fatalf("sshd %s not listening on %s after 10s", h.Name, h.Addr)
 }
 
-// Stop kills the host's sshd (the listener; sessions it forked may go on
-// until their connection drops). Safe to call twice.
+// Stop kills the host's sshd and its connections, as if the host went
+// down. Safe to call twice.
 func (h *Host) Stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cmd == nil {
 		return
 	}
-	_ = h.cmd.Process.Kill()
+	// sshd's per-connection children call setsid, so the process group is
+	// not enough: kill every descendant, then the listener.
+	for _, pid := range descendants(h.cmd.Process.Pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 	_ = h.cmd.Wait()
 	h.cmd = nil
+}
+
+// descendants lists the processes below pid, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so cut after ')'
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
 }
 
 func writeKey(t testing.TB, path string) ssh.PublicKey {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
@@ -56,14 +57,35 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	hosts := hostexec.NewHosts(cfg.SSH)
 	defer hosts.Close()
-	x := &formula.Executor{
-		Hosts:   hosts,
-		Nodes:   kv,
-		Pub:     &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log},
-		Actor:   cfg.Instance,
-		PerHost: cfg.PerHost,
-		Log:     log,
+	wfs, err := js.KeyValue(ctx, events.BucketWorkflows)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
 	}
+	x := &formula.Executor{
+		Workflows: wfs,
+		Hosts:     hosts,
+		Nodes:     kv,
+		Pub:       &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log},
+		Actor:     cfg.Instance,
+		PerHost:   cfg.PerHost,
+		Log:       log,
+	}
+	// A cancelled workflow's running nodes are killed here.
+	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
+		env, err := events.Parse(m.Data)
+		if err != nil || env.Type != events.WorkflowType(dag.WorkflowCancelled) {
+			return
+		}
+		var w events.WorkflowEvent
+		if events.DecodeData(env, &w) == nil {
+			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
+			x.CancelWorkflow(w.WorkflowID)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	log.Info("executor started", "max_formulas", cfg.MaxFormulas)
 	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
 )
 
@@ -65,6 +66,7 @@ until health gates pass, and publishes every transition on NATS.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newValidateCmd(), newPlanCmd(), newSubmitCmd(), newWatchCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDevCmd())
+	root.AddCommand(newValidateCmd(), newPlanCmd(), newSubmitCmd(), newWatchCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDevCmd(),
+		newControlCmd(events.VerbCancel), newControlCmd(events.VerbPause), newControlCmd(events.VerbResume), newControlCmd(events.VerbRetry))
 	return root
 }

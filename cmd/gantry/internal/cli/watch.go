@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,23 +30,22 @@ ends: 0 when it succeeded, 1 when it failed or was cancelled.`,
 				return err
 			}
 			defer nc.Close()
-			var doc events.WorkflowDoc
-			since := time.Now().Add(-24 * time.Hour)
-			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: args[0]}), cf.timeout, &doc); err == nil {
-				since = doc.CreatedAt.Add(-time.Second)
-			} else {
-				var se *serviceError
-				if errors.As(err, &se) && se.Code == "404" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "gantry: %s is not in the state-store yet; reading the last 24h of events\n", args[0])
-				} else if !errors.As(err, &se) {
-					return err
-				}
-			}
+			since := watchSince(nc, args[0], cf)
 			return watchWorkflow(cmd, nc, args[0], since, cf.timeout)
 		},
 	}
 	cf.add(cmd)
 	return cmd
+}
+
+// watchSince is when to start reading a workflow's events: just before it
+// was created, per the state-store, else a day back.
+func watchSince(nc *nats.Conn, id string, cf connFlags) time.Time {
+	var doc events.WorkflowDoc
+	if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &doc); err == nil {
+		return doc.CreatedAt.Add(-time.Second)
+	}
+	return time.Now().Add(-24 * time.Hour)
 }
 
 // watchWorkflow reads the events of one workflow from the event stream,

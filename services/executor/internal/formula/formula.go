@@ -32,9 +32,62 @@ type Executor struct {
 	Actor   string
 	PerHost int // nodes running at once per host (default 8)
 	Log     *slog.Logger
+	// Workflows is the planner's gantry_workflows bucket, read to skip work
+	// of a workflow that was cancelled before its dispatch arrived.
+	Workflows jetstream.KeyValue
 
-	mu   sync.Mutex
-	sems map[string]chan struct{}
+	mu      sync.Mutex
+	sems    map[string]chan struct{}
+	running map[string]map[*context.CancelFunc]struct{} // workflow id -> cancels of its formulas in flight
+}
+
+// CancelWorkflow kills every node of the workflow running here.
+func (x *Executor) CancelWorkflow(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for c := range x.running[id] {
+		(*c)()
+	}
+}
+
+func (x *Executor) track(id string, c *context.CancelFunc) func() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.running == nil {
+		x.running = map[string]map[*context.CancelFunc]struct{}{}
+	}
+	if x.running[id] == nil {
+		x.running[id] = map[*context.CancelFunc]struct{}{}
+	}
+	x.running[id][c] = struct{}{}
+	return func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		delete(x.running[id], c)
+		if len(x.running[id]) == 0 {
+			delete(x.running, id)
+		}
+	}
+}
+
+// cancelled reports whether the planner has cancelled the workflow, or
+// moved on to a later generation, so this dispatch must not run.
+func (x *Executor) cancelled(ctx context.Context, d *events.Dispatch) bool {
+	if x.Workflows == nil {
+		return false
+	}
+	e, err := x.Workflows.Get(ctx, d.WorkflowID)
+	if err != nil {
+		return false
+	}
+	var w struct {
+		Status     dag.WorkflowState `json:"status"`
+		Generation int               `json:"generation"`
+	}
+	if json.Unmarshal(e.Value(), &w) != nil {
+		return false
+	}
+	return w.Status == dag.WorkflowCancelled || w.Generation > d.Generation
 }
 
 // Record is what the executor keeps per node of a workflow in the
@@ -76,6 +129,14 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	started := time.Now().UTC()
 	fref := d.Ref
 	fref.Node = ""
+	if x.cancelled(ctx, d) {
+		ev := &events.FormulaEvent{Ref: fref, Status: dag.FormulaCancelled, Run: events.Run{Attempt: d.Generation, EndedAt: &started}}
+		log.Info("dispatch of a cancelled or superseded run skipped")
+		return x.Pub.Publish(ctx, events.HostLifecycle(d.Ref.Host), ev, msgID(d.Ref, "", "formula-cancelled", 0))
+	}
+	killCtx, kill := context.WithCancel(ctx)
+	defer kill()
+	defer x.track(d.WorkflowID, &kill)()
 	runEv := &events.FormulaEvent{Ref: fref, Status: dag.FormulaRunning, Run: events.Run{Attempt: d.Generation, StartedAt: &started}}
 	if err := x.Pub.Publish(ctx, events.HostLifecycle(d.Ref.Host), runEv, msgID(d.Ref, "", "formula-running", 0)); err != nil {
 		return err
@@ -90,20 +151,24 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	var publishErr error
 	var failedNames []string
 	for {
-		step := pf.NodeStep(states, false, d.OnFailure == dag.OnFailureContinue)
+		step := pf.NodeStep(states, killCtx.Err() != nil, d.OnFailure == dag.OnFailureContinue)
 		for _, b := range step.Blocked {
 			states[b.Node] = dag.NodeBlocked
 			x.publishNode(ctx, d, b.Node, &events.NodeEvent{Status: dag.NodeBlocked, Blocker: pf.Nodes[b.Blocker].Name}, 0, &publishErr)
 		}
 		for _, j := range step.Cancelled {
 			states[j] = dag.NodeCancelled
-			x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "on_failure " + string(d.OnFailure) + ": " + strings.Join(failedNames, ", ") + " failed"}, 0, &publishErr)
+			reason := "cancelled"
+			if killCtx.Err() == nil {
+				reason = "on_failure " + string(d.OnFailure) + ": " + strings.Join(failedNames, ", ") + " failed"
+			}
+			x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: reason}, 0, &publishErr)
 		}
 		for _, j := range step.Start {
 			states[j] = dag.NodeRunning
 			running++
 			go func(j int) {
-				st, err := x.runNode(ctx, d, j, runner, rerr, log)
+				st, err := x.runNode(ctx, killCtx, d, j, runner, rerr, log)
 				results <- nodeResult{j, st, err}
 			}(j)
 		}
@@ -125,12 +190,24 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	}
 	ended := time.Now().UTC()
 	final := &events.FormulaEvent{Ref: fref, Status: dag.FormulaSucceeded, Run: events.Run{Attempt: d.Generation, StartedAt: &started, EndedAt: &ended}}
-	if len(failedNames) > 0 {
+	switch {
+	case len(failedNames) > 0:
 		final.Status = dag.FormulaFailed
 		final.Error = events.BoundError("node(s) failed: " + strings.Join(failedNames, ", "))
+	case killCtx.Err() != nil && !allDone(states):
+		final.Status = dag.FormulaCancelled
 	}
 	log.Info("formula finished", "status", final.Status, "nodes", len(pf.Nodes))
 	return x.Pub.Publish(ctx, events.HostLifecycle(d.Ref.Host), final, msgID(d.Ref, "", "formula-"+string(final.Status), 0))
+}
+
+func allDone(states []dag.NodeState) bool {
+	for _, s := range states {
+		if !s.Done() {
+			return false
+		}
+	}
+	return true
 }
 
 // plannedFormula rebuilds the node graph of a dispatch for dag.NodeStep.
@@ -230,7 +307,7 @@ func (x *Executor) saveRecord(ctx context.Context, key string, r Record) error {
 
 // runNode runs one node through its attempts and returns its final state.
 // The error is set only when an outcome could not be recorded.
-func (x *Executor) runNode(ctx context.Context, d *events.Dispatch, j int, runner hostexec.Runner, runnerErr error, log *slog.Logger) (dag.NodeState, error) {
+func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j int, runner hostexec.Runner, runnerErr error, log *slog.Logger) (dag.NodeState, error) {
 	n := d.Nodes[j]
 	log = log.With("node", n.Name)
 	var perr error
@@ -278,10 +355,10 @@ func (x *Executor) runNode(ctx context.Context, d *events.Dispatch, j int, runne
 		if perr != nil {
 			return dag.NodeFailed, perr
 		}
-		final, ev, permanent := x.attempt(ctx, d, j, runner, runnerErr, rec.Attempt, slot)
+		final, ev, permanent := x.attempt(killCtx, d, j, runner, runnerErr, rec.Attempt, slot)
 		ended := time.Now().UTC()
 		ev.StartedAt, ev.EndedAt = &started, &ended
-		retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts
+		retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts && killCtx.Err() == nil
 		if !retry {
 			rec.Status, rec.ExitCode = final, ev.ExitCode
 			if err := x.saveRecord(ctx, key, rec); err != nil {
@@ -295,8 +372,13 @@ func (x *Executor) runNode(ctx context.Context, d *events.Dispatch, j int, runne
 			return final, perr
 		}
 		select {
-		case <-ctx.Done():
-			return dag.NodeFailed, ctx.Err()
+		case <-killCtx.Done():
+			rec.Status = dag.NodeCancelled
+			if err := x.saveRecord(ctx, key, rec); err != nil {
+				return dag.NodeCancelled, err
+			}
+			x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "cancelled between attempts"}, rec.Attempt, &perr)
+			return dag.NodeCancelled, perr
 		case <-time.After(bo.NextBackOff()):
 		}
 	}
@@ -321,8 +403,8 @@ func (x *Executor) attempt(ctx context.Context, d *events.Dispatch, j int, runne
 	select {
 	case slot <- struct{}{}:
 	case <-ctx.Done():
-		ev.Status, ev.Error = dag.NodeFailed, ctx.Err().Error()
-		return dag.NodeFailed, ev, true
+		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
+		return dag.NodeCancelled, ev, true
 	}
 	defer func() { <-slot }()
 	var seq atomic.Int64
@@ -383,9 +465,13 @@ func (x *Executor) attempt(ctx context.Context, d *events.Dispatch, j int, runne
 	}
 	res, err := run(n.Command)
 	fill(res, err)
-	if err == nil && res.ExitCode == 0 {
+	switch {
+	case err == nil && res.ExitCode == 0:
 		ev.Status = dag.NodeSucceeded
 		return dag.NodeSucceeded, ev, false
+	case errors.Is(err, hostexec.ErrCancelled):
+		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled: killed on the host"
+		return dag.NodeCancelled, ev, true
 	}
 	ev.Status = dag.NodeFailed
 	return dag.NodeFailed, ev, permanent(err)

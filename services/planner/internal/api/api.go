@@ -5,6 +5,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"time"
@@ -55,5 +56,35 @@ func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id s
 	if err := svc.AddEndpoint("validate", submit(true), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
 		return nil, err
 	}
+	for _, verb := range []string{events.VerbCancel, events.VerbPause, events.VerbResume, events.VerbRetry} {
+		if err := svc.AddEndpoint(verb, control(e, log), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
+			return nil, err
+		}
+	}
 	return svc, nil
+}
+
+func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
+	return func(req micro.Request) {
+		sub, err := events.ParseSubject(req.Subject())
+		if err != nil || sub.Kind != events.KindWorkflowControl {
+			_ = req.Error("400", "bad control subject "+req.Subject(), nil)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		reply, err := e.Control(ctx, sub.WorkflowID, sub.Verb)
+		switch {
+		case errors.Is(err, engine.ErrNotFound):
+			_ = req.Error("404", err.Error(), nil)
+		case errors.Is(err, engine.ErrConflict):
+			_ = req.Error("409", err.Error(), nil)
+		case err != nil:
+			log.Error("control failed", "workflow_id", sub.WorkflowID, "verb", sub.Verb, "err", err)
+			_ = req.Error("500", err.Error(), nil)
+		default:
+			b, _ := json.Marshal(reply)
+			_ = req.Respond(b)
+		}
+	}
 }

@@ -220,7 +220,7 @@ func (e *Engine) target(ctx context.Context, ref events.Ref) (*run, int, bool, e
 		e.Log.Warn("event for an unknown workflow ignored", "workflow_id", ref.WorkflowID, "formula", ref.Formula)
 		return nil, 0, false, nil
 	}
-	if ref.Generation != r.rec.Generation {
+	if ref.Generation != r.rec.Generation || r.rec.Status == dag.WorkflowCancelled {
 		return nil, 0, false, nil
 	}
 	i, ok := r.plan.Index(ref.Formula)
@@ -279,6 +279,9 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 // means a crash in between re-sends (deduplicated by Nats-Msg-Id) rather
 // than forgets.
 func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
+	if r.rec.Status == dag.WorkflowPaused {
+		d.Dispatch = nil // nothing new starts while paused; resume steps again
+	}
 	for _, i := range d.Dispatch {
 		if err := e.dispatch(ctx, r, i); err != nil {
 			return err

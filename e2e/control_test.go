@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go/micro"
+)
+
+func (s *stack) control(id, verb string) (string, string) {
+	s.t.Helper()
+	msg, err := s.nc.Request(events.WorkflowControl(id, verb), nil, 10*time.Second)
+	if err != nil {
+		s.t.Fatalf("%s: %v", verb, err)
+	}
+	return string(msg.Data), msg.Header.Get(micro.ErrorCodeHeader)
+}
+
+// status reads a workflow document now.
+func (s *stack) status(id string) *events.WorkflowDoc {
+	s.t.Helper()
+	msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var d events.WorkflowDoc
+	json.Unmarshal(msg.Data, &d)
+	return &d
+}
+
+func (s *stack) waitFor(what string, timeout time.Duration, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Cancel kills the running node on its host and cancels what has not
+// started.
+func TestCancelKillsRunningNodes(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	h := s.fleet.Hosts[0]
+	marker := "gantry-e2e-cancel-marker"
+	c := &dag.Composition{Name: "long", Hosts: map[string]dag.Host{"h": {Address: h.Addr, User: s.fleet.User}},
+		Formulas: []dag.Formula{
+			{ID: "slow", Server: "h", Nodes: []dag.Node{{Name: "wait", Run: "sleep 300 & sleep 301; echo " + marker}}},
+			{ID: "after", Server: "h", DependsOn: []dag.FormulaDep{{Formula: "slow"}}, Nodes: []dag.Node{{Name: "never", Run: "touch " + h.Dir + "/never"}}},
+		}}
+	id := s.mustSubmit(c)
+	s.waitFor("the slow node to run", 15*time.Second, func() bool {
+		f := s.status(id).Formulas["slow"]
+		return f != nil && f.Nodes["wait"] != nil && f.Nodes["wait"].Status == dag.NodeRunning
+	})
+	if body, code := s.control(id, events.VerbCancel); code != "" {
+		t.Fatalf("cancel: %s %s", code, body)
+	}
+	doc := s.wait(id, 15*time.Second)
+	if doc.Status != dag.WorkflowCancelled {
+		t.Fatalf("workflow %s", doc.Status)
+	}
+	s.waitFor("the node's cancellation", 15*time.Second, func() bool {
+		n := s.status(id).Formulas["slow"].Nodes["wait"]
+		return n.Status == dag.NodeCancelled
+	})
+	if f := s.status(id).Formulas["after"]; f.Status != dag.FormulaCancelled || f.Nodes["never"].Status != dag.NodeCancelled {
+		t.Errorf("after = %+v", f)
+	}
+	s.waitFor("no process left on the host", 10*time.Second, func() bool {
+		out, _ := exec.Command("pgrep", "-f", marker).Output()
+		return strings.TrimSpace(string(out)) == ""
+	})
+	if _, code := s.control(id, events.VerbCancel); code != "409" {
+		t.Errorf("cancelling a cancelled workflow: code %q, want 409", code)
+	}
+	if _, code := s.control("no-such-workflow", events.VerbPause); code != "404" {
+		t.Errorf("unknown workflow: code %q, want 404", code)
+	}
+}
+
+// Nothing new is dispatched while a workflow is paused.
+func TestPauseResume(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	dir := t.TempDir()
+	c := &dag.Composition{Name: "pausable", Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+		Formulas: []dag.Formula{
+			{ID: "first", Server: "me", Nodes: []dag.Node{{Name: "a", Run: "sleep 1; touch " + dir + "/a"}}},
+			{ID: "second", Server: "me", DependsOn: []dag.FormulaDep{{Formula: "first"}}, Nodes: []dag.Node{{Name: "b", Run: "touch " + dir + "/b"}}},
+		}}
+	id := s.mustSubmit(c)
+	if body, code := s.control(id, events.VerbPause); code != "" {
+		t.Fatalf("pause: %s %s", code, body)
+	}
+	s.waitFor("first to finish", 15*time.Second, func() bool {
+		f := s.status(id).Formulas["first"]
+		return f != nil && f.Status == dag.FormulaSucceeded
+	})
+	time.Sleep(1500 * time.Millisecond)
+	d := s.status(id)
+	if d.Status != dag.WorkflowPaused || d.Formulas["second"] != nil && d.Formulas["second"].Status != dag.FormulaPending {
+		t.Fatalf("while paused: %s, second %+v", d.Status, d.Formulas["second"])
+	}
+	if body, code := s.control(id, events.VerbResume); code != "" {
+		t.Fatalf("resume: %s %s", code, body)
+	}
+	if d := s.wait(id, 15*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("after resume: %s", d.Status)
+	}
+}
+
+// A host goes down mid-run: its node fails after its retries and its
+// dependents are blocked; once the host is back, retry finishes the
+// workflow without re-running what succeeded.
+func TestHostDownThenRetry(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 2})
+	h0, h1 := s.fleet.Hosts[0], s.fleet.Hosts[1]
+	mark := func(h string, n string) string { return "echo " + n + " >> " + map[string]string{"a": h0.Dir, "b": h1.Dir}[h] + "/markers" }
+	c := &dag.Composition{Name: "hostdown", OnFailure: dag.OnFailureContinue,
+		Hosts: map[string]dag.Host{"a": {Address: h0.Addr, User: s.fleet.User}, "b": {Address: h1.Addr, User: s.fleet.User}},
+		Retry: &dag.RetryPolicy{MaxAttempts: 3, InitialInterval: dag.Duration(100 * time.Millisecond), MaxInterval: dag.Duration(200 * time.Millisecond), Multiplier: 2},
+		Formulas: []dag.Formula{
+			{ID: "b-base", Server: "b", Nodes: []dag.Node{{Name: "base", Run: mark("b", "base")}}},
+			{ID: "a-slow", Server: "a", Nodes: []dag.Node{{Name: "slow", Run: "sleep 1; " + mark("a", "slow")}}},
+			{ID: "b-app", Server: "b", DependsOn: []dag.FormulaDep{{Formula: "b-base"}, {Formula: "a-slow"}}, Nodes: []dag.Node{{Name: "app", Run: mark("b", "app")}}},
+			{ID: "b-top", Server: "b", DependsOn: []dag.FormulaDep{{Formula: "b-app"}}, Nodes: []dag.Node{{Name: "top", Run: mark("b", "top")}}},
+			{ID: "a-other", Server: "a", DependsOn: []dag.FormulaDep{{Formula: "a-slow"}}, Nodes: []dag.Node{{Name: "other", Run: mark("a", "other")}}},
+		}}
+	id := s.mustSubmit(c)
+	s.waitFor("b-base to succeed", 15*time.Second, func() bool {
+		f := s.status(id).Formulas["b-base"]
+		return f != nil && f.Status == dag.FormulaSucceeded
+	})
+	h1.Stop() // host b goes down while a-slow still runs
+	doc := s.wait(id, 30*time.Second)
+	app := doc.Formulas["b-app"].Nodes["app"]
+	if doc.Status != dag.WorkflowFailed || app.Status != dag.NodeFailed || app.Attempts != 3 || !strings.Contains(app.Error, "cannot connect") {
+		t.Fatalf("workflow %s; b-app/app %+v", doc.Status, app)
+	}
+	if top := doc.Formulas["b-top"]; top.Status != dag.FormulaBlocked || top.Blocker != "b-app" {
+		t.Fatalf("b-top %+v", top)
+	}
+	if doc.Formulas["a-other"].Status != dag.FormulaSucceeded {
+		t.Fatalf("independent a-other: %+v", doc.Formulas["a-other"])
+	}
+	h1.Start()
+	if body, code := s.control(id, events.VerbRetry); code != "" {
+		t.Fatalf("retry: %s %s", code, body)
+	}
+	doc = s.wait(id, 30*time.Second)
+	if doc.Status != dag.WorkflowSucceeded || doc.Generation != 2 {
+		t.Fatalf("after retry: %s (generation %d)", doc.Status, doc.Generation)
+	}
+	mb, ma := markers(t, h1), markers(t, h0)
+	if mb["base"] != 1 || mb["app"] != 1 || mb["top"] != 1 || ma["slow"] != 1 || ma["other"] != 1 {
+		t.Fatalf("markers after retry: b %v, a %v (succeeded nodes must not run again)", mb, ma)
+	}
+	if body, code := s.control(id, events.VerbRetry); code != "409" {
+		t.Errorf("retry of a succeeded workflow: %s %s", code, body)
+	}
+}
+
+// Garbage on every subject a service consumes is terminated, not
+// redelivered forever, and the services keep working.
+func TestPoisonInputIsTerminated(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	ctx := context.Background()
+	wellFormedBad, _ := events.NewAt("x", "test", time.Now(), &events.Dispatch{Ref: events.Ref{WorkflowID: "w", Workflow: "w", Formula: "f", Host: "h", Operation: dag.OpCreate}, Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1})
+	bad, _ := json.Marshal(wellFormedBad)
+	for _, subj := range []string{"decky.h.dispatch", "decky.h.gate", "decky.h.lifecycle", "decky.h.health", "workflow.w.lifecycle"} {
+		for _, payload := range [][]byte{[]byte("not json at all"), []byte(`{"specversion":"1.0","id":"1","source":"x","type":"gantry.node.exploded","data":{}}`), bad, []byte(`{"specversion":"1.0","id":"2","source":"x","type":"gantry.node.failed","data":{"workflow_id":"A.B"}}`)} {
+			if _, err := s.js.Publish(ctx, subj, payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for stream, consumers := range events.Consumers() {
+		for _, cc := range consumers {
+			s.waitFor("consumer "+cc.Durable+" to settle the poison", 15*time.Second, func() bool {
+				cons, err := s.js.Consumer(ctx, stream, cc.Durable)
+				if err != nil {
+					return false
+				}
+				info, err := cons.Info(ctx)
+				return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+			})
+			cons, _ := s.js.Consumer(ctx, stream, cc.Durable)
+			info, _ := cons.Info(ctx)
+			if info.NumRedelivered > 0 {
+				t.Errorf("%s redelivered poison %d times", cc.Durable, info.NumRedelivered)
+			}
+		}
+	}
+	c := &dag.Composition{Name: "after-poison", Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+		Formulas: []dag.Formula{{ID: "f", Server: "me", Nodes: []dag.Node{{Name: "n", Run: "true"}}, HealthGate: &dag.HealthGate{Check: "true", Timeout: dag.Duration(5 * time.Second), Retries: 2}}}}
+	if d := s.wait(s.mustSubmit(c), 15*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("services stopped working after poison: %s", d.Status)
+	}
+}

@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// ErrNotFound and ErrConflict classify control failures for the reply.
+var (
+	ErrNotFound = errors.New("no such workflow")
+	ErrConflict = errors.New("not possible in the workflow's state")
+)
+
+// ControlReply answers cancel, pause, resume and retry.
+type ControlReply struct {
+	WorkflowID string            `json:"workflow_id"`
+	Status     dag.WorkflowState `json:"status"`
+	Generation int               `json:"generation"`
+}
+
+// Control applies a verb to a workflow.
+func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, err := e.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w %s", ErrNotFound, id)
+	}
+	st := r.rec.Status
+	switch verb {
+	case events.VerbCancel:
+		if st.Terminal() {
+			return nil, fmt.Errorf("%w: %s is already %s", ErrConflict, id, st)
+		}
+		err = e.cancel(ctx, r)
+	case events.VerbPause:
+		if st != dag.WorkflowRunning && st != dag.WorkflowAccepted {
+			return nil, fmt.Errorf("%w: %s is %s; only a running workflow can be paused", ErrConflict, id, st)
+		}
+		r.rec.Status = dag.WorkflowPaused
+		if err = e.publishWorkflow(ctx, r, dag.WorkflowPaused, "paused by request"); err == nil {
+			err = e.saveRecord(ctx, r)
+		}
+	case events.VerbResume:
+		if st != dag.WorkflowPaused {
+			return nil, fmt.Errorf("%w: %s is %s, not paused", ErrConflict, id, st)
+		}
+		r.rec.Status = dag.WorkflowRunning
+		if err = e.publishWorkflow(ctx, r, dag.WorkflowRunning, "resumed"); err == nil {
+			if err = e.saveRecord(ctx, r); err == nil {
+				err = e.act(ctx, r, r.plan.Step(r.state))
+			}
+		}
+	case events.VerbRetry:
+		if st != dag.WorkflowFailed && st != dag.WorkflowCancelled {
+			return nil, fmt.Errorf("%w: %s is %s; only a failed or cancelled workflow can be retried", ErrConflict, id, st)
+		}
+		err = e.retry(ctx, r)
+	default:
+		return nil, fmt.Errorf("%w: unknown verb %q", ErrConflict, verb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ControlReply{WorkflowID: id, Status: r.rec.Status, Generation: r.rec.Generation}, nil
+}
+
+// cancel ends the workflow: what has not started is cancelled here, and
+// executors kill what is running when they see the cancelled event.
+func (e *Engine) cancel(ctx context.Context, r *run) error {
+	var d dag.Decision
+	for _, i := range r.plan.Order {
+		if r.state.Formula(i) == dag.FormulaPending {
+			d.Cancelled = append(d.Cancelled, dag.Blocked{Formula: i, Blocker: -1})
+		}
+	}
+	for _, b := range d.Cancelled {
+		if err := e.stopFormula(ctx, r, b, dag.FormulaCancelled, dag.NodeCancelled); err != nil {
+			return err
+		}
+	}
+	r.state.Apply(d)
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request"); err != nil {
+		return err
+	}
+	r.rec.Status = dag.WorkflowCancelled
+	r.snap.Status = dag.WorkflowCancelled
+	if err := e.saveRecord(ctx, r); err != nil {
+		return err
+	}
+	return e.saveSnapshot(ctx, r)
+}
+
+// retry starts a new generation that re-runs only what failed, was blocked
+// or was cancelled; succeeded and skipped nodes stay as they are (the
+// executor's records keep them from running again).
+func (e *Engine) retry(ctx context.Context, r *run) error {
+	for i := range r.plan.Formulas {
+		switch r.state.Formula(i) {
+		case dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled, dag.FormulaUnhealthy,
+			dag.FormulaReady, dag.FormulaRunning, dag.FormulaGating:
+			_ = r.state.SetFormula(i, dag.FormulaPending, -1)
+			for j, ns := range r.state.Nodes(i) {
+				if !ns.Done() {
+					_ = r.state.SetNode(i, j, dag.NodePending)
+				}
+			}
+		}
+	}
+	r.rec.Generation++
+	r.rec.Status = dag.WorkflowRunning
+	r.snap.Status = dag.WorkflowRunning
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, fmt.Sprintf("retry: generation %d", r.rec.Generation)); err != nil {
+		return err
+	}
+	if err := e.saveRecord(ctx, r); err != nil {
+		return err
+	}
+	return e.act(ctx, r, r.plan.Step(r.state))
+}
