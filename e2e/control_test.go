@@ -123,7 +123,9 @@ func TestPauseResume(t *testing.T) {
 func TestHostDownThenRetry(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 2})
 	h0, h1 := s.fleet.Hosts[0], s.fleet.Hosts[1]
-	mark := func(h string, n string) string { return "echo " + n + " >> " + map[string]string{"a": h0.Dir, "b": h1.Dir}[h] + "/markers" }
+	mark := func(h string, n string) string {
+		return "echo " + n + " >> " + map[string]string{"a": h0.Dir, "b": h1.Dir}[h] + "/markers"
+	}
 	c := &dag.Composition{Name: "hostdown", OnFailure: dag.OnFailureContinue,
 		Hosts: map[string]dag.Host{"a": {Address: h0.Addr, User: s.fleet.User}, "b": {Address: h1.Addr, User: s.fleet.User}},
 		Retry: &dag.RetryPolicy{MaxAttempts: 3, InitialInterval: dag.Duration(100 * time.Millisecond), MaxInterval: dag.Duration(200 * time.Millisecond), Multiplier: 2},
