@@ -58,7 +58,8 @@ type HealthDoc struct {
 // NodeDoc is one node in a WorkflowDoc.
 type NodeDoc struct {
 	Status      dag.NodeState `json:"status"`
-	Attempts    int           `json:"attempts"` // attempts started
+	Operation   dag.Operation `json:"operation,omitempty"` // of the last transition (delete during a rollback)
+	Attempts    int           `json:"attempts"`            // attempts started
 	ExitCode    *int          `json:"exit_code,omitempty"`
 	Error       string        `json:"error,omitempty"`
 	Blocker     string        `json:"blocker,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -173,9 +174,10 @@ func MsgID(parts ...string) string {
 	return string(b)
 }
 
-// NodeKey is the gantry_nodes key of a node in a workflow.
-func NodeKey(workflowID, formula, node string) string {
-	return workflowID + "." + formula + "." + node
+// NodeKey is the gantry_nodes key of a node in a workflow for one
+// operation: a rollback's delete is recorded apart from the create.
+func NodeKey(workflowID string, op dag.Operation, formula, node string) string {
+	return workflowID + "." + string(op) + "." + formula + "." + node
 }
 
 // Ensure creates or updates every stream, consumer and KV bucket. Every

@@ -311,7 +311,7 @@ func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j i
 	n := d.Nodes[j]
 	log = log.With("node", n.Name)
 	var perr error
-	key := events.NodeKey(d.WorkflowID, d.Formula, n.Name)
+	key := events.NodeKey(d.WorkflowID, d.Operation, d.Formula, n.Name)
 	rec, _, err := x.loadRecord(ctx, key)
 	if err != nil {
 		return dag.NodeFailed, err

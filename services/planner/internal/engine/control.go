@@ -62,6 +62,9 @@ func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, e
 		if st != dag.WorkflowFailed && st != dag.WorkflowCancelled {
 			return nil, fmt.Errorf("%w: %s is %s; only a failed or cancelled workflow can be retried", ErrConflict, id, st)
 		}
+		if r.rec.Rollback != nil {
+			return nil, fmt.Errorf("%w: %s was rolled back; submit the composition again", ErrConflict, id)
+		}
 		err = e.retry(ctx, r)
 	default:
 		return nil, fmt.Errorf("%w: unknown verb %q", ErrConflict, verb)

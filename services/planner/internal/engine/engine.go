@@ -318,6 +318,26 @@ func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) e
 			reason = "formula " + k + " failed"
 		}
 	}
+	switch {
+	case r.rec.Rollback == nil && result == dag.WorkflowFailed && r.rec.Composition.OnFailure == dag.OnFailureRollback:
+		return e.startRollback(ctx, r, reason)
+	case r.rec.Rollback != nil:
+		// However the rollback went, the workflow failed; say what was undone.
+		deleted, total := 0, 0
+		for i := range r.plan.Formulas {
+			for _, ns := range r.state.Nodes(i) {
+				total++
+				if ns == dag.NodeSucceeded {
+					deleted++
+				}
+			}
+		}
+		reason = fmt.Sprintf("%s; rolled back: %d of %d succeeded nodes deleted", r.rec.FailReason, deleted, total)
+		if result != dag.WorkflowSucceeded {
+			reason += " (rollback incomplete: " + firstFailed(r) + " failed)"
+		}
+		result = dag.WorkflowFailed
+	}
 	if err := e.publishWorkflow(ctx, r, result, reason); err != nil {
 		return err
 	}
@@ -339,7 +359,104 @@ func firstFailed(r *run) string {
 
 func (e *Engine) ref(r *run, i int) events.Ref {
 	pf := &r.plan.Formulas[i]
-	return events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Formula: pf.ID, Host: pf.Server, Operation: r.rec.Operation, Generation: r.rec.Generation}
+	return events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Formula: pf.ID, Host: pf.Server, Operation: r.plan.Operation, Generation: r.rec.Generation}
+}
+
+// startRollback replaces the failed run with a delete run over the nodes
+// that succeeded in it, in reverse dependency order, as a new generation.
+func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error {
+	rb, skipped := rollbackComposition(r)
+	r.rec.FailReason = reason
+	if rb == nil {
+		r.rec.Status = dag.WorkflowFailed
+		r.snap.Status = dag.WorkflowFailed
+		why := reason + "; nothing to roll back"
+		if skipped > 0 {
+			why = fmt.Sprintf("%s; nothing to roll back (%d succeeded nodes have no delete)", reason, skipped)
+		}
+		if err := e.publishWorkflow(ctx, r, dag.WorkflowFailed, why); err != nil {
+			return err
+		}
+		return e.saveRecord(ctx, r)
+	}
+	r.rec.Rollback = rb
+	r.rec.Generation++
+	r.plan = dag.PlanLoaded(rb)
+	r.state = r.plan.NewRunState()
+	r.done = map[string]bool{}
+	msg := fmt.Sprintf("rolling back after %s: deleting %d formulas", reason, len(r.plan.Formulas))
+	if skipped > 0 {
+		msg += fmt.Sprintf(" (%d succeeded nodes have no delete and stay)", skipped)
+	}
+	e.Log.Info("rollback", "workflow_id", r.rec.ID, "formulas", len(r.plan.Formulas), "without_delete", skipped)
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, msg); err != nil {
+		return err
+	}
+	if err := e.saveRecord(ctx, r); err != nil {
+		return err
+	}
+	return e.act(ctx, r, r.plan.Step(r.state))
+}
+
+// rollbackComposition is the composition that undoes what succeeded: the
+// formulas and nodes that succeeded (not those skipped: they were there
+// before), with their dependencies among themselves, as operation delete.
+// Nodes without a delete command are counted and left in place.
+func rollbackComposition(r *run) (*dag.Composition, int) {
+	src := r.rec.Composition
+	keep := map[string]map[string]bool{}
+	skipped := 0
+	for i := range r.plan.Formulas {
+		pf := &r.plan.Formulas[i]
+		spec := r.plan.Spec(i)
+		for j, ns := range r.state.Nodes(i) {
+			if ns != dag.NodeSucceeded {
+				continue
+			}
+			if spec.Nodes[j].Delete == "" {
+				skipped++
+				continue
+			}
+			if keep[pf.ID] == nil {
+				keep[pf.ID] = map[string]bool{}
+			}
+			keep[pf.ID][pf.Nodes[j].Name] = true
+		}
+	}
+	if len(keep) == 0 {
+		return nil, skipped
+	}
+	c := &dag.Composition{Name: src.Name, Operation: dag.OpDelete, Hosts: src.Hosts, Retry: src.Retry, OnFailure: dag.OnFailureContinue}
+	for _, f := range src.Formulas {
+		nodes := keep[f.ID]
+		if nodes == nil {
+			continue
+		}
+		nf := dag.Formula{ID: f.ID, Server: f.Server, MaxParallel: f.MaxParallel}
+		for _, d := range f.DependsOn {
+			if keep[d.Formula] != nil {
+				nf.DependsOn = append(nf.DependsOn, dag.FormulaDep{Formula: d.Formula, Condition: dag.ConditionCompleted})
+			}
+		}
+		for _, n := range f.Nodes {
+			if !nodes[n.Name] {
+				continue
+			}
+			nn := n
+			nn.DependsOn = []string{}
+			for _, d := range n.DependsOn {
+				if nodes[d] {
+					nn.DependsOn = append(nn.DependsOn, d)
+				}
+			}
+			nf.Nodes = append(nf.Nodes, nn)
+		}
+		c.Formulas = append(c.Formulas, nf)
+	}
+	if _, err := dag.NewPlan(c); err != nil { // validates and normalizes; cannot fail for a subset of a valid plan
+		return nil, skipped
+	}
+	return c, skipped
 }
 
 func (e *Engine) msgID(r *run, parts ...string) string {

@@ -26,7 +26,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load workflow %s: %w", id, err)
 	}
-	r := &run{rec: rec, recRev: recRev, plan: dag.PlanLoaded(rec.Composition), done: toSet(rec.AlreadyDone)}
+	r := &run{rec: rec, recRev: recRev, plan: rec.plan(), done: toSet(rec.AlreadyDone)}
 	r.state = r.plan.NewRunState()
 	r.snapRev, err = getJSON(ctx, e.Runs, id, &r.snap)
 	if err != nil {

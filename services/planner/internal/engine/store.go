@@ -25,6 +25,19 @@ type Record struct {
 	// AlreadyDone lists "formula/node" recorded succeeded on its host with
 	// the same spec hash when the workflow was accepted: they are skipped.
 	AlreadyDone []string `json:"already_done,omitempty"`
+	// Rollback is the delete plan run after a failure under
+	// on_failure: rollback; while it runs (and after), the run's plan is
+	// this one.
+	Rollback   *dag.Composition `json:"rollback,omitempty"`
+	FailReason string           `json:"fail_reason,omitempty"` // why the create failed, kept through the rollback
+}
+
+// plan returns the plan the run is on: the rollback once it started.
+func (r *Record) plan() *dag.Plan {
+	if r.Rollback != nil {
+		return dag.PlanLoaded(r.Rollback)
+	}
+	return dag.PlanLoaded(r.Composition)
 }
 
 // Snapshot is the run state of a workflow, saved in gantry_runs after every

@@ -186,6 +186,7 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 			f.Nodes[e.Node] = n
 		}
 		n.Transitions++
+		n.Operation = e.Operation
 		if e.Status == dag.NodeRunning {
 			n.Attempts++
 			n.StartedAt, n.EndedAt, n.ExitCode, n.Error = e.StartedAt, nil, nil, ""
