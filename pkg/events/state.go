@@ -130,3 +130,36 @@ type SubmitReply struct {
 	Errors     []string      `json:"errors,omitempty"`
 	Problems   []dag.Problem `json:"problems,omitempty"`
 }
+
+// Drift states of a node: what a composition wants against what the
+// per-host projection records.
+const (
+	DriftOK       = "ok"       // recorded done by a create, same spec hash
+	DriftMissing  = "missing"  // never done, deleted, or last attempt not successful
+	DriftChanged  = "changed"  // done, but with another spec hash
+	DriftOrphaned = "orphaned" // recorded done on a host of the composition, but not in it
+)
+
+// DriftItem is one node in a drift report.
+type DriftItem struct {
+	Host       string `json:"host"`
+	Formula    string `json:"formula"`
+	Node       string `json:"node"`
+	Drift      string `json:"drift"`
+	WantSpec   string `json:"want_spec,omitempty"`
+	HaveSpec   string `json:"have_spec,omitempty"`
+	HaveStatus string `json:"have_status,omitempty"`
+	WorkflowID string `json:"workflow_id,omitempty"` // that last touched it
+}
+
+// DriftReport is the reply of state.drift.
+type DriftReport struct {
+	Workflow string         `json:"workflow"`
+	Counts   map[string]int `json:"counts"`
+	Items    []DriftItem    `json:"items"`
+}
+
+// RebuildQuery is the body of state.rebuild.
+type RebuildQuery struct {
+	CheckOnly bool `json:"check_only,omitempty"`
+}

@@ -115,6 +115,7 @@ func Consumers() map[string][]jetstream.ConsumerConfig {
 				AckWait:        EventAckWait,
 				MaxDeliver:     MaxDeliverEvents,
 				DeliverPolicy:  jetstream.DeliverAllPolicy,
+				MaxAckPending:  1, // strictly in stream order, redeliveries included
 			},
 			{
 				Durable:       ConsumerStateStore,
@@ -123,6 +124,9 @@ func Consumers() map[string][]jetstream.ConsumerConfig {
 				AckWait:       EventAckWait,
 				MaxDeliver:    MaxDeliverEvents,
 				DeliverPolicy: jetstream.DeliverAllPolicy,
+				// In stream order: a document skips events at or below the
+				// last sequence it applied, so nothing may overtake a retry.
+				MaxAckPending: 1,
 			},
 		},
 		StreamDispatch: {{

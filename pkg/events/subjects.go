@@ -17,6 +17,7 @@ const (
 	StateList       = "state.list"
 	StateHost       = "state.host"
 	StateDrift      = "state.drift"
+	StateRebuild    = "state.rebuild"
 )
 
 // Control verbs on workflow.<id>.<verb>.
@@ -148,7 +149,7 @@ func ParseSubject(s string) (Subject, error) {
 	case "state":
 		if len(parts) == 2 {
 			switch s {
-			case StateWorkflow, StateList, StateHost, StateDrift:
+			case StateWorkflow, StateList, StateHost, StateDrift, StateRebuild:
 				return Subject{Kind: KindState, Verb: parts[1]}, nil
 			}
 		}

@@ -11,6 +11,7 @@ require (
 )
 
 require (
+	github.com/gantry-dev/gantry/pkg/composition v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
@@ -26,3 +27,5 @@ replace github.com/gantry-dev/gantry/pkg/events => ../../pkg/events
 replace github.com/gantry-dev/gantry/pkg/consume => ../../pkg/consume
 
 replace github.com/gantry-dev/gantry/pkg/natsconn => ../../pkg/natsconn
+
+replace github.com/gantry-dev/gantry/pkg/composition => ../../pkg/composition

@@ -39,7 +39,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	svc, err := api.Register(nc, kv, log)
+	p := &project.Projector{Store: project.KVStore{KV: kv}, Log: log}
+	svc, err := api.Register(nc, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
+		return p.Rebuild(ctx, js, kv, checkOnly)
+	})
 	if err != nil {
 		return fmt.Errorf("state-store: micro: %w", err)
 	}
@@ -48,7 +51,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	p := &project.Projector{KV: kv, Log: log}
 	log.Info("state-store started")
 	return consume.Run(ctx, cons, p.Handle, consume.Options{Name: "state-store", Concurrency: 1, AckWait: events.EventAckWait, Logger: log})
 }

@@ -11,7 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -166,6 +168,7 @@ func newListCmd() *cobra.Command {
 func newStateCmd() *cobra.Command {
 	var cf connFlags
 	var host, output string
+	var rebuild, check bool
 	cmd := &cobra.Command{
 		Use:   "state",
 		Short: "Show what each host has: every node's last state across workflows",
@@ -176,6 +179,9 @@ func newStateCmd() *cobra.Command {
 				return err
 			}
 			defer nc.Close()
+			if rebuild || check {
+				return rebuildState(cmd, nc, cf, check)
+			}
 			var nodes []events.HostNode
 			if err := request(nc, events.StateHost, mustJSON(events.HostQuery{Host: host}), cf.timeout, &nodes); err != nil {
 				return stateErr(err)
@@ -201,6 +207,90 @@ func newStateCmd() *cobra.Command {
 	}
 	cf.add(cmd)
 	cmd.Flags().StringVar(&host, "host", "", "only this host")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
+	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
+	return cmd
+}
+
+func rebuildState(cmd *cobra.Command, nc *nats.Conn, cf connFlags, checkOnly bool) error {
+	var rep struct {
+		Keys      int      `json:"keys"`
+		UpTo      uint64   `json:"up_to"`
+		Differing []string `json:"differing"`
+		Rewritten bool     `json:"rewritten"`
+	}
+	if err := request(nc, events.StateRebuild, mustJSON(events.RebuildQuery{CheckOnly: checkOnly}), 5*time.Minute, &rep); err != nil {
+		return stateErr(err)
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "replayed the event stream up to sequence %d: %d documents, %d differ from the projection\n", rep.UpTo, rep.Keys, len(rep.Differing))
+	for _, k := range rep.Differing {
+		fmt.Fprintf(out, "  %s\n", k)
+	}
+	switch {
+	case rep.Rewritten:
+		fmt.Fprintln(out, "the projection was rewritten from the stream")
+	case checkOnly && len(rep.Differing) > 0:
+		return failed("the projection differs from the event stream")
+	}
+	return nil
+}
+
+func newDriftCmd() *cobra.Command {
+	var cf connFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "drift FILE",
+		Short: "Compare a composition with what its hosts have",
+		Long: `drift reports each node of the composition as ok (recorded done with the same
+spec), changed (another spec hash), or missing (never done, deleted, or not
+successful), and each node recorded on the composition's hosts but not in it
+as orphaned. It exits 0 when everything is ok and 1 when anything drifted.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := composition.ReadFile(args[0])
+			if err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var rep events.DriftReport
+			if err := request(nc, events.StateDrift, data, cf.timeout, &rep); err != nil {
+				var se *serviceError
+				var reply events.SubmitReply
+				if errors.As(err, &se) && json.Unmarshal(se.Body, &reply) == nil && len(reply.Errors) > 0 {
+					for _, m := range reply.Errors {
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", args[0], m)
+					}
+					return failed("%s is not a valid composition", args[0])
+				}
+				return stateErr(err)
+			}
+			if output == "json" {
+				if err := printJSON(cmd.OutOrStdout(), rep); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "HOST\tFORMULA\tNODE\tDRIFT\tRECORDED\tWORKFLOW")
+				for _, it := range rep.Items {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.Host, it.Formula, it.Node, it.Drift, it.HaveStatus, it.WorkflowID)
+				}
+				tw.Flush()
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d ok, %d changed, %d missing, %d orphaned\n", rep.Workflow,
+					rep.Counts[events.DriftOK], rep.Counts[events.DriftChanged], rep.Counts[events.DriftMissing], rep.Counts[events.DriftOrphaned])
+			}
+			if len(rep.Items) != rep.Counts[events.DriftOK] {
+				return failed("")
+			}
+			return nil
+		},
+	}
+	cf.add(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
 }

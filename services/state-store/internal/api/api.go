@@ -8,11 +8,15 @@ import (
 	"errors"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/services/state-store/internal/drift"
+	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -22,7 +26,10 @@ import (
 const Version = "0.1.0"
 
 // Register adds the state-store service.
-func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger) (micro.Service, error) {
+// Rebuilder rebuilds (or, checkOnly, compares) the projection from the stream.
+type Rebuilder func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error)
+
+func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, rebuild Rebuilder) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "gantry-state-store",
 		Version:     Version,
@@ -31,9 +38,9 @@ func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger) (micro.Ser
 	if err != nil {
 		return nil, err
 	}
-	s := &server{kv: kv, log: log}
+	s := &server{kv: kv, log: log, rebuild: rebuild}
 	g := svc.AddGroup("state")
-	for name, h := range map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host} {
+	for name, h := range map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift, "rebuild": s.rebuildHandler} {
 		if err := g.AddEndpoint(name, h); err != nil {
 			return nil, err
 		}
@@ -42,8 +49,53 @@ func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger) (micro.Ser
 }
 
 type server struct {
-	kv  jetstream.KeyValue
-	log *slog.Logger
+	kv      jetstream.KeyValue
+	log     *slog.Logger
+	rebuild Rebuilder
+}
+
+// drift compares the composition in the request body (YAML or JSON) with
+// the per-host projection of its hosts.
+func (s *server) drift(req micro.Request) {
+	c, err := composition.Load("", req.Data())
+	if err != nil {
+		var inv *dag.InvalidError
+		if errors.As(err, &inv) {
+			body, _ := json.Marshal(events.SubmitReply{Status: "rejected", Errors: inv.Messages(), Problems: inv.Problems})
+			_ = req.Error("400", "composition rejected: "+strconv.Itoa(len(inv.Problems))+" problem(s)", body)
+			return
+		}
+		_ = req.Error("400", err.Error(), nil)
+		return
+	}
+	p := dag.PlanLoaded(c)
+	cx, cancel := ctx()
+	defer cancel()
+	var recorded []events.HostNode
+	for name := range c.Hosts {
+		nodes, err := s.hostNodes(cx, events.HostNodePrefix(name))
+		if err != nil {
+			_ = req.Error("500", err.Error(), nil)
+			return
+		}
+		recorded = append(recorded, nodes...)
+	}
+	respond(req, drift.Compare(p, recorded))
+}
+
+func (s *server) rebuildHandler(req micro.Request) {
+	var q events.RebuildQuery
+	if !decode(req, &q) {
+		return
+	}
+	cx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := s.rebuild(cx, q.CheckOnly)
+	if err != nil {
+		_ = req.Error("500", "rebuild: "+err.Error(), nil)
+		return
+	}
+	respond(req, rep)
 }
 
 func ctx() (context.Context, context.CancelFunc) {
@@ -154,6 +206,27 @@ func (s *server) list(req micro.Request) {
 	respond(req, rows)
 }
 
+// hostNodes reads every per-host document under prefix, sorted by key.
+func (s *server) hostNodes(c context.Context, prefix string) ([]events.HostNode, error) {
+	keys, err := s.keys(c, prefix)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(keys)
+	nodes := []events.HostNode{}
+	for _, k := range keys {
+		e, err := s.kv.Get(c, k)
+		if err != nil {
+			continue
+		}
+		var hn events.HostNode
+		if json.Unmarshal(e.Value(), &hn) == nil {
+			nodes = append(nodes, hn)
+		}
+	}
+	return nodes, nil
+}
+
 func (s *server) host(req micro.Request) {
 	var q events.HostQuery
 	if !decode(req, &q) {
@@ -169,22 +242,10 @@ func (s *server) host(req micro.Request) {
 	}
 	c, cancel := ctx()
 	defer cancel()
-	keys, err := s.keys(c, prefix)
+	nodes, err := s.hostNodes(c, prefix)
 	if err != nil {
 		_ = req.Error("500", err.Error(), nil)
 		return
-	}
-	sort.Strings(keys)
-	nodes := []events.HostNode{}
-	for _, k := range keys {
-		e, err := s.kv.Get(c, k)
-		if err != nil {
-			continue
-		}
-		var hn events.HostNode
-		if json.Unmarshal(e.Value(), &hn) == nil {
-			nodes = append(nodes, hn)
-		}
 	}
 	respond(req, nodes)
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -19,13 +20,73 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Projector applies events to the gantry_state bucket.
+// Store holds projection documents: the gantry_state bucket, or memory
+// for a rebuild.
+type Store interface {
+	// Get returns the value and revision, or nil when the key is absent.
+	Get(ctx context.Context, key string) ([]byte, uint64, error)
+	// Put creates (rev 0) or compare-and-sets (rev > 0) a value.
+	Put(ctx context.Context, key string, val []byte, rev uint64) (uint64, error)
+}
+
+// KVStore is a Store on a JetStream KV bucket.
+type KVStore struct{ KV jetstream.KeyValue }
+
+func (s KVStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := s.KV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+func (s KVStore) Put(ctx context.Context, key string, val []byte, rev uint64) (uint64, error) {
+	if rev == 0 {
+		return s.KV.Create(ctx, key, val)
+	}
+	return s.KV.Update(ctx, key, val, rev)
+}
+
+// MemStore is a Store in memory.
+type MemStore struct {
+	Vals map[string][]byte
+	revs map[string]uint64
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore { return &MemStore{Vals: map[string][]byte{}, revs: map[string]uint64{}} }
+
+func (s *MemStore) Get(_ context.Context, key string) ([]byte, uint64, error) {
+	v, ok := s.Vals[key]
+	if !ok {
+		return nil, 0, nil
+	}
+	return v, s.revs[key], nil
+}
+
+func (s *MemStore) Put(_ context.Context, key string, val []byte, rev uint64) (uint64, error) {
+	if s.revs[key] != rev {
+		return 0, fmt.Errorf("%s: revision %d, not %d", key, s.revs[key], rev)
+	}
+	s.revs[key]++
+	s.Vals[key] = val
+	return s.revs[key], nil
+}
+
+// Projector applies events to a Store.
 type Projector struct {
-	KV  jetstream.KeyValue
-	Log *slog.Logger
+	Store Store
+	Log   *slog.Logger
+	// mu serializes events and rebuilds.
+	mu sync.Mutex
 	// cache of documents and their revisions (one replica applies in
 	// order; a conflicting write drops the entry and the event is retried)
 	cache map[string]cached
+	// applied is the highest stream sequence handled.
+	applied uint64
 }
 
 type cached struct {
@@ -35,6 +96,16 @@ type cached struct {
 
 // Handle is the consumer handler for every event.
 func (p *Projector) Handle(ctx context.Context, ev *consume.Event) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.apply(ctx, ev)
+	if err == nil || errors.Is(err, events.ErrMalformed) || errors.Is(err, events.ErrUnknownType) {
+		p.applied = max(p.applied, ev.Stream)
+	}
+	return err
+}
+
+func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
 	switch ev.Type.Family() {
 	case events.FamilyWorkflow:
 		var w events.WorkflowEvent
@@ -71,18 +142,18 @@ func get[T any](ctx context.Context, p *Projector, key string) (*T, uint64, erro
 	if c, ok := p.cache[key]; ok {
 		return c.val.(*T), c.rev, nil
 	}
-	e, err := p.KV.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
+	b, rev, err := p.Store.Get(ctx, key)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read %s: %w", key, err)
 	}
+	if b == nil {
+		return nil, 0, nil
+	}
 	v := new(T)
-	if err := json.Unmarshal(e.Value(), v); err != nil {
+	if err := json.Unmarshal(b, v); err != nil {
 		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
 	}
-	return v, e.Revision(), nil
+	return v, rev, nil
 }
 
 func (p *Projector) put(ctx context.Context, key string, v any, rev uint64) error {
@@ -90,12 +161,7 @@ func (p *Projector) put(ctx context.Context, key string, v any, rev uint64) erro
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", key, err)
 	}
-	var nrev uint64
-	if rev == 0 {
-		nrev, err = p.KV.Create(ctx, key, b)
-	} else {
-		nrev, err = p.KV.Update(ctx, key, b, rev)
-	}
+	nrev, err := p.Store.Put(ctx, key, b, rev)
 	if err != nil {
 		delete(p.cache, key)
 		return fmt.Errorf("write %s: %w", key, err)

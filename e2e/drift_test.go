@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go/micro"
+)
+
+func (s *stack) drift(c *dag.Composition) events.DriftReport {
+	s.t.Helper()
+	b, _ := json.Marshal(c)
+	msg, err := s.nc.Request(events.StateDrift, b, 10*time.Second)
+	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		s.t.Fatalf("drift: %v %s", err, msg.Data)
+	}
+	var rep events.DriftReport
+	json.Unmarshal(msg.Data, &rep)
+	return rep
+}
+
+func (s *stack) rebuild(checkOnly bool) (keys int, differing []string, rewritten bool) {
+	s.t.Helper()
+	b, _ := json.Marshal(events.RebuildQuery{CheckOnly: checkOnly})
+	msg, err := s.nc.Request(events.StateRebuild, b, time.Minute)
+	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		s.t.Fatalf("rebuild: %v %s", err, msg.Data)
+	}
+	var rep struct {
+		Keys      int      `json:"keys"`
+		Differing []string `json:"differing"`
+		Rewritten bool     `json:"rewritten"`
+	}
+	json.Unmarshal(msg.Data, &rep)
+	return rep.Keys, rep.Differing, rep.Rewritten
+}
+
+func TestDriftAndRebuild(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	dir := t.TempDir()
+	c := localComp(dir, "drifty", "")
+	if d := s.wait(s.mustSubmit(c), 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("create: %s", d.Status)
+	}
+	if rep := s.drift(localComp(dir, "drifty", "")); rep.Counts[events.DriftOK] != 4 || len(rep.Items) != 4 {
+		t.Fatalf("right after the run: %+v", rep)
+	}
+	// edit one node, drop one, add one
+	edited := localComp(dir, "drifty", "")
+	edited.Formulas[0].Nodes[0].Run += " # v2"
+	edited.Formulas[1].Nodes = edited.Formulas[1].Nodes[:1]
+	edited.Formulas[1].Nodes = append(edited.Formulas[1].Nodes, dag.Node{Name: "e", Run: "true"})
+	rep := s.drift(edited)
+	got := map[string]string{}
+	for _, it := range rep.Items {
+		got[it.Formula+"/"+it.Node] = it.Drift
+	}
+	want := map[string]string{"base/a": "changed", "base/b": "ok", "app/c": "ok", "app/e": "missing", "app/d": "orphaned"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	// the projection equals a replay of the stream; after damage, it does not,
+	// and a rebuild repairs it
+	s.waitFor("the state-store to catch up", 10*time.Second, func() bool {
+		cons, _ := s.js.Consumer(context.Background(), events.StreamEvents, events.ConsumerStateStore)
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	keys, diff, _ := s.rebuild(true)
+	if keys < 5 || len(diff) != 0 {
+		t.Fatalf("check: %d keys, differing %v", keys, diff)
+	}
+	kv, _ := s.js.KeyValue(context.Background(), events.BucketState)
+	kv.Put(context.Background(), events.HostNodeKey("me", "base", "a"), []byte(`{"status":"failed"}`))
+	kv.Put(context.Background(), "host.me.bogus.node", []byte(`{}`))
+	if _, diff, _ = s.rebuild(true); len(diff) != 2 {
+		t.Fatalf("after damage, differing %v", diff)
+	}
+	if _, diff, rewritten := s.rebuild(false); len(diff) != 2 || !rewritten {
+		t.Fatalf("rebuild: differing %v rewritten %v", diff, rewritten)
+	}
+	if _, diff, _ = s.rebuild(true); len(diff) != 0 {
+		t.Fatalf("after rebuild, differing %v", diff)
+	}
+	if rep := s.drift(localComp(dir, "drifty", "")); rep.Counts[events.DriftOK] != 4 {
+		t.Fatalf("drift after rebuild: %+v", rep.Counts)
+	}
+}

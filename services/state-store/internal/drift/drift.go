@@ -1,0 +1,75 @@
+// Package drift compares what a composition wants with what the per-host
+// projection records.
+package drift
+
+import (
+	"sort"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// Compare reports every node of the plan as ok, missing or changed, and
+// every node recorded done on one of the plan's hosts but absent from the
+// composition as orphaned. recorded holds the per-host projection of those
+// hosts. The result is sorted by host, formula, node.
+func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
+	rep := events.DriftReport{Workflow: p.Workflow, Counts: map[string]int{events.DriftOK: 0, events.DriftMissing: 0, events.DriftChanged: 0, events.DriftOrphaned: 0}}
+	type key struct{ host, formula, node string }
+	have := make(map[key]events.HostNode, len(recorded))
+	for _, hn := range recorded {
+		have[key{hn.Host, hn.Formula, hn.Node}] = hn
+	}
+	wanted := map[key]bool{}
+	hosts := map[string]bool{}
+	for i := range p.Formulas {
+		pf := &p.Formulas[i]
+		hosts[pf.Server] = true
+		for j := range pf.Nodes {
+			pn := &pf.Nodes[j]
+			k := key{pf.Server, pf.ID, pn.Name}
+			wanted[k] = true
+			it := events.DriftItem{Host: pf.Server, Formula: pf.ID, Node: pn.Name, WantSpec: pn.SpecHash}
+			hn, ok := have[k]
+			switch {
+			case !ok:
+				it.Drift = events.DriftMissing
+			case !present(hn):
+				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftMissing, hn.SpecHash, string(hn.Status), hn.WorkflowID
+			case hn.SpecHash != pn.SpecHash:
+				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftChanged, hn.SpecHash, string(hn.Status), hn.WorkflowID
+			default:
+				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftOK, hn.SpecHash, string(hn.Status), hn.WorkflowID
+			}
+			rep.Items = append(rep.Items, it)
+		}
+	}
+	for _, hn := range recorded {
+		k := key{hn.Host, hn.Formula, hn.Node}
+		if !hosts[hn.Host] || wanted[k] || !present(hn) {
+			continue
+		}
+		rep.Items = append(rep.Items, events.DriftItem{Host: hn.Host, Formula: hn.Formula, Node: hn.Node, Drift: events.DriftOrphaned,
+			HaveSpec: hn.SpecHash, HaveStatus: string(hn.Status), WorkflowID: hn.WorkflowID})
+	}
+	for _, it := range rep.Items {
+		rep.Counts[it.Drift]++
+	}
+	sort.Slice(rep.Items, func(i, j int) bool {
+		a, b := rep.Items[i], rep.Items[j]
+		if a.Host != b.Host {
+			return a.Host < b.Host
+		}
+		if a.Formula != b.Formula {
+			return a.Formula < b.Formula
+		}
+		return a.Node < b.Node
+	})
+	return rep
+}
+
+// present: the node's work is in place on the host (a create or check that
+// succeeded or was skipped; a delete that succeeded removed it).
+func present(hn events.HostNode) bool {
+	return hn.Status.Done() && hn.Operation != dag.OpDelete
+}

@@ -1,0 +1,146 @@
+package project
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Replay builds the projection from the event stream into memory, applying
+// every event up to stream sequence upTo (0: the whole stream).
+func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (*MemStore, error) {
+	mem := NewMemStore()
+	p := &Projector{Store: mem}
+	info, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	last := info.CachedInfo().State.LastSeq
+	if upTo == 0 || upTo > last {
+		upTo = last
+	}
+	if upTo == 0 {
+		return mem, nil
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	for {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2e9))
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+			seq := meta.Sequence.Stream
+			if seq > upTo {
+				return mem, nil
+			}
+			if env, err := events.Parse(m.Data()); err == nil {
+				ev := &consume.Event{Envelope: env, Subject: m.Subject(), Stream: seq}
+				if err := p.apply(ctx, ev); err != nil && !errors.Is(err, events.ErrMalformed) {
+					return nil, fmt.Errorf("replay at %d: %w", seq, err)
+				}
+			}
+			if seq == upTo {
+				return mem, nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("replay: stream ended before sequence %d", upTo)
+		}
+	}
+}
+
+// RebuildReport says how the live projection compares with a replay.
+type RebuildReport struct {
+	Keys      int      `json:"keys"`      // documents in the replay
+	UpTo      uint64   `json:"up_to"`     // last stream sequence replayed
+	Differing []string `json:"differing"` // keys whose live value differs (or is missing on one side)
+	Rewritten bool     `json:"rewritten"` // the live projection was replaced by the replay
+}
+
+// Rebuild replays the stream up to the last event the live projector
+// handled, compares, and unless checkOnly replaces the live documents.
+// Events wait while it runs.
+func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, checkOnly bool) (*RebuildReport, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	mem, err := Replay(ctx, js, p.applied)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string][]byte{}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, err
+	}
+	if err == nil {
+		for k := range lister.Keys() {
+			if !strings.HasPrefix(k, "wf.") && !strings.HasPrefix(k, "host.") {
+				continue
+			}
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			live[k] = e.Value()
+		}
+	}
+	rep := &RebuildReport{Keys: len(mem.Vals), UpTo: p.applied, Differing: []string{}}
+	for k, v := range mem.Vals {
+		if !sameJSON(v, live[k]) {
+			rep.Differing = append(rep.Differing, k)
+		}
+	}
+	for k := range live {
+		if _, ok := mem.Vals[k]; !ok {
+			rep.Differing = append(rep.Differing, k)
+		}
+	}
+	sort.Strings(rep.Differing)
+	if checkOnly || len(rep.Differing) == 0 {
+		return rep, nil
+	}
+	for _, k := range rep.Differing {
+		if v, ok := mem.Vals[k]; ok {
+			_, err = kv.Put(ctx, k, v)
+		} else {
+			err = kv.Delete(ctx, k)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rewrite %s: %w", k, err)
+		}
+	}
+	p.cache = nil
+	rep.Rewritten = true
+	return rep, nil
+}
+
+func sameJSON(a, b []byte) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
