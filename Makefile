@@ -10,7 +10,7 @@ FUZZTIME ?= 2m
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 6
 
-.PHONY: all build test vet fmt-check fuzz bench run clean tidy
+.PHONY: all build test vet fmt-check fuzz bench run clean tidy services chaos
 
 all: build test
 
@@ -27,6 +27,16 @@ vet:
 
 fmt-check:
 	@bad=$$(gofmt -l $(MODULE_DIRS)); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+
+## services: each service's binary, and nats-server from the version pinned in pkg/natsembed/go.mod.
+services:
+	@mkdir -p $(BIN)
+	for s in planner executor health-gate state-store; do $(GO) build -o $(BIN)/$$s ./services/$$s || exit 1; done
+	cd pkg/natsembed && $(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
+## chaos: kill -9 every service (and nats-server) during a 200-node run over 5 sshd hosts.
+chaos: services
+	$(GO) test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout 15m ./e2e
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 2m).
 fuzz:

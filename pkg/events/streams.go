@@ -40,9 +40,9 @@ const (
 	EventsMaxAge      = 30 * 24 * time.Hour
 	LogsMaxAge        = 24 * time.Hour
 	LogsMaxBytes      = 1 << 30
-	DuplicateWindow   = 2 * time.Minute // Nats-Msg-Id dedupe
-	WorkAckWait       = 30 * time.Second
-	EventAckWait      = 30 * time.Second
+	DuplicateWindow   = 2 * time.Minute  // Nats-Msg-Id dedupe
+	WorkAckWait       = 10 * time.Second // InProgress every third of it keeps long work alive
+	EventAckWait      = 10 * time.Second
 	MaxDeliverEvents  = 20 // then the message is given up and logged as poison
 	MaxDeliverWork    = 50
 	MaxMessageBytes   = 1 << 20

@@ -46,6 +46,24 @@ type Command struct {
 	Timeout time.Duration     // 0: no limit beyond ctx
 	// OnLine, when set, receives each output line as it is produced.
 	OnLine func(s Stream, line string)
+	// BeforeStart, when set, is called right before the process starts
+	// (after any connection is made). If it fails, nothing starts and Run
+	// returns its error. Callers record an attempt here, so that an
+	// attempt is counted exactly when a process was started.
+	BeforeStart func() error
+}
+
+// ErrNotStarted wraps a BeforeStart failure.
+var ErrNotStarted = errors.New("not started")
+
+func beforeStart(cmd Command) error {
+	if cmd.BeforeStart == nil {
+		return nil
+	}
+	if err := cmd.BeforeStart(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotStarted, err)
+	}
+	return nil
 }
 
 // Result is how a command ended.

@@ -33,6 +33,9 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	c.Env = os.Environ()
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = KillGrace
+	if err := beforeStart(cmd); err != nil {
+		return res, err
+	}
 	if err := c.Start(); err != nil {
 		return res, fmt.Errorf("start /bin/sh: %w", err)
 	}

@@ -332,6 +332,9 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	sess.Stdout, sess.Stderr = out, errOut
 	sess.Stdin = eofReader{}
 	remote := "printf '" + pidMarker + "%s\\n' \"$$\"; " + ex + "exec /bin/sh -c " + shellQuote(cmd.Script)
+	if err := beforeStart(cmd); err != nil {
+		return res, err
+	}
 	if err := sess.Start(remote); err != nil {
 		return res, fmt.Errorf("%w on %s: start: %w", ErrSession, r.address, err)
 	}

@@ -344,18 +344,34 @@ func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j i
 	bo.Reset()
 	slot := x.hostSlot(d.Ref.Host)
 	for rec.GenAttempts < maxAttempts {
-		rec.Attempt++
-		rec.GenAttempts++
-		rec.Generation, rec.Status, rec.SpecHash, rec.ExitCode = d.Generation, dag.NodeRunning, n.SpecHash, nil
-		if err := x.saveRecord(ctx, key, rec); err != nil {
-			return dag.NodeFailed, err
-		}
+		// The attempt is announced first and recorded right before its
+		// process starts (BeforeStart), so the recorded attempts are
+		// exactly the attempts that started something on the host.
+		next := rec
+		next.Attempt++
+		next.GenAttempts++
+		next.Generation, next.Status, next.SpecHash, next.ExitCode = d.Generation, dag.NodeRunning, n.SpecHash, nil
 		started := time.Now().UTC()
-		x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, rec.Attempt, &perr)
+		x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, next.Attempt, &perr)
 		if perr != nil {
 			return dag.NodeFailed, perr
 		}
-		final, ev, permanent := x.attempt(killCtx, d, j, runner, runnerErr, rec.Attempt, slot)
+		var recordErr error
+		recorded := false
+		record := func() error {
+			if recorded {
+				return nil
+			}
+			if recordErr = x.saveRecord(ctx, key, next); recordErr == nil {
+				recorded = true
+			}
+			return recordErr
+		}
+		final, ev, permanent := x.attempt(killCtx, d, j, runner, runnerErr, next.Attempt, slot, record)
+		if recordErr != nil {
+			return dag.NodeFailed, recordErr // nothing started; the dispatch is redelivered
+		}
+		rec = next
 		ended := time.Now().UTC()
 		ev.StartedAt, ev.EndedAt = &started, &ended
 		retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts && killCtx.Err() == nil
@@ -393,7 +409,7 @@ func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j i
 
 // attempt runs the node once: its check (create: exit 0 means skipped;
 // check: the verdict) and its command. permanent says retrying cannot help.
-func (x *Executor) attempt(ctx context.Context, d *events.Dispatch, j int, runner hostexec.Runner, runnerErr error, attempt int, slot chan struct{}) (dag.NodeState, *events.NodeEvent, bool) {
+func (x *Executor) attempt(ctx context.Context, d *events.Dispatch, j int, runner hostexec.Runner, runnerErr error, attempt int, slot chan struct{}, record func() error) (dag.NodeState, *events.NodeEvent, bool) {
 	n := d.Nodes[j]
 	ev := &events.NodeEvent{}
 	if runnerErr != nil {
@@ -414,7 +430,7 @@ func (x *Executor) attempt(ctx context.Context, d *events.Dispatch, j int, runne
 		x.Pub.Fire(events.HostLogs(d.Ref.Host, n.Name), ll)
 	}
 	run := func(script string) (hostexec.Result, error) {
-		return runner.Run(ctx, hostexec.Command{Script: script, Env: n.Env, Timeout: n.Timeout.D(), OnLine: lines})
+		return runner.Run(ctx, hostexec.Command{Script: script, Env: n.Env, Timeout: n.Timeout.D(), OnLine: lines, BeforeStart: record})
 	}
 	fill := func(res hostexec.Result, err error) {
 		if res.ExitCode >= 0 || err == nil {

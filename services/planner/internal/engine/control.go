@@ -70,6 +70,7 @@ func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, e
 		return nil, fmt.Errorf("%w: unknown verb %q", ErrConflict, verb)
 	}
 	if err != nil {
+		delete(e.cache, id) // reload the saved state next time
 		return nil, err
 	}
 	return &ControlReply{WorkflowID: id, Status: r.rec.Status, Generation: r.rec.Generation}, nil

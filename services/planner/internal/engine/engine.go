@@ -95,7 +95,11 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 	if err != nil || r == nil {
 		return err
 	}
-	return e.begin(ctx, r)
+	if err := e.begin(ctx, r); err != nil {
+		delete(e.cache, id)
+		return err
+	}
+	return nil
 }
 
 func (e *Engine) begin(ctx context.Context, r *run) error {
@@ -145,6 +149,7 @@ func (e *Engine) Resume(ctx context.Context) error {
 			err = e.act(ctx, r, r.plan.Step(r.state))
 		}
 		if err != nil {
+			delete(e.cache, id)
 			e.Log.Error("resume failed", "workflow_id", id, "err", err)
 		}
 	}
@@ -155,6 +160,16 @@ func (e *Engine) Resume(ctx context.Context) error {
 func (e *Engine) Handle(ctx context.Context, ev *consume.Event) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	err := e.handle(ctx, ev)
+	if err != nil {
+		// The run in memory may be ahead of its saved snapshot: forget it,
+		// so the redelivered event is applied to the saved state again.
+		e.cache = nil
+	}
+	return err
+}
+
+func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 	switch ev.Type.Family() {
 	case events.FamilyNode:
 		var n events.NodeEvent
