@@ -17,6 +17,7 @@ import (
 func newDevCmd() *cobra.Command {
 	var port int
 	var dataDir, logLevel string
+	var syncAlways bool
 	var ssh hostexec.SSHConfig
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -38,7 +39,7 @@ finishes the work in flight and stops.`,
 			if err := os.MkdirAll(dataDir, 0o755); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
-			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream")})
+			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncAlways: syncAlways})
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
@@ -56,6 +57,7 @@ finishes the work in flight and stops.`,
 	cmd.Flags().IntVar(&port, "port", 4222, "NATS client port (0 picks a free one)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where JetStream stores data (default $XDG_DATA_HOME/gantry/dev, else ~/.local/share/gantry/dev)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "fsync every JetStream write (survives power loss; slower)")
 	addSSHFlags(cmd, &ssh)
 	return cmd
 }
