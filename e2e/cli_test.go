@@ -65,6 +65,24 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 	if code, out = run("state", "--host", "me"); code != 0 || !strings.Contains(out, "me    a        n     failed") {
 		t.Fatalf("state: exit %d\n%s", code, out)
 	}
+	if code, out = run("retry", id); code != 0 || !strings.Contains(out, id+": running (generation 2)") {
+		t.Fatalf("retry: exit %d\n%s", code, out)
+	}
+	if code, out = run("watch", id); code != 1 || !strings.Contains(out, "workflow bad FAILED") {
+		t.Fatalf("watch after retry: exit %d\n%s", code, out)
+	}
+	if code, out = run("pause", id); code != 1 || !strings.Contains(out, "only a running workflow can be paused") {
+		t.Fatalf("pause of a failed workflow: exit %d\n%s", code, out)
+	}
+	if code, out = run("cancel", "nonexistent-id"); code != 1 || !strings.Contains(out, "no such workflow") {
+		t.Fatalf("cancel of an unknown workflow: exit %d\n%s", code, out)
+	}
+	if code, out = run("drift", bad); code != 1 || !strings.Contains(out, "bad: 0 ok, 0 changed, 2 missing, 0 orphaned") {
+		t.Fatalf("drift: exit %d\n%s", code, out)
+	}
+	if code, out = run("state", "--rebuild", "--check"); code != 0 || !strings.Contains(out, "0 differ") {
+		t.Fatalf("state --rebuild --check: exit %d\n%s", code, out)
+	}
 	if code, out = run("status", "nonexistent-id"); code != 1 || !strings.Contains(out, "no workflow nonexistent-id") {
 		t.Fatalf("status of an unknown id: exit %d\n%s", code, out)
 	}

@@ -114,3 +114,37 @@ func TestDeleteAndCheckOperations(t *testing.T) {
 		t.Fatalf("delete order %v, want %v", got, want)
 	}
 }
+
+// targets runs only the formulas holding the named nodes plus their
+// prerequisites; prerequisites already done are skipped but their gates
+// are checked again.
+func TestTargets(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	dir := t.TempDir()
+	c := localComp(dir, "tgt", "")
+	c.Formulas[0].HealthGate = &dag.HealthGate{Check: "grep -q base/a " + dir + "/markers", Timeout: dag.Duration(5 * time.Second), Retries: 2}
+	c.Formulas = append(c.Formulas, dag.Formula{ID: "other", Server: "me", Nodes: []dag.Node{{Name: "x", Run: "echo other/x >> " + dir + "/markers"}}})
+	c.Targets = []string{"a"} // only base
+	doc := s.wait(s.mustSubmit(c), 30*time.Second)
+	if doc.Status != dag.WorkflowSucceeded || len(doc.Formulas) != 1 || doc.Formulas["base"] == nil {
+		t.Fatalf("targets [a]: %s, formulas %v", doc.Status, doc.Formulas)
+	}
+	c2 := localComp(dir, "tgt", "")
+	c2.Formulas[0].HealthGate = c.Formulas[0].HealthGate
+	c2.Formulas = append(c2.Formulas, c.Formulas[2])
+	c2.Targets = []string{"d"} // app and its prerequisite base (done: skipped, gate re-checked)
+	doc = s.wait(s.mustSubmit(c2), 30*time.Second)
+	if doc.Status != dag.WorkflowSucceeded || doc.Formulas["other"] != nil {
+		t.Fatalf("targets [d]: %s, formulas %v", doc.Status, doc.Formulas)
+	}
+	if n := doc.Formulas["base"].Nodes["a"]; n.Status != dag.NodeSkipped {
+		t.Errorf("base/a = %s, want skipped", n.Status)
+	}
+	if h := doc.Formulas["base"].Health; h == nil || h.Status != events.HealthPass {
+		t.Errorf("base's gate not checked again: %+v", h)
+	}
+	got := strings.Join(lines(t, dir+"/markers"), ",")
+	if got != "base/a,base/b,app/c,app/d" {
+		t.Errorf("markers %s", got)
+	}
+}
