@@ -93,16 +93,34 @@ func TestTimeoutLeavesNoProcess(t *testing.T) {
 	}
 }
 
+// A cancel at any moment after the start, even before the command's first
+// output arrives, kills it on the host.
 func TestCancelKills(t *testing.T) {
 	for name, r := range runners(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			time.AfterFunc(300*time.Millisecond, cancel)
-			_, err := r.Run(ctx, Command{Script: "sleep 60"})
-			if !errors.Is(err, ErrCancelled) {
-				t.Fatalf("err = %v, want ErrCancelled", err)
-			}
-		})
+		for _, after := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 300 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s/%s", name, after), func(t *testing.T) {
+				marker := fmt.Sprintf("gantry-cancel-%s-%d", name, time.Now().UnixNano())
+				ctx, cancel := context.WithCancel(context.Background())
+				_, err := r.Run(ctx, Command{Script: "sleep 60; echo " + marker, BeforeStart: func() error {
+					time.AfterFunc(after, cancel)
+					return nil
+				}})
+				if !errors.Is(err, ErrCancelled) {
+					t.Fatalf("err = %v, want ErrCancelled", err)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					out, _ := exec.Command("pgrep", "-f", marker).Output()
+					if strings.TrimSpace(string(out)) == "" {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("left running after cancel: %s", out)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			})
+		}
 	}
 }
 

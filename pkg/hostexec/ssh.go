@@ -344,10 +344,14 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	select {
 	case werr = <-waited:
 	case <-rctx.Done():
+		// The group id is the command's first output line; a cancel right
+		// after the start may come before it, so wait for it a little.
 		var g int
 		select {
 		case g = <-pgid:
-		default:
+		case <-waited:
+			waited <- nil // ended by itself meanwhile; nothing to kill
+		case <-time.After(KillGrace):
 		}
 		r.killRemote(client, g)
 		_ = sess.Close()
