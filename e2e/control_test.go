@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -50,7 +51,7 @@ func (s *stack) waitFor(what string, timeout time.Duration, cond func() bool) {
 func TestCancelKillsRunningNodes(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1})
 	h := s.fleet.Hosts[0]
-	marker := "gantry-e2e-cancel-marker"
+	marker := fmt.Sprintf("gantry-e2e-cancel-%d", time.Now().UnixNano())
 	c := &dag.Composition{Name: "long", Hosts: map[string]dag.Host{"h": {Address: h.Addr, User: s.fleet.User}},
 		Formulas: []dag.Formula{
 			{ID: "slow", Server: "h", Nodes: []dag.Node{{Name: "wait", Run: "sleep 300 & sleep 301; echo " + marker}}},

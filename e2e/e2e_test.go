@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -245,7 +246,7 @@ func TestUnknownHostKeyRefused(t *testing.T) {
 func TestNodeTimeoutLeavesNoProcess(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1})
 	h := s.fleet.Hosts[0]
-	marker := "gantry-e2e-timeout-" + strings.ReplaceAll(t.Name(), "/", "-")
+	marker := fmt.Sprintf("gantry-e2e-timeout-%d", time.Now().UnixNano())
 	c := &dag.Composition{Name: "slow", Hosts: map[string]dag.Host{"h": {Address: h.Addr, User: s.fleet.User}},
 		Formulas: []dag.Formula{{ID: "f", Server: "h", Nodes: []dag.Node{{Name: "sleepy", Run: "sleep 300 & sleep 301; echo " + marker, Timeout: dag.Duration(time.Second)}}}}}
 	id := s.mustSubmit(c)
