@@ -10,7 +10,7 @@ FUZZTIME ?= 2m
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 6
 
-.PHONY: all build test vet fmt-check fuzz bench run clean tidy services chaos
+.PHONY: all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos
 
 all: build test
 
@@ -45,8 +45,13 @@ fuzz:
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) .
 	cd pkg/events && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
 
-## bench: the Go benchmarks, BENCHCOUNT runs each (feed to benchstat).
-bench:
+## bench: the scenarios side by side with OpenSSH, Ansible and a raw Go loop (BENCH=name runs one); see docs/performance.md.
+bench: build services
+	@command -v ansible-playbook >/dev/null || { echo "installing ansible-core (Debian)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ansible-core >/dev/null; }
+	$(GO) run ./bench -bin $(BIN) -out bench/results.json $(if $(BENCH),-scenario $(BENCH))
+
+## bench-go: the Go micro-benchmarks of pkg/dag, BENCHCOUNT runs each (feed to benchstat).
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./pkg/dag
 
 ## run: gantry dev (embedded NATS + all services), submit examples/hello.yaml, stream it to the end.

@@ -45,6 +45,8 @@ type Options struct {
 	Concurrency int           // handlers running at once (default 1: in order)
 	AckWait     time.Duration // the consumer's AckWait; InProgress every third of it
 	Logger      *slog.Logger
+	// stopping is closed when Run is asked to stop.
+	stopping <-chan struct{}
 	// NakDelay is the redelivery delay after the n-th failed delivery
 	// (default: 250ms doubling, capped at 30s).
 	NakDelay func(delivered uint64) time.Duration
@@ -78,6 +80,7 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	if err != nil {
 		return fmt.Errorf("%s: consume: %w", o.Name, err)
 	}
+	o.stopping = ctx.Done()
 	go func() {
 		<-ctx.Done()
 		iter.Drain()
@@ -111,6 +114,15 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	}
 }
 
+func (o Options) draining() bool {
+	select {
+	case <-o.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // handle runs one message through the handler and settles it.
 func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options) {
 	meta, err := msg.Metadata()
@@ -122,7 +134,7 @@ func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options) {
 	log := o.Logger.With("consumer", o.Name, "subject", msg.Subject(), "stream_seq", meta.Sequence.Stream, "delivered", meta.NumDelivered)
 	env, err := events.Parse(msg.Data())
 	if err != nil {
-		settle(msg, err, meta.NumDelivered, log, o)
+		settle(msg, err, meta.NumDelivered, o.draining(), log, o)
 		return
 	}
 	ev := &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg}
@@ -141,7 +153,7 @@ func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options) {
 	}()
 	err = safeCall(ctx, h, ev)
 	close(done)
-	settle(msg, err, meta.NumDelivered, log, o)
+	settle(msg, err, meta.NumDelivered, o.draining(), log, o)
 }
 
 // safeCall turns a handler panic into a poison error: one bad message must
@@ -155,11 +167,15 @@ func safeCall(ctx context.Context, h Handler, ev *Event) (err error) {
 	return h(ctx, ev)
 }
 
-func settle(msg jetstream.Msg, err error, delivered uint64, log *slog.Logger, o Options) {
+func settle(msg jetstream.Msg, err error, delivered uint64, draining bool, log *slog.Logger, o Options) {
 	switch {
+	case err == nil && !draining:
+		if aerr := msg.Ack(); aerr != nil {
+			log.Warn("ack failed; the message will be redelivered (handlers are idempotent)", "err", aerr)
+		}
 	case err == nil:
-		// Wait for the server to confirm: work is not done while its ack
-		// could still be lost with the process.
+		// Shutting down: wait for the server to confirm, so work done is
+		// not redone because its ack was lost with the process.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if aerr := msg.DoubleAck(ctx); aerr != nil {

@@ -77,9 +77,11 @@ type WorkflowEvent struct {
 	Ref
 	Status WorkflowState `json:"status"`
 	Run
-	// Counts of formulas by state when the event was published.
-	Formulas map[FormulaState]int `json:"formulas,omitempty"`
-	Reason   string               `json:"reason,omitempty"` // why paused, cancelled or failed
+	// Counts of formulas by state when the event was published, and the
+	// size of the plan.
+	Formulas   map[FormulaState]int `json:"formulas,omitempty"`
+	TotalNodes int                  `json:"total_nodes,omitempty"`
+	Reason     string               `json:"reason,omitempty"` // why paused, cancelled or failed
 }
 
 // FormulaEvent is published on decky.<host>.lifecycle.

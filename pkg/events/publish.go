@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,6 +59,69 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 	}
 	if err != nil {
 		return fmt.Errorf("publish %s on %s: %w", env.Type, subject, err)
+	}
+	return nil
+}
+
+// PublishAsync stores an event without waiting for the acknowledgement;
+// publishes on one connection keep their order in the stream. The caller
+// must check the returned future (see Batch) before relying on it.
+func (p *Publisher) PublishAsync(subject string, pl Payload, msgID string) (jetstream.PubAckFuture, error) {
+	env, err := NewAt(uuid.NewSHA1(idSpace, []byte(msgID)).String(), p.Source, p.now(), pl)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", env.Type, err)
+	}
+	f, err := p.JS.PublishAsync(subject, b, jetstream.WithMsgID(msgID))
+	if err != nil {
+		return nil, fmt.Errorf("publish %s on %s: %w", env.Type, subject, err)
+	}
+	return f, nil
+}
+
+// Batch collects asynchronous publishes and waits for them together.
+type Batch struct {
+	mu      sync.Mutex
+	futures []jetstream.PubAckFuture
+	err     error
+}
+
+// Add records a publish (or its immediate error).
+func (b *Batch) Add(f jetstream.PubAckFuture, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		if b.err == nil {
+			b.err = err
+		}
+		return
+	}
+	b.futures = append(b.futures, f)
+}
+
+// Wait returns the first failure among the publishes so far, waiting for
+// each to be acknowledged.
+func (b *Batch) Wait(ctx context.Context) error {
+	b.mu.Lock()
+	fs, err := b.futures, b.err
+	b.futures = nil
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		select {
+		case <-f.Ok():
+		case e := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, e)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("publish %s: no acknowledgement in 30s", f.Msg().Subject)
+		}
 	}
 	return nil
 }

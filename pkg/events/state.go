@@ -12,8 +12,13 @@ import (
 // MaxHostLog is how many log entries a host node keeps.
 const MaxHostLog = 50
 
-// Keys in the gantry_state bucket.
+// Keys in the gantry_state bucket: a workflow's summary, and one document
+// per formula, so an event rewrites a small document.
 func WorkflowDocKey(id string) string { return "wf." + id }
+func FormulaDocKey(id, formula string) string {
+	return "wf." + id + "." + formula
+}
+func FormulaDocPrefix(id string) string { return "wf." + id + "." }
 func HostNodeKey(host, formula, node string) string {
 	return "host." + host + "." + formula + "." + node
 }
@@ -21,29 +26,35 @@ func HostNodePrefix(host string) string { return "host." + host + "." }
 
 // WorkflowDoc is the per-workflow projection: every formula and node.
 type WorkflowDoc struct {
-	WorkflowID string                 `json:"workflow_id"`
-	Workflow   string                 `json:"workflow"`
-	Operation  dag.Operation          `json:"operation"`
-	Status     dag.WorkflowState      `json:"status"`
-	Generation int                    `json:"generation"`
-	Error      string                 `json:"error,omitempty"`
-	CreatedAt  time.Time              `json:"created_at"`
-	UpdatedAt  time.Time              `json:"updated_at"`
-	EndedAt    *time.Time             `json:"ended_at,omitempty"`
-	Formulas   map[string]*FormulaDoc `json:"formulas"`
-	LastSeq    uint64                 `json:"last_seq"` // stream sequence of the last event applied
+	WorkflowID string            `json:"workflow_id"`
+	Workflow   string            `json:"workflow"`
+	Operation  dag.Operation     `json:"operation"`
+	Status     dag.WorkflowState `json:"status"`
+	Generation int               `json:"generation"`
+	Error      string            `json:"error,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+	EndedAt    *time.Time        `json:"ended_at,omitempty"`
+	// Formulas is assembled from the per-formula documents when read;
+	// the stored summary has none.
+	Formulas     map[string]*FormulaDoc `json:"formulas,omitempty"`
+	FormulaCount int                    `json:"formula_count"`
+	NodeCount    int                    `json:"node_count"`
+	LastSeq      uint64                 `json:"last_seq"` // stream sequence of the last event applied
 }
 
 // FormulaDoc is one formula in a WorkflowDoc.
 type FormulaDoc struct {
-	Host      string              `json:"host"`
-	Status    dag.FormulaState    `json:"status"`
-	Blocker   string              `json:"blocker,omitempty"`
-	Error     string              `json:"error,omitempty"`
-	StartedAt *time.Time          `json:"started_at,omitempty"`
-	EndedAt   *time.Time          `json:"ended_at,omitempty"`
-	Health    *HealthDoc          `json:"health,omitempty"`
-	Nodes     map[string]*NodeDoc `json:"nodes"`
+	Generation int                 `json:"generation"`
+	LastSeq    uint64              `json:"last_seq"`
+	Host       string              `json:"host"`
+	Status     dag.FormulaState    `json:"status"`
+	Blocker    string              `json:"blocker,omitempty"`
+	Error      string              `json:"error,omitempty"`
+	StartedAt  *time.Time          `json:"started_at,omitempty"`
+	EndedAt    *time.Time          `json:"ended_at,omitempty"`
+	Health     *HealthDoc          `json:"health,omitempty"`
+	Nodes      map[string]*NodeDoc `json:"nodes"`
 }
 
 // HealthDoc is the latest health-gate result of a formula.

@@ -115,7 +115,10 @@ func Consumers() map[string][]jetstream.ConsumerConfig {
 				AckWait:        EventAckWait,
 				MaxDeliver:     MaxDeliverEvents,
 				DeliverPolicy:  jetstream.DeliverAllPolicy,
-				MaxAckPending:  1, // strictly in stream order, redeliveries included
+				// Not strictly ordered: the planner applies a transition only
+				// if it moves a formula forward in the current generation,
+				// so a late redelivery changes nothing.
+				MaxAckPending: 256,
 			},
 			{
 				Durable:       ConsumerStateStore,

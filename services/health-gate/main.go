@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // served only when GANTRY_PPROF names an address
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,6 +31,9 @@ func main() {
 	flag.IntVar(&cfg.Concurrency, "concurrency", 32, "gates checked at once")
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
 	flag.Parse()
+	if addr := os.Getenv("GANTRY_PPROF"); addr != "" {
+		go func() { log.Warn("pprof", "err", http.ListenAndServe(addr, nil)) }()
+	}
 	host, _ := os.Hostname()
 	cfg.Instance = fmt.Sprintf("health-gate/%s-%d", host, os.Getpid())
 	cfg.Log = log

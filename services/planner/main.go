@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // served only when GANTRY_PPROF names an address
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,6 +25,9 @@ func main() {
 	flag.StringVar(&url, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
 	flag.Parse()
+	if addr := os.Getenv("GANTRY_PPROF"); addr != "" {
+		go func() { log.Warn("pprof", "err", http.ListenAndServe(addr, nil)) }()
+	}
 	host, _ := os.Hostname()
 	cfg.Instance = fmt.Sprintf("planner/%s-%d", host, os.Getpid())
 	cfg.Log = log

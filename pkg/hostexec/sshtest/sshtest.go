@@ -57,7 +57,7 @@ type Fleet struct {
 	KnownHosts string // host keys of every host
 	User       string
 	Hosts      []*Host
-	t          testing.TB
+	fail       func(format string, args ...any)
 }
 
 // Host is one sshd.
@@ -77,27 +77,65 @@ type Options struct {
 	ExtraConfig []string
 }
 
-// Start starts n sshd hosts named host-0..host-n-1 and stops them when the
-// test ends.
+// Start starts n sshd hosts named host-0..host-n-1 for a test and stops
+// them when it ends.
 func Start(t testing.TB, n int, opts Options) *Fleet {
 	t.Helper()
 	EnsureSSHD(t)
-	dir := t.TempDir()
-	f := &Fleet{Dir: dir, KeyFile: filepath.Join(dir, "id_ed25519"), KnownHosts: filepath.Join(dir, "known_hosts"), t: t}
+	f, err := launch(t.TempDir(), n, opts, t.Fatalf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// Launch is Start outside a test (benchmarks): sshd must be installed;
+// the caller calls Close.
+func Launch(dir string, n int, opts Options) (*Fleet, error) {
+	if _, err := os.Stat(SSHD); err != nil {
+		return nil, fmt.Errorf("sshd not installed: %w", err)
+	}
+	_ = os.MkdirAll("/run/sshd", 0o755)
+	return launch(dir, n, opts, func(format string, args ...any) { panic(fmt.Sprintf(format, args...)) })
+}
+
+// Close stops every host.
+func (f *Fleet) Close() {
+	for _, h := range f.Hosts {
+		h.Stop()
+	}
+}
+
+func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet, error) {
+	f := &Fleet{Dir: dir, KeyFile: filepath.Join(dir, "id_ed25519"), KnownHosts: filepath.Join(dir, "known_hosts"), fail: fail}
 	f.User = os.Getenv("USER")
 	if f.User == "" {
 		f.User = "root"
 	}
-	userPub := writeKey(t, f.KeyFile)
+	userPub, err := writeKey(f.KeyFile)
+	if err != nil {
+		return nil, err
+	}
 	authorized := filepath.Join(dir, "authorized_keys")
-	must(t, os.WriteFile(authorized, ssh.MarshalAuthorizedKey(userPub), 0o600))
+	if err := os.WriteFile(authorized, ssh.MarshalAuthorizedKey(userPub), 0o600); err != nil {
+		return nil, err
+	}
 	var known strings.Builder
 	for i := 0; i < n; i++ {
 		h := &Host{Name: fmt.Sprintf("host-%d", i), Dir: filepath.Join(dir, fmt.Sprintf("host-%d", i)), fleet: f}
-		must(t, os.MkdirAll(h.Dir, 0o755))
+		if err := os.MkdirAll(h.Dir, 0o755); err != nil {
+			return nil, err
+		}
 		hostKey := filepath.Join(h.Dir, "ssh_host_ed25519_key")
-		hostPub := writeKey(t, hostKey)
-		port := freePort(t)
+		hostPub, err := writeKey(hostKey)
+		if err != nil {
+			return nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
 		h.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		cfg := []string{
 			"Port " + strconv.Itoa(port),
@@ -121,25 +159,23 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 		}
 		cfg = append(cfg, opts.ExtraConfig...)
 		h.cfgPath = filepath.Join(h.Dir, "sshd_config")
-		must(t, os.WriteFile(h.cfgPath, []byte(strings.Join(cfg, "\n")+"\n"), 0o600))
+		if err := os.WriteFile(h.cfgPath, []byte(strings.Join(cfg, "\n")+"\n"), 0o600); err != nil {
+			return nil, err
+		}
 		known.WriteString(knownhosts.Line([]string{knownhosts.Normalize(h.Addr)}, hostPub) + "\n")
 		f.Hosts = append(f.Hosts, h)
 	}
-	must(t, os.WriteFile(f.KnownHosts, []byte(known.String()), 0o600))
+	if err := os.WriteFile(f.KnownHosts, []byte(known.String()), 0o600); err != nil {
+		return nil, err
+	}
 	for _, h := range f.Hosts {
 		h.Start()
 	}
-	t.Cleanup(func() {
-		for _, h := range f.Hosts {
-			h.Stop()
-		}
-	})
-	return f
+	return f, nil
 }
 
 // Start starts (or restarts) the host's sshd and waits until it listens.
 func (h *Host) Start() {
-	t := h.fleet.t
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cmd != nil {
@@ -151,7 +187,8 @@ func (h *Host) Start() {
 	// down with the listener, as a host going down would.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start sshd %s: %v", h.Name, err)
+		h.fleet.fail("start sshd %s: %v", h.Name, err)
+		return
 	}
 	h.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
@@ -163,7 +200,7 @@ func (h *Host) Start() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("sshd %s not listening on %s after 10s", h.Name, h.Addr)
+	h.fleet.fail("sshd %s not listening on %s after 10s", h.Name, h.Addr)
 }
 
 // Stop kills the host's sshd and its connections, as if the host went
@@ -220,28 +257,30 @@ func descendants(pid int) []int {
 	return out
 }
 
-func writeKey(t testing.TB, path string) ssh.PublicKey {
+func writeKey(path string) (ssh.PublicKey, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	must(t, err)
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	must(t, err)
-	must(t, os.WriteFile(path, pem.EncodeToMemory(block), 0o600))
-	sp, err := ssh.NewPublicKey(pub)
-	must(t, err)
-	must(t, os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sp), 0o644))
-	return sp
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return nil, err
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return nil, err
+	}
+	return sp, os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sp), 0o644)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -57,18 +57,18 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	hosts := hostexec.NewHosts(cfg.SSH)
 	defer hosts.Close()
-	wfs, err := js.KeyValue(ctx, events.BucketWorkflows)
+	runs, err := js.KeyValue(ctx, events.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	x := &formula.Executor{
-		Workflows: wfs,
-		Hosts:     hosts,
-		Nodes:     kv,
-		Pub:       &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log},
-		Actor:     cfg.Instance,
-		PerHost:   cfg.PerHost,
-		Log:       log,
+		Runs:    runs,
+		Hosts:   hosts,
+		Nodes:   kv,
+		Pub:     &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log},
+		Actor:   cfg.Instance,
+		PerHost: cfg.PerHost,
+		Log:     log,
 	}
 	// A cancelled workflow's running nodes are killed here.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {

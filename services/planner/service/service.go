@@ -37,7 +37,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log}
-	for bucket, dst := range map[string]*jetstream.KeyValue{events.BucketWorkflows: &e.Workflows, events.BucketRuns: &e.Runs, events.BucketState: &e.State} {
+	for bucket, dst := range map[string]*jetstream.KeyValue{events.BucketWorkflows: &e.Workflows, events.BucketRuns: &e.Runs, events.BucketState: &e.State, events.BucketNodes: &e.Nodes} {
 		if *dst, err = js.KeyValue(ctx, bucket); err != nil {
 			return fmt.Errorf("planner: bucket %s: %w", bucket, err)
 		}

@@ -32,9 +32,10 @@ type Executor struct {
 	Actor   string
 	PerHost int // nodes running at once per host (default 8)
 	Log     *slog.Logger
-	// Workflows is the planner's gantry_workflows bucket, read to skip work
-	// of a workflow that was cancelled before its dispatch arrived.
-	Workflows jetstream.KeyValue
+	// Runs is the planner's gantry_runs bucket (run snapshots: small, with
+	// the run's status and generation), read to skip work of a workflow
+	// that was cancelled, or retried, before its dispatch arrived.
+	Runs jetstream.KeyValue
 
 	mu      sync.Mutex
 	sems    map[string]chan struct{}
@@ -73,10 +74,10 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 // cancelled reports whether the planner has cancelled the workflow, or
 // moved on to a later generation, so this dispatch must not run.
 func (x *Executor) cancelled(ctx context.Context, d *events.Dispatch) bool {
-	if x.Workflows == nil {
+	if x.Runs == nil {
 		return false
 	}
-	e, err := x.Workflows.Get(ctx, d.WorkflowID)
+	e, err := x.Runs.Get(ctx, d.WorkflowID)
 	if err != nil {
 		return false
 	}
@@ -136,11 +137,11 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	}
 	killCtx, kill := context.WithCancel(ctx)
 	defer kill()
+	batch := &events.Batch{}
+	ctx = withBatch(ctx, batch)
 	defer x.track(d.WorkflowID, &kill)()
 	runEv := &events.FormulaEvent{Ref: fref, Status: dag.FormulaRunning, Run: events.Run{Attempt: d.Generation, StartedAt: &started}}
-	if err := x.Pub.Publish(ctx, events.HostLifecycle(d.Ref.Host), runEv, msgID(d.Ref, "", "formula-running", 0)); err != nil {
-		return err
-	}
+	batch.Add(x.Pub.PublishAsync(events.HostLifecycle(d.Ref.Host), runEv, msgID(d.Ref, "", "formula-running", 0)))
 	runner, rerr := x.Hosts.Runner(string(d.Host.Transport), d.Host.Address, d.Host.User)
 	states := make([]dag.NodeState, len(pf.Nodes))
 	for i := range states {
@@ -184,6 +185,9 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		if r.state == dag.NodeFailed {
 			failedNames = append(failedNames, pf.Nodes[r.index].Name)
 		}
+	}
+	if publishErr == nil {
+		publishErr = batch.Wait(ctx) // every node event stored before the outcome
 	}
 	if publishErr != nil {
 		return publishErr // the outcome is incomplete: let JetStream redeliver
@@ -259,9 +263,27 @@ func (x *Executor) publishNode(ctx context.Context, d *events.Dispatch, j int, e
 	if ev.WillRetry {
 		what += "-retry"
 	}
-	if err := x.Pub.Publish(ctx, events.HostLifecycle(d.Ref.Host), ev, msgID(d.Ref, n.Name, what, attempt)); err != nil && *errp == nil {
+	subject, id := events.HostLifecycle(d.Ref.Host), msgID(d.Ref, n.Name, what, attempt)
+	if b := batchOf(ctx); b != nil {
+		b.Add(x.Pub.PublishAsync(subject, ev, id))
+		return
+	}
+	if err := x.Pub.Publish(ctx, subject, ev, id); err != nil && *errp == nil {
 		*errp = err
 	}
+}
+
+type batchKey struct{}
+
+// withBatch makes node events of this formula asynchronous, collected in b
+// and waited for before the formula's outcome is published.
+func withBatch(ctx context.Context, b *events.Batch) context.Context {
+	return context.WithValue(ctx, batchKey{}, b)
+}
+
+func batchOf(ctx context.Context) *events.Batch {
+	b, _ := ctx.Value(batchKey{}).(*events.Batch)
+	return b
 }
 
 func (x *Executor) hostSlot(host string) chan struct{} {

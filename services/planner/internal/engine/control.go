@@ -111,11 +111,6 @@ func (e *Engine) retry(ctx context.Context, r *run) error {
 		case dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled, dag.FormulaUnhealthy,
 			dag.FormulaReady, dag.FormulaRunning, dag.FormulaGating:
 			_ = r.state.SetFormula(i, dag.FormulaPending, -1)
-			for j, ns := range r.state.Nodes(i) {
-				if !ns.Done() {
-					_ = r.state.SetNode(i, j, dag.NodePending)
-				}
-			}
 		}
 	}
 	r.rec.Generation++

@@ -5,6 +5,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ type Engine struct {
 	Workflows jetstream.KeyValue // events.BucketWorkflows
 	Runs      jetstream.KeyValue // events.BucketRuns
 	State     jetstream.KeyValue // events.BucketState (read: per-host projection)
+	Nodes     jetstream.KeyValue // events.BucketNodes (read: the executor's node records)
 	Pub       *events.Publisher
 	Log       *slog.Logger
 
@@ -172,22 +174,9 @@ func (e *Engine) Handle(ctx context.Context, ev *consume.Event) error {
 func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 	switch ev.Type.Family() {
 	case events.FamilyNode:
-		var n events.NodeEvent
-		if err := events.DecodeData(ev.Envelope, &n); err != nil {
-			return err
-		}
-		r, i, ok, err := e.target(ctx, n.Ref)
-		if !ok || err != nil {
-			return err
-		}
-		j := nodeIndex(&r.plan.Formulas[i], n.Node)
-		if j < 0 || n.WillRetry || !nodeAdvances(r.state.Nodes(i)[j], n.Status) {
-			return nil
-		}
-		if err := r.state.SetNode(i, j, n.Status); err != nil {
-			return consume.Poison(err)
-		}
-		return e.saveSnapshot(ctx, r)
+		// Runs are stepped on formula outcomes; node outcomes are the
+		// executor's records (gantry_nodes), read where needed (rollback).
+		return nil
 	case events.FamilyFormula:
 		var f events.FormulaEvent
 		if err := events.DecodeData(ev.Envelope, &f); err != nil {
@@ -264,13 +253,6 @@ func rank(s dag.FormulaState) int {
 	return 5 // healthy, unhealthy, failed, blocked, cancelled: final
 }
 
-func nodeAdvances(cur, next dag.NodeState) bool {
-	if cur.Terminal() {
-		return false
-	}
-	return next != dag.NodePending && !(cur == dag.NodeRunning && next == dag.NodeRunning)
-}
-
 func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaState) error {
 	cur := r.state.Formula(i)
 	if rank(st) <= rank(cur) {
@@ -287,7 +269,11 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 			return err
 		}
 	}
-	return e.act(ctx, r, r.plan.StepAfter(r.state, i))
+	d := r.plan.StepAfter(r.state, i)
+	if st == dag.FormulaRunning && d.Empty() {
+		return nil // nothing follows from "running"; the snapshot may keep "ready"
+	}
+	return e.act(ctx, r, d)
 }
 
 // act turns a decision into messages, then records it. Publishing first
@@ -340,9 +326,10 @@ func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) e
 		// However the rollback went, the workflow failed; say what was undone.
 		deleted, total := 0, 0
 		for i := range r.plan.Formulas {
-			for _, ns := range r.state.Nodes(i) {
+			pf := &r.plan.Formulas[i]
+			for j := range pf.Nodes {
 				total++
-				if ns == dag.NodeSucceeded {
+				if e.nodeRecord(ctx, r.rec.ID, dag.OpDelete, pf.ID, pf.Nodes[j].Name) == dag.NodeSucceeded {
 					deleted++
 				}
 			}
@@ -380,7 +367,7 @@ func (e *Engine) ref(r *run, i int) events.Ref {
 // startRollback replaces the failed run with a delete run over the nodes
 // that succeeded in it, in reverse dependency order, as a new generation.
 func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error {
-	rb, skipped := rollbackComposition(r)
+	rb, skipped := e.rollbackComposition(ctx, r)
 	r.rec.FailReason = reason
 	if rb == nil {
 		r.rec.Status = dag.WorkflowFailed
@@ -417,15 +404,15 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 // formulas and nodes that succeeded (not those skipped: they were there
 // before), with their dependencies among themselves, as operation delete.
 // Nodes without a delete command are counted and left in place.
-func rollbackComposition(r *run) (*dag.Composition, int) {
+func (e *Engine) rollbackComposition(ctx context.Context, r *run) (*dag.Composition, int) {
 	src := r.rec.Composition
 	keep := map[string]map[string]bool{}
 	skipped := 0
 	for i := range r.plan.Formulas {
 		pf := &r.plan.Formulas[i]
 		spec := r.plan.Spec(i)
-		for j, ns := range r.state.Nodes(i) {
-			if ns != dag.NodeSucceeded {
+		for j := range pf.Nodes {
+			if e.nodeRecord(ctx, r.rec.ID, dag.OpCreate, pf.ID, pf.Nodes[j].Name) != dag.NodeSucceeded {
 				continue
 			}
 			if spec.Nodes[j].Delete == "" {
@@ -494,12 +481,25 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) error {
 		d.Nodes[j] = events.WorkNode{Name: pn.Name, Command: pn.Command, Check: pn.Check, DependsOn: pn.DependsOn,
 			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name]}
 	}
-	// "ready" goes first so that, in the stream, it precedes the executor's
-	// "running" for the same formula.
-	if err := e.publishFormula(ctx, r, i, dag.FormulaReady, ""); err != nil {
+	// "ready" goes first (asynchronously, but on the same connection, so
+	// in order) so that in the stream it precedes the executor's "running";
+	// the dispatch is then stored synchronously, which also means the
+	// "ready" before it was.
+	f, err := e.Pub.PublishAsync(events.HostLifecycle(pf.Server), e.formulaEvent(r, i, dag.FormulaReady, ""), e.msgID(r, pf.ID, string(dag.FormulaReady)))
+	if err != nil {
 		return err
 	}
-	return e.Pub.Publish(ctx, events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch"))
+	if err := e.Pub.Publish(ctx, events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch")); err != nil {
+		return err
+	}
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return fmt.Errorf("publish ready of %s: %w", pf.ID, err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (e *Engine) gate(ctx context.Context, r *run, i int) error {
@@ -528,12 +528,11 @@ func (e *Engine) stopFormula(ctx context.Context, r *run, b dag.Blocked, fs dag.
 		if err := e.Pub.Publish(ctx, events.HostLifecycle(pf.Server), ev, e.msgID(r, pf.ID, ev.Node, string(ns))); err != nil {
 			return err
 		}
-		_ = r.state.SetNode(b.Formula, j, ns)
 	}
 	return e.publishFormula(ctx, r, b.Formula, fs, blocker)
 }
 
-func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.FormulaState, blocker string) error {
+func (e *Engine) formulaEvent(r *run, i int, st dag.FormulaState, blocker string) *events.FormulaEvent {
 	now := time.Now().UTC()
 	ev := &events.FormulaEvent{Ref: e.ref(r, i), Status: st, Blocker: blocker, Run: events.Run{Attempt: r.rec.Generation}}
 	switch st {
@@ -542,6 +541,11 @@ func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.Formu
 	default:
 		ev.EndedAt = &now
 	}
+	return ev
+}
+
+func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.FormulaState, blocker string) error {
+	ev := e.formulaEvent(r, i, st, blocker)
 	return e.Pub.Publish(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
 }
 
@@ -556,17 +560,25 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 	ev.Formulas = map[dag.FormulaState]int{}
 	for i := range r.plan.Formulas {
 		ev.Formulas[r.state.Formula(i)]++
+		ev.TotalNodes += len(r.plan.Formulas[i].Nodes)
 	}
 	return e.Pub.Publish(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st)))
 }
 
-func nodeIndex(pf *dag.PlannedFormula, name string) int {
-	for j := range pf.Nodes {
-		if pf.Nodes[j].Name == name {
-			return j
-		}
+// nodeRecord is a node's outcome as the executor recorded it ("" if none).
+func (e *Engine) nodeRecord(ctx context.Context, id string, op dag.Operation, formula, node string) dag.NodeState {
+	if e.Nodes == nil {
+		return ""
 	}
-	return -1
+	ent, err := e.Nodes.Get(ctx, events.NodeKey(id, op, formula, node))
+	if err != nil {
+		return ""
+	}
+	var rec struct {
+		Status dag.NodeState `json:"status"`
+	}
+	_ = json.Unmarshal(ent.Value(), &rec)
+	return rec.Status
 }
 
 func toSet(keys []string) map[string]bool {

@@ -35,14 +35,17 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if len(r.snap.Formulas) != len(r.plan.Formulas) {
 		return nil, fmt.Errorf("run %s: snapshot has %d formulas, plan %d", id, len(r.snap.Formulas), len(r.plan.Formulas))
 	}
-	for i, st := range r.snap.Formulas {
-		if err := r.state.SetFormula(i, st, r.snap.Blockers[i]); err != nil {
-			return nil, fmt.Errorf("run %s: %w", id, err)
+	for i := 0; i < len(r.snap.Formulas); i++ {
+		st, ok := letterStates[r.snap.Formulas[i]]
+		if !ok {
+			return nil, fmt.Errorf("run %s: bad state %q in snapshot", id, r.snap.Formulas[i])
 		}
-		for j, ns := range r.snap.Nodes[i] {
-			if j < len(r.state.Nodes(i)) {
-				_ = r.state.SetNode(i, j, ns)
-			}
+		b, blocked := r.snap.Blockers[i]
+		if !blocked {
+			b = -1
+		}
+		if err := r.state.SetFormula(i, st, b); err != nil {
+			return nil, fmt.Errorf("run %s: %w", id, err)
 		}
 	}
 	e.cacheRun(r)
@@ -60,14 +63,18 @@ func (e *Engine) cacheRun(r *run) {
 func (r *run) captureSnapshot() {
 	n := len(r.plan.Formulas)
 	r.snap.Generation = r.rec.Generation
-	r.snap.Formulas = make([]dag.FormulaState, n)
-	r.snap.Blockers = make([]int, n)
-	r.snap.Nodes = make([][]dag.NodeState, n)
+	b := make([]byte, n)
+	r.snap.Blockers = nil
 	for i := 0; i < n; i++ {
-		r.snap.Formulas[i] = r.state.Formula(i)
-		r.snap.Blockers[i] = r.state.Blocker(i)
-		r.snap.Nodes[i] = append([]dag.NodeState(nil), r.state.Nodes(i)...)
+		b[i] = stateLetters[r.state.Formula(i)]
+		if k := r.state.Blocker(i); k >= 0 && r.state.Formula(i) == dag.FormulaBlocked {
+			if r.snap.Blockers == nil {
+				r.snap.Blockers = map[int]int{}
+			}
+			r.snap.Blockers[i] = k
+		}
 	}
+	r.snap.Formulas = string(b)
 }
 
 // saveSnapshot writes the run state with a compare-and-set. If another

@@ -43,13 +43,29 @@ func (r *Record) plan() *dag.Plan {
 // Snapshot is the run state of a workflow, saved in gantry_runs after every
 // event that changes it, so a restarted planner resumes where it was.
 type Snapshot struct {
-	Generation int                `json:"generation"`
-	Status     dag.WorkflowState  `json:"status"`
-	StartedAt  time.Time          `json:"started_at"`
-	Formulas   []dag.FormulaState `json:"formulas"`
-	Blockers   []int              `json:"blockers"`
-	Nodes      [][]dag.NodeState  `json:"nodes"`
+	Generation int               `json:"generation"`
+	Status     dag.WorkflowState `json:"status"`
+	StartedAt  time.Time         `json:"started_at"`
+	// Formulas holds one letter per plan formula (see stateLetters), so a
+	// snapshot of 10,000 formulas is 10 kB.
+	Formulas string `json:"formulas"`
+	// Blockers maps a blocked formula's plan index to its blocker's.
+	Blockers map[int]int `json:"blockers,omitempty"`
 }
+
+// stateLetters encodes formula states in snapshots.
+var stateLetters = map[dag.FormulaState]byte{
+	dag.FormulaPending: 'p', dag.FormulaReady: 'r', dag.FormulaRunning: 'R', dag.FormulaSucceeded: 's', dag.FormulaGating: 'g',
+	dag.FormulaHealthy: 'h', dag.FormulaUnhealthy: 'u', dag.FormulaFailed: 'f', dag.FormulaBlocked: 'b', dag.FormulaCancelled: 'c',
+}
+
+var letterStates = func() map[byte]dag.FormulaState {
+	m := map[byte]dag.FormulaState{}
+	for s, l := range stateLetters {
+		m[l] = s
+	}
+	return m
+}()
 
 func getJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any) (uint64, error) {
 	e, err := kv.Get(ctx, key)

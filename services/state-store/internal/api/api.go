@@ -73,7 +73,7 @@ func (s *server) drift(req micro.Request) {
 	defer cancel()
 	var recorded []events.HostNode
 	for name := range c.Hosts {
-		nodes, err := s.hostNodes(cx, events.HostNodePrefix(name))
+		nodes, err := s.hostNodes(cx, events.HostNodePrefix(name)+">")
 		if err != nil {
 			_ = req.Error("500", err.Error(), nil)
 			return
@@ -142,11 +142,34 @@ func (s *server) workflow(req micro.Request) {
 		_ = req.Error("500", err.Error(), nil)
 		return
 	}
-	_ = req.Respond(e.Value())
+	var doc events.WorkflowDoc
+	if err := json.Unmarshal(e.Value(), &doc); err != nil {
+		_ = req.Error("500", "decode: "+err.Error(), nil)
+		return
+	}
+	keys, err := s.keys(c, events.FormulaDocPrefix(q.WorkflowID)+"*")
+	if err != nil {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	doc.Formulas = make(map[string]*events.FormulaDoc, len(keys))
+	prefix := events.FormulaDocPrefix(q.WorkflowID)
+	for _, k := range keys {
+		fe, err := s.kv.Get(c, k)
+		if err != nil {
+			continue
+		}
+		var f events.FormulaDoc
+		if json.Unmarshal(fe.Value(), &f) == nil {
+			doc.Formulas[strings.TrimPrefix(k, prefix)] = &f
+		}
+	}
+	respond(req, doc)
 }
 
-func (s *server) keys(c context.Context, prefix string) ([]string, error) {
-	l, err := s.kv.ListKeys(c)
+// keys lists the keys matching a NATS subject filter ("wf.*").
+func (s *server) keys(c context.Context, filter string) ([]string, error) {
+	l, err := s.kv.ListKeysFiltered(c, filter)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
 			return nil, nil
@@ -155,9 +178,7 @@ func (s *server) keys(c context.Context, prefix string) ([]string, error) {
 	}
 	var out []string
 	for k := range l.Keys() {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, k)
-		}
+		out = append(out, k)
 	}
 	return out, nil
 }
@@ -172,7 +193,7 @@ func (s *server) list(req micro.Request) {
 	}
 	c, cancel := ctx()
 	defer cancel()
-	keys, err := s.keys(c, "wf.")
+	keys, err := s.keys(c, "wf.*")
 	if err != nil {
 		_ = req.Error("500", err.Error(), nil)
 		return
@@ -188,10 +209,7 @@ func (s *server) list(req micro.Request) {
 			continue
 		}
 		row := events.WorkflowSummary{WorkflowID: d.WorkflowID, Workflow: d.Workflow, Operation: d.Operation, Status: d.Status,
-			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Formulas: len(d.Formulas)}
-		for _, f := range d.Formulas {
-			row.Nodes += len(f.Nodes)
-		}
+			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Formulas: d.FormulaCount, Nodes: d.NodeCount}
 		rows = append(rows, row)
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -206,9 +224,9 @@ func (s *server) list(req micro.Request) {
 	respond(req, rows)
 }
 
-// hostNodes reads every per-host document under prefix, sorted by key.
-func (s *server) hostNodes(c context.Context, prefix string) ([]events.HostNode, error) {
-	keys, err := s.keys(c, prefix)
+// hostNodes reads every per-host document matching filter, sorted by key.
+func (s *server) hostNodes(c context.Context, filter string) ([]events.HostNode, error) {
+	keys, err := s.keys(c, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -232,13 +250,13 @@ func (s *server) host(req micro.Request) {
 	if !decode(req, &q) {
 		return
 	}
-	prefix := "host."
+	prefix := "host.>"
 	if q.Host != "" {
 		if !dag.IsToken(q.Host) {
 			_ = req.Error("400", "host is not a token", nil)
 			return
 		}
-		prefix = events.HostNodePrefix(q.Host)
+		prefix = events.HostNodePrefix(q.Host) + ">"
 	}
 	c, cancel := ctx()
 	defer cancel()

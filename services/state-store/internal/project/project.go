@@ -173,17 +173,16 @@ func (p *Projector) put(ctx context.Context, key string, v any, rev uint64) erro
 	return nil
 }
 
-// workflowDoc loads (or starts) a workflow's document; ok is false when the
+// workflowDoc loads (or starts) a workflow's summary; ok is false when the
 // event was already applied.
 func (p *Projector) workflowDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.WorkflowDoc, uint64, bool, error) {
-	key := events.WorkflowDocKey(r.WorkflowID)
-	doc, rev, err := get[events.WorkflowDoc](ctx, p, key)
+	doc, rev, err := get[events.WorkflowDoc](ctx, p, events.WorkflowDocKey(r.WorkflowID))
 	if err != nil {
 		return nil, 0, false, err
 	}
 	if doc == nil {
 		doc = &events.WorkflowDoc{WorkflowID: r.WorkflowID, Workflow: r.Workflow, Operation: r.Operation, Status: dag.WorkflowAccepted,
-			Generation: r.Generation, CreatedAt: ev.Time, Formulas: map[string]*events.FormulaDoc{}}
+			Generation: r.Generation, CreatedAt: ev.Time}
 	}
 	if ev.Stream <= doc.LastSeq {
 		return nil, 0, false, nil
@@ -208,74 +207,87 @@ func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.W
 		if w.Status == dag.WorkflowAccepted {
 			doc.CreatedAt = ev.Time
 		}
+		if n := sum(w.Formulas); n > 0 {
+			doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
+		}
 	}
 	return p.put(ctx, events.WorkflowDocKey(w.WorkflowID), doc, rev)
 }
 
-func formulaDoc(doc *events.WorkflowDoc, r events.Ref) *events.FormulaDoc {
-	f, ok := doc.Formulas[r.Formula]
-	if !ok {
-		f = &events.FormulaDoc{Host: r.Host, Status: dag.FormulaPending, Nodes: map[string]*events.NodeDoc{}}
-		doc.Formulas[r.Formula] = f
+func sum(m map[events.FormulaState]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
 	}
-	return f
+	return n
+}
+
+// formulaDoc loads (or starts) one formula's document; ok is false when the
+// event was already applied or belongs to an older generation.
+func (p *Projector) formulaDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.FormulaDoc, uint64, bool, error) {
+	f, rev, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(r.WorkflowID, r.Formula))
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if f == nil {
+		f = &events.FormulaDoc{Host: r.Host, Status: dag.FormulaPending, Generation: r.Generation, Nodes: map[string]*events.NodeDoc{}}
+	}
+	if ev.Stream <= f.LastSeq || r.Generation < f.Generation {
+		return nil, 0, false, nil
+	}
+	f.LastSeq, f.Generation = ev.Stream, r.Generation
+	return f, rev, true, nil
 }
 
 func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.FormulaEvent) error {
-	doc, rev, ok, err := p.workflowDoc(ctx, ev, e.Ref)
+	f, rev, ok, err := p.formulaDoc(ctx, ev, e.Ref)
 	if !ok || err != nil {
 		return err
 	}
-	if e.Generation == doc.Generation {
-		f := formulaDoc(doc, e.Ref)
-		f.Status, f.Blocker, f.Error = e.Status, e.Blocker, e.Error
-		if e.Status == dag.FormulaRunning || (f.StartedAt == nil && e.StartedAt != nil) {
-			f.StartedAt = e.StartedAt
-		}
-		if e.EndedAt != nil {
-			f.EndedAt = e.EndedAt
-		}
+	f.Status, f.Blocker, f.Error = e.Status, e.Blocker, e.Error
+	if e.Status == dag.FormulaRunning || (f.StartedAt == nil && e.StartedAt != nil) {
+		f.StartedAt = e.StartedAt
 	}
-	return p.put(ctx, events.WorkflowDocKey(e.WorkflowID), doc, rev)
+	if e.EndedAt != nil {
+		f.EndedAt = e.EndedAt
+	}
+	return p.put(ctx, events.FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
 }
 
 func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
-	doc, rev, ok, err := p.workflowDoc(ctx, ev, e.Ref)
+	f, rev, ok, err := p.formulaDoc(ctx, ev, e.Ref)
 	if !ok || err != nil {
 		return err
 	}
-	if e.Generation == doc.Generation {
-		f := formulaDoc(doc, e.Ref)
-		n, ok := f.Nodes[e.Node]
-		if !ok {
-			n = &events.NodeDoc{Status: dag.NodePending}
-			f.Nodes[e.Node] = n
-		}
-		n.Transitions++
-		n.Operation = e.Operation
-		if e.Status == dag.NodeRunning {
-			n.Attempts++
-			n.StartedAt, n.EndedAt, n.ExitCode, n.Error = e.StartedAt, nil, nil, ""
-		}
-		if e.EndedAt != nil {
-			n.EndedAt = e.EndedAt
-		}
-		n.Status = e.Status
-		if e.WillRetry { // failed, but the node is still at work
-			n.Status = dag.NodeRunning
-		}
-		if e.ExitCode != nil {
-			n.ExitCode = e.ExitCode
-		}
-		if e.Error != "" {
-			n.Error = e.Error
-		}
-		n.Blocker, n.Check = e.Blocker, e.Check
-		if e.SpecHash != "" {
-			n.SpecHash = e.SpecHash
-		}
+	n, ok := f.Nodes[e.Node]
+	if !ok {
+		n = &events.NodeDoc{Status: dag.NodePending}
+		f.Nodes[e.Node] = n
 	}
-	return p.put(ctx, events.WorkflowDocKey(e.WorkflowID), doc, rev)
+	n.Transitions++
+	n.Operation = e.Operation
+	if e.Status == dag.NodeRunning {
+		n.Attempts++
+		n.StartedAt, n.EndedAt, n.ExitCode, n.Error = e.StartedAt, nil, nil, ""
+	}
+	if e.EndedAt != nil {
+		n.EndedAt = e.EndedAt
+	}
+	n.Status = e.Status
+	if e.WillRetry { // failed, but the node is still at work
+		n.Status = dag.NodeRunning
+	}
+	if e.ExitCode != nil {
+		n.ExitCode = e.ExitCode
+	}
+	if e.Error != "" {
+		n.Error = e.Error
+	}
+	n.Blocker, n.Check = e.Blocker, e.Check
+	if e.SpecHash != "" {
+		n.SpecHash = e.SpecHash
+	}
+	return p.put(ctx, events.FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
 }
 
 func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
@@ -322,13 +334,10 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 }
 
 func (p *Projector) health(ctx context.Context, ev *consume.Event, h *events.HealthEvent) error {
-	doc, rev, ok, err := p.workflowDoc(ctx, ev, h.Ref)
+	f, rev, ok, err := p.formulaDoc(ctx, ev, h.Ref)
 	if !ok || err != nil {
 		return err
 	}
-	if h.Generation == doc.Generation {
-		f := formulaDoc(doc, h.Ref)
-		f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error}
-	}
-	return p.put(ctx, events.WorkflowDocKey(h.WorkflowID), doc, rev)
+	f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error}
+	return p.put(ctx, events.FormulaDocKey(h.WorkflowID, h.Formula), f, rev)
 }

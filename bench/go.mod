@@ -1,0 +1,25 @@
+module github.com/gantry-dev/gantry/bench
+
+go 1.26.8
+
+require (
+	github.com/gantry-dev/gantry/pkg/dag v0.0.0
+	github.com/gantry-dev/gantry/pkg/events v0.0.0
+	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/nats-io/nats.go v1.55.0
+	golang.org/x/crypto v0.58.0
+)
+
+require (
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
+
+replace github.com/gantry-dev/gantry/pkg/dag => ../pkg/dag
+
+replace github.com/gantry-dev/gantry/pkg/events => ../pkg/events
+
+replace github.com/gantry-dev/gantry/pkg/hostexec => ../pkg/hostexec

@@ -1,0 +1,341 @@
+// Command bench measures gantry against the tools users would otherwise
+// pick: `make bench` (BENCH=<scenario> runs one). The services run as
+// separate processes against a real nats-server with file storage. It
+// prints a table and writes the same figures to bench/results.json.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/dag/dagtest"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+	"github.com/nats-io/nats.go"
+)
+
+// Scenario figures in results.json.
+type Scenario struct {
+	WallS         float64                       `json:"wall_s"` // median
+	Runs          []float64                     `json:"runs"`
+	Min           float64                       `json:"min_s"`
+	Max           float64                       `json:"max_s"`
+	Nodes         int                           `json:"nodes"`
+	NodesPerS     float64                       `json:"nodes_per_s"`
+	PerNodeMS     float64                       `json:"per_node_ms"`
+	ReadyP50MS    float64                       `json:"ready_to_running_p50_ms,omitempty"`
+	ReadyP99MS    float64                       `json:"ready_to_running_p99_ms,omitempty"`
+	PeakRSSMB     map[string]float64            `json:"peak_rss_mb,omitempty"`
+	CPUSeconds    map[string]float64            `json:"cpu_s,omitempty"`             // per process, all runs
+	LinkMS        map[string]float64            `json:"link_breakdown_ms,omitempty"` // chain: median of each segment of a link`
+	IdleRSSMB     map[string]float64            `json:"idle_rss_mb,omitempty"`
+	Peers         map[string]map[string]float64 `json:"peers,omitempty"`
+	RatioVsPeer   map[string]float64            `json:"ratio_vs_peer,omitempty"` // gantry wall / peer wall
+	Status        string                        `json:"status"`
+	Target        string                        `json:"target"`
+	Note          string                        `json:"note,omitempty"`
+	PerRunDetails []string                      `json:"-"`
+}
+
+type results struct {
+	Machine   string               `json:"machine"`
+	When      string               `json:"when"`
+	Scenarios map[string]*Scenario `json:"scenarios"`
+	DevMode   map[string]float64   `json:"gantry_dev,omitempty"`
+}
+
+func main() {
+	only := flag.String("scenario", os.Getenv("BENCH"), "run one scenario (chain-1000, fanout-1000, wide-1000, ssh-500, plan-100k, dev)")
+	runs := flag.Int("runs", 5, "runs per scenario")
+	sshRuns := flag.Int("ssh-runs", 3, "runs of ssh-500 and each peer")
+	ansibleRuns := flag.Int("ansible-runs", 1, "runs of the Ansible peer (slow)")
+	binDir := flag.String("bin", "bin", "where the service binaries and nats-server are")
+	out := flag.String("out", "bench/results.json", "results file")
+	flag.Parse()
+	abs, _ := filepath.Abs(*binDir)
+	res := &results{Machine: machine(), When: time.Now().UTC().Format(time.RFC3339), Scenarios: map[string]*Scenario{}}
+	if b, err := os.ReadFile(*out); err == nil && *only != "" {
+		_ = json.Unmarshal(b, res) // keep the other scenarios' last figures
+		res.When = time.Now().UTC().Format(time.RFC3339)
+	}
+	want := func(name string) bool { return *only == "" || *only == name }
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if want("plan-100k") {
+		res.Scenarios["plan-100k"] = planBench(*runs)
+	}
+	local := []struct {
+		name   string
+		comp   func() *dag.Composition
+		target string
+	}{
+		{"chain-1000", chain1000, "<= 1.5 ms per link, < 1.5 s"},
+		{"fanout-1000", fanout1000, ">= 2000 nodes/s"},
+		{"wide-1000", wide1000, ">= 2000 nodes/s"},
+	}
+	for _, sc := range local {
+		if !want(sc.name) {
+			continue
+		}
+		s, err := workflowBench(abs, sc.name, sc.comp, *runs, "", "")
+		if err != nil {
+			fail(err)
+		}
+		s.Target = sc.target
+		res.Scenarios[sc.name] = s
+	}
+	if want("ssh-500") {
+		s, err := sshBench(abs, *sshRuns, *ansibleRuns)
+		if err != nil {
+			fail(err)
+		}
+		res.Scenarios["ssh-500"] = s
+	}
+	if want("dev") || *only == "" {
+		d, err := devBench(abs)
+		if err != nil {
+			fail(err)
+		}
+		res.DevMode = d
+	}
+	printTable(res)
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Println("wrote", *out)
+}
+
+func machine() string {
+	cpu := "?"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	n := 0
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		n = strings.Count(string(b), "processor\t:")
+	}
+	return fmt.Sprintf("%s, %d cores", cpu, n)
+}
+
+func planBench(runs int) *Scenario {
+	var xs []float64
+	for i := 0; i < runs+1; i++ {
+		c := dagtest.Layered(10000, 10, 100)
+		start := time.Now()
+		if _, err := dag.NewPlan(c); err != nil {
+			panic(err)
+		}
+		if i > 0 { // the first run warms up
+			xs = append(xs, time.Since(start).Seconds())
+		}
+	}
+	s := &Scenario{Runs: xs, WallS: median(xs), Nodes: 100000, Target: "< 300 ms", Status: "ok"}
+	s.Min, s.Max = minMax(xs)
+	s.NodesPerS = float64(s.Nodes) / s.WallS
+	s.PerNodeMS = s.WallS * 1000 / float64(s.Nodes)
+	return s
+}
+
+// workflowBench runs a composition `runs` times on one fresh stack.
+func workflowBench(binDir, name string, comp func() *dag.Composition, runs int, key, known string) (*Scenario, error) {
+	st, err := startStack(binDir, key, known)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	nc, err := nats.Connect(st.url)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	if err := waitServices(nc); err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second)
+	idle, _ := st.rssByService()
+	s := &Scenario{IdleRSSMB: idle, Status: "succeeded"}
+	var lats []time.Duration
+	for i := 0; i < runs; i++ {
+		c := comp()
+		c.Reset = true // every run does the work
+		r, err := runWorkflow(nc, c, 5*time.Minute)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if r.Status != dag.WorkflowSucceeded {
+			s.Status = string(r.Status)
+		}
+		s.Runs = append(s.Runs, r.Wall.Seconds())
+		lats = append(lats, r.Latencies...)
+		s.Nodes = countNodes(c)
+		fmt.Printf("  %s run %d: %.3fs (%s)\n", name, i+1, r.Wall.Seconds(), r.Status)
+	}
+	_, s.PeakRSSMB = st.rssByService()
+	s.CPUSeconds = st.cpuByProcess()
+	if name == "chain-1000" {
+		s.LinkMS = lastBreakdown
+	}
+	s.WallS = median(s.Runs)
+	s.Min, s.Max = minMax(s.Runs)
+	s.NodesPerS = float64(s.Nodes) / s.WallS
+	s.PerNodeMS = s.WallS * 1000 / float64(s.Nodes)
+	s.ReadyP50MS = float64(percentile(lats, 0.50).Microseconds()) / 1000
+	s.ReadyP99MS = float64(percentile(lats, 0.99).Microseconds()) / 1000
+	return s, nil
+}
+
+func countNodes(c *dag.Composition) int {
+	n := 0
+	for _, f := range c.Formulas {
+		n += len(f.Nodes)
+	}
+	return n
+}
+
+func waitServices(nc *nats.Conn) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		_, e1 := nc.Request("workflow.validate", []byte("{}"), time.Second)
+		_, e2 := nc.Request("state.list", nil, time.Second)
+		if e1 == nil && e2 == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("services did not come up")
+}
+
+func sshBench(binDir string, runs, ansibleRuns int) (*Scenario, error) {
+	dir, _ := os.MkdirTemp("", "gantry-bench-ssh-")
+	defer os.RemoveAll(dir)
+	fleet, err := sshtest.Launch(dir, 5, sshtest.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.Close()
+	s, err := workflowBench(binDir, "ssh-500", func() *dag.Composition { return ssh500(fleet) }, runs, fleet.KeyFile, fleet.KnownHosts)
+	if err != nil {
+		return nil, err
+	}
+	s.Target = "<= 1.35x the raw Go loop"
+	s.Peers = map[string]map[string]float64{}
+	s.RatioVsPeer = map[string]float64{}
+	peer := func(name string, n int, f func() (time.Duration, error)) error {
+		var xs []float64
+		for i := 0; i < n; i++ {
+			d, err := f()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			xs = append(xs, d.Seconds())
+			fmt.Printf("  ssh-500 peer %s run %d: %.3fs\n", name, i+1, d.Seconds())
+		}
+		lo, hi := minMax(xs)
+		s.Peers[name] = map[string]float64{"wall_s": median(xs), "min_s": lo, "max_s": hi, "runs": float64(len(xs))}
+		s.RatioVsPeer[name] = s.WallS / median(xs)
+		return nil
+	}
+	if err := peer("floor", runs, func() (time.Duration, error) { return floor(fleet) }); err != nil {
+		return nil, err
+	}
+	if err := peer("openssh", runs, func() (time.Duration, error) { return openssh(fleet, dir) }); err != nil {
+		return nil, err
+	}
+	if ansibleRuns > 0 {
+		if err := peer("ansible", ansibleRuns, func() (time.Duration, error) { return ansible(fleet, dir) }); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// devBench: `gantry dev` (one process) idle, and fanout-1000 on it once.
+func devBench(binDir string) (map[string]float64, error) {
+	dir, _ := os.MkdirTemp("", "gantry-bench-dev-")
+	defer os.RemoveAll(dir)
+	logf, _ := os.Create(filepath.Join(dir, "dev.log"))
+	defer logf.Close()
+	port := freePort()
+	p, err := startProc("gantry dev", logf, nil, filepath.Join(binDir, "gantry"), "dev", "--port", fmt.Sprint(port), "--data-dir", filepath.Join(dir, "data"), "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	if err := waitPort(port); err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	if err := waitServices(nc); err != nil {
+		return nil, err
+	}
+	time.Sleep(2 * time.Second)
+	idle, _ := rss(p.cmd.Process.Pid)
+	c := fanout1000()
+	r, err := runWorkflow(nc, c, 5*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	_, peak := rss(p.cmd.Process.Pid)
+	fmt.Printf("  gantry dev fanout-1000: %.3fs, idle RSS %.1f MB, peak %.1f MB\n", r.Wall.Seconds(), idle, peak)
+	return map[string]float64{"idle_rss_mb": idle, "peak_rss_mb": peak, "fanout_1000_wall_s": r.Wall.Seconds()}, nil
+}
+
+func printTable(r *results) {
+	fmt.Printf("\nmachine: %s\n", r.Machine)
+	fmt.Printf("%-12s %10s %17s %10s %10s %10s %10s  %s\n", "scenario", "wall (med)", "spread", "nodes/s", "ms/node", "p50 r->r", "p99 r->r", "target")
+	for _, name := range []string{"plan-100k", "chain-1000", "fanout-1000", "wide-1000", "ssh-500"} {
+		s, ok := r.Scenarios[name]
+		if !ok {
+			continue
+		}
+		fmt.Printf("%-12s %9.3fs %7.3f-%-7.3fs %10.0f %10.3f %9.2fms %9.2fms  %s\n", name, s.WallS, s.Min, s.Max, s.NodesPerS, s.PerNodeMS, s.ReadyP50MS, s.ReadyP99MS, s.Target)
+		for _, peer := range []string{"floor", "openssh", "ansible"} {
+			if p, ok := s.Peers[peer]; ok {
+				fmt.Printf("  vs %-8s %9.3fs %7.3f-%-7.3fs   gantry/%s = %.2fx\n", peer, p["wall_s"], p["min_s"], p["max_s"], peer, s.RatioVsPeer[peer])
+			}
+		}
+		if len(s.IdleRSSMB) > 0 {
+			fmt.Printf("  RSS MB idle %s; peak %s\n", fmtMap(s.IdleRSSMB), fmtMap(s.PeakRSSMB))
+			fmt.Printf("  CPU s (all runs) nats-server %.1f, %s\n", s.CPUSeconds["nats-server"], fmtMap(s.CPUSeconds))
+		}
+		if len(s.LinkMS) > 0 {
+			keys := make([]string, 0, len(s.LinkMS))
+			for k := range s.LinkMS {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Printf("  link: %-40s %.2f ms\n", k, s.LinkMS[k])
+			}
+		}
+	}
+	if r.DevMode != nil {
+		fmt.Printf("gantry dev: idle RSS %.1f MB, peak %.1f MB, fanout-1000 %.3fs\n", r.DevMode["idle_rss_mb"], r.DevMode["peak_rss_mb"], r.DevMode["fanout_1000_wall_s"])
+	}
+}
+
+func fmtMap(m map[string]float64) string {
+	var parts []string
+	for _, k := range serviceNames {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

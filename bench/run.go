@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// runResult is one run of a workflow.
+type runResult struct {
+	Wall      time.Duration
+	Status    dag.WorkflowState
+	Latencies []time.Duration // ready -> running, per node
+}
+
+// runWorkflow submits a composition, waits for its end and reads its
+// events back to measure ready -> running latencies.
+func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*runResult, error) {
+	body, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan dag.WorkflowState, 16)
+	var id string
+	idSet := make(chan struct{})
+	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
+		<-idSet
+		env, err := events.Parse(m.Data)
+		if err != nil || !strings.HasPrefix(env.Subject, id) {
+			return
+		}
+		if st := dag.WorkflowState(env.Type.What()); st.Terminal() {
+			done <- st
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	start := time.Now()
+	msg, err := nc.Request(events.SubjectSubmit, body, 30*time.Second)
+	if err != nil {
+		close(idSet)
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		close(idSet)
+		return nil, fmt.Errorf("submit rejected: %s", msg.Data)
+	}
+	var reply events.SubmitReply
+	json.Unmarshal(msg.Data, &reply)
+	id = reply.WorkflowID
+	close(idSet)
+	var st dag.WorkflowState
+	select {
+	case st = <-done:
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("workflow %s did not end within %s", id, timeout)
+	}
+	res := &runResult{Wall: time.Since(start), Status: st}
+	res.Latencies, err = latencies(nc, id, c)
+	return res, err
+}
+
+// latencies: for each node, from the moment it could start (its formula
+// dispatched and its dependencies succeeded) to its running event.
+func latencies(nc *nats.Conn, id string, c *dag.Composition) ([]time.Duration, error) {
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.AllHostLifecycle}})
+	if err != nil {
+		return nil, err
+	}
+	fRunning := map[string]time.Time{}  // formula -> running
+	fDone := map[string]time.Time{}     // formula -> succeeded
+	ready := map[string]time.Time{}     // formula -> ready
+	succeeded := map[string]time.Time{} // formula/node -> succeeded
+	running := map[string]time.Time{}   // formula/node -> first running
+	for {
+		batch, err := cons.FetchNoWait(2000)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			env, err := events.Parse(m.Data())
+			if err != nil || !strings.HasPrefix(env.Subject, id) {
+				continue
+			}
+			var d struct {
+				Formula string `json:"formula"`
+				Node    string `json:"node"`
+			}
+			json.Unmarshal(env.Data, &d)
+			key := d.Formula + "/" + d.Node
+			switch env.Type {
+			case events.FormulaType(dag.FormulaReady):
+				ready[d.Formula] = env.Time
+			case events.FormulaType(dag.FormulaRunning):
+				fRunning[d.Formula] = env.Time
+			case events.FormulaType(dag.FormulaSucceeded):
+				fDone[d.Formula] = env.Time
+			case events.NodeType(dag.NodeRunning):
+				if _, seen := running[key]; !seen {
+					running[key] = env.Time
+				}
+			case events.NodeType(dag.NodeSucceeded):
+				succeeded[key] = env.Time
+			}
+		}
+		if n == 0 {
+			break
+		}
+	}
+	breakdown(c, ready, fRunning, running, succeeded, fDone)
+	var out []time.Duration
+	for _, f := range c.Formulas {
+		for _, n := range f.Nodes {
+			r, ok := running[f.ID+"/"+n.Name]
+			if !ok {
+				continue
+			}
+			from := ready[f.ID]
+			for _, d := range n.DependsOn {
+				if t := succeeded[f.ID+"/"+d]; t.After(from) {
+					from = t
+				}
+			}
+			if !from.IsZero() {
+				out = append(out, r.Sub(from))
+			}
+		}
+	}
+	return out, nil
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	k := int(p * float64(len(s)-1))
+	return s[k]
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func minMax(xs []float64) (float64, float64) {
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return lo, hi
+}
+
+// lastBreakdown holds the median time of each segment of a one-node
+// formula's life, for the chain: where a link's time goes.
+var lastBreakdown map[string]float64
+
+func breakdown(c *dag.Composition, ready, fRunning, nRunning, nDone, fDone map[string]time.Time) {
+	segs := map[string][]float64{}
+	add := func(name string, a, b time.Time) {
+		if !a.IsZero() && !b.IsZero() {
+			segs[name] = append(segs[name], float64(b.Sub(a).Microseconds())/1000)
+		}
+	}
+	for i, f := range c.Formulas {
+		if len(f.Nodes) != 1 {
+			return
+		}
+		k := f.ID + "/" + f.Nodes[0].Name
+		add("1 ready->formula running", ready[f.ID], fRunning[f.ID])
+		add("2 formula running->node running", fRunning[f.ID], nRunning[k])
+		add("3 node running->node succeeded", nRunning[k], nDone[k])
+		add("4 node succeeded->formula succeeded", nDone[k], fDone[f.ID])
+		if i+1 < len(c.Formulas) {
+			add("5 formula succeeded->next ready", fDone[f.ID], ready[c.Formulas[i+1].ID])
+		}
+	}
+	lastBreakdown = map[string]float64{}
+	for k, v := range segs {
+		lastBreakdown[k] = median(v)
+	}
+}
