@@ -76,7 +76,10 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(2 * o.Concurrency))
+	// A short pull expiry: a consumer at its MaxAckPending limit resumes
+	// delivery only on a new pull request, and nats.go re-pulls when one
+	// expires (30 s by default), which showed as 30 s stalls under load.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(2*o.Concurrency), jetstream.PullExpiry(2*time.Second))
 	if err != nil {
 		return fmt.Errorf("%s: consume: %w", o.Name, err)
 	}
