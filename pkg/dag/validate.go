@@ -290,6 +290,10 @@ func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string
 
 func isBlank(s string) bool { return strings.TrimSpace(s) == "" }
 
+// IsEnvName reports whether s is a valid environment variable name:
+// [A-Za-z_][A-Za-z0-9_]*, at most 255 characters.
+func IsEnvName(s string) bool { return isEnvName(s) }
+
 func isEnvName(s string) bool {
 	if s == "" || len(s) > 255 {
 		return false

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
 )
 
 // Errors a Run can return (wrapped with detail). A command that ran and
@@ -89,7 +91,7 @@ func shellQuote(s string) string {
 func exports(env map[string]string) (string, error) {
 	keys := make([]string, 0, len(env))
 	for k := range env {
-		if !validEnvName(k) {
+		if !dag.IsEnvName(k) {
 			return "", fmt.Errorf("environment variable name %q is not valid", k)
 		}
 		keys = append(keys, k)
@@ -104,19 +106,6 @@ func exports(env map[string]string) (string, error) {
 		b.WriteString("; ")
 	}
 	return b.String(), nil
-}
-
-func validEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // runContext applies the command timeout and says, after the fact, which

@@ -4,9 +4,14 @@
 package natsconn
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // served only when GANTRY_PPROF names an address
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,4 +57,29 @@ func Connect(url, name string, log *slog.Logger, retry bool) (*nats.Conn, error)
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// Main runs a service process: it serves pprof when GANTRY_PPROF names an
+// address, connects as name (reconnecting forever), runs run until SIGINT
+// or SIGTERM, then drains the connection so work in flight is settled. It
+// returns the process exit code.
+func Main(name, url string, log *slog.Logger, run func(ctx context.Context, nc *nats.Conn) error) int {
+	if addr := os.Getenv("GANTRY_PPROF"); addr != "" {
+		go func() { log.Warn("pprof", "err", http.ListenAndServe(addr, nil)) }()
+	}
+	nc, err := Connect(URL(url), "gantry-"+name, log, true)
+	if err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = run(ctx, nc)
+	_ = nc.Drain()
+	if err != nil {
+		log.Error(name+" stopped", "err", err)
+		return 1
+	}
+	log.Info(name + " stopped")
+	return 0
 }

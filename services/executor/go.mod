@@ -14,7 +14,7 @@ require (
 
 require (
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -30,3 +30,15 @@ replace github.com/gantry-dev/gantry/pkg/consume => ../../pkg/consume
 replace github.com/gantry-dev/gantry/pkg/hostexec => ../../pkg/hostexec
 
 replace github.com/gantry-dev/gantry/pkg/natsconn => ../../pkg/natsconn
+
+replace github.com/gantry-dev/gantry/pkg/composition => ../../pkg/composition
+
+replace github.com/gantry-dev/gantry/pkg/natsembed => ../../pkg/natsembed
+
+replace github.com/gantry-dev/gantry/services/planner => ../../services/planner
+
+replace github.com/gantry-dev/gantry/services/health-gate => ../../services/health-gate
+
+replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
+
+replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry

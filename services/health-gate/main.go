@@ -8,14 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
-	_ "net/http/pprof" // served only when GANTRY_PPROF names an address
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/services/health-gate/service"
+	"github.com/nats-io/nats.go"
 )
 
 func main() {
@@ -31,25 +28,10 @@ func main() {
 	flag.IntVar(&cfg.Concurrency, "concurrency", 32, "gates checked at once")
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
 	flag.Parse()
-	if addr := os.Getenv("GANTRY_PPROF"); addr != "" {
-		go func() { log.Warn("pprof", "err", http.ListenAndServe(addr, nil)) }()
-	}
 	host, _ := os.Hostname()
 	cfg.Instance = fmt.Sprintf("health-gate/%s-%d", host, os.Getpid())
 	cfg.Log = log
-
-	nc, err := natsconn.Connect(natsconn.URL(url), "gantry-health-gate", log, true)
-	if err != nil {
-		log.Error("start", "err", err)
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := service.Run(ctx, nc, cfg); err != nil {
-		log.Error("health-gate stopped", "err", err)
-		_ = nc.Drain()
-		os.Exit(1)
-	}
-	_ = nc.Drain()
-	log.Info("health-gate stopped")
+	os.Exit(natsconn.Main("health-gate", url, log, func(ctx context.Context, nc *nats.Conn) error {
+		return service.Run(ctx, nc, cfg)
+	}))
 }

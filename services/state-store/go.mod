@@ -10,14 +10,16 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 )
 
+require go.yaml.in/yaml/v3 v3.0.6 // indirect
+
 require (
 	github.com/gantry-dev/gantry/pkg/composition v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	golang.org/x/crypto v0.57.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )
 
 replace github.com/gantry-dev/gantry/pkg/dag => ../../pkg/dag
@@ -29,3 +31,15 @@ replace github.com/gantry-dev/gantry/pkg/consume => ../../pkg/consume
 replace github.com/gantry-dev/gantry/pkg/natsconn => ../../pkg/natsconn
 
 replace github.com/gantry-dev/gantry/pkg/composition => ../../pkg/composition
+
+replace github.com/gantry-dev/gantry/pkg/hostexec => ../../pkg/hostexec
+
+replace github.com/gantry-dev/gantry/pkg/natsembed => ../../pkg/natsembed
+
+replace github.com/gantry-dev/gantry/services/planner => ../../services/planner
+
+replace github.com/gantry-dev/gantry/services/executor => ../../services/executor
+
+replace github.com/gantry-dev/gantry/services/health-gate => ../../services/health-gate
+
+replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
