@@ -20,10 +20,6 @@ const (
 	MaxDepth = 64
 )
 
-// ErrTooLarge is returned (wrapped in an *InvalidError) for a document over
-// the size limit.
-var ErrTooLarge = errors.New("document too large")
-
 // CheckSize rejects a document over max bytes (DefaultMaxBytes when max <= 0).
 func CheckSize(data []byte, max int) error {
 	if max <= 0 {

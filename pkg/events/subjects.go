@@ -12,7 +12,6 @@ import (
 const (
 	SubjectSubmit   = "workflow.submit"
 	SubjectValidate = "workflow.validate"
-	SubjectState    = "state" // state.<endpoint>
 	StateWorkflow   = "state.workflow"
 	StateList       = "state.list"
 	StateHost       = "state.host"
@@ -36,7 +35,6 @@ const (
 	AllGate              = "decky.*.gate"
 	AllHealth            = "decky.*.health"
 	AllLogs              = "decky.*.logs.*"
-	AllControl           = "workflow.*.*" // includes lifecycle; the planner filters
 )
 
 // WorkflowLifecycle is workflow.<id>.lifecycle.

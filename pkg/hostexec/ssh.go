@@ -3,6 +3,7 @@ package hostexec
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -35,6 +36,16 @@ type SSHConfig struct {
 	MaxSessions           int           // sessions at once per connection (default 8; OpenSSH allows 10)
 	DialTimeout           time.Duration // default 10s
 	Logger                *slog.Logger
+}
+
+// RegisterFlags adds the SSH flags a service takes, defaulting from
+// GANTRY_SSH_KEY and GANTRY_KNOWN_HOSTS.
+func (c *SSHConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.KeyFile, "ssh-key", os.Getenv("GANTRY_SSH_KEY"), "SSH private key ($GANTRY_SSH_KEY; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	fs.StringVar(&c.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file ($GANTRY_KNOWN_HOSTS; default ~/.ssh/known_hosts)")
+	fs.BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
+	fs.BoolVar(&c.UseAgent, "ssh-agent", true, "also use the keys of the ssh-agent at $SSH_AUTH_SOCK")
+	fs.IntVar(&c.MaxSessions, "ssh-max-sessions", 8, "SSH sessions at once per host connection (sshd's MaxSessions is 10 by default)")
 }
 
 // DefaultKeyFiles are tried in order when no key file is given, as OpenSSH does.

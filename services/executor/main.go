@@ -20,11 +20,7 @@ func main() {
 	var cfg service.Config
 	var url string
 	flag.StringVar(&url, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
-	flag.StringVar(&cfg.SSH.KeyFile, "ssh-key", os.Getenv("GANTRY_SSH_KEY"), "SSH private key ($GANTRY_SSH_KEY; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
-	flag.StringVar(&cfg.SSH.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file ($GANTRY_KNOWN_HOSTS; default ~/.ssh/known_hosts)")
-	flag.BoolVar(&cfg.SSH.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
-	flag.BoolVar(&cfg.SSH.UseAgent, "ssh-agent", true, "also use the keys of the ssh-agent at $SSH_AUTH_SOCK")
-	flag.IntVar(&cfg.SSH.MaxSessions, "ssh-max-sessions", 8, "SSH sessions at once per host connection (sshd's MaxSessions is 10 by default)")
+	cfg.SSH.RegisterFlags(flag.CommandLine)
 	flag.IntVar(&cfg.MaxFormulas, "max-formulas", 64, "formulas running at once")
 	flag.IntVar(&cfg.PerHost, "per-host", 8, "nodes running at once per host")
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
