@@ -106,17 +106,33 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 }
 
 // alreadyDone lists the nodes the per-host projection records as succeeded
-// (by a create) with the same spec hash.
+// (by a create) with the same spec hash. It lists each host's keys once and
+// reads only the nodes recorded there, so a fresh fleet costs one listing
+// per host rather than a read per node.
 func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) []string {
 	if e.State == nil {
 		return nil
 	}
+	recorded := map[string]bool{}
+	listed := map[string]bool{}
 	var out []string
 	for i := range p.Formulas {
 		pf := &p.Formulas[i]
+		if !listed[pf.Server] {
+			listed[pf.Server] = true
+			if l, err := e.State.ListKeysFiltered(ctx, events.HostNodePrefix(pf.Server)+">"); err == nil {
+				for k := range l.Keys() {
+					recorded[k] = true
+				}
+			}
+		}
 		for j := range pf.Nodes {
 			pn := &pf.Nodes[j]
-			ent, err := e.State.Get(ctx, events.HostNodeKey(pf.Server, pf.ID, pn.Name))
+			key := events.HostNodeKey(pf.Server, pf.ID, pn.Name)
+			if !recorded[key] {
+				continue
+			}
+			ent, err := e.State.Get(ctx, key)
 			if err != nil {
 				continue
 			}
