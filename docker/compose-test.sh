@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# `make compose-test`: the compose stack from nothing to nothing.
+#   1. down -v and remove the gantry images; `make up` builds and starts it all
+#   2. the kubernetes example on the three targets; its lifecycle events
+#      checked from `nats sub` and its result from the state-store
+#   3. a delete run takes it apart; then a create run with target-2 stopped
+#      mid-run: its node fails, its dependents are blocked, the rest finish
+#   4. target-2 started again, `gantry retry`, and the executor that is running
+#      a node restarted mid-run: the run still completes
+#   5. down -v: no container, network or volume left
+# KEEP=1 leaves the stack up at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=$root/bin
+MAKE=${MAKE:-make}
+if [ -z "${COMPOSE:-}" ]; then
+	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
+fi
+export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-gantry}
+port=${GANTRY_NATS_PORT:-4222}
+export NATS_URL=nats://127.0.0.1:$port
+example=examples/compose/kubernetes.yaml
+work=$(mktemp -d)
+t0=$(date +%s.%N)
+subs=()
+
+say() { printf '[%6.1fs] %s\n' "$(echo "$(date +%s.%N) - $t0" | bc)" "$*"; }
+fail() {
+	say "FAIL: $*"
+	$COMPOSE ps || true
+	$COMPOSE logs --no-color --tail 30 planner executor health-gate state-store 2>&1 | tail -120 || true
+	exit 1
+}
+cleanup() {
+	for p in "${subs[@]}"; do kill "$p" 2>/dev/null || true; done
+	if [ -z "${KEEP:-}" ]; then $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null
+command -v python3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+
+# events FILE WORKFLOW_ID: the CloudEvents of one workflow from a `nats sub --raw` capture, one per line.
+check() { python3 "$root/docker/compose_check.py" "$@"; }
+container_of() { $COMPOSE ps -q "$1"; }
+
+say "compose: $($COMPOSE version | head -1)"
+say "1. from nothing: down -v, gantry images removed"
+$COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
+for i in nats planner executor health-gate state-store target; do docker rmi -f "gantry/$i:dev" >/dev/null 2>&1 || true; done
+[ -z "$(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME")" ] || fail "containers of $COMPOSE_PROJECT_NAME left"
+$MAKE --no-print-directory tools >/dev/null
+$MAKE --no-print-directory up COMPOSE="$COMPOSE" 2>&1 | grep -v '^\(for\|cd\|CGO\|docker build\)' | sed 's/^/    /'
+$COMPOSE ps
+say "services registered (nats micro ls):"
+"$bin/nats" micro ls | sed 's/^/    /'
+"$bin/nats" micro ls | grep -q gantry-planner || fail "gantry-planner not listed"
+"$bin/nats" micro ls | grep -q gantry-state-store || fail "gantry-state-store not listed"
+
+"$bin/nats" sub --raw 'decky.*.lifecycle' >"$work/decky.jsonl" 2>"$work/sub.err" &
+subs+=($!)
+"$bin/nats" sub --raw 'workflow.*.lifecycle' >"$work/workflow.jsonl" 2>>"$work/sub.err" &
+subs+=($!)
+sleep 1
+
+say "2. submit $example at target-1..3"
+id=$("$bin/gantry" submit "$example")
+say "workflow $id accepted; gantry watch:"
+"$bin/gantry" watch "$id" >"$work/watch1.txt" || { cat "$work/watch1.txt"; fail "run 1 did not succeed"; }
+sed -n '1,4p;$p' "$work/watch1.txt" | sed 's/^/    /'
+say "lifecycle events from nats sub 'decky.*.lifecycle':"
+check events "$work/decky.jsonl" "$work/workflow.jsonl" "$id" "$example" | sed 's/^/    /' || fail "run 1 events"
+"$bin/gantry" status "$id" -o json >"$work/status1.json"
+"$bin/nats" req state.workflow "{\"workflow_id\":\"$id\"}" --raw >"$work/state1.json" 2>/dev/null
+say "state-store (nats req state.workflow):"
+check state "$work/state1.json" succeeded | sed 's/^/    /' || fail "run 1 state"
+for t in target-1 target-2 target-3; do
+	say "on $t: /var/lib/wuji holds $(docker exec "$(container_of $t)" ls /var/lib/wuji | tr '\n' ' ')"
+done
+
+say "3a. a delete run takes it apart (reverse order)"
+sed 's/^operation: create/operation: delete/' "$example" >"$work/delete.yaml"
+del=$("$bin/gantry" submit "$work/delete.yaml")
+"$bin/gantry" watch "$del" >"$work/watch-del.txt" || { cat "$work/watch-del.txt"; fail "delete run"; }
+left=$(docker exec "$(container_of target-2)" ls /var/lib/wuji | wc -l)
+[ "$left" = 0 ] || fail "delete run left $left files on target-2"
+say "delete run $del succeeded; /var/lib/wuji on target-2 is empty"
+
+say "3b. create again, stop target-2 (worker-0) mid-run"
+id2=$("$bin/gantry" submit "$example")
+check wait "$work/decky.jsonl" "$id2" worker-0-containerd containerd running 60 || fail "worker-0 never started containerd"
+say "worker-0-containerd/containerd is running: docker stop target-2"
+docker stop -t 1 "$(container_of target-2)" >/dev/null
+if "$bin/gantry" watch "$id2" >"$work/watch2.txt"; then fail "run with target-2 stopped reported success"; fi
+grep -E 'worker-0|FAILED|failed' "$work/watch2.txt" | tail -8 | sed 's/^/    /'
+"$bin/nats" req state.workflow "{\"workflow_id\":\"$id2\"}" --raw >"$work/state2.json" 2>/dev/null
+check stopped "$work/state2.json" | sed 's/^/    /' || fail "run 2 state"
+
+say "4. docker start target-2, gantry retry $id2, restart the busy executor mid-run"
+docker start "$(container_of target-2)" >/dev/null
+for _ in $(seq 60); do
+	[ "$(docker inspect -f '{{.State.Health.Status}}' "$(container_of target-2)")" = healthy ] && break
+	sleep 0.5
+done
+"$bin/gantry" retry "$id2" | sed 's/^/    /'
+busy=$(check wait "$work/decky.jsonl" "$id2" worker-0-containerd containerd-config running 60 --generation 2 --print-source) || fail "retry never reached worker-0-containerd/containerd-config"
+cid=${busy#executor/}
+cid=${cid%-*}
+say "containerd-config is running on executor $busy: docker restart $cid"
+docker restart "$cid" >/dev/null
+say "executor $cid restarted; waiting for the run"
+"$bin/gantry" watch "$id2" >"$work/watch3.txt" || { tail -20 "$work/watch3.txt"; fail "the retried run did not complete after the executor restart"; }
+"$bin/nats" req state.workflow "{\"workflow_id\":\"$id2\"}" --raw >"$work/state3.json" 2>/dev/null
+check state "$work/state3.json" succeeded | sed 's/^/    /' || fail "run 3 state"
+check restart "$work/decky.jsonl" "$id2" "$cid" | sed 's/^/    /' || fail "run 3 events"
+$COMPOSE ps --services --filter status=running 2>/dev/null | tr '\n' ' ' | sed 's/^/    running: /'
+echo
+
+say "5. down -v"
+$COMPOSE down -v --remove-orphans 2>&1 | tail -3 | sed 's/^/    /'
+left=$(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" | wc -l)
+vols=$(docker volume ls -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" | wc -l)
+nets=$(docker network ls -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" | wc -l)
+[ "$left$vols$nets" = 000 ] || fail "left after down: $left containers, $vols volumes, $nets networks"
+say "compose-test PASS: nothing left (0 containers, 0 volumes, 0 networks)"

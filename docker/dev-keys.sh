@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make dev-keys`: the keys of the compose stack, made once (FORCE=1 makes
+# new ones). Writes under dev/keys (git-ignored):
+#   client/id_ed25519        the user key of the executors and the health gate
+#   client/known_hosts       the targets' host keys: strict checking stays on
+#   target-N/ssh_host_ed25519_key, target-N/authorized_keys
+# Everything is mounted read-only by docker-compose.yml.
+set -euo pipefail
+dir=${KEYS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/dev/keys}
+targets=${TARGETS:-"target-1 target-2 target-3"}
+command -v ssh-keygen >/dev/null || { echo "installing openssh-client (Debian)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null; }
+if [ -f "$dir/client/known_hosts" ] && [ -z "${FORCE:-}" ]; then
+	echo "dev keys: present in $dir (FORCE=1 makes new ones)"
+	exit 0
+fi
+rm -rf "$dir"
+mkdir -p "$dir/client"
+ssh-keygen -q -t ed25519 -N '' -C gantry-dev -f "$dir/client/id_ed25519"
+: >"$dir/client/known_hosts"
+for t in $targets; do
+	mkdir -p "$dir/$t"
+	ssh-keygen -q -t ed25519 -N '' -C "$t" -f "$dir/$t/ssh_host_ed25519_key"
+	cp "$dir/client/id_ed25519.pub" "$dir/$t/authorized_keys"
+	echo "$t $(cut -d' ' -f1,2 "$dir/$t/ssh_host_ed25519_key.pub")" >>"$dir/client/known_hosts"
+done
+chmod 600 "$dir"/*/ssh_host_ed25519_key "$dir/client/id_ed25519"
+echo "dev keys: written to $dir (user key, known_hosts for: $targets)"

@@ -1,0 +1,7 @@
+# One gantry service: a static binary (CGO_ENABLED=0, built on the host by
+# `make images`) in an empty image. The build context is bin/linux.
+FROM scratch
+ARG BIN
+COPY ${BIN} /service
+USER 0
+ENTRYPOINT ["/service"]
