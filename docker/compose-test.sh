@@ -65,7 +65,7 @@ subs+=($!)
 sleep 1
 
 say "2. submit $example at target-1..3"
-id=$("$bin/gantry" submit "$example")
+id=$("$bin/gantry" submit -q "$example")
 say "workflow $id accepted; gantry watch:"
 "$bin/gantry" watch "$id" >"$work/watch1.txt" || { cat "$work/watch1.txt"; fail "run 1 did not succeed"; }
 sed -n '1,4p;$p' "$work/watch1.txt" | sed 's/^/    /'
@@ -81,24 +81,24 @@ done
 
 say "3a. a delete run takes it apart (reverse order)"
 sed 's/^operation: create/operation: delete/' "$example" >"$work/delete.yaml"
-del=$("$bin/gantry" submit "$work/delete.yaml")
+del=$("$bin/gantry" submit -q "$work/delete.yaml")
 "$bin/gantry" watch "$del" >"$work/watch-del.txt" || { cat "$work/watch-del.txt"; fail "delete run"; }
 left=$(docker exec "$(container_of target-2)" ls /var/lib/wuji | wc -l)
 [ "$left" = 0 ] || fail "delete run left $left files on target-2"
 say "delete run $del succeeded; /var/lib/wuji on target-2 is empty"
 
 say "3b. create again, stop target-2 (worker-0) mid-run"
-id2=$("$bin/gantry" submit "$example")
+id2=$("$bin/gantry" submit -q "$example")
 check wait "$work/decky.jsonl" "$id2" worker-0-containerd containerd running 60 || fail "worker-0 never started containerd"
-say "worker-0-containerd/containerd is running: docker stop target-2"
-docker stop -t 1 "$(container_of target-2)" >/dev/null
+say "worker-0-containerd/containerd is running: '$COMPOSE stop target-2'"
+$COMPOSE stop -t 1 target-2 2>/dev/null
 if "$bin/gantry" watch "$id2" >"$work/watch2.txt"; then fail "run with target-2 stopped reported success"; fi
 grep -E 'worker-0|FAILED|failed' "$work/watch2.txt" | tail -8 | sed 's/^/    /'
 "$bin/nats" req state.workflow "{\"workflow_id\":\"$id2\"}" --raw >"$work/state2.json" 2>/dev/null
 check stopped "$work/state2.json" | sed 's/^/    /' || fail "run 2 state"
 
 say "4. docker start target-2, gantry retry $id2, restart the busy executor mid-run"
-docker start "$(container_of target-2)" >/dev/null
+$COMPOSE start target-2 2>/dev/null
 for _ in $(seq 60); do
 	[ "$(docker inspect -f '{{.State.Health.Status}}' "$(container_of target-2)")" = healthy ] && break
 	sleep 0.5

@@ -134,13 +134,15 @@ def stopped(path):
     if not w0 or not any(nd["status"] == "failed" for nd in w0[0]["nodes"].values()):
         problems.append("no failed node in worker-0-containerd")
     for fid in ("worker-0-kubernetes", "cni"):
-        if fs[fid]["status"] != "blocked":
-            problems.append(f"{fid} {fs[fid]['status']}, want blocked")
+        if fs[fid]["status"] != "blocked" or fs[fid].get("blocker") != "worker-0-containerd":
+            problems.append(f"{fid} {fs[fid]['status']} by {fs[fid].get('blocker')}, want blocked by worker-0-containerd")
         if any(nd["status"] not in ("blocked", "pending") for nd in fs[fid]["nodes"].values()):
             problems.append(f"a node of {fid} ran")
-    for fid in ("cp-os", "cp-containerd", "cp-kubernetes", "worker-1-os", "worker-1-containerd", "worker-1-kubernetes", "worker-0-os"):
-        if fs[fid]["status"] not in ("succeeded", "healthy"):
-            problems.append(f"{fid} {fs[fid]['status']}, want it finished")
+    # on_failure stop: what had finished stays finished, what had not
+    # started is cancelled; nothing else fails.
+    for fid, f in fs.items():
+        if fid not in ("worker-0-containerd", "worker-0-kubernetes", "cni") and f["status"] not in ("succeeded", "healthy", "cancelled"):
+            problems.append(f"{fid} {f['status']}")
     for p in problems:
         print("PROBLEM:", p)
     return 1 if problems else 0

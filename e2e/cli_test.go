@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,17 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 		}
 		return code, string(out)
 	}
-	code, out := run("submit", ok, "--watch")
+	code, out := run("submit", "-q", ok)
+	if code != 0 || !regexp.MustCompile(`^[0-9a-f-]{36}\n$`).MatchString(out) {
+		t.Fatalf("submit -q: exit %d, want only the id\n%q", code, out)
+	}
+	if code, out = run("ping", "--service", "gantry-planner", "--service", "gantry-state-store"); code != 0 || out != "ok\n" {
+		t.Fatalf("ping: exit %d\n%s", code, out)
+	}
+	if code, out = run("ping", "--service", "gantry-nothing", "--timeout", "500ms"); code != 3 || !strings.Contains(out, "no gantry-nothing service answers") {
+		t.Fatalf("ping of a missing service: exit %d\n%s", code, out)
+	}
+	code, out = run("submit", ok, "--watch")
 	if code != 0 || !strings.Contains(out, "a/n") || !strings.Contains(out, "workflow ok SUCCEEDED") {
 		t.Fatalf("ok run: exit %d\n%s", code, out)
 	}
@@ -59,7 +70,7 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 	if code, out = run("watch", id); code != 1 || !strings.Contains(out, "workflow bad FAILED") {
 		t.Fatalf("watch of a finished failed workflow: exit %d\n%s", code, out)
 	}
-	if code, out = run("list"); code != 0 || strings.Count(out, "\n") != 3 {
+	if code, out = run("list"); code != 0 || strings.Count(out, "\n") != 4 { // header and 3 workflows
 		t.Fatalf("list: exit %d\n%s", code, out)
 	}
 	if code, out = run("state", "--host", "me"); code != 0 || !strings.Contains(out, "me    a        n     failed") {
@@ -68,7 +79,9 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 	if code, out = run("retry", id); code != 0 || !strings.Contains(out, id+": running (generation 2)") {
 		t.Fatalf("retry: exit %d\n%s", code, out)
 	}
-	if code, out = run("watch", id); code != 1 || !strings.Contains(out, "workflow bad FAILED") {
+	// The watch follows the retried run: it shows the first run's end and
+	// returns at the second's.
+	if code, out = run("watch", id); code != 1 || !strings.Contains(out, "workflow bad FAILED: ") || !strings.Contains(out, "workflow bad FAILED (run 2)") {
 		t.Fatalf("watch after retry: exit %d\n%s", code, out)
 	}
 	if code, out = run("pause", id); code != 1 || !strings.Contains(out, "only a running workflow can be paused") {

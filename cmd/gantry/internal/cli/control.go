@@ -43,7 +43,8 @@ func newControlCmd(verb string) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (generation %d)\n", reply.WorkflowID, reply.Status, reply.Generation)
 			if watch && verb != events.VerbPause {
-				return watchWorkflow(cmd, nc, args[0], watchSince(nc, args[0], cf), cf.timeout)
+				since, gen := watchStart(cmd.Context(), nc, args[0], cf)
+				return watchWorkflow(cmd, nc, args[0], since, max(gen, reply.Generation))
 			}
 			return nil
 		},

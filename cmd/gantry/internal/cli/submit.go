@@ -13,13 +13,14 @@ import (
 
 func newSubmitCmd() *cobra.Command {
 	var cf connFlags
-	var watch bool
+	var watch, quiet bool
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
 		Short: "Submit a composition and print its workflow id",
 		Long: `submit sends a composition (YAML or JSON; "-" reads standard input) to the
 planner. It prints the workflow id, or every problem when the composition is
-rejected (exit 1; nothing is written or run). With --watch it then streams
+rejected (exit 1; nothing is written or run); with --quiet only the id, for
+scripts: id=$(gantry submit -q FILE). With --watch it then streams
 the run until it ends, and exits non-zero unless it succeeded.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -48,14 +49,19 @@ the run until it ends, and exits non-zero unless it succeeded.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "accepted %s (%s)\n", reply.WorkflowID, reply.Plan)
+			if quiet {
+				fmt.Fprintln(cmd.OutOrStdout(), reply.WorkflowID)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "accepted %s (%s)\n", reply.WorkflowID, reply.Plan)
+			}
 			if !watch {
 				return nil
 			}
-			return watchWorkflow(cmd, nc, reply.WorkflowID, since, cf.timeout)
+			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1)
 		},
 	}
 	cf.add(cmd)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the workflow id")
 	return cmd
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +24,9 @@ func newWatchCmd() *cobra.Command {
 		Short: "Stream a workflow's progress until it ends",
 		Long: `watch prints every formula, node and health transition of a workflow as it
 happens (from its start, so nothing is missed), and exits when the workflow
-ends: 0 when it succeeded, 1 when it failed or was cancelled.`,
+ends: 0 when it succeeded, 1 when it failed or was cancelled. After a retry it
+follows the newest run (generation): the end of an earlier one is shown but
+does not stop it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
@@ -30,27 +34,48 @@ ends: 0 when it succeeded, 1 when it failed or was cancelled.`,
 				return err
 			}
 			defer nc.Close()
-			since := watchSince(nc, args[0], cf)
-			return watchWorkflow(cmd, nc, args[0], since, cf.timeout)
+			since, gen := watchStart(cmd.Context(), nc, args[0], cf)
+			return watchWorkflow(cmd, nc, args[0], since, gen)
 		},
 	}
 	cf.add(cmd)
 	return cmd
 }
 
-// watchSince is when to start reading a workflow's events: just before it
-// was created, per the state-store, else a day back.
-func watchSince(nc *nats.Conn, id string, cf connFlags) time.Time {
+// watchStart is when to start reading a workflow's events (just before it
+// was created, per the state-store, else a day back) and the run generation
+// whose end the watch waits for: the planner's snapshot has it as soon as a
+// retry is accepted, before the state-store has seen the retry's events.
+func watchStart(ctx context.Context, nc *nats.Conn, id string, cf connFlags) (time.Time, int) {
+	since, gen := time.Now().Add(-24*time.Hour), 1
 	var doc events.WorkflowDoc
 	if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &doc); err == nil {
-		return doc.CreatedAt.Add(-time.Second)
+		since, gen = doc.CreatedAt.Add(-time.Second), max(doc.Generation, 1)
 	}
-	return time.Now().Add(-24 * time.Hour)
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	if js, err := jetstream.New(nc); err == nil {
+		if kv, err := js.KeyValue(ctx, events.BucketRuns); err == nil {
+			if e, err := kv.Get(ctx, id); err == nil {
+				var run struct {
+					Generation int `json:"generation"`
+				}
+				if json.Unmarshal(e.Value(), &run) == nil {
+					gen = max(gen, run.Generation)
+				}
+			}
+		}
+	}
+	return since, gen
 }
 
 // watchWorkflow reads the events of one workflow from the event stream,
-// starting at since, prints them, and returns when the workflow ends.
-func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, _ time.Duration) error {
+// starting at since, prints them, and returns when run generation gen (or a
+// later one) ends.
+func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
 	js, err := jetstream.New(nc)
@@ -83,7 +108,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		if err != nil || !strings.HasPrefix(env.Subject, id) {
 			continue
 		}
-		if st, done := printEvent(out, env); done {
+		if st, g, done := printEvent(out, env); done && g >= gen {
 			if st == dag.WorkflowSucceeded {
 				return nil
 			}
@@ -92,25 +117,29 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	}
 }
 
-// printEvent prints one event as a line; done is set for a workflow's end.
-func printEvent(w io.Writer, env *events.Envelope) (dag.WorkflowState, bool) {
+// printEvent prints one event as a line; done is set for the end of a
+// workflow's run generation gen.
+func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen int, done bool) {
 	ts := env.Time.Local().Format("15:04:05.000")
 	switch env.Type.Family() {
 	case events.FamilyWorkflow:
 		var e events.WorkflowEvent
 		if events.DecodeData(env, &e) != nil {
-			return "", false
+			return "", 0, false
 		}
 		line := fmt.Sprintf("%s workflow %s %s", ts, e.Workflow, strings.ToUpper(string(e.Status)))
+		if e.Generation > 1 {
+			line += fmt.Sprintf(" (run %d)", e.Generation)
+		}
 		if e.Reason != "" {
 			line += ": " + e.Reason
 		}
 		fmt.Fprintln(w, line)
-		return e.Status, e.Status.Terminal()
+		return e.Status, e.Generation, e.Status.Terminal()
 	case events.FamilyFormula:
 		var e events.FormulaEvent
 		if events.DecodeData(env, &e) != nil {
-			return "", false
+			return "", 0, false
 		}
 		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula, e.Status)
 		if e.Blocker != "" {
@@ -123,7 +152,7 @@ func printEvent(w io.Writer, env *events.Envelope) (dag.WorkflowState, bool) {
 	case events.FamilyNode:
 		var e events.NodeEvent
 		if events.DecodeData(env, &e) != nil {
-			return "", false
+			return "", 0, false
 		}
 		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Status)
 		switch {
@@ -148,7 +177,7 @@ func printEvent(w io.Writer, env *events.Envelope) (dag.WorkflowState, bool) {
 	case events.FamilyHealth:
 		var e events.HealthEvent
 		if events.DecodeData(env, &e) != nil {
-			return "", false
+			return "", 0, false
 		}
 		kind := "health check"
 		if e.Final {
@@ -160,7 +189,7 @@ func printEvent(w io.Writer, env *events.Envelope) (dag.WorkflowState, bool) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	return "", false
+	return "", 0, false
 }
 
 func firstLine(s string) string {
