@@ -22,10 +22,10 @@ port=${GANTRY_NATS_PORT:-4222}
 export NATS_URL=nats://127.0.0.1:$port
 example=examples/compose/kubernetes.yaml
 work=$(mktemp -d)
-t0=$(date +%s.%N)
+t0=$EPOCHREALTIME
 subs=()
 
-say() { printf '[%6.1fs] %s\n' "$(echo "$(date +%s.%N) - $t0" | bc)" "$*"; }
+say() { printf '[%6ss] %s\n' "$(awk -v a="$EPOCHREALTIME" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')" "$*"; }
 fail() {
 	say "FAIL: $*"
 	$COMPOSE ps || true
@@ -38,8 +38,9 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null
-command -v python3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+if ! command -v python3 >/dev/null; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+fi
 
 # events FILE WORKFLOW_ID: the CloudEvents of one workflow from a `nats sub --raw` capture, one per line.
 check() { python3 "$root/docker/compose_check.py" "$@"; }

@@ -167,6 +167,10 @@ def restart(decky, wid, container):
     print("retry (generation 2) events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     sources = Counter(ev["source"] for ev in evs if ev["type"].startswith("gantry.node."))
     print("node events by executor: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items())))
+    for ev in evs:
+        d = ev["data"]
+        if d.get("formula") == "worker-0-containerd" and ev["type"].startswith("gantry.node."):
+            print(f"  {ev['time'][11:23]} {d['node']:18} {d['status']:10} attempt {d.get('attempt')} by {ev['source']}")
     if not any(s.startswith("executor/" + container) for s in sources):
         print(f"PROBLEM: no node event from the restarted executor {container}")
         return 1

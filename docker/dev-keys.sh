@@ -8,7 +8,10 @@
 set -euo pipefail
 dir=${KEYS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/dev/keys}
 targets=${TARGETS:-"target-1 target-2 target-3"}
-command -v ssh-keygen >/dev/null || { echo "installing openssh-client (Debian)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null; }
+if ! command -v ssh-keygen >/dev/null; then
+	echo "installing openssh-client (Debian)"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
+fi
 if [ -f "$dir/client/known_hosts" ] && [ -z "${FORCE:-}" ]; then
 	echo "dev keys: present in $dir (FORCE=1 makes new ones)"
 	exit 0

@@ -20,7 +20,8 @@ if docker pull -q "$image" >/dev/null 2>&1; then
 fi
 if ! command -v debootstrap >/dev/null; then
 	echo "installing debootstrap (Debian)"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1 ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
 fi
 echo "target base $image: debootstrap bookworm into $root (a few minutes)"
 rm -rf "$root"
