@@ -130,6 +130,13 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	started := time.Now().UTC()
 	fref := d.Ref
 	fref.Node = ""
+	states := make([]dag.NodeState, len(pf.Nodes))
+	for i := range states {
+		states[i] = dag.NodePending
+	}
+	// The node records of the first nodes to start are read while the
+	// cancel check runs: both are round trips to JetStream.
+	pre := x.prefetch(ctx, d, pf.NodeStep(states, false, d.OnFailure == dag.OnFailureContinue).Start)
 	if x.cancelled(ctx, d) {
 		ev := &events.FormulaEvent{Ref: fref, Status: dag.FormulaCancelled, Run: events.Run{Attempt: d.Generation, EndedAt: &started}}
 		log.Info("dispatch of a cancelled or superseded run skipped")
@@ -143,10 +150,6 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	runEv := &events.FormulaEvent{Ref: fref, Status: dag.FormulaRunning, Run: events.Run{Attempt: d.Generation, StartedAt: &started}}
 	batch.Add(x.Pub.PublishAsync(events.HostLifecycle(d.Ref.Host), runEv, msgID(d.Ref, "", "formula-running", 0)))
 	runner, rerr := x.Hosts.Runner(string(d.Host.Transport), d.Host.Address, d.Host.User)
-	states := make([]dag.NodeState, len(pf.Nodes))
-	for i := range states {
-		states[i] = dag.NodePending
-	}
 	results := make(chan nodeResult, len(pf.Nodes))
 	running := 0
 	var publishErr error
@@ -168,8 +171,10 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		for _, j := range step.Start {
 			states[j] = dag.NodeRunning
 			running++
+			rec := pre[j]
+			delete(pre, j)
 			go func(j int) {
-				st, err := x.runNode(ctx, killCtx, d, j, runner, rerr, log)
+				st, err := x.runNode(ctx, killCtx, d, j, rec, runner, rerr, log)
 				results <- nodeResult{j, st, err}
 			}(j)
 		}
@@ -186,9 +191,6 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 			failedNames = append(failedNames, pf.Nodes[r.index].Name)
 		}
 	}
-	if publishErr == nil {
-		publishErr = batch.Wait(ctx) // every node event stored before the outcome
-	}
 	if publishErr != nil {
 		return publishErr // the outcome is incomplete: let JetStream redeliver
 	}
@@ -202,7 +204,33 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		final.Status = dag.FormulaCancelled
 	}
 	log.Info("formula finished", "status", final.Status, "nodes", len(pf.Nodes))
-	return x.Pub.Publish(ctx, events.HostLifecycle(d.Ref.Host), final, msgID(d.Ref, "", "formula-"+string(final.Status), 0))
+	// The outcome goes on the same connection after the node events, so it
+	// follows them in the stream; all are waited for before the dispatch is
+	// acked. If any failed, the redelivery republishes what is missing (the
+	// node records say what happened; message ids drop the duplicates).
+	batch.Add(x.Pub.PublishAsync(events.HostLifecycle(d.Ref.Host), final, msgID(d.Ref, "", "formula-"+string(final.Status), 0)))
+	return batch.Wait(ctx)
+}
+
+// recordRead is a node record read ahead of the node's start.
+type recordRead struct {
+	rec Record
+	err error
+}
+
+// prefetch reads the records of the nodes in first (at most 64)
+// concurrently and returns where each will arrive.
+func (x *Executor) prefetch(ctx context.Context, d *events.Dispatch, first []int) map[int]chan recordRead {
+	out := make(map[int]chan recordRead, min(len(first), 64))
+	for _, j := range first[:min(len(first), 64)] {
+		ch := make(chan recordRead, 1)
+		out[j] = ch
+		go func(key string) {
+			rec, _, err := x.loadRecord(ctx, key)
+			ch <- recordRead{rec, err}
+		}(events.NodeKey(d.WorkflowID, d.Operation, d.Formula, d.Nodes[j].Name))
+	}
+	return out
 }
 
 func allDone(states []dag.NodeState) bool {
@@ -329,12 +357,20 @@ func (x *Executor) saveRecord(ctx context.Context, key string, r Record) error {
 
 // runNode runs one node through its attempts and returns its final state.
 // The error is set only when an outcome could not be recorded.
-func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j int, runner hostexec.Runner, runnerErr error, log *slog.Logger) (dag.NodeState, error) {
+// pre, when set, delivers the node's record read ahead.
+func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j int, pre chan recordRead, runner hostexec.Runner, runnerErr error, log *slog.Logger) (dag.NodeState, error) {
 	n := d.Nodes[j]
 	log = log.With("node", n.Name)
 	var perr error
 	key := events.NodeKey(d.WorkflowID, d.Operation, d.Formula, n.Name)
-	rec, _, err := x.loadRecord(ctx, key)
+	var rec Record
+	var err error
+	if pre != nil {
+		r := <-pre
+		rec, err = r.rec, r.err
+	} else {
+		rec, _, err = x.loadRecord(ctx, key)
+	}
 	if err != nil {
 		return dag.NodeFailed, err
 	}

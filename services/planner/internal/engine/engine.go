@@ -283,9 +283,17 @@ func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
 	if r.rec.Status == dag.WorkflowPaused {
 		d.Dispatch = nil // nothing new starts while paused; resume steps again
 	}
-	for _, i := range d.Dispatch {
-		if err := e.dispatch(ctx, r, i); err != nil {
-			return err
+	// Dispatches (and their "ready") are published without waiting for each
+	// store, then all are waited for before anything is recorded.
+	// (In windows of 256, well inside the client's limit of pending
+	// asynchronous publishes.)
+	var b events.Batch
+	for k, i := range d.Dispatch {
+		e.dispatch(r, i, &b)
+		if (k+1)%256 == 0 || k == len(d.Dispatch)-1 {
+			if err := b.Wait(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	for _, i := range d.Gate {
@@ -470,7 +478,7 @@ func hostSpec(c *dag.Composition, server string) events.HostSpec {
 	return events.HostSpec{Transport: h.Transport, Address: h.Address, User: h.User}
 }
 
-func (e *Engine) dispatch(ctx context.Context, r *run, i int) error {
+func (e *Engine) dispatch(r *run, i int, b *events.Batch) {
 	pf := &r.plan.Formulas[i]
 	spec := r.plan.Spec(i)
 	c := r.rec.Composition
@@ -481,25 +489,10 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) error {
 		d.Nodes[j] = events.WorkNode{Name: pn.Name, Command: pn.Command, Check: pn.Check, DependsOn: pn.DependsOn,
 			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name]}
 	}
-	// "ready" goes first (asynchronously, but on the same connection, so
-	// in order) so that in the stream it precedes the executor's "running";
-	// the dispatch is then stored synchronously, which also means the
-	// "ready" before it was.
-	f, err := e.Pub.PublishAsync(events.HostLifecycle(pf.Server), e.formulaEvent(r, i, dag.FormulaReady, ""), e.msgID(r, pf.ID, string(dag.FormulaReady)))
-	if err != nil {
-		return err
-	}
-	if err := e.Pub.Publish(ctx, events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch")); err != nil {
-		return err
-	}
-	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return fmt.Errorf("publish ready of %s: %w", pf.ID, err)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	// "ready" goes first, on the same connection, so that in the stream it
+	// precedes the dispatch and so the executor's "running".
+	b.Add(e.Pub.PublishAsync(events.HostLifecycle(pf.Server), e.formulaEvent(r, i, dag.FormulaReady, ""), e.msgID(r, pf.ID, string(dag.FormulaReady))))
+	b.Add(e.Pub.PublishAsync(events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch")))
 }
 
 func (e *Engine) gate(ctx context.Context, r *run, i int) error {
