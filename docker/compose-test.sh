@@ -52,7 +52,8 @@ $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
 for i in nats planner executor health-gate state-store target; do docker rmi -f "gantry/$i:dev" >/dev/null 2>&1 || true; done
 [ -z "$(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME")" ] || fail "containers of $COMPOSE_PROJECT_NAME left"
 $MAKE --no-print-directory tools >/dev/null
-$MAKE --no-print-directory up COMPOSE="$COMPOSE" 2>&1 | grep -v '^\(for\|cd\|CGO\|docker build\)' | sed 's/^/    /'
+# (the legacy builder's deprecation notice is left out: there is no buildx here)
+$MAKE --no-print-directory up COMPOSE="$COMPOSE" 2>&1 | grep -v '^\(for\|cd\|CGO\|docker build\|DEPRECATED\|  *Install the buildx\|  *https://docs.docker.com/go/buildx\|$\)' | sed 's/^/    /'
 $COMPOSE ps
 say "services registered (nats micro ls):"
 "$bin/nats" micro ls | sed 's/^/    /'
