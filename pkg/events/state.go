@@ -19,6 +19,13 @@ func FormulaDocKey(id, formula string) string {
 	return "wf." + id + "." + formula
 }
 func FormulaDocPrefix(id string) string { return "wf." + id + "." }
+
+// NodeDocKey is one node's document: nodes are kept apart from their
+// formula so that an event rewrites one small document, whatever the
+// formula's size. state.workflow assembles them.
+func NodeDocKey(id, formula, node string) string {
+	return "wf." + id + "." + formula + "." + node
+}
 func HostNodeKey(host, formula, node string) string {
 	return "host." + host + "." + formula + "." + node
 }
@@ -79,6 +86,8 @@ type NodeDoc struct {
 	StartedAt   *time.Time    `json:"started_at,omitempty"`
 	EndedAt     *time.Time    `json:"ended_at,omitempty"`
 	Transitions int           `json:"transitions"` // node events applied (each counted once)
+	Generation  int           `json:"generation,omitempty"`
+	LastSeq     uint64        `json:"last_seq,omitempty"` // stream sequence of the last event applied
 }
 
 // HostNode is the per-host projection of one node across workflows.

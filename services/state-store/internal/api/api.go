@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -147,24 +148,58 @@ func (s *server) workflow(req micro.Request) {
 		_ = req.Error("500", "decode: "+err.Error(), nil)
 		return
 	}
-	keys, err := s.keys(c, events.FormulaDocPrefix(q.WorkflowID)+"*")
-	if err != nil {
+	if err := s.assemble(c, &doc); err != nil {
 		_ = req.Error("500", err.Error(), nil)
 		return
 	}
-	doc.Formulas = make(map[string]*events.FormulaDoc, len(keys))
-	prefix := events.FormulaDocPrefix(q.WorkflowID)
-	for _, k := range keys {
-		fe, err := s.kv.Get(c, k)
-		if err != nil {
+	respond(req, doc)
+}
+
+// assemble fills a workflow document with its formula and node documents,
+// read in one pass with a watcher on wf.<id>.> (it delivers the current
+// value of every key, then a nil entry).
+func (s *server) assemble(c context.Context, doc *events.WorkflowDoc) error {
+	prefix := events.FormulaDocPrefix(doc.WorkflowID)
+	w, err := s.kv.Watch(c, prefix+">", jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("read %s>: %w", prefix, err)
+	}
+	defer func() { _ = w.Stop() }()
+	doc.Formulas = map[string]*events.FormulaDoc{}
+	nodes := map[string]map[string]*events.NodeDoc{}
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case e = <-w.Updates():
+		case <-c.Done():
+			return fmt.Errorf("read %s>: %w", prefix, c.Err())
+		}
+		if e == nil {
+			break // every current value has been delivered
+		}
+		formula, node, isNode := strings.Cut(strings.TrimPrefix(e.Key(), prefix), ".")
+		if isNode {
+			var n events.NodeDoc
+			if json.Unmarshal(e.Value(), &n) == nil {
+				if nodes[formula] == nil {
+					nodes[formula] = map[string]*events.NodeDoc{}
+				}
+				nodes[formula][node] = &n
+			}
 			continue
 		}
 		var f events.FormulaDoc
-		if json.Unmarshal(fe.Value(), &f) == nil {
-			doc.Formulas[strings.TrimPrefix(k, prefix)] = &f
+		if json.Unmarshal(e.Value(), &f) == nil {
+			doc.Formulas[formula] = &f
 		}
 	}
-	respond(req, doc)
+	for id, f := range doc.Formulas {
+		f.Nodes = nodes[id]
+		if f.Nodes == nil {
+			f.Nodes = map[string]*events.NodeDoc{}
+		}
+	}
+	return nil
 }
 
 // keys lists the keys matching a NATS subject filter ("wf.*").

@@ -89,6 +89,9 @@ type Projector struct {
 	applied uint64
 }
 
+// maxCached bounds the document cache.
+const maxCached = 100_000
+
 type cached struct {
 	val any
 	rev uint64
@@ -166,8 +169,8 @@ func (p *Projector) put(ctx context.Context, key string, v any, rev uint64) erro
 		delete(p.cache, key)
 		return fmt.Errorf("write %s: %w", key, err)
 	}
-	if p.cache == nil {
-		p.cache = map[string]cached{}
+	if p.cache == nil || len(p.cache) >= maxCached {
+		p.cache = map[string]cached{} // a bound; what is dropped is read again
 	}
 	p.cache[key] = cached{v, nrev}
 	return nil
@@ -230,7 +233,7 @@ func (p *Projector) formulaDoc(ctx context.Context, ev *consume.Event, r events.
 		return nil, 0, false, err
 	}
 	if f == nil {
-		f = &events.FormulaDoc{Host: r.Host, Status: dag.FormulaPending, Generation: r.Generation, Nodes: map[string]*events.NodeDoc{}}
+		f = &events.FormulaDoc{Host: r.Host, Status: dag.FormulaPending, Generation: r.Generation}
 	}
 	if ev.Stream <= f.LastSeq || r.Generation < f.Generation {
 		return nil, 0, false, nil
@@ -255,15 +258,24 @@ func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.Fo
 }
 
 func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
-	f, rev, ok, err := p.formulaDoc(ctx, ev, e.Ref)
-	if !ok || err != nil {
+	// An event of an older generation than its formula has reached is late.
+	if f, _, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(e.WorkflowID, e.Formula)); err != nil {
+		return err
+	} else if f != nil && e.Generation < f.Generation {
+		return nil
+	}
+	key := events.NodeDocKey(e.WorkflowID, e.Formula, e.Node)
+	n, rev, err := get[events.NodeDoc](ctx, p, key)
+	if err != nil {
 		return err
 	}
-	n, ok := f.Nodes[e.Node]
-	if !ok {
+	if n == nil {
 		n = &events.NodeDoc{Status: dag.NodePending}
-		f.Nodes[e.Node] = n
 	}
+	if ev.Stream <= n.LastSeq || e.Generation < n.Generation {
+		return nil
+	}
+	n.LastSeq, n.Generation = ev.Stream, e.Generation
 	n.Transitions++
 	n.Operation = e.Operation
 	if e.Status == dag.NodeRunning {
@@ -287,7 +299,7 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 	if e.SpecHash != "" {
 		n.SpecHash = e.SpecHash
 	}
-	return p.put(ctx, events.FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
+	return p.put(ctx, key, n, rev)
 }
 
 func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
