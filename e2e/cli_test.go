@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // buildGantry builds the CLI once per test binary.
@@ -62,9 +63,18 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 		t.Fatalf("failing run: exit %d\n%s", code, out)
 	}
 	id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
-	code, out = run("status", id, "-o", "json")
+	// The watch reads the event stream; the state-store's projection may be
+	// a few events behind it, so status is polled (bounded) until it agrees.
 	var doc map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || doc["status"] != "failed" {
+	for i := 0; i < 50; i++ {
+		code, out = run("status", id, "-o", "json")
+		doc = nil
+		if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || doc["status"] == "failed" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != 0 || doc["status"] != "failed" {
 		t.Fatalf("status -o json: exit %d\n%s", code, out)
 	}
 	if code, out = run("watch", id); code != 1 || !strings.Contains(out, "workflow bad FAILED") {
