@@ -113,7 +113,14 @@ func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
 	s := &stack{dir: dir, logf: logf}
 	port := freePort()
 	s.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
-	if s.natsd, err = startProc("nats-server", logf, nil, filepath.Join(binDir, "nats-server"), "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js")); err != nil {
+	// GANTRY_BENCH_PPROF=1 serves pprof: nats-server on 127.0.0.1:6065, the
+	// services on 6061-6064 in serviceNames order (see docs/performance.md).
+	pprof := os.Getenv("GANTRY_BENCH_PPROF") != ""
+	natsArgs := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js")}
+	if pprof {
+		natsArgs = append(natsArgs, "--profile", "6065")
+	}
+	if s.natsd, err = startProc("nats-server", logf, nil, append([]string{filepath.Join(binDir, "nats-server")}, natsArgs...)...); err != nil {
 		return nil, err
 	}
 	if err := waitPort(port); err != nil {
@@ -121,7 +128,11 @@ func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
 		return nil, err
 	}
 	env := []string{"NATS_URL=" + s.url, "GANTRY_SSH_KEY=" + sshKey, "GANTRY_KNOWN_HOSTS=" + knownHosts}
-	for _, name := range serviceNames {
+	for i, name := range serviceNames {
+		env := env
+		if pprof {
+			env = append(env[:len(env):len(env)], fmt.Sprintf("GANTRY_PPROF=127.0.0.1:%d", 6061+i))
+		}
 		p, err := startProc(name, logf, env, filepath.Join(binDir, name))
 		if err != nil {
 			s.close()
