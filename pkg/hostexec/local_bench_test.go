@@ -26,3 +26,20 @@ func BenchmarkLocalRunnerTrue(b *testing.B) {
 		}
 	}
 }
+
+// The same from 8 goroutines at once: how many processes per second this
+// machine can start at all, every core busy (the ceiling of any local
+// fan-out, before any orchestration).
+func BenchmarkLocalRunnerTrueParallel(b *testing.B) {
+	ctx := context.Background()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, err := Local{}.Run(ctx, Command{Script: "true"})
+			if err != nil || res.ExitCode != 0 {
+				b.Errorf("exit %d: %v", res.ExitCode, err)
+				return
+			}
+		}
+	})
+}
