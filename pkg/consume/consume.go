@@ -47,6 +47,10 @@ type Options struct {
 	Logger      *slog.Logger
 	// stopping is closed when Run is asked to stop.
 	stopping <-chan struct{}
+	// Prefetch is how many messages are pulled ahead of the handlers
+	// (default 2*Concurrency). A one-at-a-time consumer whose consumer
+	// allows many unacknowledged messages can take them in larger pulls.
+	Prefetch int
 	// NakDelay is the redelivery delay after the n-th failed delivery
 	// (default: 250ms doubling, capped at 30s).
 	NakDelay func(delivered uint64) time.Duration
@@ -79,7 +83,10 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	// A short pull expiry: a consumer at its MaxAckPending limit resumes
 	// delivery only on a new pull request, and nats.go re-pulls when one
 	// expires (30 s by default), which showed as 30 s stalls under load.
-	iter, err := cons.Messages(jetstream.PullMaxMessages(2*o.Concurrency), jetstream.PullExpiry(2*time.Second))
+	if o.Prefetch < 1 {
+		o.Prefetch = 2 * o.Concurrency
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(o.Prefetch), jetstream.PullExpiry(2*time.Second))
 	if err != nil {
 		return fmt.Errorf("%s: consume: %w", o.Name, err)
 	}

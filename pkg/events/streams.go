@@ -48,6 +48,10 @@ const (
 	MaxMessageBytes   = 1 << 20
 	ExecutorMaxAcks   = 256
 	HealthGateMaxAcks = 64
+	PlannerMaxAcks    = 256
+	// PlannerPrefetch is how many events the planner pulls at a time (it
+	// handles them one by one; most are node events it only acknowledges).
+	PlannerPrefetch = 128
 )
 
 // Streams returns every stream's configuration. replicas is 1 for a single
@@ -118,7 +122,7 @@ func Consumers() map[string][]jetstream.ConsumerConfig {
 				// Not strictly ordered: the planner applies a transition only
 				// if it moves a formula forward in the current generation,
 				// so a late redelivery changes nothing.
-				MaxAckPending: 256,
+				MaxAckPending: PlannerMaxAcks,
 			},
 			{
 				Durable:       ConsumerStateStore,

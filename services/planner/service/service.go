@@ -59,5 +59,5 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	log.Info("planner started")
-	return consume.Run(ctx, cons, e.Handle, consume.Options{Name: "planner", Concurrency: 1, AckWait: events.EventAckWait, Logger: log})
+	return consume.Run(ctx, cons, e.Handle, consume.Options{Name: "planner", Concurrency: 1, Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log})
 }
