@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -189,6 +190,19 @@ func MsgID(parts ...string) string {
 // operation: a rollback's delete is recorded apart from the create.
 func NodeKey(workflowID string, op dag.Operation, formula, node string) string {
 	return workflowID + "." + string(op) + "." + formula + "." + node
+}
+
+// Open returns a JetStream handle on nc after Ensure: what every service
+// does first.
+func Open(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.JetStream, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if err := Ensure(ctx, js, replicas); err != nil {
+		return nil, err
+	}
+	return js, nil
 }
 
 // Ensure creates or updates every stream, consumer and KV bucket. Every

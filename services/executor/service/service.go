@@ -14,7 +14,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config of an executor.
@@ -40,11 +39,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if cfg.SSH.Logger == nil {
 		cfg.SSH.Logger = log
 	}
-	js, err := jetstream.New(nc)
+	js, err := events.Open(ctx, nc, cfg.Replicas)
 	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	if err := events.Ensure(ctx, js, cfg.Replicas); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	kv, err := js.KeyValue(ctx, events.BucketNodes)

@@ -12,7 +12,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/services/health-gate/internal/gate"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config of a health-gate worker.
@@ -36,11 +35,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if cfg.SSH.Logger == nil {
 		cfg.SSH.Logger = log
 	}
-	js, err := jetstream.New(nc)
+	js, err := events.Open(ctx, nc, cfg.Replicas)
 	if err != nil {
-		return fmt.Errorf("health-gate: %w", err)
-	}
-	if err := events.Ensure(ctx, js, cfg.Replicas); err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
 	cons, err := js.Consumer(ctx, events.StreamGates, events.ConsumerHealthGate)

@@ -29,11 +29,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "planner", "instance", cfg.Instance)
-	js, err := jetstream.New(nc)
+	js, err := events.Open(ctx, nc, cfg.Replicas)
 	if err != nil {
-		return fmt.Errorf("planner: %w", err)
-	}
-	if err := events.Ensure(ctx, js, cfg.Replicas); err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
 	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log}

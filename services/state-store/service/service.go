@@ -12,7 +12,6 @@ import (
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config of a state-store.
@@ -28,11 +27,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "state-store", "instance", cfg.Instance)
-	js, err := jetstream.New(nc)
+	js, err := events.Open(ctx, nc, cfg.Replicas)
 	if err != nil {
-		return fmt.Errorf("state-store: %w", err)
-	}
-	if err := events.Ensure(ctx, js, cfg.Replicas); err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
 	kv, err := js.KeyValue(ctx, events.BucketState)
