@@ -5,6 +5,7 @@ package natsconn
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -57,6 +58,24 @@ func Connect(url, name string, log *slog.Logger, retry bool) (*nats.Conn, error)
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// ServiceFlags are the flags every service takes.
+type ServiceFlags struct {
+	URL      string // --server, default $NATS_URL
+	Replicas int    // --replicas
+}
+
+// Register adds --server and --replicas to fs.
+func (f *ServiceFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.URL, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
+	fs.IntVar(&f.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
+}
+
+// Instance names this process in events and logs: "<service>/<host>-<pid>".
+func Instance(service string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%s-%d", service, host, os.Getpid())
 }
 
 // Main runs a service process: it serves pprof when GANTRY_PPROF names an

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -18,17 +17,15 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	var cfg service.Config
-	var url string
-	flag.StringVar(&url, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
+	var nf natsconn.ServiceFlags
+	nf.Register(flag.CommandLine)
 	cfg.SSH.RegisterFlags(flag.CommandLine)
 	flag.IntVar(&cfg.MaxFormulas, "max-formulas", 64, "formulas running at once")
 	flag.IntVar(&cfg.PerHost, "per-host", 8, "nodes running at once per host")
-	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
 	flag.Parse()
-	host, _ := os.Hostname()
-	cfg.Instance = fmt.Sprintf("executor/%s-%d", host, os.Getpid())
+	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("executor")
 	cfg.Log = log
-	os.Exit(natsconn.Main("executor", url, log, func(ctx context.Context, nc *nats.Conn) error {
+	os.Exit(natsconn.Main("executor", nf.URL, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
 	}))
 }

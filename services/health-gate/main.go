@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -18,16 +17,14 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	var cfg service.Config
-	var url string
-	flag.StringVar(&url, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
+	var nf natsconn.ServiceFlags
+	nf.Register(flag.CommandLine)
 	cfg.SSH.RegisterFlags(flag.CommandLine)
 	flag.IntVar(&cfg.Concurrency, "concurrency", 32, "gates checked at once")
-	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
 	flag.Parse()
-	host, _ := os.Hostname()
-	cfg.Instance = fmt.Sprintf("health-gate/%s-%d", host, os.Getpid())
+	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("health-gate")
 	cfg.Log = log
-	os.Exit(natsconn.Main("health-gate", url, log, func(ctx context.Context, nc *nats.Conn) error {
+	os.Exit(natsconn.Main("health-gate", nf.URL, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
 	}))
 }

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -18,14 +17,12 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	var cfg service.Config
-	var url string
-	flag.StringVar(&url, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
-	flag.IntVar(&cfg.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
+	var nf natsconn.ServiceFlags
+	nf.Register(flag.CommandLine)
 	flag.Parse()
-	host, _ := os.Hostname()
-	cfg.Instance = fmt.Sprintf("state-store/%s-%d", host, os.Getpid())
+	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("state-store")
 	cfg.Log = log
-	os.Exit(natsconn.Main("state-store", url, log, func(ctx context.Context, nc *nats.Conn) error {
+	os.Exit(natsconn.Main("state-store", nf.URL, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
 	}))
 }
