@@ -64,10 +64,9 @@ func defaultNakDelay(n uint64) time.Duration {
 	return min(d, 30*time.Second)
 }
 
-// Run consumes until ctx is cancelled, then stops fetching, waits for the
-// handlers in flight to finish (their messages are acked or naked as
-// usual) and returns.
-func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) error {
+// start applies the defaults and starts pulling; the iterator drains
+// when ctx is cancelled.
+func start(ctx context.Context, cons jetstream.Consumer, o Options) (jetstream.MessagesContext, Options, error) {
 	if o.Concurrency < 1 {
 		o.Concurrency = 1
 	}
@@ -88,13 +87,24 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	}
 	iter, err := cons.Messages(jetstream.PullMaxMessages(o.Prefetch), jetstream.PullExpiry(2*time.Second))
 	if err != nil {
-		return fmt.Errorf("%s: consume: %w", o.Name, err)
+		return nil, o, fmt.Errorf("%s: consume: %w", o.Name, err)
 	}
 	o.stopping = ctx.Done()
 	go func() {
 		<-ctx.Done()
 		iter.Drain()
 	}()
+	return iter, o, nil
+}
+
+// Run consumes until ctx is cancelled, then stops fetching, waits for the
+// handlers in flight to finish (their messages are acked or naked as
+// usual) and returns.
+func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) error {
+	iter, o, err := start(ctx, cons, o)
+	if err != nil {
+		return err
+	}
 	// Handlers get their own context: cancelling ctx stops fetching, but
 	// work in flight finishes (drain), as a SIGTERM should.
 	hctx := context.WithoutCancel(ctx)
@@ -102,18 +112,9 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-				return nil
-			}
-			o.Logger.Warn("fetch failed", "consumer", o.Name, "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(200 * time.Millisecond):
-			}
-			continue
+		msg, ok := next(ctx, iter, o)
+		if !ok {
+			return nil
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -121,6 +122,163 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 			defer func() { <-sem; wg.Done() }()
 			handle(hctx, msg, h, o)
 		}()
+	}
+}
+
+// BatchHandler handles, in order, the events that were delivered together
+// and returns one result per event, with Handler's meaning. It lets a
+// handler make the batch's effects durable once (one write per document
+// touched, publishes waited for together) before any of them is acked;
+// a failure it cannot pin on one event is every event's result.
+type BatchHandler func(ctx context.Context, evs []*Event) []error
+
+// RunBatch is Run for a BatchHandler, one batch at a time: each batch is
+// every message already pulled (at most Prefetch), so a busy consumer gets
+// large batches and an idle one handles each event as it arrives.
+func RunBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, o Options) error {
+	o.Concurrency = 1
+	iter, o, err := start(ctx, cons, o)
+	if err != nil {
+		return err
+	}
+	hctx := context.WithoutCancel(ctx)
+	msgs := make(chan jetstream.Msg, o.Prefetch)
+	go func() {
+		defer close(msgs)
+		for {
+			msg, ok := next(ctx, iter, o)
+			if !ok {
+				return
+			}
+			msgs <- msg
+		}
+	}()
+	batch := make([]jetstream.Msg, 0, o.Prefetch)
+	for msg := range msgs {
+		batch = append(batch[:0], msg)
+	more:
+		for len(batch) < o.Prefetch {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		handleBatch(hctx, batch, h, o)
+	}
+	return nil
+}
+
+// handleBatch parses a batch, runs the handler on the events that parse,
+// and settles every message.
+func handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchHandler, o Options) {
+	evs := make([]*Event, 0, len(msgs))
+	logs := make([]msgLogger, 0, len(msgs))
+	for _, msg := range msgs {
+		meta, err := msg.Metadata()
+		if err != nil {
+			o.Logger.Error("message without metadata", "consumer", o.Name, "subject", msg.Subject(), "err", err)
+			_ = msg.Term()
+			continue
+		}
+		log := msgLogger{o.Logger, o.Name, msg.Subject(), meta.Sequence.Stream, meta.NumDelivered}
+		env, err := events.Parse(msg.Data())
+		if err != nil {
+			settle(msg, err, meta.NumDelivered, o.draining(), log, o)
+			continue
+		}
+		evs = append(evs, &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg})
+		logs = append(logs, log)
+	}
+	if len(evs) == 0 {
+		return
+	}
+	stop := keepInProgress(o.AckWait, func() {
+		for _, ev := range evs {
+			_ = ev.msg.InProgress()
+		}
+	})
+	errs := safeBatch(ctx, h, evs)
+	stop()
+	for i, ev := range evs {
+		settle(ev.msg, errs[i], ev.Delivered, o.draining(), logs[i], o)
+	}
+}
+
+// safeBatch is safeCall for a batch. After a panic in a batch of several
+// events, each event is handled again on its own, so that only the one
+// that panics is terminated (the handler must drop what the aborted batch
+// left applied but not recorded).
+func safeBatch(ctx context.Context, h BatchHandler, evs []*Event) []error {
+	errs, panicked := callBatch(ctx, h, evs)
+	if panicked == nil {
+		return errs
+	}
+	if len(evs) == 1 {
+		return []error{Poison(fmt.Errorf("handler panic: %v", panicked))}
+	}
+	errs = make([]error, len(evs))
+	for i, ev := range evs {
+		errs[i] = safeBatch(ctx, h, []*Event{ev})[0]
+	}
+	return errs
+}
+
+func callBatch(ctx context.Context, h BatchHandler, evs []*Event) (errs []error, panicked any) {
+	defer func() {
+		if r := recover(); r != nil {
+			errs, panicked = nil, r
+		}
+	}()
+	errs = h(ctx, evs)
+	if len(errs) != len(evs) {
+		return nil, fmt.Sprintf("batch handler returned %d results for %d events", len(errs), len(evs))
+	}
+	return errs, nil
+}
+
+// keepInProgress calls inProgress every third of ackWait until stopped,
+// from a timer: most work ends long before the first call.
+func keepInProgress(ackWait time.Duration, inProgress func()) (stop func()) {
+	var mu sync.Mutex
+	done := false
+	var t *time.Timer
+	t = time.AfterFunc(ackWait/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			inProgress()
+			t.Reset(ackWait / 3)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done = true
+		t.Stop()
+	}
+}
+
+// next returns the next message; false once the consumer is stopped.
+func next(ctx context.Context, iter jetstream.MessagesContext, o Options) (jetstream.Msg, bool) {
+	for {
+		msg, err := iter.Next()
+		if err == nil {
+			return msg, true
+		}
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+			return nil, false
+		}
+		o.Logger.Warn("fetch failed", "consumer", o.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 
@@ -141,28 +299,17 @@ func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options) {
 		_ = msg.Term()
 		return
 	}
-	log := o.Logger.With("consumer", o.Name, "subject", msg.Subject(), "stream_seq", meta.Sequence.Stream, "delivered", meta.NumDelivered)
+	log := msgLogger{o.Logger, o.Name, msg.Subject(), meta.Sequence.Stream, meta.NumDelivered}
 	env, err := events.Parse(msg.Data())
 	if err != nil {
 		settle(msg, err, meta.NumDelivered, o.draining(), log, o)
 		return
 	}
 	ev := &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg}
-	done := make(chan struct{})
-	go func() { // keep long work from being redelivered
-		t := time.NewTicker(o.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	// Keep long work from being redelivered.
+	stop := keepInProgress(o.AckWait, func() { _ = msg.InProgress() })
 	err = safeCall(ctx, h, ev)
-	close(done)
+	stop()
 	settle(msg, err, meta.NumDelivered, o.draining(), log, o)
 }
 
@@ -177,11 +324,25 @@ func safeCall(ctx context.Context, h Handler, ev *Event) (err error) {
 	return h(ctx, ev)
 }
 
-func settle(msg jetstream.Msg, err error, delivered uint64, draining bool, log *slog.Logger, o Options) {
+// msgLogger builds the message's logger only when something is logged:
+// most messages log nothing, and slog.With formats its attributes at once.
+type msgLogger struct {
+	l         *slog.Logger
+	consumer  string
+	subject   string
+	seq       uint64
+	delivered uint64
+}
+
+func (m msgLogger) get() *slog.Logger {
+	return m.l.With("consumer", m.consumer, "subject", m.subject, "stream_seq", m.seq, "delivered", m.delivered)
+}
+
+func settle(msg jetstream.Msg, err error, delivered uint64, draining bool, ml msgLogger, o Options) {
 	switch {
 	case err == nil && !draining:
 		if aerr := msg.Ack(); aerr != nil {
-			log.Warn("ack failed; the message will be redelivered (handlers are idempotent)", "err", aerr)
+			ml.get().Warn("ack failed; the message will be redelivered (handlers are idempotent)", "err", aerr)
 		}
 	case err == nil:
 		// Shutting down: wait for the server to confirm, so work done is
@@ -189,14 +350,14 @@ func settle(msg jetstream.Msg, err error, delivered uint64, draining bool, log *
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if aerr := msg.DoubleAck(ctx); aerr != nil {
-			log.Warn("ack not confirmed; the message may be redelivered (handlers are idempotent)", "err", aerr)
+			ml.get().Warn("ack not confirmed; the message may be redelivered (handlers are idempotent)", "err", aerr)
 		}
 	case errors.Is(err, ErrPoison), errors.Is(err, events.ErrMalformed), errors.Is(err, events.ErrUnknownType):
-		log.Error("terminating poison message", "err", err)
+		ml.get().Error("terminating poison message", "err", err)
 		_ = msg.TermWithReason(truncate(err.Error(), 200))
 	default:
 		d := o.NakDelay(delivered)
-		log.Warn("handler failed; redelivering", "err", err, "delay", d)
+		ml.get().Warn("handler failed; redelivering", "err", err, "delay", d)
 		_ = msg.NakWithDelay(d)
 	}
 }

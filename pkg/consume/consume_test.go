@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,5 +141,108 @@ func TestDrainFinishesInFlight(t *testing.T) {
 	info, _ := cons.Info(context.Background())
 	if info.NumAckPending != 0 || info.NumRedelivered != 0 {
 		t.Fatalf("after drain: %d ack-pending, %d redelivered", info.NumAckPending, info.NumRedelivered)
+	}
+}
+
+// RunBatch hands over, in stream order, every message already pulled; each
+// result settles its own message; a panic is pinned on its event by
+// handling the batch's events again one by one; a batch-wide failure
+// redelivers every event of the batch.
+func TestRunBatch(t *testing.T) {
+	js, cons := setup(t, time.Second)
+	var mu sync.Mutex
+	var sizes []int
+	var order []string
+	deliveries := map[string]int{}
+	failBatchOnce := true
+	handler := func(ctx context.Context, evs []*consume.Event) []error {
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, len(evs))
+		errs := make([]error, len(evs))
+		for i, ev := range evs {
+			var n events.NodeEvent
+			if err := events.DecodeData(ev.Envelope, &n); err != nil {
+				errs[i] = err
+				continue
+			}
+			deliveries[n.Node]++
+			order = append(order, n.Node)
+			switch {
+			case n.Node == "poison":
+				errs[i] = consume.Poison(errors.New("cannot ever work"))
+			case n.Node == "panics":
+				panic("boom")
+			case n.Node == "n-7" && failBatchOnce && len(evs) > 1:
+				// a failure of the batch's final write: every event's result
+				failBatchOnce = false
+				for k := range errs {
+					errs[k] = errors.New("flush failed")
+				}
+				return errs
+			}
+		}
+		return errs
+	}
+	// Published before the consumer starts, so the first pull brings many.
+	var names []string
+	for i := range 20 {
+		names = append(names, "n-"+strconv.Itoa(i))
+	}
+	names = append(names, "poison", "panics", "last")
+	for _, n := range names {
+		publishEvent(t, js, "t."+n, n)
+	}
+	js.Publish(context.Background(), "t.garbage", []byte("not an event"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.RunBatch(ctx, cons, handler, consume.Options{Name: "t", Prefetch: 64, AckWait: time.Second, Logger: quiet,
+			NakDelay: func(uint64) time.Duration { return 50 * time.Millisecond }})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		info, err := cons.Info(context.Background())
+		if err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Stream >= uint64(len(names)+1) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) == 0 || sizes[0] < 2 {
+		t.Fatalf("batch sizes %v: the first pull should hand over several events at once", sizes)
+	}
+	// The first batch is in stream order.
+	for i := 0; i < 5; i++ {
+		if order[i] != names[i] {
+			t.Fatalf("order %v, want %v first", order[:5], names[:5])
+		}
+	}
+	for _, n := range names {
+		want := 1
+		switch n {
+		case "n-7":
+			want = 2 // its batch failed once: redelivered
+		case "panics":
+			want = 2 // once in its batch, once alone (then terminated)
+		}
+		if deliveries[n] < want {
+			t.Errorf("%s handled %d times, want at least %d", n, deliveries[n], want)
+		}
+	}
+	if deliveries["panics"] > 3 || deliveries["poison"] > 2 {
+		t.Errorf("poison handled %d, panics %d times: they must be terminated, not redelivered", deliveries["poison"], deliveries["panics"])
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Errorf("messages left: %d ack-pending, %d pending", info.NumAckPending, info.NumPending)
 	}
 }

@@ -50,8 +50,9 @@ const (
 	ExecutorMaxAcks   = 256
 	HealthGateMaxAcks = 64
 	PlannerMaxAcks    = 256
-	// PlannerPrefetch is how many events the planner pulls at a time (it
-	// handles them one by one; most are node events it only acknowledges).
+	// PlannerPrefetch is how many events the planner pulls at a time, and
+	// the largest batch it applies before one flush (most are node events
+	// it only acknowledges).
 	PlannerPrefetch = 128
 )
 

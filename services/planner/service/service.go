@@ -56,5 +56,5 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	log.Info("planner started")
-	return consume.Run(ctx, cons, e.Handle, consume.Options{Name: "planner", Concurrency: 1, Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log})
+	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log})
 }

@@ -134,9 +134,6 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	for i := range states {
 		states[i] = dag.NodePending
 	}
-	// The node records of the first nodes to start are read while the
-	// cancel check runs: both are round trips to JetStream.
-	pre := x.prefetch(ctx, d, pf.NodeStep(states, false, d.OnFailure == dag.OnFailureContinue).Start)
 	if x.cancelled(ctx, d) {
 		ev := &events.FormulaEvent{Ref: fref, Status: dag.FormulaCancelled, Run: events.Run{Attempt: d.Generation, EndedAt: &started}}
 		log.Info("dispatch of a cancelled or superseded run skipped")
@@ -171,10 +168,8 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		for _, j := range step.Start {
 			states[j] = dag.NodeRunning
 			running++
-			rec := pre[j]
-			delete(pre, j)
 			go func(j int) {
-				st, err := x.runNode(ctx, killCtx, d, j, rec, runner, rerr, log)
+				st, err := x.runNode(ctx, killCtx, d, j, runner, rerr, log)
 				results <- nodeResult{j, st, err}
 			}(j)
 		}
@@ -210,27 +205,6 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	// node records say what happened; message ids drop the duplicates).
 	batch.Add(x.Pub.PublishAsync(events.HostLifecycle(d.Ref.Host), final, msgID(d.Ref, "", "formula-"+string(final.Status), 0)))
 	return batch.Wait(ctx)
-}
-
-// recordRead is a node record read ahead of the node's start.
-type recordRead struct {
-	rec Record
-	err error
-}
-
-// prefetch reads the records of the nodes in first (at most 64)
-// concurrently and returns where each will arrive.
-func (x *Executor) prefetch(ctx context.Context, d *events.Dispatch, first []int) map[int]chan recordRead {
-	out := make(map[int]chan recordRead, min(len(first), 64))
-	for _, j := range first[:min(len(first), 64)] {
-		ch := make(chan recordRead, 1)
-		out[j] = ch
-		go func(key string) {
-			rec, _, err := x.loadRecord(ctx, key)
-			ch <- recordRead{rec, err}
-		}(events.NodeKey(d.WorkflowID, d.Operation, d.Formula, d.Nodes[j].Name))
-	}
-	return out
 }
 
 func allDone(states []dag.NodeState) bool {
@@ -347,49 +321,94 @@ func (x *Executor) loadRecord(ctx context.Context, key string) (Record, uint64, 
 	return r, e.Revision(), nil
 }
 
-func (x *Executor) saveRecord(ctx context.Context, key string, r Record) error {
-	b, _ := json.Marshal(r)
-	if _, err := x.Nodes.Put(ctx, key, b); err != nil {
-		return fmt.Errorf("write node record %s: %w", key, err)
+// errRecordExists: a node's first attempt was to be recorded with a
+// create, and a record was there (a retry, a redelivery): read it and decide
+// again.
+var errRecordExists = errors.New("node record exists")
+
+// nodeRecord is one node's record as this delivery knows it. A node whose
+// record is unknown is recorded with a create, which fails if one exists:
+// most nodes of a run have none yet, and this spares a read per node.
+type nodeRecord struct {
+	key   string
+	rec   Record
+	known bool
+}
+
+// readRecord reads the node's record into nr (none: a zero record).
+func (x *Executor) readRecord(ctx context.Context, nr *nodeRecord) error {
+	rec, _, err := x.loadRecord(ctx, nr.key)
+	if err != nil {
+		return err
 	}
+	nr.rec, nr.known = rec, true
+	return nil
+}
+
+func (x *Executor) saveRecord(ctx context.Context, nr *nodeRecord, r Record) error {
+	b, _ := json.Marshal(r)
+	if !nr.known {
+		if _, err := x.Nodes.Create(ctx, nr.key, b); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return errRecordExists
+			}
+			return fmt.Errorf("write node record %s: %w", nr.key, err)
+		}
+		nr.known = true
+	} else if _, err := x.Nodes.Put(ctx, nr.key, b); err != nil {
+		return fmt.Errorf("write node record %s: %w", nr.key, err)
+	}
+	nr.rec = r
 	return nil
 }
 
 // runNode runs one node through its attempts and returns its final state.
 // The error is set only when an outcome could not be recorded.
-// pre, when set, delivers the node's record read ahead.
-func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j int, pre chan recordRead, runner hostexec.Runner, runnerErr error, log *slog.Logger) (dag.NodeState, error) {
+func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j int, runner hostexec.Runner, runnerErr error, log *slog.Logger) (dag.NodeState, error) {
 	n := d.Nodes[j]
 	log = log.With("node", n.Name)
+	nr := &nodeRecord{key: events.NodeKey(d.WorkflowID, d.Operation, d.Formula, n.Name)}
+	if n.AlreadyDone {
+		if err := x.readRecord(ctx, nr); err != nil {
+			return dag.NodeFailed, err
+		}
+	}
+	for range 3 { // a record appears under a create at most once per delivery
+		st, err := x.runRecorded(ctx, killCtx, d, j, nr, runner, runnerErr, log)
+		if !errors.Is(err, errRecordExists) {
+			return st, err
+		}
+		if err := x.readRecord(ctx, nr); err != nil {
+			return dag.NodeFailed, err
+		}
+	}
+	return dag.NodeFailed, fmt.Errorf("node record %s: %w after reading it", nr.key, errRecordExists)
+}
+
+// runRecorded is runNode from what nr holds. It returns errRecordExists
+// when nr was unknown and a record turned out to exist (nothing started).
+func (x *Executor) runRecorded(ctx, killCtx context.Context, d *events.Dispatch, j int, nr *nodeRecord, runner hostexec.Runner, runnerErr error, log *slog.Logger) (dag.NodeState, error) {
+	n := d.Nodes[j]
 	var perr error
-	key := events.NodeKey(d.WorkflowID, d.Operation, d.Formula, n.Name)
-	var rec Record
-	var err error
-	if pre != nil {
-		r := <-pre
-		rec, err = r.rec, r.err
-	} else {
-		rec, _, err = x.loadRecord(ctx, key)
-	}
-	if err != nil {
-		return dag.NodeFailed, err
-	}
-	// Recorded succeeded (or skipped): never again in this workflow.
-	if rec.Status.Done() {
-		x.publishNode(ctx, d, j, &events.NodeEvent{Status: rec.Status, Run: events.Run{ExitCode: rec.ExitCode}, Reason: "already recorded " + string(rec.Status)}, rec.Attempt, &perr)
-		return rec.Status, perr
-	}
-	if rec.Status == dag.NodeFailed && rec.Generation == d.Generation {
-		x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: "failed earlier in this run"}}, rec.Attempt, &perr)
-		return dag.NodeFailed, perr
+	rec := nr.rec
+	if nr.known {
+		// Recorded succeeded (or skipped): never again in this workflow.
+		if rec.Status.Done() {
+			x.publishNode(ctx, d, j, &events.NodeEvent{Status: rec.Status, Run: events.Run{ExitCode: rec.ExitCode}, Reason: "already recorded " + string(rec.Status)}, rec.Attempt, &perr)
+			return rec.Status, perr
+		}
+		if rec.Status == dag.NodeFailed && rec.Generation == d.Generation {
+			x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: "failed earlier in this run"}}, rec.Attempt, &perr)
+			return dag.NodeFailed, perr
+		}
 	}
 	if n.AlreadyDone {
 		now := time.Now().UTC()
-		rec = Record{Status: dag.NodeSkipped, Attempt: rec.Attempt, Generation: d.Generation, SpecHash: n.SpecHash}
-		if err := x.saveRecord(ctx, key, rec); err != nil {
+		skipped := Record{Status: dag.NodeSkipped, Attempt: rec.Attempt, Generation: d.Generation, SpecHash: n.SpecHash}
+		if err := x.saveRecord(ctx, nr, skipped); err != nil {
 			return dag.NodeFailed, err
 		}
-		x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeSkipped, Run: events.Run{StartedAt: &now, EndedAt: &now}, Reason: "already succeeded with the same spec"}, rec.Attempt, &perr)
+		x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeSkipped, Run: events.Run{StartedAt: &now, EndedAt: &now}, Reason: "already succeeded with the same spec"}, skipped.Attempt, &perr)
 		return dag.NodeSkipped, perr
 	}
 	if rec.Generation != d.Generation {
@@ -402,32 +421,34 @@ func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j i
 	bo.Reset()
 	slot := x.hostSlot(d.Ref.Host)
 	for rec.GenAttempts < maxAttempts {
-		// The attempt is announced first and recorded right before its
-		// process starts (BeforeStart), so the recorded attempts are
-		// exactly the attempts that started something on the host.
+		// The attempt is recorded right before its process starts
+		// (BeforeStart), so the recorded attempts are exactly the attempts
+		// that started something on the host, and then announced.
 		next := rec
 		next.Attempt++
 		next.GenAttempts++
 		next.Generation, next.Status, next.SpecHash, next.ExitCode = d.Generation, dag.NodeRunning, n.SpecHash, nil
 		started := time.Now().UTC()
-		x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, next.Attempt, &perr)
-		if perr != nil {
-			return dag.NodeFailed, perr
-		}
 		var recordErr error
 		recorded := false
 		record := func() error {
 			if recorded {
 				return nil
 			}
-			if recordErr = x.saveRecord(ctx, key, next); recordErr == nil {
-				recorded = true
+			if recordErr = x.saveRecord(ctx, nr, next); recordErr != nil {
+				return recordErr
 			}
-			return recordErr
+			recorded = true
+			started = time.Now().UTC()
+			x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, next.Attempt, &perr)
+			return nil
 		}
 		final, ev, permanent := x.attempt(killCtx, d, j, runner, runnerErr, next.Attempt, slot, record)
 		if recordErr != nil {
-			return dag.NodeFailed, recordErr // nothing started; the dispatch is redelivered
+			return dag.NodeFailed, recordErr // nothing started; the dispatch is redelivered (or, errRecordExists, decided again)
+		}
+		if perr != nil {
+			return dag.NodeFailed, perr
 		}
 		rec = next
 		ended := time.Now().UTC()
@@ -435,9 +456,14 @@ func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j i
 		retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts && killCtx.Err() == nil
 		if !retry {
 			rec.Status, rec.ExitCode = final, ev.ExitCode
-			if err := x.saveRecord(ctx, key, rec); err != nil {
+			if err := x.saveRecord(ctx, nr, rec); err != nil {
 				return dag.NodeFailed, err
 			}
+		}
+		if !recorded {
+			// Nothing started (no connection, cancelled while waiting for
+			// a slot): the attempt is still announced before its outcome.
+			x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, rec.Attempt, &perr)
 		}
 		ev.WillRetry = retry
 		x.publishNode(ctx, d, j, ev, rec.Attempt, &perr)
@@ -448,7 +474,7 @@ func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j i
 		select {
 		case <-killCtx.Done():
 			rec.Status = dag.NodeCancelled
-			if err := x.saveRecord(ctx, key, rec); err != nil {
+			if err := x.saveRecord(ctx, nr, rec); err != nil {
 				return dag.NodeCancelled, err
 			}
 			x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "cancelled between attempts"}, rec.Attempt, &perr)
@@ -458,7 +484,7 @@ func (x *Executor) runNode(ctx, killCtx context.Context, d *events.Dispatch, j i
 	}
 	// Attempts were used up by earlier deliveries of this dispatch.
 	rec.Status = dag.NodeFailed
-	if err := x.saveRecord(ctx, key, rec); err != nil {
+	if err := x.saveRecord(ctx, nr, rec); err != nil {
 		return dag.NodeFailed, err
 	}
 	x.publishNode(ctx, d, j, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{Error: fmt.Sprintf("no attempts left (%d of %d made; the last was interrupted)", rec.GenAttempts, maxAttempts)}}, rec.Attempt, &perr)

@@ -32,7 +32,22 @@ type Engine struct {
 
 	mu    sync.Mutex // one transition at a time
 	cache map[string]*run
+	// batch, while HandleBatch runs, collects what its events decided, to
+	// be made durable once: dispatches waited for together, then one
+	// snapshot per run touched.
+	batch *pendingBatch
 }
+
+type pendingBatch struct {
+	pubs  events.Batch
+	n     int // publishes added since the last wait
+	dirty []*run
+	seen  map[*run]bool
+}
+
+// maxPendingPublishes bounds the asynchronous publishes in flight, well
+// inside the client's limit.
+const maxPendingPublishes = 256
 
 type run struct {
 	rec     *Record
@@ -158,17 +173,78 @@ func (e *Engine) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Handle is the consumer handler for node, formula and health events.
+// Handle is the consumer handler for node, formula and health events, one
+// at a time.
 func (e *Engine) Handle(ctx context.Context, ev *consume.Event) error {
+	return e.HandleBatch(ctx, []*consume.Event{ev})[0]
+}
+
+// errBatchFailed is the result of the events of a batch that another
+// event's failure (or the final write's) sends back for redelivery.
+var errBatchFailed = errors.New("batch not recorded")
+
+// HandleBatch applies events in order, then makes the batch durable: it
+// waits for every dispatch published, then saves each touched run's
+// snapshot once; only then are the events acknowledged. Decisions are
+// published before they are recorded, and recorded before their events are
+// acknowledged, as with one event at a time. If anything but a poison event
+// fails, the runs in memory are forgotten and every other event of the
+// batch is redelivered, to be applied to the saved state again (the
+// publishes repeat under the same message ids and are dropped as
+// duplicates).
+func (e *Engine) HandleBatch(ctx context.Context, evs []*consume.Event) []error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	err := e.handle(ctx, ev)
-	if err != nil {
-		// The run in memory may be ahead of its saved snapshot: forget it,
-		// so the redelivered event is applied to the saved state again.
-		e.cache = nil
+	e.batch = &pendingBatch{seen: map[*run]bool{}}
+	defer func() {
+		e.batch = nil
+		if r := recover(); r != nil {
+			e.cache = nil
+			panic(r)
+		}
+	}()
+	errs := make([]error, len(evs))
+	var failed error
+	for i, ev := range evs {
+		if failed != nil {
+			errs[i] = failed
+			continue
+		}
+		err := e.handle(ctx, ev)
+		if err != nil && !errors.Is(err, consume.ErrPoison) && !errors.Is(err, events.ErrMalformed) && !errors.Is(err, events.ErrUnknownType) {
+			failed = fmt.Errorf("%w: event %d: %w", errBatchFailed, ev.Stream, err)
+		}
+		errs[i] = err
 	}
-	return err
+	if failed == nil {
+		if err := e.flush(ctx); err != nil {
+			failed = fmt.Errorf("%w: %w", errBatchFailed, err)
+		}
+	}
+	if failed != nil {
+		// The runs in memory may be ahead of their saved snapshots.
+		e.cache = nil
+		for i, err := range errs {
+			if err == nil {
+				errs[i] = failed
+			}
+		}
+	}
+	return errs
+}
+
+// flush waits for the batch's publishes, then saves its runs' snapshots.
+func (e *Engine) flush(ctx context.Context) error {
+	b := e.batch
+	if err := b.pubs.Wait(ctx); err != nil {
+		return err
+	}
+	for _, r := range b.dirty {
+		if err := e.saveSnapshot(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
@@ -284,16 +360,24 @@ func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
 		d.Dispatch = nil // nothing new starts while paused; resume steps again
 	}
 	// Dispatches (and their "ready") are published without waiting for each
-	// store, then all are waited for before anything is recorded.
-	// (In windows of 256, well inside the client's limit of pending
-	// asynchronous publishes.)
-	var b events.Batch
-	for k, i := range d.Dispatch {
-		e.dispatch(r, i, &b)
-		if (k+1)%256 == 0 || k == len(d.Dispatch)-1 {
-			if err := b.Wait(ctx); err != nil {
+	// store, then all are waited for before anything is recorded: here, or
+	// in a batch's flush.
+	b := e.batch
+	if b == nil {
+		b = &pendingBatch{}
+	}
+	for _, i := range d.Dispatch {
+		e.dispatch(r, i, &b.pubs)
+		if b.n += 2; b.n >= maxPendingPublishes {
+			b.n = 0
+			if err := b.pubs.Wait(ctx); err != nil {
 				return err
 			}
+		}
+	}
+	if e.batch == nil {
+		if err := b.pubs.Wait(ctx); err != nil {
+			return err
 		}
 	}
 	for _, i := range d.Gate {
@@ -316,6 +400,13 @@ func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
 		if err := e.finish(ctx, r, d.Result); err != nil {
 			return err
 		}
+	}
+	if b := e.batch; b != nil {
+		if !b.seen[r] {
+			b.seen[r] = true
+			b.dirty = append(b.dirty, r)
+		}
+		return nil
 	}
 	return e.saveSnapshot(ctx, r)
 }
