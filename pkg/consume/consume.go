@@ -179,20 +179,10 @@ func handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchHandler, o Op
 	evs := make([]*Event, 0, len(msgs))
 	logs := make([]msgLogger, 0, len(msgs))
 	for _, msg := range msgs {
-		meta, err := msg.Metadata()
-		if err != nil {
-			o.Logger.Error("message without metadata", "consumer", o.Name, "subject", msg.Subject(), "err", err)
-			_ = msg.Term()
-			continue
+		if ev, log, ok := parse(msg, o); ok {
+			evs = append(evs, ev)
+			logs = append(logs, log)
 		}
-		log := msgLogger{o.Logger, o.Name, msg.Subject(), meta.Sequence.Stream, meta.NumDelivered}
-		env, err := events.Parse(msg.Data())
-		if err != nil {
-			settle(msg, err, meta.NumDelivered, o.draining(), log, o)
-			continue
-		}
-		evs = append(evs, &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg})
-		logs = append(logs, log)
 	}
 	if len(evs) == 0 {
 		return
@@ -291,26 +281,36 @@ func (o Options) draining() bool {
 	}
 }
 
-// handle runs one message through the handler and settles it.
-func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options) {
+// parse reads a message's metadata and envelope. A message that has
+// neither is settled here (terminated: it can never be handled), and ok
+// is false.
+func parse(msg jetstream.Msg, o Options) (*Event, msgLogger, bool) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		o.Logger.Error("message without metadata", "consumer", o.Name, "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
-		return
+		return nil, msgLogger{}, false
 	}
 	log := msgLogger{o.Logger, o.Name, msg.Subject(), meta.Sequence.Stream, meta.NumDelivered}
 	env, err := events.Parse(msg.Data())
 	if err != nil {
 		settle(msg, err, meta.NumDelivered, o.draining(), log, o)
+		return nil, log, false
+	}
+	return &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg}, log, true
+}
+
+// handle runs one message through the handler and settles it.
+func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options) {
+	ev, log, ok := parse(msg, o)
+	if !ok {
 		return
 	}
-	ev := &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg}
 	// Keep long work from being redelivered.
 	stop := keepInProgress(o.AckWait, func() { _ = msg.InProgress() })
-	err = safeCall(ctx, h, ev)
+	err := safeCall(ctx, h, ev)
 	stop()
-	settle(msg, err, meta.NumDelivered, o.draining(), log, o)
+	settle(msg, err, ev.Delivered, o.draining(), log, o)
 }
 
 // safeCall turns a handler panic into a poison error: one bad message must
