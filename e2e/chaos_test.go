@@ -313,8 +313,7 @@ func TestChaos(t *testing.T) {
 	// The projection equals a rebuild from the stream.
 	deadline = time.Now().Add(time.Minute)
 	for {
-		c, _ := js.Consumer(context.Background(), events.StreamEvents, events.ConsumerStateStore)
-		if info, err := c.Info(context.Background()); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+		if stateCaughtUp(js) {
 			break
 		}
 		if time.Now().After(deadline) {

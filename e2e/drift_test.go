@@ -67,11 +67,7 @@ func TestDriftAndRebuild(t *testing.T) {
 	}
 	// the projection equals a replay of the stream; after damage, it does not,
 	// and a rebuild repairs it
-	s.waitFor("the state-store to catch up", 10*time.Second, func() bool {
-		cons, _ := s.js.Consumer(context.Background(), events.StreamEvents, events.ConsumerStateStore)
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
+	s.waitFor("the state-store to catch up", 10*time.Second, func() bool { return stateCaughtUp(s.js) })
 	keys, diff, _ := s.rebuild(true)
 	if keys < 5 || len(diff) != 0 {
 		t.Fatalf("check: %d keys, differing %v", keys, diff)

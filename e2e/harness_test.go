@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,26 @@ func (s *stack) wait(id string, timeout time.Duration) *events.WorkflowDoc {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// stateCaughtUp says whether the state-store's checkpoint has reached the
+// last event in the stream.
+func stateCaughtUp(js jetstream.JetStream) bool {
+	ctx := context.Background()
+	str, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return false
+	}
+	kv, err := js.KeyValue(ctx, events.BucketState)
+	if err != nil {
+		return false
+	}
+	e, err := kv.Get(ctx, events.StateCheckpointKey)
+	if err != nil {
+		return false
+	}
+	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	return err == nil && seq >= str.CachedInfo().State.LastSeq
 }
 
 // evt is one event of a workflow, in stream order.

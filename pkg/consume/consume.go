@@ -33,8 +33,14 @@ type Event struct {
 	msg       jetstream.Msg
 }
 
-// InProgress tells the server the handler is still working.
-func (e *Event) InProgress() error { return e.msg.InProgress() }
+// InProgress tells the server the handler is still working (a no-op for
+// an event from Follow, which has no acks).
+func (e *Event) InProgress() error {
+	if e.msg == nil {
+		return nil
+	}
+	return e.msg.InProgress()
+}
 
 // Handler handles one event.
 type Handler func(ctx context.Context, ev *Event) error
@@ -142,6 +148,13 @@ func RunBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, o Op
 		return err
 	}
 	hctx := context.WithoutCancel(ctx)
+	batches(ctx, iter, o, func(batch []jetstream.Msg) { handleBatch(hctx, batch, h, o) })
+	return nil
+}
+
+// batches hands f every message already pulled (at least one, at most
+// o.Prefetch) at a time, in delivery order, until the iterator stops.
+func batches(ctx context.Context, iter jetstream.MessagesContext, o Options, f func([]jetstream.Msg)) {
 	msgs := make(chan jetstream.Msg, o.Prefetch)
 	go func() {
 		defer close(msgs)
@@ -168,9 +181,8 @@ func RunBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, o Op
 				break more
 			}
 		}
-		handleBatch(hctx, batch, h, o)
+		f(batch)
 	}
-	return nil
 }
 
 // handleBatch parses a batch, runs the handler on the events that parse,

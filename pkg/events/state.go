@@ -31,6 +31,11 @@ func HostNodeKey(host, formula, node string) string {
 }
 func HostNodePrefix(host string) string { return "host." + host + "." }
 
+// StateCheckpointKey holds the GANTRY_EVENTS stream sequence (decimal) up
+// to which the state-store has written every event's effects: where it
+// resumes following the stream.
+const StateCheckpointKey = "meta.applied"
+
 // WorkflowDoc is the per-workflow projection: every formula and node.
 type WorkflowDoc struct {
 	WorkflowID string            `json:"workflow_id"`

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,13 +21,21 @@ const (
 	StreamLogs     = "GANTRY_LOGS"     // output lines (limits, bounded in time and size)
 )
 
-// Durable consumer names: one per service, shared by its replicas.
+// Durable consumer names: one per service, shared by its replicas. The
+// state-store has none: it follows GANTRY_EVENTS with an ordered consumer
+// from its own checkpoint (StateCheckpointKey).
 const (
 	ConsumerPlanner    = "planner"
-	ConsumerStateStore = "state-store"
 	ConsumerExecutor   = "executor"
 	ConsumerHealthGate = "health-gate"
 )
+
+// RetiredConsumers are durable consumers earlier versions created, by
+// stream: Ensure deletes them, so they do not linger as a backlog that
+// never drains.
+var RetiredConsumers = map[string][]string{
+	StreamEvents: {"state-store"},
+}
 
 // KV buckets.
 const (
@@ -54,6 +63,9 @@ const (
 	// the largest batch it applies before one flush (most are node events
 	// it only acknowledges).
 	PlannerPrefetch = 128
+	// StateStorePrefetch is how many events the state-store takes in at a
+	// time: the largest batch it applies before one write per document.
+	StateStorePrefetch = 512
 )
 
 // Streams returns every stream's configuration. replicas is 1 for a single
@@ -125,17 +137,6 @@ func Consumers() map[string][]jetstream.ConsumerConfig {
 				// if it moves a formula forward in the current generation,
 				// so a late redelivery changes nothing.
 				MaxAckPending: PlannerMaxAcks,
-			},
-			{
-				Durable:       ConsumerStateStore,
-				Description:   "state-store: projects every event",
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       EventAckWait,
-				MaxDeliver:    MaxDeliverEvents,
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-				// In stream order: a document skips events at or below the
-				// last sequence it applied, so nothing may overtake a retry.
-				MaxAckPending: 1,
 			},
 		},
 		StreamDispatch: {{
@@ -218,6 +219,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		for _, cfg := range cs {
 			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
 				return fmt.Errorf("consumer %s on %s: %w", cfg.Durable, stream, err)
+			}
+		}
+	}
+	for stream, names := range RetiredConsumers {
+		for _, name := range names {
+			if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("retired consumer %s on %s: %w", name, stream, err)
 			}
 		}
 	}

@@ -10,10 +10,19 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 )
 
-require go.yaml.in/yaml/v3 v3.0.6 // indirect
+require (
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
 
 require (
 	github.com/gantry-dev/gantry/pkg/composition v0.0.0
+	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect

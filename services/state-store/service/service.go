@@ -1,5 +1,6 @@
-// Package service wires the state-store: a durable consumer of every event
-// projecting into KV, and the state.* micro endpoints.
+// Package service wires the state-store: it follows the event stream in
+// order from its checkpoint, projecting into KV, and serves the state.*
+// micro endpoints.
 package service
 
 import (
@@ -35,7 +36,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	p := &project.Projector{Store: project.KVStore{KV: kv}, Log: log}
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: events.StateCheckpointKey}
 	svc, err := api.Register(nc, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
 	})
@@ -43,10 +44,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("state-store: micro: %w", err)
 	}
 	defer func() { _ = svc.Stop() }()
-	cons, err := js.Consumer(ctx, events.StreamEvents, events.ConsumerStateStore)
+	from, err := p.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	log.Info("state-store started")
-	return consume.Run(ctx, cons, p.Handle, consume.Options{Name: "state-store", Concurrency: 1, AckWait: events.EventAckWait, Logger: log})
+	log.Info("state-store started", "from_seq", from)
+	return consume.Follow(ctx, js, events.StreamEvents, from, p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Logger: log})
 }

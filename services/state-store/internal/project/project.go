@@ -12,11 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,14 +29,35 @@ import (
 type Store interface {
 	// Get returns the value and revision, or nil when the key is absent.
 	Get(ctx context.Context, key string) ([]byte, uint64, error)
-	// Put creates (rev 0) or compare-and-sets (rev > 0) a value.
-	Put(ctx context.Context, key string, val []byte, rev uint64) (uint64, error)
+	// PutAll writes every value, creating it (Rev 0) or compare-and-setting
+	// it (Rev > 0), and sets each write's NewRev or Err. The writes go out
+	// together; PutAll returns when each has its answer.
+	PutAll(ctx context.Context, ws []Write)
+	// Mark writes val unconditionally without waiting for it to be stored
+	// (a lost mark costs only work redone); it may return the failure of
+	// an earlier Mark.
+	Mark(ctx context.Context, key string, val []byte) error
 }
 
-// KVStore is a Store on a JetStream KV bucket.
-type KVStore struct{ KV jetstream.KeyValue }
+// Write is one document write of a flush.
+type Write struct {
+	Key    string
+	Val    []byte
+	Rev    uint64 // the revision it replaces; 0 creates
+	NewRev uint64
+	Err    error
+}
 
-func (s KVStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+// KVStore is a Store on a JetStream KV bucket. Its writes are KV
+// publishes with the expected per-key revision, sent asynchronously.
+type KVStore struct {
+	JS jetstream.JetStream
+	KV jetstream.KeyValue
+	// mark is the last Mark's acknowledgement.
+	mark jetstream.PubAckFuture
+}
+
+func (s *KVStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	e, err := s.KV.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
@@ -43,11 +68,47 @@ func (s KVStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	return e.Value(), e.Revision(), nil
 }
 
-func (s KVStore) Put(ctx context.Context, key string, val []byte, rev uint64) (uint64, error) {
-	if rev == 0 {
-		return s.KV.Create(ctx, key, val)
+func (s *KVStore) subject(key string) string { return "$KV." + s.KV.Bucket() + "." + key }
+
+func (s *KVStore) PutAll(ctx context.Context, ws []Write) {
+	futs := make([]jetstream.PubAckFuture, len(ws))
+	for i := range ws {
+		m := &nats.Msg{Subject: s.subject(ws[i].Key), Data: ws[i].Val, Header: nats.Header{}}
+		futs[i], ws[i].Err = s.JS.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(ws[i].Rev))
 	}
-	return s.KV.Update(ctx, key, val, rev)
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			ws[i].NewRev = ack.Sequence
+			continue
+		case err := <-f.Err():
+			ws[i].Err = err
+		case <-ctx.Done():
+			ws[i].Err = ctx.Err()
+			continue
+		}
+		if ws[i].Rev == 0 {
+			// A key a rebuild deleted keeps a marker, which a create's
+			// expected revision 0 refuses; KV's Create handles it.
+			ws[i].NewRev, ws[i].Err = s.KV.Create(ctx, ws[i].Key, ws[i].Val)
+		}
+	}
+}
+
+func (s *KVStore) Mark(_ context.Context, key string, val []byte) error {
+	var err error
+	if f := s.mark; f != nil {
+		select {
+		case e := <-f.Err():
+			err = fmt.Errorf("write %s: %w", f.Msg().Subject, e)
+		default:
+		}
+	}
+	s.mark, _ = s.JS.PublishMsgAsync(&nats.Msg{Subject: s.subject(key), Data: val})
+	return err
 }
 
 // MemStore is a Store in memory.
@@ -67,24 +128,40 @@ func (s *MemStore) Get(_ context.Context, key string) ([]byte, uint64, error) {
 	return v, s.revs[key], nil
 }
 
-func (s *MemStore) Put(_ context.Context, key string, val []byte, rev uint64) (uint64, error) {
-	if s.revs[key] != rev {
-		return 0, fmt.Errorf("%s: revision %d, not %d", key, s.revs[key], rev)
+func (s *MemStore) PutAll(_ context.Context, ws []Write) {
+	for i, w := range ws {
+		if s.revs[w.Key] != w.Rev {
+			ws[i].Err = fmt.Errorf("%s: revision %d, not %d", w.Key, s.revs[w.Key], w.Rev)
+			continue
+		}
+		s.revs[w.Key]++
+		s.Vals[w.Key] = w.Val
+		ws[i].NewRev = s.revs[w.Key]
 	}
-	s.revs[key]++
-	s.Vals[key] = val
-	return s.revs[key], nil
 }
 
-// Projector applies events to a Store.
+func (s *MemStore) Mark(_ context.Context, key string, val []byte) error {
+	s.revs[key]++
+	s.Vals[key] = val
+	return nil
+}
+
+// Projector applies events to a Store in batches: a batch's events in
+// stream order to cached documents, then one write per document the batch
+// changed, then the checkpoint.
 type Projector struct {
 	Store Store
 	Log   *slog.Logger
-	// mu serializes events and rebuilds.
+	// Checkpoint is the key that holds the stream sequence up to which
+	// every event's effects are written ("": none is kept).
+	Checkpoint string
+	// mu serializes batches and rebuilds.
 	mu sync.Mutex
-	// cache of documents and their revisions (one replica applies in
-	// order; a conflicting write drops the entry and the event is retried)
-	cache map[string]cached
+	// cache of documents and their revisions; dirty lists the keys changed
+	// since the last flush.
+	cache map[string]*cached
+	dirty []string
+	puts  int
 	// applied is the highest stream sequence handled.
 	applied uint64
 }
@@ -93,19 +170,169 @@ type Projector struct {
 const maxCached = 100_000
 
 type cached struct {
-	val any
-	rev uint64
+	val   any
+	rev   uint64
+	dirty bool
+	last  int // when last changed, counted in puts
 }
 
-// Handle is the consumer handler for every event.
-func (p *Projector) Handle(ctx context.Context, ev *consume.Event) error {
+// errBadDocument marks a stored document that does not decode: no retry
+// fixes it (a rebuild does), so the event's change to it is skipped.
+var errBadDocument = errors.New("stored document does not decode")
+
+// Resume returns the stream sequence to follow the stream from: the one
+// after the checkpoint.
+func (p *Projector) Resume(ctx context.Context) (uint64, error) {
+	b, _, err := p.Store.Get(ctx, p.Checkpoint)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", p.Checkpoint, err)
+	}
+	if b == nil {
+		return 1, nil
+	}
+	seq, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		p.Log.Error("checkpoint does not parse; following the stream from its start", "key", p.Checkpoint, "err", err)
+		return 1, nil
+	}
+	p.mu.Lock()
+	p.applied = max(p.applied, seq)
+	p.mu.Unlock()
+	return seq + 1, nil
+}
+
+// Apply is a consume.FollowHandler: it applies evs in order and writes
+// every document they changed, once each, retrying in place (with
+// backoff, the lock released in between) until that succeeds or ctx
+// ends; then it moves the checkpoint to last. An event that can never be
+// applied (malformed, of an unknown type, touching a stored document that
+// does not decode, or panicking) is logged and skipped, so one bad event
+// neither stops the projection nor takes the service down.
+func (p *Projector) Apply(ctx context.Context, evs []*consume.Event, last uint64) {
+	skip := map[uint64]bool{}
+	delay := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := p.applyBatch(ctx, evs, last, skip)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			p.Log.Warn("stopping with a batch not written; the next start applies it again", "to_seq", last, "err", err)
+			return
+		}
+		if attempt == 1 || attempt%20 == 0 {
+			p.Log.Warn("projection write failed; retrying", "to_seq", last, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (p *Projector) applyBatch(ctx context.Context, evs []*consume.Event, last uint64, skip map[uint64]bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := p.apply(ctx, ev)
-	if err == nil || errors.Is(err, events.ErrMalformed) || errors.Is(err, events.ErrUnknownType) {
-		p.applied = max(p.applied, ev.Stream)
+	for _, ev := range evs {
+		if skip[ev.Stream] {
+			continue
+		}
+		err, panicked := p.safeApply(ctx, ev)
+		switch {
+		case panicked:
+			// What it changed before panicking is unknown: start over
+			// without it.
+			skip[ev.Stream] = true
+			p.drop()
+			p.cache = nil
+			return err
+		case err == nil:
+		case unprojectable(err):
+			p.Log.Error("skipping an event that cannot be projected", "subject", ev.Subject, "stream_seq", ev.Stream, "type", ev.Type, "err", err)
+		default:
+			p.drop()
+			return err
+		}
 	}
-	return err
+	if err := p.flush(ctx); err != nil {
+		return err
+	}
+	p.applied = max(p.applied, last)
+	if p.Checkpoint != "" {
+		if err := p.Store.Mark(ctx, p.Checkpoint, strconv.AppendUint(nil, last, 10)); err != nil {
+			p.Log.Warn("checkpoint write failed; a restart applies more events again (each is counted once)", "err", err)
+		}
+	}
+	return nil
+}
+
+// unprojectable says an event's error is one no retry fixes.
+func unprojectable(err error) bool {
+	return errors.Is(err, events.ErrMalformed) || errors.Is(err, events.ErrUnknownType) || errors.Is(err, errBadDocument)
+}
+
+func (p *Projector) safeApply(ctx context.Context, ev *consume.Event) (err error, panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			err, panicked = fmt.Errorf("event %d (%s): panic: %v", ev.Stream, ev.Type, r), true
+			p.Log.Error("skipping an event whose projection panicked", "subject", ev.Subject, "stream_seq", ev.Stream, "type", ev.Type, "panic", r)
+		}
+	}()
+	return p.apply(ctx, ev), false
+}
+
+// flush writes every dirty document once. If any write fails, every
+// document the batch changed is dropped from the cache, to be read again.
+func (p *Projector) flush(ctx context.Context) error {
+	if len(p.dirty) == 0 {
+		return nil
+	}
+	// In the order of each document's last change: the writes are stored
+	// in the order sent, so whoever reads a document in the state an event
+	// left it in finds every earlier event's effects too (the workflow's
+	// summary, ended, comes after its formulas and nodes).
+	sort.Slice(p.dirty, func(i, j int) bool { return p.cache[p.dirty[i]].last < p.cache[p.dirty[j]].last })
+	ws := make([]Write, 0, len(p.dirty))
+	for _, k := range p.dirty {
+		b, err := json.Marshal(p.cache[k].val)
+		if err != nil {
+			p.drop()
+			return fmt.Errorf("encode %s: %w", k, err)
+		}
+		ws = append(ws, Write{Key: k, Val: b, Rev: p.cache[k].rev})
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	p.Store.PutAll(fctx, ws)
+	cancel()
+	var errs []error
+	for _, w := range ws {
+		if w.Err != nil {
+			errs = append(errs, fmt.Errorf("write %s: %w", w.Key, w.Err))
+		}
+	}
+	if len(errs) > 0 {
+		p.drop()
+		return errors.Join(errs...)
+	}
+	for _, w := range ws {
+		c := p.cache[w.Key]
+		c.rev, c.dirty = w.NewRev, false
+	}
+	p.dirty = p.dirty[:0]
+	if len(p.cache) >= maxCached {
+		p.cache = nil // a bound; what is dropped is read again
+	}
+	return nil
+}
+
+// drop forgets every document changed since the last flush: the batch,
+// applied again, reads them from the store.
+func (p *Projector) drop() {
+	for _, k := range p.dirty {
+		delete(p.cache, k)
+	}
+	p.dirty = p.dirty[:0]
 }
 
 func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
@@ -154,25 +381,29 @@ func get[T any](ctx context.Context, p *Projector, key string) (*T, uint64, erro
 	}
 	v := new(T)
 	if err := json.Unmarshal(b, v); err != nil {
-		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
+		return nil, 0, fmt.Errorf("%s: %w: %w", key, errBadDocument, err)
 	}
 	return v, rev, nil
 }
 
-func (p *Projector) put(ctx context.Context, key string, v any, rev uint64) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", key, err)
+// put records v as key's new value, to be written over revision rev at
+// the next flush.
+func (p *Projector) put(_ context.Context, key string, v any, rev uint64) error {
+	if p.cache == nil {
+		p.cache = map[string]*cached{}
 	}
-	nrev, err := p.Store.Put(ctx, key, b, rev)
-	if err != nil {
-		delete(p.cache, key)
-		return fmt.Errorf("write %s: %w", key, err)
+	c := p.cache[key]
+	if c == nil {
+		c = &cached{}
+		p.cache[key] = c
 	}
-	if p.cache == nil || len(p.cache) >= maxCached {
-		p.cache = map[string]cached{} // a bound; what is dropped is read again
+	c.val, c.rev = v, rev
+	p.puts++
+	c.last = p.puts
+	if !c.dirty {
+		c.dirty = true
+		p.dirty = append(p.dirty, key)
 	}
-	p.cache[key] = cached{v, nrev}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -19,52 +20,62 @@ import (
 func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (*MemStore, error) {
 	mem := NewMemStore()
 	p := &Projector{Store: mem}
+	if err := p.replay(ctx, js, upTo); err != nil {
+		return nil, err
+	}
+	if err := p.flush(ctx); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	return mem, nil
+}
+
+func (p *Projector) replay(ctx context.Context, js jetstream.JetStream, upTo uint64) error {
 	info, err := js.Stream(ctx, events.StreamEvents)
 	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return fmt.Errorf("replay: %w", err)
 	}
 	last := info.CachedInfo().State.LastSeq
 	if upTo == 0 || upTo > last {
 		upTo = last
 	}
 	if upTo == 0 {
-		return mem, nil
+		return nil
 	}
 	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return fmt.Errorf("replay: %w", err)
 	}
 	for {
 		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2e9))
 		if err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
+			return fmt.Errorf("replay: %w", err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
 			meta, err := m.Metadata()
 			if err != nil {
-				return nil, fmt.Errorf("replay: %w", err)
+				return fmt.Errorf("replay: %w", err)
 			}
 			seq := meta.Sequence.Stream
 			if seq > upTo {
-				return mem, nil
+				return nil
 			}
 			if env, err := events.Parse(m.Data()); err == nil {
 				ev := &consume.Event{Envelope: env, Subject: m.Subject(), Stream: seq}
-				if err := p.apply(ctx, ev); err != nil && !errors.Is(err, events.ErrMalformed) {
-					return nil, fmt.Errorf("replay at %d: %w", seq, err)
+				if err := p.apply(ctx, ev); err != nil && !unprojectable(err) {
+					return fmt.Errorf("replay at %d: %w", seq, err)
 				}
 			}
 			if seq == upTo {
-				return mem, nil
+				return nil
 			}
 		}
 		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
+			return fmt.Errorf("replay: %w", err)
 		}
 		if n == 0 {
-			return nil, fmt.Errorf("replay: stream ended before sequence %d", upTo)
+			return fmt.Errorf("replay: stream ended before sequence %d", upTo)
 		}
 	}
 }
@@ -81,6 +92,25 @@ type RebuildReport struct {
 // handled, compares, and unless checkOnly replaces the live documents.
 // Events wait while it runs.
 func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, checkOnly bool) (*RebuildReport, error) {
+	// First catch up with the stream as it is now, so that the comparison
+	// is with what every state-store replica has written.
+	info, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: %w", err)
+	}
+	for end := info.CachedInfo().State.LastSeq; ; {
+		p.mu.Lock()
+		applied := p.applied
+		p.mu.Unlock()
+		if applied >= end {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rebuild: the projection has applied the stream up to %d of %d: %w", applied, end, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	mem, err := Replay(ctx, js, p.applied)

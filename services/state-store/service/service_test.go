@@ -1,0 +1,283 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/natsembed"
+	"github.com/gantry-dev/gantry/services/state-store/service"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type env struct {
+	t   *testing.T
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	pub *events.Publisher
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	ns, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Stop)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := events.Open(context.Background(), nc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), events.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, nc: nc, js: js, kv: kv, pub: &events.Publisher{JS: js, NC: nc, Source: "test/1"}}
+}
+
+// start runs a state-store until the returned stop is called, and
+// returns the stream sequence it resumed from.
+func (e *env) start(name string) (stop func(), from uint64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	logs := make(chan []byte, 100)
+	go func() {
+		done <- service.Run(ctx, e.nc, service.Config{Instance: name, Log: slog.New(slog.NewJSONHandler(chanWriter(logs), nil))})
+	}()
+	for from == 0 {
+		select {
+		case l := <-logs:
+			var rec struct {
+				Msg  string `json:"msg"`
+				From uint64 `json:"from_seq"`
+			}
+			if json.Unmarshal(l, &rec) == nil && rec.Msg == "state-store started" {
+				from = rec.From
+			}
+		case <-time.After(10 * time.Second):
+			e.t.Fatalf("%s did not start", name)
+		}
+	}
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("%s: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			e.t.Fatalf("%s did not stop", name)
+		}
+	}, from
+}
+
+// chanWriter hands each log record to a channel, dropping it when full.
+type chanWriter chan []byte
+
+func (c chanWriter) Write(b []byte) (int, error) {
+	select {
+	case c <- append([]byte(nil), b...):
+	default:
+	}
+	return len(b), nil
+}
+
+func (e *env) publish(subject string, pl events.Payload, id string) {
+	e.t.Helper()
+	if err := e.pub.Publish(context.Background(), subject, pl, id); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// run publishes a whole workflow's events: n formulas of two nodes on
+// three hosts, each node running then succeeded.
+func (e *env) run(id string, n int) (published int) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	wf := events.Ref{WorkflowID: id, Workflow: "w", Operation: dag.OpCreate, Generation: 1}
+	e.publish(events.WorkflowLifecycle(id), &events.WorkflowEvent{Ref: wf, Status: dag.WorkflowAccepted, TotalNodes: 2 * n, Formulas: map[events.FormulaState]int{dag.FormulaPending: n}}, id+"|accepted")
+	e.publish(events.WorkflowLifecycle(id), &events.WorkflowEvent{Ref: wf, Status: dag.WorkflowRunning}, id+"|running")
+	published = 2
+	for i := range n {
+		f := wf
+		f.Formula, f.Host = fmt.Sprintf("f%d", i), fmt.Sprintf("h%d", i%3)
+		for _, st := range []dag.FormulaState{dag.FormulaReady, dag.FormulaRunning} {
+			e.publish(events.HostLifecycle(f.Host), &events.FormulaEvent{Ref: f, Status: st}, id+"|"+f.Formula+"|"+string(st))
+			published++
+		}
+		for _, node := range []string{"a", "b"} {
+			r := f
+			r.Node = node
+			e.publish(events.HostLifecycle(f.Host), &events.NodeEvent{Ref: r, Status: dag.NodeRunning, Run: events.Run{Attempt: 1, StartedAt: &now}, SpecHash: "h-" + node}, id+"|"+f.Formula+"|"+node+"|running")
+			code := 0
+			e.publish(events.HostLifecycle(f.Host), &events.NodeEvent{Ref: r, Status: dag.NodeSucceeded, Run: events.Run{Attempt: 1, StartedAt: &now, EndedAt: &now, ExitCode: &code}, SpecHash: "h-" + node}, id+"|"+f.Formula+"|"+node+"|succeeded")
+			published += 2
+		}
+		e.publish(events.HostLifecycle(f.Host), &events.FormulaEvent{Ref: f, Status: dag.FormulaSucceeded, Run: events.Run{EndedAt: &now}}, id+"|"+f.Formula+"|succeeded")
+		published++
+	}
+	// Something that is not an event: skipped, and it does not stop the
+	// projection.
+	if _, err := e.js.Publish(ctx, events.HostLifecycle("h0"), []byte("not json")); err != nil {
+		e.t.Fatal(err)
+	}
+	e.publish(events.WorkflowLifecycle(id), &events.WorkflowEvent{Ref: wf, Status: dag.WorkflowSucceeded, Run: events.Run{EndedAt: &now}}, id+"|succeeded")
+	return published + 2
+}
+
+func (e *env) lastSeq() uint64 {
+	s, err := e.js.Stream(context.Background(), events.StreamEvents)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s.CachedInfo().State.LastSeq
+}
+
+func (e *env) checkpoint() uint64 {
+	v, err := e.kv.Get(context.Background(), events.StateCheckpointKey)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(string(v.Value()), 10, 64)
+	return n
+}
+
+func (e *env) caughtUp() {
+	e.t.Helper()
+	last := e.lastSeq()
+	for deadline := time.Now().Add(10 * time.Second); e.checkpoint() < last; {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("checkpoint %d, stream at %d", e.checkpoint(), last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// writes counts the gantry_state bucket's stored writes so far.
+func (e *env) writes() uint64 {
+	s, err := e.js.Stream(context.Background(), "KV_"+events.BucketState)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s.CachedInfo().State.LastSeq
+}
+
+// check asserts every node of the workflow counted each transition once,
+// and that the projection equals a replay of the stream.
+func (e *env) check(id string, n int) {
+	e.t.Helper()
+	ctx := context.Background()
+	var wd events.WorkflowDoc
+	if v, err := e.kv.Get(ctx, events.WorkflowDocKey(id)); err != nil || json.Unmarshal(v.Value(), &wd) != nil || wd.Status != dag.WorkflowSucceeded {
+		e.t.Errorf("%s: workflow document %+v, %v", id, wd, err)
+	}
+	for i := range n {
+		for _, node := range []string{"a", "b"} {
+			key := events.NodeDocKey(id, fmt.Sprintf("f%d", i), node)
+			var nd events.NodeDoc
+			v, err := e.kv.Get(ctx, key)
+			if err != nil || json.Unmarshal(v.Value(), &nd) != nil {
+				e.t.Fatalf("%s: %v", key, err)
+			}
+			if nd.Status != dag.NodeSucceeded || nd.Transitions != 2 || nd.Attempts != 1 {
+				e.t.Errorf("%s: status %s, %d transitions, %d attempts; want succeeded, 2, 1", key, nd.Status, nd.Transitions, nd.Attempts)
+			}
+		}
+	}
+	m, err := e.nc.Request(events.StateRebuild, []byte(`{"check_only":true}`), 10*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var rep struct {
+		Keys      int      `json:"keys"`
+		UpTo      uint64   `json:"up_to"`
+		Differing []string `json:"differing"`
+	}
+	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Keys == 0 || len(rep.Differing) != 0 {
+		e.t.Errorf("rebuild check: %s (%v)", m.Data, err)
+	}
+}
+
+// TestFollowInBatches: the state-store applies the stream in batches (one
+// write per document a batch changed), resumes from its checkpoint, counts
+// each transition once when it applies events again, skips what does not
+// parse, and two of them at once converge on the same projection.
+func TestFollowInBatches(t *testing.T) {
+	e := setup(t)
+	const n = 10
+	published := e.run("w1", n)
+
+	// Everything is already in the stream: it comes in large batches.
+	stop, from := e.start("ss-1")
+	if from != 1 {
+		t.Errorf("a first start resumed from %d, not 1", from)
+	}
+	e.caughtUp()
+	e.check("w1", n)
+	// One write per event would be a write for each workflow and formula
+	// event and two for each node event.
+	perEvent := uint64(3 + 3*n + 2*4*n)
+	docs := uint64(1 + n + 2*2*n)
+	if w := e.writes(); w >= perEvent || w < docs {
+		t.Errorf("%d events made %d writes; one per document is %d, one per event %d", published, w, docs, perEvent)
+	} else {
+		t.Logf("%d events, %d writes (documents %d, one write per event %d)", published, w, docs, perEvent)
+	}
+
+	// Resumed from the checkpoint: only the new events are applied.
+	stop()
+	before, at := e.writes(), e.checkpoint()
+	e.run("w2", 3)
+	if stop, from = e.start("ss-1"); from != at+1 {
+		t.Errorf("resumed from %d, not after the checkpoint %d", from, at)
+	}
+	e.caughtUp()
+	e.check("w2", 3)
+	e.check("w1", n)
+	if w := e.writes() - before; w > uint64(1+3+2*2*3)+3 {
+		t.Errorf("after a restart, %d writes for a 3-formula workflow: w1 was applied again", w)
+	}
+
+	// A checkpoint lost (a crash between the documents and it): every
+	// event comes again, and none is counted twice.
+	stop()
+	if _, err := e.kv.Put(context.Background(), events.StateCheckpointKey, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	if stop, from = e.start("ss-1"); from != 1 {
+		t.Errorf("resumed from %d, not 1, after the checkpoint was reset", from)
+	}
+	e.caughtUp()
+	e.check("w1", n)
+	e.check("w2", 3)
+
+	// Two followers at once, from the start, while events arrive: they
+	// write the same documents, and the revisions keep them consistent.
+	stop()
+	if _, err := e.kv.Put(context.Background(), events.StateCheckpointKey, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	stop1, _ := e.start("ss-1")
+	stop2, _ := e.start("ss-2")
+	e.run("w3", n)
+	e.caughtUp()
+	for _, id := range []string{"w1", "w3"} {
+		e.check(id, n)
+	}
+	e.check("w2", 3)
+	stop1()
+	stop2()
+}
