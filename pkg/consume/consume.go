@@ -57,6 +57,10 @@ type Options struct {
 	// (default 2*Concurrency). A one-at-a-time consumer whose consumer
 	// allows many unacknowledged messages can take them in larger pulls.
 	Prefetch int
+	// Linger is how long a batch consumer (RunBatch, Follow) waits for
+	// more messages after the first of a batch, so that work nobody waits
+	// for is done in fewer, larger batches (default 0: what is there).
+	Linger time.Duration
 	// NakDelay is the redelivery delay after the n-th failed delivery
 	// (default: 250ms doubling, capped at 30s).
 	NakDelay func(delivered uint64) time.Duration
@@ -167,8 +171,17 @@ func batches(ctx context.Context, iter jetstream.MessagesContext, o Options, f f
 		}
 	}()
 	batch := make([]jetstream.Msg, 0, o.Prefetch)
+	var linger *time.Timer
+	if o.Linger > 0 {
+		linger = time.NewTimer(o.Linger)
+	}
 	for msg := range msgs {
 		batch = append(batch[:0], msg)
+		var waited <-chan time.Time // nil (no wait) without a linger
+		if linger != nil {
+			linger.Reset(o.Linger)
+			waited = linger.C
+		}
 	more:
 		for len(batch) < o.Prefetch {
 			select {
@@ -177,7 +190,19 @@ func batches(ctx context.Context, iter jetstream.MessagesContext, o Options, f f
 					break more
 				}
 				batch = append(batch, m)
+				continue
 			default:
+			}
+			if waited == nil {
+				break
+			}
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, m)
+			case <-waited:
 				break more
 			}
 		}

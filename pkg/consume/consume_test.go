@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,5 +245,85 @@ func TestRunBatch(t *testing.T) {
 	}
 	if info.NumAckPending != 0 || info.NumPending != 0 {
 		t.Errorf("messages left: %d ack-pending, %d pending", info.NumAckPending, info.NumPending)
+	}
+}
+
+// TestFollow: Follow starts at the sequence asked for, hands over every
+// event in stream order with the sequence each batch ends at (something
+// that does not parse is left out of the events but counted), gathers
+// events arriving within the linger into one batch, and returns when
+// cancelled.
+func TestFollow(t *testing.T) {
+	js, _ := setup(t, time.Second)
+	for i := 1; i <= 5; i++ {
+		publishEvent(t, js, "t.a", "n"+strconv.Itoa(i))
+	}
+	type batch struct {
+		nodes []string
+		last  uint64
+	}
+	got := make(chan batch, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Follow(ctx, js, "T", 3, func(_ context.Context, evs []*consume.Event, last uint64) {
+			b := batch{last: last}
+			for _, ev := range evs {
+				var n events.NodeEvent
+				if err := events.DecodeData(ev.Envelope, &n); err != nil {
+					t.Error(err)
+				}
+				b.nodes = append(b.nodes, n.Node)
+			}
+			got <- b
+		}, consume.Options{Name: "follow", Prefetch: 64, Linger: 300 * time.Millisecond, Logger: quiet})
+	}()
+	var nodes []string
+	var batches int
+	var last uint64
+	collect := func(until uint64) {
+		t.Helper()
+		for last < until {
+			select {
+			case b := <-got:
+				batches++
+				nodes = append(nodes, b.nodes...)
+				if b.last <= last {
+					t.Errorf("batch ends at %d after one ending at %d", b.last, last)
+				}
+				last = b.last
+			case <-time.After(10 * time.Second):
+				t.Fatalf("stuck at sequence %d of %d", last, until)
+			}
+		}
+	}
+	collect(5)
+	if want := "n3 n4 n5"; strings.Join(nodes, " ") != want || batches != 1 {
+		t.Errorf("from sequence 3: %d batches %v, want one batch %s", batches, nodes, want)
+	}
+	// Trickling in, 5 ms apart: the linger makes them one or two batches.
+	nodes, batches = nil, 0
+	if _, err := js.Publish(context.Background(), "t.a", []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 6; i <= 15; i++ {
+		publishEvent(t, js, "t.a", "n"+strconv.Itoa(i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	collect(16)
+	if want := "n6 n7 n8 n9 n10 n11 n12 n13 n14 n15"; strings.Join(nodes, " ") != want {
+		t.Errorf("got %v, want %s", nodes, want)
+	}
+	if batches > 2 {
+		t.Errorf("%d batches for 11 messages within the linger", batches)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Follow did not return when cancelled")
 	}
 }

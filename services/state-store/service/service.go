@@ -49,5 +49,5 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("state-store: %w", err)
 	}
 	log.Info("state-store started", "from_seq", from)
-	return consume.Follow(ctx, js, events.StreamEvents, from, p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Logger: log})
+	return consume.Follow(ctx, js, events.StreamEvents, from, p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Linger: events.StateStoreLinger, Logger: log})
 }

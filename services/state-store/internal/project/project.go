@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,6 +163,9 @@ type Projector struct {
 	cache map[string]*cached
 	dirty []string
 	puts  int
+	// fresh holds the workflows whose documents are all this projector's
+	// own creations (see get).
+	fresh map[string]bool
 	// applied is the highest stream sequence handled.
 	applied uint64
 }
@@ -220,8 +224,11 @@ func (p *Projector) Apply(ctx context.Context, evs []*consume.Event, last uint64
 			p.Log.Warn("stopping with a batch not written; the next start applies it again", "to_seq", last, "err", err)
 			return
 		}
-		if attempt == 1 || attempt%20 == 0 {
+		if attempt%20 == 2 {
 			p.Log.Warn("projection write failed; retrying", "to_seq", last, "attempt", attempt, "err", err)
+		}
+		if attempt == 1 {
+			continue // at once: most often a document another writer changed, now read again
 		}
 		select {
 		case <-ctx.Done():
@@ -244,8 +251,7 @@ func (p *Projector) applyBatch(ctx context.Context, evs []*consume.Event, last u
 			// What it changed before panicking is unknown: start over
 			// without it.
 			skip[ev.Stream] = true
-			p.drop()
-			p.cache = nil
+			p.forget()
 			return err
 		case err == nil:
 		case unprojectable(err):
@@ -313,6 +319,7 @@ func (p *Projector) flush(ctx context.Context) error {
 	}
 	if len(errs) > 0 {
 		p.drop()
+		p.fresh = nil // a create may have failed because one was wrong
 		return errors.Join(errs...)
 	}
 	for _, w := range ws {
@@ -321,7 +328,7 @@ func (p *Projector) flush(ctx context.Context) error {
 	}
 	p.dirty = p.dirty[:0]
 	if len(p.cache) >= maxCached {
-		p.cache = nil // a bound; what is dropped is read again
+		p.forget() // a bound; what is dropped is read again
 	}
 	return nil
 }
@@ -368,22 +375,60 @@ func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
 	return nil
 }
 
-func get[T any](ctx context.Context, p *Projector, key string) (*T, uint64, error) {
+// get returns a document (nil when absent) and its revision, from the
+// cache or else the store. When fresh, a document of a workflow this
+// projector has seen start is absent unless cached: it created every one
+// of them. That saves a read for each new document; if it is ever wrong,
+// the write that creates the document fails (revision 0 on an existing
+// key) and the batch is applied again from reads.
+func get[T any](ctx context.Context, p *Projector, key string, fresh bool) (*T, uint64, error) {
 	if c, ok := p.cache[key]; ok {
+		if c.val == nil {
+			return nil, 0, nil
+		}
 		return c.val.(*T), c.rev, nil
+	}
+	if fresh && p.fresh[workflowOf(key)] {
+		p.remember(key, nil, 0)
+		return nil, 0, nil
 	}
 	b, rev, err := p.Store.Get(ctx, key)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read %s: %w", key, err)
 	}
 	if b == nil {
+		p.remember(key, nil, 0)
 		return nil, 0, nil
 	}
 	v := new(T)
 	if err := json.Unmarshal(b, v); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w: %w", key, errBadDocument, err)
 	}
+	p.remember(key, v, rev)
 	return v, rev, nil
+}
+
+// workflowOf returns the workflow id of a wf.<id>[.<formula>[.<node>]] key.
+func workflowOf(key string) string {
+	rest, ok := strings.CutPrefix(key, "wf.")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ".")
+	return id
+}
+
+// remember caches a document as read (val nil: absent).
+func (p *Projector) remember(key string, val any, rev uint64) {
+	if p.cache == nil {
+		p.cache = map[string]*cached{}
+	}
+	p.cache[key] = &cached{val: val, rev: rev}
+}
+
+// forget drops everything cached: the store is read again.
+func (p *Projector) forget() {
+	p.cache, p.fresh, p.dirty = nil, nil, p.dirty[:0]
 }
 
 // put records v as key's new value, to be written over revision rev at
@@ -410,11 +455,17 @@ func (p *Projector) put(_ context.Context, key string, v any, rev uint64) error 
 // workflowDoc loads (or starts) a workflow's summary; ok is false when the
 // event was already applied.
 func (p *Projector) workflowDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.WorkflowDoc, uint64, bool, error) {
-	doc, rev, err := get[events.WorkflowDoc](ctx, p, events.WorkflowDocKey(r.WorkflowID))
+	doc, rev, err := get[events.WorkflowDoc](ctx, p, events.WorkflowDocKey(r.WorkflowID), true)
 	if err != nil {
 		return nil, 0, false, err
 	}
 	if doc == nil {
+		// Nothing of this workflow has been projected: its documents
+		// are all new (see get).
+		if p.fresh == nil {
+			p.fresh = map[string]bool{}
+		}
+		p.fresh[r.WorkflowID] = true
 		doc = &events.WorkflowDoc{WorkflowID: r.WorkflowID, Workflow: r.Workflow, Operation: r.Operation, Status: dag.WorkflowAccepted,
 			Generation: r.Generation, CreatedAt: ev.Time}
 	}
@@ -459,7 +510,7 @@ func sum(m map[events.FormulaState]int) int {
 // formulaDoc loads (or starts) one formula's document; ok is false when the
 // event was already applied or belongs to an older generation.
 func (p *Projector) formulaDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.FormulaDoc, uint64, bool, error) {
-	f, rev, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(r.WorkflowID, r.Formula))
+	f, rev, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(r.WorkflowID, r.Formula), true)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -490,13 +541,14 @@ func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.Fo
 
 func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
 	// An event of an older generation than its formula has reached is late.
-	if f, _, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(e.WorkflowID, e.Formula)); err != nil {
+	// (read, not assumed: no write would show an assumption wrong)
+	if f, _, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(e.WorkflowID, e.Formula), false); err != nil {
 		return err
 	} else if f != nil && e.Generation < f.Generation {
 		return nil
 	}
 	key := events.NodeDocKey(e.WorkflowID, e.Formula, e.Node)
-	n, rev, err := get[events.NodeDoc](ctx, p, key)
+	n, rev, err := get[events.NodeDoc](ctx, p, key, true)
 	if err != nil {
 		return err
 	}
@@ -535,7 +587,7 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 
 func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
 	key := events.HostNodeKey(e.Ref.Host, e.Formula, e.Node)
-	hn, rev, err := get[events.HostNode](ctx, p, key)
+	hn, rev, err := get[events.HostNode](ctx, p, key, false)
 	if err != nil {
 		return err
 	}

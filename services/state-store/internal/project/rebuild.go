@@ -159,7 +159,7 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 			return nil, fmt.Errorf("rewrite %s: %w", k, err)
 		}
 	}
-	p.cache = nil
+	p.forget()
 	rep.Rewritten = true
 	return rep, nil
 }
