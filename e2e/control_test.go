@@ -158,7 +158,7 @@ func TestHostDownThenRetry(t *testing.T) {
 	if body, code := s.control(id, events.VerbRetry); code != "" {
 		t.Fatalf("retry: %s %s", code, body)
 	}
-	doc = s.wait(id, 30*time.Second)
+	doc = s.waitGen(id, 2, 30*time.Second)
 	if doc.Status != dag.WorkflowSucceeded || doc.Generation != 2 {
 		t.Fatalf("after retry: %s (generation %d)", doc.Status, doc.Generation)
 	}

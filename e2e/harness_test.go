@@ -143,12 +143,20 @@ func (s *stack) mustSubmit(c *dag.Composition) string {
 // wait polls state.workflow until the workflow ends.
 func (s *stack) wait(id string, timeout time.Duration) *events.WorkflowDoc {
 	s.t.Helper()
+	return s.waitGen(id, 1, timeout)
+}
+
+// waitGen polls state.workflow until generation gen (or a later one) of
+// the workflow ends: after a retry, the projection shows the previous
+// generation's end until it has applied the retry's first event.
+func (s *stack) waitGen(id string, gen int, timeout time.Duration) *events.WorkflowDoc {
+	s.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
 		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
 			var d events.WorkflowDoc
-			if json.Unmarshal(msg.Data, &d) == nil && d.Status.Terminal() {
+			if json.Unmarshal(msg.Data, &d) == nil && d.Status.Terminal() && d.Generation >= gen {
 				return &d
 			}
 		}

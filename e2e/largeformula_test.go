@@ -33,7 +33,7 @@ func TestLargeFormulaRunsEachNodeOnce(t *testing.T) {
 	if body, code := s.control(id, "retry"); code != "" {
 		t.Fatalf("retry: %s %s", code, body)
 	}
-	doc = s.wait(id, 30*time.Second)
+	doc = s.waitGen(id, 2, 30*time.Second)
 	if doc.Status != dag.WorkflowSucceeded {
 		t.Fatalf("after retry: %s", doc.Status)
 	}

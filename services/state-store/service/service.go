@@ -39,7 +39,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: events.StateCheckpointKey}
 	svc, err := api.Register(nc, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
-	})
+	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })
 	if err != nil {
 		return fmt.Errorf("state-store: micro: %w", err)
 	}

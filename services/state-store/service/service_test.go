@@ -278,6 +278,23 @@ func TestFollowInBatches(t *testing.T) {
 		e.check(id, n)
 	}
 	e.check("w2", 3)
-	stop1()
 	stop2()
+
+	// A read waits for what was stored before it: whoever saw a workflow
+	// end on the stream reads it ended.
+	e.run("w4", 2)
+	m, err := e.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"w4"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wd events.WorkflowDoc
+	if err := json.Unmarshal(m.Data, &wd); err != nil || wd.Status != dag.WorkflowSucceeded || len(wd.Formulas) != 2 {
+		t.Errorf("state.workflow right after the last event: %s", m.Data)
+	}
+	for id, f := range wd.Formulas {
+		if f.Status != dag.FormulaSucceeded || len(f.Nodes) != 2 {
+			t.Errorf("formula %s: %+v", id, f)
+		}
+	}
+	stop1()
 }

@@ -26,11 +26,18 @@ import (
 // Version of the state-store service.
 const Version = "0.1.0"
 
-// Register adds the state-store service.
 // Rebuilder rebuilds (or, checkOnly, compares) the projection from the stream.
 type Rebuilder func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error)
 
-func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, rebuild Rebuilder) (micro.Service, error) {
+// CatchUpWait bounds how long a read waits for the projection to apply
+// the events stored before it; then it answers with what is there.
+const CatchUpWait = 2 * time.Second
+
+// Register adds the state-store service. catchUp returns once every event
+// stored so far is projected: reads wait for it (at most CatchUpWait), so
+// that whoever saw an event on the stream (gantry watch) then reads its
+// effect.
+func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, rebuild Rebuilder, catchUp func(context.Context) error) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "gantry-state-store",
 		Version:     Version,
@@ -39,7 +46,7 @@ func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, rebuild Re
 	if err != nil {
 		return nil, err
 	}
-	s := &server{kv: kv, log: log, rebuild: rebuild}
+	s := &server{kv: kv, log: log, rebuild: rebuild, catchUp: catchUp}
 	g := svc.AddGroup("state")
 	for name, h := range map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift, "rebuild": s.rebuildHandler} {
 		if err := g.AddEndpoint(name, h); err != nil {
@@ -53,6 +60,19 @@ type server struct {
 	kv      jetstream.KeyValue
 	log     *slog.Logger
 	rebuild Rebuilder
+	catchUp func(context.Context) error
+}
+
+// read returns the context of a read request, once the projection has
+// caught up with the stream or CatchUpWait has passed.
+func (s *server) read() (context.Context, context.CancelFunc) {
+	c, cancel := ctx()
+	w, stop := context.WithTimeout(c, CatchUpWait)
+	defer stop()
+	if err := s.catchUp(w); err != nil {
+		s.log.Warn("answering from a projection behind the stream", "err", err)
+	}
+	return c, cancel
 }
 
 // drift compares the composition in the request body (YAML or JSON) with
@@ -70,7 +90,7 @@ func (s *server) drift(req micro.Request) {
 		return
 	}
 	p := dag.PlanLoaded(c)
-	cx, cancel := ctx()
+	cx, cancel := s.read()
 	defer cancel()
 	var recorded []events.HostNode
 	for name := range c.Hosts {
@@ -132,7 +152,7 @@ func (s *server) workflow(req micro.Request) {
 		_ = req.Error("400", "workflow_id is missing or not a token", nil)
 		return
 	}
-	c, cancel := ctx()
+	c, cancel := s.read()
 	defer cancel()
 	e, err := s.kv.Get(c, events.WorkflowDocKey(q.WorkflowID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -226,7 +246,7 @@ func (s *server) list(req micro.Request) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
-	c, cancel := ctx()
+	c, cancel := s.read()
 	defer cancel()
 	keys, err := s.keys(c, "wf.*")
 	if err != nil {
@@ -293,7 +313,7 @@ func (s *server) host(req micro.Request) {
 		}
 		prefix = events.HostNodePrefix(q.Host) + ">"
 	}
-	c, cancel := ctx()
+	c, cancel := s.read()
 	defer cancel()
 	nodes, err := s.hostNodes(c, prefix)
 	if err != nil {

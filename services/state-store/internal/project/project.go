@@ -168,6 +168,50 @@ type Projector struct {
 	fresh map[string]bool
 	// applied is the highest stream sequence handled.
 	applied uint64
+	// pos is applied again, for Await, under its own lock (mu is held
+	// through a batch's writes).
+	pos struct {
+		sync.Mutex
+		seq   uint64
+		moved chan struct{} // closed when seq moves
+	}
+}
+
+// advance records that every event up to seq is applied.
+func (p *Projector) advance(seq uint64) {
+	p.applied = max(p.applied, seq)
+	p.pos.Lock()
+	defer p.pos.Unlock()
+	if seq > p.pos.seq {
+		p.pos.seq = seq
+		if p.pos.moved != nil {
+			close(p.pos.moved)
+			p.pos.moved = nil
+		}
+	}
+}
+
+// Await returns once every event up to stream sequence seq is applied and
+// written, or with ctx's error.
+func (p *Projector) Await(ctx context.Context, seq uint64) error {
+	for {
+		p.pos.Lock()
+		at := p.pos.seq
+		if at >= seq {
+			p.pos.Unlock()
+			return nil
+		}
+		if p.pos.moved == nil {
+			p.pos.moved = make(chan struct{})
+		}
+		moved := p.pos.moved
+		p.pos.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return fmt.Errorf("the projection has applied the stream up to %d of %d: %w", at, seq, ctx.Err())
+		}
+	}
 }
 
 // maxCached bounds the document cache.
@@ -200,7 +244,7 @@ func (p *Projector) Resume(ctx context.Context) (uint64, error) {
 		return 1, nil
 	}
 	p.mu.Lock()
-	p.applied = max(p.applied, seq)
+	p.advance(seq)
 	p.mu.Unlock()
 	return seq + 1, nil
 }
@@ -264,7 +308,7 @@ func (p *Projector) applyBatch(ctx context.Context, evs []*consume.Event, last u
 	if err := p.flush(ctx); err != nil {
 		return err
 	}
-	p.applied = max(p.applied, last)
+	p.advance(last)
 	if p.Checkpoint != "" {
 		if err := p.Store.Mark(ctx, p.Checkpoint, strconv.AppendUint(nil, last, 10)); err != nil {
 			p.Log.Warn("checkpoint write failed; a restart applies more events again (each is counted once)", "err", err)

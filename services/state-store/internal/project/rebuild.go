@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -80,6 +79,15 @@ func (p *Projector) replay(ctx context.Context, js jetstream.JetStream, upTo uin
 	}
 }
 
+// CatchUp waits until every event the stream holds now is applied.
+func (p *Projector) CatchUp(ctx context.Context, js jetstream.JetStream) error {
+	info, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return err
+	}
+	return p.Await(ctx, info.CachedInfo().State.LastSeq)
+}
+
 // RebuildReport says how the live projection compares with a replay.
 type RebuildReport struct {
 	Keys      int      `json:"keys"`      // documents in the replay
@@ -94,22 +102,8 @@ type RebuildReport struct {
 func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, checkOnly bool) (*RebuildReport, error) {
 	// First catch up with the stream as it is now, so that the comparison
 	// is with what every state-store replica has written.
-	info, err := js.Stream(ctx, events.StreamEvents)
-	if err != nil {
+	if err := p.CatchUp(ctx, js); err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
-	}
-	for end := info.CachedInfo().State.LastSeq; ; {
-		p.mu.Lock()
-		applied := p.applied
-		p.mu.Unlock()
-		if applied >= end {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("rebuild: the projection has applied the stream up to %d of %d: %w", applied, end, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
