@@ -47,11 +47,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream string, from uin
 	// The batch in hand gets a little longer than ctx, to become durable.
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(FollowGrace, cancel)
-		context.AfterFunc(hctx, func() { t.Stop() })
-	})
-	defer stop()
+	context.AfterFunc(ctx, func() { time.AfterFunc(FollowGrace, cancel) })
 	evs := make([]*Event, 0, o.Prefetch)
 	batches(ctx, iter, o, func(batch []jetstream.Msg) {
 		evs = evs[:0]
