@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -23,19 +24,13 @@ const (
 
 // Durable consumer names: one per service, shared by its replicas. The
 // state-store has none: it follows GANTRY_EVENTS with an ordered consumer
-// from its own checkpoint (StateCheckpointKey).
+// from its own checkpoint (StateCheckpointKey). Retired durables are in
+// Uses: the service that had one deletes it.
 const (
 	ConsumerPlanner    = "planner"
 	ConsumerExecutor   = "executor"
 	ConsumerHealthGate = "health-gate"
 )
-
-// RetiredConsumers are durable consumers earlier versions created, by
-// stream: Ensure deletes them, so they do not linger as a backlog that
-// never drains.
-var RetiredConsumers = map[string][]string{
-	StreamEvents: {"state-store"},
-}
 
 // KV buckets.
 const (
@@ -201,40 +196,50 @@ func NodeKey(workflowID string, op dag.Operation, formula, node string) string {
 
 // Open returns a JetStream handle on nc after Ensure: what every service
 // does first.
-func Open(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.JetStream, error) {
+func Open(ctx context.Context, nc *nats.Conn, id Identity, replicas int) (jetstream.JetStream, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	if err := Ensure(ctx, js, replicas); err != nil {
+	if err := Ensure(ctx, js, id, replicas); err != nil {
 		return nil, err
 	}
 	return js, nil
 }
 
-// Ensure creates or updates every stream, consumer and KV bucket. Every
-// service calls it at start, so any one of them can come up first.
-func Ensure(ctx context.Context, js jetstream.JetStream, replicas int) error {
+// Ensure creates or updates every stream, consumer and KV bucket the
+// service id uses (Uses), and deletes its retired consumers. Each service
+// calls it at start, so any one of them can come up first, and again when
+// it finds a part missing.
+func Ensure(ctx context.Context, js jetstream.JetStream, id Identity, replicas int) error {
+	u := Uses(id)
 	for _, cfg := range Streams(replicas) {
+		if !slices.Contains(u.Streams, cfg.Name) {
+			continue
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
 	}
 	for stream, cs := range Consumers() {
 		for _, cfg := range cs {
+			if !slices.Contains(u.Consumes, Durable{stream, cfg.Durable}) {
+				continue
+			}
 			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
 				return fmt.Errorf("consumer %s on %s: %w", cfg.Durable, stream, err)
 			}
 		}
 	}
-	for stream, names := range RetiredConsumers {
-		for _, name := range names {
-			if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return fmt.Errorf("retired consumer %s on %s: %w", name, stream, err)
-			}
+	for _, d := range u.Retire {
+		if err := js.DeleteConsumer(ctx, d.Stream, d.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("retired consumer %s on %s: %w", d.Name, d.Stream, err)
 		}
 	}
 	for _, cfg := range KeyValues(replicas) {
+		if !slices.Contains(u.Read, cfg.Bucket) && !slices.Contains(u.Write, cfg.Bucket) {
+			continue
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("kv bucket %s: %w", cfg.Bucket, err)
 		}

@@ -6,7 +6,9 @@ require github.com/nats-io/nats-server/v2 v2.15.2
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/gantry-dev/gantry/pkg/dag v0.0.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
@@ -15,4 +17,16 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
+)
+
+require (
+	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
+	github.com/gantry-dev/gantry/pkg/events v0.0.0
+	github.com/nats-io/nats.go v1.55.0
+)
+
+replace (
+	github.com/gantry-dev/gantry/pkg/busauth => ../busauth
+	github.com/gantry-dev/gantry/pkg/dag => ../dag
+	github.com/gantry-dev/gantry/pkg/events => ../events
 )

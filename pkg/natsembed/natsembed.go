@@ -1,15 +1,20 @@
 // Package natsembed runs a NATS server with JetStream inside the process,
 // for `gantry dev` and for integration tests: the real nats-server, on
-// loopback, with file storage in a directory of the caller's.
+// loopback, with file storage in a directory of the caller's, and always
+// with gantry's accounts, users and permissions (pkg/busauth), optionally
+// over TLS.
 package natsembed
 
 import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -22,6 +27,20 @@ type Config struct {
 	// default syncs every 2 minutes like nats-server (survives a process
 	// kill, not a power loss).
 	SyncAlways bool
+	// Auth holds the identities; required: there is no server without
+	// authentication.
+	Auth *busauth.Keys
+	// AnonymousViewer makes a client without credentials a viewer.
+	AnonymousViewer bool
+	// TLS, when set, makes the server require TLS on client connections.
+	TLS *TLS
+}
+
+// TLS is the server's certificate and key, and the CA that signs the
+// clients' certificates (when VerifyClients, a client must present one).
+type TLS struct {
+	Cert, Key, CA string
+	VerifyClients bool
 }
 
 // Server is a running embedded server.
@@ -34,6 +53,13 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("natsembed: StoreDir is required")
 	}
+	if cfg.Auth == nil {
+		return nil, errors.New("natsembed: Auth is required")
+	}
+	opts, err := authOptions(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("natsembed: %w", err)
+	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
@@ -41,17 +67,12 @@ func Start(cfg Config) (*Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{
-		ServerName:         "gantry-dev",
-		Host:               cfg.Host,
-		Port:               port,
-		JetStream:          true,
-		StoreDir:           cfg.StoreDir,
-		SyncAlways:         cfg.SyncAlways,
-		NoSigs:             true,
-		MaxPayload:         server.MAX_PAYLOAD_SIZE,
-		JetStreamMaxMemory: 256 << 20,
-	}
+	opts.ServerName = "gantry-dev"
+	opts.Host, opts.Port = cfg.Host, port
+	opts.JetStream, opts.StoreDir, opts.SyncAlways = true, cfg.StoreDir, cfg.SyncAlways
+	opts.NoSigs = true
+	opts.MaxPayload = server.MAX_PAYLOAD_SIZE
+	opts.JetStreamMaxMemory = 256 << 20
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
@@ -71,4 +92,30 @@ func (s *Server) URL() string { return s.ClientURL() }
 func (s *Server) Stop() {
 	s.Shutdown()
 	s.WaitForShutdown()
+}
+
+// authOptions reads the accounts configuration busauth renders (written
+// next to the keys, so an operator can read what the server enforces) and
+// the TLS settings, through nats-server's own configuration parser.
+func authOptions(cfg Config) (*server.Options, error) {
+	conf, err := cfg.Auth.ServerConfig(busauth.ServerOptions{AnonymousViewer: cfg.AnonymousViewer})
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfg.Auth.Dir, "server.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if cfg.TLS != nil {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, CaFile: cfg.TLS.CA, Verify: cfg.TLS.VerifyClients})
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify, opts.TLSTimeout = tc, true, cfg.TLS.VerifyClients, 2
+	}
+	return opts, nil
 }

@@ -39,7 +39,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if cfg.SSH.Logger == nil {
 		cfg.SSH.Logger = log
 	}
-	js, err := events.Open(ctx, nc, cfg.Replicas)
+	js, err := events.Open(ctx, nc, events.Executor, cfg.Replicas)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}

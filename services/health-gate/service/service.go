@@ -35,7 +35,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if cfg.SSH.Logger == nil {
 		cfg.SSH.Logger = log
 	}
-	js, err := events.Open(ctx, nc, cfg.Replicas)
+	js, err := events.Open(ctx, nc, events.HealthGate, cfg.Replicas)
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}

@@ -37,7 +37,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := events.Open(context.Background(), nc, 1)
+	js, err := events.Open(context.Background(), nc, events.StateStore, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

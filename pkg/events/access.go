@@ -1,0 +1,325 @@
+package events
+
+import (
+	"slices"
+	"strings"
+)
+
+// Who may do what on the bus. Every identity's permissions are derived
+// here from what it uses of the topology above (its streams, consumers,
+// buckets and subjects), so a subject, stream or bucket added to a
+// service's Usage gets its permission in the same change, and one that no
+// identity uses is caught by a test.
+
+// Identity names one kind of NATS user.
+type Identity string
+
+// The identities: the four services, and the two kinds of people.
+const (
+	Planner    Identity = "planner"
+	Executor   Identity = "executor"
+	HealthGate Identity = "health-gate"
+	StateStore Identity = "state-store"
+	Operator   Identity = "operator" // people and CI: submit, control, read
+	Viewer     Identity = "viewer"   // read events, logs and state
+)
+
+// Services are the identities of gantry's own processes.
+var Services = []Identity{Planner, Executor, HealthGate, StateStore}
+
+// People are the identities of clients.
+var People = []Identity{Operator, Viewer}
+
+// Accounts. The services and every stream live in AccountServices; people
+// connect to AccountClients, which imports what they may use. A request
+// that crosses from one to the other carries the requester's identity in
+// the Nats-Request-Info header, set by the server: that is how the planner
+// knows who submitted (see RequestInfoHeader).
+const (
+	AccountServices = "GANTRY"
+	AccountClients  = "GANTRY_CLIENTS"
+)
+
+// RequestInfoHeader is the header the NATS server adds to a request that
+// crosses accounts through a service import shared with details: the
+// requester's account, user (public nkey) and, with JWT auth, name.
+const RequestInfoHeader = "Nats-Request-Info"
+
+// Account is the account an identity belongs to.
+func (id Identity) Account() string {
+	if slices.Contains(People, id) {
+		return AccountClients
+	}
+	return AccountServices
+}
+
+// InboxPrefix is the prefix of an identity's reply subjects. Services each
+// get their own, so one service cannot read another's replies.
+func (id Identity) InboxPrefix() string {
+	if slices.Contains(People, id) {
+		return "_INBOX"
+	}
+	return "_INBOX_" + strings.ReplaceAll(string(id), "-", "_")
+}
+
+// Durable names a durable consumer on a stream.
+type Durable struct{ Stream, Name string }
+
+// Usage is what one service uses of the bus.
+type Usage struct {
+	Publish   []string  // subjects it publishes on (events, work, KV writes are in Write)
+	Subscribe []string  // core subscriptions
+	Serve     []string  // micro endpoint subjects it answers
+	Streams   []string  // streams it creates when missing (every one it publishes to or reads)
+	Consumes  []Durable // durable consumers it creates and pulls from
+	Follows   []string  // streams it reads with ordered (ephemeral) consumers
+	Read      []string  // KV buckets it reads
+	Write     []string  // KV buckets it writes (and reads)
+	Retire    []Durable // retired durable consumers it deletes
+}
+
+// Uses returns what a service uses. People use nothing directly: their
+// permissions are the imports of AccountClients.
+func Uses(id Identity) Usage {
+	switch id {
+	case Planner:
+		return Usage{
+			Publish:  []string{AllWorkflowLifecycle, AllHostLifecycle, AllDispatch, AllGate},
+			Serve:    []string{SubjectSubmit, SubjectValidate, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry},
+			Streams:  []string{StreamEvents, StreamDispatch, StreamGates},
+			Consumes: []Durable{{StreamEvents, ConsumerPlanner}},
+			Read:     []string{BucketState, BucketNodes},
+			Write:    []string{BucketWorkflows, BucketRuns},
+		}
+	case Executor:
+		return Usage{
+			Publish:   []string{AllHostLifecycle, AllLogs},
+			Subscribe: []string{AllWorkflowLifecycle},
+			Streams:   []string{StreamEvents, StreamDispatch, StreamLogs},
+			Consumes:  []Durable{{StreamDispatch, ConsumerExecutor}},
+			Read:      []string{BucketRuns},
+			Write:     []string{BucketNodes},
+		}
+	case HealthGate:
+		return Usage{
+			Publish:  []string{AllHealth},
+			Streams:  []string{StreamEvents, StreamGates},
+			Consumes: []Durable{{StreamGates, ConsumerHealthGate}},
+		}
+	case StateStore:
+		return Usage{
+			Serve:   []string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild},
+			Streams: []string{StreamEvents},
+			Follows: []string{StreamEvents},
+			Write:   []string{BucketState},
+			Retire:  []Durable{{StreamEvents, "state-store"}},
+		}
+	}
+	return Usage{}
+}
+
+// Import is one subject AccountClients imports from AccountServices.
+type Import struct {
+	Subject string
+	Service bool // request/reply (else a stream of messages)
+	// Share passes the requester's identity to the service in the
+	// Nats-Request-Info header.
+	Share bool
+	// Multiple is set for a service that answers a request with more than
+	// one message (micro discovery, JetStream pulls).
+	Multiple bool
+}
+
+// ClientImports is everything people can reach: the events, logs and
+// health results as streams; the planner's and state-store's endpoints
+// (shared, for the audit); micro discovery; and the JetStream API calls
+// that reading the event stream and the run snapshots takes. Nothing
+// else of AccountServices is visible to them, in particular no dispatch
+// or gate work, no KV write and no stream or consumer management.
+func ClientImports() []Import {
+	var im []Import
+	for _, s := range []string{AllWorkflowLifecycle, AllHostLifecycle, AllHealth, AllLogs} {
+		im = append(im, Import{Subject: s})
+	}
+	for _, id := range Services {
+		for _, s := range Uses(id).Serve {
+			im = append(im, Import{Subject: s, Service: true, Share: true})
+		}
+	}
+	im = append(im, Import{Subject: "$SRV.>", Service: true, Multiple: true})
+	im = append(im, Import{Subject: "$JS.API.INFO", Service: true})
+	for _, s := range readerAPI(StreamEvents) {
+		im = append(im, Import{Subject: s, Service: true, Multiple: strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT.")})
+	}
+	for _, s := range kvReadAPI(BucketRuns) {
+		im = append(im, Import{Subject: s, Service: true})
+	}
+	return im
+}
+
+// Permissions are a NATS user's subject permissions.
+type Permissions struct {
+	PublishAllow   []string `json:"publish_allow"`
+	PublishDeny    []string `json:"publish_deny,omitempty"`
+	SubscribeAllow []string `json:"subscribe_allow"`
+	SubscribeDeny  []string `json:"subscribe_deny,omitempty"`
+	// Respond lets the user answer requests (the reply subject is not
+	// otherwise allowed): the services that serve endpoints.
+	Respond bool `json:"respond,omitempty"`
+}
+
+// PermissionsFor derives an identity's permissions.
+func PermissionsFor(id Identity) Permissions {
+	switch id {
+	case Operator, Viewer:
+		return peoplePermissions(id)
+	}
+	return servicePermissions(id, Uses(id))
+}
+
+func peoplePermissions(id Identity) Permissions {
+	p := Permissions{
+		PublishAllow: []string{StateWorkflow, StateList, StateHost, StateDrift, "$SRV.>", "$JS.API.INFO"},
+		// The imports are the hard edge: nothing else of AccountServices is
+		// reachable. These denies say the same inside AccountClients, so no
+		// client can publish what looks like an event or work to another.
+		PublishDeny: []string{"decky.>", AllWorkflowLifecycle, "$KV.>", "$JS.ACK.>",
+			"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>",
+			"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.CONSUMER.DELETE.>", "$JS.API.CONSUMER.DURABLE.>"},
+		SubscribeAllow: []string{id.InboxPrefix() + ".>", "decky.>", AllWorkflowLifecycle},
+	}
+	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamEvents)...)
+	p.PublishAllow = append(p.PublishAllow, kvReadAPI(BucketRuns)...)
+	p.PublishDeny = append(p.PublishDeny, durableDenies(StreamEvents, "")...)
+	if id == Operator {
+		p.PublishAllow = append(p.PublishAllow, SubjectSubmit, SubjectValidate, StateRebuild)
+		for _, v := range []string{VerbCancel, VerbPause, VerbResume, VerbRetry} {
+			p.PublishAllow = append(p.PublishAllow, WorkflowControl("*", v))
+		}
+	}
+	p.PublishAllow = dedupe(p.PublishAllow)
+	return p
+}
+
+func servicePermissions(id Identity, u Usage) Permissions {
+	p := Permissions{
+		PublishAllow:   []string{"$JS.API.INFO"},
+		SubscribeAllow: []string{id.InboxPrefix() + ".>"},
+		Respond:        len(u.Serve) > 0,
+	}
+	p.PublishAllow = append(p.PublishAllow, u.Publish...)
+	p.SubscribeAllow = append(p.SubscribeAllow, u.Subscribe...)
+	if len(u.Serve) > 0 {
+		p.SubscribeAllow = append(p.SubscribeAllow, u.Serve...)
+		p.SubscribeAllow = append(p.SubscribeAllow, "$SRV.>") // micro discovery: ping, info, stats
+	}
+	for _, s := range u.Streams {
+		p.PublishAllow = append(p.PublishAllow, streamEnsureAPI(s)...)
+	}
+	for _, d := range u.Consumes {
+		p.PublishAllow = append(p.PublishAllow,
+			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name,
+			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name+".>",
+			"$JS.API.CONSUMER.INFO."+d.Stream+"."+d.Name,
+			"$JS.API.CONSUMER.MSG.NEXT."+d.Stream+"."+d.Name,
+			"$JS.ACK."+d.Stream+"."+d.Name+".>")
+	}
+	for _, s := range u.Follows {
+		p.PublishAllow = append(p.PublishAllow, readerAPI(s)...)
+		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.DELETE."+s+".*")
+		p.PublishDeny = append(p.PublishDeny, durableDenies(s, "")...)
+	}
+	for _, d := range u.Retire {
+		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.DELETE."+d.Stream+"."+d.Name)
+	}
+	for _, b := range u.Read {
+		p.PublishAllow = append(p.PublishAllow, kvEnsureAPI(b)...)
+		p.PublishAllow = append(p.PublishAllow, kvReadAPI(b)...)
+	}
+	for _, b := range u.Write {
+		p.PublishAllow = append(p.PublishAllow, kvEnsureAPI(b)...)
+		p.PublishAllow = append(p.PublishAllow, kvReadAPI(b)...)
+		p.PublishAllow = append(p.PublishAllow, "$KV."+b+".>")
+	}
+	p.PublishAllow = dedupe(p.PublishAllow)
+	p.PublishDeny = dedupe(p.PublishDeny)
+	return p
+}
+
+// KVStream is the stream behind a KV bucket.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+func streamEnsureAPI(stream string) []string {
+	return []string{"$JS.API.STREAM.CREATE." + stream, "$JS.API.STREAM.UPDATE." + stream, "$JS.API.STREAM.INFO." + stream}
+}
+
+func kvEnsureAPI(bucket string) []string { return streamEnsureAPI(KVStream(bucket)) }
+
+// readerAPI is what reading a stream with an ordered consumer takes:
+// stream info, creating, reading and pulling ephemeral consumers, and
+// single-message gets.
+func readerAPI(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".*",
+		"$JS.API.CONSUMER.CREATE." + stream + ".*.>",
+		"$JS.API.CONSUMER.INFO." + stream + ".*",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
+	}
+}
+
+// kvReadAPI is what reading a bucket takes: info, direct and stored gets,
+// and the ordered push consumer that lists keys (with its flow control).
+func kvReadAPI(bucket string) []string {
+	s := KVStream(bucket)
+	return []string{
+		"$JS.API.STREAM.INFO." + s,
+		"$JS.API.DIRECT.GET." + s + ".>",
+		"$JS.API.STREAM.MSG.GET." + s,
+		"$JS.API.CONSUMER.CREATE." + s + ".>",
+		"$JS.API.CONSUMER.DELETE." + s + ".*",
+		"$JS.FC." + s + ".>",
+	}
+}
+
+// durableDenies keeps a reader of stream off its durable consumers (other
+// than own): it may not create, pull from or delete them under their names.
+func durableDenies(stream, own string) []string {
+	var deny []string
+	for st, cs := range Consumers() {
+		if st != stream {
+			continue
+		}
+		for _, c := range cs {
+			if c.Durable == own {
+				continue
+			}
+			deny = append(deny,
+				"$JS.API.CONSUMER.CREATE."+st+"."+c.Durable,
+				"$JS.API.CONSUMER.CREATE."+st+"."+c.Durable+".>",
+				"$JS.API.CONSUMER.MSG.NEXT."+st+"."+c.Durable,
+				"$JS.API.CONSUMER.DELETE."+st+"."+c.Durable)
+		}
+	}
+	for _, id := range Services {
+		for _, d := range Uses(id).Retire {
+			if d.Stream == stream && d.Name != own {
+				deny = append(deny, "$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name, "$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name+".>", "$JS.API.CONSUMER.MSG.NEXT."+d.Stream+"."+d.Name)
+			}
+		}
+	}
+	slices.Sort(deny)
+	return deny
+}
+
+func dedupe(s []string) []string {
+	out := make([]string, 0, len(s))
+	seen := map[string]bool{}
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
