@@ -1,74 +1,222 @@
 // Package natsconn connects gantry's processes to NATS with the same
-// options everywhere: a name, reconnecting forever, and logged state
-// changes.
+// options everywhere: credentials (creds file, nkey seed, user and
+// password), TLS, a `nats` CLI context, the `nats` CLI's environment
+// variables, reconnecting forever, and logged state changes that never
+// show a URL's password.
 package natsconn
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
 	_ "net/http/pprof" // served only when GANTRY_PPROF names an address
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
-// DefaultURL is used when neither --server nor NATS_URL is given.
+// DefaultURL is used when neither --server, NATS_URL nor a context names one.
 const DefaultURL = "nats://127.0.0.1:4222"
 
-// URL returns flagValue, else $NATS_URL, else DefaultURL.
-func URL(flagValue string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	if u := os.Getenv("NATS_URL"); u != "" {
-		return u
-	}
-	return DefaultURL
+// Options say where and as whom to connect. Empty fields take the `nats`
+// CLI's environment variables, then the context's values.
+type Options struct {
+	URL      string // --server, $NATS_URL
+	Creds    string // --creds, $NATS_CREDS: user JWT and nkey seed
+	NKey     string // --nkey, $NATS_NKEY: nkey seed file
+	User     string // $NATS_USER
+	Password string // $NATS_PASSWORD
+	CA       string // --tls-ca, $NATS_CA
+	Cert     string // --tls-cert, $NATS_CERT
+	Key      string // --tls-key, $NATS_KEY
+	Context  string // --context, $NATS_CONTEXT: a `nats` CLI context name or file
+	// InboxPrefix is the prefix of reply subjects (an identity's own,
+	// see events.Identity.InboxPrefix); default _INBOX.
+	InboxPrefix string
 }
 
-// Connect connects as name ("gantry-executor"). Services keep reconnecting
+// Register adds --server, --creds, --nkey, --tls-ca, --tls-cert, --tls-key
+// and --context to fs.
+func (o *Options) Register(fs *flag.FlagSet) {
+	fs.StringVar(&o.URL, "server", "", "NATS URL ($NATS_URL, else the context's, else "+DefaultURL+")")
+	o.RegisterCredentials(fs)
+}
+
+// RegisterCredentials adds every flag of Register but --server.
+func (o *Options) RegisterCredentials(fs *flag.FlagSet) {
+	fs.StringVar(&o.Creds, "creds", "", "NATS credentials file: user JWT and nkey seed ($NATS_CREDS)")
+	fs.StringVar(&o.NKey, "nkey", "", "NATS nkey seed file ($NATS_NKEY)")
+	fs.StringVar(&o.CA, "tls-ca", "", "CA certificate that signs the NATS server's ($NATS_CA)")
+	fs.StringVar(&o.Cert, "tls-cert", "", "client certificate for NATS TLS ($NATS_CERT)")
+	fs.StringVar(&o.Key, "tls-key", "", "client certificate's key ($NATS_KEY)")
+	fs.StringVar(&o.Context, "context", "", "nats CLI context name or file ($NATS_CONTEXT, else the selected context)")
+}
+
+// Resolved fills every empty field from the environment, then from the
+// context (named, or the one the nats CLI has selected), then DefaultURL.
+func (o Options) Resolved() (Options, error) {
+	env := func(p *string, name string) {
+		if *p == "" {
+			*p = os.Getenv(name)
+		}
+	}
+	env(&o.URL, "NATS_URL")
+	env(&o.Creds, "NATS_CREDS")
+	env(&o.NKey, "NATS_NKEY")
+	env(&o.User, "NATS_USER")
+	env(&o.Password, "NATS_PASSWORD")
+	env(&o.CA, "NATS_CA")
+	env(&o.Cert, "NATS_CERT")
+	env(&o.Key, "NATS_KEY")
+	env(&o.Context, "NATS_CONTEXT")
+	c, err := loadContext(o.Context)
+	if err != nil {
+		return o, err
+	}
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{
+		{&o.URL, c.URL}, {&o.Creds, c.Creds}, {&o.NKey, c.NKey}, {&o.User, c.User}, {&o.Password, c.Password},
+		{&o.CA, c.CA}, {&o.Cert, c.Cert}, {&o.Key, c.Key}, {&o.InboxPrefix, c.InboxPrefix},
+	} {
+		if *f.dst == "" {
+			*f.dst = f.v
+		}
+	}
+	if o.URL == "" {
+		o.URL = DefaultURL
+	}
+	return o, nil
+}
+
+// HasCredentials says whether any way of authenticating is set.
+func (o Options) HasCredentials() bool {
+	return o.Creds != "" || o.NKey != "" || o.User != "" || strings.Contains(o.URL, "@")
+}
+
+// ErrBadOptions is wrapped by every error about the options themselves.
+var ErrBadOptions = errors.New("bad NATS connection options")
+
+func (o Options) natsOptions() ([]nats.Option, error) {
+	var opts []nats.Option
+	if o.Creds != "" && o.NKey != "" {
+		return nil, fmt.Errorf("%w: give --creds or --nkey, not both", ErrBadOptions)
+	}
+	if o.Creds != "" {
+		if _, err := os.Stat(o.Creds); err != nil {
+			return nil, fmt.Errorf("%w: --creds: %w", ErrBadOptions, err)
+		}
+		opts = append(opts, nats.UserCredentials(o.Creds))
+	}
+	if o.NKey != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --nkey %s: %w", ErrBadOptions, o.NKey, err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.User != "" {
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if (o.Cert == "") != (o.Key == "") {
+		return nil, fmt.Errorf("%w: --tls-cert and --tls-key go together", ErrBadOptions)
+	}
+	if o.Cert != "" {
+		opts = append(opts, nats.ClientCert(o.Cert, o.Key))
+	}
+	if o.CA != "" {
+		opts = append(opts, nats.RootCAs(o.CA))
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
+	return opts, nil
+}
+
+// Redact returns u with any password (or token) in its userinfo replaced
+// by ***, for messages and logs. Several comma-separated URLs are each
+// redacted.
+func Redact(u string) string {
+	parts := strings.Split(u, ",")
+	for i, p := range parts {
+		pu, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || pu.User == nil {
+			if strings.Contains(p, "@") {
+				parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
+			}
+			continue
+		}
+		if _, has := pu.User.Password(); has {
+			pu.User = url.UserPassword(pu.User.Username(), "***")
+		} else {
+			pu.User = url.User("***")
+		}
+		parts[i] = pu.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Connect connects as name ("gantry-executor") with o as it is (see
+// Resolved for the environment and contexts). Services keep reconnecting
 // for as long as they run; a one-shot CLI call should pass retry=false.
-func Connect(url, name string, log *slog.Logger, retry bool) (*nats.Conn, error) {
+func Connect(o Options, name string, log *slog.Logger, retry bool) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	opts := []nats.Option{
+	if o.URL == "" {
+		o.URL = DefaultURL
+	}
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
 		nats.Name(name),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
-	}
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("nats error", "subject", subject, "err", err)
+		}),
+	)
 	if retry {
 		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	} else {
 		opts = append(opts, nats.Timeout(5*time.Second))
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(o.URL), err)
 	}
 	return nc, nil
 }
 
 // ServiceFlags are the flags every service takes.
 type ServiceFlags struct {
-	URL      string // --server, default $NATS_URL
-	Replicas int    // --replicas
+	Options
+	Replicas int // --replicas
 }
 
-// Register adds --server and --replicas to fs.
+// Register adds the connection flags and --replicas to fs.
 func (f *ServiceFlags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.URL, "server", os.Getenv("NATS_URL"), "NATS URL ($NATS_URL)")
+	f.Options.Register(fs)
 	fs.IntVar(&f.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
 }
 
@@ -82,11 +230,16 @@ func Instance(service string) string {
 // address, connects as name (reconnecting forever), runs run until SIGINT
 // or SIGTERM, then drains the connection so work in flight is settled. It
 // returns the process exit code.
-func Main(name, url string, log *slog.Logger, run func(ctx context.Context, nc *nats.Conn) error) int {
+func Main(name string, o Options, log *slog.Logger, run func(ctx context.Context, nc *nats.Conn) error) int {
 	if addr := os.Getenv("GANTRY_PPROF"); addr != "" {
 		go func() { log.Warn("pprof", "err", http.ListenAndServe(addr, nil)) }()
 	}
-	nc, err := Connect(URL(url), "gantry-"+name, log, true)
+	o, err := o.Resolved()
+	if err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	nc, err := Connect(o, "gantry-"+name, log, true)
 	if err != nil {
 		log.Error("start", "err", err)
 		return 1

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/services/executor/service"
 	"github.com/nats-io/nats.go"
@@ -25,7 +26,8 @@ func main() {
 	flag.Parse()
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("executor")
 	cfg.Log = log
-	os.Exit(natsconn.Main("executor", nf.URL, log, func(ctx context.Context, nc *nats.Conn) error {
+	nf.InboxPrefix = events.Executor.InboxPrefix()
+	os.Exit(natsconn.Main("executor", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
 	}))
 }

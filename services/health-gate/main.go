@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/services/health-gate/service"
 	"github.com/nats-io/nats.go"
@@ -24,7 +25,8 @@ func main() {
 	flag.Parse()
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("health-gate")
 	cfg.Log = log
-	os.Exit(natsconn.Main("health-gate", nf.URL, log, func(ctx context.Context, nc *nats.Conn) error {
+	nf.InboxPrefix = events.HealthGate.InboxPrefix()
+	os.Exit(natsconn.Main("health-gate", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
 	}))
 }

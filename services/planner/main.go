@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go"
@@ -22,7 +23,8 @@ func main() {
 	flag.Parse()
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("planner")
 	cfg.Log = log
-	os.Exit(natsconn.Main("planner", nf.URL, log, func(ctx context.Context, nc *nats.Conn) error {
+	nf.InboxPrefix = events.Planner.InboxPrefix()
+	os.Exit(natsconn.Main("planner", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
 	}))
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"sync"
 
+	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	executor "github.com/gantry-dev/gantry/services/executor/service"
@@ -20,9 +22,20 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Run runs the four services, each on its own connection, until
-// ctx ends or one fails.
-func Run(ctx context.Context, url string, ssh hostexec.SSHConfig, log *slog.Logger) error {
+// Config of a dev stack.
+type Config struct {
+	// Conn is where to connect (URL, and the TLS CA and client certificate
+	// if the server wants them); each service adds its own nkey and inbox.
+	Conn natsconn.Options
+	Keys *busauth.Keys // the services' identities
+	SSH  hostexec.SSHConfig
+	Log  *slog.Logger
+}
+
+// Run runs the four services, each on its own connection as its own
+// identity, until ctx ends or one fails.
+func Run(ctx context.Context, cfg Config) error {
+	ssh, log := cfg.SSH, cfg.Log
 	host, _ := os.Hostname()
 	inst := func(svc string) string { return fmt.Sprintf("%s/%s-dev-%d", svc, host, os.Getpid()) }
 	type svc struct {
@@ -48,7 +61,10 @@ func Run(ctx context.Context, url string, ssh hostexec.SSHConfig, log *slog.Logg
 	var wg sync.WaitGroup
 	errs := make(chan error, len(svcs))
 	for _, s := range svcs {
-		nc, err := natsconn.Connect(url, "gantry-dev-"+s.name, log, true)
+		id := events.Identity(s.name)
+		o := cfg.Conn
+		o.NKey, o.InboxPrefix = cfg.Keys.SeedFile(id), id.InboxPrefix()
+		nc, err := natsconn.Connect(o, "gantry-dev-"+s.name, log, true)
 		if err != nil {
 			return err
 		}

@@ -3,8 +3,10 @@ package cli
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/natsconn"
@@ -15,19 +17,36 @@ import (
 
 // connFlags are the flags of every command that talks to NATS.
 type connFlags struct {
-	server  string
+	opts    natsconn.Options
 	timeout time.Duration
 }
 
 func (c *connFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&c.server, "server", "s", "", "NATS URL (default $NATS_URL, else "+natsconn.DefaultURL+")")
+	cmd.Flags().StringVarP(&c.opts.URL, "server", "s", "", "NATS URL (default $NATS_URL, else the context's, else "+natsconn.DefaultURL+")")
+	fs := flag.NewFlagSet("conn", flag.ContinueOnError)
+	c.opts.RegisterCredentials(fs)
+	cmd.Flags().AddGoFlagSet(fs)
 	cmd.Flags().DurationVar(&c.timeout, "timeout", 30*time.Second, "how long to wait for a reply")
 }
 
+// connect connects with the flags, the nats CLI's environment and
+// context; with no credentials at all, to a `gantry dev` on this machine
+// as its operator.
 func (c *connFlags) connect() (*nats.Conn, error) {
-	nc, err := natsconn.Connect(natsconn.URL(c.server), "gantry-cli", quietLogger(), false)
+	o, err := c.opts.Resolved()
 	if err != nil {
-		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("%w (is `gantry dev` running? set --server or NATS_URL)", err)}
+		return nil, &exitError{code: ExitUsage, err: err}
+	}
+	if !o.HasCredentials() {
+		o.NKey = devOperatorKey(o.URL)
+	}
+	nc, err := natsconn.Connect(o, "gantry-cli", quietLogger(), false)
+	if err != nil {
+		code := ExitProblem
+		if errors.Is(err, natsconn.ErrBadOptions) {
+			code = ExitUsage
+		}
+		return nil, &exitError{code: code, err: fmt.Errorf("%w (is `gantry dev` running? set --server or NATS_URL, and --creds or --nkey)", err)}
 	}
 	return nc, nil
 }
@@ -45,6 +64,9 @@ func (e *serviceError) Error() string { return e.Description }
 // reply comes back as *serviceError.
 func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, out any) error {
 	msg, err := nc.Request(subject, body, timeout)
+	if err != nil && isDenied(nc, subject) {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: not allowed for this identity (the NATS server refused the request); connect as an operator with --creds or --nkey", subject)}
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return &exitError{code: ExitProblem, err: fmt.Errorf("no service answers %s: is the %s service running?", subject, serviceFor(subject))}
@@ -71,3 +93,10 @@ func serviceFor(subject string) string {
 }
 
 func quietLogger() *slogLogger { return newQuietLogger(os.Stderr) }
+
+// isDenied says whether the server reported a permissions violation for
+// publishing on subject on this connection.
+func isDenied(nc *nats.Conn, subject string) bool {
+	err := nc.LastError()
+	return err != nil && errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
+}

@@ -3,13 +3,18 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
+	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/spf13/cobra"
 )
@@ -24,8 +29,12 @@ func newDevCmd() *cobra.Command {
 		Short: "Run NATS (JetStream embedded) and all four services in this process",
 		Long: `dev is the zero-setup gantry: an embedded NATS server with JetStream on
 local storage under --data-dir, plus the planner, executor, health-gate and
-state-store. It prints the NATS URL, then runs until interrupted, when it
-finishes the work in flight and stops.`,
+state-store. Authentication is on: it writes an nkey seed per identity to
+<data-dir>/auth (operator, viewer and each service), runs each service as
+its own identity, and treats a client with no credentials as a viewer (it
+may watch, not submit or control). The gantry CLI on this machine finds the
+operator's key by itself. It prints the NATS URL, then runs until
+interrupted, when it finishes the work in flight and stops.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lvl slog.Level
@@ -39,16 +48,27 @@ finishes the work in flight and stops.`,
 			if err := os.MkdirAll(dataDir, 0o755); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
-			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncAlways: syncAlways})
+			keys, err := busauth.LoadOrCreate(filepath.Join(dataDir, "auth"))
+			if err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
+			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncAlways: syncAlways, Auth: keys, AnonymousViewer: true})
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			defer ns.Stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "gantry dev: NATS with JetStream at %s (data in %s)\n", ns.URL(), dataDir)
-			fmt.Fprintf(cmd.OutOrStdout(), "  export NATS_URL=%s\n", ns.URL())
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "gantry dev: NATS with JetStream at %s (data in %s)\n", ns.URL(), dataDir)
+			fmt.Fprintf(out, "  export NATS_URL=%s\n", ns.URL())
+			fmt.Fprintf(out, "  operator: --nkey %s (this machine's gantry CLI finds it by itself); no credentials: viewer\n", keys.SeedFile(events.Operator))
+			if remove, err := writeDevNote(strconv.Itoa(ns.Addr().(*net.TCPAddr).Port), keys.SeedFile(events.Operator)); err == nil {
+				defer remove()
+			} else {
+				log.Warn("the CLI will not find the operator's key by itself", "err", err)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if err := devstack.Run(ctx, ns.URL(), ssh, log); err != nil {
+			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh, Log: log}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
