@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/events"
 )
 
 // buildGantry builds the CLI once per test binary.
@@ -33,7 +35,7 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 	os.WriteFile(ok, []byte("name: ok\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: echo fine}]\n"), 0o644)
 	os.WriteFile(bad, []byte("name: bad\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'echo broken >&2; exit 4'}]\n  - id: b\n    server: me\n    depends_on: [a]\n    nodes: [{name: m, run: 'true'}]\n"), 0o644)
 	run := func(args ...string) (int, string) {
-		cmd := exec.Command(bin, append(args, "--server", s.ns.URL())...)
+		cmd := exec.Command(bin, append(args, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator))...)
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, isExit := err.(*exec.ExitError); isExit {

@@ -58,3 +58,4 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../services/health-
 replace github.com/gantry-dev/gantry/services/planner => ../services/planner
 
 replace github.com/gantry-dev/gantry/services/state-store => ../services/state-store
+replace github.com/gantry-dev/gantry/pkg/busauth => ../pkg/busauth

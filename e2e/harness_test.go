@@ -18,7 +18,9 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
-	"github.com/gantry-dev/gantry/pkg/natsembed"
+	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -28,7 +30,7 @@ import (
 // and a fleet of real sshd hosts on 127.0.0.1.
 type stack struct {
 	t     *testing.T
-	ns    *natsembed.Server
+	ns    *natstest.Server
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	fleet *sshtest.Fleet
@@ -47,10 +49,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		s.fleet = sshtest.Start(t, o.hosts, sshtest.Options{})
 	}
 	var err error
-	s.ns, err = natsembed.Start(natsembed.Config{StoreDir: filepath.Join(t.TempDir(), "js")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.ns = natstest.Start(t)
 	s.logs = filepath.Join(t.TempDir(), "services.log")
 	lf, err := os.Create(s.logs)
 	if err != nil {
@@ -68,12 +67,13 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- devstack.Run(ctx, s.ns.URL(), ssh, log) }()
-	s.nc, err = nats.Connect(s.ns.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.js, _ = jetstream.New(s.nc)
+	go func() {
+		done <- devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: s.ns.URL()}, Keys: s.ns.Keys, SSH: ssh, Log: log})
+	}()
+	// Requests as an operator would make them; streams and buckets are
+	// looked at as an administrator.
+	s.nc = s.ns.Connect(events.Operator)
+	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin))
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -84,8 +84,6 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		case <-time.After(30 * time.Second):
 			t.Errorf("services did not stop within 30s")
 		}
-		s.nc.Close()
-		s.ns.Stop()
 		lf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(s.logs)

@@ -163,6 +163,21 @@ func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
 	return b.String(), err
 }
 
+// WriteServerConfig writes ServerConfig to dir/server.conf (mode 0600: it
+// names every user) and returns its path: `nats-server -c` runs it, or a
+// server's own configuration includes it.
+func (k *Keys) WriteServerConfig(o ServerOptions) (string, error) {
+	conf, err := k.ServerConfig(o)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(k.Dir, "server.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 type account struct {
 	JetStream string      `json:"jetstream,omitempty"`
 	Users     []user      `json:"users"`

@@ -48,3 +48,4 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../../services/heal
 replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
+replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 )
@@ -322,4 +323,45 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+// Principal is who made a request, as the NATS server authenticated them:
+// read from the Nats-Request-Info header the server sets on a request that
+// crosses into AccountServices (a client's own header of that name is
+// replaced by the server's), never from a field the client fills in.
+type Principal struct {
+	Account string `json:"account"`
+	User    string `json:"user,omitempty"` // the user's public nkey
+	Name    string `json:"name,omitempty"` // the user JWT's name, with JWT (nsc) credentials
+	// Attested is false when the request carried no server-set identity:
+	// it did not cross accounts (a single-account deployment).
+	Attested bool `json:"attested"`
+}
+
+// PrincipalFrom reads the Nats-Request-Info header value.
+func PrincipalFrom(requestInfo string) Principal {
+	var ci struct {
+		Account string `json:"acc"`
+		User    string `json:"user"`
+		NameTag string `json:"name_tag"`
+	}
+	if requestInfo == "" || json.Unmarshal([]byte(requestInfo), &ci) != nil || ci.Account == "" {
+		return Principal{}
+	}
+	return Principal{Account: ci.Account, User: ci.User, Name: ci.NameTag, Attested: true}
+}
+
+// String is "name (user, account)", the user's key, or "unattested".
+func (p Principal) String() string {
+	if !p.Attested {
+		return "unattested"
+	}
+	who := p.User
+	if p.Name != "" {
+		who = p.Name + " (" + p.User + ")"
+	}
+	if who == "" {
+		who = "?"
+	}
+	return who + " in " + p.Account
 }

@@ -82,6 +82,10 @@ type WorkflowEvent struct {
 	Formulas   map[FormulaState]int `json:"formulas,omitempty"`
 	TotalNodes int                  `json:"total_nodes,omitempty"`
 	Reason     string               `json:"reason,omitempty"` // why paused, cancelled or failed
+	// RequestedBy is who asked for this transition (the submit for
+	// accepted; cancel, pause, resume, retry), as the server
+	// authenticated them; absent for the planner's own transitions.
+	RequestedBy *Principal `json:"requested_by,omitempty"`
 }
 
 // FormulaEvent is published on decky.<host>.lifecycle.

@@ -53,6 +53,18 @@ type WorkflowDoc struct {
 	FormulaCount int                    `json:"formula_count"`
 	NodeCount    int                    `json:"node_count"`
 	LastSeq      uint64                 `json:"last_seq"` // stream sequence of the last event applied
+	// SubmittedBy is who submitted it; Requests, every control request
+	// the planner carried out, in order.
+	SubmittedBy *Principal `json:"submitted_by,omitempty"`
+	Requests    []Request  `json:"requests,omitempty"`
+}
+
+// Request is one control request carried out on a workflow.
+type Request struct {
+	Status WorkflowState `json:"status"` // what it led to: paused, running, cancelled
+	Reason string        `json:"reason"`
+	By     Principal     `json:"by"`
+	At     time.Time     `json:"at"`
 }
 
 // FormulaDoc is one formula in a WorkflowDoc.

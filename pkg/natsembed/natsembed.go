@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -98,12 +96,8 @@ func (s *Server) Stop() {
 // next to the keys, so an operator can read what the server enforces) and
 // the TLS settings, through nats-server's own configuration parser.
 func authOptions(cfg Config) (*server.Options, error) {
-	conf, err := cfg.Auth.ServerConfig(busauth.ServerOptions{AnonymousViewer: cfg.AnonymousViewer})
+	path, err := cfg.Auth.WriteServerConfig(busauth.ServerOptions{AnonymousViewer: cfg.AnonymousViewer})
 	if err != nil {
-		return nil, err
-	}
-	path := filepath.Join(cfg.Auth.Dir, "server.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
 	opts, err := server.ProcessConfigFile(path)

@@ -52,3 +52,4 @@ replace github.com/gantry-dev/gantry/services/executor => ../../services/executo
 replace github.com/gantry-dev/gantry/services/health-gate => ../../services/health-gate
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
+replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth

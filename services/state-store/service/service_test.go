@@ -11,7 +11,8 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/natsembed"
+	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +20,8 @@ import (
 
 type env struct {
 	t   *testing.T
-	nc  *nats.Conn
+	nc  *nats.Conn // the state-store's
+	op  *nats.Conn // an operator's, for requests
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	pub *events.Publisher
@@ -27,25 +29,23 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	ns, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir()})
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.StateStore)
+	if _, err := events.Open(context.Background(), nc, events.StateStore, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Events are published as the services that publish them would.
+	for _, id := range []events.Identity{events.Planner, events.Executor, events.HealthGate} {
+		if _, err := events.Open(context.Background(), ns.Connect(id), id, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ajs, _ := jetstream.New(ns.Connect(busauth.Admin))
+	kv, err := ajs.KeyValue(context.Background(), events.BucketState)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ns.Stop)
-	nc, err := nats.Connect(ns.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := events.Open(context.Background(), nc, events.StateStore, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(context.Background(), events.BucketState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, nc: nc, js: js, kv: kv, pub: &events.Publisher{JS: js, NC: nc, Source: "test/1"}}
+	return &env{t: t, nc: nc, op: ns.Connect(events.Operator), js: ajs, kv: kv, pub: &events.Publisher{JS: ajs, Source: "test/1"}}
 }
 
 // start runs a state-store until the returned stop is called, and
@@ -197,7 +197,7 @@ func (e *env) check(id string, n int) {
 			}
 		}
 	}
-	m, err := e.nc.Request(events.StateRebuild, []byte(`{"check_only":true}`), 10*time.Second)
+	m, err := e.op.Request(events.StateRebuild, []byte(`{"check_only":true}`), 10*time.Second)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestFollowInBatches(t *testing.T) {
 	// A read waits for what was stored before it: whoever saw a workflow
 	// end on the stream reads it ended.
 	e.run("w4", 2)
-	m, err := e.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"w4"}`), 10*time.Second)
+	m, err := e.op.Request(events.StateWorkflow, []byte(`{"workflow_id":"w4"}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

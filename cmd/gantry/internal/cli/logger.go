@@ -7,7 +7,7 @@ import (
 
 type slogLogger = slog.Logger
 
-// newQuietLogger logs warnings and errors only, as text, for the CLI.
+// newQuietLogger logs errors only, as text, for the CLI.
 func newQuietLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelError}))
 }

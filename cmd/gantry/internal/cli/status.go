@@ -77,6 +77,12 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 	if d.Error != "" {
 		fmt.Fprintf(w, "  %s\n", d.Error)
 	}
+	if d.SubmittedBy != nil {
+		fmt.Fprintf(w, "  submitted by %s\n", d.SubmittedBy)
+	}
+	for _, r := range d.Requests {
+		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), r.Reason, r.By)
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FORMULA\tHOST\tNODE\tSTATUS\tATTEMPTS\tEXIT\tDETAIL")
 	ids := make([]string, 0, len(d.Formulas))

@@ -33,7 +33,7 @@ func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id s
 		return func(req micro.Request) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			reply, err := e.Submit(ctx, req.Data(), validateOnly)
+			reply, err := e.Submit(ctx, req.Data(), validateOnly, principal(req))
 			if err != nil {
 				log.Error("submit failed", "err", err)
 				_ = req.Error("500", "submit failed: "+err.Error(), nil)
@@ -73,7 +73,7 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		reply, err := e.Control(ctx, sub.WorkflowID, sub.Verb)
+		reply, err := e.Control(ctx, sub.WorkflowID, sub.Verb, principal(req))
 		switch {
 		case errors.Is(err, engine.ErrNotFound):
 			_ = req.Error("404", err.Error(), nil)
@@ -87,4 +87,9 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 			_ = req.Respond(b)
 		}
 	}
+}
+
+// principal is who sent req, from the header the NATS server sets.
+func principal(req micro.Request) events.Principal {
+	return events.PrincipalFrom(req.Headers().Get(events.RequestInfoHeader))
 }

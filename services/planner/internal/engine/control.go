@@ -22,8 +22,8 @@ type ControlReply struct {
 	Generation int               `json:"generation"`
 }
 
-// Control applies a verb to a workflow.
-func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, error) {
+// Control applies a verb to a workflow at the request of by.
+func (e *Engine) Control(ctx context.Context, id, verb string, by events.Principal) (*ControlReply, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r, err := e.load(ctx, id)
@@ -34,18 +34,19 @@ func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, e
 		return nil, fmt.Errorf("%w %s", ErrNotFound, id)
 	}
 	st := r.rec.Status
+	r.rec.Requests++
 	switch verb {
 	case events.VerbCancel:
 		if st.Terminal() {
 			return nil, fmt.Errorf("%w: %s is already %s", ErrConflict, id, st)
 		}
-		err = e.cancel(ctx, r)
+		err = e.cancel(ctx, r, &by)
 	case events.VerbPause:
 		if st != dag.WorkflowRunning && st != dag.WorkflowAccepted {
 			return nil, fmt.Errorf("%w: %s is %s; only a running workflow can be paused", ErrConflict, id, st)
 		}
 		r.rec.Status = dag.WorkflowPaused
-		if err = e.publishWorkflow(ctx, r, dag.WorkflowPaused, "paused by request"); err == nil {
+		if err = e.publishWorkflow(ctx, r, dag.WorkflowPaused, "paused by request", &by); err == nil {
 			err = e.saveRecord(ctx, r)
 		}
 	case events.VerbResume:
@@ -53,7 +54,7 @@ func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, e
 			return nil, fmt.Errorf("%w: %s is %s, not paused", ErrConflict, id, st)
 		}
 		r.rec.Status = dag.WorkflowRunning
-		if err = e.publishWorkflow(ctx, r, dag.WorkflowRunning, "resumed"); err == nil {
+		if err = e.publishWorkflow(ctx, r, dag.WorkflowRunning, "resumed", &by); err == nil {
 			if err = e.saveRecord(ctx, r); err == nil {
 				err = e.act(ctx, r, r.plan.Step(r.state))
 			}
@@ -65,7 +66,7 @@ func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, e
 		if r.rec.Rollback != nil {
 			return nil, fmt.Errorf("%w: %s was rolled back; submit the composition again", ErrConflict, id)
 		}
-		err = e.retry(ctx, r)
+		err = e.retry(ctx, r, &by)
 	default:
 		return nil, fmt.Errorf("%w: unknown verb %q", ErrConflict, verb)
 	}
@@ -78,7 +79,7 @@ func (e *Engine) Control(ctx context.Context, id, verb string) (*ControlReply, e
 
 // cancel ends the workflow: what has not started is cancelled here, and
 // executors kill what is running when they see the cancelled event.
-func (e *Engine) cancel(ctx context.Context, r *run) error {
+func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error {
 	var d dag.Decision
 	for _, i := range r.plan.Order {
 		if r.state.Formula(i) == dag.FormulaPending {
@@ -91,7 +92,7 @@ func (e *Engine) cancel(ctx context.Context, r *run) error {
 		}
 	}
 	r.state.Apply(d)
-	if err := e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request"); err != nil {
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request", by); err != nil {
 		return err
 	}
 	r.rec.Status = dag.WorkflowCancelled
@@ -105,7 +106,7 @@ func (e *Engine) cancel(ctx context.Context, r *run) error {
 // retry starts a new generation that re-runs only what failed, was blocked
 // or was cancelled; succeeded and skipped nodes stay as they are (the
 // executor's records keep them from running again).
-func (e *Engine) retry(ctx context.Context, r *run) error {
+func (e *Engine) retry(ctx context.Context, r *run, by *events.Principal) error {
 	for i := range r.plan.Formulas {
 		switch r.state.Formula(i) {
 		case dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled, dag.FormulaUnhealthy,
@@ -116,7 +117,7 @@ func (e *Engine) retry(ctx context.Context, r *run) error {
 	r.rec.Generation++
 	r.rec.Status = dag.WorkflowRunning
 	r.snap.Status = dag.WorkflowRunning
-	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, fmt.Sprintf("retry: generation %d", r.rec.Generation)); err != nil {
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, fmt.Sprintf("retry: generation %d", r.rec.Generation), by); err != nil {
 		return err
 	}
 	if err := e.saveRecord(ctx, r); err != nil {

@@ -59,9 +59,10 @@ type run struct {
 	done    map[string]bool
 }
 
-// Submit validates, plans and (unless validateOnly) accepts a composition.
-// A rejected composition writes nothing. The reply says which.
-func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool) (*events.SubmitReply, error) {
+// Submit validates, plans and (unless validateOnly) accepts a composition
+// submitted by by. A rejected composition writes nothing. The reply says
+// which.
+func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool, by events.Principal) (*events.SubmitReply, error) {
 	c, err := composition.Load("", data)
 	if err != nil {
 		var inv *dag.InvalidError
@@ -80,7 +81,7 @@ func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool) (*e
 	}
 	now := time.Now().UTC()
 	rec := &Record{ID: id.String(), Name: c.Name, Operation: c.Operation, Status: dag.WorkflowAccepted, Generation: 1,
-		CreatedAt: now, UpdatedAt: now, Composition: c}
+		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by}
 	if c.Operation == dag.OpCreate && !c.Reset {
 		rec.AlreadyDone = e.alreadyDone(ctx, plan)
 	}
@@ -97,8 +98,8 @@ func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool) (*e
 		return nil, fmt.Errorf("persist workflow %s: %w", rec.ID, err)
 	}
 	e.cacheRun(r)
-	e.Log.Info("workflow accepted", "workflow_id", rec.ID, "workflow", rec.Name, "formulas", len(plan.Formulas), "already_done", len(rec.AlreadyDone))
-	if err := e.publishWorkflow(ctx, r, dag.WorkflowAccepted, ""); err != nil {
+	e.Log.Info("workflow accepted", "workflow_id", rec.ID, "workflow", rec.Name, "formulas", len(plan.Formulas), "already_done", len(rec.AlreadyDone), "submitted_by", by.String())
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowAccepted, "", &by); err != nil {
 		e.Log.Warn("accepted event not published; the run starts anyway", "workflow_id", rec.ID, "err", err)
 	}
 	return &events.SubmitReply{WorkflowID: rec.ID, Status: "accepted", Plan: plan}, nil
@@ -123,7 +124,7 @@ func (e *Engine) begin(ctx context.Context, r *run) error {
 	if r.rec.Status != dag.WorkflowAccepted {
 		return nil
 	}
-	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, ""); err != nil {
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, "", nil); err != nil {
 		return err
 	}
 	r.rec.Status = dag.WorkflowRunning
@@ -439,7 +440,7 @@ func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) e
 		}
 		result = dag.WorkflowFailed
 	}
-	if err := e.publishWorkflow(ctx, r, result, reason); err != nil {
+	if err := e.publishWorkflow(ctx, r, result, reason, nil); err != nil {
 		return err
 	}
 	r.rec.Status = result
@@ -475,7 +476,7 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 		if skipped > 0 {
 			why = fmt.Sprintf("%s; nothing to roll back (%d succeeded nodes have no delete)", reason, skipped)
 		}
-		if err := e.publishWorkflow(ctx, r, dag.WorkflowFailed, why); err != nil {
+		if err := e.publishWorkflow(ctx, r, dag.WorkflowFailed, why, nil); err != nil {
 			return err
 		}
 		return e.saveRecord(ctx, r)
@@ -490,7 +491,7 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 		msg += fmt.Sprintf(" (%d succeeded nodes have no delete and stay)", skipped)
 	}
 	e.Log.Info("rollback", "workflow_id", r.rec.ID, "formulas", len(r.plan.Formulas), "without_delete", skipped)
-	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, msg); err != nil {
+	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, msg, nil); err != nil {
 		return err
 	}
 	if err := e.saveRecord(ctx, r); err != nil {
@@ -633,10 +634,12 @@ func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.Formu
 	return e.Pub.Publish(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
 }
 
-func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowState, reason string) error {
+// publishWorkflow publishes a workflow transition; by is who asked for it
+// (nil for the planner's own).
+func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowState, reason string, by *events.Principal) error {
 	now := time.Now().UTC()
 	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
-		Status: st, Reason: reason, Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}}
+		Status: st, Reason: reason, Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}, RequestedBy: by}
 	if st.Terminal() {
 		ev.EndedAt = &now
 		ev.Error = reason
@@ -646,7 +649,7 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 		ev.Formulas[r.state.Formula(i)]++
 		ev.TotalNodes += len(r.plan.Formulas[i].Nodes)
 	}
-	return e.Pub.Publish(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st)))
+	return e.Pub.Publish(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
 }
 
 // nodeRecord is a node's outcome as the executor recorded it ("" if none).

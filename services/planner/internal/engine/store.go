@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -30,6 +31,12 @@ type Record struct {
 	// this one.
 	Rollback   *dag.Composition `json:"rollback,omitempty"`
 	FailReason string           `json:"fail_reason,omitempty"` // why the create failed, kept through the rollback
+	// SubmittedBy is who submitted it, as the NATS server authenticated them.
+	SubmittedBy *events.Principal `json:"submitted_by,omitempty"`
+	// Requests counts the control requests carried out: it is part of
+	// the Nats-Msg-Id of the transitions they cause, so a resume's
+	// running is not dropped as a duplicate of the first.
+	Requests int `json:"requests,omitempty"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.

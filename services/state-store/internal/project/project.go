@@ -540,7 +540,21 @@ func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.W
 			doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
 		}
 	}
+	recordRequest(doc, ev, w)
 	return p.put(ctx, events.WorkflowDocKey(w.WorkflowID), doc, rev)
+}
+
+// recordRequest keeps who asked for a transition: the submitter, and each
+// control request (workflowDoc has already skipped a redelivery).
+func recordRequest(doc *events.WorkflowDoc, ev *consume.Event, w *events.WorkflowEvent) {
+	if w.RequestedBy == nil {
+		return
+	}
+	if w.Status == dag.WorkflowAccepted {
+		doc.SubmittedBy = w.RequestedBy
+		return
+	}
+	doc.Requests = append(doc.Requests, events.Request{Status: w.Status, Reason: w.Reason, By: *w.RequestedBy, At: ev.Time})
 }
 
 func sum(m map[events.FormulaState]int) int {
