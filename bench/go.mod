@@ -3,6 +3,7 @@ module github.com/gantry-dev/gantry/bench
 go 1.26.8
 
 require (
+	github.com/gantry-dev/gantry/pkg/busauth v0.0.0-00010101000000-000000000000
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
@@ -41,3 +42,5 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../services/health-
 replace github.com/gantry-dev/gantry/services/state-store => ../services/state-store
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../cmd/gantry
+
+replace github.com/gantry-dev/gantry/pkg/busauth => ../pkg/busauth

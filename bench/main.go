@@ -16,6 +16,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/dag/dagtest"
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/nats-io/nats.go"
 )
@@ -157,7 +158,7 @@ func workflowBench(binDir, name string, comp func() *dag.Composition, runs int, 
 		return nil, err
 	}
 	defer st.close()
-	nc, err := nats.Connect(st.url)
+	nc, err := st.connect()
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +279,7 @@ func devBench(binDir string) (map[string]float64, error) {
 	if err := waitPort(port); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port))
+	nc, err := connectAs(fmt.Sprintf("nats://127.0.0.1:%d", port), filepath.Join(dir, "data", "auth", string(events.Operator)+".nk"))
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 )
 
 // proc is a process the harness started (and alone stops, by PID).
@@ -97,6 +101,20 @@ type stack struct {
 	natsd *proc
 	svcs  []*proc
 	logf  *os.File
+	keys  *busauth.Keys
+}
+
+// connect connects as an operator, as a user of the stack would.
+func (s *stack) connect() (*nats.Conn, error) {
+	return connectAs(s.url, s.keys.SeedFile(events.Operator))
+}
+
+func connectAs(url, seedFile string) (*nats.Conn, error) {
+	opt, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(url, opt)
 }
 
 var serviceNames = []string{"planner", "executor", "health-gate", "state-store"}
@@ -110,13 +128,21 @@ func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dir: dir, logf: logf}
+	keys, err := busauth.LoadOrCreate(filepath.Join(dir, "auth"))
+	if err != nil {
+		return nil, err
+	}
+	conf, err := keys.WriteServerConfig(busauth.ServerOptions{})
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{dir: dir, logf: logf, keys: keys}
 	port := freePort()
 	s.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	// GANTRY_BENCH_PPROF=1 serves pprof: nats-server on 127.0.0.1:6065, the
 	// services on 6061-6064 in serviceNames order (see docs/performance.md).
 	pprof := os.Getenv("GANTRY_BENCH_PPROF") != ""
-	natsArgs := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js")}
+	natsArgs := []string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js")}
 	if pprof {
 		natsArgs = append(natsArgs, "--profile", "6065")
 	}
@@ -129,7 +155,7 @@ func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
 	}
 	env := []string{"NATS_URL=" + s.url, "GANTRY_SSH_KEY=" + sshKey, "GANTRY_KNOWN_HOSTS=" + knownHosts}
 	for i, name := range serviceNames {
-		env := env
+		env := append(env[:len(env):len(env)], "NATS_NKEY="+keys.SeedFile(events.Identity(name)))
 		if pprof {
 			env = append(env[:len(env):len(env)], fmt.Sprintf("GANTRY_PPROF=127.0.0.1:%d", 6061+i))
 		}

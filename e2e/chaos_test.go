@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/nats-io/nats.go"
@@ -130,13 +131,21 @@ func TestChaos(t *testing.T) {
 	defer logs.Close()
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	natsd := &proc{name: "nats-server", log: logs, args: []string{bin(t, "nats-server"), "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"), "-n", "chaos"}}
+	keys, err := busauth.LoadOrCreate(filepath.Join(dir, "auth"), busauth.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := keys.WriteServerConfig(busauth.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsd := &proc{name: "nats-server", log: logs, args: []string{bin(t, "nats-server"), "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"), "-n", "chaos"}}
 	natsd.start(t)
 	waitPort(t, port)
 	env := []string{"NATS_URL=" + url, "GANTRY_SSH_KEY=" + fleet.KeyFile, "GANTRY_KNOWN_HOSTS=" + fleet.KnownHosts}
 	svcs := []*proc{}
 	for _, name := range []string{"planner", "executor", "health-gate", "state-store"} {
-		svcs = append(svcs, &proc{name: name, log: logs, env: env, args: []string{bin(t, name)}})
+		svcs = append(svcs, &proc{name: name, log: logs, env: append(env, "NATS_NKEY="+keys.SeedFile(events.Identity(name))), args: []string{bin(t, name)}})
 	}
 	for _, p := range svcs {
 		p.start(t)
@@ -147,12 +156,23 @@ func TestChaos(t *testing.T) {
 		}
 		natsd.kill9()
 	}()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
+	// Requests as an operator; streams and buckets looked at as an
+	// administrator.
+	connect := func(id events.Identity) *nats.Conn {
+		opt, err := nats.NkeyOptionFromSeed(keys.SeedFile(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(url, opt, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc
 	}
+	nc, admin := connect(events.Operator), connect(busauth.Admin)
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	defer admin.Close()
+	js, _ := jetstream.New(admin)
 	request := func(subj string, body []byte) (*nats.Msg, error) {
 		var m *nats.Msg
 		var err error
