@@ -1,0 +1,116 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// The permissions are part of the contract: a change shows here.
+func TestPermissionsGolden(t *testing.T) {
+	m := map[events.Identity]events.Permissions{}
+	for _, id := range append(slices.Clone(events.Services), events.People...) {
+		m[id] = events.PermissionsFor(id)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "permissions.golden.json")
+	if *update {
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(b.Bytes(), want) {
+		t.Errorf("%s changed: check the new permissions, then go test -update\ngot:\n%s", path, b.Bytes())
+	}
+}
+
+// Every part of the topology is used by some service, so it has its
+// permission; and nobody but the services may write events or work.
+func TestTopologyHasPermissions(t *testing.T) {
+	var published, streams, buckets []string
+	var durables []events.Durable
+	for _, id := range events.Services {
+		u := events.Uses(id)
+		published = append(published, u.Publish...)
+		streams = append(streams, u.Streams...)
+		durables = append(durables, u.Consumes...)
+		buckets = append(buckets, u.Write...)
+	}
+	for _, cfg := range events.Streams(1) {
+		if !slices.Contains(streams, cfg.Name) {
+			t.Errorf("stream %s: no service creates it", cfg.Name)
+		}
+		for _, s := range cfg.Subjects {
+			if !slices.Contains(published, s) {
+				t.Errorf("stream %s subject %s: no service may publish it", cfg.Name, s)
+			}
+		}
+	}
+	for stream, cs := range events.Consumers() {
+		for _, c := range cs {
+			if !slices.Contains(durables, events.Durable{Stream: stream, Name: c.Durable}) {
+				t.Errorf("consumer %s on %s: no service consumes it", c.Durable, stream)
+			}
+		}
+	}
+	for _, kv := range events.KeyValues(1) {
+		if !slices.Contains(buckets, kv.Bucket) {
+			t.Errorf("bucket %s: no service writes it", kv.Bucket)
+		}
+	}
+	for _, id := range events.Services {
+		for _, s := range events.Uses(id).Serve {
+			if !slices.ContainsFunc(events.ClientImports(), func(im events.Import) bool { return im.Subject == s && im.Service && im.Share }) {
+				t.Errorf("%s serves %s, which people cannot reach with their identity attached", id, s)
+			}
+		}
+	}
+	for _, id := range events.People {
+		p := events.PermissionsFor(id)
+		for _, s := range p.PublishAllow {
+			if strings.HasPrefix(s, "decky.") || strings.HasPrefix(s, "$KV.") || strings.HasSuffix(s, ".lifecycle") {
+				t.Errorf("%s may publish %s", id, s)
+			}
+		}
+		for _, want := range []string{"decky.>", events.AllWorkflowLifecycle, "$KV.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.CONSUMER.DELETE.>"} {
+			if !slices.Contains(p.PublishDeny, want) {
+				t.Errorf("%s: %s is not denied", id, want)
+			}
+		}
+	}
+}
+
+func TestPrincipalFrom(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   events.Principal
+	}{
+		{"", events.Principal{}},
+		{"not json", events.Principal{}},
+		{`{"user":"UX"}`, events.Principal{}},
+		{`{"acc":"GANTRY_CLIENTS","user":"UX","name_tag":"alice"}`, events.Principal{Account: "GANTRY_CLIENTS", User: "UX", Name: "alice", Attested: true}},
+	} {
+		if got := events.PrincipalFrom(tc.header); got != tc.want {
+			t.Errorf("PrincipalFrom(%q) = %+v, want %+v", tc.header, got, tc.want)
+		}
+	}
+	if s := (events.Principal{}).String(); s != "unattested" {
+		t.Errorf("String of nobody = %q", s)
+	}
+}
