@@ -148,19 +148,22 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 func Redact(u string) string {
 	parts := strings.Split(u, ",")
 	for i, p := range parts {
-		pu, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || pu.User == nil {
-			if strings.Contains(p, "@") {
-				parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
+		p = strings.TrimSpace(p)
+		pu, err := url.Parse(p)
+		switch {
+		case err != nil && strings.Contains(p, "@"):
+			parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
+		case err != nil || pu.User == nil:
+			parts[i] = p
+		default:
+			who := "***"
+			if _, has := pu.User.Password(); has {
+				who = pu.User.Username() + ":***"
 			}
-			continue
+			pu.User = nil
+			rest := strings.TrimPrefix(pu.String(), pu.Scheme+"://")
+			parts[i] = pu.Scheme + "://" + who + "@" + rest
 		}
-		if _, has := pu.User.Password(); has {
-			pu.User = url.UserPassword(pu.User.Username(), "***")
-		} else {
-			pu.User = url.User("***")
-		}
-		parts[i] = pu.String()
 	}
 	return strings.Join(parts, ",")
 }
