@@ -20,6 +20,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,6 +41,9 @@ type stack struct {
 type stackOptions struct {
 	hosts      int
 	knownHosts func(f *sshtest.Fleet) string // default: the fleet's own
+	// tls runs the server with TLS required and client certificates
+	// verified, and every connection over it.
+	tls *testPKI
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -49,7 +53,16 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		s.fleet = sshtest.Start(t, o.hosts, sshtest.Options{})
 	}
 	var err error
-	s.ns = natstest.Start(t)
+	conn := natsconn.Options{}
+	var clientTLS []nats.Option
+	if o.tls != nil {
+		s.ns = natstest.StartWith(t, natsembed.Config{TLS: &natsembed.TLS{Cert: o.tls.serverCert, Key: o.tls.serverKey, CA: o.tls.ca, VerifyClients: true}})
+		conn = natsconn.Options{CA: o.tls.ca, Cert: o.tls.clientCert, Key: o.tls.clientKey}
+		clientTLS = []nats.Option{nats.RootCAs(o.tls.ca), nats.ClientCert(o.tls.clientCert, o.tls.clientKey)}
+	} else {
+		s.ns = natstest.Start(t)
+	}
+	conn.URL = s.ns.URL()
 	s.logs = filepath.Join(t.TempDir(), "services.log")
 	lf, err := os.Create(s.logs)
 	if err != nil {
@@ -68,12 +81,12 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: s.ns.URL()}, Keys: s.ns.Keys, SSH: ssh, Log: log})
+		done <- devstack.Run(ctx, devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log})
 	}()
 	// Requests as an operator would make them; streams and buckets are
 	// looked at as an administrator.
-	s.nc = s.ns.Connect(events.Operator)
-	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin))
+	s.nc = s.ns.Connect(events.Operator, clientTLS...)
+	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin, clientTLS...))
 	t.Cleanup(func() {
 		cancel()
 		select {
