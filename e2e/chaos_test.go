@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/nats-io/nats.go"
