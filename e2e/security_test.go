@@ -195,3 +195,80 @@ func (s *stack) workflowCount(t *testing.T) int {
 	}
 	return len(keys)
 }
+
+// TestAuditRecordsWhoAsked: a submit and each control request record who
+// made them as the server authenticated them; a header the client fills
+// in to claim another identity is replaced by the server's.
+func TestAuditRecordsWhoAsked(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	dir := t.TempDir()
+	c := &dag.Composition{Name: "audited", Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+		Formulas: []dag.Formula{
+			{ID: "first", Server: "me", Nodes: []dag.Node{{Name: "a", Run: "sleep 1; touch " + dir + "/a"}}},
+			{ID: "second", Server: "me", DependsOn: []dag.FormulaDep{{Formula: "first"}}, Nodes: []dag.Node{{Name: "b", Run: "touch " + dir + "/b"}}},
+		}}
+	m := nats.NewMsg(events.SubjectSubmit)
+	m.Data = mustMarshal(t, c)
+	m.Header.Set(events.RequestInfoHeader, `{"acc":"GANTRY","user":"UFORGEDFORGEDFORGED","name_tag":"admin"}`)
+	reply, err := s.nc.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r events.SubmitReply
+	if err := json.Unmarshal(reply.Data, &r); err != nil || r.Status != "accepted" {
+		t.Fatalf("submit: %s", reply.Data)
+	}
+	if _, code := s.control(r.WorkflowID, events.VerbPause); code != "" {
+		t.Fatalf("pause: %s", code)
+	}
+	if _, code := s.control(r.WorkflowID, events.VerbResume); code != "" {
+		t.Fatalf("resume: %s", code)
+	}
+	d := s.wait(r.WorkflowID, 30*time.Second)
+	operator, _ := s.ns.Keys.Public(events.Operator)
+	want := events.Principal{Account: events.AccountClients, User: operator, Name: "operator", Attested: true}
+	if d.SubmittedBy == nil || *d.SubmittedBy != want {
+		t.Fatalf("submitted by %+v, want %+v", d.SubmittedBy, want)
+	}
+	if len(d.Requests) != 2 || d.Requests[0].Status != dag.WorkflowPaused || d.Requests[1].Status != dag.WorkflowRunning ||
+		d.Requests[0].By != want || d.Requests[1].By != want {
+		t.Fatalf("requests: %+v", d.Requests)
+	}
+	// The events carry it: accepted, paused and the resume's running,
+	// each its own event.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := s.js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.WorkflowLifecycle(r.WorkflowID)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.FetchNoWait(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for msg := range batch.Messages() {
+		var w events.WorkflowEvent
+		env, err := events.Parse(msg.Data())
+		if err != nil || events.DecodeData(env, &w) != nil {
+			t.Fatalf("bad event %s", msg.Data())
+		}
+		who := ""
+		if w.RequestedBy != nil {
+			who = " by " + w.RequestedBy.Name
+		}
+		seen = append(seen, string(w.Status)+who)
+	}
+	if got := strings.Join(seen, ", "); got != "accepted by operator, running, paused by operator, running by operator, succeeded" {
+		t.Errorf("workflow events: %s", got)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

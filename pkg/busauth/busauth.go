@@ -100,13 +100,13 @@ func (k *Keys) Public(id events.Identity) (string, error) {
 	return kp.PublicKey()
 }
 
-// Who maps every public key to its identity, to name the user in a
-// request's Nats-Request-Info.
-func (k *Keys) Who() map[string]events.Identity {
-	m := map[string]events.Identity{}
+// Names maps every public key to its identity's name, to name the user
+// of a request's Nats-Request-Info.
+func (k *Keys) Names() map[string]string {
+	m := map[string]string{}
 	for id := range k.seeds {
 		if pub, err := k.Public(id); err == nil {
-			m[pub] = id
+			m[pub] = string(id)
 		}
 	}
 	return m

@@ -18,11 +18,11 @@ import (
 
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
-		"nats://127.0.0.1:4222":                           "nats://127.0.0.1:4222",
-		"nats://alice:hunter2@nats:4222":                  "nats://alice:***@nats:4222",
-		"nats://s3cr3t-token@nats:4222":                   "nats://***@nats:4222",
-		"nats://a:p1@n1:4222,nats://b:p2@n2:4222":         "nats://a:***@n1:4222,nats://b:***@n2:4222",
-		"tls://bob:pa%40ss@nats.example.com:4443":         "tls://bob:***@nats.example.com:4443",
+		"nats://127.0.0.1:4222":                          "nats://127.0.0.1:4222",
+		"nats://alice:hunter2@nats:4222":                 "nats://alice:***@nats:4222",
+		"nats://s3cr3t-token@nats:4222":                  "nats://***@nats:4222",
+		"nats://a:p1@n1:4222,nats://b:p2@n2:4222":        "nats://a:***@n1:4222,nats://b:***@n2:4222",
+		"tls://bob:pa%40ss@nats.example.com:4443":        "tls://bob:***@nats.example.com:4443",
 		"not a url :// with:password@host and % escapes": "***@host and % escapes",
 	} {
 		got := natsconn.Redact(in)

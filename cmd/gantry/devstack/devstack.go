@@ -47,7 +47,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
 		}},
 		{"planner", func(ctx context.Context, nc *nats.Conn) error {
-			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log})
+			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names()})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
 			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), SSH: ssh, Log: log})

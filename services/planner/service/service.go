@@ -21,6 +21,9 @@ type Config struct {
 	Instance string
 	Replicas int
 	Log      *slog.Logger
+	// Names names the public nkeys of known identities in audit records
+	// whose credentials carry no name (nkeys, unlike user JWTs).
+	Names map[string]string
 }
 
 // Run runs the planner until ctx is cancelled.
@@ -33,7 +36,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log}
+	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log, Names: cfg.Names}
 	for bucket, dst := range map[string]*jetstream.KeyValue{events.BucketWorkflows: &e.Workflows, events.BucketRuns: &e.Runs, events.BucketState: &e.State, events.BucketNodes: &e.Nodes} {
 		if *dst, err = js.KeyValue(ctx, bucket); err != nil {
 			return fmt.Errorf("planner: bucket %s: %w", bucket, err)

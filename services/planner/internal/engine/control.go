@@ -24,6 +24,7 @@ type ControlReply struct {
 
 // Control applies a verb to a workflow at the request of by.
 func (e *Engine) Control(ctx context.Context, id, verb string, by events.Principal) (*ControlReply, error) {
+	by = e.named(by)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r, err := e.load(ctx, id)

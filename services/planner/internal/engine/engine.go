@@ -29,6 +29,8 @@ type Engine struct {
 	Nodes     jetstream.KeyValue // events.BucketNodes (read: the executor's node records)
 	Pub       *events.Publisher
 	Log       *slog.Logger
+	// Names names known public nkeys in audit records (see named).
+	Names map[string]string
 
 	mu    sync.Mutex // one transition at a time
 	cache map[string]*run
@@ -63,6 +65,7 @@ type run struct {
 // submitted by by. A rejected composition writes nothing. The reply says
 // which.
 func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool, by events.Principal) (*events.SubmitReply, error) {
+	by = e.named(by)
 	c, err := composition.Load("", data)
 	if err != nil {
 		var inv *dag.InvalidError
@@ -674,4 +677,13 @@ func toSet(keys []string) map[string]bool {
 		m[k] = true
 	}
 	return m
+}
+
+// named gives an attested requester whose credentials carry no name (an
+// nkey) the name gantry knows its key by.
+func (e *Engine) named(by events.Principal) events.Principal {
+	if by.Attested && by.Name == "" {
+		by.Name = e.Names[by.User]
+	}
+	return by
 }
