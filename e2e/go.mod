@@ -4,10 +4,12 @@ go 1.26.8
 
 require (
 	github.com/gantry-dev/gantry/cmd/gantry v0.0.0
+	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
 	github.com/gantry-dev/gantry/pkg/composition v0.0.0
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
@@ -16,7 +18,6 @@ require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0 // indirect
-	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/executor v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/health-gate v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/planner v0.0.0 // indirect
@@ -25,9 +26,9 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
-	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -58,4 +59,5 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../services/health-
 replace github.com/gantry-dev/gantry/services/planner => ../services/planner
 
 replace github.com/gantry-dev/gantry/services/state-store => ../services/state-store
+
 replace github.com/gantry-dev/gantry/pkg/busauth => ../pkg/busauth

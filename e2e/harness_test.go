@@ -44,6 +44,8 @@ type stackOptions struct {
 	// tls runs the server with TLS required and client certificates
 	// verified, and every connection over it.
 	tls *testPKI
+	// operatorMode runs the server in operator mode (user JWTs, creds files).
+	operatorMode bool
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -60,7 +62,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		conn = natsconn.Options{CA: o.tls.ca, Cert: o.tls.clientCert, Key: o.tls.clientKey}
 		clientTLS = []nats.Option{nats.RootCAs(o.tls.ca), nats.ClientCert(o.tls.clientCert, o.tls.clientKey)}
 	} else {
-		s.ns = natstest.Start(t)
+		s.ns = natstest.StartWith(t, natsembed.Config{OperatorMode: o.operatorMode})
 	}
 	conn.URL = s.ns.URL()
 	s.logs = filepath.Join(t.TempDir(), "services.log")

@@ -272,3 +272,30 @@ func mustMarshal(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestOperatorMode: the same stack with user JWTs signed by an operator
+// (as nsc makes them): the CLI submits with a creds file, the audit names
+// the user from its JWT, and a client without credentials is turned away.
+func TestOperatorMode(t *testing.T) {
+	s := newStack(t, stackOptions{operatorMode: true})
+	bin := buildGantry(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ok.yaml")
+	os.WriteFile(file, []byte("name: ok\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: echo fine}]\n"), 0o644)
+	out, err := exec.Command(bin, "submit", "-q", file, "--server", s.ns.URL(), "--creds", s.ns.Keys.CredsFile(events.Operator)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("submit with --creds: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(string(out))
+	if d := s.wait(id, 30*time.Second); d.Status != dag.WorkflowSucceeded || d.SubmittedBy == nil || d.SubmittedBy.Name != "operator" {
+		t.Fatalf("%s, submitted by %+v", d.Status, d.SubmittedBy)
+	}
+	out, _ = exec.Command(bin, "status", id, "--server", s.ns.URL(), "--creds", s.ns.Keys.CredsFile(events.Viewer)).CombinedOutput()
+	if !strings.Contains(string(out), "submitted by operator (U") {
+		t.Errorf("status as a viewer:\n%s", out)
+	}
+	if nc, err := nats.Connect(s.ns.URL(), nats.Timeout(2*time.Second)); err == nil {
+		nc.Close()
+		t.Error("a client without credentials was let in")
+	}
+}

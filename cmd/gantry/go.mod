@@ -3,6 +3,7 @@ module github.com/gantry-dev/gantry/cmd/gantry
 go 1.26.8
 
 require (
+	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
 	github.com/gantry-dev/gantry/pkg/composition v0.0.0
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/nats-io/nats.go v1.55.0
@@ -16,9 +17,9 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
-	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -61,4 +62,5 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../../services/heal
 replace github.com/gantry-dev/gantry/services/planner => ../../services/planner
 
 replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
+
 replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth

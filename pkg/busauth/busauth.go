@@ -33,6 +33,9 @@ func Identities() []events.Identity {
 type Keys struct {
 	Dir   string // where the seeds are, one <identity>.nk each
 	seeds map[events.Identity][]byte
+	// jwt is set once the server configuration is operator mode: the
+	// identities then connect with their creds files.
+	jwt bool
 }
 
 // ErrUnknownIdentity is returned for an identity Keys does not hold.
@@ -117,13 +120,39 @@ type ServerOptions struct {
 	// AnonymousViewer makes a client with no credentials a viewer
 	// (no_auth_user): gantry dev and the local compose stack.
 	AnonymousViewer bool
+	// OperatorMode renders user JWTs signed by an operator and account
+	// keys (and writes each identity's creds file) instead of nkey users.
+	OperatorMode bool
 }
+
+// Credentials is what identity id connects with: its creds file in
+// operator mode, else its nkey seed file.
+func (k *Keys) Credentials(id events.Identity) (creds, nkey string) {
+	if k.jwt {
+		return k.CredsFile(id), ""
+	}
+	return "", k.SeedFile(id)
+}
+
+// adminPermissions are Admin's: everything in the services' account.
+var adminPermissions = events.Permissions{PublishAllow: []string{">"}, SubscribeAllow: []string{">"}}
 
 // ServerConfig renders the nats-server configuration of the two accounts
 // with every identity's user and permissions: a JSON document, which
 // nats-server's configuration parser reads as it is, to include from a
 // server's own configuration or to run as it is.
 func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
+	if o.OperatorMode {
+		if o.AnonymousViewer {
+			return "", ErrAnonymousOperatorMode
+		}
+		cfg, err := k.operatorConfig()
+		if err != nil {
+			return "", err
+		}
+		k.jwt = true
+		return encodeConfig(cfg)
+	}
 	services, clients := account{JetStream: "enabled"}, account{}
 	for _, id := range Identities() {
 		u, err := k.user(id, events.PermissionsFor(id))
@@ -137,7 +166,7 @@ func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
 		}
 	}
 	if _, ok := k.seeds[Admin]; ok {
-		u, err := k.user(Admin, events.Permissions{PublishAllow: []string{">"}, SubscribeAllow: []string{">"}})
+		u, err := k.user(Admin, adminPermissions)
 		if err != nil {
 			return "", err
 		}
@@ -155,6 +184,12 @@ func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
 		}
 		cfg["no_auth_user"] = pub
 	}
+	return encodeConfig(cfg)
+}
+
+// encodeConfig writes a configuration as JSON that nats-server's parser
+// reads.
+func encodeConfig(cfg map[string]any) (string, error) {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // nats-server's parser knows no \u escapes; subjects hold '>'

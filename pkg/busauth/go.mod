@@ -4,7 +4,8 @@ go 1.26.8
 
 require (
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
-	github.com/nats-io/nkeys v0.4.16
+	github.com/nats-io/jwt/v2 v2.8.3
+	github.com/nats-io/nkeys v0.4.17
 )
 
 require (

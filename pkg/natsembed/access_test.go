@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -177,7 +179,13 @@ func only(ids ...events.Identity) []events.Identity { return ids }
 // refuses each forbidden action, for every identity, with the
 // permissions gantry dev and compose run with.
 func TestEveryIdentity(t *testing.T) {
-	ns := natstest.Start(t)
+	t.Run("nkeys", func(t *testing.T) { everyIdentity(t, natstest.Start(t)) })
+	t.Run("operator mode", func(t *testing.T) {
+		everyIdentity(t, natstest.StartWith(t, natsembed.Config{OperatorMode: true}))
+	})
+}
+
+func everyIdentity(t *testing.T, ns *natstest.Server) {
 	ctx := context.Background()
 	admin, _ := jetstream.New(ns.Connect(busauth.Admin))
 	for _, id := range services {
@@ -198,14 +206,20 @@ func TestEveryIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stand-ins for the planner's and state-store's endpoints, subscribed
-	// as those services.
+	// as those services; the submit's stand-in passes on who submitted.
+	submitter := make(chan events.Principal, 10)
 	for id, subjects := range map[events.Identity][]string{
 		events.Planner:    events.Uses(events.Planner).Serve,
 		events.StateStore: events.Uses(events.StateStore).Serve,
 	} {
 		nc := ns.Connect(id)
 		for _, s := range subjects {
-			if _, err := nc.QueueSubscribe(s, "q", func(m *nats.Msg) { _ = m.Respond([]byte("answered")) }); err != nil {
+			if _, err := nc.QueueSubscribe(s, "q", func(m *nats.Msg) {
+				if m.Subject == events.SubjectSubmit {
+					submitter <- events.PrincipalFrom(m.Header.Get(events.RequestInfoHeader))
+				}
+				_ = m.Respond([]byte("answered"))
+			}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -283,6 +297,26 @@ func TestEveryIdentity(t *testing.T) {
 				t.Errorf("%s may do nothing", id)
 			}
 		})
+	}
+	// The operator's submit reached the planner with the operator's
+	// identity, set by the server (in operator mode, with its JWT's name).
+	select {
+	case who := <-submitter:
+		pub, _ := ns.Keys.Public(events.Operator)
+		want := events.Principal{Account: events.AccountClients, User: pub, Attested: true}
+		if _, err := os.Stat(ns.Keys.CredsFile(events.Operator)); err == nil {
+			// Operator mode names the user from its JWT, and the
+			// account by its public key.
+			want.Name = "operator"
+			if strings.HasPrefix(who.Account, "A") && len(who.Account) == 56 {
+				want.Account = who.Account
+			}
+		}
+		if who != want {
+			t.Errorf("submitted by %+v, want %+v", who, want)
+		}
+	default:
+		t.Error("no submit reached the planner")
 	}
 	// Nothing forbidden took effect.
 	for _, s := range []string{events.StreamDispatch, events.StreamEvents} {

@@ -30,6 +30,9 @@ type Config struct {
 	Auth *busauth.Keys
 	// AnonymousViewer makes a client without credentials a viewer.
 	AnonymousViewer bool
+	// OperatorMode runs the server in operator mode: user JWTs, each
+	// identity with a creds file (Auth.CredsFile).
+	OperatorMode bool
 	// TLS, when set, makes the server require TLS on client connections.
 	TLS *TLS
 }
@@ -96,7 +99,7 @@ func (s *Server) Stop() {
 // next to the keys, so an operator can read what the server enforces) and
 // the TLS settings, through nats-server's own configuration parser.
 func authOptions(cfg Config) (*server.Options, error) {
-	path, err := cfg.Auth.WriteServerConfig(busauth.ServerOptions{AnonymousViewer: cfg.AnonymousViewer})
+	path, err := cfg.Auth.WriteServerConfig(busauth.ServerOptions{AnonymousViewer: cfg.AnonymousViewer, OperatorMode: cfg.OperatorMode})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ module github.com/gantry-dev/gantry/services/state-store
 go 1.26.8
 
 require (
+	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
@@ -14,7 +15,7 @@ require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
-	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/time v0.16.0 // indirect
@@ -25,7 +26,7 @@ require (
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -52,4 +53,5 @@ replace github.com/gantry-dev/gantry/services/executor => ../../services/executo
 replace github.com/gantry-dev/gantry/services/health-gate => ../../services/health-gate
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
+
 replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth

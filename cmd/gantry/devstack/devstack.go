@@ -63,7 +63,8 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, s := range svcs {
 		id := events.Identity(s.name)
 		o := cfg.Conn
-		o.NKey, o.InboxPrefix = cfg.Keys.SeedFile(id), id.InboxPrefix()
+		o.Creds, o.NKey = cfg.Keys.Credentials(id)
+		o.InboxPrefix = id.InboxPrefix()
 		nc, err := natsconn.Connect(o, "gantry-dev-"+s.name, log, true)
 		if err != nil {
 			return err

@@ -42,7 +42,7 @@ func StartWith(t testing.TB, cfg natsembed.Config) *Server {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Auth, cfg.AnonymousViewer = keys, true
+		cfg.Auth, cfg.AnonymousViewer = keys, !cfg.OperatorMode
 	}
 	ns, err := natsembed.Start(cfg)
 	if err != nil {
@@ -52,13 +52,17 @@ func StartWith(t testing.TB, cfg natsembed.Config) *Server {
 	return &Server{Server: ns, Keys: cfg.Auth, t: t}
 }
 
-// Options are the connection options of identity id (its nkey and inbox
-// prefix), plus extra.
+// Options are the connection options of identity id (its nkey or creds,
+// and inbox prefix), plus extra.
 func (s *Server) Options(id events.Identity, extra ...nats.Option) []nats.Option {
 	s.t.Helper()
-	opt, err := nats.NkeyOptionFromSeed(s.Keys.SeedFile(id))
-	if err != nil {
-		s.t.Fatal(err)
+	creds, seed := s.Keys.Credentials(id)
+	opt := nats.UserCredentials(creds)
+	if seed != "" {
+		var err error
+		if opt, err = nats.NkeyOptionFromSeed(seed); err != nil {
+			s.t.Fatal(err)
+		}
 	}
 	inbox := "_INBOX"
 	if id != busauth.Admin {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ func newAuthCmd() *cobra.Command {
 
 func newAuthInitCmd() *cobra.Command {
 	var dir string
-	var anonymousViewer bool
+	var anonymousViewer, operatorMode bool
 	cmd := &cobra.Command{
 		Use:   "init --dir DIR",
 		Short: "Write an nkey seed per identity and the nats-server accounts configuration",
@@ -32,7 +33,13 @@ DIR/server.conf: the two accounts (GANTRY for the services and streams,
 GANTRY_CLIENTS for people) with every user's permissions and the imports that
 let people reach what they may. Run nats-server with -c DIR/server.conf, or
 include it from your own configuration; give each process its seed with
---nkey (or $NATS_NKEY).`,
+--nkey (or $NATS_NKEY).
+
+With --jwt the server runs in operator mode instead: an operator key and the
+two account keys (DIR/signing) sign a user JWT per identity, written with its
+seed as DIR/<identity>.creds, to give with --creds (or $NATS_CREDS); the
+user's name then shows in audit records. nats-server has no anonymous users
+in operator mode.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
@@ -42,14 +49,18 @@ include it from your own configuration; give each process its seed with
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
-			path, err := keys.WriteServerConfig(busauth.ServerOptions{AnonymousViewer: anonymousViewer})
+			path, err := keys.WriteServerConfig(busauth.ServerOptions{AnonymousViewer: anonymousViewer, OperatorMode: operatorMode})
+			if errors.Is(err, busauth.ErrAnonymousOperatorMode) {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--anonymous-viewer with --jwt: %w", err)}
+			}
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			out := cmd.OutOrStdout()
 			for _, id := range busauth.Identities() {
 				pub, _ := keys.Public(id)
-				fmt.Fprintf(out, "%-12s %s  %s\n", id, pub, keys.SeedFile(id))
+				creds, seed := keys.Credentials(id)
+				fmt.Fprintf(out, "%-12s %s  %s%s\n", id, pub, creds, seed)
 			}
 			fmt.Fprintf(out, "server configuration: %s\n", path)
 			return nil
@@ -57,6 +68,7 @@ include it from your own configuration; give each process its seed with
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "where to write the seeds and server.conf")
 	cmd.Flags().BoolVar(&anonymousViewer, "anonymous-viewer", false, "let a client with no credentials in as a viewer (no_auth_user)")
+	cmd.Flags().BoolVar(&operatorMode, "jwt", false, "operator mode: user JWTs and creds files instead of nkey users")
 	return cmd
 }
 
