@@ -202,9 +202,21 @@ func Open(ctx context.Context, nc *nats.Conn, id Identity, replicas int) (jetstr
 		return nil, err
 	}
 	if err := Ensure(ctx, js, id, replicas); err != nil {
-		return nil, err
+		return nil, refused(nc, id, err)
 	}
 	return js, nil
+}
+
+// ErrRefused wraps an error the NATS server's permissions caused.
+var ErrRefused = errors.New("refused by the NATS server")
+
+// refused names a permissions violation behind err: most likely the
+// process is not connected as identity id.
+func refused(nc *nats.Conn, id Identity, err error) error {
+	if last := nc.LastError(); last != nil && errors.Is(last, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w (%v): is this process connected as the %s identity (--nkey or --creds)? %w", ErrRefused, last, id, err)
+	}
+	return err
 }
 
 // Ensure creates or updates every stream, consumer and KV bucket the

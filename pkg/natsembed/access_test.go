@@ -366,3 +366,15 @@ func (c *client) violatedPrefix(prefix string) bool {
 	}
 	return false
 }
+
+// A service started with another identity's credentials stops with an
+// error that says so, not only a timeout.
+func TestWrongIdentityIsNamed(t *testing.T) {
+	ns := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := events.Open(ctx, ns.Connect(events.Executor), events.Planner, 1)
+	if !errors.Is(err, events.ErrRefused) || !strings.Contains(err.Error(), "planner identity") {
+		t.Fatalf("planner opened as the executor: %v", err)
+	}
+}
