@@ -64,6 +64,12 @@ type Options struct {
 	// NakDelay is the redelivery delay after the n-th failed delivery
 	// (default: 250ms doubling, capped at 30s).
 	NakDelay func(delivered uint64) time.Duration
+	// Repair, when set, re-creates what was found missing (deleted by
+	// someone with the rights to) and returns the durable consumer to go
+	// on with: when the consumer or its stream is gone (Run, RunBatch go
+	// on pulling from the new one), and when a handler fails because a
+	// stream or bucket it needs is gone (the message is then redelivered).
+	Repair func(ctx context.Context) (jetstream.Consumer, error)
 }
 
 func defaultNakDelay(n uint64) time.Duration {
@@ -74,9 +80,9 @@ func defaultNakDelay(n uint64) time.Duration {
 	return min(d, 30*time.Second)
 }
 
-// start applies the defaults and starts pulling; the iterator drains
+// start applies the defaults and starts pulling; the puller drains
 // when ctx is cancelled.
-func start(ctx context.Context, cons jetstream.Consumer, o Options) (jetstream.MessagesContext, Options, error) {
+func start(ctx context.Context, cons jetstream.Consumer, o Options) (*puller, Options, error) {
 	if o.Concurrency < 1 {
 		o.Concurrency = 1
 	}
@@ -89,29 +95,130 @@ func start(ctx context.Context, cons jetstream.Consumer, o Options) (jetstream.M
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
 	}
-	// A short pull expiry: a consumer at its MaxAckPending limit resumes
-	// delivery only on a new pull request, and nats.go re-pulls when one
-	// expires (30 s by default), which showed as 30 s stalls under load.
 	if o.Prefetch < 1 {
 		o.Prefetch = 2 * o.Concurrency
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(o.Prefetch), jetstream.PullExpiry(2*time.Second))
-	if err != nil {
+	o.stopping = ctx.Done()
+	p := &puller{ctx: ctx, o: o, cons: cons}
+	if err := p.open(); err != nil {
 		return nil, o, fmt.Errorf("%s: consume: %w", o.Name, err)
 	}
-	o.stopping = ctx.Done()
 	go func() {
 		<-ctx.Done()
-		iter.Drain()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.iter.Drain()
 	}()
-	return iter, o, nil
+	return p, o, nil
+}
+
+// puller pulls from a consumer, and from a re-created one when it is
+// found gone (Options.Repair).
+type puller struct {
+	ctx  context.Context
+	o    Options
+	cons jetstream.Consumer
+	mu   sync.Mutex // guards iter
+	iter jetstream.MessagesContext
+}
+
+// open starts pulling. A short pull expiry: a consumer at its
+// MaxAckPending limit resumes delivery only on a new pull request, and
+// nats.go re-pulls when one expires (30 s by default), which showed as
+// 30 s stalls under load.
+func (p *puller) open() error {
+	iter, err := p.cons.Messages(jetstream.PullMaxMessages(p.o.Prefetch), jetstream.PullExpiry(2*time.Second))
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil {
+		iter.Drain()
+	}
+	p.iter = iter
+	return nil
+}
+
+func (p *puller) current() jetstream.MessagesContext {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.iter
+}
+
+// next returns the next message; false once the consumer is stopped.
+func (p *puller) next() (jetstream.Msg, bool) {
+	for {
+		msg, err := p.current().Next()
+		if err == nil {
+			return msg, true
+		}
+		if p.ctx.Err() != nil {
+			return nil, false
+		}
+		if p.o.Repair != nil && p.gone(err) {
+			p.o.Logger.Warn("consumer gone; re-creating it", "consumer", p.o.Name, "err", err)
+			if !p.reopen() {
+				return nil, false
+			}
+			continue
+		}
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return nil, false
+		}
+		p.o.Logger.Warn("fetch failed", "consumer", p.o.Name, "err", err)
+		select {
+		case <-p.ctx.Done():
+			return nil, false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// gone says whether err (or, after missed heartbeats, the consumer's
+// info) shows the consumer or its stream deleted. An iterator the client
+// closed while not stopping has lost its consumer too.
+func (p *puller) gone(err error) bool {
+	if events.IsMissing(err) || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		return true
+	}
+	if errors.Is(err, jetstream.ErrNoHeartbeat) {
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		defer cancel()
+		_, ierr := p.cons.Info(ctx)
+		return events.IsMissing(ierr)
+	}
+	return false
+}
+
+// reopen repairs and pulls from the new consumer, trying again with a
+// growing delay; false when stopped first.
+func (p *puller) reopen() bool {
+	delay := 100 * time.Millisecond
+	for {
+		cons, err := p.o.Repair(p.ctx)
+		if err == nil {
+			p.current().Stop()
+			p.cons = cons
+			if err = p.open(); err == nil {
+				return true
+			}
+		}
+		p.o.Logger.Error("cannot re-create the consumer yet", "consumer", p.o.Name, "err", err, "retry_in", delay)
+		select {
+		case <-p.ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // Run consumes until ctx is cancelled, then stops fetching, waits for the
 // handlers in flight to finish (their messages are acked or naked as
 // usual) and returns.
 func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) error {
-	iter, o, err := start(ctx, cons, o)
+	src, o, err := start(ctx, cons, o)
 	if err != nil {
 		return err
 	}
@@ -122,7 +229,7 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		msg, ok := next(ctx, iter, o)
+		msg, ok := src.next()
 		if !ok {
 			return nil
 		}
@@ -147,23 +254,23 @@ type BatchHandler func(ctx context.Context, evs []*Event) []error
 // large batches and an idle one handles each event as it arrives.
 func RunBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, o Options) error {
 	o.Concurrency = 1
-	iter, o, err := start(ctx, cons, o)
+	src, o, err := start(ctx, cons, o)
 	if err != nil {
 		return err
 	}
 	hctx := context.WithoutCancel(ctx)
-	batches(ctx, iter, o, func(batch []jetstream.Msg) { handleBatch(hctx, batch, h, o) })
+	batches(src, o, func(batch []jetstream.Msg) { handleBatch(hctx, batch, h, o) })
 	return nil
 }
 
 // batches hands f every message already pulled (at least one, at most
 // o.Prefetch) at a time, in delivery order, until the iterator stops.
-func batches(ctx context.Context, iter jetstream.MessagesContext, o Options, f func([]jetstream.Msg)) {
+func batches(src *puller, o Options, f func([]jetstream.Msg)) {
 	msgs := make(chan jetstream.Msg, o.Prefetch)
 	go func() {
 		defer close(msgs)
 		for {
-			msg, ok := next(ctx, iter, o)
+			msg, ok := src.next()
 			if !ok {
 				return
 			}
@@ -290,25 +397,6 @@ func keepInProgress(ackWait time.Duration, inProgress func()) (stop func()) {
 	}
 }
 
-// next returns the next message; false once the consumer is stopped.
-func next(ctx context.Context, iter jetstream.MessagesContext, o Options) (jetstream.Msg, bool) {
-	for {
-		msg, err := iter.Next()
-		if err == nil {
-			return msg, true
-		}
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-			return nil, false
-		}
-		o.Logger.Warn("fetch failed", "consumer", o.Name, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 func (o Options) draining() bool {
 	select {
 	case <-o.stopping:
@@ -393,6 +481,13 @@ func settle(msg jetstream.Msg, err error, delivered uint64, draining bool, ml ms
 		ml.get().Error("terminating poison message", "err", err)
 		_ = msg.TermWithReason(truncate(err.Error(), 200))
 	default:
+		if events.IsMissing(err) && o.Repair != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, rerr := o.Repair(ctx); rerr != nil {
+				ml.get().Error("cannot re-create what the handler needs", "err", rerr)
+			}
+			cancel()
+		}
 		d := o.NakDelay(delivered)
 		ml.get().Warn("handler failed; redelivering", "err", err, "delay", d)
 		_ = msg.NakWithDelay(d)

@@ -40,7 +40,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream string, from uin
 	if err != nil {
 		return fmt.Errorf("%s: follow %s: %w", o.Name, stream, err)
 	}
-	iter, o, err := start(ctx, cons, o)
+	src, o, err := start(ctx, cons, o)
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream string, from uin
 	defer cancel()
 	context.AfterFunc(ctx, func() { time.AfterFunc(FollowGrace, cancel) })
 	evs := make([]*Event, 0, o.Prefetch)
-	batches(ctx, iter, o, func(batch []jetstream.Msg) {
+	batches(src, o, func(batch []jetstream.Msg) {
 		evs = evs[:0]
 		var last uint64
 		for _, msg := range batch {

@@ -25,6 +25,9 @@ type Publisher struct {
 	Log    *slog.Logger
 	// Now is the clock (tests set it).
 	Now func() time.Time
+	// Heal, when set, re-creates the stream a publish found missing
+	// (Healer.Heal), and the publish is tried again.
+	Heal func(ctx context.Context) error
 }
 
 func (p *Publisher) now() time.Time {
@@ -50,6 +53,11 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 		_, err = p.JS.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
 		if err == nil || try == 8 || ctx.Err() != nil {
 			break
+		}
+		if IsMissing(err) && p.Heal != nil {
+			if herr := p.Heal(ctx); herr != nil && p.Log != nil {
+				p.Log.Error("cannot re-create what a publish needs", "subject", subject, "err", herr)
+			}
 		}
 		select {
 		case <-ctx.Done():

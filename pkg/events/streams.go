@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -257,4 +259,93 @@ func Ensure(ctx context.Context, js jetstream.JetStream, id Identity, replicas i
 		}
 	}
 	return nil
+}
+
+// IsMissing says whether err means a stream, consumer or bucket an
+// operation needs is not there (deleted by someone with the rights to).
+func IsMissing(err error) bool {
+	for _, target := range []error{jetstream.ErrNoStreamResponse, jetstream.ErrStreamNotFound, jetstream.ErrConsumerNotFound,
+		jetstream.ErrConsumerDeleted, jetstream.ErrBucketNotFound, nats.ErrNoResponders} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// Healer re-creates what of a service's topology has gone missing, and
+// says so in its log. It is safe to call from many goroutines.
+type Healer struct {
+	JS       jetstream.JetStream
+	ID       Identity
+	Replicas int
+	Log      *slog.Logger
+	mu       sync.Mutex
+}
+
+// Heal finds which of the service's streams, durable consumers and
+// buckets are missing, logs each, and re-creates them (Ensure).
+func (h *Healer) Heal(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gone, err := missing(ctx, h.JS, Uses(h.ID))
+	if err != nil {
+		return err
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	if err := Ensure(ctx, h.JS, h.ID, h.Replicas); err != nil {
+		return fmt.Errorf("re-create %v: %w", gone, err)
+	}
+	for _, g := range gone {
+		h.Log.Warn("re-created a missing "+g.kind, g.kind, g.name)
+	}
+	return nil
+}
+
+type part struct{ kind, name string }
+
+func missing(ctx context.Context, js jetstream.JetStream, u Usage) ([]part, error) {
+	var gone []part
+	check := func(p part, err error, notFound error) error {
+		switch {
+		case err == nil:
+		case errors.Is(err, notFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+			gone = append(gone, p)
+		default:
+			return fmt.Errorf("%s %s: %w", p.kind, p.name, err)
+		}
+		return nil
+	}
+	for _, s := range u.Streams {
+		_, err := js.Stream(ctx, s)
+		if err := check(part{"stream", s}, err, jetstream.ErrStreamNotFound); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range u.Consumes {
+		_, err := js.Consumer(ctx, d.Stream, d.Name)
+		if err := check(part{"consumer", d.Stream + "/" + d.Name}, err, jetstream.ErrConsumerNotFound); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range append(slices.Clone(u.Read), u.Write...) {
+		_, err := js.KeyValue(ctx, b)
+		if err := check(part{"bucket", b}, err, jetstream.ErrBucketNotFound); err != nil {
+			return nil, err
+		}
+	}
+	return gone, nil
+}
+
+// Consumer returns an Options.Repair for the durable consumer name on
+// stream: heal, then the consumer.
+func (h *Healer) Consumer(stream, name string) func(ctx context.Context) (jetstream.Consumer, error) {
+	return func(ctx context.Context) (jetstream.Consumer, error) {
+		if err := h.Heal(ctx); err != nil {
+			return nil, err
+		}
+		return h.JS.Consumer(ctx, stream, name)
+	}
 }

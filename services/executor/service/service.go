@@ -43,6 +43,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
+	heal := &events.Healer{JS: js, ID: events.Executor, Replicas: cfg.Replicas, Log: log}
 	kv, err := js.KeyValue(ctx, events.BucketNodes)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
@@ -61,7 +62,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Runs:    runs,
 		Hosts:   hosts,
 		Nodes:   kv,
-		Pub:     &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log},
+		Pub:     &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal},
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,
 		Log:     log,
@@ -83,5 +84,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	log.Info("executor started", "max_formulas", cfg.MaxFormulas)
-	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log})
+	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log,
+		Repair: heal.Consumer(events.StreamDispatch, events.ConsumerExecutor)})
 }

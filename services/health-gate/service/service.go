@@ -45,7 +45,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	hosts := hostexec.NewHosts(cfg.SSH)
 	defer hosts.Close()
-	c := &gate.Checker{Hosts: hosts, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log}
+	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
+	c := &gate.Checker{Hosts: hosts, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log}
 	log.Info("health-gate started")
-	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log})
+	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log,
+		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -36,20 +37,22 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log}, Log: log, Names: cfg.Names}
+	heal := &events.Healer{JS: js, ID: events.Planner, Replicas: cfg.Replicas, Log: log}
+	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Names: cfg.Names, Heal: heal.Heal}
 	for bucket, dst := range map[string]*jetstream.KeyValue{events.BucketWorkflows: &e.Workflows, events.BucketRuns: &e.Runs, events.BucketState: &e.State, events.BucketNodes: &e.Nodes} {
 		if *dst, err = js.KeyValue(ctx, bucket); err != nil {
 			return fmt.Errorf("planner: bucket %s: %w", bucket, err)
 		}
 	}
-	if err := e.Resume(ctx); err != nil {
+	failed, err := e.Resume(ctx)
+	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	svc, err := api.Register(nc, e, log, func(id string) {
-		if err := e.Start(context.WithoutCancel(ctx), id); err != nil {
-			log.Error("start failed; the run resumes when the planner restarts", "workflow_id", id, "err", err)
-		}
-	})
+	s := &starter{ctx: ctx, e: e, heal: heal, log: log}
+	for _, id := range failed {
+		go s.retry(id)
+	}
+	svc, err := api.Register(nc, e, log, s.start)
 	if err != nil {
 		return fmt.Errorf("planner: micro: %w", err)
 	}
@@ -59,5 +62,55 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	log.Info("planner started")
-	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log})
+	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log,
+		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})
+}
+
+// starter starts accepted runs. A start that fails (a stream it needs
+// deleted, NATS away) is tried again, with a growing delay, until it goes
+// through or the planner stops: an accepted workflow never sits with
+// nothing to run.
+type starter struct {
+	ctx  context.Context
+	e    *engine.Engine
+	heal *events.Healer
+	log  *slog.Logger
+}
+
+// start tries once in the caller, then keeps trying in the background.
+func (s *starter) start(id string) {
+	if err := s.try(id); err != nil {
+		s.log.Warn("start failed; trying again", "workflow_id", id, "err", err)
+		go s.retry(id)
+	}
+}
+
+func (s *starter) try(id string) error {
+	err := s.e.Start(context.WithoutCancel(s.ctx), id)
+	if events.IsMissing(err) {
+		if herr := s.heal.Heal(s.ctx); herr != nil {
+			s.log.Error("cannot re-create what the run needs yet", "workflow_id", id, "err", herr)
+		}
+	}
+	return err
+}
+
+func (s *starter) retry(id string) {
+	delay := 250 * time.Millisecond
+	for try := 2; ; try++ {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		err := s.try(id)
+		if err == nil {
+			s.log.Info("workflow started", "workflow_id", id, "tries", try)
+			return
+		}
+		if try%10 == 0 {
+			s.log.Warn("start still failing; trying again", "workflow_id", id, "tries", try, "err", err)
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
 }

@@ -36,7 +36,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: events.StateCheckpointKey}
+	heal := &events.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: events.StateCheckpointKey, Heal: heal.Heal}
 	svc, err := api.Register(nc, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
 	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })

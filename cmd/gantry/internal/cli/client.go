@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/natsconn"
@@ -41,6 +43,9 @@ func (c *connFlags) connect() (*nats.Conn, error) {
 		o.NKey = devOperatorKey(o.URL)
 	}
 	nc, err := natsconn.Connect(o, "gantry-cli", quietLogger(), false)
+	if err == nil {
+		watchDenials(nc)
+	}
 	if err != nil {
 		code := ExitProblem
 		if errors.Is(err, natsconn.ErrBadOptions) {
@@ -63,8 +68,8 @@ func (e *serviceError) Error() string { return e.Description }
 // request sends a request and decodes the reply into out. A micro error
 // reply comes back as *serviceError.
 func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, out any) error {
-	msg, err := nc.Request(subject, body, timeout)
-	if err != nil && isDenied(nc, subject) {
+	msg, err := requestOrDenied(nc, subject, body, timeout)
+	if errors.Is(err, errDenied) {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: not allowed for this identity (the NATS server refused the request); connect as an operator with --creds or --nkey", subject)}
 	}
 	if err != nil {
@@ -94,9 +99,55 @@ func serviceFor(subject string) string {
 
 func quietLogger() *slogLogger { return newQuietLogger(os.Stderr) }
 
-// isDenied says whether the server reported a permissions violation for
-// publishing on subject on this connection.
-func isDenied(nc *nats.Conn, subject string) bool {
-	err := nc.LastError()
-	return err != nil && errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
+// errDenied: the server refused to let this identity publish the request.
+var errDenied = errors.New("permissions violation")
+
+// denials carries each connection's permission violations, as the server
+// reports them (asynchronously), to the request waiting on them.
+var denials sync.Map // *nats.Conn -> chan error
+
+// watchDenials starts collecting nc's permission violations.
+func watchDenials(nc *nats.Conn) {
+	ch := make(chan error, 16)
+	denials.Store(nc, ch)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case ch <- err:
+			default:
+			}
+		}
+	})
+}
+
+// requestOrDenied is nc.Request that returns errDenied as soon as the
+// server refuses the publish, instead of waiting out the timeout.
+func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Duration) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, nats.ErrTimeout)
+	defer cancel()
+	ctx, deny := context.WithCancelCause(ctx)
+	defer deny(nil)
+	if v, ok := denials.Load(nc); ok {
+		go func() {
+			for {
+				select {
+				case err := <-v.(chan error):
+					if strings.Contains(err.Error(), `"`+subject+`"`) {
+						deny(errDenied)
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if err != nil && errors.Is(context.Cause(ctx), errDenied) {
+		return nil, errDenied
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, nats.ErrTimeout
+	}
+	return msg, err
 }

@@ -24,7 +24,14 @@ type ControlReply struct {
 
 // Control applies a verb to a workflow at the request of by.
 func (e *Engine) Control(ctx context.Context, id, verb string, by events.Principal) (*ControlReply, error) {
-	by = e.named(by)
+	reply, err := e.control(ctx, id, verb, e.named(by))
+	if e.healed(ctx, err) {
+		return e.control(ctx, id, verb, e.named(by))
+	}
+	return reply, err
+}
+
+func (e *Engine) control(ctx context.Context, id, verb string, by events.Principal) (*ControlReply, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r, err := e.load(ctx, id)

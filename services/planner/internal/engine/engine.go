@@ -31,6 +31,9 @@ type Engine struct {
 	Log       *slog.Logger
 	// Names names known public nkeys in audit records (see named).
 	Names map[string]string
+	// Heal, when set, re-creates a stream or bucket a request found
+	// missing; the request is then tried once more.
+	Heal func(ctx context.Context) error
 
 	mu    sync.Mutex // one transition at a time
 	cache map[string]*run
@@ -65,7 +68,27 @@ type run struct {
 // submitted by by. A rejected composition writes nothing. The reply says
 // which.
 func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool, by events.Principal) (*events.SubmitReply, error) {
-	by = e.named(by)
+	reply, err := e.submit(ctx, data, validateOnly, e.named(by))
+	if e.healed(ctx, err) {
+		return e.submit(ctx, data, validateOnly, e.named(by))
+	}
+	return reply, err
+}
+
+// healed says whether err was a missing stream or bucket that Heal has
+// now re-created.
+func (e *Engine) healed(ctx context.Context, err error) bool {
+	if e.Heal == nil || !events.IsMissing(err) {
+		return false
+	}
+	if herr := e.Heal(ctx); herr != nil {
+		e.Log.Error("cannot re-create what the request needs", "err", herr)
+		return false
+	}
+	return true
+}
+
+func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by events.Principal) (*events.SubmitReply, error) {
 	c, err := composition.Load("", data)
 	if err != nil {
 		var inv *dag.InvalidError
@@ -108,7 +131,9 @@ func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool, by 
 	return &events.SubmitReply{WorkflowID: rec.ID, Status: "accepted", Plan: plan}, nil
 }
 
-// Start begins an accepted run: dispatch what is ready.
+// Start begins an accepted run (dispatch what is ready), and steps a
+// running one whose start or last step did not go through: calling it
+// again until it succeeds is how a run survives a failed start.
 func (e *Engine) Start(ctx context.Context, id string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -116,9 +141,20 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 	if err != nil || r == nil {
 		return err
 	}
-	if err := e.begin(ctx, r); err != nil {
+	if err := e.advance(ctx, r); err != nil {
 		delete(e.cache, id)
 		return err
+	}
+	return nil
+}
+
+// advance begins an accepted run and steps a running one.
+func (e *Engine) advance(ctx context.Context, r *run) error {
+	switch r.rec.Status {
+	case dag.WorkflowAccepted:
+		return e.begin(ctx, r)
+	case dag.WorkflowRunning:
+		return e.act(ctx, r, r.plan.Step(r.state))
 	}
 	return nil
 }
@@ -140,13 +176,15 @@ func (e *Engine) begin(ctx context.Context, r *run) error {
 
 // Resume restarts every unfinished workflow after a planner restart:
 // accepted ones begin, running ones get whatever the full step finds due.
-func (e *Engine) Resume(ctx context.Context) error {
+// It returns the workflows that could not be resumed now (Start them
+// again).
+func (e *Engine) Resume(ctx context.Context) (failed []string, err error) {
 	lister, err := e.Workflows.ListKeys(ctx)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("list workflows: %w", err)
+		return nil, fmt.Errorf("list workflows: %w", err)
 	}
 	var ids []string
 	for k := range lister.Keys() {
@@ -158,23 +196,20 @@ func (e *Engine) Resume(ctx context.Context) error {
 		r, err := e.load(ctx, id)
 		if err != nil {
 			e.Log.Error("cannot resume workflow", "workflow_id", id, "err", err)
+			failed = append(failed, id)
 			continue
 		}
 		if r == nil || r.rec.Status.Terminal() || r.rec.Status == dag.WorkflowPaused {
 			continue
 		}
 		e.Log.Info("resuming workflow", "workflow_id", id, "status", r.rec.Status)
-		if r.rec.Status == dag.WorkflowAccepted {
-			err = e.begin(ctx, r)
-		} else {
-			err = e.act(ctx, r, r.plan.Step(r.state))
-		}
-		if err != nil {
+		if err := e.advance(ctx, r); err != nil {
 			delete(e.cache, id)
 			e.Log.Error("resume failed", "workflow_id", id, "err", err)
+			failed = append(failed, id)
 		}
 	}
-	return nil
+	return failed, nil
 }
 
 // Handle is the consumer handler for node, formula and health events, one

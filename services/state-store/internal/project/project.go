@@ -156,6 +156,8 @@ type Projector struct {
 	// Checkpoint is the key that holds the stream sequence up to which
 	// every event's effects are written ("": none is kept).
 	Checkpoint string
+	// Heal, when set, re-creates the bucket a write found missing.
+	Heal func(ctx context.Context) error
 	// mu serializes batches and rebuilds.
 	mu sync.Mutex
 	// cache of documents and their revisions; dirty lists the keys changed
@@ -270,6 +272,11 @@ func (p *Projector) Apply(ctx context.Context, evs []*consume.Event, last uint64
 		}
 		if attempt%20 == 2 {
 			p.Log.Warn("projection write failed; retrying", "to_seq", last, "attempt", attempt, "err", err)
+		}
+		if events.IsMissing(err) && p.Heal != nil {
+			if herr := p.Heal(ctx); herr != nil {
+				p.Log.Error("cannot re-create the projection's bucket yet", "err", herr)
+			}
 		}
 		if attempt == 1 {
 			continue // at once: most often a document another writer changed, now read again
