@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // gated is a two-formula local workflow with a health gate between them,
@@ -71,4 +73,70 @@ func TestHealsDeletedTopology(t *testing.T) {
 		})
 	}
 	fmt.Println(s.streamState(t))
+}
+
+func (s *stack) rebuildReport(checkOnly bool) events.RebuildReport {
+	s.t.Helper()
+	b, _ := json.Marshal(events.RebuildQuery{CheckOnly: checkOnly})
+	msg, err := s.nc.Request(events.StateRebuild, b, time.Minute)
+	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		s.t.Fatalf("rebuild: %v %s %s", err, msg.Header.Get(micro.ErrorHeader), msg.Data)
+	}
+	var rep events.RebuildReport
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		s.t.Fatal(err)
+	}
+	return rep
+}
+
+// TestRebuildAfterPurge: with the event stream purged, state.rebuild says
+// what it cannot rebuild, keeps those documents, and rebuilds what later
+// events back; new workflows are projected as before.
+func TestRebuildAfterPurge(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.mustSucceed(gated(t, "before-purge"))
+	ctx := context.Background()
+	st, err := s.js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, check := range []bool{true, false} {
+		rep := s.rebuildReport(check)
+		if rep.Lost == "" || rep.FirstSeq <= 1 || len(rep.Kept) == 0 || rep.Rewritten {
+			t.Fatalf("right after the purge (check %v): %+v", check, rep)
+		}
+	}
+	id := s.mustSubmit(gated(t, "after-purge"))
+	if d := s.wait(id, 40*time.Second); d.Status != dag.WorkflowSucceeded || len(d.Formulas) != 2 {
+		t.Fatalf("after the purge: %s, %d formulas", d.Status, len(d.Formulas))
+	}
+	rep := s.rebuildReport(true)
+	if rep.Lost == "" || len(rep.Differing) != len(rep.Kept) {
+		t.Errorf("check after a new run: what the remaining events back must match: %+v", rep)
+	}
+	for _, k := range rep.Kept {
+		if strings.Contains(k, id) {
+			t.Errorf("the new workflow's %s is kept, not rebuilt", k)
+		}
+	}
+	// The workflow from before the purge is still there, as it was.
+	if d := s.status(s.workflowIDs(t)[0]); d.Status != dag.WorkflowSucceeded {
+		t.Errorf("the workflow from before the purge: %s", d.Status)
+	}
+}
+
+func (s *stack) workflowIDs(t *testing.T) []string {
+	t.Helper()
+	kv, err := s.js.KeyValue(context.Background(), events.BucketWorkflows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }

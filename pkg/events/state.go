@@ -200,3 +200,21 @@ type DriftReport struct {
 type RebuildQuery struct {
 	CheckOnly bool `json:"check_only,omitempty"`
 }
+
+// RebuildReport answers state.rebuild: how the live projection compares
+// with a replay of the event stream, and what could not be rebuilt.
+type RebuildReport struct {
+	Keys      int      `json:"keys"`      // documents in the replay
+	UpTo      uint64   `json:"up_to"`     // last stream sequence replayed
+	Differing []string `json:"differing"` // keys whose live value differs (or is missing on one side)
+	Rewritten bool     `json:"rewritten"` // the live projection was replaced by the replay
+	// FirstSeq is the first event the stream still holds. Events before
+	// it were purged (or passed the stream's age limit): what they built
+	// cannot be rebuilt, and Lost says so.
+	FirstSeq uint64 `json:"first_seq"`
+	Lost     string `json:"lost,omitempty"`
+	// Kept lists documents left as they are because the events that
+	// built them are gone: live documents no remaining event backs, and
+	// ones the remaining events would rebuild only in part.
+	Kept []string `json:"kept,omitempty"`
+}

@@ -15,31 +15,37 @@ import (
 )
 
 // Replay builds the projection from the event stream into memory, applying
-// every event up to stream sequence upTo (0: the whole stream).
-func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (*MemStore, error) {
-	mem := NewMemStore()
+// every event the stream still holds up to stream sequence upTo (0: the
+// whole stream). first is the first sequence the stream holds: events
+// before it are gone.
+func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (mem *MemStore, first uint64, err error) {
+	mem = NewMemStore()
 	p := &Projector{Store: mem}
-	if err := p.replay(ctx, js, upTo); err != nil {
-		return nil, err
+	if first, err = p.replay(ctx, js, upTo); err != nil {
+		return nil, 0, err
 	}
 	if err := p.flush(ctx); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, 0, fmt.Errorf("replay: %w", err)
 	}
-	return mem, nil
+	return mem, first, nil
 }
 
-func (p *Projector) replay(ctx context.Context, js jetstream.JetStream, upTo uint64) error {
+func (p *Projector) replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (uint64, error) {
 	info, err := js.Stream(ctx, events.StreamEvents)
 	if err != nil {
-		return fmt.Errorf("replay: %w", err)
+		return 0, fmt.Errorf("replay: %w", err)
 	}
-	last := info.CachedInfo().State.LastSeq
-	if upTo == 0 || upTo > last {
-		upTo = last
+	st := info.CachedInfo().State
+	if upTo == 0 || upTo > st.LastSeq {
+		upTo = st.LastSeq
 	}
-	if upTo == 0 {
-		return nil
+	if st.Msgs == 0 || st.FirstSeq > upTo {
+		return st.FirstSeq, nil // nothing left to replay
 	}
+	return st.FirstSeq, p.replayRange(ctx, js, upTo)
+}
+
+func (p *Projector) replayRange(ctx context.Context, js jetstream.JetStream, upTo uint64) error {
 	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
@@ -74,7 +80,7 @@ func (p *Projector) replay(ctx context.Context, js jetstream.JetStream, upTo uin
 			return fmt.Errorf("replay: %w", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("replay: stream ended before sequence %d", upTo)
+			return nil // the rest was purged or expired while replaying
 		}
 	}
 }
@@ -89,12 +95,7 @@ func (p *Projector) CatchUp(ctx context.Context, js jetstream.JetStream) error {
 }
 
 // RebuildReport says how the live projection compares with a replay.
-type RebuildReport struct {
-	Keys      int      `json:"keys"`      // documents in the replay
-	UpTo      uint64   `json:"up_to"`     // last stream sequence replayed
-	Differing []string `json:"differing"` // keys whose live value differs (or is missing on one side)
-	Rewritten bool     `json:"rewritten"` // the live projection was replaced by the replay
-}
+type RebuildReport = events.RebuildReport
 
 // Rebuild replays the stream up to the last event the live projector
 // handled, compares, and unless checkOnly replaces the live documents.
@@ -107,7 +108,7 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	mem, err := Replay(ctx, js, p.applied)
+	mem, first, err := Replay(ctx, js, p.applied)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +129,7 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 			live[k] = e.Value()
 		}
 	}
-	rep := &RebuildReport{Keys: len(mem.Vals), UpTo: p.applied, Differing: []string{}}
+	rep := &RebuildReport{Keys: len(mem.Vals), UpTo: p.applied, Differing: []string{}, FirstSeq: first}
 	for k, v := range mem.Vals {
 		if !sameJSON(v, live[k]) {
 			rep.Differing = append(rep.Differing, k)
@@ -140,10 +141,25 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 		}
 	}
 	sort.Strings(rep.Differing)
-	if checkOnly || len(rep.Differing) == 0 {
+	rewrite := rep.Differing
+	if first > 1 && p.applied > 0 {
+		// Events are gone: a replay cannot stand for what they built.
+		// Only documents the projection lacks are written; the others
+		// are kept as they are.
+		rep.Lost = fmt.Sprintf("events 1-%d are no longer in %s (purged, or older than its age limit): the documents they built cannot be rebuilt, and are kept as they are", first-1, events.StreamEvents)
+		rewrite = nil
+		for _, k := range rep.Differing {
+			if _, ok := live[k]; ok {
+				rep.Kept = append(rep.Kept, k)
+			} else {
+				rewrite = append(rewrite, k)
+			}
+		}
+	}
+	if checkOnly || len(rewrite) == 0 {
 		return rep, nil
 	}
-	for _, k := range rep.Differing {
+	for _, k := range rewrite {
 		if v, ok := mem.Vals[k]; ok {
 			_, err = kv.Put(ctx, k, v)
 		} else {
