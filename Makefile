@@ -89,8 +89,8 @@ images: linux-bins
 	docker build -q -f docker/target.Dockerfile --build-arg TARGET_BASE=$(TARGET_BASE) -t gantry/target:dev docker >/dev/null
 	@docker images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' 'gantry/*'
 
-## dev-keys: user key, the targets' host keys and a known_hosts for the compose stack (dev/keys).
-dev-keys:
+## dev-keys: user key, the targets' host keys and a known_hosts for the compose stack, and the NATS identities (dev/keys).
+dev-keys: build
 	docker/dev-keys.sh
 
 ## up: build what is needed and start the stack (nats, the services, two executors, three sshd targets).

@@ -8,6 +8,10 @@
 #   4. target-2 started again, `gantry retry`, and the executor that is running
 #      a node restarted mid-run: the run still completes
 #   5. down -v: no container, network or volume left
+# The stack runs with NATS authentication: the gantry CLI submits and
+# controls as the operator (dev/keys/nats/operator.nk); the nats CLI's
+# captures run with no credentials (a viewer); 2b checks that a client with
+# no credentials cannot submit, publish events or remove streams.
 # KEEP=1 leaves the stack up at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,14 +59,17 @@ $MAKE --no-print-directory tools >/dev/null
 # (the legacy builder's deprecation notice is left out: there is no buildx here)
 $MAKE --no-print-directory up COMPOSE="$COMPOSE" 2>&1 | grep -v '^\(for\|cd\|CGO\|docker build\|DEPRECATED\|  *Install the buildx\|  *https://docs.docker.com/go/buildx\|$\)' | sed 's/^/    /'
 $COMPOSE ps
-say "services registered (nats micro ls):"
-"$bin/nats" micro ls | sed 's/^/    /'
-"$bin/nats" micro ls | grep -q gantry-planner || fail "gantry-planner not listed"
-"$bin/nats" micro ls | grep -q gantry-state-store || fail "gantry-state-store not listed"
+# anon: no credentials, a viewer; everything else is the operator.
+anon() { env -u NATS_NKEY -u NATS_CREDS "$@"; }
+export NATS_NKEY=$root/dev/keys/nats/operator.nk
+say "services registered (nats micro ls, no credentials):"
+anon "$bin/nats" micro ls | sed 's/^/    /'
+anon "$bin/nats" micro ls | grep -q gantry-planner || fail "gantry-planner not listed"
+anon "$bin/nats" micro ls | grep -q gantry-state-store || fail "gantry-state-store not listed"
 
-"$bin/nats" sub --raw 'decky.*.lifecycle' >"$work/decky.jsonl" 2>"$work/sub.err" &
+anon "$bin/nats" sub --raw 'decky.*.lifecycle' >"$work/decky.jsonl" 2>"$work/sub.err" &
 subs+=($!)
-"$bin/nats" sub --raw 'workflow.*.lifecycle' >"$work/workflow.jsonl" 2>>"$work/sub.err" &
+anon "$bin/nats" sub --raw 'workflow.*.lifecycle' >"$work/workflow.jsonl" 2>>"$work/sub.err" &
 subs+=($!)
 sleep 1
 
@@ -80,6 +87,27 @@ check state "$work/state1.json" succeeded | sed 's/^/    /' || fail "run 1 state
 for t in target-1 target-2 target-3; do
 	say "on $t: /var/lib/wuji holds $(docker exec "$(container_of $t)" ls /var/lib/wuji | tr '\n' ' ')"
 done
+
+say "2b. no credentials: watching works (above), but no submit, no forged event, no stream removed"
+listed=$("$bin/gantry" list | wc -l)
+if out=$(anon "$bin/gantry" submit -q "$example" 2>&1); then fail "anonymous gantry submit accepted: $out"; fi
+echo "$out" | grep -q "not allowed" || fail "anonymous gantry submit: $out"
+say "    gantry submit: $out"
+evil='{"name":"anon","hosts":{"t":{"address":"target-1:22","user":"root"}},"formulas":[{"id":"a","server":"t","nodes":[{"name":"n","run":"touch /var/lib/wuji/anonymous-was-here"}]}]}'
+refused() {
+	local out
+	out=$(anon "$bin/nats" --timeout 2s "$@" 2>&1 || true)
+	echo "$out" | grep -q "Permissions Violation" || fail "anonymous nats $1 $2: not refused: $out"
+	say "    nats $1 $2: $(echo "$out" | grep -o 'Permissions Violation for [A-Za-z]* to "[^"]*"' | head -1)"
+}
+refused req workflow.submit "$evil"
+refused pub decky.cp-0.lifecycle '{}'
+refused stream rm GANTRY_DISPATCH -f
+refused stream purge GANTRY_EVENTS -f
+sleep 1
+[ "$("$bin/gantry" list | wc -l)" = "$listed" ] || fail "a workflow was added by an anonymous client"
+if docker exec "$(container_of target-1)" ls /var/lib/wuji/anonymous-was-here >/dev/null 2>&1; then fail "the anonymous command ran on target-1"; fi
+say "    nothing was added or ran; the next runs use GANTRY_DISPATCH and GANTRY_EVENTS as before"
 
 say "3a. a delete run takes it apart (reverse order)"
 sed 's/^operation: create/operation: delete/' "$example" >"$work/delete.yaml"

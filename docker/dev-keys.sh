@@ -4,6 +4,10 @@
 #   client/id_ed25519        the user key of the executors and the health gate
 #   client/known_hosts       the targets' host keys: strict checking stays on
 #   target-N/ssh_host_ed25519_key, target-N/authorized_keys
+#   nats/<identity>.nk       an nkey seed per NATS identity (operator, viewer,
+#                            each service) and nats/server.conf, the accounts
+#                            and permissions nats-server enforces; a client
+#                            with no credentials is a viewer
 # Everything is mounted read-only by docker-compose.yml.
 set -euo pipefail
 dir=${KEYS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/dev/keys}
@@ -12,8 +16,15 @@ if ! command -v ssh-keygen >/dev/null; then
 	echo "installing openssh-client (Debian)"
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
 fi
+gantry=${GANTRY:-$(cd "$(dirname "$0")/.." && pwd)/bin/gantry}
+nats_keys() {
+	# keeps the seeds already there; writes server.conf each time
+	"$gantry" auth init --dir "$dir/nats" --anonymous-viewer >/dev/null
+	echo "dev keys: NATS identities in $dir/nats (operator: --nkey $dir/nats/operator.nk)"
+}
 if [ -f "$dir/client/known_hosts" ] && [ -z "${FORCE:-}" ]; then
 	echo "dev keys: present in $dir (FORCE=1 makes new ones)"
+	nats_keys
 	exit 0
 fi
 rm -rf "$dir"
@@ -28,3 +39,4 @@ for t in $targets; do
 done
 chmod 600 "$dir"/*/ssh_host_ed25519_key "$dir/client/id_ed25519"
 echo "dev keys: written to $dir (user key, known_hosts for: $targets)"
+nats_keys
