@@ -60,6 +60,7 @@ func TestHealsDeletedTopology(t *testing.T) {
 		{"the run snapshots", func() error { return s.js.DeleteKeyValue(ctx, events.BucketRuns) }, `"bucket":"gantry_runs"`},
 		{"the node records", func() error { return s.js.DeleteKeyValue(ctx, events.BucketNodes) }, `"bucket":"gantry_nodes"`},
 		{"the logs stream", func() error { return s.js.DeleteStream(ctx, events.StreamLogs) }, ""},
+		{"the projection", func() error { return s.js.DeleteKeyValue(ctx, events.BucketState) }, `"bucket":"gantry_state"`},
 	} {
 		n := len(tc.what)
 		t.Run(tc.what, func(t *testing.T) {

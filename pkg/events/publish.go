@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -50,11 +51,13 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 	}
 	delay := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		_, err = p.JS.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
+		err = p.publishOnce(ctx, subject, b, msgID)
 		if err == nil || try == 8 || ctx.Err() != nil {
 			break
 		}
-		if IsMissing(err) && p.Heal != nil {
+		// No stream answers: missing (or, when a plain subscriber also
+		// listens on the subject, a timeout).
+		if (IsMissing(err) || errors.Is(err, context.DeadlineExceeded)) && p.Heal != nil {
 			if herr := p.Heal(ctx); herr != nil && p.Log != nil {
 				p.Log.Error("cannot re-create what a publish needs", "subject", subject, "err", herr)
 			}
@@ -69,6 +72,17 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 		return fmt.Errorf("publish %s on %s: %w", env.Type, subject, err)
 	}
 	return nil
+}
+
+// PublishTimeout bounds one try of a publish waiting for its stream's
+// acknowledgement.
+const PublishTimeout = 5 * time.Second
+
+func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, msgID string) error {
+	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
+	defer cancel()
+	_, err := p.JS.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
+	return err
 }
 
 // PublishAsync stores an event without waiting for the acknowledgement;
