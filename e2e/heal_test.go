@@ -59,7 +59,16 @@ func TestHealsDeletedTopology(t *testing.T) {
 		{"the planner's consumer", func() error { return s.js.DeleteConsumer(ctx, events.StreamEvents, events.ConsumerPlanner) }, `"consumer":"GANTRY_EVENTS/planner"`},
 		{"the run snapshots", func() error { return s.js.DeleteKeyValue(ctx, events.BucketRuns) }, `"bucket":"gantry_runs"`},
 		{"the node records", func() error { return s.js.DeleteKeyValue(ctx, events.BucketNodes) }, `"bucket":"gantry_nodes"`},
-		{"the logs stream", func() error { return s.js.DeleteStream(ctx, events.StreamLogs) }, ""},
+		{"the logs stream", func() error { return s.js.DeleteStream(ctx, events.StreamLogs) }, `"stream":"GANTRY_LOGS"`},
+		{"the event stream", func() error { return s.js.DeleteStream(ctx, events.StreamEvents) }, `"stream":"GANTRY_EVENTS"`},
+		{"nothing: what was projected before is still there", func() error {
+			for _, id := range s.workflowIDs(t) {
+				if d := s.status(id); d.Status != dag.WorkflowSucceeded {
+					return fmt.Errorf("workflow %s: %q", id, d.Status)
+				}
+			}
+			return nil
+		}, ""},
 		{"the projection", func() error { return s.js.DeleteKeyValue(ctx, events.BucketState) }, `"bucket":"gantry_state"`},
 	} {
 		n := len(tc.what)
@@ -69,11 +78,14 @@ func TestHealsDeletedTopology(t *testing.T) {
 			}
 			s.mustSucceed(gated(t, fmt.Sprintf("after-%d", n)))
 			if tc.logged != "" {
-				s.waitFor("the re-creation logged", 5*time.Second, func() bool { return s.logsContain(tc.logged) })
+				s.waitFor("the re-creation logged", 2*events.HealInterval, func() bool { return s.logsContain(tc.logged) })
 			}
 		})
 	}
-	fmt.Println(s.streamState(t))
+	if !s.logsContain("rebasing the projection") {
+		t.Error("the state-store did not say it rebased on the re-created event stream")
+	}
+	t.Log(s.streamState(t))
 }
 
 func (s *stack) rebuildReport(checkOnly bool) events.RebuildReport {

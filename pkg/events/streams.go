@@ -68,6 +68,13 @@ const (
 	// then make one write of its documents instead of two. No run waits
 	// for the projection.
 	StateStoreLinger = 25 * time.Millisecond
+	// StreamWatchInterval is how often the state-store checks that the
+	// event stream it follows is still the one it started on.
+	StreamWatchInterval = 2 * time.Second
+	// HealInterval is how often each service checks that its streams,
+	// consumers and buckets are there, for the ones nothing it does would
+	// find missing (a stream it only fires output lines into).
+	HealInterval = 5 * time.Second
 )
 
 // Streams returns every stream's configuration. replicas is 1 for a single
@@ -302,6 +309,22 @@ func (h *Healer) Heal(ctx context.Context) error {
 		h.Log.Warn("re-created a missing "+g.kind, g.kind, g.name)
 	}
 	return nil
+}
+
+// Watch heals every HealInterval until ctx ends.
+func (h *Healer) Watch(ctx context.Context) {
+	t := time.NewTicker(HealInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := h.Heal(ctx); err != nil && ctx.Err() == nil {
+			h.Log.Error("cannot check or re-create the topology", "err", err)
+		}
+	}
 }
 
 type part struct{ kind, name string }

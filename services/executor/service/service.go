@@ -44,6 +44,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	heal := &events.Healer{JS: js, ID: events.Executor, Replicas: cfg.Replicas, Log: log}
+	go heal.Watch(ctx)
 	kv, err := js.KeyValue(ctx, events.BucketNodes)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)

@@ -46,6 +46,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	hosts := hostexec.NewHosts(cfg.SSH)
 	defer hosts.Close()
 	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
+	go heal.Watch(ctx)
 	c := &gate.Checker{Hosts: hosts, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log}
 	log.Info("health-gate started")
 	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log,

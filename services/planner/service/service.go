@@ -38,6 +38,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	heal := &events.Healer{JS: js, ID: events.Planner, Replicas: cfg.Replicas, Log: log}
+	go heal.Watch(ctx)
 	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Names: cfg.Names, Heal: heal.Heal}
 	for bucket, dst := range map[string]*jetstream.KeyValue{events.BucketWorkflows: &e.Workflows, events.BucketRuns: &e.Runs, events.BucketState: &e.State, events.BucketNodes: &e.Nodes} {
 		if *dst, err = js.KeyValue(ctx, bucket); err != nil {

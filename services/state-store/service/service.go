@@ -7,12 +7,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config of a state-store.
@@ -37,6 +39,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("state-store: %w", err)
 	}
 	heal := &events.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
+	go heal.Watch(ctx)
 	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: events.StateCheckpointKey, Heal: heal.Heal}
 	svc, err := api.Register(nc, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
@@ -50,5 +53,84 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("state-store: %w", err)
 	}
 	log.Info("state-store started", "from_seq", from)
-	return consume.Follow(ctx, js, events.StreamEvents, from, p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Linger: events.StateStoreLinger, Logger: log})
+	f := &follower{js: js, kv: kv, p: p, log: log}
+	return f.run(ctx, from)
+}
+
+// follower follows the event stream, and starts again from the first
+// event of a re-created one: a stream deleted and created again numbers
+// its events from 1, below the checkpoint, so the projection is rebased
+// (Projector.Rebase) instead of waiting for sequences it already saw.
+type follower struct {
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	p   *project.Projector
+	log *slog.Logger
+}
+
+func (f *follower) run(ctx context.Context, from uint64) error {
+	for {
+		created, last, err := f.stream(ctx)
+		if err != nil {
+			return fmt.Errorf("state-store: %w", err)
+		}
+		if from > last+1 {
+			if from, err = f.rebase(ctx, from, last); err != nil {
+				return err
+			}
+		}
+		fctx, stop := context.WithCancel(ctx)
+		recreated := make(chan struct{})
+		go f.watch(fctx, created, func() { close(recreated); stop() })
+		err = consume.Follow(fctx, f.js, events.StreamEvents, from, f.p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Linger: events.StateStoreLinger, Logger: f.log})
+		stop()
+		select {
+		case <-recreated:
+		default:
+			return err
+		}
+		if from, err = f.rebase(ctx, from, 0); err != nil {
+			return err
+		}
+	}
+}
+
+// stream is the event stream's creation time and last sequence.
+func (f *follower) stream(ctx context.Context) (time.Time, uint64, error) {
+	s, err := f.js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	i := s.CachedInfo()
+	return i.Created, i.State.LastSeq, nil
+}
+
+// watch calls gone once the event stream is not the one created at
+// created (deleted, then created again).
+func (f *follower) watch(ctx context.Context, created time.Time, gone func()) {
+	t := time.NewTicker(events.StreamWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c, _, err := f.stream(ctx)
+		if err == nil && !c.Equal(created) {
+			gone()
+			return
+		}
+	}
+}
+
+func (f *follower) rebase(ctx context.Context, from, last uint64) (uint64, error) {
+	f.log.Warn("the event stream was re-created: its sequences start again below the checkpoint; rebasing the projection and following it from its first event",
+		"stream", events.StreamEvents, "checkpoint", from-1, "last_seq", last)
+	n, err := f.p.Rebase(ctx, f.kv)
+	if err != nil {
+		return 0, fmt.Errorf("state-store: %w", err)
+	}
+	f.log.Info("projection rebased", "documents", n)
+	return 1, nil
 }

@@ -184,3 +184,80 @@ func sameJSON(a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+// Rebase makes the projection follow a re-created event stream. Every
+// document's stream positions (last_seq) and the checkpoint refer to the
+// deleted stream, whose sequence numbers the new one starts again, so
+// they are set to 0; the documents keep what they say. The caller then
+// follows the new stream from its first event. It returns how many
+// documents it rewrote.
+func (p *Projector) Rebase(ctx context.Context, kv jetstream.KeyValue) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	lister, err := kv.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, fmt.Errorf("rebase: %w", err)
+	}
+	n := 0
+	if err == nil {
+		for k := range lister.Keys() {
+			if k == p.Checkpoint {
+				continue
+			}
+			if err := rebaseKey(ctx, kv, k); err != nil {
+				return n, fmt.Errorf("rebase %s: %w", k, err)
+			}
+			n++
+		}
+	}
+	if p.Checkpoint != "" {
+		if _, err := kv.Put(ctx, p.Checkpoint, []byte("0")); err != nil {
+			return n, fmt.Errorf("rebase: checkpoint: %w", err)
+		}
+	}
+	p.forget()
+	p.applied = 0
+	p.pos.Lock()
+	p.pos.seq = 0
+	p.pos.Unlock()
+	return n, nil
+}
+
+func rebaseKey(ctx context.Context, kv jetstream.KeyValue, k string) error {
+	e, err := kv.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var doc any
+	if err := json.Unmarshal(e.Value(), &doc); err != nil {
+		return nil // not a document of ours: left alone
+	}
+	zeroSeqs(doc)
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Update(ctx, k, b, e.Revision())
+	return err
+}
+
+// zeroSeqs sets every "last_seq" in a decoded document to 0.
+func zeroSeqs(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if k == "last_seq" {
+				t[k] = 0
+				continue
+			}
+			zeroSeqs(x)
+		}
+	case []any:
+		for _, x := range t {
+			zeroSeqs(x)
+		}
+	}
+}
