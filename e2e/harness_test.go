@@ -129,10 +129,11 @@ func tail(s string, n int) string {
 }
 
 // submit sends a composition; it returns the reply and the micro error
-// code ("" when accepted).
+// code ("" when accepted). It waits as long as the planner may take: a
+// publish that finds its stream deleted is tried again after 5 s.
 func (s *stack) submit(doc []byte) (events.SubmitReply, string) {
 	s.t.Helper()
-	msg, err := s.nc.Request(events.SubjectSubmit, doc, 10*time.Second)
+	msg, err := s.nc.Request(events.SubjectSubmit, doc, 35*time.Second)
 	if err != nil {
 		s.t.Fatalf("submit: %v", err)
 	}
