@@ -318,3 +318,57 @@ func TestFollow(t *testing.T) {
 		t.Fatal("Follow did not return when cancelled")
 	}
 }
+
+// A consumer deleted under Run is re-created through Options.Repair, and
+// Run goes on with the new one: nothing published after is missed.
+func TestRunRepairsDeletedConsumer(t *testing.T) {
+	js, cons := setup(t, time.Second)
+	cfg := jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: 10}
+	var repairs atomic.Int32
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	handler := func(ctx context.Context, ev *consume.Event) error {
+		var n events.NodeEvent
+		if err := events.DecodeData(ev.Envelope, &n); err != nil {
+			return err
+		}
+		mu.Lock()
+		seen[n.Node] = true
+		mu.Unlock()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, cons, handler, consume.Options{Name: "t", AckWait: time.Second, Logger: quiet,
+			Repair: func(ctx context.Context) (jetstream.Consumer, error) {
+				repairs.Add(1)
+				return js.CreateOrUpdateConsumer(ctx, "T", cfg)
+			}})
+	}()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (seen %d, repairs %d)", what, count(), repairs.Load())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	publishEvent(t, js, "t.a", "n1")
+	waitUntil("the first event", func() bool { return count() == 1 })
+	if err := js.DeleteConsumer(context.Background(), "T", "c"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("a repair", func() bool { return repairs.Load() > 0 })
+	for _, n := range []string{"n2", "n3", "n4"} {
+		publishEvent(t, js, "t.a", n)
+	}
+	waitUntil("every event after the repair", func() bool { return count() == 4 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
