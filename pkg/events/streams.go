@@ -75,6 +75,9 @@ const (
 	// consumers and buckets are there, for the ones nothing it does would
 	// find missing (a stream it only fires output lines into).
 	HealInterval = 5 * time.Second
+	// HealDelay is how long a service waits between finding a part
+	// missing and re-creating it.
+	HealDelay = 500 * time.Millisecond
 )
 
 // Streams returns every stream's configuration. replicas is 1 for a single
@@ -296,11 +299,19 @@ func (h *Healer) Heal(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	gone, err := missing(ctx, h.JS, Uses(h.ID))
-	if err != nil {
+	if err != nil || len(gone) == 0 {
 		return err
 	}
-	if len(gone) == 0 {
-		return nil
+	// A stream created again under the name of one the server is still
+	// removing can come out unusable (its old sequence state and no
+	// acknowledgements), so give the removal a moment and look again.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(HealDelay):
+	}
+	if gone, err = missing(ctx, h.JS, Uses(h.ID)); err != nil || len(gone) == 0 {
+		return err
 	}
 	if err := Ensure(ctx, h.JS, h.ID, h.Replicas); err != nil {
 		return fmt.Errorf("re-create %v: %w", gone, err)
