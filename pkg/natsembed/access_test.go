@@ -128,7 +128,7 @@ func readEvents(ctx context.Context, c *client) error {
 // pullDurable asks a durable consumer for a message, as a pull does.
 func pullDurable(stream, name string) func(context.Context, *client) error {
 	return func(ctx context.Context, c *client) error {
-		m, err := c.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name, []byte(`{"batch":1,"expires":200000000}`))
+		m, err := c.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name, []byte(`{"batch":1,"no_wait":true}`))
 		if err != nil {
 			return err
 		}
