@@ -317,9 +317,16 @@ func (h *Healer) Heal(ctx context.Context) error {
 		return fmt.Errorf("re-create %v: %w", gone, err)
 	}
 	for _, g := range gone {
-		h.Log.Warn("re-created a missing "+g.kind, g.kind, g.name)
+		h.logger().Warn("re-created a missing "+g.kind, g.kind, g.name)
 	}
 	return nil
+}
+
+func (h *Healer) logger() *slog.Logger {
+	if h.Log == nil {
+		return slog.Default()
+	}
+	return h.Log
 }
 
 // Watch heals every HealInterval until ctx ends.
@@ -333,7 +340,7 @@ func (h *Healer) Watch(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := h.Heal(ctx); err != nil && ctx.Err() == nil {
-			h.Log.Error("cannot check or re-create the topology", "err", err)
+			h.logger().Error("cannot check or re-create the topology", "err", err)
 		}
 	}
 }
