@@ -28,11 +28,7 @@ func newControlCmd(verb string) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			var reply struct {
-				WorkflowID string `json:"workflow_id"`
-				Status     string `json:"status"`
-				Generation int    `json:"generation"`
-			}
+			var reply events.ControlReply
 			err = request(nc, events.WorkflowControl(args[0], verb), nil, cf.timeout, &reply)
 			var se *serviceError
 			if errors.As(err, &se) {

@@ -60,9 +60,7 @@ func watchStart(ctx context.Context, nc *nats.Conn, id string, cf connFlags) (ti
 	if js, err := jetstream.New(nc); err == nil {
 		if kv, err := js.KeyValue(ctx, events.BucketRuns); err == nil {
 			if e, err := kv.Get(ctx, id); err == nil {
-				var run struct {
-					Generation int `json:"generation"`
-				}
+				var run events.RunSnapshot
 				if json.Unmarshal(e.Value(), &run) == nil {
 					gen = max(gen, run.Generation)
 				}

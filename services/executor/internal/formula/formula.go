@@ -81,10 +81,7 @@ func (x *Executor) cancelled(ctx context.Context, d *events.Dispatch) bool {
 	if err != nil {
 		return false
 	}
-	var w struct {
-		Status     dag.WorkflowState `json:"status"`
-		Generation int               `json:"generation"`
-	}
+	var w events.RunSnapshot
 	if json.Unmarshal(e.Value(), &w) != nil {
 		return false
 	}
@@ -95,14 +92,7 @@ func (x *Executor) cancelled(ctx context.Context, d *events.Dispatch) bool {
 // gantry_nodes bucket. It is written before each attempt and after the
 // outcome, so after a crash the next delivery knows how many attempts were
 // made and that a succeeded node must not run again.
-type Record struct {
-	Status      dag.NodeState `json:"status"`
-	Attempt     int           `json:"attempt"`      // attempts made in all generations
-	Generation  int           `json:"generation"`   // the run generation of the last attempt
-	GenAttempts int           `json:"gen_attempts"` // attempts made in that generation
-	ExitCode    *int          `json:"exit_code,omitempty"`
-	SpecHash    string        `json:"spec_hash,omitempty"`
-}
+type Record = events.NodeRecord
 
 // Handle is the consumer handler for decky.*.dispatch.
 func (x *Executor) Handle(ctx context.Context, ev *consume.Event) error {

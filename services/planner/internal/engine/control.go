@@ -16,11 +16,7 @@ var (
 )
 
 // ControlReply answers cancel, pause, resume and retry.
-type ControlReply struct {
-	WorkflowID string            `json:"workflow_id"`
-	Status     dag.WorkflowState `json:"status"`
-	Generation int               `json:"generation"`
-}
+type ControlReply = events.ControlReply
 
 // Control applies a verb to a workflow at the request of by.
 func (e *Engine) Control(ctx context.Context, id, verb string, by events.Principal) (*ControlReply, error) {

@@ -699,9 +699,7 @@ func (e *Engine) nodeRecord(ctx context.Context, id string, op dag.Operation, fo
 	if err != nil {
 		return ""
 	}
-	var rec struct {
-		Status dag.NodeState `json:"status"`
-	}
+	var rec events.NodeRecord
 	_ = json.Unmarshal(ent.Value(), &rec)
 	return rec.Status
 }

@@ -49,16 +49,7 @@ func (r *Record) plan() *dag.Plan {
 
 // Snapshot is the run state of a workflow, saved in gantry_runs after every
 // event that changes it, so a restarted planner resumes where it was.
-type Snapshot struct {
-	Generation int               `json:"generation"`
-	Status     dag.WorkflowState `json:"status"`
-	StartedAt  time.Time         `json:"started_at"`
-	// Formulas holds one letter per plan formula (see stateLetters), so a
-	// snapshot of 10,000 formulas is 10 kB.
-	Formulas string `json:"formulas"`
-	// Blockers maps a blocked formula's plan index to its blocker's.
-	Blockers map[int]int `json:"blockers,omitempty"`
-}
+type Snapshot = events.RunSnapshot
 
 // stateLetters encodes formula states in snapshots.
 var stateLetters = map[dag.FormulaState]byte{

@@ -1,0 +1,47 @@
+package events
+
+import (
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+)
+
+// Records that one service keeps in a KV bucket and another reads, or a
+// service returns to clients: named here so the ties between services are
+// visible and versioned (golden files in testdata).
+
+// RunSnapshot is the planner's state of a run, in gantry_runs under the
+// workflow id. The executor reads Status and Generation (a cancelled run or
+// an older generation's dispatch must not run), and gantry watch reads
+// Generation.
+type RunSnapshot struct {
+	Generation int               `json:"generation"`
+	Status     dag.WorkflowState `json:"status"`
+	StartedAt  time.Time         `json:"started_at"`
+	// Formulas holds one letter per plan formula (the planner's encoding),
+	// so a snapshot of 10,000 formulas is 10 kB.
+	Formulas string `json:"formulas"`
+	// Blockers maps a blocked formula's plan index to its blocker's.
+	Blockers map[int]int `json:"blockers,omitempty"`
+}
+
+// NodeRecord is what the executor keeps per node of a workflow in
+// gantry_nodes (under NodeKey). It is written before each attempt and
+// after the outcome, so after a crash the next delivery knows how many
+// attempts were made and that a succeeded node must not run again. The
+// planner reads Status.
+type NodeRecord struct {
+	Status      dag.NodeState `json:"status"`
+	Attempt     int           `json:"attempt"`      // attempts made in all generations
+	Generation  int           `json:"generation"`   // the run generation of the last attempt
+	GenAttempts int           `json:"gen_attempts"` // attempts made in that generation
+	ExitCode    *int          `json:"exit_code,omitempty"`
+	SpecHash    string        `json:"spec_hash,omitempty"`
+}
+
+// ControlReply answers cancel, pause, resume and retry.
+type ControlReply struct {
+	WorkflowID string            `json:"workflow_id"`
+	Status     dag.WorkflowState `json:"status"`
+	Generation int               `json:"generation"`
+}

@@ -1,0 +1,46 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// The records services keep for each other, and the control reply, are
+// part of the wire contract: a change shows here.
+func TestRecordsGolden(t *testing.T) {
+	exit := 0
+	for name, v := range map[string]any{
+		"record_run_snapshot": events.RunSnapshot{Generation: 2, Status: dag.WorkflowRunning, StartedAt: t0, Formulas: "shRrp", Blockers: map[int]int{4: 1}},
+		"record_node":         events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 3, Generation: 2, GenAttempts: 1, ExitCode: &exit, SpecHash: "sha256:ab"},
+		"reply_control":       events.ControlReply{WorkflowID: ref.WorkflowID, Status: dag.WorkflowPaused, Generation: 1},
+		"reply_rebuild": events.RebuildReport{Keys: 12, UpTo: 480, Differing: []string{"host.cp-0.os.base", "wf.x"}, FirstSeq: 401,
+			Lost: "events 1-400 are no longer in GANTRY_EVENTS", Kept: []string{"host.cp-0.os.base"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := json.MarshalIndent(v, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			path := filepath.Join("testdata", name+".golden.json")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s changed; records are versioned: add fields, never rename.\ngot:\n%s", path, got)
+			}
+		})
+	}
+}
