@@ -70,14 +70,18 @@ type follower struct {
 
 func (f *follower) run(ctx context.Context, from uint64) error {
 	for {
-		created, last, err := f.stream(ctx)
+		created, first, last, err := f.stream(ctx)
 		if err != nil {
 			return fmt.Errorf("state-store: %w", err)
 		}
-		if from > last+1 {
+		switch {
+		case from > last+1:
 			if from, err = f.rebase(ctx, from, last); err != nil {
 				return err
 			}
+		case from < first:
+			f.skip(ctx, from, first)
+			from = first
 		}
 		fctx, stop := context.WithCancel(ctx)
 		recreated := make(chan struct{})
@@ -95,14 +99,26 @@ func (f *follower) run(ctx context.Context, from uint64) error {
 	}
 }
 
-// stream is the event stream's creation time and last sequence.
-func (f *follower) stream(ctx context.Context) (time.Time, uint64, error) {
+// stream is the event stream's creation time and its first and last
+// sequences.
+func (f *follower) stream(ctx context.Context) (created time.Time, first, last uint64, err error) {
 	s, err := f.js.Stream(ctx, events.StreamEvents)
 	if err != nil {
-		return time.Time{}, 0, err
+		return time.Time{}, 0, 0, err
 	}
 	i := s.CachedInfo()
-	return i.Created, i.State.LastSeq, nil
+	return i.Created, i.State.FirstSeq, i.State.LastSeq, nil
+}
+
+// skip moves the projection past events removed from the stream (purged,
+// or past its age limit) before it applied them: what they did is not
+// projected, and a rebuild says so.
+func (f *follower) skip(ctx context.Context, from, first uint64) {
+	f.log.Warn("events were removed from the event stream before the projection applied them: what they did is not projected; following from the first event left",
+		"stream", events.StreamEvents, "first_missing", from, "last_missing", first-1)
+	if err := f.p.Skip(ctx, first-1); err != nil {
+		f.log.Warn("checkpoint write failed; the next start skips the same events again", "err", err)
+	}
 }
 
 // watch calls gone once the event stream is not the one created at
@@ -116,7 +132,7 @@ func (f *follower) watch(ctx context.Context, created time.Time, gone func()) {
 			return
 		case <-t.C:
 		}
-		c, _, err := f.stream(ctx)
+		c, _, _, err := f.stream(ctx)
 		if err == nil && !c.Equal(created) {
 			gone()
 			return

@@ -1,11 +1,15 @@
 package service_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +29,26 @@ type env struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	pub *events.Publisher
+	// logs holds every state-store's log records.
+	logs syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer for many writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func setup(t *testing.T) *env {
@@ -55,7 +79,7 @@ func (e *env) start(name string) (stop func(), from uint64) {
 	done := make(chan error, 1)
 	logs := make(chan []byte, 100)
 	go func() {
-		done <- service.Run(ctx, e.nc, service.Config{Instance: name, Log: slog.New(slog.NewJSONHandler(chanWriter(logs), nil))})
+		done <- service.Run(ctx, e.nc, service.Config{Instance: name, Log: slog.New(slog.NewJSONHandler(io.MultiWriter(chanWriter(logs), &e.logs), nil))})
 	}()
 	for from == 0 {
 		select {
@@ -297,4 +321,73 @@ func TestFollowInBatches(t *testing.T) {
 		}
 	}
 	stop1()
+}
+
+// TestCheckpointBehindPurgedStream: events the state-store had not applied
+// yet are purged while it is down. It starts again past them, says which
+// are gone, answers reads and state.rebuild at once (with what could not
+// be rebuilt) instead of waiting for events that will never come, and
+// projects new events as before.
+func TestCheckpointBehindPurgedStream(t *testing.T) {
+	e := setup(t)
+	e.run("w1", 2)
+	stop, _ := e.start("ss-1")
+	e.caughtUp()
+	stop()
+	applied := e.checkpoint()
+	e.run("w2", 2) // never applied: purged first
+	st, err := e.js.Stream(context.Background(), events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	last := e.lastSeq()
+	stop, from := e.start("ss-1")
+	defer stop()
+	if from != applied+1 {
+		t.Errorf("resumed from %d, not after the checkpoint %d", from, applied)
+	}
+	gone := fmt.Sprintf(`"first_missing":%d,"last_missing":%d`, applied+1, last)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(e.logs.String(), gone) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the state-store did not log the events it lost (%s):\n%s", gone, e.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A read does not wait for events that are gone.
+	began := time.Now()
+	if _, err := e.op.Request(events.StateList, nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("state.list took %s: it waited for purged events", d)
+	}
+	for _, check := range []bool{true, false} {
+		b, _ := json.Marshal(events.RebuildQuery{CheckOnly: check})
+		m, err := e.op.Request(events.StateRebuild, b, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep events.RebuildReport
+		if err := json.Unmarshal(m.Data, &rep); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+			t.Fatalf("rebuild (check %v): %s %s", check, m.Header.Get("Nats-Service-Error"), m.Data)
+		}
+		if rep.Lost == "" || rep.FirstSeq != last+1 || len(rep.Kept) == 0 || rep.Rewritten {
+			t.Errorf("rebuild (check %v) after the purge: %+v", check, rep)
+		}
+	}
+
+	// New events are projected; what w1 was stays.
+	e.run("w3", 2)
+	e.caughtUp()
+	for _, id := range []string{"w1", "w3"} {
+		var wd events.WorkflowDoc
+		if v, err := e.kv.Get(context.Background(), events.WorkflowDocKey(id)); err != nil || json.Unmarshal(v.Value(), &wd) != nil || wd.Status != dag.WorkflowSucceeded {
+			t.Errorf("%s: %+v, %v", id, wd, err)
+		}
+	}
 }

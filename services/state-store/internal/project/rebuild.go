@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
@@ -85,13 +86,34 @@ func (p *Projector) replayRange(ctx context.Context, js jetstream.JetStream, upT
 	}
 }
 
-// CatchUp waits until every event the stream holds now is applied.
+// CatchUp waits until every event the stream holds now is applied. A
+// stream that holds none (purged) has nothing to wait for, whatever its
+// last sequence: the events up to it are gone, not on their way.
 func (p *Projector) CatchUp(ctx context.Context, js jetstream.JetStream) error {
 	info, err := js.Stream(ctx, events.StreamEvents)
 	if err != nil {
 		return err
 	}
-	return p.Await(ctx, info.CachedInfo().State.LastSeq)
+	st := info.CachedInfo().State
+	if st.Msgs == 0 {
+		return nil
+	}
+	return p.Await(ctx, st.LastSeq)
+}
+
+// Skip records that every event up to stream sequence seq is handled:
+// they were removed from the stream before the projection applied them.
+func (p *Projector) Skip(ctx context.Context, seq uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.advance(seq)
+	if p.Checkpoint == "" {
+		return nil
+	}
+	if err := p.Store.Mark(ctx, p.Checkpoint, strconv.AppendUint(nil, p.applied, 10)); err != nil {
+		return fmt.Errorf("skip to %d: %w", seq, err)
+	}
+	return nil
 }
 
 // RebuildReport says how the live projection compares with a replay.
