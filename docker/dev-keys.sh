@@ -8,17 +8,24 @@
 #                            each service) and nats/server.conf, the accounts
 #                            and permissions nats-server enforces; a client
 #                            with no credentials is a viewer
-# Everything is mounted read-only by docker-compose.yml.
+# Everything is mounted read-only by docker-compose.yml. FORCE=1 makes all
+# of them new, NATS seeds included.
 set -euo pipefail
-dir=${KEYS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/dev/keys}
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${KEYS_DIR:-$root/dev/keys}
 targets=${TARGETS:-"target-1 target-2 target-3"}
 if ! command -v ssh-keygen >/dev/null; then
 	echo "installing openssh-client (Debian)"
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
 fi
-gantry=${GANTRY:-$(cd "$(dirname "$0")/.." && pwd)/bin/gantry}
+gantry=${GANTRY:-$root/bin/gantry}
+if [ ! -x "$gantry" ]; then
+	echo "building $gantry (for gantry auth init)"
+	(cd "$root" && ${GO:-go} build -o "$gantry" ./cmd/gantry)
+fi
 nats_keys() {
-	# keeps the seeds already there; writes server.conf each time
+	# keeps the seeds already there (a stack made before NATS had
+	# authentication gets them here); writes server.conf each time
 	"$gantry" auth init --dir "$dir/nats" --anonymous-viewer >/dev/null
 	echo "dev keys: NATS identities in $dir/nats (operator: --nkey $dir/nats/operator.nk)"
 }
@@ -40,3 +47,8 @@ done
 chmod 600 "$dir"/*/ssh_host_ed25519_key "$dir/client/id_ed25519"
 echo "dev keys: written to $dir (user key, known_hosts for: $targets)"
 nats_keys
+# Containers keep the files they mounted: a running stack still has the old
+# keys, and the host's new operator seed is refused until it is recreated.
+if command -v docker >/dev/null && [ -n "$(docker ps -q --filter "label=com.docker.compose.project=${COMPOSE_PROJECT_NAME:-gantry}" 2>/dev/null)" ]; then
+	echo "dev keys: the running stack still uses the old keys: make down && make up"
+fi
