@@ -3,5 +3,7 @@
 FROM scratch
 ARG BIN
 COPY ${BIN} /service
+# root: reads its nkey seed (mode 0600, mounted read-only from
+# dev/keys/nats) whoever owns it on the host
 USER 0
 ENTRYPOINT ["/service"]
