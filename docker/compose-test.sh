@@ -7,12 +7,14 @@
 #      mid-run: its node fails, its dependents are blocked, the rest finish
 #   4. target-2 started again, `gantry retry`, and the executor that is running
 #      a node restarted mid-run: the run still completes
+#   4b. nats-server's log: everything it refused was asked by the client with
+#      no credentials (a service or the operator refused: a missing permission)
 #   5. down -v: no container, network or volume left
 # The stack runs with NATS authentication: the gantry CLI submits and
 # controls as the operator (dev/keys/nats/operator.nk); the nats CLI's
 # captures run with no credentials (a viewer); 2b checks that a client with
 # no credentials cannot submit, publish events or remove streams.
-# KEEP=1 leaves the stack up at the end.
+# KEEP=1 leaves the stack up at the end (no step 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -61,7 +63,8 @@ $MAKE --no-print-directory up COMPOSE="$COMPOSE" 2>&1 | grep -v '^\(for\|cd\|CGO
 $COMPOSE ps
 # anon: no credentials, a viewer; everything else is the operator.
 anon() { env -u NATS_NKEY -u NATS_CREDS "$@"; }
-export NATS_NKEY=$root/dev/keys/nats/operator.nk
+keys=$root/dev/keys/nats
+export NATS_NKEY=$keys/operator.nk
 say "services registered (nats micro ls, no credentials):"
 anon "$bin/nats" micro ls | sed 's/^/    /'
 anon "$bin/nats" micro ls | grep -q gantry-planner || fail "gantry-planner not listed"
@@ -89,11 +92,28 @@ for t in target-1 target-2 target-3; do
 done
 
 say "2b. no credentials: watching works (above), but no submit, no forged event, no stream removed"
+# The streams as they are: GANTRY_EVENTS as a viewer may see it; GANTRY_DISPATCH
+# only as a service that uses it (the planner's seed, its inbox prefix). A
+# stream removed would come back (the services re-create missing streams), so
+# its creation time is compared, and a purge would move the first sequence.
+streams() {
+	for s in GANTRY_DISPATCH GANTRY_EVENTS; do
+		if [ $s = GANTRY_DISPATCH ]; then
+			"$bin/nats" --nkey "$keys/planner.nk" --inbox-prefix _INBOX_planner stream info $s --json
+		else
+			anon "$bin/nats" stream info $s --json
+		fi | python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["config"]["name"], "created", d["created"], "first_seq", d["state"]["first_seq"])' || return 1
+	done
+}
+before=$(streams) || fail "stream info"
 listed=$("$bin/gantry" list | wc -l)
 if out=$(anon "$bin/gantry" submit -q "$example" 2>&1); then fail "anonymous gantry submit accepted: $out"; fi
 echo "$out" | grep -q "not allowed" || fail "anonymous gantry submit: $out"
 say "    gantry submit: $out"
-evil='{"name":"anon","hosts":{"t":{"address":"target-1:22","user":"root"}},"formulas":[{"id":"a","server":"t","nodes":[{"name":"n","run":"touch /var/lib/wuji/anonymous-was-here"}]}]}'
+# a composition the planner accepts (checked as the operator with
+# workflow.validate), so the refusal below is the server's, not the planner's
+evil='{"name":"anonymous-submit","hosts":{"t":{"address":"target-1:22","user":"root"}},"formulas":[{"id":"a","server":"t","nodes":[{"name":"n","run":"touch /var/lib/wuji/anonymous-was-here"}]}]}'
+"$bin/nats" req workflow.validate "$evil" --raw 2>/dev/null | python3 -c 'import json, sys; sys.exit(json.load(sys.stdin)["status"] != "valid")' || fail "the anonymous test composition is not valid"
 refused() {
 	local out
 	out=$(anon "$bin/nats" --timeout 2s "$@" 2>&1 || true)
@@ -104,10 +124,16 @@ refused req workflow.submit "$evil"
 refused pub decky.cp-0.lifecycle '{}'
 refused stream rm GANTRY_DISPATCH -f
 refused stream purge GANTRY_EVENTS -f
-sleep 1
-[ "$("$bin/gantry" list | wc -l)" = "$listed" ] || fail "a workflow was added by an anonymous client"
+sleep 6 # longer than the services' topology check (5 s): a removed stream would be back, re-created
+[ "$("$bin/gantry" list | wc -l)" = "$listed" ] || fail "a workflow was added by an anonymous client (operator's gantry list)"
+[ "$(anon "$bin/gantry" list | wc -l)" = "$listed" ] || fail "a workflow was added by an anonymous client (viewer's gantry list)"
+grep -q '"workflow":"wuji-compose"' "$work/workflow.jsonl" || fail "no workflow name in the captured events"
+if grep -q '"workflow":"anonymous-submit"' "$work/workflow.jsonl" "$work/decky.jsonl"; then fail "events of the anonymous submission were published"; fi
 if docker exec "$(container_of target-1)" ls /var/lib/wuji/anonymous-was-here >/dev/null 2>&1; then fail "the anonymous command ran on target-1"; fi
-say "    nothing was added or ran; the next runs use GANTRY_DISPATCH and GANTRY_EVENTS as before"
+after=$(streams) || fail "stream info"
+[ "$before" = "$after" ] || fail "streams changed: before: $before; after: $after"
+say "    gantry list (operator and viewer): the same $((listed - 1)) workflow(s) as before; no event of it, nothing ran on target-1"
+echo "$after" | sed 's/^/    unchanged: /'
 
 say "3a. a delete run takes it apart (reverse order)"
 sed 's/^operation: create/operation: delete/' "$example" >"$work/delete.yaml"
@@ -147,6 +173,18 @@ check restart "$work/decky.jsonl" "$id2" "$cid" | sed 's/^/    /' || fail "run 3
 $COMPOSE ps --services --filter status=running 2>/dev/null | tr '\n' ' ' | sed 's/^/    running: /'
 echo
 
+say "4b. what nats-server refused: only the client with no credentials (the viewer), never a service or the operator"
+viewer=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["no_auth_user"])' "$keys/server.conf")
+$COMPOSE logs --no-color nats 2>/dev/null | grep -E 'Violation|authentication error' >"$work/refused.log" || true
+others=$(grep -v "\"GANTRY_CLIENTS/nkey:$viewer\"" "$work/refused.log" || true)
+[ -z "$others" ] || fail "nats-server refused a service or the operator (a missing permission?):
+$others"
+grep -o 'Violation - Subject "[^"]*"' "$work/refused.log" | sort | uniq -c | sed 's/^/    viewer: /'
+
+if [ -n "${KEEP:-}" ]; then
+	say "compose-test PASS; KEEP=1: the stack is left up (make down removes it)"
+	exit 0
+fi
 say "5. down -v"
 $COMPOSE down -v --remove-orphans 2>&1 | tail -3 | sed 's/^/    /'
 left=$(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" | wc -l)
