@@ -36,9 +36,15 @@ func (s *stack) mustSucceed(c *dag.Composition) {
 	}
 }
 
+// in is the stack seen from subtest t: its failures are t's.
+func (s *stack) in(t *testing.T) *stack {
+	c := *s
+	c.t = t
+	return &c
+}
+
 func (s *stack) logsContain(want string) bool {
-	b, _ := os.ReadFile(s.logs)
-	return strings.Contains(string(b), want)
+	return strings.Contains(s.readLogs(), want)
 }
 
 // TestHealsDeletedTopology: with a stream, a durable consumer or a bucket
@@ -73,6 +79,7 @@ func TestHealsDeletedTopology(t *testing.T) {
 	} {
 		n := len(tc.what)
 		t.Run(tc.what, func(t *testing.T) {
+			s := s.in(t)
 			if err := tc.delete(); err != nil {
 				t.Fatal(err)
 			}
@@ -152,4 +159,89 @@ func (s *stack) workflowIDs(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return keys
+}
+
+// slowGated is gated with a node that takes a while and counts its starts,
+// and a gate that passes only once the file "open" exists: a test can
+// delete something while the node runs, or while the gate is being
+// checked.
+func slowGated(t *testing.T, name string) (*dag.Composition, string) {
+	dir := t.TempDir()
+	f := func(n string) string { return filepath.Join(dir, n) }
+	c := &dag.Composition{Name: name, Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+		Formulas: []dag.Formula{
+			{ID: "first", Server: "me", Nodes: []dag.Node{{Name: "a", Run: fmt.Sprintf("echo start >> %s; sleep 2; echo end >> %s", f("a.starts"), f("a.ends"))}},
+				HealthGate: &dag.HealthGate{Check: fmt.Sprintf("touch %s; test -f %s", f("gate.checked"), f("open")), Timeout: dag.Duration(20 * time.Second), Retries: 20}},
+			{ID: "second", Server: "me", DependsOn: []dag.FormulaDep{{Formula: "first", Condition: dag.ConditionHealthy}},
+				Nodes: []dag.Node{{Name: "b", Run: "true"}}},
+		}}
+	return c, dir
+}
+
+// count is how many lines the file at path has (0 when there is none).
+func count(path string) int {
+	b, _ := os.ReadFile(path)
+	return strings.Count(string(b), "\n")
+}
+
+// TestHealsMidRun: a work stream or durable consumer deleted while a
+// workflow is under way (its node running, or its gate being checked):
+// the workflow completes, and its node ran once.
+func TestHealsMidRun(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		what   string
+		during string // "node" or "gate"
+		delete func() error
+		// shared: the re-created consumer delivers the message again, and
+		// the delivery waits for the handler already running it.
+		shared bool
+	}{
+		{"the executor's consumer", "node", func() error { return s.js.DeleteConsumer(ctx, events.StreamDispatch, events.ConsumerExecutor) }, true},
+		{"the dispatch stream", "node", func() error { return s.js.DeleteStream(ctx, events.StreamDispatch) }, false},
+		{"the gates stream", "gate", func() error { return s.js.DeleteStream(ctx, events.StreamGates) }, false},
+		{"the health-gate's consumer", "gate", func() error { return s.js.DeleteConsumer(ctx, events.StreamGates, events.ConsumerHealthGate) }, true},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			s := s.in(t)
+			joined := strings.Count(s.readLogs(), sharedLog)
+			c, dir := slowGated(t, "midrun")
+			id := s.mustSubmit(c)
+			marker := map[string]string{"node": "a.starts", "gate": "gate.checked"}[tc.during]
+			s.waitFor(tc.during+" under way", 20*time.Second, func() bool {
+				return count(filepath.Join(dir, "a.starts")) > 0 && fileExists(filepath.Join(dir, marker))
+			})
+			if err := tc.delete(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // repaired while the work goes on
+			if err := os.WriteFile(filepath.Join(dir, "open"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if d := s.wait(id, 40*time.Second); d.Status != dag.WorkflowSucceeded {
+				t.Fatalf("%s: %s", d.Status, d.Error)
+			}
+			if n := count(filepath.Join(dir, "a.starts")); n != 1 {
+				t.Errorf("node a started %d times", n)
+			}
+			if tc.shared && strings.Count(s.readLogs(), sharedLog) == joined {
+				t.Errorf("no delivery was settled with the result of the handler running it (%q)", sharedLog)
+			}
+		})
+	}
+}
+
+// sharedLog is what pkg/consume logs when a message delivered again waits
+// for the handler already running it.
+const sharedLog = "delivered again while its handler ran here"
+
+func (s *stack) readLogs() string {
+	b, _ := os.ReadFile(s.logs)
+	return string(b)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -3,11 +3,15 @@
 // to the message's fate: nil acks; an error wrapping ErrPoison,
 // events.ErrMalformed or events.ErrUnknownType terminates (it will never
 // get better); any other error naks with a growing delay. While a handler
-// runs, the adapter sends InProgress so long work is not redelivered.
+// runs, the adapter sends InProgress so long work is not redelivered, and a
+// message delivered again meanwhile (by a re-created consumer) waits for
+// that handler and shares its result instead of running a second time.
 package consume
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -226,6 +230,7 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	// work in flight finishes (drain), as a SIGTERM should.
 	hctx := context.WithoutCancel(ctx)
 	sem := make(chan struct{}, o.Concurrency)
+	fl := &flights{m: map[string]*flight{}}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -237,9 +242,57 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			handle(hctx, msg, h, o)
+			handle(hctx, msg, h, o, fl)
 		}()
 	}
+}
+
+// flights lets one handler at a time work on a message. A message
+// delivered again while its handler still runs here (its durable consumer
+// was deleted and re-created, and the new one delivers it afresh) waits
+// for that handler and is settled with its result, instead of doing the
+// same work a second time alongside it.
+type flights struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// do runs fn unless the message key is already being handled; then it
+// waits for that handler's result, and joined is true.
+func (f *flights) do(key string, fn func() error) (err error, joined bool) {
+	f.mu.Lock()
+	if fl, ok := f.m[key]; ok {
+		f.mu.Unlock()
+		<-fl.done
+		return fl.err, true
+	}
+	fl := &flight{done: make(chan struct{})}
+	f.m[key] = fl
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.m, key)
+		f.mu.Unlock()
+		close(fl.done)
+	}()
+	fl.err = fn()
+	return fl.err, false
+}
+
+// flightKey identifies a message's work: its Nats-Msg-Id, else its
+// subject and content (stream sequences start again in a re-created
+// stream, so they do not tell two messages apart).
+func flightKey(msg jetstream.Msg) string {
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		return "id:" + id
+	}
+	sum := sha256.Sum256(msg.Data())
+	return "data:" + msg.Subject() + ":" + hex.EncodeToString(sum[:])
 }
 
 // BatchHandler handles, in order, the events that were delivered together
@@ -425,16 +478,20 @@ func parse(msg jetstream.Msg, o Options) (*Event, msgLogger, bool) {
 	return &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg}, log, true
 }
 
-// handle runs one message through the handler and settles it.
-func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options) {
+// handle runs one message through the handler (or, delivered again while
+// its handler runs, waits for that one: flights) and settles it.
+func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options, fl *flights) {
 	ev, log, ok := parse(msg, o)
 	if !ok {
 		return
 	}
 	// Keep long work from being redelivered.
 	stop := keepInProgress(o.AckWait, func() { _ = msg.InProgress() })
-	err := safeCall(ctx, h, ev)
+	err, joined := fl.do(flightKey(msg), func() error { return safeCall(ctx, h, ev) })
 	stop()
+	if joined {
+		log.get().Info("delivered again while its handler ran here: settled with that handler's result", "err", err)
+	}
 	settle(msg, err, ev.Delivered, o.draining(), log, o)
 }
 

@@ -372,3 +372,72 @@ func TestRunRepairsDeletedConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunSharesRedeliveryInFlight: a durable consumer deleted and
+// re-created while a handler runs delivers that message again; the new
+// delivery waits for the handler already running and is acked with its
+// result, instead of doing the work a second time alongside it.
+func TestRunSharesRedeliveryInFlight(t *testing.T) {
+	js, cons := setup(t, 5*time.Second)
+	cfg := jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxDeliver: 10}
+	var calls atomic.Int32
+	release := make(chan struct{})
+	handler := func(ctx context.Context, ev *consume.Event) error {
+		calls.Add(1)
+		<-release
+		return nil
+	}
+	var repaired atomic.Pointer[jetstream.Consumer]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, cons, handler, consume.Options{Name: "t", Concurrency: 4, AckWait: 5 * time.Second, Logger: quiet,
+			Repair: func(ctx context.Context) (jetstream.Consumer, error) {
+				c, err := js.CreateOrUpdateConsumer(ctx, "T", cfg)
+				if err == nil {
+					repaired.Store(&c)
+				}
+				return c, err
+			}})
+	}()
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (handler called %d times)", what, calls.Load())
+			}
+		}
+	}
+	info := func() *jetstream.ConsumerInfo {
+		c := repaired.Load()
+		if c == nil {
+			return nil
+		}
+		i, err := (*c).Info(context.Background())
+		if err != nil {
+			return nil
+		}
+		return i
+	}
+	publishEvent(t, js, "t.a", "slow")
+	waitUntil("the handler to start", func() bool { return calls.Load() == 1 })
+	if err := js.DeleteConsumer(context.Background(), "T", "c"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("the re-created consumer to deliver the message again", func() bool {
+		i := info()
+		return i != nil && i.NumAckPending == 1
+	})
+	close(release)
+	waitUntil("the new delivery acked", func() bool {
+		i := info()
+		return i != nil && i.NumAckPending == 0 && i.NumPending == 0
+	})
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times, want 1", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
