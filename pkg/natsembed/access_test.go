@@ -281,7 +281,7 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 			c := connect(t, ns, id)
 			for _, a := range actions {
 				allowed := slices.Contains(a.allowed, id)
-				ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				done := make(chan error, 1)
 				go func() { done <- a.do(ctx, c) }()
 				if allowed {
