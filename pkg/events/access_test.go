@@ -3,8 +3,6 @@ package events_test
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,19 +23,7 @@ func TestPermissionsGolden(t *testing.T) {
 	if err := enc.Encode(m); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "permissions.golden.json")
-	if *update {
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(b.Bytes(), want) {
-		t.Errorf("%s changed: check the new permissions, then go test -update\ngot:\n%s", path, b.Bytes())
-	}
+	golden(t, "permissions", b.Bytes())
 }
 
 // Every part of the topology is used by some service, so it has its

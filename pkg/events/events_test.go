@@ -84,20 +84,7 @@ func encode(t *testing.T, p events.Payload) []byte {
 func TestGolden(t *testing.T) {
 	for name, p := range samples() {
 		t.Run(name, func(t *testing.T) {
-			got := encode(t, p)
-			path := filepath.Join("testdata", name+".golden.json")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s changed; the wire contract is versioned: add fields, never rename.\ngot:\n%s\nwant:\n%s", path, got, want)
-			}
+			golden(t, name, encode(t, p))
 		})
 	}
 }
@@ -264,3 +251,22 @@ func TestBounds(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// golden compares got with testdata/<name>.golden.json (go test -update
+// rewrites it): the wire contract is versioned, so a change shows here.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden.json")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s changed; the wire contract is versioned: add fields, never rename.\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}

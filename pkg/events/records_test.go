@@ -1,10 +1,7 @@
 package events_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -27,20 +24,7 @@ func TestRecordsGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = append(got, '\n')
-			path := filepath.Join("testdata", name+".golden.json")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s changed; records are versioned: add fields, never rename.\ngot:\n%s", path, got)
-			}
+			golden(t, name, append(got, '\n'))
 		})
 	}
 }
