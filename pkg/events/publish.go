@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,19 +40,37 @@ func (p *Publisher) now() time.Time {
 // Publish stores an event in JetStream with Nats-Msg-Id msgID (so a retried
 // publish is stored once), retrying transient failures for a few seconds.
 func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msgID string) error {
-	env, err := NewAt(uuid.NewSHA1(idSpace, []byte(msgID)).String(), p.Source, p.now(), pl)
+	b, typ, err := p.encode(pl, msgID)
 	if err != nil {
 		return err
 	}
+	if err := p.send(ctx, subject, b, msgID); err != nil {
+		return fmt.Errorf("publish %s on %s: %w", typ, subject, err)
+	}
+	return nil
+}
+
+// encode is the event's envelope, its id derived from msgID.
+func (p *Publisher) encode(pl Payload, msgID string) ([]byte, Type, error) {
+	env, err := NewAt(uuid.NewSHA1(idSpace, []byte(msgID)).String(), p.Source, p.now(), pl)
+	if err != nil {
+		return nil, "", err
+	}
 	b, err := json.Marshal(env)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", env.Type, err)
+		return nil, env.Type, fmt.Errorf("encode %s: %w", env.Type, err)
 	}
+	return b, env.Type, nil
+}
+
+// send stores an encoded event, retrying transient failures (and
+// re-creating a missing stream, with Heal) for a few seconds.
+func (p *Publisher) send(ctx context.Context, subject string, b []byte, msgID string) error {
 	delay := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		err = p.publishOnce(ctx, subject, b, msgID)
+		err := p.publishOnce(ctx, subject, b, msgID)
 		if err == nil || try == 8 || ctx.Err() != nil {
-			break
+			return err
 		}
 		// No stream answers: missing (or, when a plain subscriber also
 		// listens on the subject, a timeout).
@@ -68,10 +85,6 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 		}
 		delay = min(2*delay, time.Second)
 	}
-	if err != nil {
-		return fmt.Errorf("publish %s on %s: %w", env.Type, subject, err)
-	}
-	return nil
 }
 
 // PublishTimeout bounds one try of a publish waiting for its stream's
@@ -83,69 +96,6 @@ func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, m
 	defer cancel()
 	_, err := p.JS.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
 	return err
-}
-
-// PublishAsync stores an event without waiting for the acknowledgement;
-// publishes on one connection keep their order in the stream. The caller
-// must check the returned future (see Batch) before relying on it.
-func (p *Publisher) PublishAsync(subject string, pl Payload, msgID string) (jetstream.PubAckFuture, error) {
-	env, err := NewAt(uuid.NewSHA1(idSpace, []byte(msgID)).String(), p.Source, p.now(), pl)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(env)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", env.Type, err)
-	}
-	f, err := p.JS.PublishAsync(subject, b, jetstream.WithMsgID(msgID))
-	if err != nil {
-		return nil, fmt.Errorf("publish %s on %s: %w", env.Type, subject, err)
-	}
-	return f, nil
-}
-
-// Batch collects asynchronous publishes and waits for them together.
-type Batch struct {
-	mu      sync.Mutex
-	futures []jetstream.PubAckFuture
-	err     error
-}
-
-// Add records a publish (or its immediate error).
-func (b *Batch) Add(f jetstream.PubAckFuture, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err != nil {
-		if b.err == nil {
-			b.err = err
-		}
-		return
-	}
-	b.futures = append(b.futures, f)
-}
-
-// Wait returns the first failure among the publishes so far, waiting for
-// each to be acknowledged.
-func (b *Batch) Wait(ctx context.Context) error {
-	b.mu.Lock()
-	fs, err := b.futures, b.err
-	b.futures = nil
-	b.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	for _, f := range fs {
-		select {
-		case <-f.Ok():
-		case e := <-f.Err():
-			return fmt.Errorf("publish %s: %w", f.Msg().Subject, e)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("publish %s: no acknowledgement in 30s", f.Msg().Subject)
-		}
-	}
-	return nil
 }
 
 // Fire publishes without waiting for storage (output lines): a lost line

@@ -275,7 +275,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, id Identity, replicas i
 // operation needs is not there (deleted by someone with the rights to).
 func IsMissing(err error) bool {
 	for _, target := range []error{jetstream.ErrNoStreamResponse, jetstream.ErrStreamNotFound, jetstream.ErrConsumerNotFound,
-		jetstream.ErrConsumerDeleted, jetstream.ErrBucketNotFound, nats.ErrNoResponders} {
+		jetstream.ErrConsumerDeleted, jetstream.ErrBucketNotFound, nats.ErrNoResponders,
+		// Some paths of the client (KV listings) still answer with the
+		// older package's errors.
+		nats.ErrStreamNotFound, nats.ErrConsumerNotFound, nats.ErrBucketNotFound} {
 		if errors.Is(err, target) {
 			return true
 		}

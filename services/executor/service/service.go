@@ -45,7 +45,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	heal := &events.Healer{JS: js, ID: events.Executor, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	kv, err := js.KeyValue(ctx, events.BucketNodes)
+	records, err := events.NewBucket[formula.Record](ctx, js, events.BucketNodes)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
@@ -55,15 +55,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	hosts := hostexec.NewHosts(cfg.SSH)
 	defer hosts.Close()
-	runs, err := js.KeyValue(ctx, events.BucketRuns)
+	runs, err := events.NewBucket[events.RunSnapshot](ctx, js, events.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	x := &formula.Executor{
 		Runs:    runs,
 		Hosts:   hosts,
-		Nodes:   kv,
-		Pub:     &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal},
+		Records: records,
+		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,
 		Log:     log,

@@ -39,12 +39,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	heal := &events.Healer{JS: js, ID: events.Planner, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	e := &engine.Engine{Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Names: cfg.Names, Heal: heal.Heal}
-	for bucket, dst := range map[string]*jetstream.KeyValue{events.BucketWorkflows: &e.Workflows, events.BucketRuns: &e.Runs, events.BucketState: &e.State, events.BucketNodes: &e.Nodes} {
-		if *dst, err = js.KeyValue(ctx, bucket); err != nil {
-			return fmt.Errorf("planner: bucket %s: %w", bucket, err)
-		}
+	e, err := newEngine(ctx, js, &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal})
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
 	}
+	e.Log, e.Names, e.Heal = log, cfg.Names, heal.Heal
 	failed, err := e.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
@@ -65,6 +64,27 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	log.Info("planner started")
 	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})
+}
+
+// newEngine is an engine on its JetStream adapters.
+func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publisher) (*engine.Engine, error) {
+	workflows, err := events.NewBucket[engine.Record](ctx, js, events.BucketWorkflows)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := events.NewBucket[engine.Snapshot](ctx, js, events.BucketRuns)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := events.NewBucket[events.NodeRecord](ctx, js, events.BucketNodes)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := events.NewBucket[events.HostNode](ctx, js, events.BucketState)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Hosts: hosts, Out: pub.Outbox()}, nil
 }
 
 // starter starts accepted runs. A start that fails (a stream it needs

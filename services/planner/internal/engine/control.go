@@ -27,9 +27,18 @@ func (e *Engine) Control(ctx context.Context, id, verb string, by events.Princip
 	return reply, err
 }
 
-func (e *Engine) control(ctx context.Context, id, verb string, by events.Principal) (*ControlReply, error) {
+func (e *Engine) control(ctx context.Context, id, verb string, by events.Principal) (reply *ControlReply, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	err = e.unit(ctx, func() error {
+		reply, err = e.request(ctx, id, verb, &by)
+		return err
+	})
+	return reply, err
+}
+
+// request carries out a control verb.
+func (e *Engine) request(ctx context.Context, id, verb string, by *events.Principal) (*ControlReply, error) {
 	r, err := e.load(ctx, id)
 	if err != nil {
 		return nil, err
@@ -44,25 +53,17 @@ func (e *Engine) control(ctx context.Context, id, verb string, by events.Princip
 		if st.Terminal() {
 			return nil, fmt.Errorf("%w: %s is already %s", ErrConflict, id, st)
 		}
-		err = e.cancel(ctx, r, &by)
+		err = e.cancel(ctx, r, by)
 	case events.VerbPause:
 		if st != dag.WorkflowRunning && st != dag.WorkflowAccepted {
 			return nil, fmt.Errorf("%w: %s is %s; only a running workflow can be paused", ErrConflict, id, st)
 		}
-		r.rec.Status = dag.WorkflowPaused
-		if err = e.publishWorkflow(ctx, r, dag.WorkflowPaused, "paused by request", &by); err == nil {
-			err = e.saveRecord(ctx, r)
-		}
+		err = e.pause(ctx, r, by)
 	case events.VerbResume:
 		if st != dag.WorkflowPaused {
 			return nil, fmt.Errorf("%w: %s is %s, not paused", ErrConflict, id, st)
 		}
-		r.rec.Status = dag.WorkflowRunning
-		if err = e.publishWorkflow(ctx, r, dag.WorkflowRunning, "resumed", &by); err == nil {
-			if err = e.saveRecord(ctx, r); err == nil {
-				err = e.act(ctx, r, r.plan.Step(r.state))
-			}
-		}
+		err = e.resume(ctx, r, by)
 	case events.VerbRetry:
 		if st != dag.WorkflowFailed && st != dag.WorkflowCancelled {
 			return nil, fmt.Errorf("%w: %s is %s; only a failed or cancelled workflow can be retried", ErrConflict, id, st)
@@ -70,15 +71,31 @@ func (e *Engine) control(ctx context.Context, id, verb string, by events.Princip
 		if r.rec.Rollback != nil {
 			return nil, fmt.Errorf("%w: %s was rolled back; submit the composition again", ErrConflict, id)
 		}
-		err = e.retry(ctx, r, &by)
+		err = e.retry(ctx, r, by)
 	default:
 		return nil, fmt.Errorf("%w: unknown verb %q", ErrConflict, verb)
 	}
 	if err != nil {
-		delete(e.cache, id) // reload the saved state next time
 		return nil, err
 	}
 	return &ControlReply{WorkflowID: id, Status: r.rec.Status, Generation: r.rec.Generation}, nil
+}
+
+// pause stops new work from starting; what runs finishes.
+func (e *Engine) pause(ctx context.Context, r *run, by *events.Principal) error {
+	r.rec.Status = dag.WorkflowPaused
+	e.publishWorkflow(ctx, r, dag.WorkflowPaused, "paused by request", by)
+	return e.saveRecord(ctx, r)
+}
+
+// resume steps the run again: what became ready while paused starts.
+func (e *Engine) resume(ctx context.Context, r *run, by *events.Principal) error {
+	r.rec.Status = dag.WorkflowRunning
+	e.publishWorkflow(ctx, r, dag.WorkflowRunning, "resumed", by)
+	if err := e.saveRecord(ctx, r); err != nil {
+		return err
+	}
+	return e.act(ctx, r, r.plan.Step(r.state))
 }
 
 // cancel ends the workflow: what has not started is cancelled here, and
@@ -91,20 +108,14 @@ func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error
 		}
 	}
 	for _, b := range d.Cancelled {
-		if err := e.stopFormula(ctx, r, b, dag.FormulaCancelled, dag.NodeCancelled); err != nil {
-			return err
-		}
+		e.stopFormula(ctx, r, b, dag.FormulaCancelled, dag.NodeCancelled)
 	}
 	r.state.Apply(d)
-	if err := e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request", by); err != nil {
-		return err
-	}
+	e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request", by)
 	r.rec.Status = dag.WorkflowCancelled
 	r.snap.Status = dag.WorkflowCancelled
-	if err := e.saveRecord(ctx, r); err != nil {
-		return err
-	}
-	return e.saveSnapshot(ctx, r)
+	e.touched(r)
+	return e.saveRecord(ctx, r)
 }
 
 // retry starts a new generation that re-runs only what failed, was blocked
@@ -115,15 +126,15 @@ func (e *Engine) retry(ctx context.Context, r *run, by *events.Principal) error 
 		switch r.state.Formula(i) {
 		case dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled, dag.FormulaUnhealthy,
 			dag.FormulaReady, dag.FormulaRunning, dag.FormulaGating:
-			_ = r.state.SetFormula(i, dag.FormulaPending, -1)
+			if err := r.state.SetFormula(i, dag.FormulaPending, -1); err != nil {
+				return fmt.Errorf("retry %s: %w", r.plan.Formulas[i].ID, err)
+			}
 		}
 	}
 	r.rec.Generation++
 	r.rec.Status = dag.WorkflowRunning
 	r.snap.Status = dag.WorkflowRunning
-	if err := e.publishWorkflow(ctx, r, dag.WorkflowRunning, fmt.Sprintf("retry: generation %d", r.rec.Generation), by); err != nil {
-		return err
-	}
+	e.publishWorkflow(ctx, r, dag.WorkflowRunning, fmt.Sprintf("retry: generation %d", r.rec.Generation), by)
 	if err := e.saveRecord(ctx, r); err != nil {
 		return err
 	}

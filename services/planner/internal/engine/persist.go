@@ -2,54 +2,57 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// load returns the run of a workflow from the cache, else from KV. It
-// returns nil, nil for a workflow that does not exist.
+// load returns the run of a workflow from the cache, else from the stores.
+// It returns nil, nil for a workflow that does not exist.
 func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if r, ok := e.cache[id]; ok {
 		return r, nil
 	}
-	rec := &Record{}
-	recRev, err := getJSON(ctx, e.Workflows, id, rec)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	rec, recRev, err := e.Workflows.Get(ctx, id)
+	if errors.Is(err, events.ErrNoRecord) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load workflow %s: %w", id, err)
 	}
-	r := &run{rec: rec, recRev: recRev, plan: rec.plan(), done: toSet(rec.AlreadyDone)}
-	r.state = r.plan.NewRunState()
-	r.snapRev, err = getJSON(ctx, e.Runs, id, &r.snap)
-	if err != nil {
+	r := &run{rec: &rec, recRev: recRev, plan: rec.plan(), done: toSet(rec.AlreadyDone)}
+	if r.snap, r.snapRev, err = e.Runs.Get(ctx, id); err != nil {
 		return nil, fmt.Errorf("load run %s: %w", id, err)
 	}
-	if len(r.snap.Formulas) != len(r.plan.Formulas) {
-		return nil, fmt.Errorf("run %s: snapshot has %d formulas, plan %d", id, len(r.snap.Formulas), len(r.plan.Formulas))
-	}
-	for i := 0; i < len(r.snap.Formulas); i++ {
-		st, ok := letterStates[r.snap.Formulas[i]]
-		if !ok {
-			return nil, fmt.Errorf("run %s: bad state %q in snapshot", id, r.snap.Formulas[i])
-		}
-		b, blocked := r.snap.Blockers[i]
-		if !blocked {
-			b = -1
-		}
-		if err := r.state.SetFormula(i, st, b); err != nil {
-			return nil, fmt.Errorf("run %s: %w", id, err)
-		}
+	if r.state, err = restore(r.plan, r.snap); err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	e.cacheRun(r)
 	return r, nil
+}
+
+// restore is the run state a snapshot holds.
+func restore(p *dag.Plan, snap Snapshot) (*dag.RunState, error) {
+	if len(snap.Formulas) != len(p.Formulas) {
+		return nil, fmt.Errorf("snapshot has %d formulas, plan %d", len(snap.Formulas), len(p.Formulas))
+	}
+	state := p.NewRunState()
+	for i := 0; i < len(snap.Formulas); i++ {
+		st, ok := letterStates[snap.Formulas[i]]
+		if !ok {
+			return nil, fmt.Errorf("bad state %q in snapshot", snap.Formulas[i])
+		}
+		b, blocked := snap.Blockers[i]
+		if !blocked {
+			b = -1
+		}
+		if err := state.SetFormula(i, st, b); err != nil {
+			return nil, err
+		}
+	}
+	return state, nil
 }
 
 func (e *Engine) cacheRun(r *run) {
@@ -77,15 +80,18 @@ func (r *run) captureSnapshot() {
 	r.snap.Formulas = string(b)
 }
 
-// saveSnapshot writes the run state with a compare-and-set. If another
-// writer got there first, the cached run is dropped and the event will be
-// redelivered against the fresh state.
+// saveSnapshot writes the run state with a compare-and-set, once every
+// event emitted is stored. If another writer got there first, the run is
+// forgotten and the event will be redelivered against the fresh state.
 func (e *Engine) saveSnapshot(ctx context.Context, r *run) error {
+	if err := e.Out.Flush(ctx); err != nil {
+		return err
+	}
 	r.captureSnapshot()
-	rev, err := putJSON(ctx, e.Runs, r.rec.ID, r.snap, r.snapRev)
+	rev, err := e.Runs.Put(ctx, r.rec.ID, r.snap, r.snapRev)
 	if err != nil {
 		delete(e.cache, r.rec.ID)
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, events.ErrChanged) {
 			return fmt.Errorf("%w: %w", errStale, err)
 		}
 		return fmt.Errorf("save run %s: %w", r.rec.ID, err)
@@ -94,9 +100,14 @@ func (e *Engine) saveSnapshot(ctx context.Context, r *run) error {
 	return nil
 }
 
+// saveRecord writes the workflow record with a compare-and-set, once every
+// event emitted is stored.
 func (e *Engine) saveRecord(ctx context.Context, r *run) error {
-	r.rec.UpdatedAt = time.Now().UTC()
-	rev, err := putJSON(ctx, e.Workflows, r.rec.ID, r.rec, r.recRev)
+	if err := e.Out.Flush(ctx); err != nil {
+		return err
+	}
+	r.rec.UpdatedAt = e.now()
+	rev, err := e.Workflows.Put(ctx, r.rec.ID, *r.rec, r.recRev)
 	if err != nil {
 		delete(e.cache, r.rec.ID)
 		return fmt.Errorf("save workflow %s: %w", r.rec.ID, err)
@@ -108,42 +119,57 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 // alreadyDone lists the nodes the per-host projection records as succeeded
 // (by a create) with the same spec hash. It lists each host's keys once and
 // reads only the nodes recorded there, so a fresh fleet costs one listing
-// per host rather than a read per node.
-func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) []string {
-	if e.State == nil {
-		return nil
-	}
-	recorded := map[string]bool{}
-	listed := map[string]bool{}
+// per host rather than a read per node. A projection that cannot be read
+// fails the submission: skipping on a guess would be a lie either way.
+func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) ([]string, error) {
+	recorded := map[string]map[string]bool{}
 	var out []string
 	for i := range p.Formulas {
 		pf := &p.Formulas[i]
-		if !listed[pf.Server] {
-			listed[pf.Server] = true
-			if l, err := e.State.ListKeysFiltered(ctx, events.HostNodePrefix(pf.Server)+">"); err == nil {
-				for k := range l.Keys() {
-					recorded[k] = true
-				}
+		keys, ok := recorded[pf.Server]
+		if !ok {
+			var err error
+			if keys, err = e.hostKeys(ctx, pf.Server); err != nil {
+				return nil, err
 			}
+			recorded[pf.Server] = keys
 		}
 		for j := range pf.Nodes {
 			pn := &pf.Nodes[j]
 			key := events.HostNodeKey(pf.Server, pf.ID, pn.Name)
-			if !recorded[key] {
+			if !keys[key] {
 				continue
 			}
-			ent, err := e.State.Get(ctx, key)
+			hn, _, err := e.Hosts.Get(ctx, key)
+			if errors.Is(err, events.ErrNoRecord) {
+				continue
+			}
 			if err != nil {
-				continue
-			}
-			var hn events.HostNode
-			if json.Unmarshal(ent.Value(), &hn) != nil {
-				continue
+				return nil, fmt.Errorf("read the per-host projection: %w", err)
 			}
 			if hn.Status.Done() && hn.Operation == dag.OpCreate && hn.SpecHash == pn.SpecHash {
 				out = append(out, pf.ID+"/"+pn.Name)
 			}
 		}
 	}
-	return out
+	return out, nil
+}
+
+// hostKeys lists the per-host projection's nodes of a host. A projection
+// that is not there (the state-store has not created its bucket yet)
+// records nothing.
+func (e *Engine) hostKeys(ctx context.Context, host string) (map[string]bool, error) {
+	keys, err := e.Hosts.Keys(ctx, events.HostNodePrefix(host)+">")
+	if events.IsMissing(err) {
+		e.Log.Warn("no per-host projection to read; nothing is skipped as already done", "host", host, "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the per-host projection of %s: %w", host, err)
+	}
+	m := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m[k] = true
+	}
+	return m, nil
 }

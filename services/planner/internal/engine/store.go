@@ -1,15 +1,11 @@
 package engine
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Record is an accepted workflow, stored in gantry_workflows before the
@@ -64,29 +60,5 @@ var letterStates = func() map[byte]dag.FormulaState {
 	}
 	return m
 }()
-
-func getJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any) (uint64, error) {
-	e, err := kv.Get(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	if err := json.Unmarshal(e.Value(), v); err != nil {
-		return 0, fmt.Errorf("decode %s/%s: %w", kv.Bucket(), key, err)
-	}
-	return e.Revision(), nil
-}
-
-// putJSON writes v at key: a create when rev is 0, else a compare-and-set
-// on rev. It returns the new revision.
-func putJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any, rev uint64) (uint64, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return 0, fmt.Errorf("encode %s/%s: %w", kv.Bucket(), key, err)
-	}
-	if rev == 0 {
-		return kv.Create(ctx, key, b)
-	}
-	return kv.Update(ctx, key, b, rev)
-}
 
 var errStale = errors.New("run state changed underneath (another planner replica?)")

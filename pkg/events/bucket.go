@@ -1,0 +1,202 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors of record stores (Bucket, MemoryBucket). A missing record, a
+// record changed underneath and a failed read are different things: only
+// the first two are answers.
+var (
+	// ErrNoRecord: the key holds no record.
+	ErrNoRecord = errors.New("no record")
+	// ErrChanged: a create found a record there, or a compare-and-set
+	// found another revision; read it and decide again.
+	ErrChanged = errors.New("record changed underneath")
+	// ErrBadRecord: the stored record does not decode.
+	ErrBadRecord = errors.New("record does not decode")
+)
+
+// Bucket keeps JSON records of one type in a JetStream KV bucket, with
+// compare-and-set writes. It is the JetStream adapter behind the services'
+// record ports.
+type Bucket[T any] struct {
+	KV jetstream.KeyValue
+}
+
+// NewBucket opens the records of type T in the named bucket.
+func NewBucket[T any](ctx context.Context, js jetstream.JetStream, name string) (Bucket[T], error) {
+	kv, err := js.KeyValue(ctx, name)
+	if err != nil {
+		return Bucket[T]{}, fmt.Errorf("bucket %s: %w", name, err)
+	}
+	return Bucket[T]{KV: kv}, nil
+}
+
+// Get returns the record at key and its revision; ErrNoRecord when there
+// is none, ErrBadRecord (with the revision, to write over it) when it does
+// not decode.
+func (b Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
+	var v T
+	e, err := b.KV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return v, 0, fmt.Errorf("%s/%s: %w", b.KV.Bucket(), key, ErrNoRecord)
+	}
+	if err != nil {
+		return v, 0, fmt.Errorf("read %s/%s: %w", b.KV.Bucket(), key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return v, e.Revision(), fmt.Errorf("%w: %s/%s: %w", ErrBadRecord, b.KV.Bucket(), key, err)
+	}
+	return v, e.Revision(), nil
+}
+
+// Put writes v at key: a create when rev is 0, else a compare-and-set on
+// rev (ErrChanged when either finds something else). It returns the new
+// revision.
+func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s/%s: %w", b.KV.Bucket(), key, err)
+	}
+	var n uint64
+	if rev == 0 {
+		n, err = b.KV.Create(ctx, key, data)
+	} else {
+		n, err = b.KV.Update(ctx, key, data, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("write %s/%s at revision %d: %w", b.KV.Bucket(), key, rev, ErrChanged)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write %s/%s: %w", b.KV.Bucket(), key, err)
+	}
+	return n, nil
+}
+
+// Keys lists the keys matching filter (a KV subject filter: "host.h1.>";
+// "" for every key). No keys is an empty list, not an error.
+func (b Bucket[T]) Keys(ctx context.Context, filter string) ([]string, error) {
+	if filter == "" {
+		filter = ">"
+	}
+	l, err := b.KV.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("list %s %s: %w", b.KV.Bucket(), filter, err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// MemoryBucket is Bucket in memory, for the services' use-case tests. Its
+// records are stored encoded, so a caller never shares one with the store.
+type MemoryBucket[T any] struct {
+	mu   sync.Mutex
+	recs map[string]memRecord
+	rev  uint64
+	// Fail, when set, is asked before each operation ("get", "put",
+	// "keys") and the error it returns is the operation's.
+	Fail func(op, key string) error
+}
+
+type memRecord struct {
+	data []byte
+	rev  uint64
+}
+
+func (m *MemoryBucket[T]) fail(op, key string) error {
+	if m.Fail == nil {
+		return nil
+	}
+	return m.Fail(op, key)
+}
+
+// Get is Bucket.Get.
+func (m *MemoryBucket[T]) Get(_ context.Context, key string) (T, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var v T
+	if err := m.fail("get", key); err != nil {
+		return v, 0, err
+	}
+	r, ok := m.recs[key]
+	if !ok {
+		return v, 0, fmt.Errorf("%s: %w", key, ErrNoRecord)
+	}
+	if err := json.Unmarshal(r.data, &v); err != nil {
+		return v, r.rev, fmt.Errorf("%w: %s: %w", ErrBadRecord, key, err)
+	}
+	return v, r.rev, nil
+}
+
+// Put is Bucket.Put.
+func (m *MemoryBucket[T]) Put(_ context.Context, key string, v T, rev uint64) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fail("put", key); err != nil {
+		return 0, err
+	}
+	if m.recs[key].rev != rev {
+		return 0, fmt.Errorf("write %s at revision %d: %w", key, rev, ErrChanged)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s: %w", key, err)
+	}
+	if m.recs == nil {
+		m.recs = map[string]memRecord{}
+	}
+	m.rev++
+	m.recs[key] = memRecord{data: data, rev: m.rev}
+	return m.rev, nil
+}
+
+// Keys is Bucket.Keys for filters of the form "prefix.>" or "".
+func (m *MemoryBucket[T]) Keys(_ context.Context, filter string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fail("keys", filter); err != nil {
+		return nil, err
+	}
+	prefix := strings.TrimSuffix(strings.TrimSuffix(filter, ">"), "*")
+	var keys []string
+	for k := range m.recs {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// Set writes v at key whatever is there (a test's arrangement).
+func (m *MemoryBucket[T]) Set(key string, v T) {
+	m.mu.Lock()
+	rev := m.recs[key].rev
+	m.mu.Unlock()
+	if _, err := m.Put(context.Background(), key, v, rev); err != nil {
+		panic(err)
+	}
+}
+
+// SetRaw stores data at key as it is (a damaged record, in a test).
+func (m *MemoryBucket[T]) SetRaw(key string, data []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.recs == nil {
+		m.recs = map[string]memRecord{}
+	}
+	m.rev++
+	m.recs[key] = memRecord{data: data, rev: m.rev}
+}

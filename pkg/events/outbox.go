@@ -1,0 +1,163 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// MaxOutboxPending bounds the publishes an Outbox has in flight, well
+// inside the client's limit of asynchronous publishes.
+const MaxOutboxPending = 256
+
+
+// Outbox publishes a unit of work's events without waiting for each, in
+// order on one connection, and stores them all by Flush: what a service
+// decided is in the stream before it records the decision. It is the
+// JetStream adapter behind the planner's and executor's event ports.
+type Outbox struct {
+	pub     *Publisher
+	mu      sync.Mutex
+	pending []outgoing
+	err     error
+}
+
+type outgoing struct {
+	future  jetstream.PubAckFuture
+	subject string
+	data    []byte
+	msgID   string
+}
+
+// Outbox starts a unit of work's events.
+func (p *Publisher) Outbox() *Outbox { return &Outbox{pub: p} }
+
+// Emit publishes an event under Nats-Msg-Id msgID. A failure is reported
+// by the next Flush. Past MaxOutboxPending publishes in flight, Emit first
+// waits for them.
+func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID string) {
+	data, _, err := o.pub.encode(pl, msgID)
+	if err != nil {
+		o.fail(err)
+		return
+	}
+	f, err := o.pub.JS.PublishAsync(subject, data, jetstream.WithMsgID(msgID))
+	if err != nil {
+		f = nil // not sent: Flush sends it, in turn
+	}
+	o.mu.Lock()
+	o.pending = append(o.pending, outgoing{future: f, subject: subject, data: data, msgID: msgID})
+	full := len(o.pending) >= MaxOutboxPending
+	o.mu.Unlock()
+	if full {
+		o.fail(o.Flush(ctx))
+	}
+}
+
+func (o *Outbox) fail(err error) {
+	if err == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+// Flush waits until every event emitted so far is stored. One that failed
+// is published again under its message id, with Publish's retries, so the
+// stream holds it once; if that fails too, Flush returns the first
+// failure. Flush empties the outbox either way.
+func (o *Outbox) Flush(ctx context.Context) error {
+	o.mu.Lock()
+	pending, err := o.pending, o.err
+	o.pending, o.err = nil, nil
+	o.mu.Unlock()
+	for _, p := range pending {
+		if err != nil {
+			break
+		}
+		if p.future == nil || !acked(ctx, p.future) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if serr := o.pub.send(ctx, p.subject, p.data, p.msgID); serr != nil {
+				err = fmt.Errorf("publish on %s: %w", p.subject, serr)
+			}
+		}
+	}
+	return err
+}
+
+// acked waits for an asynchronous publish's acknowledgement.
+func acked(ctx context.Context, f jetstream.PubAckFuture) bool {
+	select {
+	case <-f.Ok():
+		return true
+	case <-f.Err():
+	case <-ctx.Done():
+	case <-time.After(PublishTimeout):
+	}
+	return false
+}
+
+// MemoryOutbox is Outbox in memory, for the services' use-case tests.
+// Flush stores what was emitted, each message id once, as JetStream's
+// duplicate window does.
+type MemoryOutbox struct {
+	mu      sync.Mutex
+	pending []Emitted
+	stored  []Emitted
+	seen    map[string]bool
+	// Fail, when set, is asked for each event at Flush; an error leaves
+	// that event and the rest of the flush unstored.
+	Fail func(e Emitted) error
+}
+
+// Emitted is one event given to a MemoryOutbox.
+type Emitted struct {
+	Subject string
+	MsgID   string
+	Payload Payload
+}
+
+// Emit is Outbox.Emit.
+func (m *MemoryOutbox) Emit(_ context.Context, subject string, pl Payload, msgID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending = append(m.pending, Emitted{Subject: subject, MsgID: msgID, Payload: pl})
+}
+
+// Flush is Outbox.Flush.
+func (m *MemoryOutbox) Flush(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pending := m.pending
+	m.pending = nil
+	if m.seen == nil {
+		m.seen = map[string]bool{}
+	}
+	for _, e := range pending {
+		if m.Fail != nil {
+			if err := m.Fail(e); err != nil {
+				return err
+			}
+		}
+		if !m.seen[e.MsgID] {
+			m.seen[e.MsgID] = true
+			m.stored = append(m.stored, e)
+		}
+	}
+	return nil
+}
+
+// Stored returns the events stored so far, in order.
+func (m *MemoryOutbox) Stored() []Emitted {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Emitted(nil), m.stored...)
+}

@@ -1,0 +1,129 @@
+package formula
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+)
+
+// attempt runs the node once, when the host has room: its check (create:
+// exit 0 means skipped; check: the verdict) and its command. record is
+// called right before a process starts. permanent says retrying cannot
+// help.
+func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool) {
+	ev = &events.NodeEvent{}
+	select {
+	case nr.slot <- struct{}{}:
+	case <-nr.stop.Done():
+		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
+		return dag.NodeCancelled, ev, true
+	}
+	defer func() { <-nr.slot }()
+	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
+	switch nr.d.Operation {
+	case dag.OpCheck:
+		return sh.check()
+	case dag.OpCreate:
+		if strings.TrimSpace(nr.n.Check) != "" {
+			res, err := sh.run(nr.n.Check)
+			if err != nil && isPermanent(err) {
+				sh.fill(res, err)
+				ev.Status = dag.NodeFailed
+				return dag.NodeFailed, ev, true
+			}
+			if err == nil && res.ExitCode == 0 {
+				sh.fill(res, nil)
+				ev.Status, ev.Reason = dag.NodeSkipped, "check passed"
+				return dag.NodeSkipped, ev, false
+			}
+		}
+	}
+	return sh.command()
+}
+
+// shell runs one attempt's scripts on the host and fills its event.
+type shell struct {
+	nr      *nodeRun
+	attempt int
+	record  func() error
+	ev      *events.NodeEvent
+	seq     atomic.Int64
+}
+
+func (sh *shell) run(script string) (hostexec.Result, error) {
+	n := sh.nr.n
+	return sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: n.Env, Timeout: n.Timeout.D(), OnLine: sh.line, BeforeStart: sh.record})
+}
+
+// line publishes an output line as it is printed.
+func (sh *shell) line(s hostexec.Stream, line string) {
+	d := sh.nr.d
+	ll := &events.LogLine{Ref: d.Ref, Attempt: sh.attempt, Stream: events.Stream(s), Seq: sh.seq.Add(1), Line: line}
+	ll.Node = sh.nr.n.Name
+	sh.nr.x.Bus.Fire(events.HostLogs(d.Ref.Host, ll.Node), ll)
+}
+
+// fill puts a result (exit code, output tails, error) on the event.
+func (sh *shell) fill(res hostexec.Result, err error) {
+	ev := sh.ev
+	if res.ExitCode >= 0 || err == nil {
+		code := res.ExitCode
+		ev.ExitCode = &code
+	}
+	ev.StdoutTail, ev.StderrTail = events.BoundTail(res.Stdout, events.MaxTailBytes), events.BoundTail(res.Stderr, events.MaxTailBytes)
+	switch {
+	case err != nil:
+		ev.Error = events.BoundError(err.Error())
+	case res.ExitCode != 0:
+		ev.Error = fmt.Sprintf("exit status %d", res.ExitCode)
+	}
+}
+
+// check runs the command of an operation: check node, whose exit status is
+// the verdict: 0 nothing would change.
+func (sh *shell) check() (dag.NodeState, *events.NodeEvent, bool) {
+	ev := sh.ev
+	if strings.TrimSpace(sh.nr.n.Command) == "" {
+		ev.Status, ev.Check, ev.Reason = dag.NodeSucceeded, events.CheckWouldChange, "no check command: cannot tell"
+		return dag.NodeSucceeded, ev, false
+	}
+	res, err := sh.run(sh.nr.n.Command)
+	sh.fill(res, err)
+	if err != nil {
+		ev.Status = dag.NodeFailed
+		return dag.NodeFailed, ev, isPermanent(err)
+	}
+	ev.Status, ev.Error, ev.Check = dag.NodeSucceeded, "", events.CheckOK
+	if res.ExitCode != 0 {
+		ev.Check = events.CheckWouldChange
+	}
+	return dag.NodeSucceeded, ev, false
+}
+
+// command runs the node's command.
+func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
+	ev := sh.ev
+	res, err := sh.run(sh.nr.n.Command)
+	sh.fill(res, err)
+	switch {
+	case err == nil && res.ExitCode == 0:
+		ev.Status = dag.NodeSucceeded
+		return dag.NodeSucceeded, ev, false
+	case errors.Is(err, hostexec.ErrCancelled):
+		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled: killed on the host"
+		return dag.NodeCancelled, ev, true
+	}
+	ev.Status = dag.NodeFailed
+	return dag.NodeFailed, ev, isPermanent(err)
+}
+
+// isPermanent says retrying cannot help: the host cannot be reached or
+// trusted, or refuses the credentials.
+func isPermanent(err error) bool {
+	return errors.Is(err, errUnreachable) || errors.Is(err, hostexec.ErrHostKeyUnknown) || errors.Is(err, hostexec.ErrHostKeyChanged) || errors.Is(err, hostexec.ErrAuth)
+}

@@ -1,0 +1,223 @@
+package formula
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// nodeRun is one node of a formula run and its record as this delivery
+// knows it. A node whose record is unknown is recorded with a create,
+// which fails if one exists: most nodes of a run have none yet, and this
+// spares a read per node.
+type nodeRun struct {
+	*formulaRun
+	j     int
+	n     events.WorkNode
+	key   string
+	rec   Record
+	rev   uint64
+	known bool
+	log   *slog.Logger
+}
+
+// runNode runs node j through its attempts and returns its final state. A
+// state that could not be recorded is kept by f.fail.
+func (f *formulaRun) runNode(ctx context.Context, j int) dag.NodeState {
+	n := f.d.Nodes[j]
+	nr := &nodeRun{formulaRun: f, j: j, n: n, key: events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name), log: f.log.With("node", n.Name)}
+	st, err := nr.run(ctx)
+	if err != nil {
+		f.fail(fmt.Errorf("node %s: %w", n.Name, err))
+	}
+	return st
+}
+
+func (nr *nodeRun) run(ctx context.Context) (dag.NodeState, error) {
+	if nr.n.AlreadyDone {
+		if err := nr.read(ctx); err != nil {
+			return dag.NodeFailed, err
+		}
+	}
+	for range 3 { // a record appears under a create at most once per delivery
+		st, err := nr.fromRecord(ctx)
+		if !errors.Is(err, events.ErrChanged) {
+			return st, err
+		}
+		if err := nr.read(ctx); err != nil {
+			return dag.NodeFailed, err
+		}
+	}
+	return dag.NodeFailed, fmt.Errorf("node record %s changed under every try", nr.key)
+}
+
+// read reads the node's record (none: a zero record). A record that does
+// not decode reads as none at its revision, and is logged: the node is
+// decided from its attempts on the host, not from a damaged record.
+func (nr *nodeRun) read(ctx context.Context) error {
+	rec, rev, err := nr.x.Records.Get(ctx, nr.key)
+	switch {
+	case errors.Is(err, events.ErrNoRecord):
+		rec, rev = Record{}, 0
+	case errors.Is(err, events.ErrBadRecord):
+		nr.log.Error("node record damaged; it is replaced", "err", err)
+		rec = Record{}
+	case err != nil:
+		return err
+	}
+	nr.rec, nr.rev, nr.known = rec, rev, true
+	return nil
+}
+
+// save writes r as the node's record: a create when none is known, else a
+// compare-and-set on the revision read or written last.
+func (nr *nodeRun) save(ctx context.Context, r Record) error {
+	rev := nr.rev
+	if !nr.known {
+		rev = 0
+	}
+	n, err := nr.x.Records.Put(ctx, nr.key, r, rev)
+	if err != nil {
+		return err
+	}
+	nr.rec, nr.rev, nr.known = r, n, true
+	return nil
+}
+
+// fromRecord runs the node from what its record holds. It returns
+// events.ErrChanged when the record turned out to be other than known
+// (nothing started): read it and decide again.
+func (nr *nodeRun) fromRecord(ctx context.Context) (dag.NodeState, error) {
+	rec := nr.rec
+	if nr.known {
+		// Recorded succeeded (or skipped): never again in this workflow.
+		if rec.Status.Done() {
+			nr.emit(ctx, &events.NodeEvent{Status: rec.Status, Run: events.Run{ExitCode: rec.ExitCode}, Reason: "already recorded " + string(rec.Status)}, rec.Attempt)
+			return rec.Status, nil
+		}
+		if rec.Status == dag.NodeFailed && rec.Generation == nr.d.Generation {
+			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: "failed earlier in this run"}}, rec.Attempt)
+			return dag.NodeFailed, nil
+		}
+	}
+	if nr.n.AlreadyDone {
+		return nr.skip(ctx)
+	}
+	return nr.attempts(ctx)
+}
+
+// skip records and announces a node the per-host projection says is done.
+func (nr *nodeRun) skip(ctx context.Context) (dag.NodeState, error) {
+	now := time.Now().UTC()
+	skipped := Record{Status: dag.NodeSkipped, Attempt: nr.rec.Attempt, Generation: nr.d.Generation, SpecHash: nr.n.SpecHash}
+	if err := nr.save(ctx, skipped); err != nil {
+		return dag.NodeFailed, err
+	}
+	nr.emit(ctx, &events.NodeEvent{Status: dag.NodeSkipped, Run: events.Run{StartedAt: &now, EndedAt: &now}, Reason: "already succeeded with the same spec"}, skipped.Attempt)
+	return dag.NodeSkipped, nil
+}
+
+// attempts runs the attempts the node's policy leaves in this generation.
+func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
+	if nr.rec.Generation != nr.d.Generation {
+		nr.rec.GenAttempts = 0
+	}
+	maxAttempts := max(nr.n.Retry.MaxAttempts, 1)
+	bo := nr.backoff()
+	for nr.rec.GenAttempts < maxAttempts {
+		final, retry, err := nr.once(ctx, maxAttempts)
+		if err != nil || !retry {
+			return final, err
+		}
+		select {
+		case <-nr.stop.Done():
+			return nr.cancelBetween(ctx)
+		case <-time.After(bo.NextBackOff()):
+		}
+	}
+	// Attempts were used up by earlier deliveries of this dispatch.
+	rec := nr.rec
+	rec.Status = dag.NodeFailed
+	if err := nr.save(ctx, rec); err != nil {
+		return dag.NodeFailed, err
+	}
+	nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{Error: fmt.Sprintf("no attempts left (%d of %d made; the last was interrupted)", rec.GenAttempts, maxAttempts)}}, rec.Attempt)
+	return dag.NodeFailed, nil
+}
+
+func (nr *nodeRun) backoff() *backoff.ExponentialBackOff {
+	r := nr.n.Retry
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.Multiplier = max(r.InitialInterval.D(), time.Millisecond), max(r.MaxInterval.D(), time.Millisecond), max(r.Multiplier, 1)
+	bo.MaxElapsedTime = 0
+	bo.Reset()
+	return bo
+}
+
+func (nr *nodeRun) cancelBetween(ctx context.Context) (dag.NodeState, error) {
+	rec := nr.rec
+	rec.Status = dag.NodeCancelled
+	if err := nr.save(ctx, rec); err != nil {
+		return dag.NodeCancelled, err
+	}
+	nr.emit(ctx, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "cancelled between attempts"}, rec.Attempt)
+	return dag.NodeCancelled, nil
+}
+
+// once makes one attempt. The attempt is recorded right before its
+// process starts (hostexec's BeforeStart), so the recorded attempts are
+// exactly those that started something on the host, and then announced.
+// retry says another attempt is due.
+func (nr *nodeRun) once(ctx context.Context, maxAttempts int) (dag.NodeState, bool, error) {
+	next := nr.rec
+	next.Attempt++
+	next.GenAttempts++
+	next.Generation, next.Status, next.SpecHash, next.ExitCode = nr.d.Generation, dag.NodeRunning, nr.n.SpecHash, nil
+	started := time.Now().UTC()
+	recorded := false
+	var recordErr error
+	record := func() error {
+		if recordErr = nr.save(ctx, next); recordErr != nil {
+			return recordErr
+		}
+		recorded = true
+		started = time.Now().UTC()
+		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, next.Attempt)
+		return nil
+	}
+	final, ev, permanent := nr.attempt(next.Attempt, record)
+	if recordErr != nil {
+		return dag.NodeFailed, false, recordErr // nothing started; decided again (ErrChanged) or redelivered
+	}
+	rec := next
+	ended := time.Now().UTC()
+	ev.StartedAt, ev.EndedAt = &started, &ended
+	retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts && nr.stop.Err() == nil
+	if !retry {
+		rec.Status, rec.ExitCode = final, ev.ExitCode
+		if err := nr.save(ctx, rec); err != nil {
+			return dag.NodeFailed, false, err
+		}
+	} else {
+		nr.rec = rec // recorded as running by BeforeStart, or not at all
+	}
+	if !recorded {
+		// Nothing started (no connection, cancelled while waiting for a
+		// slot): the attempt is still announced before its outcome.
+		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, rec.Attempt)
+	}
+	ev.WillRetry = retry
+	nr.emit(ctx, ev, rec.Attempt)
+	nr.log.Info("node attempt", "status", final, "attempt", rec.Attempt, "will_retry", retry, "exit_code", ev.ExitCode)
+	return final, retry, nil
+}
+
+func (nr *nodeRun) emit(ctx context.Context, ev *events.NodeEvent, attempt int) {
+	nr.emitNode(ctx, nr.j, ev, attempt)
+}

@@ -1,0 +1,56 @@
+package formula
+
+import (
+	"context"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+)
+
+// The formula runner's ports: its node records, what it reads of the
+// planner, where its events go and how it reaches hosts. events.Bucket,
+// NewBus and hostexec.Hosts are the real adapters; events.MemoryBucket,
+// events.MemoryOutbox and any hostexec.Runner serve the tests.
+
+// Records holds the executor's node records (gantry_nodes).
+type Records interface {
+	// Get returns the record at key and its revision: events.ErrNoRecord
+	// when there is none, events.ErrBadRecord when it does not decode.
+	Get(ctx context.Context, key string) (Record, uint64, error)
+	// Put creates the record (rev 0) or replaces revision rev
+	// (events.ErrChanged when the store holds something else).
+	Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error)
+}
+
+// Runs reads the planner's run states (gantry_runs).
+type Runs interface {
+	Get(ctx context.Context, id string) (events.RunSnapshot, uint64, error)
+}
+
+// Emitter publishes a formula run's transitions in order; Flush returns
+// once every one emitted so far is stored.
+type Emitter interface {
+	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
+	Flush(ctx context.Context) error
+}
+
+// Bus is where the executor's events go.
+type Bus interface {
+	// Batch starts the events of one formula run.
+	Batch() Emitter
+	// Fire publishes an output line without waiting: a lost line never
+	// holds up the work that printed it.
+	Fire(subject string, pl events.Payload)
+}
+
+// Runners gives the runner of a host.
+type Runners interface {
+	Runner(transport, address, user string) (hostexec.Runner, error)
+}
+
+// NewBus is the Bus of a publisher.
+func NewBus(p *events.Publisher) Bus { return publisherBus{p} }
+
+type publisherBus struct{ *events.Publisher }
+
+func (b publisherBus) Batch() Emitter { return b.Outbox() }

@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// The events and work the planner emits. None waits: the unit of work
+// flushes them before it records what they announce.
+
+func (e *Engine) ref(r *run, i int) events.Ref {
+	pf := &r.plan.Formulas[i]
+	return events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Formula: pf.ID, Host: pf.Server, Operation: r.plan.Operation, Generation: r.rec.Generation}
+}
+
+func (e *Engine) msgID(r *run, parts ...string) string {
+	return events.MsgID(append([]string{r.rec.ID, strconv.Itoa(r.rec.Generation)}, parts...)...)
+}
+
+func hostSpec(c *dag.Composition, server string) events.HostSpec {
+	h := c.Hosts[server]
+	return events.HostSpec{Transport: h.Transport, Address: h.Address, User: h.User}
+}
+
+// dispatch sends a formula's work to the executors, after its "ready", so
+// that in the stream "ready" precedes the executor's "running".
+func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
+	pf := &r.plan.Formulas[i]
+	spec := r.plan.Spec(i)
+	c := r.rec.Composition
+	d := &events.Dispatch{Ref: e.ref(r, i), Host: hostSpec(c, pf.Server), MaxParallel: pf.MaxParallel, OnFailure: c.OnFailure, Order: pf.Order}
+	d.Nodes = make([]events.WorkNode, len(pf.Nodes))
+	for j := range pf.Nodes {
+		pn, n := &pf.Nodes[j], &spec.Nodes[j]
+		d.Nodes[j] = events.WorkNode{Name: pn.Name, Command: pn.Command, Check: pn.Check, DependsOn: pn.DependsOn,
+			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name]}
+	}
+	e.publishFormula(ctx, r, i, dag.FormulaReady, "")
+	e.Out.Emit(ctx, events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch"))
+}
+
+// gate asks the health-gate to probe a formula's host, after "gating".
+func (e *Engine) gate(ctx context.Context, r *run, i int) {
+	pf := &r.plan.Formulas[i]
+	g := &events.GateRequest{Ref: e.ref(r, i), Host: hostSpec(r.rec.Composition, pf.Server), Gate: *pf.Gate}
+	e.publishFormula(ctx, r, i, dag.FormulaGating, "")
+	e.Out.Emit(ctx, events.HostGate(pf.Server), g, e.msgID(r, pf.ID, "gate"))
+}
+
+// stopFormula publishes a blocked or cancelled formula and each of its
+// nodes, naming the failed formula behind it.
+func (e *Engine) stopFormula(ctx context.Context, r *run, b dag.Blocked, fs dag.FormulaState, ns dag.NodeState) {
+	blocker := ""
+	if b.Blocker >= 0 {
+		blocker = r.plan.Formulas[b.Blocker].ID
+	}
+	pf := &r.plan.Formulas[b.Formula]
+	for j := range pf.Nodes {
+		ev := &events.NodeEvent{Ref: e.ref(r, b.Formula), Status: ns, Blocker: blocker, SpecHash: pf.Nodes[j].SpecHash}
+		ev.Node = pf.Nodes[j].Name
+		if ns == dag.NodeCancelled {
+			ev.Reason = "not started: on_failure " + string(r.plan.OnFailure) + " after " + blocker + " failed"
+		}
+		e.Out.Emit(ctx, events.HostLifecycle(pf.Server), ev, e.msgID(r, pf.ID, ev.Node, string(ns)))
+	}
+	e.publishFormula(ctx, r, b.Formula, fs, blocker)
+}
+
+func (e *Engine) formulaEvent(r *run, i int, st dag.FormulaState, blocker string) *events.FormulaEvent {
+	now := e.now()
+	ev := &events.FormulaEvent{Ref: e.ref(r, i), Status: st, Blocker: blocker, Run: events.Run{Attempt: r.rec.Generation}}
+	switch st {
+	case dag.FormulaReady, dag.FormulaGating:
+		ev.StartedAt = &now
+	default:
+		ev.EndedAt = &now
+	}
+	return ev
+}
+
+func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.FormulaState, blocker string) {
+	ev := e.formulaEvent(r, i, st, blocker)
+	e.Out.Emit(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
+}
+
+// publishWorkflow publishes a workflow transition; by is who asked for it
+// (nil for the planner's own).
+func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowState, reason string, by *events.Principal) {
+	now := e.now()
+	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
+		Status: st, Reason: reason, Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}, RequestedBy: by}
+	if st.Terminal() {
+		ev.EndedAt = &now
+		ev.Error = reason
+	}
+	ev.Formulas = map[dag.FormulaState]int{}
+	for i := range r.plan.Formulas {
+		ev.Formulas[r.state.Formula(i)]++
+		ev.TotalNodes += len(r.plan.Formulas[i].Nodes)
+	}
+	e.Out.Emit(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
+}

@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// chain: a, then b after a completed. b has a delete, a has none.
+const chain = `
+name: chain
+hosts: {h1: {transport: local}}
+formulas:
+  - id: a
+    server: h1
+    nodes: [{name: x, run: "true", delete: "rm x"}]
+  - id: b
+    server: h1
+    depends_on: [{formula: a, condition: completed}]
+    nodes: [{name: y, run: "true", delete: "rm y"}]
+`
+
+// gated: b waits for a's health gate.
+const gated = `
+name: gated
+hosts: {h1: {transport: local}}
+formulas:
+  - id: a
+    server: h1
+    nodes: [{name: x, run: "true"}]
+    health_gate: {check: "true", timeout: 10s, retries: 2}
+  - id: b
+    server: h1
+    depends_on: [{formula: a, condition: healthy}]
+    nodes: [{name: y, run: "true"}]
+`
+
+// step is one thing that happens to a run, and what the engine must make
+// of it: the events it stores, in order, and the recorded status after.
+type step struct {
+	do     func(h *harness) error
+	want   []string
+	status dag.WorkflowState
+	err    error // the step's error must match (errors.Is)
+}
+
+func TestRunTransitions(t *testing.T) {
+	t.Parallel()
+	submit := func(c string) func(h *harness) error { return func(h *harness) error { return h.submit(c) } }
+	formula := func(f string, gen int, st dag.FormulaState) func(h *harness) error {
+		return func(h *harness) error { return h.formula(f, gen, st) }
+	}
+	health := func(f string, pass bool) func(h *harness) error {
+		return func(h *harness) error { return h.health(f, 1, pass) }
+	}
+	control := func(verb string) func(h *harness) error { return func(h *harness) error { return h.control(verb) } }
+	cases := map[string][]step{
+		"dispatch in dependency order, then succeed": {
+			{do: submit(chain), want: []string{"workflow accepted", "workflow running", "a ready", "dispatch a create g1"}, status: dag.WorkflowRunning},
+			{do: formula("a", 1, dag.FormulaRunning), want: nil, status: dag.WorkflowRunning},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"b ready", "dispatch b create g1"}, status: dag.WorkflowRunning},
+			{do: formula("b", 1, dag.FormulaSucceeded), want: []string{"workflow succeeded"}, status: dag.WorkflowSucceeded},
+		},
+		"a failure blocks what depends on it": {
+			{do: submit(chain), want: []string{"workflow accepted", "workflow running", "a ready", "dispatch a create g1"}},
+			{do: formula("a", 1, dag.FormulaFailed), want: []string{"b/y blocked", "b blocked (a)", "workflow failed: formula a failed"}, status: dag.WorkflowFailed},
+		},
+		"a health gate holds dependents until it passes": {
+			{do: submit(gated), want: []string{"workflow accepted", "workflow running", "a ready", "dispatch a create g1"}},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"a gating", "gate a"}, status: dag.WorkflowRunning},
+			{do: health("a", true), want: []string{"a healthy", "b ready", "dispatch b create g1"}},
+			{do: formula("b", 1, dag.FormulaSucceeded), want: []string{"workflow succeeded"}, status: dag.WorkflowSucceeded},
+		},
+		"an unhealthy gate blocks dependents": {
+			{do: submit(gated)},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"a gating", "gate a"}},
+			{do: health("a", false), want: []string{"a unhealthy", "b/y blocked", "b blocked (a)", "workflow failed: formula a failed"}, status: dag.WorkflowFailed},
+		},
+		"a health verdict without a gate running is ignored": {
+			{do: submit(gated)},
+			{do: health("a", true), want: nil, status: dag.WorkflowRunning},
+		},
+		"cancel stops what has not started and ignores later events": {
+			{do: submit(chain)},
+			{do: control(events.VerbCancel), want: []string{"b/y cancelled", "b cancelled", "workflow cancelled: cancelled by request"}, status: dag.WorkflowCancelled},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowCancelled},
+			{do: control(events.VerbCancel), err: ErrConflict, status: dag.WorkflowCancelled},
+		},
+		"pause holds new work, resume releases it as a new transition": {
+			{do: submit(chain)},
+			{do: control(events.VerbPause), want: []string{"workflow paused: paused by request"}, status: dag.WorkflowPaused},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowPaused},
+			{do: control(events.VerbResume), want: []string{"workflow running: resumed", "b ready", "dispatch b create g1"}, status: dag.WorkflowRunning},
+			{do: control(events.VerbResume), err: ErrConflict, status: dag.WorkflowRunning},
+			{do: formula("b", 1, dag.FormulaSucceeded), want: []string{"workflow succeeded"}, status: dag.WorkflowSucceeded},
+		},
+		"retry runs what failed as a new generation": {
+			{do: submit(chain)},
+			{do: control(events.VerbRetry), err: ErrConflict, status: dag.WorkflowRunning},
+			{do: formula("a", 1, dag.FormulaFailed), want: []string{"b/y blocked", "b blocked (a)", "workflow failed: formula a failed"}},
+			{do: control(events.VerbRetry), want: []string{"workflow running: retry: generation 2", "a ready", "dispatch a create g2"}, status: dag.WorkflowRunning},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowRunning}, // the old generation's
+			{do: formula("a", 2, dag.FormulaSucceeded), want: []string{"b ready", "dispatch b create g2"}},
+			{do: formula("b", 2, dag.FormulaSucceeded), want: []string{"workflow succeeded"}, status: dag.WorkflowSucceeded},
+		},
+		"redelivered and late events change nothing": {
+			{do: submit(chain)},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"b ready", "dispatch b create g1"}},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: nil},
+			{do: formula("a", 1, dag.FormulaRunning), want: nil, status: dag.WorkflowRunning},
+		},
+		"unknown workflows and formulas are ignored": {
+			{do: submit(chain)},
+			{do: formula("zz", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowRunning},
+			{do: func(h *harness) error {
+				return h.handle(&events.FormulaEvent{Ref: events.Ref{WorkflowID: "nope", Workflow: "w", Operation: dag.OpCreate, Formula: "a", Host: "h1", Generation: 1}, Status: dag.FormulaSucceeded})
+			}, want: nil},
+		},
+		"control of an unknown workflow": {
+			{do: submit(chain)},
+			{do: func(h *harness) error {
+				_, err := h.e.Control(context.Background(), "nope", events.VerbPause, operator)
+				return err
+			}, err: ErrNotFound, status: dag.WorkflowRunning},
+		},
+	}
+	for name, steps := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			for i, s := range steps {
+				err := s.do(h)
+				if s.err != nil {
+					if !errors.Is(err, s.err) {
+						t.Fatalf("step %d: error %v, want %v", i, err, s.err)
+					}
+				} else if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				got := h.stored()
+				if s.want != nil || i > 0 {
+					if !slices.Equal(got, s.want) {
+						t.Fatalf("step %d stored\n  %s\nwant\n  %s", i, strings.Join(got, "\n  "), strings.Join(s.want, "\n  "))
+					}
+				}
+				if s.status != "" && h.status() != s.status {
+					t.Fatalf("step %d: status %s, want %s", i, h.status(), s.status)
+				}
+			}
+		})
+	}
+}

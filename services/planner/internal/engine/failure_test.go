@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var jetstreamStreamNotFound = jetstream.ErrStreamNotFound
+
+const rollback = `
+name: rb
+hosts: {h1: {transport: local}}
+on_failure: rollback
+formulas:
+  - id: a
+    server: h1
+    nodes:
+      - {name: x, run: "true", delete: "rm x"}
+      - {name: keep, run: "true"}
+  - id: b
+    server: h1
+    depends_on: [{formula: a, condition: completed}]
+    nodes: [{name: y, run: "false", delete: "rm y"}]
+`
+
+func wantStored(t *testing.T, h *harness, want ...string) {
+	t.Helper()
+	if got := h.stored(); !slices.Equal(got, want) {
+		t.Fatalf("stored\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRollbackDeletesWhatSucceeded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(rollback))
+	h.stored()
+	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
+	h.recordNode(dag.OpCreate, "a", "keep", dag.NodeSucceeded)
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	h.stored()
+	h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
+	must(t, h.formula("b", 1, dag.FormulaFailed))
+	wantStored(t, h, "workflow running: rolling back after formula b failed: deleting 1 formulas (1 succeeded nodes have no delete and stay)",
+		"a ready", "dispatch a delete g2")
+	h.recordNode(dag.OpDelete, "a", "x", dag.NodeSucceeded)
+	must(t, h.formula("a", 2, dag.FormulaSucceeded))
+	wantStored(t, h, "workflow failed: formula b failed; rolled back: 1 of 1 succeeded nodes deleted")
+	if h.status() != dag.WorkflowFailed {
+		t.Fatalf("status %s", h.status())
+	}
+}
+
+func TestRollbackWithNothingToUndo(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(rollback))
+	h.stored()
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	wantStored(t, h, "b/y blocked", "b blocked (a)", "workflow failed: formula a failed; nothing to roll back")
+}
+
+// A node record that cannot be read is not a node that did not succeed:
+// the event is redelivered, and nothing is decided on a guess.
+func TestRollbackReadErrorIsNotNone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(rollback))
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	h.stored()
+	down := errors.New("bucket unavailable")
+	h.nodes.Fail = func(op, key string) error { return down }
+	if err := h.formula("b", 1, dag.FormulaFailed); !errors.Is(err, down) {
+		t.Fatalf("err %v, want the read error, for redelivery", err)
+	}
+	wantStored(t, h) // nothing decided
+	if h.status() != dag.WorkflowRunning || h.snapshot() != "sr" {
+		t.Fatalf("recorded %s %s, want running sr", h.status(), h.snapshot())
+	}
+	h.nodes.Fail = nil
+	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
+	must(t, h.formula("b", 1, dag.FormulaFailed))
+	wantStored(t, h, "workflow running: rolling back after formula b failed: deleting 1 formulas", "a ready", "dispatch a delete g2")
+}
+
+func TestAlreadyDoneFromTheHostProjection(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	// Learn the spec hash of a/x from a validation.
+	reply, err := h.e.Submit(context.Background(), []byte(chain), true, operator)
+	must(t, err)
+	hash := reply.Plan.Formulas[0].Nodes[0].SpecHash
+	h.hosts.Set(events.HostNodeKey("h1", "a", "x"), events.HostNode{Host: "h1", Formula: "a", Node: "x", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash})
+	h.hosts.Set(events.HostNodeKey("h1", "b", "y"), events.HostNode{Host: "h1", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "other"})
+	must(t, h.submit(chain))
+	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip x")
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	wantStored(t, h, "b ready", "dispatch b create g1") // another spec: runs again
+}
+
+func TestSubmitFailsWhenTheHostProjectionCannotBeRead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.hosts.Fail = func(op, key string) error { return errors.New("timeout") }
+	if err := h.submit(chain); err == nil || !strings.Contains(err.Error(), "per-host projection") {
+		t.Fatalf("err %v", err)
+	}
+	if keys, _ := h.workflows.Keys(context.Background(), ""); len(keys) != 0 {
+		t.Fatalf("a refused submission wrote %v", keys)
+	}
+	// A projection that does not exist yet records nothing: the run goes on.
+	h.hosts.Fail = func(op, key string) error { return jetstreamStreamNotFound }
+	must(t, h.submit(chain))
+}
+
+// A batch whose events cannot all be recorded is redelivered whole, and
+// the redelivery decides the same, under the same message ids.
+func TestFailedSaveRedeliversTheBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	h.stored()
+	down := errors.New("kv down")
+	h.runs.Fail = func(op, key string) error {
+		if op == "put" {
+			return down
+		}
+		return nil
+	}
+	if err := h.formula("a", 1, dag.FormulaSucceeded); !errors.Is(err, down) {
+		t.Fatalf("err %v", err)
+	}
+	wantStored(t, h, "b ready", "dispatch b create g1") // published before the failed save
+	if h.snapshot() != "rp" {
+		t.Fatalf("snapshot %s, want rp (the save failed)", h.snapshot())
+	}
+	h.runs.Fail = nil
+	must(t, h.formula("a", 1, dag.FormulaSucceeded)) // the redelivery
+	wantStored(t, h)                                 // the same decisions: duplicates dropped
+	if h.snapshot() != "sr" {
+		t.Fatalf("snapshot %s, want sr", h.snapshot())
+	}
+}
+
+// A poison event in a batch is terminated alone; the others are applied.
+func TestPoisonEventInABatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	h.stored()
+	bad := h.event(&events.FormulaEvent{Ref: h.ref("a", 1), Status: dag.FormulaSucceeded})
+	bad.Data = []byte(`{"status": 7}`)
+	good := h.event(&events.FormulaEvent{Ref: h.ref("a", 1), Status: dag.FormulaSucceeded})
+	errs := h.e.HandleBatch(context.Background(), []*consume.Event{bad, good})
+	if !unusable(errs[0]) || errs[1] != nil {
+		t.Fatalf("errs %v", errs)
+	}
+	wantStored(t, h, "b ready", "dispatch b create g1")
+}
+
+// A restarted planner resumes from what was saved.
+func TestResumeAfterRestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	_, err := h.e.Submit(context.Background(), []byte(chain), false, operator) // accepted, never started
+	must(t, err)
+	h.stored()
+	h.fresh()
+	failed, err := h.e.Resume(context.Background())
+	must(t, err)
+	if len(failed) != 0 {
+		t.Fatalf("failed %v", failed)
+	}
+	wantStored(t, h, "workflow running", "a ready", "dispatch a create g1")
+	keys, _ := h.workflows.Keys(context.Background(), "")
+	h.id = keys[0]
+	h.fresh()
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	wantStored(t, h, "b ready", "dispatch b create g1")
+}
+
+// Two planners on one run: the second write loses the compare-and-set,
+// and the event is redelivered to be applied to the fresh state.
+func TestStaleSnapshotIsDetected(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	other := *h
+	other.fresh()
+	must(t, other.formula("a", 1, dag.FormulaRunning))
+	must(t, h.formula("a", 1, dag.FormulaRunning))     // nothing to save
+	must(t, other.formula("a", 1, dag.FormulaSucceeded)) // other saves first
+	if err := h.formula("a", 1, dag.FormulaSucceeded); !errors.Is(err, errStale) {
+		t.Fatalf("err %v, want errStale", err)
+	}
+	must(t, h.formula("a", 1, dag.FormulaSucceeded)) // redelivered: reloads, nothing new
+	if h.snapshot() != "sr" {
+		t.Fatalf("snapshot %s", h.snapshot())
+	}
+}

@@ -1,0 +1,44 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// The engine's ports: where it keeps runs, what it reads of the other
+// services, and where its decisions go. events.Bucket and events.Outbox
+// are the JetStream adapters; events.MemoryBucket and events.MemoryOutbox
+// the in-memory ones.
+
+// Records is a store of one record type with compare-and-set writes: the
+// planner's own buckets.
+type Records[T any] interface {
+	// Get returns the record at key and its revision (events.ErrNoRecord
+	// when there is none).
+	Get(ctx context.Context, key string) (T, uint64, error)
+	// Put creates the record (rev 0) or replaces revision rev
+	// (events.ErrChanged when the store holds something else).
+	Put(ctx context.Context, key string, v T, rev uint64) (uint64, error)
+	// Keys lists the keys matching a KV filter ("" for all).
+	Keys(ctx context.Context, filter string) ([]string, error)
+}
+
+// Reader reads another service's records.
+type Reader[T any] interface {
+	Get(ctx context.Context, key string) (T, uint64, error)
+}
+
+// Lister reads and lists another service's records.
+type Lister[T any] interface {
+	Reader[T]
+	Keys(ctx context.Context, filter string) ([]string, error)
+}
+
+// Emitter publishes the events a unit of work decides. Emit does not wait;
+// Flush returns once every event emitted so far is stored (or one cannot
+// be), and the engine flushes before it records what the events announce.
+type Emitter interface {
+	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
+	Flush(ctx context.Context) error
+}
