@@ -13,7 +13,6 @@ import (
 // inside the client's limit of asynchronous publishes.
 const MaxOutboxPending = 256
 
-
 // Outbox publishes a unit of work's events without waiting for each, in
 // order on one connection, and stores them all by Flush: what a service
 // decided is in the stream before it records the decision. It is the

@@ -203,7 +203,7 @@ func TestStaleSnapshotIsDetected(t *testing.T) {
 	other := *h
 	other.fresh()
 	must(t, other.formula("a", 1, dag.FormulaRunning))
-	must(t, h.formula("a", 1, dag.FormulaRunning))     // nothing to save
+	must(t, h.formula("a", 1, dag.FormulaRunning))       // nothing to save
 	must(t, other.formula("a", 1, dag.FormulaSucceeded)) // other saves first
 	if err := h.formula("a", 1, dag.FormulaSucceeded); !errors.Is(err, errStale) {
 		t.Fatalf("err %v, want errStale", err)
