@@ -1,0 +1,153 @@
+package formula
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+)
+
+// host is a scripted host: each script's exit codes in turn (the last
+// repeats; none: 0). A script named "block..." runs until it is killed,
+// and says on start when it started.
+type host struct {
+	mu    sync.Mutex
+	exits map[string][]int
+	ran   []string    // scripts started, in order
+	start chan string // a "block..." script started
+}
+
+func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	if cmd.BeforeStart != nil {
+		if err := cmd.BeforeStart(); err != nil {
+			return hostexec.Result{ExitCode: -1}, err
+		}
+	}
+	h.mu.Lock()
+	h.ran = append(h.ran, cmd.Script)
+	code := 0
+	if codes := h.exits[cmd.Script]; len(codes) > 0 {
+		code = codes[0]
+		if len(codes) > 1 {
+			h.exits[cmd.Script] = codes[1:]
+		}
+	}
+	h.mu.Unlock()
+	if cmd.OnLine != nil {
+		cmd.OnLine(hostexec.Stdout, "ran "+cmd.Script)
+	}
+	if strings.HasPrefix(cmd.Script, "block") {
+		h.start <- cmd.Script
+		<-ctx.Done()
+		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", hostexec.ErrCancelled, ctx.Err())
+	}
+	return hostexec.Result{ExitCode: code, Stdout: "ran " + cmd.Script + "\n"}, nil
+}
+
+func (h *host) scripts() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.ran...)
+}
+
+// runners gives one host's runner, or an error.
+type runners struct {
+	r   hostexec.Runner
+	err error
+}
+
+func (r runners) Runner(string, string, string) (hostexec.Runner, error) { return r.r, r.err }
+
+// bus keeps events in a MemoryOutbox and output lines in a list.
+type bus struct {
+	out   *events.MemoryOutbox
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *bus) Batch() Emitter { return b.out }
+func (b *bus) Fire(_ string, pl events.Payload) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, pl.(*events.LogLine).Line)
+}
+
+// harness is an Executor on in-memory ports and a scripted host.
+type harness struct {
+	x       *Executor
+	host    *host
+	records *events.MemoryBucket[Record]
+	runs    *events.MemoryBucket[events.RunSnapshot]
+	bus     *bus
+}
+
+func newHarness() *harness {
+	h := &harness{host: &host{exits: map[string][]int{}, start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
+		runs: &events.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &events.MemoryOutbox{}}}
+	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return h
+}
+
+// dispatch is formula f on h1 with the nodes given, in order.
+func dispatch(op dag.Operation, gen int, nodes ...events.WorkNode) *events.Dispatch {
+	d := &events.Dispatch{Ref: events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "f", Host: "h1", Operation: op, Generation: gen},
+		Host: events.HostSpec{Transport: "local"}, OnFailure: dag.OnFailureStop, MaxParallel: 1}
+	for _, n := range nodes {
+		if n.Retry.MaxAttempts == 0 {
+			n.Retry.MaxAttempts = 1
+		}
+		d.Nodes = append(d.Nodes, n)
+		d.Order = append(d.Order, n.Name)
+	}
+	return d
+}
+
+func node(name, command string, attempts int, deps ...string) events.WorkNode {
+	return events.WorkNode{Name: name, Command: command, DependsOn: deps, SpecHash: "h-" + name,
+		Retry: dag.RetryPolicy{MaxAttempts: attempts, InitialInterval: 1, MaxInterval: 1, Multiplier: 1}}
+}
+
+func (h *harness) key(op dag.Operation, n string) string { return events.NodeKey("w1", op, "f", n) }
+
+func (h *harness) record(op dag.Operation, n string) Record {
+	r, _, err := h.records.Get(context.Background(), h.key(op, n))
+	if err != nil {
+		return Record{}
+	}
+	return r
+}
+
+// stored describes the events stored, one line each.
+func (h *harness) stored() []string {
+	var out []string
+	for _, e := range h.bus.out.Stored() {
+		switch p := e.Payload.(type) {
+		case *events.FormulaEvent:
+			s := "f " + string(p.Status)
+			if p.Error != "" {
+				s += ": " + p.Error
+			}
+			out = append(out, s)
+		case *events.NodeEvent:
+			s := fmt.Sprintf("%s %s %d", p.Node, p.Status, p.Attempt)
+			if p.WillRetry {
+				s += " retry"
+			}
+			if p.Check != "" {
+				s += " " + string(p.Check)
+			}
+			if why := strings.TrimSpace(p.Reason + " " + p.Error); why != "" {
+				s += ": " + why
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
