@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -69,12 +70,14 @@ func DefaultSSHPaths() (keyFile, knownHosts string) {
 
 // Pool holds one SSH connection per user@host:port and hands out runners.
 type Pool struct {
-	cfg   SSHConfig
-	auth  []ssh.AuthMethod
-	hkcb  ssh.HostKeyCallback
-	log   *slog.Logger
-	mu    sync.Mutex
-	conns map[string]*conn
+	cfg       SSHConfig
+	keys      []ssh.Signer // from the key file
+	agentSock string       // $SSH_AUTH_SOCK when the agent is used
+	agentDown atomic.Bool  // its failure was logged
+	hkcb      ssh.HostKeyCallback
+	log       *slog.Logger
+	mu        sync.Mutex
+	conns     map[string]*conn
 }
 
 type conn struct {
@@ -122,20 +125,12 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 			}
 			return nil, fmt.Errorf("ssh key %s: %w", cfg.KeyFile, err)
 		}
-		p.auth = append(p.auth, ssh.PublicKeys(signer))
+		p.keys = append(p.keys, signer)
 	}
 	if cfg.UseAgent {
-		if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
-			p.auth = append(p.auth, ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
-				c, err := net.Dial("unix", sock)
-				if err != nil {
-					return nil, fmt.Errorf("ssh-agent: %w", err)
-				}
-				return agent.NewClient(c).Signers()
-			}))
-		}
+		p.agentSock = os.Getenv("SSH_AUTH_SOCK")
 	}
-	if len(p.auth) == 0 {
+	if len(p.keys) == 0 && p.agentSock == "" {
 		return nil, errors.New("ssh: no key file found and no ssh-agent: set --ssh-key (GANTRY_SSH_KEY)")
 	}
 	if cfg.InsecureIgnoreHostKey {
@@ -189,10 +184,18 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 	if c.client != nil {
 		return c.client, nil
 	}
+	signers, closeAgent, err := p.signers()
+	defer closeAgent()
+	if err != nil {
+		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+	}
 	var keyErr error
 	cfg := &ssh.ClientConfig{
 		User: user,
-		Auth: p.auth,
+		// One publickey method offering every key: the client tries each
+		// method name once, so a second PublicKeys method would never be
+		// tried after the first one's keys were refused.
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(signers...)},
 		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
 			err := p.hkcb(host, remote, key)
 			var ke *knownhosts.KeyError
@@ -236,6 +239,53 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		c.mu.Unlock()
 	}(c.client)
 	return c.client, nil
+}
+
+// signers returns the keys to offer: the key file's first, then the
+// agent's (the key file is the operator's explicit choice, and sshd counts
+// every refused key towards MaxAuthTries). The agent connection signs
+// during the handshake; closeAgent ends it afterwards. An unreachable
+// agent is skipped when a key file is there (logged once until it works
+// again).
+func (p *Pool) signers() (_ []ssh.Signer, closeAgent func(), _ error) {
+	closeAgent = func() {}
+	signers := append([]ssh.Signer(nil), p.keys...)
+	if p.agentSock == "" {
+		return signers, closeAgent, nil
+	}
+	agentErr := func() error {
+		ac, err := net.DialTimeout("unix", p.agentSock, p.cfg.DialTimeout)
+		if err != nil {
+			return err
+		}
+		closeAgent = func() { _ = ac.Close() }
+		keys, err := agent.NewClient(ac).Signers()
+		if err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		for _, s := range signers {
+			seen[string(s.PublicKey().Marshal())] = true
+		}
+		for _, s := range keys {
+			if k := string(s.PublicKey().Marshal()); !seen[k] {
+				seen[k] = true
+				signers = append(signers, s)
+			}
+		}
+		return nil
+	}()
+	if agentErr != nil {
+		if len(signers) == 0 {
+			return nil, closeAgent, fmt.Errorf("no key to offer: no key file and the ssh-agent at $SSH_AUTH_SOCK failed: %w", agentErr)
+		}
+		if !p.agentDown.Swap(true) {
+			p.log.Warn("ssh-agent unavailable: offering the key file only", "err", agentErr)
+		}
+		return signers, closeAgent, nil
+	}
+	p.agentDown.Store(false)
+	return signers, closeAgent, nil
 }
 
 func (p *Pool) drop(c *conn, cl *ssh.Client) {
