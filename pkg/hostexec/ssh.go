@@ -74,7 +74,7 @@ type Pool struct {
 	keys      []ssh.Signer // from the key file
 	agentSock string       // $SSH_AUTH_SOCK when the agent is used
 	agentDown atomic.Bool  // its failure was logged
-	hkcb      ssh.HostKeyCallback
+	known     *knownHosts  // nil when host keys are not checked
 	log       *slog.Logger
 	mu        sync.Mutex
 	conns     map[string]*conn
@@ -135,15 +135,60 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	}
 	if cfg.InsecureIgnoreHostKey {
 		p.log.Warn("ssh host keys are NOT checked: --insecure-ignore-host-key was given")
-		p.hkcb = ssh.InsecureIgnoreHostKey()
 	} else {
-		cb, err := knownhosts.New(cfg.KnownHosts)
-		if err != nil {
-			return nil, fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", cfg.KnownHosts, err)
+		p.known = &knownHosts{path: cfg.KnownHosts}
+		if _, err := p.known.current(false); err != nil {
+			return nil, err
 		}
-		p.hkcb = cb
 	}
 	return p, nil
+}
+
+// knownHosts is the known_hosts file, read again when it changed (size,
+// modification time or the file itself), so that a key added or removed
+// counts from the next connection on, without a restart.
+type knownHosts struct {
+	path string
+	mu   sync.Mutex
+	fi   os.FileInfo // of the file as last read
+	cb   ssh.HostKeyCallback
+}
+
+// current returns the callback for the file as it is now; force reads it
+// again even when it looks unchanged.
+func (k *knownHosts) current(force bool) (ssh.HostKeyCallback, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	fi, err := os.Stat(k.path)
+	if err != nil {
+		return nil, fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", k.path, err)
+	}
+	if !force && k.cb != nil && os.SameFile(k.fi, fi) && k.fi.Size() == fi.Size() && k.fi.ModTime().Equal(fi.ModTime()) {
+		return k.cb, nil
+	}
+	// Stat before reading: a change made meanwhile shows at the next call.
+	cb, err := knownhosts.New(k.path)
+	if err != nil {
+		return nil, fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", k.path, err)
+	}
+	k.fi, k.cb = fi, cb
+	return cb, nil
+}
+
+// check checks a host's key. A key that is not accepted is checked again
+// against the file read anew, in case it changed within the resolution of
+// its modification time.
+func (k *knownHosts) check(hkcb ssh.HostKeyCallback, host string, remote net.Addr, key ssh.PublicKey) error {
+	err := hkcb(host, remote, key)
+	var ke *knownhosts.KeyError
+	if !errors.As(err, &ke) {
+		return err
+	}
+	again, rerr := k.current(true)
+	if rerr != nil {
+		return rerr
+	}
+	return again(host, remote, key)
 }
 
 // Runner returns a runner for user@address (address is host:port).
@@ -189,6 +234,16 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 	if err != nil {
 		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
 	}
+	hostKey := ssh.InsecureIgnoreHostKey()
+	if p.known != nil {
+		cb, err := p.known.current(false)
+		if err != nil {
+			return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+		}
+		hostKey = func(host string, remote net.Addr, key ssh.PublicKey) error {
+			return p.known.check(cb, host, remote, key)
+		}
+	}
 	var keyErr error
 	cfg := &ssh.ClientConfig{
 		User: user,
@@ -197,7 +252,7 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		// tried after the first one's keys were refused.
 		Auth: []ssh.AuthMethod{ssh.PublicKeys(signers...)},
 		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
-			err := p.hkcb(host, remote, key)
+			err := hostKey(host, remote, key)
 			var ke *knownhosts.KeyError
 			if errors.As(err, &ke) {
 				if len(ke.Want) == 0 {

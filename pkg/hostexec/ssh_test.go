@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
@@ -94,4 +97,54 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The advice of the unknown-key error works without a restart: once the
+// key is appended to known_hosts, the next dial of the same Hosts succeeds.
+func TestKnownHostsAppendTakesEffect(t *testing.T) {
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(known, []byte("# nothing known yet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hosts := NewHosts(SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User})
+	t.Cleanup(hosts.Close)
+	run := func() error {
+		r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
+		if err != nil {
+			return err
+		}
+		_, err = r.Run(context.Background(), Command{Script: "true"})
+		return err
+	}
+	err := run()
+	if !errors.Is(err, ErrHostKeyUnknown) || !strings.Contains(err.Error(), "ssh-keyscan") {
+		t.Fatalf("err = %v, want ErrHostKeyUnknown with the ssh-keyscan advice", err)
+	}
+	// what the advice says to do (ssh-keyscan against the test sshd)
+	host, port, _ := net.SplitHostPort(f.Hosts[0].Addr)
+	line, kerr := exec.Command("ssh-keyscan", "-p", port, "-t", "ed25519", host).Output()
+	if kerr != nil || len(line) == 0 {
+		t.Logf("ssh-keyscan unavailable (%v): appending the fleet's line instead", kerr)
+		line = mustRead(t, f.KnownHosts)
+	}
+	fh, err := os.OpenFile(known, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.Write(line); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	if err := run(); err != nil {
+		t.Fatalf("after appending the host's key to %s: %v", known, err)
+	}
+	// and a key taken out is no longer trusted from the next connection on
+	hosts.Close()
+	if err := os.WriteFile(known, []byte("# nothing known now\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); !errors.Is(err, ErrHostKeyUnknown) {
+		t.Fatalf("after removing the host's key: err = %v, want ErrHostKeyUnknown", err)
+	}
 }
