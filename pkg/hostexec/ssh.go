@@ -255,13 +255,7 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 			err := hostKey(host, remote, key)
 			var ke *knownhosts.KeyError
 			if errors.As(err, &ke) {
-				if len(ke.Want) == 0 {
-					keyErr = fmt.Errorf("%w: %s offers a %s key that is not in %s; refusing to connect (check it, then add it: ssh-keyscan -p %s %s >> %s)",
-						ErrHostKeyUnknown, address, key.Type(), p.cfg.KnownHosts, portOf(address), hostOf(address), p.cfg.KnownHosts)
-				} else {
-					keyErr = fmt.Errorf("%w: %s offers a %s key that does not match %s:%d; refusing to connect (someone may be intercepting, or the host was rebuilt)",
-						ErrHostKeyChanged, address, key.Type(), ke.Want[0].Filename, ke.Want[0].Line)
-				}
+				keyErr = hostKeyError(address, p.cfg.KnownHosts, key, ke)
 				return keyErr
 			}
 			return err
@@ -294,6 +288,24 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		c.mu.Unlock()
 	}(c.client)
 	return c.client, nil
+}
+
+// hostKeyError says why a host's key was refused. known_hosts lists no key
+// for the host: it is unknown, and the advice is how to add it. It lists
+// another key: the key changed, which is what an interception looks like,
+// so the message names the recorded lines and gives no command that would
+// trust the new key. Both give the offered key's fingerprint to check.
+func hostKeyError(address, file string, key ssh.PublicKey, ke *knownhosts.KeyError) error {
+	if len(ke.Want) == 0 {
+		return fmt.Errorf("%w: %s offers a %s key (%s) that is not in %s; refusing to connect (check it, then add it: ssh-keyscan -p %s %s >> %s)",
+			ErrHostKeyUnknown, address, key.Type(), ssh.FingerprintSHA256(key), file, portOf(address), hostOf(address), file)
+	}
+	recorded := make([]string, len(ke.Want))
+	for i, w := range ke.Want {
+		recorded[i] = fmt.Sprintf("%s:%d", w.Filename, w.Line)
+	}
+	return fmt.Errorf("%w: %s now offers a %s key (%s) that differs from the key recorded for it at %s; refusing to connect: someone may be intercepting the connection, or the host was reinstalled (check the new key with the host's owner before replacing that line)",
+		ErrHostKeyChanged, address, key.Type(), ssh.FingerprintSHA256(key), strings.Join(recorded, ", "))
 }
 
 // signers returns the keys to offer: the key file's first, then the

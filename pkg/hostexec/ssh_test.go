@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
@@ -146,5 +148,48 @@ func TestKnownHostsAppendTakesEffect(t *testing.T) {
 	}
 	if err := run(); !errors.Is(err, ErrHostKeyUnknown) {
 		t.Fatalf("after removing the host's key: err = %v, want ErrHostKeyUnknown", err)
+	}
+}
+
+// A host whose key differs from the one recorded is reported as changed
+// (possible interception), naming the host and the file and line of the
+// recorded key, not as unknown.
+func TestChangedHostKeyReported(t *testing.T) {
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	_, other, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPub, err := ssh.NewPublicKey(other.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	content := "# recorded earlier\n" + knownhosts.Line([]string{knownhosts.Normalize(f.Hosts[0].Addr)}, otherPub) + "\n"
+	if err := os.WriteFile(known, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hosts := NewHosts(SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User})
+	t.Cleanup(hosts.Close)
+	r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Run(context.Background(), Command{Script: "touch " + f.Hosts[0].Dir + "/ran"})
+	if !errors.Is(err, ErrHostKeyChanged) || errors.Is(err, ErrHostKeyUnknown) {
+		t.Fatalf("err = %v, want ErrHostKeyChanged", err)
+	}
+	msg := err.Error()
+	t.Logf("refused: %s", msg)
+	for _, want := range []string{"changed", f.Hosts[0].Addr, fmt.Sprintf("%s:2", known)} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "unknown") || strings.Contains(msg, "ssh-keyscan") {
+		t.Errorf("message %q calls a changed key unknown", msg)
+	}
+	if _, serr := os.Stat(f.Hosts[0].Dir + "/ran"); serr == nil {
+		t.Fatal("the command ran on a host whose key changed")
 	}
 }
