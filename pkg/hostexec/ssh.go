@@ -2,6 +2,8 @@ package hostexec
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -235,13 +237,14 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
 	}
 	hostKey := ssh.InsecureIgnoreHostKey()
+	var known ssh.HostKeyCallback
 	if p.known != nil {
-		cb, err := p.known.current(false)
+		known, err = p.known.current(false)
 		if err != nil {
 			return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
 		}
 		hostKey = func(host string, remote net.Addr, key ssh.PublicKey) error {
-			return p.known.check(cb, host, remote, key)
+			return p.known.check(known, host, remote, key)
 		}
 	}
 	var keyErr error
@@ -267,6 +270,9 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 	if err != nil {
 		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
 	}
+	if known != nil {
+		cfg.HostKeyAlgorithms = hostKeyAlgorithms(known, address, nc.RemoteAddr())
+	}
 	sc, chans, reqs, err := ssh.NewClientConn(nc, address, cfg)
 	if err != nil {
 		_ = nc.Close()
@@ -288,6 +294,52 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		c.mu.Unlock()
 	}(c.client)
 	return c.client, nil
+}
+
+// probeKey is a key that no known_hosts lists: checking it for a host
+// returns the keys recorded for that host.
+var probeKey = sync.OnceValue(func() ssh.PublicKey {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	k, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		panic(err)
+	}
+	return k
+})
+
+// hostKeyAlgorithms asks the host for the types of key that known_hosts
+// records for it first, then the others, as OpenSSH does. Without it a
+// host with several keys (Ed25519, ECDSA, RSA) shows the one the library
+// prefers (ECDSA), and when known_hosts records another type of key for
+// it, the host looks as if its key had changed. nil (the library's
+// default) when nothing is recorded for the host.
+func hostKeyAlgorithms(known ssh.HostKeyCallback, address string, remote net.Addr) []string {
+	var ke *knownhosts.KeyError
+	if !errors.As(known(address, remote, probeKey()), &ke) || len(ke.Want) == 0 {
+		return nil
+	}
+	var algos []string
+	seen := map[string]bool{}
+	add := func(a ...string) {
+		for _, x := range a {
+			if !seen[x] {
+				seen[x] = true
+				algos = append(algos, x)
+			}
+		}
+	}
+	for _, w := range ke.Want {
+		if t := w.Key.Type(); t == ssh.KeyAlgoRSA {
+			add(ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
+		} else {
+			add(t)
+		}
+	}
+	add(ssh.SupportedAlgorithms().HostKeys...)
+	return algos
 }
 
 // hostKeyError says why a host's key was refused. known_hosts lists no key

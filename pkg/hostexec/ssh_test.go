@@ -2,8 +2,11 @@ package hostexec
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -191,5 +194,30 @@ func TestChangedHostKeyReported(t *testing.T) {
 	}
 	if _, serr := os.Stat(f.Hosts[0].Dir + "/ran"); serr == nil {
 		t.Fatal("the command ran on a host whose key changed")
+	}
+}
+
+// A host with several host keys, of which known_hosts records one type
+// only (as interactive OpenSSH often leaves it), is asked for that type:
+// the client library on its own prefers ECDSA over Ed25519, and the host's
+// unrecorded ECDSA key would look like a changed key.
+func TestRecordedHostKeyTypeAsked(t *testing.T) {
+	ecKey := filepath.Join(t.TempDir(), "ssh_host_ecdsa_key")
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ecKey, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// known_hosts holds each host's Ed25519 key only
+	f := sshtest.Start(t, 1, sshtest.Options{ExtraConfig: []string{"HostKey " + ecKey}})
+	p := newPool(t, f, f.KnownHosts)
+	if _, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), Command{Script: "true"}); err != nil {
+		t.Fatalf("host offering Ed25519 (recorded) and ECDSA (not recorded): %v", err)
 	}
 }
