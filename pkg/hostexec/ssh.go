@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -161,9 +162,16 @@ type knownHosts struct {
 func (k *knownHosts) current(force bool) (ssh.HostKeyCallback, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	fail := func(err error) error {
+		var pe *fs.PathError
+		if errors.As(err, &pe) { // the path is said once
+			err = pe.Err
+		}
+		return fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", k.path, err)
+	}
 	fi, err := os.Stat(k.path)
 	if err != nil {
-		return nil, fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", k.path, err)
+		return nil, fail(err)
 	}
 	if !force && k.cb != nil && os.SameFile(k.fi, fi) && k.fi.Size() == fi.Size() && k.fi.ModTime().Equal(fi.ModTime()) {
 		return k.cb, nil
@@ -171,7 +179,7 @@ func (k *knownHosts) current(force bool) (ssh.HostKeyCallback, error) {
 	// Stat before reading: a change made meanwhile shows at the next call.
 	cb, err := knownhosts.New(k.path)
 	if err != nil {
-		return nil, fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", k.path, err)
+		return nil, fail(err)
 	}
 	k.fi, k.cb = fi, cb
 	return cb, nil

@@ -221,3 +221,25 @@ func TestRecordedHostKeyTypeAsked(t *testing.T) {
 		t.Fatalf("host offering Ed25519 (recorded) and ECDSA (not recorded): %v", err)
 	}
 }
+
+// A setup that failed (here known_hosts did not exist yet) is tried again
+// at the next use instead of failing every later SSH node until a restart.
+func TestHostsSetupRetried(t *testing.T) {
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	hosts := NewHosts(SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User})
+	t.Cleanup(hosts.Close)
+	if _, err := hosts.Runner("ssh", f.Hosts[0].Addr, ""); !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), known) {
+		t.Fatalf("err = %v, want ErrConnect naming %s", err, known)
+	}
+	if err := os.WriteFile(known, mustRead(t, f.KnownHosts), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
+	if err != nil {
+		t.Fatalf("after creating %s: %v", known, err)
+	}
+	if _, err := r.Run(context.Background(), Command{Script: "true"}); err != nil {
+		t.Fatal(err)
+	}
+}
