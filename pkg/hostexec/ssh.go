@@ -29,9 +29,11 @@ type SSHConfig struct {
 	// KeyFile is a private key (unencrypted; use the agent for encrypted
 	// keys). Empty: the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
 	KeyFile string
-	// UseAgent also offers the keys of the ssh-agent at $SSH_AUTH_SOCK.
+	// UseAgent also offers the keys of the ssh-agent at $SSH_AUTH_SOCK,
+	// after the key file's, in the same publickey attempt.
 	UseAgent bool
-	// KnownHosts is the known_hosts file. Empty: ~/.ssh/known_hosts.
+	// KnownHosts is the known_hosts file. Empty: ~/.ssh/known_hosts. It is
+	// read again when it changed, before a new connection.
 	KnownHosts string
 	// InsecureIgnoreHostKey connects to hosts whatever their key. Only an
 	// operator's explicit choice may set it.
