@@ -7,11 +7,12 @@ import (
 
 // Hosts hands out runners by transport. The SSH pool is made on first use,
 // so a run that only uses transport local needs no SSH key or known_hosts.
+// A failed set-up (key unreadable, known_hosts missing) is tried again at
+// the next use, so fixing it needs no restart.
 type Hosts struct {
 	cfg  SSHConfig
-	once sync.Once
+	mu   sync.Mutex
 	pool *Pool
-	err  error
 }
 
 // NewHosts returns a factory using cfg for SSH.
@@ -23,18 +24,34 @@ func (h *Hosts) Runner(transport, address, user string) (Runner, error) {
 	case "local":
 		return Local{}, nil
 	case "ssh", "":
-		h.once.Do(func() { h.pool, h.err = NewPool(h.cfg) })
-		if h.err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConnect, h.err)
+		p, err := h.sshPool()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 		}
-		return h.pool.Runner(address, user), nil
+		return p.Runner(address, user), nil
 	}
 	return nil, fmt.Errorf("unknown transport %q", transport)
 }
 
+func (h *Hosts) sshPool() (*Pool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pool == nil {
+		p, err := NewPool(h.cfg)
+		if err != nil {
+			return nil, err
+		}
+		h.pool = p
+	}
+	return h.pool, nil
+}
+
 // Close closes the SSH connections.
 func (h *Hosts) Close() {
-	if h.pool != nil {
-		h.pool.Close()
+	h.mu.Lock()
+	p := h.pool
+	h.mu.Unlock()
+	if p != nil {
+		p.Close()
 	}
 }

@@ -2,10 +2,13 @@ package hostexec
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -13,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -25,9 +29,11 @@ type SSHConfig struct {
 	// KeyFile is a private key (unencrypted; use the agent for encrypted
 	// keys). Empty: the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
 	KeyFile string
-	// UseAgent also offers the keys of the ssh-agent at $SSH_AUTH_SOCK.
+	// UseAgent also offers the keys of the ssh-agent at $SSH_AUTH_SOCK,
+	// after the key file's, in the same publickey attempt.
 	UseAgent bool
-	// KnownHosts is the known_hosts file. Empty: ~/.ssh/known_hosts.
+	// KnownHosts is the known_hosts file. Empty: ~/.ssh/known_hosts. It is
+	// read again when it changed, before a new connection.
 	KnownHosts string
 	// InsecureIgnoreHostKey connects to hosts whatever their key. Only an
 	// operator's explicit choice may set it.
@@ -69,12 +75,14 @@ func DefaultSSHPaths() (keyFile, knownHosts string) {
 
 // Pool holds one SSH connection per user@host:port and hands out runners.
 type Pool struct {
-	cfg   SSHConfig
-	auth  []ssh.AuthMethod
-	hkcb  ssh.HostKeyCallback
-	log   *slog.Logger
-	mu    sync.Mutex
-	conns map[string]*conn
+	cfg       SSHConfig
+	keys      []ssh.Signer // from the key file
+	agentSock string       // $SSH_AUTH_SOCK when the agent is used
+	agentDown atomic.Bool  // its failure was logged
+	known     *knownHosts  // nil when host keys are not checked
+	log       *slog.Logger
+	mu        sync.Mutex
+	conns     map[string]*conn
 }
 
 type conn struct {
@@ -122,33 +130,77 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 			}
 			return nil, fmt.Errorf("ssh key %s: %w", cfg.KeyFile, err)
 		}
-		p.auth = append(p.auth, ssh.PublicKeys(signer))
+		p.keys = append(p.keys, signer)
 	}
 	if cfg.UseAgent {
-		if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
-			p.auth = append(p.auth, ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
-				c, err := net.Dial("unix", sock)
-				if err != nil {
-					return nil, fmt.Errorf("ssh-agent: %w", err)
-				}
-				return agent.NewClient(c).Signers()
-			}))
-		}
+		p.agentSock = os.Getenv("SSH_AUTH_SOCK")
 	}
-	if len(p.auth) == 0 {
+	if len(p.keys) == 0 && p.agentSock == "" {
 		return nil, errors.New("ssh: no key file found and no ssh-agent: set --ssh-key (GANTRY_SSH_KEY)")
 	}
 	if cfg.InsecureIgnoreHostKey {
 		p.log.Warn("ssh host keys are NOT checked: --insecure-ignore-host-key was given")
-		p.hkcb = ssh.InsecureIgnoreHostKey()
 	} else {
-		cb, err := knownhosts.New(cfg.KnownHosts)
-		if err != nil {
-			return nil, fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", cfg.KnownHosts, err)
+		p.known = &knownHosts{path: cfg.KnownHosts}
+		if _, err := p.known.current(false); err != nil {
+			return nil, err
 		}
-		p.hkcb = cb
 	}
 	return p, nil
+}
+
+// knownHosts is the known_hosts file, read again when it changed (size,
+// modification time or the file itself), so that a key added or removed
+// counts from the next connection on, without a restart.
+type knownHosts struct {
+	path string
+	mu   sync.Mutex
+	fi   os.FileInfo // of the file as last read
+	cb   ssh.HostKeyCallback
+}
+
+// current returns the callback for the file as it is now; force reads it
+// again even when it looks unchanged.
+func (k *knownHosts) current(force bool) (ssh.HostKeyCallback, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	fail := func(err error) error {
+		var pe *fs.PathError
+		if errors.As(err, &pe) { // the path is said once
+			err = pe.Err
+		}
+		return fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", k.path, err)
+	}
+	fi, err := os.Stat(k.path)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if !force && k.cb != nil && os.SameFile(k.fi, fi) && k.fi.Size() == fi.Size() && k.fi.ModTime().Equal(fi.ModTime()) {
+		return k.cb, nil
+	}
+	// Stat before reading: a change made meanwhile shows at the next call.
+	cb, err := knownhosts.New(k.path)
+	if err != nil {
+		return nil, fail(err)
+	}
+	k.fi, k.cb = fi, cb
+	return cb, nil
+}
+
+// check checks a host's key. A key that is not accepted is checked again
+// against the file read anew, in case it changed within the resolution of
+// its modification time.
+func (k *knownHosts) check(hkcb ssh.HostKeyCallback, host string, remote net.Addr, key ssh.PublicKey) error {
+	err := hkcb(host, remote, key)
+	var ke *knownhosts.KeyError
+	if !errors.As(err, &ke) {
+		return err
+	}
+	again, rerr := k.current(true)
+	if rerr != nil {
+		return rerr
+	}
+	return again(host, remote, key)
 }
 
 // Runner returns a runner for user@address (address is host:port).
@@ -189,21 +241,34 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 	if c.client != nil {
 		return c.client, nil
 	}
+	signers, closeAgent, err := p.signers()
+	defer closeAgent()
+	if err != nil {
+		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+	}
+	hostKey := ssh.InsecureIgnoreHostKey()
+	var known ssh.HostKeyCallback
+	if p.known != nil {
+		known, err = p.known.current(false)
+		if err != nil {
+			return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+		}
+		hostKey = func(host string, remote net.Addr, key ssh.PublicKey) error {
+			return p.known.check(known, host, remote, key)
+		}
+	}
 	var keyErr error
 	cfg := &ssh.ClientConfig{
 		User: user,
-		Auth: p.auth,
+		// One publickey method offering every key: the client tries each
+		// method name once, so a second PublicKeys method would never be
+		// tried after the first one's keys were refused.
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(signers...)},
 		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
-			err := p.hkcb(host, remote, key)
+			err := hostKey(host, remote, key)
 			var ke *knownhosts.KeyError
 			if errors.As(err, &ke) {
-				if len(ke.Want) == 0 {
-					keyErr = fmt.Errorf("%w: %s offers a %s key that is not in %s; refusing to connect (check it, then add it: ssh-keyscan -p %s %s >> %s)",
-						ErrHostKeyUnknown, address, key.Type(), p.cfg.KnownHosts, portOf(address), hostOf(address), p.cfg.KnownHosts)
-				} else {
-					keyErr = fmt.Errorf("%w: %s offers a %s key that does not match %s:%d; refusing to connect (someone may be intercepting, or the host was rebuilt)",
-						ErrHostKeyChanged, address, key.Type(), ke.Want[0].Filename, ke.Want[0].Line)
-				}
+				keyErr = hostKeyError(address, p.cfg.KnownHosts, key, ke)
 				return keyErr
 			}
 			return err
@@ -214,6 +279,9 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 	nc, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+	}
+	if known != nil {
+		cfg.HostKeyAlgorithms = hostKeyAlgorithms(known, address, nc.RemoteAddr())
 	}
 	sc, chans, reqs, err := ssh.NewClientConn(nc, address, cfg)
 	if err != nil {
@@ -236,6 +304,117 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		c.mu.Unlock()
 	}(c.client)
 	return c.client, nil
+}
+
+// probeKey is a key that no known_hosts lists: checking it for a host
+// returns the keys recorded for that host.
+var probeKey = sync.OnceValue(func() ssh.PublicKey {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	k, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		panic(err)
+	}
+	return k
+})
+
+// hostKeyAlgorithms asks the host for the types of key that known_hosts
+// records for it first, then the others, as OpenSSH does. Without it a
+// host with several keys (Ed25519, ECDSA, RSA) shows the one the library
+// prefers (ECDSA), and when known_hosts records another type of key for
+// it, the host looks as if its key had changed. nil (the library's
+// default) when nothing is recorded for the host.
+func hostKeyAlgorithms(known ssh.HostKeyCallback, address string, remote net.Addr) []string {
+	var ke *knownhosts.KeyError
+	if !errors.As(known(address, remote, probeKey()), &ke) || len(ke.Want) == 0 {
+		return nil
+	}
+	var algos []string
+	seen := map[string]bool{}
+	add := func(a ...string) {
+		for _, x := range a {
+			if !seen[x] {
+				seen[x] = true
+				algos = append(algos, x)
+			}
+		}
+	}
+	for _, w := range ke.Want {
+		if t := w.Key.Type(); t == ssh.KeyAlgoRSA {
+			add(ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
+		} else {
+			add(t)
+		}
+	}
+	add(ssh.SupportedAlgorithms().HostKeys...)
+	return algos
+}
+
+// hostKeyError says why a host's key was refused. known_hosts lists no key
+// for the host: it is unknown, and the advice is how to add it. It lists
+// another key: the key changed, which is what an interception looks like,
+// so the message names the recorded lines and gives no command that would
+// trust the new key. Both give the offered key's fingerprint to check.
+func hostKeyError(address, file string, key ssh.PublicKey, ke *knownhosts.KeyError) error {
+	if len(ke.Want) == 0 {
+		return fmt.Errorf("%w: %s offers a %s key (%s) that is not in %s; refusing to connect (check it, then add it: ssh-keyscan -p %s %s >> %s)",
+			ErrHostKeyUnknown, address, key.Type(), ssh.FingerprintSHA256(key), file, portOf(address), hostOf(address), file)
+	}
+	recorded := make([]string, len(ke.Want))
+	for i, w := range ke.Want {
+		recorded[i] = fmt.Sprintf("%s:%d", w.Filename, w.Line)
+	}
+	return fmt.Errorf("%w: %s now offers a %s key (%s) that differs from the key recorded for it at %s; refusing to connect: someone may be intercepting the connection, or the host was reinstalled (check the new key with the host's owner before replacing that line)",
+		ErrHostKeyChanged, address, key.Type(), ssh.FingerprintSHA256(key), strings.Join(recorded, ", "))
+}
+
+// signers returns the keys to offer: the key file's first, then the
+// agent's (the key file is the operator's explicit choice, and sshd counts
+// every refused key towards MaxAuthTries). The agent connection signs
+// during the handshake; closeAgent ends it afterwards. An unreachable
+// agent is skipped when a key file is there (logged once until it works
+// again).
+func (p *Pool) signers() (_ []ssh.Signer, closeAgent func(), _ error) {
+	closeAgent = func() {}
+	signers := append([]ssh.Signer(nil), p.keys...)
+	if p.agentSock == "" {
+		return signers, closeAgent, nil
+	}
+	agentErr := func() error {
+		ac, err := net.DialTimeout("unix", p.agentSock, p.cfg.DialTimeout)
+		if err != nil {
+			return err
+		}
+		closeAgent = func() { _ = ac.Close() }
+		keys, err := agent.NewClient(ac).Signers()
+		if err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		for _, s := range signers {
+			seen[string(s.PublicKey().Marshal())] = true
+		}
+		for _, s := range keys {
+			if k := string(s.PublicKey().Marshal()); !seen[k] {
+				seen[k] = true
+				signers = append(signers, s)
+			}
+		}
+		return nil
+	}()
+	if agentErr != nil {
+		if len(signers) == 0 {
+			return nil, closeAgent, fmt.Errorf("no key to offer: no key file and the ssh-agent at $SSH_AUTH_SOCK failed: %w", agentErr)
+		}
+		if !p.agentDown.Swap(true) {
+			p.log.Warn("ssh-agent unavailable: offering the key file only", "err", agentErr)
+		}
+		return signers, closeAgent, nil
+	}
+	p.agentDown.Store(false)
+	return signers, closeAgent, nil
 }
 
 func (p *Pool) drop(c *conn, cl *ssh.Client) {
