@@ -154,6 +154,12 @@ func (m *MemoryOutbox) Flush(context.Context) error {
 	return nil
 }
 
+// Publish is Publisher.Publish: Emit, then Flush.
+func (m *MemoryOutbox) Publish(ctx context.Context, subject string, pl Payload, msgID string) error {
+	m.Emit(ctx, subject, pl, msgID)
+	return m.Flush(ctx)
+}
+
 // Stored returns the events stored so far, in order.
 func (m *MemoryOutbox) Stored() []Emitted {
 	m.mu.Lock()

@@ -18,9 +18,21 @@ import (
 
 // Checker runs health gates.
 type Checker struct {
-	Hosts *hostexec.Hosts
-	Pub   *events.Publisher
+	Hosts Runners
+	Pub   Publisher
 	Log   *slog.Logger
+}
+
+// Runners gives the runner of a host (hostexec.Hosts; a scripted host in
+// tests).
+type Runners interface {
+	Runner(transport, address, user string) (hostexec.Runner, error)
+}
+
+// Publisher stores each check's event before the next check starts
+// (events.Publisher; events.MemoryOutbox in tests).
+type Publisher interface {
+	Publish(ctx context.Context, subject string, pl events.Payload, msgID string) error
 }
 
 // Handle is the consumer handler for decky.*.gate.
