@@ -183,6 +183,11 @@ func (s *stack) waitGen(id string, gen int, timeout time.Duration) *events.Workf
 
 // stateCaughtUp says whether the state-store's checkpoint has reached the
 // last event in the stream.
+//
+// stateCheckpointKey is the state-store's checkpoint in gantry_state
+// (project.CheckpointKey, internal to the state-store).
+const stateCheckpointKey = "meta.applied"
+
 func stateCaughtUp(js jetstream.JetStream) bool {
 	ctx := context.Background()
 	str, err := js.Stream(ctx, events.StreamEvents)
@@ -193,7 +198,7 @@ func stateCaughtUp(js jetstream.JetStream) bool {
 	if err != nil {
 		return false
 	}
-	e, err := kv.Get(ctx, events.StateCheckpointKey)
+	e, err := kv.Get(ctx, stateCheckpointKey)
 	if err != nil {
 		return false
 	}

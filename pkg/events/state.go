@@ -12,29 +12,16 @@ import (
 // MaxHostLog is how many log entries a host node keeps.
 const MaxHostLog = 50
 
-// Keys in the gantry_state bucket: a workflow's summary, and one document
-// per formula, so an event rewrites a small document.
-func WorkflowDocKey(id string) string { return "wf." + id }
-func FormulaDocKey(id, formula string) string {
-	return "wf." + id + "." + formula
-}
-func FormulaDocPrefix(id string) string { return "wf." + id + "." }
-
-// NodeDocKey is one node's document: nodes are kept apart from their
-// formula so that an event rewrites one small document, whatever the
-// formula's size. state.workflow assembles them.
-func NodeDocKey(id, formula, node string) string {
-	return "wf." + id + "." + formula + "." + node
-}
+// HostNodeKey is where the per-host projection keeps a node, in the
+// gantry_state bucket: the state-store writes it, the planner reads it (to
+// skip what is already done). The rest of the bucket's layout is the
+// state-store's own.
 func HostNodeKey(host, formula, node string) string {
 	return "host." + host + "." + formula + "." + node
 }
-func HostNodePrefix(host string) string { return "host." + host + "." }
 
-// StateCheckpointKey holds the GANTRY_EVENTS stream sequence (decimal) up
-// to which the state-store has written every event's effects: where it
-// resumes following the stream.
-const StateCheckpointKey = "meta.applied"
+// HostNodePrefix is the start of every HostNodeKey of a host.
+func HostNodePrefix(host string) string { return "host." + host + "." }
 
 // WorkflowDoc is the per-workflow projection: every formula and node.
 type WorkflowDoc struct {

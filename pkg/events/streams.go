@@ -26,7 +26,7 @@ const (
 
 // Durable consumer names: one per service, shared by its replicas. The
 // state-store has none: it follows GANTRY_EVENTS with an ordered consumer
-// from its own checkpoint (StateCheckpointKey). Retired durables are in
+// from its own checkpoint (its own key in gantry_state). Retired durables are in
 // Uses: the service that had one deletes it.
 const (
 	ConsumerPlanner    = "planner"

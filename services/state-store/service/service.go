@@ -40,7 +40,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	heal := &events.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: events.StateCheckpointKey, Heal: heal.Heal}
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal}
 	svc, err := api.Register(nc, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
 	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })

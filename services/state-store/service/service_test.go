@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 	"github.com/gantry-dev/gantry/services/state-store/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -171,7 +172,7 @@ func (e *env) lastSeq() uint64 {
 }
 
 func (e *env) checkpoint() uint64 {
-	v, err := e.kv.Get(context.Background(), events.StateCheckpointKey)
+	v, err := e.kv.Get(context.Background(), project.CheckpointKey)
 	if err != nil {
 		return 0
 	}
@@ -205,12 +206,12 @@ func (e *env) check(id string, n int) {
 	e.t.Helper()
 	ctx := context.Background()
 	var wd events.WorkflowDoc
-	if v, err := e.kv.Get(ctx, events.WorkflowDocKey(id)); err != nil || json.Unmarshal(v.Value(), &wd) != nil || wd.Status != dag.WorkflowSucceeded {
+	if v, err := e.kv.Get(ctx, project.WorkflowDocKey(id)); err != nil || json.Unmarshal(v.Value(), &wd) != nil || wd.Status != dag.WorkflowSucceeded {
 		e.t.Errorf("%s: workflow document %+v, %v", id, wd, err)
 	}
 	for i := range n {
 		for _, node := range []string{"a", "b"} {
-			key := events.NodeDocKey(id, fmt.Sprintf("f%d", i), node)
+			key := project.NodeDocKey(id, fmt.Sprintf("f%d", i), node)
 			var nd events.NodeDoc
 			v, err := e.kv.Get(ctx, key)
 			if err != nil || json.Unmarshal(v.Value(), &nd) != nil {
@@ -278,7 +279,7 @@ func TestFollowInBatches(t *testing.T) {
 	// A checkpoint lost (a crash between the documents and it): every
 	// event comes again, and none is counted twice.
 	stop()
-	if _, err := e.kv.Put(context.Background(), events.StateCheckpointKey, []byte("0")); err != nil {
+	if _, err := e.kv.Put(context.Background(), project.CheckpointKey, []byte("0")); err != nil {
 		t.Fatal(err)
 	}
 	if stop, from = e.start("ss-1"); from != 1 {
@@ -291,7 +292,7 @@ func TestFollowInBatches(t *testing.T) {
 	// Two followers at once, from the start, while events arrive: they
 	// write the same documents, and the revisions keep them consistent.
 	stop()
-	if _, err := e.kv.Put(context.Background(), events.StateCheckpointKey, []byte("0")); err != nil {
+	if _, err := e.kv.Put(context.Background(), project.CheckpointKey, []byte("0")); err != nil {
 		t.Fatal(err)
 	}
 	stop1, _ := e.start("ss-1")
@@ -386,7 +387,7 @@ func TestCheckpointBehindPurgedStream(t *testing.T) {
 	e.caughtUp()
 	for _, id := range []string{"w1", "w3"} {
 		var wd events.WorkflowDoc
-		if v, err := e.kv.Get(context.Background(), events.WorkflowDocKey(id)); err != nil || json.Unmarshal(v.Value(), &wd) != nil || wd.Status != dag.WorkflowSucceeded {
+		if v, err := e.kv.Get(context.Background(), project.WorkflowDocKey(id)); err != nil || json.Unmarshal(v.Value(), &wd) != nil || wd.Status != dag.WorkflowSucceeded {
 			t.Errorf("%s: %+v, %v", id, wd, err)
 		}
 	}

@@ -154,7 +154,7 @@ func (s *server) workflow(req micro.Request) {
 	}
 	c, cancel := s.read()
 	defer cancel()
-	e, err := s.kv.Get(c, events.WorkflowDocKey(q.WorkflowID))
+	e, err := s.kv.Get(c, project.WorkflowDocKey(q.WorkflowID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		_ = req.Error("404", "no workflow "+q.WorkflowID, nil)
 		return
@@ -179,7 +179,7 @@ func (s *server) workflow(req micro.Request) {
 // read in one pass with a watcher on wf.<id>.> (it delivers the current
 // value of every key, then a nil entry).
 func (s *server) assemble(c context.Context, doc *events.WorkflowDoc) error {
-	prefix := events.FormulaDocPrefix(doc.WorkflowID)
+	prefix := project.FormulaDocPrefix(doc.WorkflowID)
 	w, err := s.kv.Watch(c, prefix+">", jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("read %s>: %w", prefix, err)

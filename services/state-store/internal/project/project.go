@@ -506,7 +506,7 @@ func (p *Projector) put(_ context.Context, key string, v any, rev uint64) error 
 // workflowDoc loads (or starts) a workflow's summary; ok is false when the
 // event was already applied.
 func (p *Projector) workflowDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.WorkflowDoc, uint64, bool, error) {
-	doc, rev, err := get[events.WorkflowDoc](ctx, p, events.WorkflowDocKey(r.WorkflowID), true)
+	doc, rev, err := get[events.WorkflowDoc](ctx, p, WorkflowDocKey(r.WorkflowID), true)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -548,7 +548,7 @@ func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.W
 		}
 	}
 	recordRequest(doc, ev, w)
-	return p.put(ctx, events.WorkflowDocKey(w.WorkflowID), doc, rev)
+	return p.put(ctx, WorkflowDocKey(w.WorkflowID), doc, rev)
 }
 
 // recordRequest keeps who asked for a transition: the submitter, and each
@@ -575,7 +575,7 @@ func sum(m map[events.FormulaState]int) int {
 // formulaDoc loads (or starts) one formula's document; ok is false when the
 // event was already applied or belongs to an older generation.
 func (p *Projector) formulaDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.FormulaDoc, uint64, bool, error) {
-	f, rev, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(r.WorkflowID, r.Formula), true)
+	f, rev, err := get[events.FormulaDoc](ctx, p, FormulaDocKey(r.WorkflowID, r.Formula), true)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -601,18 +601,18 @@ func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.Fo
 	if e.EndedAt != nil {
 		f.EndedAt = e.EndedAt
 	}
-	return p.put(ctx, events.FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
+	return p.put(ctx, FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
 }
 
 func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
 	// An event of an older generation than its formula has reached is late.
 	// (read, not assumed: no write would show an assumption wrong)
-	if f, _, err := get[events.FormulaDoc](ctx, p, events.FormulaDocKey(e.WorkflowID, e.Formula), false); err != nil {
+	if f, _, err := get[events.FormulaDoc](ctx, p, FormulaDocKey(e.WorkflowID, e.Formula), false); err != nil {
 		return err
 	} else if f != nil && e.Generation < f.Generation {
 		return nil
 	}
-	key := events.NodeDocKey(e.WorkflowID, e.Formula, e.Node)
+	key := NodeDocKey(e.WorkflowID, e.Formula, e.Node)
 	n, rev, err := get[events.NodeDoc](ctx, p, key, true)
 	if err != nil {
 		return err
@@ -699,5 +699,5 @@ func (p *Projector) health(ctx context.Context, ev *consume.Event, h *events.Hea
 		return err
 	}
 	f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error}
-	return p.put(ctx, events.FormulaDocKey(h.WorkflowID, h.Formula), f, rev)
+	return p.put(ctx, FormulaDocKey(h.WorkflowID, h.Formula), f, rev)
 }

@@ -1,0 +1,28 @@
+package project
+
+// The layout of the gantry_state bucket that is the state-store's own (the
+// per-host keys, which the planner reads, are events.HostNodeKey): a
+// workflow's summary, one document per formula and one per node, so that
+// an event rewrites one small document whatever the workflow's size.
+
+// WorkflowDocKey is a workflow's summary.
+func WorkflowDocKey(id string) string { return "wf." + id }
+
+// FormulaDocKey is one formula's document.
+func FormulaDocKey(id, formula string) string {
+	return "wf." + id + "." + formula
+}
+
+// FormulaDocPrefix is the start of every formula (and node) document of a
+// workflow.
+func FormulaDocPrefix(id string) string { return "wf." + id + "." }
+
+// NodeDocKey is one node's document; state.workflow assembles them.
+func NodeDocKey(id, formula, node string) string {
+	return "wf." + id + "." + formula + "." + node
+}
+
+// CheckpointKey holds the GANTRY_EVENTS stream sequence (decimal) up to
+// which the state-store has written every event's effects: where it
+// resumes following the stream.
+const CheckpointKey = "meta.applied"
