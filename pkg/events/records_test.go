@@ -18,7 +18,7 @@ func TestRecordsGolden(t *testing.T) {
 		"record_host_node": events.HostNode{Host: "cp-0", Formula: "os", Node: "base", Status: dag.NodeSucceeded, Operation: dag.OpCreate,
 			SpecHash: "sha256:ab", WorkflowID: ref.WorkflowID, StartedAt: &t0, EndedAt: &t0, Actor: "executor/vm-1", LastSeq: 42,
 			Log: []events.HostLogEntry{{Time: t0, Event: events.NodeType(dag.NodeSucceeded), WorkflowID: ref.WorkflowID, Status: dag.NodeSucceeded, Attempt: 1}}},
-		"reply_control":       events.ControlReply{WorkflowID: ref.WorkflowID, Status: dag.WorkflowPaused, Generation: 1},
+		"reply_control": events.ControlReply{WorkflowID: ref.WorkflowID, Status: dag.WorkflowPaused, Generation: 1},
 		"reply_rebuild": events.RebuildReport{Keys: 12, UpTo: 480, Differing: []string{"host.cp-0.os.base", "wf.x"}, FirstSeq: 401,
 			Lost: "events 1-400 are no longer in GANTRY_EVENTS", Kept: []string{"host.cp-0.os.base"}},
 	} {
