@@ -25,6 +25,8 @@ var (
 	ErrConnect        = errors.New("cannot connect")
 	ErrAuth           = errors.New("authentication failed")
 	ErrSession        = errors.New("ssh session failed")
+	// ErrKill: a command to be killed could not be confirmed gone.
+	ErrKill = errors.New("kill not confirmed")
 )
 
 // Stream names an output stream.
@@ -53,6 +55,23 @@ type Command struct {
 	// returns its error. Callers record an attempt here, so that an
 	// attempt is counted exactly when a process was started.
 	BeforeStart func() error
+	// Attempt, when set, makes the command durable (see durable.go): it
+	// runs under a supervisor on the host that records its output and exit
+	// status under this id, and running the same Attempt again waits for
+	// that command or reads its result instead of starting it again.
+	Attempt string
+}
+
+// shellText is what the shell runs for cmd: the script with its
+// environment, or, for a durable command, the supervisor around it.
+func shellText(cmd Command, ex string) (string, error) {
+	if cmd.Attempt == "" {
+		return ex + "exec /bin/sh -c " + shellQuote(cmd.Script), nil
+	}
+	if err := validAttempt(cmd.Attempt); err != nil {
+		return "", err
+	}
+	return superviseScript(cmd.Attempt, ex, cmd.Script), nil
 }
 
 // ErrNotStarted wraps a BeforeStart failure.

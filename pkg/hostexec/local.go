@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -25,9 +26,19 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
+	text := ex + cmd.Script
+	if cmd.Attempt != "" {
+		if text, err = shellText(cmd, ex); err != nil {
+			return res, err
+		}
+	}
+	pgid := make(chan marked, 1)
 	out := &output{stream: Stdout, onLine: cmd.OnLine}
+	if cmd.Attempt != "" {
+		out.marker, out.onMarker = pidMarker, markerSink(pgid)
+	}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine}
-	c := exec.Command("/bin/sh", "-c", ex+cmd.Script)
+	c := exec.Command("/bin/sh", "-c", text)
 	c.Stdout, c.Stderr = out, errOut
 	c.Stdin = nil
 	c.Env = os.Environ()
@@ -45,8 +56,9 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	select {
 	case werr = <-waited:
 	case <-rctx.Done():
+		kerr := killAttempt(cmd.Attempt, pgid, waited)
 		killGroup(c.Process.Pid, waited)
-		werr = endErr(rctx)
+		werr = errors.Join(endErr(rctx), kerr)
 		<-waited
 	}
 	out.flush()
@@ -58,6 +70,9 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		res.ExitCode = 0
 	case errors.As(werr, &ee) && ee.Exited():
 		res.ExitCode = ee.ExitCode()
+		if cmd.Attempt != "" && res.ExitCode == lostExit {
+			return res, fmt.Errorf("%w: %s on this machine", ErrLost, cmd.Attempt)
+		}
 	default:
 		if rctx.Err() != nil {
 			return res, endErr(rctx)
@@ -65,6 +80,28 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		return res, werr
 	}
 	return res, nil
+}
+
+// killAttempt ends a durable attempt's own session (killScript); a plain
+// command is in the group killGroup ends.
+func killAttempt(attempt string, pgid chan marked, waited chan error) error {
+	if attempt == "" {
+		return nil
+	}
+	var g marked
+	select {
+	case g = <-pgid:
+	case err := <-waited:
+		waited <- err
+		return nil // ended by itself meanwhile
+	case <-time.After(KillGrace):
+		return fmt.Errorf("%w: attempt %s: its process group is unknown", ErrKill, attempt)
+	}
+	out, err := exec.Command("/bin/sh", "-c", killScript(g.pgid, g.dir)).Output()
+	if strings.TrimSpace(string(out)) != "gone" {
+		return fmt.Errorf("%w: process group %d: %s %v", ErrKill, g.pgid, strings.TrimSpace(string(out)), err)
+	}
+	return nil
 }
 
 // killGroup sends SIGTERM to the process group, then SIGKILL after the

@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -512,16 +511,19 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	}
 	defer sess.Close()
 
-	pgid := make(chan int, 1)
-	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: func(s string) {
-		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 1 {
-			pgid <- n
-		}
-	}}
+	pgid := make(chan marked, 1)
+	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: markerSink(pgid)}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine}
 	sess.Stdout, sess.Stderr = out, errOut
 	sess.Stdin = eofReader{}
-	remote := "printf '" + pidMarker + "%s\\n' \"$$\"; " + ex + "exec /bin/sh -c " + shellQuote(cmd.Script)
+	text, err := shellText(cmd, ex)
+	if err != nil {
+		return res, err
+	}
+	remote := "exec /bin/sh -c " + shellQuote(text)
+	if cmd.Attempt == "" {
+		remote = "printf '" + pidMarker + "%s\\n' \"$$\"; " + text
+	}
 	if err := beforeStart(cmd); err != nil {
 		return res, err
 	}
@@ -536,14 +538,16 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	case <-rctx.Done():
 		// The group id is the command's first output line; a cancel right
 		// after the start may come before it, so wait for it a little.
-		var g int
+		var g marked
+		var kerr error
 		select {
 		case g = <-pgid:
+			kerr = r.killRemote(client, g)
 		case <-waited:
 			waited <- nil // ended by itself meanwhile; nothing to kill
 		case <-time.After(KillGrace):
+			kerr = r.killRemote(client, g) // says the group is unknown
 		}
-		r.killRemote(client, g)
 		_ = sess.Close()
 		select {
 		case <-waited:
@@ -552,7 +556,7 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 		out.flush()
 		errOut.flush()
 		res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
-		return res, endErr(rctx)
+		return res, errors.Join(endErr(rctx), kerr)
 	}
 	out.flush()
 	errOut.flush()
@@ -567,6 +571,9 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 		if ee.Signal() != "" {
 			res.ExitCode = 128 + signalNumber(ee.Signal())
 		}
+		if cmd.Attempt != "" && res.ExitCode == lostExit {
+			return res, fmt.Errorf("%w: %s on %s", ErrLost, cmd.Attempt, r.address)
+		}
 	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
 		r.pool.drop(c, client)
 		return res, fmt.Errorf("%w on %s: the connection ended before the command reported an exit status", ErrSession, r.address)
@@ -576,29 +583,37 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	return res, nil
 }
 
-// killRemote ends the command's process group on the host: SIGTERM, then
-// SIGKILL for whatever is still there after the grace period. It uses a
-// fresh session on the same connection (sshd ignores signal requests on
-// sessions without a terminal).
-func (r *sshRunner) killRemote(client *ssh.Client, pgid int) {
+// killRemote ends the command's process group on the host (killScript)
+// and says whether that was confirmed. It uses a fresh session on the same
+// connection (sshd ignores signal requests on sessions without a
+// terminal).
+func (r *sshRunner) killRemote(client *ssh.Client, m marked) error {
+	pgid := m.pgid
 	if pgid <= 1 {
-		r.pool.log.Warn("cannot kill remote command: its process group is unknown", "host", r.address)
-		return
+		return fmt.Errorf("%w: cannot kill the command on %s: its process group is unknown", ErrKill, r.address)
 	}
 	s, err := client.NewSession()
 	if err != nil {
-		r.pool.log.Warn("cannot kill remote command", "host", r.address, "pgid", pgid, "err", err)
-		return
+		return fmt.Errorf("%w: %s: %w", ErrKill, r.address, err)
 	}
 	defer s.Close()
-	g := strconv.Itoa(pgid)
-	script := "kill -TERM -- -" + g + " 2>/dev/null; i=0; while [ $i -lt 20 ] && kill -0 -- -" + g + " 2>/dev/null; do sleep 0.1; i=$((i+1)); done; kill -KILL -- -" + g + " 2>/dev/null; true"
-	done := make(chan error, 1)
-	go func() { done <- s.Run(script) }()
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := s.Output("exec /bin/sh -c " + shellQuote(killScript(pgid, m.dir)))
+		done <- result{out, err}
+	}()
 	select {
-	case <-done:
-	case <-time.After(KillGrace + 3*time.Second):
-		r.pool.log.Warn("remote kill did not finish", "host", r.address, "pgid", pgid)
+	case res := <-done:
+		if strings.TrimSpace(string(res.out)) != "gone" {
+			return fmt.Errorf("%w: process group %d on %s: %s %v", ErrKill, pgid, r.address, strings.TrimSpace(string(res.out)), res.err)
+		}
+		return nil
+	case <-time.After(KillGrace + 5*time.Second):
+		return fmt.Errorf("%w: process group %d on %s: no answer", ErrKill, pgid, r.address)
 	}
 }
 

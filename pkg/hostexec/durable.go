@@ -1,0 +1,112 @@
+package hostexec
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Durable commands. A Command with an Attempt runs on its host under a
+// small shell supervisor, as Ansible's async wrapper does: the command's
+// output and, at the end, its exit status are kept in an attempt directory
+// on the host (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>), and
+// the command lives in its own session, so it outlives the connection
+// that started it. Running the same Attempt again re-attaches: it waits
+// for the running command (streaming its output again from the start), or
+// reads the result it recorded, and never starts a second copy. Directories
+// older than 7 days are removed when an attempt starts.
+//
+// The host needs a POSIX sh with setsid, and GNU coreutils' tee -p and
+// tail --pid (Debian, Ubuntu, RHEL and their images have them).
+
+// ErrLost: an attempt's command ended on the host without recording an
+// exit status (it was killed outside gantry, or the host restarted).
+var ErrLost = errors.New("attempt lost on the host")
+
+// lostExit is the exit status the supervisor script gives a lost attempt.
+const lostExit = 254
+
+// validAttempt checks an attempt id: one path segment of letters, digits,
+// '.', '_' and '-', not starting with '.'.
+func validAttempt(id string) error {
+	if id == "" || len(id) > 200 || id[0] == '.' {
+		return fmt.Errorf("attempt id %q: must be 1-200 characters, not starting with '.'", id)
+	}
+	for _, r := range id {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		if !ok {
+			return fmt.Errorf("attempt id %q: %q is not allowed", id, r)
+		}
+	}
+	return nil
+}
+
+const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
+
+// superviseScript runs the attempt or re-attaches to it. Its first stdout
+// line is pidMarker, the process group of the command (the supervisor's
+// session) and the attempt's directory (see marked). ex is the
+// environment's export lines: they come first, so GANTRY_ATTEMPTS may be
+// one of them.
+func superviseScript(attempt, ex, script string) string {
+	q := shellQuote
+	wrapper := `echo $$ >"$1/pid"; printf '` + pidMarker + `%s %s\n' "$$" "$1"; ` +
+		`{ { sh -c "$2" </dev/null; echo $? >"$1/exit"; } 2>&1 1>&3 3>&- | tee -p -a "$1/err" 1>&2 3>&-; } 3>&1 | tee -p -a "$1/out" 2>/dev/null`
+	return ex + `b=` + attemptsDir + `; d="$b/"` + q(attempt) + `
+if mkdir "$d" 2>/dev/null || { [ ! -d "$d" ] && mkdir -p -m 700 "$b" && find "$b" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; mkdir "$d" 2>/dev/null; }; then
+  setsid -w sh -c ` + q(wrapper) + ` gantry-attempt "$d" ` + q(script) + ` </dev/null
+else
+  p=$(cat "$d/pid" 2>/dev/null)
+  printf '` + pidMarker + `%s %s\n' "${p:-0}" "$d"
+  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+    tail -c +1 -s 0.1 -f --pid="$p" "$d/out" & t=$!
+    tail -c +1 -s 0.1 -f --pid="$p" "$d/err" >&2
+    wait $t
+  else
+    cat "$d/out" 2>/dev/null; cat "$d/err" >&2 2>/dev/null
+  fi
+fi
+i=0; while [ ! -s "$d/exit" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i+1)); done
+[ -s "$d/exit" ] && exit "$(cat "$d/exit")"
+echo "gantry: attempt ` + attempt + ` ended on this host without an exit status (killed outside gantry, or the host restarted)" >&2
+exit ` + strconv.Itoa(lostExit) + `
+`
+}
+
+// killScript ends a process group (SIGTERM, then SIGKILL after about two
+// seconds) and prints "gone" once none of it is left. For a durable
+// attempt (dir, its directory, not empty) it records the kill as the
+// attempt's exit status if the command did not record one.
+func killScript(pgid int, dir string) string {
+	g := strconv.Itoa(pgid)
+	var b strings.Builder
+	b.WriteString(`g=` + g + `; alive() { kill -0 -$g 2>/dev/null; }
+kill -TERM -$g 2>/dev/null; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done
+s=143; if alive; then s=137; kill -KILL -$g 2>/dev/null; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done; fi
+if alive; then echo "still running"; exit 1; fi
+`)
+	if dir != "" {
+		b.WriteString(`d=` + shellQuote(dir) + `; [ -s "$d/exit" ] || echo $s >"$d/exit"
+`)
+	}
+	b.WriteString("echo gone\n")
+	return b.String()
+}
+
+// marked is what a command's first line says: its process group and, for a
+// durable attempt, its directory.
+type marked struct {
+	pgid int
+	dir  string
+}
+
+// markerSink parses the marker line into ch.
+func markerSink(ch chan marked) func(string) {
+	return func(s string) {
+		pgid, dir, _ := strings.Cut(strings.TrimSpace(s), " ")
+		if n, err := strconv.Atoi(pgid); err == nil && n > 1 {
+			ch <- marked{pgid: n, dir: dir}
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package hostexec
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+)
+
+// lines collects output lines and says when one has been seen.
+type lines struct {
+	mu   sync.Mutex
+	got  []string
+	seen map[string]chan struct{}
+}
+
+func newLines(wait ...string) *lines {
+	l := &lines{seen: map[string]chan struct{}{}}
+	for _, w := range wait {
+		l.seen[w] = make(chan struct{})
+	}
+	return l
+}
+
+func (l *lines) on(s Stream, line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, string(s)+":"+line)
+	if ch, ok := l.seen[line]; ok {
+		close(ch)
+		delete(l.seen, line)
+	}
+}
+
+func (l *lines) wait(t *testing.T, line string) {
+	t.Helper()
+	l.mu.Lock()
+	ch, ok := l.seen[line]
+	l.mu.Unlock()
+	if !ok {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("line %q never came", line)
+	}
+}
+
+// durable is a command that counts its starts and ends in dir/count.
+func durable(dir, attempt string, on func(Stream, string)) Command {
+	count := filepath.Join(dir, "count")
+	return Command{Attempt: attempt, OnLine: on, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+		Script: `echo start >>` + shellQuote(count) + `; echo line1; echo warn >&2; sleep 1.5; echo line2; echo end >>` + shellQuote(count) + `; exit 7`}
+}
+
+func counted(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(strings.Fields(string(b)), " ")
+}
+
+// A durable command outlives the connection that started it; running the
+// same attempt again waits for it and returns its result, and once it
+// ended, reads the result it recorded. It never starts twice.
+func TestDurableSSHReattach(t *testing.T) {
+	t.Parallel()
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	dir := t.TempDir()
+	first := newLines("line1")
+	p1 := newPool(t, f, f.KnownHosts)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p1.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", first.on))
+		done <- err
+	}()
+	first.wait(t, "line1")
+	p1.Close() // the executor goes away mid-command
+	if err := <-done; err == nil {
+		t.Fatal("the first run reported success over a dropped connection")
+	}
+	again := newLines()
+	res, err := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", again.on))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReattached(t, res, again, dir)
+}
+
+func TestDurableLocalReattach(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := durable(dir, "w1.1.f.n.1", nil)
+	ex, _ := exports(cmd.Env)
+	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, ex, cmd.Script))
+	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, _ := first.StdoutPipe()
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	var seen string
+	for !strings.Contains(seen, "line1") {
+		n, err := stdout.Read(buf)
+		if err != nil {
+			t.Fatalf("first run: %v (%q)", err, seen)
+		}
+		seen += string(buf[:n])
+	}
+	_ = syscall.Kill(-first.Process.Pid, syscall.SIGKILL) // the executor dies, with its process group
+	_ = first.Wait()
+	again := newLines()
+	cmd.OnLine = again.on
+	res, err := Local{}.Run(context.Background(), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReattached(t, res, again, dir)
+}
+
+func checkReattached(t *testing.T, res Result, l *lines, dir string) {
+	t.Helper()
+	if res.ExitCode != 7 || !strings.Contains(res.Stdout, "line1\nline2\n") || res.Stderr != "warn\n" {
+		t.Fatalf("re-attached result %+v", res)
+	}
+	if got := strings.Join(l.got, ","); !strings.Contains(got, "stdout:line2") {
+		t.Fatalf("re-attached lines %s", got)
+	}
+	if c := counted(t, dir); c != "start end" {
+		t.Fatalf("the host saw %q, want one start and one end", c)
+	}
+	// Once ended, the same attempt reads its result and runs nothing.
+	res, err := Local{}.Run(context.Background(), durable(dir, "w1.1.f.n.1", nil))
+	if err != nil || res.ExitCode != 7 || !strings.Contains(res.Stdout, "line2") {
+		t.Fatalf("result read again: %+v %v", res, err)
+	}
+	if c := counted(t, dir); c != "start end" {
+		t.Fatalf("the host saw %q after the result was read again", c)
+	}
+}
+
+// A durable command that times out is killed with its process group, the
+// kill is confirmed, and the kill is its recorded result.
+func TestDurableTimeoutKillConfirmed(t *testing.T) {
+	for name, r := range runners(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Timeout: 500 * time.Millisecond,
+				Script: "sleep 300 & sleep 301"}
+			_, err := r.Run(context.Background(), cmd)
+			if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrKill) {
+				t.Fatalf("err = %v, want ErrTimeout and a confirmed kill", err)
+			}
+			pid, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1", "pid"))
+			if out, _ := exec.Command("sh", "-c", "kill -0 -"+strings.TrimSpace(string(pid))).CombinedOutput(); !strings.Contains(string(out), "No such process") {
+				t.Fatalf("process group %s still there: %s", pid, out)
+			}
+			cmd.Timeout = 0
+			res, err := r.Run(context.Background(), cmd)
+			if err != nil || res.ExitCode != 143 {
+				t.Fatalf("the killed attempt read again: %+v %v", res, err)
+			}
+		})
+	}
+}
+
+func TestAttemptIDChecked(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"../x", ".hidden", "a/b", "a b", strings.Repeat("a", 201)} {
+		_, err := Local{}.Run(context.Background(), Command{Attempt: id, Script: "echo ran"})
+		if err == nil || !strings.Contains(err.Error(), "attempt id") {
+			t.Errorf("attempt %q: err %v", id, err)
+		}
+	}
+}
