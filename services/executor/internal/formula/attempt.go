@@ -3,6 +3,7 @@ package formula
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -30,7 +31,7 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		return sh.check()
 	case dag.OpCreate:
 		if strings.TrimSpace(nr.n.Check) != "" {
-			res, err := sh.run(nr.n.Check)
+			res, err := sh.run("check", nr.n.Check)
 			if err != nil && isPermanent(err) {
 				sh.fill(res, err)
 				ev.Status = dag.NodeFailed
@@ -55,9 +56,19 @@ type shell struct {
 	seq     atomic.Int64
 }
 
-func (sh *shell) run(script string) (hostexec.Result, error) {
+// run runs one of the attempt's scripts ("check" or "run") as a durable
+// command: a delivery that finds the attempt interrupted runs it again
+// under the same id and re-attaches to it on the host.
+func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	n := sh.nr.n
-	return sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: n.Env, Timeout: n.Timeout.D(), OnLine: sh.line, BeforeStart: sh.record})
+	return sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: n.Env, Timeout: n.Timeout.D(), OnLine: sh.line, BeforeStart: sh.record,
+		Attempt: sh.nr.attemptID(sh.attempt, what)})
+}
+
+// attemptID names an attempt's command on its host.
+func (nr *nodeRun) attemptID(attempt int, what string) string {
+	d := nr.d
+	return strings.Join([]string{d.WorkflowID, strconv.Itoa(d.Generation), string(d.Operation), d.Formula, nr.n.Name, strconv.Itoa(attempt), what}, ".")
 }
 
 // line publishes an output line as it is printed.
@@ -92,7 +103,7 @@ func (sh *shell) check() (dag.NodeState, *events.NodeEvent, bool) {
 		ev.Status, ev.Check, ev.Reason = dag.NodeSucceeded, events.CheckWouldChange, "no check command: cannot tell"
 		return dag.NodeSucceeded, ev, false
 	}
-	res, err := sh.run(sh.nr.n.Command)
+	res, err := sh.run("run", sh.nr.n.Command)
 	sh.fill(res, err)
 	if err != nil {
 		ev.Status = dag.NodeFailed
@@ -108,7 +119,7 @@ func (sh *shell) check() (dag.NodeState, *events.NodeEvent, bool) {
 // command runs the node's command.
 func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 	ev := sh.ev
-	res, err := sh.run(sh.nr.n.Command)
+	res, err := sh.run("run", sh.nr.n.Command)
 	sh.fill(res, err)
 	switch {
 	case err == nil && res.ExitCode == 0:

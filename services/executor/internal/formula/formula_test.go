@@ -81,21 +81,21 @@ func TestNodeTransitions(t *testing.T) {
 		want: []string{"f running", "n running 2", "n succeeded 2", "f succeeded"},
 		ran:  []string{"ok"}, record: Record{Status: dag.NodeSucceeded, Attempt: 2, GenAttempts: 1},
 	}, {
-		name: "interrupted with attempts left: the next attempt runs",
+		name: "interrupted: the attempt is resumed on the host, not counted again",
 		arrange: func(h *harness) {
 			h.records.Set(h.key(op, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1})
 		},
 		d:    dispatch(op, 1, node("n", "ok", 3)),
-		want: []string{"f running", "n running 2", "n succeeded 2", "f succeeded"},
-		ran:  []string{"ok"}, record: Record{Status: dag.NodeSucceeded, Attempt: 2, GenAttempts: 2},
+		want: []string{"f running", "n running 1", "n succeeded 1", "f succeeded"},
+		ran:  []string{"ok"}, record: Record{Status: dag.NodeSucceeded, Attempt: 1, GenAttempts: 1},
 	}, {
-		name: "interrupted with no attempts left",
+		name: "interrupted on its last attempt: resumed, not failed",
 		arrange: func(h *harness) {
 			h.records.Set(h.key(op, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1})
 		},
 		d:    dispatch(op, 1, node("n", "ok", 1)),
-		want: []string{"f running", "n failed 1: no attempts left (1 of 1 made; the last was interrupted)", "f failed: node(s) failed: n"},
-		ran:  nil, record: Record{Status: dag.NodeFailed, Attempt: 1, GenAttempts: 1},
+		want: []string{"f running", "n running 1", "n succeeded 1", "f succeeded"},
+		ran:  []string{"ok"}, record: Record{Status: dag.NodeSucceeded, Attempt: 1, GenAttempts: 1},
 	}, {
 		name:    "a damaged record is replaced, and the node runs",
 		arrange: func(h *harness) { h.records.SetRaw(h.key(op, "n"), []byte("{oops")) },
@@ -137,6 +137,23 @@ func TestNodeTransitions(t *testing.T) {
 		d:       dispatch(op, 1, node("n", "ok", 1)),
 		want:    []string{"f cancelled"},
 	}}
+	cases = append(cases, struct {
+		name    string
+		arrange func(h *harness)
+		d       *events.Dispatch
+		want    []string
+		ran     []string
+		record  Record
+	}{
+		name: "an interrupted attempt's failure counts once; the next attempt runs",
+		arrange: func(h *harness) {
+			h.records.Set(h.key(op, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1})
+			h.host.exits["flaky"] = []int{1, 0}
+		},
+		d:    dispatch(op, 1, node("n", "flaky", 2)),
+		want: []string{"f running", "n running 1", "n failed 1 retry: exit status 1", "n running 2", "n succeeded 2", "f succeeded"},
+		ran:  []string{"flaky", "flaky"}, record: Record{Status: dag.NodeSucceeded, Attempt: 2, GenAttempts: 2},
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -158,5 +175,24 @@ func TestNodeTransitions(t *testing.T) {
 				t.Fatalf("record %+v, want %+v", got, c.record)
 			}
 		})
+	}
+}
+
+// Each attempt's commands run under their own durable id on the host, and
+// a resumed attempt under the same one.
+func TestAttemptIDs(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.records.Set(h.key(dag.OpCreate, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1})
+	h.host.exits["probe"] = []int{1}
+	h.host.exits["flaky"] = []int{1, 0}
+	n := node("n", "flaky", 2)
+	n.Check = "probe"
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, n)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"w1.1.create.f.n.1.check", "w1.1.create.f.n.1.run", "w1.1.create.f.n.2.check", "w1.1.create.f.n.2.run"}
+	if got := h.host.attempts; !slices.Equal(got, want) {
+		t.Fatalf("attempt ids %q, want %q", got, want)
 	}
 }

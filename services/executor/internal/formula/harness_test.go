@@ -17,10 +17,12 @@ import (
 // repeats; none: 0). A script named "block..." runs until it is killed,
 // and says on start when it started.
 type host struct {
-	mu    sync.Mutex
-	exits map[string][]int
-	ran   []string    // scripts started, in order
-	start chan string // a "block..." script started
+	mu       sync.Mutex
+	done     map[string]hostexec.Result // by attempt id, as the host keeps them
+	exits    map[string][]int
+	ran      []string    // scripts started, in order
+	attempts []string    // their attempt ids
+	start    chan string // a "block..." script started
 }
 
 func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
@@ -30,7 +32,12 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 		}
 	}
 	h.mu.Lock()
+	if res, ok := h.done[cmd.Attempt]; ok && cmd.Attempt != "" {
+		h.mu.Unlock()
+		return res, nil // re-attached: the recorded result, nothing runs
+	}
 	h.ran = append(h.ran, cmd.Script)
+	h.attempts = append(h.attempts, cmd.Attempt)
 	code := 0
 	if codes := h.exits[cmd.Script]; len(codes) > 0 {
 		code = codes[0]
@@ -47,7 +54,11 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 		<-ctx.Done()
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", hostexec.ErrCancelled, ctx.Err())
 	}
-	return hostexec.Result{ExitCode: code, Stdout: "ran " + cmd.Script + "\n"}, nil
+	res := hostexec.Result{ExitCode: code, Stdout: "ran " + cmd.Script + "\n"}
+	h.mu.Lock()
+	h.done[cmd.Attempt] = res
+	h.mu.Unlock()
+	return res, nil
 }
 
 func (h *host) scripts() []string {
@@ -88,7 +99,7 @@ type harness struct {
 }
 
 func newHarness() *harness {
-	h := &harness{host: &host{exits: map[string][]int{}, start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
+	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
 		runs: &events.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &events.MemoryOutbox{}}}
 	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}

@@ -124,14 +124,24 @@ func (nr *nodeRun) skip(ctx context.Context) (dag.NodeState, error) {
 }
 
 // attempts runs the attempts the node's policy leaves in this generation.
+// An attempt recorded running in this generation was interrupted here (a
+// restart, a redelivery): it is resumed, re-attaching to its command on
+// the host, and does not count again.
 func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 	if nr.rec.Generation != nr.d.Generation {
 		nr.rec.GenAttempts = 0
 	}
 	maxAttempts := max(nr.n.Retry.MaxAttempts, 1)
 	bo := nr.backoff()
-	for nr.rec.GenAttempts < maxAttempts {
-		final, retry, err := nr.once(ctx, maxAttempts)
+	interrupted := nr.rec.Status == dag.NodeRunning && nr.rec.Generation == nr.d.Generation && nr.rec.GenAttempts > 0
+	for interrupted || nr.rec.GenAttempts < maxAttempts {
+		next := nr.rec
+		if !interrupted {
+			next.Attempt++
+			next.GenAttempts++
+		}
+		interrupted = false
+		final, retry, err := nr.once(ctx, next, maxAttempts)
 		if err != nil || !retry {
 			return final, err
 		}
@@ -147,7 +157,7 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 	if err := nr.save(ctx, rec); err != nil {
 		return dag.NodeFailed, err
 	}
-	nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{Error: fmt.Sprintf("no attempts left (%d of %d made; the last was interrupted)", rec.GenAttempts, maxAttempts)}}, rec.Attempt)
+	nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{Error: fmt.Sprintf("no attempts left (%d of %d made)", rec.GenAttempts, maxAttempts)}}, rec.Attempt)
 	return dag.NodeFailed, nil
 }
 
@@ -170,14 +180,11 @@ func (nr *nodeRun) cancelBetween(ctx context.Context) (dag.NodeState, error) {
 	return dag.NodeCancelled, nil
 }
 
-// once makes one attempt. The attempt is recorded right before its
-// process starts (hostexec's BeforeStart), so the recorded attempts are
-// exactly those that started something on the host, and then announced.
-// retry says another attempt is due.
-func (nr *nodeRun) once(ctx context.Context, maxAttempts int) (dag.NodeState, bool, error) {
-	next := nr.rec
-	next.Attempt++
-	next.GenAttempts++
+// once makes attempt next (or resumes it). The attempt is recorded right
+// before its process starts (hostexec's BeforeStart), so the recorded
+// attempts are exactly those that started something on the host, and then
+// announced. retry says another attempt is due.
+func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.NodeState, bool, error) {
 	next.Generation, next.Status, next.SpecHash, next.ExitCode = nr.d.Generation, dag.NodeRunning, nr.n.SpecHash, nil
 	started := time.Now().UTC()
 	recorded := false
