@@ -49,10 +49,10 @@ const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
 // session) and the attempt's directory (see marked). ex is the
 // environment's export lines: they come first, so GANTRY_ATTEMPTS may be
 // one of them.
-func superviseScript(attempt, ex, script string) string {
+func superviseScript(attempt, lock, ex, script string) string {
 	q := shellQuote
 	wrapper := `echo $$ >"$1/pid"; printf '` + pidMarker + `%s %s\n' "$$" "$1"; ` +
-		`{ { sh -c "$2" </dev/null; echo $? >"$1/exit"; } 2>&1 1>&3 3>&- | tee -p -a "$1/err" 1>&2 3>&-; } 3>&1 | tee -p -a "$1/out" 2>/dev/null`
+		`{ { ` + hostLock(lock) + `sh -c "$2" </dev/null 9>&-; echo $? >"$1/exit"; } 2>&1 1>&3 3>&- | tee -p -a "$1/err" 1>&2 3>&-; } 3>&1 | tee -p -a "$1/out" 2>/dev/null`
 	return ex + `b=` + attemptsDir + `; d="$b/"` + q(attempt) + `
 if mkdir "$d" 2>/dev/null || { [ ! -d "$d" ] && mkdir -p -m 700 "$b" && find "$b" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; mkdir "$d" 2>/dev/null; }; then
   setsid -w sh -c ` + q(wrapper) + ` gantry-attempt "$d" ` + q(script) + ` </dev/null
@@ -72,6 +72,18 @@ i=0; while [ ! -s "$d/exit" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i+1)); done
 echo "gantry: attempt ` + attempt + ` ended on this host without an exit status (killed outside gantry, or the host restarted)" >&2
 exit ` + strconv.Itoa(lostExit) + `
 `
+}
+
+// hostLock is the shell that takes the host's lock named lock (when not
+// empty) on fd 9 for the rest of the attempt: one attempt holds it at a
+// time, on this host, whichever executor or workflow started it. One that
+// has to wait says for whom, on stderr.
+func hostLock(lock string) string {
+	if lock == "" {
+		return ""
+	}
+	l := `"${1%/*}/../locks/"` + shellQuote(lock)
+	return `mkdir -p "${1%/*}/../locks" && exec 9>>` + l + ` && { flock -n 9 || { echo "gantry: waiting for $(cat ` + l + `.holder 2>/dev/null) on this host" >&2; flock 9; }; } && echo "${1##*/}" >` + l + `.holder; `
 }
 
 // killScript ends a process group (SIGTERM, then SIGKILL after about two

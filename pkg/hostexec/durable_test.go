@@ -103,7 +103,7 @@ func TestDurableLocalReattach(t *testing.T) {
 	dir := t.TempDir()
 	cmd := durable(dir, "w1.1.f.n.1", nil)
 	ex, _ := exports(cmd.Env)
-	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, ex, cmd.Script))
+	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {
@@ -182,5 +182,42 @@ func TestAttemptIDChecked(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "attempt id") {
 			t.Errorf("attempt %q: err %v", id, err)
 		}
+	}
+}
+
+// Two commands with the same lock never run at once on a host: the second
+// waits, says for whom, then runs.
+func TestHostLockSerializes(t *testing.T) {
+	for name, r := range runners(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "log")
+			cmd := func(id string) Command {
+				return Command{Attempt: id, Lock: "web.nginx.install", Env: map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")},
+					Script: "echo in-" + id + " >>" + shellQuote(log) + "; sleep 0.5; echo out-" + id + " >>" + shellQuote(log)}
+			}
+			var wg sync.WaitGroup
+			errs := make([]string, 2)
+			for i, id := range []string{"wfA.1.create.f.n.1.run", "wfB.1.create.f.n.1.run"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := r.Run(context.Background(), cmd(id))
+					if err != nil || res.ExitCode != 0 {
+						t.Errorf("%s: %+v %v", id, res, err)
+					}
+					errs[i] = res.Stderr
+				}()
+			}
+			wg.Wait()
+			b, _ := os.ReadFile(log)
+			f := strings.Fields(string(b))
+			if len(f) != 4 || strings.TrimPrefix(f[0], "in-") != strings.TrimPrefix(f[1], "out-") {
+				t.Fatalf("the two overlapped on the host: %q", f)
+			}
+			if !strings.Contains(errs[0]+errs[1], "gantry: waiting for ") {
+				t.Fatalf("the waiter did not say so: %q", errs)
+			}
+		})
 	}
 }

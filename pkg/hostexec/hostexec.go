@@ -60,6 +60,10 @@ type Command struct {
 	// status under this id, and running the same Attempt again waits for
 	// that command or reads its result instead of starting it again.
 	Attempt string
+	// Lock, with Attempt, names a lock on the host that the command holds
+	// while it runs: commands with the same Lock never run at once on one
+	// host, across executors and workflows (flock).
+	Lock string
 }
 
 // shellText is what the shell runs for cmd: the script with its
@@ -71,7 +75,12 @@ func shellText(cmd Command, ex string) (string, error) {
 	if err := validAttempt(cmd.Attempt); err != nil {
 		return "", err
 	}
-	return superviseScript(cmd.Attempt, ex, cmd.Script), nil
+	if cmd.Lock != "" {
+		if err := validAttempt(cmd.Lock); err != nil {
+			return "", fmt.Errorf("lock: %w", err)
+		}
+	}
+	return superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script), nil
 }
 
 // ErrNotStarted wraps a BeforeStart failure.

@@ -62,7 +62,14 @@ type shell struct {
 func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	n := sh.nr.n
 	return sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: n.Env, Timeout: n.Timeout.D(), OnLine: sh.line, BeforeStart: sh.record,
-		Attempt: sh.nr.attemptID(sh.attempt, what)})
+		Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName()})
+}
+
+// lockName is the host lock of the node: one attempt of a composition's
+// node runs at a time on its host, whichever workflow or executor started
+// it.
+func (nr *nodeRun) lockName() string {
+	return strings.Join([]string{nr.d.Workflow, nr.d.Formula, nr.n.Name}, ".")
 }
 
 // attemptID names an attempt's command on its host.
