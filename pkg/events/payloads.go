@@ -101,15 +101,19 @@ type NodeEvent struct {
 	Ref
 	Status NodeState `json:"status"`
 	Run
-	MaxAttempts int         `json:"max_attempts,omitempty"`
-	SpecHash    string      `json:"spec_hash,omitempty"`
-	Blocker     string      `json:"blocker,omitempty"`    // the failed node behind blocked
-	Actor       string      `json:"actor,omitempty"`      // the executor instance that ran it
-	Check       CheckResult `json:"check,omitempty"`      // operation check only
-	Reason      string      `json:"reason,omitempty"`     // why skipped or cancelled
-	WillRetry   bool        `json:"will_retry,omitempty"` // failed, but another attempt follows
-	StdoutTail  string      `json:"stdout_tail,omitempty"`
-	StderrTail  string      `json:"stderr_tail,omitempty"`
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// GenAttempt is the attempt's number within its run generation (a
+	// workflow retry starts again at 1): the count MaxAttempts bounds.
+	// Attempt counts every generation's.
+	GenAttempt int         `json:"gen_attempt,omitempty"`
+	SpecHash   string      `json:"spec_hash,omitempty"`
+	Blocker    string      `json:"blocker,omitempty"`    // the failed node behind blocked
+	Actor      string      `json:"actor,omitempty"`      // the executor instance that ran it
+	Check      CheckResult `json:"check,omitempty"`      // operation check only
+	Reason     string      `json:"reason,omitempty"`     // why skipped or cancelled
+	WillRetry  bool        `json:"will_retry,omitempty"` // failed, but another attempt follows
+	StdoutTail string      `json:"stdout_tail,omitempty"`
+	StderrTail string      `json:"stderr_tail,omitempty"`
 }
 
 // HealthEvent is published on decky.<host>.health for every check attempt

@@ -153,11 +153,15 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 			return "", 0, false
 		}
 		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Status)
+		n := e.GenAttempt
+		if n == 0 { // from an executor that does not say
+			n = e.Attempt
+		}
 		switch {
-		case e.Status == dag.NodeRunning && e.Attempt > 1:
-			line += fmt.Sprintf(" (attempt %d of %d)", e.Attempt, e.MaxAttempts)
+		case e.Status == dag.NodeRunning && n > 1:
+			line += fmt.Sprintf(" (attempt %d of %d)", n, e.MaxAttempts)
 		case e.WillRetry:
-			line += fmt.Sprintf(" (attempt %d of %d, will retry)", e.Attempt, e.MaxAttempts)
+			line += fmt.Sprintf(" (attempt %d of %d, will retry)", n, e.MaxAttempts)
 		}
 		if e.Check != "" {
 			line += " [" + string(e.Check) + "]"

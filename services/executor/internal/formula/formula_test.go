@@ -3,6 +3,7 @@ package formula
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -194,5 +195,27 @@ func TestAttemptIDs(t *testing.T) {
 	want := []string{"w1.1.create.f.n.1.check", "w1.1.create.f.n.1.run", "w1.1.create.f.n.2.check", "w1.1.create.f.n.2.run"}
 	if got := h.host.attempts; !slices.Equal(got, want) {
 		t.Fatalf("attempt ids %q, want %q", got, want)
+	}
+}
+
+// After a workflow retry, attempts count again from 1 against the node's
+// max_attempts; Attempt keeps counting every generation's.
+func TestAttemptNumbersAfterARetry(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.records.Set(h.key(dag.OpCreate, "n"), Record{Status: dag.NodeFailed, Attempt: 3, Generation: 1, GenAttempts: 3})
+	h.host.exits["flaky"] = []int{1, 0}
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 2, node("n", "flaky", 3))); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range h.bus.out.Stored() {
+		if n, ok := e.Payload.(*events.NodeEvent); ok {
+			got = append(got, fmt.Sprintf("%s %d/%d of %d", n.Status, n.GenAttempt, n.Attempt, n.MaxAttempts))
+		}
+	}
+	want := []string{"running 1/4 of 3", "failed 1/4 of 3", "running 2/5 of 3", "succeeded 2/5 of 3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }

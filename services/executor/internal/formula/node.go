@@ -195,7 +195,7 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 		}
 		recorded = true
 		started = time.Now().UTC()
-		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, next.Attempt)
+		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: next.GenAttempts, Run: events.Run{StartedAt: &started}}, next.Attempt)
 		return nil
 	}
 	final, ev, permanent := nr.attempt(next.Attempt, record)
@@ -217,9 +217,9 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	if !recorded {
 		// Nothing started (no connection, cancelled while waiting for a
 		// slot): the attempt is still announced before its outcome.
-		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, Run: events.Run{StartedAt: &started}}, rec.Attempt)
+		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: rec.GenAttempts, Run: events.Run{StartedAt: &started}}, rec.Attempt)
 	}
-	ev.WillRetry = retry
+	ev.WillRetry, ev.GenAttempt = retry, rec.GenAttempts
 	nr.emit(ctx, ev, rec.Attempt)
 	nr.log.Info("node attempt", "status", final, "attempt", rec.Attempt, "will_retry", retry, "exit_code", ev.ExitCode)
 	return final, retry, nil

@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// After a workflow retry, watch counts the attempts of the new run against
+// max_attempts, never "attempt 4 of 3".
+func TestWatchAttemptOfMax(t *testing.T) {
+	t.Parallel()
+	ref := events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "f", Node: "n", Host: "h1", Operation: dag.OpCreate, Generation: 2}
+	for _, c := range []struct {
+		ev   events.NodeEvent
+		want string
+	}{
+		{events.NodeEvent{Ref: ref, Status: dag.NodeRunning, Run: events.Run{Attempt: 5}, GenAttempt: 2, MaxAttempts: 3}, "(attempt 2 of 3)"},
+		{events.NodeEvent{Ref: ref, Status: dag.NodeFailed, Run: events.Run{Attempt: 4, ExitCode: new(int)}, GenAttempt: 1, MaxAttempts: 3, WillRetry: true}, "(attempt 1 of 3, will retry)"},
+	} {
+		env, err := events.NewAt("x", "test", time.Now(), &c.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		printEvent(&b, env)
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("printed %q, want %q", b.String(), c.want)
+		}
+	}
+}
