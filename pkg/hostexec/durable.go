@@ -53,22 +53,22 @@ func superviseScript(attempt, lock, ex, script string) string {
 	q := shellQuote
 	wrapper := `echo $$ >"$1/pid"; printf '` + pidMarker + `%s %s\n' "$$" "$1"; ` +
 		`{ { ` + hostLock(lock) + `sh -c "$2" </dev/null 9>&-; echo $? >"$1/exit"; } 2>&1 1>&3 3>&- | tee -p -a "$1/err" 1>&2 3>&-; } 3>&1 | tee -p -a "$1/out" 2>/dev/null`
-	return ex + `b=` + attemptsDir + `; d="$b/"` + q(attempt) + `
-if mkdir "$d" 2>/dev/null || { [ ! -d "$d" ] && mkdir -p -m 700 "$b" && find "$b" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; mkdir "$d" 2>/dev/null; }; then
-  setsid -w sh -c ` + q(wrapper) + ` gantry-attempt "$d" ` + q(script) + ` </dev/null
+	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
+if mkdir "$_gd" 2>/dev/null || { [ ! -d "$_gd" ] && mkdir -p -m 700 "$_gb" && find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; mkdir "$_gd" 2>/dev/null; }; then
+  setsid -w sh -c ` + q(wrapper) + ` gantry-attempt "$_gd" ` + q(script) + ` </dev/null
 else
-  p=$(cat "$d/pid" 2>/dev/null)
-  printf '` + pidMarker + `%s %s\n' "${p:-0}" "$d"
-  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
-    tail -c +1 -s 0.1 -f --pid="$p" "$d/out" & t=$!
-    tail -c +1 -s 0.1 -f --pid="$p" "$d/err" >&2
-    wait $t
+  _gp=$(cat "$_gd/pid" 2>/dev/null)
+  printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
+  if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
+    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd/out" & _gt=$!
+    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd/err" >&2
+    wait $_gt
   else
-    cat "$d/out" 2>/dev/null; cat "$d/err" >&2 2>/dev/null
+    cat "$_gd/out" 2>/dev/null; cat "$_gd/err" >&2 2>/dev/null
   fi
 fi
-i=0; while [ ! -s "$d/exit" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i+1)); done
-[ -s "$d/exit" ] && exit "$(cat "$d/exit")"
+_gi=0; while [ ! -s "$_gd/exit" ] && [ $_gi -lt 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
+[ -s "$_gd/exit" ] && exit "$(cat "$_gd/exit")"
 echo "gantry: attempt ` + attempt + ` ended on this host without an exit status (killed outside gantry, or the host restarted)" >&2
 exit ` + strconv.Itoa(lostExit) + `
 `
