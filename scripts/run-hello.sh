@@ -21,5 +21,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "$url" ] || { echo "gantry dev did not start" >&2; cat "$data/dev.log" >&2; exit 1; }
+# NATS answers before the services have registered; wait for them.
+"$gantry" ping --server "$url" --service gantry-planner --service gantry-state-store --wait 60s >/dev/null
 echo "gantry dev is up at $url; submitting examples/hello.yaml"
 "$gantry" submit examples/hello.yaml --watch --server "$url"
