@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/composition"
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -96,7 +97,7 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 		f := d.Formulas[id]
 		detail := f.Error
 		if f.Blocker != "" {
-			detail = "blocked by " + f.Blocker
+			detail = blockerText(f.Status, f.Blocker)
 		}
 		if f.Health != nil {
 			detail = strings.TrimSpace(detail + " health " + string(f.Health.Status) + " after " + strconv.Itoa(f.Health.Attempts))
@@ -115,7 +116,7 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			}
 			detail := firstLine(nd.Error)
 			if nd.Blocker != "" {
-				detail = "blocked by " + nd.Blocker
+				detail = blockerText(nd.Status, nd.Blocker)
 			}
 			if nd.Check != "" {
 				detail = string(nd.Check)
@@ -305,4 +306,13 @@ as orphaned. It exits 0 when everything is ok and 1 when anything drifted.`,
 	cf.add(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
+}
+
+// blockerText says why a formula or node did not run: blocked by a failed
+// prerequisite, or cancelled (on_failure stop) after another failed.
+func blockerText[S ~string](status S, blocker string) string {
+	if string(status) == string(dag.NodeCancelled) {
+		return "not started: " + blocker + " failed"
+	}
+	return "blocked by " + blocker
 }

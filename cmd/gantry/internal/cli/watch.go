@@ -141,7 +141,7 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		}
 		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula, e.Status)
 		if e.Blocker != "" {
-			line += " (blocked by " + e.Blocker + ")"
+			line += " (" + blockerText(e.Status, e.Blocker) + ")"
 		}
 		if e.Error != "" {
 			line += ": " + e.Error

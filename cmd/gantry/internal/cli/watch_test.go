@@ -33,3 +33,22 @@ func TestWatchAttemptOfMax(t *testing.T) {
 		}
 	}
 }
+
+// A formula cancelled under on_failure stop was never blocked: watch says
+// it did not start because another failed.
+func TestWatchCancelledIsNotBlocked(t *testing.T) {
+	t.Parallel()
+	ref := events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "y", Host: "h1", Operation: dag.OpCreate, Generation: 1}
+	for st, want := range map[dag.FormulaState]string{dag.FormulaCancelled: "(not started: a failed)", dag.FormulaBlocked: "(blocked by a)"} {
+		now := time.Now()
+		env, err := events.NewAt("x", "test", now, &events.FormulaEvent{Ref: ref, Status: st, Blocker: "a", Run: events.Run{EndedAt: &now}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		printEvent(&b, env)
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%s: printed %q, want %q", st, b.String(), want)
+		}
+	}
+}

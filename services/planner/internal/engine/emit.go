@@ -62,7 +62,7 @@ func (e *Engine) stopFormula(ctx context.Context, r *run, b dag.Blocked, fs dag.
 		ev := &events.NodeEvent{Ref: e.ref(r, b.Formula), Status: ns, Blocker: blocker, SpecHash: pf.Nodes[j].SpecHash}
 		ev.Node = pf.Nodes[j].Name
 		if ns == dag.NodeCancelled {
-			ev.Reason = "not started: on_failure " + string(r.plan.OnFailure) + " after " + blocker + " failed"
+			ev.Reason = cancelReason(r.plan.OnFailure, blocker)
 		}
 		e.Out.Emit(ctx, events.HostLifecycle(pf.Server), ev, e.msgID(r, pf.ID, ev.Node, string(ns)))
 	}
@@ -102,4 +102,12 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 		ev.TotalNodes += len(r.plan.Formulas[i].Nodes)
 	}
 	e.Out.Emit(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
+}
+
+// cancelReason says why a node was cancelled before it started.
+func cancelReason(policy dag.OnFailure, blocker string) string {
+	if blocker == "" {
+		return "not started: the workflow was cancelled"
+	}
+	return "not started: on_failure " + string(policy) + " after " + blocker + " failed"
 }

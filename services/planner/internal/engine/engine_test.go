@@ -40,6 +40,23 @@ formulas:
     nodes: [{name: y, run: "true"}]
 `
 
+// parallel: a and x start at once; y waits for x.
+const parallel = `
+name: parallel
+hosts: {h1: {transport: local}}
+formulas:
+  - id: a
+    server: h1
+    nodes: [{name: aa, run: "true"}]
+  - id: x
+    server: h1
+    nodes: [{name: xx, run: "true"}]
+  - id: y
+    server: h1
+    depends_on: [{formula: x, condition: completed}]
+    nodes: [{name: yy, run: "true"}]
+`
+
 // step is one thing that happens to a run, and what the engine must make
 // of it: the events it stores, in order, and the recorded status after.
 type step struct {
@@ -87,9 +104,14 @@ func TestRunTransitions(t *testing.T) {
 		},
 		"cancel stops what has not started and ignores later events": {
 			{do: submit(chain)},
-			{do: control(events.VerbCancel), want: []string{"b/y cancelled", "b cancelled", "workflow cancelled: cancelled by request"}, status: dag.WorkflowCancelled},
+			{do: control(events.VerbCancel), want: []string{"b/y cancelled: not started: the workflow was cancelled", "b cancelled", "workflow cancelled: cancelled by request"}, status: dag.WorkflowCancelled},
 			{do: formula("a", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowCancelled},
 			{do: control(events.VerbCancel), err: ErrConflict, status: dag.WorkflowCancelled},
+		},
+		"on_failure stop cancels what has not started, naming the failure": {
+			{do: submit(parallel), want: []string{"workflow accepted", "workflow running", "a ready", "dispatch a create g1", "x ready", "dispatch x create g1"}},
+			{do: formula("a", 1, dag.FormulaFailed), want: []string{"y/yy cancelled: not started: on_failure stop after a failed", "y cancelled (a)"}, status: dag.WorkflowRunning},
+			{do: formula("x", 1, dag.FormulaSucceeded), want: []string{"workflow failed: formula a failed"}, status: dag.WorkflowFailed},
 		},
 		"pause holds new work, resume releases it as a new transition": {
 			{do: submit(chain)},

@@ -122,6 +122,9 @@ func describe(e events.Emitted) string {
 		}
 		return fmt.Sprintf("%s %s", p.Formula, p.Status)
 	case *events.NodeEvent:
+		if p.Reason != "" {
+			return fmt.Sprintf("%s/%s %s: %s", p.Formula, p.Node, p.Status, p.Reason)
+		}
 		return fmt.Sprintf("%s/%s %s", p.Formula, p.Node, p.Status)
 	case *events.Dispatch:
 		var done []string
