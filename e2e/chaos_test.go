@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,13 +92,14 @@ func waitPort(t *testing.T, port int) {
 	t.Fatalf("nothing listening on %d", port)
 }
 
-// chaosComposition: 5 hosts x 4 formulas x 10 nodes = 200 nodes. On each
-// host the formulas form a chain; the second has a health gate; the third
-// also waits for the next host's second formula (healthy). Every node
-// appends its name to the host's marker file, then works for a while.
+// chaosComposition: 5 hosts x 4 formulas x 10 nodes = 200 nodes, with the
+// default retry policy (one attempt). On each host the formulas form a
+// chain; the second has a health gate that passes only 1.5 s after its
+// last node ended, so it probes a few times; the third also waits for the
+// next host's second formula (healthy). Every node writes "start" and
+// "end" lines with a timestamp to the host's marker file around its work.
 func chaosComposition(f *sshtest.Fleet, work string) *dag.Composition {
-	c := &dag.Composition{Name: "chaos", Hosts: map[string]dag.Host{},
-		Retry: &dag.RetryPolicy{MaxAttempts: 5, InitialInterval: dag.Duration(200 * time.Millisecond), MaxInterval: dag.Duration(2 * time.Second), Multiplier: 2}}
+	c := &dag.Composition{Name: "chaos", Hosts: map[string]dag.Host{}}
 	for hi, h := range f.Hosts {
 		host := fmt.Sprintf("h%d", hi)
 		c.Hosts[host] = dag.Host{Address: h.Addr, User: f.User}
@@ -112,16 +112,115 @@ func chaosComposition(f *sshtest.Fleet, work string) *dag.Composition {
 				fm.DependsOn = append(fm.DependsOn, dag.FormulaDep{Formula: fmt.Sprintf("h%d-f1", (hi+1)%len(f.Hosts)), Condition: dag.ConditionHealthy})
 			}
 			if fi == 1 {
-				fm.HealthGate = &dag.HealthGate{Check: fmt.Sprintf("grep -q '^%s/' %s/markers", fm.ID, h.Dir), Timeout: dag.Duration(20 * time.Second), Retries: 5}
+				fm.HealthGate = &dag.HealthGate{Check: fmt.Sprintf(`t=$(grep "^end %s/n9 " %s/markers | tail -n 1 | cut -d' ' -f3); [ -n "$t" ] && [ $(( $(date +%%s%%N) - t )) -ge 1500000000 ]`, fm.ID, h.Dir),
+					Timeout: dag.Duration(20 * time.Second), Retries: 10}
 			}
 			for ni := 0; ni < 10; ni++ {
 				name := fmt.Sprintf("n%d", ni)
-				fm.Nodes = append(fm.Nodes, dag.Node{Name: name, Run: fmt.Sprintf("echo %s/%s >> %s/markers; %s", fm.ID, name, h.Dir, work), Timeout: dag.Duration(time.Minute)})
+				id := fm.ID + "/" + name
+				fm.Nodes = append(fm.Nodes, dag.Node{Name: name, Timeout: dag.Duration(time.Minute),
+					Run: fmt.Sprintf(`echo "start %s $(date +%%s%%N)" >> %s/markers; %s; echo "end %s $(date +%%s%%N)" >> %s/markers`, id, h.Dir, work, id, h.Dir)})
 			}
 			c.Formulas = append(c.Formulas, fm)
 		}
 	}
 	return c
+}
+
+// hostRuns reads a host's marker file: for each node, its starts and ends
+// in order.
+func hostRuns(t *testing.T, h *sshtest.Host) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(h.Dir + "/markers")
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	runs := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 3 {
+			runs[f[1]] = append(runs[f[1]], f[0])
+		}
+	}
+	return runs
+}
+
+// runFaults says what is wrong with a node's starts and ends on its host:
+// two copies at once, a run after a success, or an attempt that never
+// ended (killed on the host).
+func runFaults(seq []string) []string {
+	var faults []string
+	open, ended := 0, 0
+	for _, s := range seq {
+		switch s {
+		case "start":
+			if open > 0 {
+				faults = append(faults, "overlap")
+			}
+			if ended > 0 {
+				faults = append(faults, "ran again after it succeeded")
+			}
+			open++
+		case "end":
+			open--
+			ended++
+		}
+	}
+	if open > 0 {
+		faults = append(faults, "an attempt never ended")
+	}
+	if ended == 0 {
+		faults = append(faults, "never ran to its end")
+	}
+	return faults
+}
+
+// trigger waits until the stream shows work in flight of the kind a
+// service handles, so a kill lands on it.
+type trigger struct {
+	mu    sync.Mutex
+	armed map[string]chan struct{}
+}
+
+func (tr *trigger) arm(kind string) chan struct{} {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	ch := make(chan struct{})
+	tr.armed[kind] = ch
+	return ch
+}
+
+func (tr *trigger) fire(kind string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if ch, ok := tr.armed[kind]; ok {
+		close(ch)
+		delete(tr.armed, kind)
+	}
+}
+
+// watchInFlight fires "node" on a node starting, "gate" on a failed probe
+// with more to come, "decision" on a formula outcome the planner is about
+// to act on, and "any" on every event.
+func watchInFlight(t *testing.T, nc *nats.Conn, tr *trigger) {
+	_, err := nc.Subscribe("decky.>", func(m *nats.Msg) {
+		env, err := events.Parse(m.Data)
+		if err != nil {
+			return
+		}
+		tr.fire("any")
+		switch {
+		case env.Type == events.NodeType(dag.NodeRunning):
+			tr.fire("node")
+		case env.Type == events.TypeHealthAttempt:
+			tr.fire("gate")
+		case env.Type == events.FormulaType(dag.FormulaSucceeded):
+			tr.fire("decision")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestChaos(t *testing.T) {
@@ -196,19 +295,30 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("chaos: workflow %s: 200 nodes on 5 sshd hosts\n", id)
 	start := time.Now()
 
-	// The schedule: each service killed -9 three times, in turn, and
-	// nats-server killed -9 and restarted twice, spread over the run.
+	// The schedule: each service killed -9 three times, in turn, each kill
+	// aimed at work in flight (the executor as a node starts, the
+	// health-gate between two probes of a gate, the planner as a formula
+	// outcome arrives), and nats-server killed -9 and restarted twice.
 	var kills []string
 	stamp := func(s string) {
 		line := fmt.Sprintf("%6.1fs %s", time.Since(start).Seconds(), s)
 		kills = append(kills, line)
 		fmt.Println("chaos:", line)
 	}
+	tr := &trigger{armed: map[string]chan struct{}{}}
+	watchInFlight(t, admin, tr)
+	aim := map[string]string{"executor": "node", "health-gate": "gate", "planner": "decision", "state-store": "any"}
 	for round := 0; round < 3; round++ {
 		for _, p := range svcs {
-			time.Sleep(1200 * time.Millisecond)
+			time.Sleep(900 * time.Millisecond)
+			what := "at a random moment (nothing of its kind in flight for 10 s)"
+			select {
+			case <-tr.arm(aim[p.name]):
+				what = "with " + aim[p.name] + " work in flight"
+			case <-time.After(10 * time.Second):
+			}
 			p.kill9()
-			stamp("kill -9 " + p.name)
+			stamp("kill -9 " + p.name + " " + what)
 			time.Sleep(700 * time.Millisecond)
 			p.start(t)
 			stamp("restarted " + p.name)
@@ -243,61 +353,39 @@ func TestChaos(t *testing.T) {
 		t.Errorf("workflow ended %s: %s", doc.Status, doc.Error)
 	}
 
-	// Attempts recorded (executor records) against marker lines.
-	kv, err := js.KeyValue(context.Background(), events.BucketNodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type row struct {
-		node              string
-		attempts, markers int
-	}
-	var rows []row
-	mismatch, retried := 0, 0
+	// On the hosts: each node started once and ended once; no overlap, no
+	// run after a success, no attempt killed on the host.
+	faulty, attempts := 0, 0
 	for hi, h := range fleet.Hosts {
-		m := markers(t, h)
+		runs := hostRuns(t, h)
 		for fi := 0; fi < 4; fi++ {
-			fid := fmt.Sprintf("h%d-f%d", hi, fi)
 			for ni := 0; ni < 10; ni++ {
-				name := fmt.Sprintf("n%d", ni)
-				e, err := kv.Get(context.Background(), events.NodeKey(id, dag.OpCreate, fid, name))
-				var rec struct {
-					Status  dag.NodeState `json:"status"`
-					Attempt int           `json:"attempt"`
+				node := fmt.Sprintf("h%d-f%d/n%d", hi, fi, ni)
+				seq := runs[node]
+				for _, s := range seq {
+					if s == "start" {
+						attempts++
+					}
 				}
-				if err == nil {
-					json.Unmarshal(e.Value(), &rec)
-				}
-				r := row{fid + "/" + name, rec.Attempt, m[fid+"/"+name]}
-				rows = append(rows, r)
-				if r.attempts != r.markers {
-					mismatch++
-				}
-				if r.attempts > 1 {
-					retried++
-				}
-				if rec.Status != dag.NodeSucceeded {
-					t.Errorf("%s recorded %s", r.node, rec.Status)
+				if f := runFaults(seq); len(f) > 0 {
+					faulty++
+					t.Errorf("%s on its host: %s (%v)", node, strings.Join(f, ", "), seq)
 				}
 			}
 		}
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].node < rows[j].node })
-	fmt.Println("chaos: nodes with more than one attempt (node attempts markers):")
-	for _, r := range rows {
-		if r.attempts > 1 || r.attempts != r.markers {
-			fmt.Printf("chaos:   %-10s %d %d\n", r.node, r.attempts, r.markers)
-		}
-	}
-	fmt.Printf("chaos: %d nodes, %d ran more than once, %d with markers != attempts\n", len(rows), retried, mismatch)
-	if mismatch > 0 {
-		t.Errorf("%d nodes have a marker count different from their recorded attempts", mismatch)
-	}
+	fmt.Printf("chaos: 200 nodes, %d runs started on the hosts, %d nodes with overlaps, re-runs or killed runs\n", attempts, faulty)
 
 	// No node ran again after it was recorded succeeded: in the stream, no
-	// running event for a node follows its first succeeded event.
+	// running event for a node follows its first succeeded event. The same
+	// pass folds the stream into each node's and formula's state, written
+	// here, apart from the state-store's code, to compare with its
+	// projection.
 	cons, _ := js.OrderedConsumer(context.Background(), events.StreamEvents, jetstream.OrderedConsumerConfig{})
 	succeeded := map[string]bool{}
+	fold := map[string]dag.NodeState{}
+	foldAttempts := map[string]map[int]bool{}
+	foldFormulas := map[string]dag.FormulaState{}
 	ranAfter := 0
 	for {
 		batch, err := cons.FetchNoWait(1000)
@@ -308,7 +396,18 @@ func TestChaos(t *testing.T) {
 		for m := range batch.Messages() {
 			n++
 			env, err := events.Parse(m.Data())
-			if err != nil || env.Type.Family() != events.FamilyNode || !strings.HasPrefix(env.Subject, id) {
+			if err != nil || !strings.HasPrefix(env.Subject, id) {
+				continue
+			}
+			switch env.Type.Family() {
+			case events.FamilyFormula:
+				var fe events.FormulaEvent
+				if events.DecodeData(env, &fe) == nil && formulaRank(fe.Status) >= formulaRank(foldFormulas[fe.Formula]) {
+					foldFormulas[fe.Formula] = fe.Status
+				}
+				continue
+			case events.FamilyNode:
+			default:
 				continue
 			}
 			var ne events.NodeEvent
@@ -316,6 +415,15 @@ func TestChaos(t *testing.T) {
 				continue
 			}
 			k := ne.Formula + "/" + ne.Node
+			if !ne.Status.Done() || !fold[k].Done() {
+				fold[k] = ne.Status
+			}
+			if ne.Status == dag.NodeRunning {
+				if foldAttempts[k] == nil {
+					foldAttempts[k] = map[int]bool{}
+				}
+				foldAttempts[k][ne.Attempt] = true
+			}
 			switch {
 			case ne.Status == dag.NodeRunning && succeeded[k]:
 				ranAfter++
@@ -330,17 +438,37 @@ func TestChaos(t *testing.T) {
 	}
 	fmt.Printf("chaos: %d nodes recorded succeeded; %d ran again afterwards\n", len(succeeded), ranAfter)
 
-	// The projection equals a rebuild from the stream.
+	// The projection agrees with the fold.
 	deadline = time.Now().Add(time.Minute)
-	for {
-		if stateCaughtUp(js) {
-			break
-		}
+	for !stateCaughtUp(js) {
 		if time.Now().After(deadline) {
 			t.Fatal("state-store did not catch up")
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if m, err := request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`)); err == nil {
+		json.Unmarshal(m.Data, &doc)
+	}
+	differ := 0
+	for fid, f := range doc.Formulas {
+		if f.Status != foldFormulas[fid] {
+			differ++
+			t.Errorf("%s: projection %s, stream %s", fid, f.Status, foldFormulas[fid])
+		}
+		for name, nd := range f.Nodes {
+			k := fid + "/" + name
+			if nd.Status != fold[k] || nd.Attempts != len(foldAttempts[k]) {
+				differ++
+				t.Errorf("%s: projection %s after %d attempts, stream %s after %d", k, nd.Status, nd.Attempts, fold[k], len(foldAttempts[k]))
+			}
+		}
+	}
+	if len(doc.Formulas) != 20 || len(fold) != 200 {
+		t.Errorf("projection has %d formulas, the stream %d nodes", len(doc.Formulas), len(fold))
+	}
+	fmt.Printf("chaos: projection vs an independent fold of the stream: %d formulas, %d nodes, %d differ\n", len(doc.Formulas), len(fold), differ)
+
+	// And with a rebuild from the stream by the state-store itself.
 	m, err := request(events.StateRebuild, []byte(`{"check_only":true}`))
 	if err != nil {
 		t.Fatal(err)
@@ -360,4 +488,23 @@ func TestChaos(t *testing.T) {
 		verdict = "FAIL"
 	}
 	fmt.Printf("chaos: %d kills/restarts; verdict %s\n", len(kills), verdict)
+}
+
+// formulaRank orders formula states so the fold keeps the furthest one.
+func formulaRank(s dag.FormulaState) int {
+	switch s {
+	case "":
+		return -1
+	case dag.FormulaPending:
+		return 0
+	case dag.FormulaReady:
+		return 1
+	case dag.FormulaRunning:
+		return 2
+	case dag.FormulaSucceeded:
+		return 3
+	case dag.FormulaGating:
+		return 4
+	}
+	return 5
 }

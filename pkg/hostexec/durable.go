@@ -51,7 +51,10 @@ const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
 // one of them.
 func superviseScript(attempt, lock, ex, script string) string {
 	q := shellQuote
-	wrapper := `echo $$ >"$1/pid"; printf '` + pidMarker + `%s %s\n' "$$" "$1"; ` +
+	// The marker goes out from a subshell: if the connection is already
+	// gone, the write's SIGPIPE ends that subshell, not the supervisor (which
+	// must not ignore SIGPIPE itself: the command would inherit that).
+	wrapper := `echo $$ >"$1/pid"; (printf '` + pidMarker + `%s %s\n' "$$" "$1") 2>/dev/null; ` +
 		`{ { ` + hostLock(lock) + `sh -c "$2" </dev/null 9>&-; echo $? >"$1/exit"; } 2>&1 1>&3 3>&- | tee -p -a "$1/err" 1>&2 3>&-; } 3>&1 | tee -p -a "$1/out" 2>/dev/null`
 	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
 if mkdir "$_gd" 2>/dev/null || { [ ! -d "$_gd" ] && mkdir -p -m 700 "$_gb" && find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; mkdir "$_gd" 2>/dev/null; }; then

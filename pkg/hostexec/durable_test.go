@@ -221,3 +221,33 @@ func TestHostLockSerializes(t *testing.T) {
 		})
 	}
 }
+
+// A supervisor whose connection is gone before it says where it is (the
+// executor killed as the attempt starts) still runs the command to its
+// end and records the result.
+func TestDurableSurvivesAClosedConnectionAtStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := durable(dir, "w1.1.f.n.1", nil)
+	ex, _ := exports(cmd.Env)
+	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script))
+	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // nobody reads: the first write gets SIGPIPE
+	first.Stdout, first.Stderr = w, w
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	_ = first.Wait()
+	res, err := Local{}.Run(context.Background(), cmd)
+	if err != nil || res.ExitCode != 7 {
+		t.Fatalf("re-attached: %+v %v", res, err)
+	}
+	if c := counted(t, dir); c != "start end" {
+		t.Fatalf("the host saw %q", c)
+	}
+}
