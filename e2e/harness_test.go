@@ -216,6 +216,7 @@ type evt struct {
 	blocker string
 	retry   bool
 	err     string
+	reason  string
 }
 
 func (e evt) String() string {
@@ -256,12 +257,13 @@ func (s *stack) events(id string) []evt {
 				WillRetry bool   `json:"will_retry"`
 				Final     bool   `json:"final"`
 				Error     string `json:"error"`
+				Reason    string `json:"reason"`
 			}
 			json.Unmarshal(env.Data, &d)
 			if env.Type.Family() == events.FamilyHealth && !d.Final {
 				d.Status = "attempt-" + d.Status
 			}
-			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error})
+			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error, d.Reason})
 		}
 		if n == 0 {
 			return out

@@ -31,4 +31,16 @@ func TestTwoWorkflowsOneHostNode(t *testing.T) {
 	if f := strings.Join(strings.Fields(string(got)), " "); f != "in out in out" {
 		t.Fatalf("the node ran as %q on the host: two copies overlapped", f)
 	}
+	// The one that waited said for whom, as a node event.
+	said := 0
+	for _, pair := range [][2]string{{a, b}, {b, a}} {
+		for _, e := range s.events(pair[0]) {
+			if e.status == "running" && strings.Contains(e.reason, "waiting for workflow "+pair[1]) {
+				said++
+			}
+		}
+	}
+	if said != 1 {
+		t.Fatalf("%d waiting events, want 1", said)
+	}
 }

@@ -1,6 +1,7 @@
 package formula
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,8 +79,16 @@ func (nr *nodeRun) attemptID(attempt int, what string) string {
 	return strings.Join([]string{d.WorkflowID, strconv.Itoa(d.Generation), string(d.Operation), d.Formula, nr.n.Name, strconv.Itoa(attempt), what}, ".")
 }
 
-// line publishes an output line as it is printed.
+// waitingPrefix starts the line a durable command prints on stderr when
+// it waits for its host lock, followed by the holder's attempt id.
+const waitingPrefix = "gantry: waiting for "
+
+// line publishes an output line as it is printed. A wait for the host lock
+// is also announced as a node event, naming the workflow waited for.
 func (sh *shell) line(s hostexec.Stream, line string) {
+	if holder, ok := strings.CutPrefix(line, waitingPrefix); ok && s == hostexec.Stderr {
+		sh.waiting(holder)
+	}
 	d := sh.nr.d
 	ll := &events.LogLine{Ref: d.Ref, Attempt: sh.attempt, Stream: events.Stream(s), Seq: sh.seq.Add(1), Line: line}
 	ll.Node = sh.nr.n.Name
@@ -144,4 +153,16 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 // trusted, or refuses the credentials.
 func isPermanent(err error) bool {
 	return errors.Is(err, errUnreachable) || errors.Is(err, hostexec.ErrHostKeyUnknown) || errors.Is(err, hostexec.ErrHostKeyChanged) || errors.Is(err, hostexec.ErrAuth)
+}
+
+// waiting announces that the attempt waits for another workflow's run of
+// the same node on this host (holder: that attempt's id, then " on this
+// host").
+func (sh *shell) waiting(holder string) {
+	wf, _, _ := strings.Cut(holder, ".")
+	ev := &events.NodeEvent{Status: dag.NodeRunning, Reason: "waiting for workflow " + wf + " (the same node runs there) on this host"}
+	nr := sh.nr
+	n := nr.d.Nodes[nr.j]
+	ev.Ref, ev.Node, ev.Attempt, ev.SpecHash, ev.MaxAttempts, ev.Actor = nr.d.Ref, n.Name, sh.attempt, n.SpecHash, n.Retry.MaxAttempts, nr.x.Actor
+	nr.out.Emit(context.Background(), events.HostLifecycle(nr.d.Ref.Host), ev, msgID(nr.d.Ref, n.Name, "running-waiting", sh.attempt))
 }

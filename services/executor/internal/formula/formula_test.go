@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
 )
 
 func TestNodeTransitions(t *testing.T) {
@@ -218,4 +219,31 @@ func TestAttemptNumbersAfterARetry(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
+}
+
+// An attempt that waits for the host lock says so as a node event, naming
+// the workflow it waits for.
+func TestWaitingForTheHostLockIsAnnounced(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.x.Hosts = runners{r: waitingHost{}}
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 1))); err != nil {
+		t.Fatal(err)
+	}
+	want := "n running 1: waiting for workflow 0190aaaa-bbbb (the same node runs there) on this host"
+	if got := h.stored(); !slices.Contains(got, want) {
+		t.Fatalf("stored %q, want %q among them", got, want)
+	}
+}
+
+// waitingHost prints what a durable command prints while it waits for its
+// host lock, then succeeds.
+type waitingHost struct{}
+
+func (waitingHost) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	if err := cmd.BeforeStart(); err != nil {
+		return hostexec.Result{ExitCode: -1}, err
+	}
+	cmd.OnLine(hostexec.Stderr, "gantry: waiting for 0190aaaa-bbbb.1.create.f.n.1.run on this host")
+	return hostexec.Result{}, nil
 }
