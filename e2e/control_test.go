@@ -69,10 +69,15 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 	if doc.Status != dag.WorkflowCancelled {
 		t.Fatalf("workflow %s", doc.Status)
 	}
-	s.waitFor("the node's cancellation", 15*time.Second, func() bool {
-		n := s.status(id).Formulas["slow"].Nodes["wait"]
-		return n.Status == dag.NodeCancelled
-	})
+	// CANCELLED comes only after the running node was killed.
+	evs := s.events(id)
+	killed, cancelled := index(evs, events.FamilyNode, "slow", "wait", "cancelled"), index(evs, events.FamilyWorkflow, "", "", "cancelled")
+	if killed < 0 || cancelled < killed {
+		t.Fatalf("the workflow's cancelled event (%d) came before its running node's (%d): %v", cancelled, killed, evs)
+	}
+	if n := doc.Formulas["slow"].Nodes["wait"]; n.Status != dag.NodeCancelled {
+		t.Errorf("when the workflow was cancelled its running node was %s", n.Status)
+	}
 	if f := s.status(id).Formulas["after"]; f.Status != dag.FormulaCancelled || f.Nodes["never"].Status != dag.NodeCancelled {
 		t.Errorf("after = %+v", f)
 	}

@@ -86,6 +86,10 @@ type WorkflowEvent struct {
 	// accepted; cancel, pause, resume, retry), as the server
 	// authenticated them; absent for the planner's own transitions.
 	RequestedBy *Principal `json:"requested_by,omitempty"`
+	// Cancelling, on a running workflow, says a cancel was requested and
+	// its formulas still running are being stopped (executors kill them);
+	// the workflow is cancelled once they have ended.
+	Cancelling bool `json:"cancelling,omitempty"`
 }
 
 // FormulaEvent is published on decky.<host>.lifecycle.

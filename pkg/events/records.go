@@ -23,6 +23,9 @@ type RunSnapshot struct {
 	Formulas string `json:"formulas"`
 	// Blockers maps a blocked formula's plan index to its blocker's.
 	Blockers map[int]int `json:"blockers,omitempty"`
+	// Cancelling: a cancel was requested and the run waits for its running
+	// formulas to end; nothing new of it may start.
+	Cancelling bool `json:"cancelling,omitempty"`
 }
 
 // NodeRecord is what the executor keeps per node of a workflow in

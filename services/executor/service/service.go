@@ -68,14 +68,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		PerHost: cfg.PerHost,
 		Log:     log,
 	}
-	// A cancelled workflow's running nodes are killed here.
+	// A cancelled (or cancelling) workflow's running nodes are killed here.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
 		env, err := events.Parse(m.Data)
-		if err != nil || env.Type != events.WorkflowType(dag.WorkflowCancelled) {
+		if err != nil || env.Type.Family() != events.FamilyWorkflow {
 			return
 		}
 		var w events.WorkflowEvent
-		if events.DecodeData(env, &w) == nil {
+		if events.DecodeData(env, &w) == nil && (w.Status == dag.WorkflowCancelled || w.Cancelling) {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
 			x.CancelWorkflow(w.WorkflowID)
 		}

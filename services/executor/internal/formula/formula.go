@@ -85,7 +85,7 @@ func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (bool, er
 	if err != nil {
 		return false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
 	}
-	return w.Status == dag.WorkflowCancelled || w.Generation > d.Generation, nil
+	return w.Status == dag.WorkflowCancelled || w.Cancelling || w.Generation > d.Generation, nil
 }
 
 // Handle is the consumer handler for decky.*.dispatch.

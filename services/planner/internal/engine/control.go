@@ -47,6 +47,9 @@ func (e *Engine) request(ctx context.Context, id, verb string, by *events.Princi
 		return nil, fmt.Errorf("%w %s", ErrNotFound, id)
 	}
 	st := r.rec.Status
+	if r.rec.CancelledBy != nil && !st.Terminal() {
+		return nil, fmt.Errorf("%w: %s is being cancelled (its running formulas are being stopped)", ErrConflict, id)
+	}
 	r.rec.Requests++
 	switch verb {
 	case events.VerbCancel:
@@ -98,20 +101,61 @@ func (e *Engine) resume(ctx context.Context, r *run, by *events.Principal) error
 	return e.act(ctx, r, r.plan.Step(r.state))
 }
 
-// cancel ends the workflow: what has not started is cancelled here, and
-// executors kill what is running when they see the cancelled event.
+// cancel ends the workflow: what has not started (or only waits for its
+// health gate) is cancelled here. Formulas running on executors are killed
+// there: the workflow is "cancelling" until their outcomes arrive, and
+// cancelled only then, so CANCELLED never comes before the last of its
+// work has stopped.
 func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error {
 	var d dag.Decision
 	for _, i := range r.plan.Order {
-		if r.state.Formula(i) == dag.FormulaPending {
+		switch r.state.Formula(i) {
+		case dag.FormulaPending:
 			d.Cancelled = append(d.Cancelled, dag.Blocked{Formula: i, Blocker: -1})
+		case dag.FormulaGating: // its nodes ran; only the wait for its gate ends
+			if err := r.state.SetFormula(i, dag.FormulaCancelled, -1); err != nil {
+				return fmt.Errorf("cancel %s: %w", r.plan.Formulas[i].ID, err)
+			}
+			e.publishFormula(ctx, r, i, dag.FormulaCancelled, "")
 		}
 	}
 	for _, b := range d.Cancelled {
 		e.stopFormula(ctx, r, b, dag.FormulaCancelled, dag.NodeCancelled)
 	}
 	r.state.Apply(d)
-	e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request", by)
+	r.rec.CancelledBy = by
+	e.touched(r)
+	if n := inFlight(r); n > 0 {
+		e.publishCancelling(ctx, r, n)
+		return e.saveRecord(ctx, r)
+	}
+	return e.cancelled(ctx, r)
+}
+
+// inFlight counts the formulas dispatched to executors and not ended.
+func inFlight(r *run) int {
+	n := 0
+	for i := range r.plan.Formulas {
+		switch r.state.Formula(i) {
+		case dag.FormulaReady, dag.FormulaRunning:
+			n++
+		}
+	}
+	return n
+}
+
+// settleCancel ends a cancelling run once nothing of it runs any more.
+func (e *Engine) settleCancel(ctx context.Context, r *run) error {
+	e.touched(r)
+	if inFlight(r) > 0 {
+		return nil
+	}
+	return e.cancelled(ctx, r)
+}
+
+// cancelled records and announces the end of a cancelled run.
+func (e *Engine) cancelled(ctx context.Context, r *run) error {
+	e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request", r.rec.CancelledBy)
 	r.rec.Status = dag.WorkflowCancelled
 	r.snap.Status = dag.WorkflowCancelled
 	e.touched(r)
@@ -133,6 +177,7 @@ func (e *Engine) retry(ctx context.Context, r *run, by *events.Principal) error 
 	}
 	r.rec.Generation++
 	r.rec.Status = dag.WorkflowRunning
+	r.rec.CancelledBy = nil
 	r.snap.Status = dag.WorkflowRunning
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, fmt.Sprintf("retry: generation %d", r.rec.Generation), by)
 	if err := e.saveRecord(ctx, r); err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -110,4 +111,14 @@ func cancelReason(policy dag.OnFailure, blocker string) string {
 		return "not started: the workflow was cancelled"
 	}
 	return "not started: on_failure " + string(policy) + " after " + blocker + " failed"
+}
+
+// publishCancelling announces that a cancel was requested and n running
+// formulas are being stopped: executors kill them on this event.
+func (e *Engine) publishCancelling(ctx context.Context, r *run, n int) {
+	now := e.now()
+	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
+		Status: dag.WorkflowRunning, Reason: fmt.Sprintf("cancelling by request: stopping %d running formula(s)", n),
+		Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}, RequestedBy: r.rec.CancelledBy, Cancelling: true}
+	e.Out.Emit(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", "cancelling", strconv.Itoa(r.rec.Requests)))
 }

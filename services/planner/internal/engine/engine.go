@@ -154,6 +154,9 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 
 // advance begins an accepted run and steps a running one.
 func (e *Engine) advance(ctx context.Context, r *run) error {
+	if r.rec.CancelledBy != nil && !r.rec.Status.Terminal() {
+		return e.settleCancel(ctx, r)
+	}
 	switch r.rec.Status {
 	case dag.WorkflowAccepted:
 		return e.begin(ctx, r)

@@ -102,11 +102,24 @@ func TestRunTransitions(t *testing.T) {
 			{do: submit(gated)},
 			{do: health("a", true), want: nil, status: dag.WorkflowRunning},
 		},
-		"cancel stops what has not started and ignores later events": {
+		"cancel stops what has not started, waits for what runs, then ignores later events": {
 			{do: submit(chain)},
-			{do: control(events.VerbCancel), want: []string{"b/y cancelled: not started: the workflow was cancelled", "b cancelled", "workflow cancelled: cancelled by request"}, status: dag.WorkflowCancelled},
+			{do: control(events.VerbCancel), want: []string{"b/y cancelled: not started: the workflow was cancelled", "b cancelled",
+				"workflow running: cancelling by request: stopping 1 running formula(s)"}, status: dag.WorkflowRunning},
+			{do: control(events.VerbPause), err: ErrConflict, status: dag.WorkflowRunning},
+			{do: formula("a", 1, dag.FormulaRunning), want: nil, status: dag.WorkflowRunning},
+			{do: formula("a", 1, dag.FormulaCancelled), want: []string{"workflow cancelled: cancelled by request"}, status: dag.WorkflowCancelled},
 			{do: formula("a", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowCancelled},
 			{do: control(events.VerbCancel), err: ErrConflict, status: dag.WorkflowCancelled},
+			{do: control(events.VerbRetry), want: []string{"workflow running: retry: generation 2", "a ready", "dispatch a create g2"}, status: dag.WorkflowRunning},
+			{do: formula("a", 2, dag.FormulaSucceeded), want: []string{"b ready", "dispatch b create g2"}, status: dag.WorkflowRunning},
+		},
+		"cancel with nothing running ends at once; a gate in progress is cancelled": {
+			{do: submit(gated)},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"a gating", "gate a"}},
+			{do: control(events.VerbCancel), want: []string{"a cancelled",
+				"b/y cancelled: not started: the workflow was cancelled", "b cancelled", "workflow cancelled: cancelled by request"}, status: dag.WorkflowCancelled},
+			{do: health("a", true), want: nil, status: dag.WorkflowCancelled},
 		},
 		"on_failure stop cancels what has not started, naming the failure": {
 			{do: submit(parallel), want: []string{"workflow accepted", "workflow running", "a ready", "dispatch a create g1", "x ready", "dispatch x create g1"}},

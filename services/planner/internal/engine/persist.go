@@ -78,6 +78,7 @@ func (r *run) captureSnapshot() {
 		}
 	}
 	r.snap.Formulas = string(b)
+	r.snap.Cancelling = r.rec.CancelledBy != nil && !r.rec.Status.Terminal()
 }
 
 // saveSnapshot writes the run state with a compare-and-set, once every

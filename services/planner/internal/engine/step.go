@@ -16,7 +16,7 @@ func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 			return err
 		}
 		switch f.Status { // the executor's transitions; the rest are the planner's own
-		case dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed:
+		case dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed, dag.FormulaCancelled:
 			return e.apply(ctx, f.Ref, f.Status)
 		}
 	case events.FamilyHealth:
@@ -98,6 +98,9 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 	}
 	if err := r.state.SetFormula(i, st, -1); err != nil {
 		return consume.Poison(err)
+	}
+	if r.rec.CancelledBy != nil {
+		return e.settleCancel(ctx, r) // nothing new starts, no gate is checked
 	}
 	if gated {
 		e.publishFormula(ctx, r, i, st, "")

@@ -33,6 +33,10 @@ type Record struct {
 	// the Nats-Msg-Id of the transitions they cause, so a resume's
 	// running is not dropped as a duplicate of the first.
 	Requests int `json:"requests,omitempty"`
+	// CancelledBy is set when a cancel was requested while formulas were
+	// running: the run is cancelling, and is cancelled (at the request of
+	// CancelledBy) once they have ended.
+	CancelledBy *events.Principal `json:"cancelled_by,omitempty"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.
