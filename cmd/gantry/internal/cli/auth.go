@@ -122,7 +122,7 @@ and server.conf enforce them; -o json for nsc or your own configuration.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	outputFlag(cmd, &output, "text", "json")
 	return cmd
 }
 

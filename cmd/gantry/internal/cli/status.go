@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +70,7 @@ func newStatusCmd() *cobra.Command {
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	outputFlag(cmd, &output, "table", "json")
 	return cmd
 }
 
@@ -168,7 +169,7 @@ func newListCmd() *cobra.Command {
 	}
 	cf.add(cmd)
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	outputFlag(cmd, &output, "table", "json")
 	return cmd
 }
 
@@ -214,7 +215,7 @@ func newStateCmd() *cobra.Command {
 	}
 	cf.add(cmd)
 	cmd.Flags().StringVar(&host, "host", "", "only this host")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	outputFlag(cmd, &output, "table", "json")
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
 	return cmd
@@ -304,7 +305,7 @@ as orphaned. It exits 0 when everything is ok and 1 when anything drifted.`,
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	outputFlag(cmd, &output, "table", "json")
 	return cmd
 }
 
@@ -315,4 +316,16 @@ func blockerText[S ~string](status S, blocker string) string {
 		return "not started: " + blocker + " failed"
 	}
 	return "blocked by " + blocker
+}
+
+// outputFlag registers -o with its formats (the first is the default) and
+// refuses any other value before the command does anything.
+func outputFlag(cmd *cobra.Command, output *string, formats ...string) {
+	cmd.Flags().StringVarP(output, "output", "o", formats[0], strings.Join(formats, " or "))
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if !slices.Contains(formats, *output) {
+			return &exitError{code: ExitUsage, err: fmt.Errorf("unknown -o %q: use %s", *output, strings.Join(formats, " or "))}
+		}
+		return nil
+	}
 }

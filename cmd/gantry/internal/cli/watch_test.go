@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,20 @@ func TestWatchCancelledIsNotBlocked(t *testing.T) {
 		printEvent(&b, env)
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("%s: printed %q, want %q", st, b.String(), want)
+		}
+	}
+}
+
+// An -o the command cannot print is a usage error naming it, before any
+// connection is tried (no server here).
+func TestUnknownOutputFormatRefused(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"list", "-o", "yaml", "--server", "nats://127.0.0.1:1"}, {"status", "x", "-o", "xml", "--server", "nats://127.0.0.1:1"},
+		{"state", "-o", "xml", "--server", "nats://127.0.0.1:1"}, {"drift", examples + "hello.yaml", "-o", "xml", "--server", "nats://127.0.0.1:1"}, {"auth", "permissions", "-o", "yaml"}} {
+		code, out, errOut := run(t, args...)
+		bad := args[slices.Index(args, "-o")+1]
+		if code != ExitUsage || !strings.Contains(errOut, "unknown -o \""+bad+"\"") || out != "" {
+			t.Errorf("%v: exit %d\nstdout %q\nstderr %q", args, code, out, errOut)
 		}
 	}
 }
