@@ -16,6 +16,7 @@ const (
 	ExitFailed  = 1 // the command ran and the answer is "no": invalid input, a failed run
 	ExitUsage   = 2 // bad flags or arguments
 	ExitProblem = 3 // the command could not do its work (unreadable file, no server)
+	ExitChanges = 4 // an operation: check run found something that would change
 )
 
 // exitError carries an exit code through cobra.

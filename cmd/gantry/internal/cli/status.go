@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -263,9 +262,9 @@ successful), and each node recorded on the composition's hosts but not in it
 as orphaned. It exits 0 when everything is ok and 1 when anything drifted.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := composition.ReadFile(args[0])
+			data, err := readComposition(args[0])
 			if err != nil {
-				return &exitError{code: ExitProblem, err: err}
+				return err
 			}
 			nc, err := cf.connect()
 			if err != nil {

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/composition"
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
 )
@@ -21,12 +23,14 @@ func newSubmitCmd() *cobra.Command {
 planner. It prints the workflow id, or every problem when the composition is
 rejected (exit 1; nothing is written or run); with --quiet only the id, for
 scripts: id=$(gantry submit -q FILE). With --watch it then streams
-the run until it ends, and exits non-zero unless it succeeded.`,
+the run until it ends, and exits non-zero unless it succeeded: 1 when it
+failed or was cancelled, 4 when an operation: check run found something
+that would change.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := composition.ReadFile(args[0])
+			data, err := readComposition(args[0])
 			if err != nil {
-				return &exitError{code: ExitProblem, err: err}
+				return err
 			}
 			nc, err := cf.connect()
 			if err != nil {
@@ -64,4 +68,22 @@ the run until it ends, and exits non-zero unless it succeeded.`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the workflow id")
 	return cmd
+}
+
+// readComposition reads a composition to send, refusing one over the size
+// limit here with the rule (NATS would refuse it as "maximum payload
+// exceeded").
+func readComposition(path string) ([]byte, error) {
+	data, err := composition.ReadFile(path)
+	if err != nil {
+		return nil, &exitError{code: ExitProblem, err: err}
+	}
+	if err := dag.CheckSize(data, 0); err != nil {
+		var inv *dag.InvalidError
+		if errors.As(err, &inv) {
+			return nil, failed("%s rejected: %s; nothing was run", path, strings.Join(inv.Messages(), "; "))
+		}
+		return nil, failed("%s: %v", path, err)
+	}
+	return data, nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,9 +25,13 @@ func newWatchCmd() *cobra.Command {
 		Short: "Stream a workflow's progress until it ends",
 		Long: `watch prints every formula, node and health transition of a workflow as it
 happens (from its start, so nothing is missed), and exits when the workflow
-ends: 0 when it succeeded, 1 when it failed or was cancelled. After a retry it
+ends: 0 when it succeeded, 1 when it failed or was cancelled, 4 when an
+operation: check run found something that would change. After a retry it
 follows the newest run (generation): the end of an earlier one is shown but
-does not stop it.`,
+does not stop it. WORKFLOW_ID may be the start of an id (as gantry list
+prints them) when only one workflow's id starts so; an id no workflow has
+is an error at once. With --timeout, watch gives up (exit 3) when the
+workflow has not ended by then; without it, it waits as long as it takes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
@@ -34,12 +39,71 @@ does not stop it.`,
 				return err
 			}
 			defer nc.Close()
-			since, gen := watchStart(cmd.Context(), nc, args[0], cf)
-			return watchWorkflow(cmd, nc, args[0], since, gen)
+			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if cmd.Flags().Changed("timeout") {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeoutCause(ctx, cf.timeout, errWatchTimeout)
+				defer cancel()
+				cmd.SetContext(ctx)
+			}
+			since, gen := watchStart(ctx, nc, id, cf)
+			return watchWorkflow(cmd, nc, id, since, gen)
 		},
 	}
 	cf.add(cmd)
 	return cmd
+}
+
+// errWatchTimeout ends a watch whose --timeout passed.
+var errWatchTimeout = errors.New("the workflow had not ended")
+
+// resolveWorkflow turns what the user typed into a workflow id: an id the
+// state-store or the planner knows, else the one id that starts with it.
+func resolveWorkflow(nc *nats.Conn, typed string, timeout time.Duration) (string, error) {
+	var doc events.WorkflowDoc
+	if request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: typed}), timeout, &doc) == nil {
+		return typed, nil
+	}
+	if runKnown(nc, typed, timeout) {
+		return typed, nil // accepted, not yet seen by the state-store
+	}
+	var rows []events.WorkflowSummary
+	if err := request(nc, events.StateList, mustJSON(events.ListQuery{Limit: 100000}), timeout, &rows); err != nil {
+		return "", stateErr(err)
+	}
+	var match []string
+	for _, r := range rows {
+		if strings.HasPrefix(r.WorkflowID, typed) {
+			match = append(match, r.WorkflowID)
+		}
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return "", failed("no workflow %s (gantry list shows them)", typed)
+	}
+	return "", &exitError{code: ExitUsage, err: fmt.Errorf("%q starts %d workflow ids (%s): give more of it", typed, len(match), strings.Join(match[:min(len(match), 5)], ", "))}
+}
+
+// runKnown says whether the planner has a run state for id.
+func runKnown(nc *nats.Conn, id string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return false
+	}
+	kv, err := js.KeyValue(ctx, events.BucketRuns)
+	if err != nil {
+		return false
+	}
+	_, err = kv.Get(ctx, id)
+	return err == nil
 }
 
 // watchStart is when to start reading a workflow's events (just before it
@@ -94,9 +158,13 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	}
 	go func() { <-ctx.Done(); msgs.Stop() }()
 	out := cmd.OutOrStdout()
+	changes := map[string]bool{} // nodes an operation: check run says would change
 	for {
 		m, err := msgs.Next()
 		if err != nil {
+			if errors.Is(context.Cause(ctx), errWatchTimeout) {
+				return &exitError{code: ExitProblem, err: fmt.Errorf("watch %s: %w after --timeout", id, errWatchTimeout)}
+			}
 			if ctx.Err() != nil {
 				return failed("watch interrupted")
 			}
@@ -106,13 +174,32 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		if err != nil || !strings.HasPrefix(env.Subject, id) {
 			continue
 		}
+		if node, ok := wouldChange(env); ok {
+			changes[node] = true
+		}
 		if st, g, done := printEvent(out, env); done && g >= gen {
-			if st == dag.WorkflowSucceeded {
-				return nil
+			switch {
+			case st != dag.WorkflowSucceeded:
+				return failed("workflow %s %s", id, st)
+			case len(changes) > 0:
+				return &exitError{code: ExitChanges, err: fmt.Errorf("check: %d node(s) would change", len(changes))}
 			}
-			return failed("workflow %s %s", id, st)
+			return nil
 		}
 	}
+}
+
+// wouldChange says whether an event is a check run's verdict that its node
+// would change, and which node.
+func wouldChange(env *events.Envelope) (string, bool) {
+	if env.Type != events.NodeType(dag.NodeSucceeded) {
+		return "", false
+	}
+	var e events.NodeEvent
+	if events.DecodeData(env, &e) != nil || e.Check != events.CheckWouldChange {
+		return "", false
+	}
+	return e.Formula + "/" + e.Node, true
 }
 
 // printEvent prints one event as a line; done is set for the end of a

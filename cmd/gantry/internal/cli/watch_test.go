@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -64,6 +66,23 @@ func TestUnknownOutputFormatRefused(t *testing.T) {
 		bad := args[slices.Index(args, "-o")+1]
 		if code != ExitUsage || !strings.Contains(errOut, "unknown -o \""+bad+"\"") || out != "" {
 			t.Errorf("%v: exit %d\nstdout %q\nstderr %q", args, code, out, errOut)
+		}
+	}
+}
+
+// A composition over the size limit is refused with the rule, not with
+// NATS's "maximum payload exceeded" (no server needed).
+func TestOversizeCompositionRefused(t *testing.T) {
+	t.Parallel()
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	doc := "name: big\nhosts: {h: {transport: local}}\nformulas:\n  - id: a\n    server: h\n    nodes: [{name: n, run: \"true\"}]\n# " + strings.Repeat("x", 1<<20) + "\n"
+	if err := os.WriteFile(big, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"submit", big}, {"drift", big}} {
+		code, _, errOut := run(t, append(args, "--server", "nats://127.0.0.1:1")...)
+		if code != ExitFailed || !strings.Contains(errOut, "over the 1048576-byte limit") || strings.Contains(errOut, "payload") {
+			t.Errorf("%v: exit %d: %s", args, code, errOut)
 		}
 	}
 }
