@@ -172,6 +172,19 @@ func TestFailingGateBlocksDependents(t *testing.T) {
 	if h := doc.Formulas["cp-kubernetes"].Health; h == nil || h.Status != events.HealthFail || !h.Final || h.Attempts < 1 || !strings.Contains(h.Output, "apiserver not ready") {
 		t.Errorf("cp-kubernetes health %+v", h)
 	}
+	// Its 3 checks are spread over its 2 s budget: the verdict comes near
+	// the end of it, not before.
+	var checks []evt
+	for _, e := range s.events(id) {
+		if e.typ.Family() == events.FamilyHealth && e.formula == "cp-kubernetes" {
+			checks = append(checks, e)
+		}
+	}
+	if len(checks) != 3 || checks[2].status != string(events.HealthFail) {
+		t.Errorf("cp-kubernetes health events %v, want 2 attempts and a failing verdict", checks)
+	} else if took := checks[2].ended.Sub(checks[0].started); took < 1800*time.Millisecond || took > 2500*time.Millisecond {
+		t.Errorf("cp-kubernetes verdict %s after its first check, want from 1.8s to 2s (and a little for a loaded machine)", took)
+	}
 	for _, w := range []string{"worker-0", "worker-1"} {
 		m := markers(t, hosts[w])
 		if m[w+"-kubernetes/kubeadm-join"] != 0 || m[w+"-containerd/containerd"] != 1 {

@@ -217,6 +217,8 @@ type evt struct {
 	retry   bool
 	err     string
 	reason  string
+	started time.Time // of a node attempt or health check
+	ended   time.Time
 }
 
 func (e evt) String() string {
@@ -249,21 +251,23 @@ func (s *stack) events(id string) []evt {
 				continue
 			}
 			var d struct {
-				Formula   string `json:"formula"`
-				Node      string `json:"node"`
-				Status    string `json:"status"`
-				Attempt   int    `json:"attempt"`
-				Blocker   string `json:"blocker"`
-				WillRetry bool   `json:"will_retry"`
-				Final     bool   `json:"final"`
-				Error     string `json:"error"`
-				Reason    string `json:"reason"`
+				Formula   string    `json:"formula"`
+				Node      string    `json:"node"`
+				Status    string    `json:"status"`
+				Attempt   int       `json:"attempt"`
+				Blocker   string    `json:"blocker"`
+				WillRetry bool      `json:"will_retry"`
+				Final     bool      `json:"final"`
+				Error     string    `json:"error"`
+				Reason    string    `json:"reason"`
+				StartedAt time.Time `json:"started_at"`
+				EndedAt   time.Time `json:"ended_at"`
 			}
 			json.Unmarshal(env.Data, &d)
 			if env.Type.Family() == events.FamilyHealth && !d.Final {
 				d.Status = "attempt-" + d.Status
 			}
-			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error, d.Reason})
+			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error, d.Reason, d.StartedAt, d.EndedAt})
 		}
 		if n == 0 {
 			return out

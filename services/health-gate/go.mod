@@ -3,7 +3,6 @@ module github.com/gantry-dev/gantry/services/health-gate
 go 1.26.8
 
 require (
-	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0

@@ -1,16 +1,16 @@
-// Package gate runs health gates: a formula's check, retried with
-// exponential backoff spread over the gate's timeout budget, every attempt
-// and the final verdict published on decky.<host>.health.
+// Package gate runs health gates: a formula's check, repeated on a
+// schedule spread over the gate's whole timeout budget (see Schedule),
+// every attempt and the final verdict published on decky.<host>.health.
 package gate
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"strconv"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
@@ -21,6 +21,10 @@ type Checker struct {
 	Hosts Runners
 	Pub   Publisher
 	Log   *slog.Logger
+	// Now and Sleep are the clock: time.Now and a timer when nil, a fake
+	// clock in tests. Sleep returns early with ctx's error.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Runners gives the runner of a host (hostexec.Hosts; a scripted host in
@@ -44,87 +48,182 @@ func (c *Checker) Handle(ctx context.Context, ev *consume.Event) error {
 	return c.Run(ctx, &g)
 }
 
-// Schedule is the backoff between checks: the budget divided by the
-// retries is the mean gap, starting at half of it and growing by 1.5, as
-// the checks of a service that is coming up should be.
-func Schedule(timeout time.Duration, retries int) *backoff.ExponentialBackOff {
-	mean := timeout / time.Duration(max(retries, 1))
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = max(mean/2, 10*time.Millisecond)
-	b.Multiplier = 1.5
-	b.RandomizationFactor = 0.2
-	b.MaxInterval = max(2*mean, b.InitialInterval)
-	b.MaxElapsedTime = timeout
-	b.Reset()
-	return b
+// MaxLastWindow caps the time the last check has to answer before the
+// budget ends (a tenth of the budget, at most this).
+const MaxLastWindow = 5 * time.Second
+
+// Schedule is when each of a gate's checks starts, as offsets from the
+// gate's start: retries offsets (at least one). The first check runs at
+// once. The last runs a tenth of the timeout before its end (at most
+// MaxLastWindow before), so that a gate whose checks all fail gives its
+// verdict near the end of its budget and never after it. The gaps in
+// between grow by the same step each time, from half the mean gap to one
+// and a half times it: a service coming up is caught early, and one that
+// is slow is not checked needlessly often. A single check runs at once and
+// may use the whole budget. Offsets are whole milliseconds for budgets of
+// a second or more.
+func Schedule(timeout time.Duration, retries int) []time.Duration {
+	n := max(retries, 1)
+	offsets := make([]time.Duration, n)
+	if n == 1 || timeout <= 0 {
+		return offsets
+	}
+	span := timeout - min(timeout/10, MaxLastWindow) // the last check's offset
+	for k := 1; k < n; k++ {
+		offsets[k] = spread(span, k, n)
+		if timeout >= time.Second {
+			offsets[k] = offsets[k].Truncate(time.Millisecond)
+		}
+	}
+	return offsets
 }
 
-// Run checks until the gate passes, its retries are used up, or its budget
-// is spent, and publishes the verdict. Checks are read-only, so a
-// redelivered gate is simply checked again.
-func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
-	log := c.Log.With("workflow_id", g.WorkflowID, "host", g.Ref.Host, "formula", g.Formula)
-	budget := g.Gate.Timeout.D()
-	deadline := time.Now().Add(budget)
-	sched := Schedule(budget, g.Gate.Retries)
-	runner, rerr := c.Hosts.Runner(string(g.Host.Transport), g.Host.Address, g.Host.User)
-	publish := func(ev *events.HealthEvent) error {
-		ev.Ref, ev.Retries = g.Ref, g.Gate.Retries
-		what := "attempt"
-		if ev.Final {
-			what = "final"
-		}
-		id := events.MsgID(g.WorkflowID, strconv.Itoa(g.Generation), g.Formula, "gate", what, strconv.Itoa(ev.Attempt))
-		return c.Pub.Publish(ctx, events.HostHealth(g.Ref.Host), ev, id)
+// spread is the offset of check k (0-based) of n over span: the gaps g_i
+// (i = 0..n-2) grow linearly from m/2 to 3m/2, m = span/(n-1), so the sum
+// of the first k is span·k·(k+n-3) / (2(n-1)(n-2)). Exact, in 128 bits.
+func spread(span time.Duration, k, n int) time.Duration {
+	if n == 2 {
+		return span
 	}
+	hi, lo := bits.Mul64(uint64(span), uint64(k*(k+n-3)))
+	q, _ := bits.Div64(hi, lo, uint64(2*(n-1)*(n-2)))
+	return time.Duration(q)
+}
+
+// Run checks on the gate's schedule until a check passes, the checks are
+// used up, or the budget is spent, publishing each check as an attempt and
+// the last one as the verdict. Checks are read-only, so a redelivered gate
+// is simply checked again.
+func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
+	r := c.start(g)
 	for attempt := 1; ; attempt++ {
-		started := time.Now().UTC()
-		ev := &events.HealthEvent{Status: events.HealthFail, Run: events.Run{Attempt: attempt, StartedAt: &started}}
-		remaining := time.Until(deadline)
-		if rerr != nil {
-			ev.Error = events.BoundError(rerr.Error())
-		} else {
-			res, err := runner.Run(ctx, hostexec.Command{Script: g.Gate.Check, Timeout: max(remaining, time.Second)})
-			if err == nil {
-				code := res.ExitCode
-				ev.ExitCode = &code
-				if code == 0 {
-					ev.Status = events.HealthPass
-				} else {
-					ev.Error = fmt.Sprintf("exit status %d", code)
-				}
-			} else {
-				ev.Error = events.BoundError(err.Error())
-			}
-			ev.OutputTail = events.BoundTail(res.Stdout+res.Stderr, events.MaxTailBytes)
-		}
-		ended := time.Now().UTC()
-		ev.EndedAt = &ended
-		next := sched.NextBackOff()
-		last := ev.Status == events.HealthPass || attempt >= g.Gate.Retries || rerr != nil ||
-			next == backoff.Stop || time.Until(deadline) <= 0
-		if last && ev.Status == events.HealthFail {
-			switch {
-			case rerr != nil:
-			case attempt >= g.Gate.Retries:
-				ev.Error = fmt.Sprintf("failed %d of %d checks; last: %s", attempt, g.Gate.Retries, ev.Error)
-			default:
-				ev.Error = fmt.Sprintf("gate budget of %s used up after %d checks; last: %s", budget, attempt, ev.Error)
-			}
-		}
-		ev.Final = last
-		if err := publish(ev); err != nil {
+		if err := r.waitTurn(ctx, attempt); err != nil {
 			return err
 		}
-		log.Info("health check", "attempt", attempt, "status", ev.Status, "final", last)
-		if last {
+		ev := r.check(ctx, attempt)
+		if err := ctx.Err(); err != nil {
+			return err // shutting down is no verdict: the gate is delivered again
+		}
+		r.conclude(ev)
+		if err := r.publish(ctx, ev); err != nil {
+			return err
+		}
+		if ev.Final {
 			return nil
 		}
-		wait := min(next, time.Until(deadline))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(max(wait, 0)):
-		}
 	}
+}
+
+// gateRun is one run of a gate: its clock, schedule and budget.
+type gateRun struct {
+	c        *Checker
+	g        *events.GateRequest
+	log      *slog.Logger
+	runner   hostexec.Runner
+	rerr     error // the host cannot be reached: the first check fails final
+	begun    time.Time
+	deadline time.Time
+	offsets  []time.Duration
+}
+
+func (c *Checker) start(g *events.GateRequest) *gateRun {
+	r := &gateRun{c: c, g: g, offsets: Schedule(g.Gate.Timeout.D(), g.Gate.Retries),
+		log: c.Log.With("workflow_id", g.WorkflowID, "host", g.Ref.Host, "formula", g.Formula)}
+	r.begun = c.now()
+	r.deadline = r.begun.Add(g.Gate.Timeout.D())
+	r.runner, r.rerr = c.Hosts.Runner(string(g.Host.Transport), g.Host.Address, g.Host.User)
+	return r
+}
+
+// waitTurn sleeps until the attempt's offset, or not at all when an
+// earlier check ran past it.
+func (r *gateRun) waitTurn(ctx context.Context, attempt int) error {
+	wait := r.begun.Add(r.offsets[attempt-1]).Sub(r.c.now())
+	if wait <= 0 {
+		return ctx.Err()
+	}
+	return r.c.sleep(ctx, wait)
+}
+
+// check runs the check once, bounded by what is left of the budget.
+func (r *gateRun) check(ctx context.Context, attempt int) *events.HealthEvent {
+	started := r.c.now()
+	ev := &events.HealthEvent{Status: events.HealthFail, Run: events.Run{Attempt: attempt, StartedAt: utc(started)}}
+	defer func() { ev.EndedAt = utc(r.c.now()) }()
+	if r.rerr != nil {
+		ev.Error = events.BoundError(r.rerr.Error())
+		return ev
+	}
+	left := max(r.deadline.Sub(started), time.Millisecond) // 0 would be no limit
+	res, err := r.runner.Run(ctx, hostexec.Command{Script: r.g.Gate.Check, Timeout: left})
+	ev.OutputTail = events.BoundTail(res.Stdout+res.Stderr, events.MaxTailBytes)
+	switch {
+	case err != nil:
+		ev.Error = events.BoundError(err.Error())
+	case res.ExitCode == 0:
+		ev.Status = events.HealthPass
+		ev.ExitCode = &res.ExitCode
+	default:
+		ev.ExitCode = &res.ExitCode
+		ev.Error = fmt.Sprintf("exit status %d", res.ExitCode)
+	}
+	return ev
+}
+
+// conclude marks the verdict: a pass, an unreachable host, the last check
+// of the schedule, or a check that ended with the budget spent. A failing
+// verdict says why.
+func (r *gateRun) conclude(ev *events.HealthEvent) {
+	checks := len(r.offsets)
+	spent := !r.c.now().Before(r.deadline)
+	ev.Final = ev.Status == events.HealthPass || r.rerr != nil || ev.Attempt >= checks || spent
+	switch {
+	case !ev.Final || ev.Status == events.HealthPass || r.rerr != nil:
+	case ev.Attempt >= checks:
+		ev.Error = fmt.Sprintf("failed %d of %d checks; last: %s", ev.Attempt, checks, ev.Error)
+	default:
+		ev.Error = fmt.Sprintf("gate budget of %s used up after %d checks; last: %s", r.g.Gate.Timeout.D(), ev.Attempt, ev.Error)
+	}
+}
+
+// publish stores the check's event; a verdict is published as "final".
+func (r *gateRun) publish(ctx context.Context, ev *events.HealthEvent) error {
+	ev.Ref, ev.Retries = r.g.Ref, r.g.Gate.Retries
+	what := "attempt"
+	if ev.Final {
+		what = "final"
+	}
+	g := r.g
+	id := events.MsgID(g.WorkflowID, strconv.Itoa(g.Generation), g.Formula, "gate", what, strconv.Itoa(ev.Attempt))
+	if err := r.c.Pub.Publish(ctx, events.HostHealth(g.Ref.Host), ev, id); err != nil {
+		return err
+	}
+	r.log.Info("health check", "attempt", ev.Attempt, "status", ev.Status, "final", ev.Final)
+	return nil
+}
+
+func (c *Checker) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Checker) sleep(ctx context.Context, d time.Duration) error {
+	if c.Sleep != nil {
+		return c.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	return nil
+}
+
+func utc(t time.Time) *time.Time {
+	t = t.UTC()
+	return &t
 }
