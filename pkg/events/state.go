@@ -94,7 +94,10 @@ type NodeDoc struct {
 	LastSeq     uint64        `json:"last_seq,omitempty"` // stream sequence of the last event applied
 }
 
-// HostNode is the per-host projection of one node across workflows.
+// HostNode is the per-host projection of one node across workflows. Its
+// status is the node's last transition, whatever it was (a node blocked or
+// cancelled shows so); InPlace says what a create left on the host, which
+// a transition that did not run the node leaves as it was.
 type HostNode struct {
 	Host       string         `json:"host"`
 	Formula    string         `json:"formula"`
@@ -107,8 +110,22 @@ type HostNode struct {
 	EndedAt    *time.Time     `json:"ended_at,omitempty"`
 	Actor      string         `json:"actor,omitempty"`
 	Blocker    string         `json:"blocker,omitempty"`
+	InPlace    *InPlace       `json:"in_place,omitempty"`
 	Log        []HostLogEntry `json:"log"`
 	LastSeq    uint64         `json:"last_seq"`
+}
+
+// InPlace is the create that last completed a node on its host
+// (succeeded, or skipped: its check passed or it was already done), as
+// long as nothing has run the node since: a create or delete that starts
+// it again, fails or deletes it removes InPlace; a node blocked or
+// cancelled before it started keeps it. It is what the planner skips as
+// already done and what drift calls ok.
+type InPlace struct {
+	Status     dag.NodeState `json:"status"` // succeeded or skipped
+	SpecHash   string        `json:"spec_hash"`
+	WorkflowID string        `json:"workflow_id"`
+	EndedAt    *time.Time    `json:"ended_at,omitempty"`
 }
 
 // HostLogEntry is one transition in a HostNode's log.
@@ -158,10 +175,10 @@ type SubmitReply struct {
 // Drift states of a node: what a composition wants against what the
 // per-host projection records.
 const (
-	DriftOK       = "ok"       // recorded done by a create, same spec hash
-	DriftMissing  = "missing"  // never done, deleted, or last attempt not successful
-	DriftChanged  = "changed"  // done, but with another spec hash
-	DriftOrphaned = "orphaned" // recorded done on a host of the composition, but not in it
+	DriftOK       = "ok"       // in place (HostNode.InPlace), same spec hash
+	DriftMissing  = "missing"  // never done, deleted, or its last run did not complete
+	DriftChanged  = "changed"  // in place, but with another spec hash
+	DriftOrphaned = "orphaned" // in place on a host of the composition, but not in it
 )
 
 // DriftItem is one node in a drift report.

@@ -105,8 +105,11 @@ func TestAlreadyDoneFromTheHostProjection(t *testing.T) {
 	reply, err := h.e.Submit(context.Background(), []byte(chain), true, operator)
 	must(t, err)
 	hash := reply.Plan.Formulas[0].Nodes[0].SpecHash
-	h.hosts.Set(events.HostNodeKey("h1", "a", "x"), events.HostNode{Host: "h1", Formula: "a", Node: "x", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash})
-	h.hosts.Set(events.HostNodeKey("h1", "b", "y"), events.HostNode{Host: "h1", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "other"})
+	// a/x was created, then blocked in a later run: still in place.
+	h.hosts.Set(events.HostNodeKey("h1", "a", "x"), events.HostNode{Host: "h1", Formula: "a", Node: "x", Status: dag.NodeBlocked, Operation: dag.OpCreate, SpecHash: hash,
+		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: hash}})
+	h.hosts.Set(events.HostNodeKey("h1", "b", "y"), events.HostNode{Host: "h1", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "other",
+		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "other"}})
 	must(t, h.submit(chain))
 	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip x")
 	must(t, h.formula("a", 1, dag.FormulaSucceeded))

@@ -117,8 +117,9 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 	return nil
 }
 
-// alreadyDone lists the nodes the per-host projection records as succeeded
-// (by a create) with the same spec hash. It lists each host's keys once and
+// alreadyDone lists the nodes the per-host projection records in place (a
+// create completed them, and nothing has run them since) with the same
+// spec hash. It lists each host's keys once and
 // reads only the nodes recorded there, so a fresh fleet costs one listing
 // per host rather than a read per node. A projection that cannot be read
 // fails the submission: skipping on a guess would be a lie either way.
@@ -148,7 +149,7 @@ func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) ([]string, error)
 			if err != nil {
 				return nil, fmt.Errorf("read the per-host projection: %w", err)
 			}
-			if hn.Status.Done() && hn.Operation == dag.OpCreate && hn.SpecHash == pn.SpecHash {
+			if hn.InPlace != nil && hn.InPlace.SpecHash == pn.SpecHash {
 				out = append(out, pf.ID+"/"+pn.Name)
 			}
 		}

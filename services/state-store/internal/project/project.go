@@ -663,34 +663,55 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 		return nil
 	}
 	hn.LastSeq = ev.Stream
-	// Only what happened to the host counts: blocked and cancelled nodes
-	// did not run, so they do not replace a node's last real state.
-	switch e.Status {
-	case dag.NodeBlocked, dag.NodeCancelled:
-		if hn.Status == dag.NodePending {
-			hn.Status, hn.Blocker = e.Status, e.Blocker
-		}
+	prev := hn.Status
+	// Every transition counts: a node blocked or cancelled shows so.
+	hn.Status, hn.Blocker = e.Status, e.Blocker
+	if e.WillRetry { // failed, but the node is still at work
+		hn.Status = dag.NodeRunning
+	}
+	if e.Status != dag.NodeBlocked && e.Status != dag.NodeCancelled {
+		hn.Operation, hn.WorkflowID, hn.Actor = e.Operation, e.WorkflowID, e.Actor
+	}
+	if e.SpecHash != "" {
+		hn.SpecHash = e.SpecHash
+	}
+	switch {
+	case e.Status == dag.NodeRunning:
+		hn.StartedAt, hn.EndedAt = e.StartedAt, nil
+	case (e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled) && prev != dag.NodeRunning:
+		// It did not start: the times are this transition's own.
+		hn.StartedAt, hn.EndedAt = e.StartedAt, e.EndedAt
 	default:
-		hn.Status = e.Status
-		if e.WillRetry {
-			hn.Status = dag.NodeRunning
-		}
-		hn.Operation, hn.WorkflowID, hn.Actor, hn.Blocker = e.Operation, e.WorkflowID, e.Actor, ""
-		if e.SpecHash != "" {
-			hn.SpecHash = e.SpecHash
-		}
-		if e.Status == dag.NodeRunning {
-			hn.StartedAt, hn.EndedAt = e.StartedAt, nil
+		if e.StartedAt != nil {
+			hn.StartedAt = e.StartedAt
 		}
 		if e.EndedAt != nil {
 			hn.EndedAt = e.EndedAt
 		}
 	}
+	inPlace(hn, e)
 	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Status: e.Status, Attempt: e.Attempt, Error: e.Error})
 	if len(hn.Log) > events.MaxHostLog {
 		hn.Log = append([]events.HostLogEntry(nil), hn.Log[len(hn.Log)-events.MaxHostLog:]...)
 	}
 	return p.put(ctx, key, hn, rev)
+}
+
+// inPlace keeps what a create left on the host: set by a create that
+// completed the node, removed by a create or delete that runs it again,
+// fails or deletes it. A node blocked or cancelled before it started was
+// not touched (one cancelled while running was: its running removed it).
+func inPlace(hn *events.HostNode, e *events.NodeEvent) {
+	if e.Operation != dag.OpCreate && e.Operation != dag.OpDelete {
+		return
+	}
+	switch {
+	case e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled:
+	case e.Operation == dag.OpCreate && e.Status.Done():
+		hn.InPlace = &events.InPlace{Status: e.Status, SpecHash: hn.SpecHash, WorkflowID: e.WorkflowID, EndedAt: hn.EndedAt}
+	default:
+		hn.InPlace = nil
+	}
 }
 
 func (p *Projector) health(ctx context.Context, ev *consume.Event, h *events.HealthEvent) error {

@@ -1,0 +1,232 @@
+package project_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/services/state-store/internal/drift"
+	"github.com/gantry-dev/gantry/services/state-store/internal/project"
+)
+
+// The per-host projection is checked here against expectations written
+// out by hand, not against a replay: a replay runs the same code, and
+// agrees with it whatever it does.
+
+// feed applies events to a projector over memory, one at a time, as the
+// state-store follows the stream.
+type feed struct {
+	t   *testing.T
+	p   *project.Projector
+	mem *project.MemStore
+	seq uint64
+	at  time.Time
+}
+
+func newFeed(t *testing.T) *feed {
+	mem := project.NewMemStore()
+	return &feed{t: t, mem: mem, p: &project.Projector{Store: mem, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		at: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+}
+
+// wf is a workflow of composition name, id and operation: node events
+// of it.
+type wf struct {
+	f                       *feed
+	name, id, formula, host string
+	op                      dag.Operation
+}
+
+func (f *feed) workflow(name, id string, op dag.Operation) *wf {
+	return &wf{f: f, name: name, id: id, op: op, formula: "f", host: "h"}
+}
+
+// node applies one node event as the executor publishes it: with its
+// actor, and the attempt's times.
+func (w *wf) node(node string, st dag.NodeState, ev events.NodeEvent) {
+	w.f.t.Helper()
+	at := w.f.at.Add(time.Second)
+	ev.Actor = "executor/x1"
+	if st == dag.NodeRunning {
+		ev.StartedAt = &at
+	} else {
+		ev.EndedAt = &at
+	}
+	w.apply(node, st, ev)
+}
+
+// planned applies one node event as the planner publishes it (blocked, or
+// cancelled before it started): no actor, no times.
+func (w *wf) planned(node string, st dag.NodeState, ev events.NodeEvent) {
+	w.f.t.Helper()
+	w.apply(node, st, ev)
+}
+
+func (w *wf) apply(node string, st dag.NodeState, ev events.NodeEvent) {
+	f := w.f
+	f.t.Helper()
+	f.seq++
+	f.at = f.at.Add(time.Second)
+	ev.Ref = events.Ref{WorkflowID: w.id, Workflow: w.name, Formula: w.formula, Host: w.host, Node: node, Operation: w.op, Generation: 1}
+	ev.Status = st
+	env, err := events.NewAt(fmt.Sprintf("ev-%d", f.seq), "test/1", f.at, &ev)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.p.Apply(context.Background(), []*consume.Event{{Envelope: env, Subject: events.HostLifecycle(w.host), Stream: f.seq}}, f.seq)
+}
+
+// ran applies a node's whole create or delete attempt: running, then its end.
+func (w *wf) ran(node, spec string, end dag.NodeState) {
+	w.f.t.Helper()
+	w.node(node, dag.NodeRunning, events.NodeEvent{SpecHash: spec, Run: events.Run{Attempt: 1}})
+	code := 0
+	if end != dag.NodeSucceeded {
+		code = 1
+	}
+	w.node(node, end, events.NodeEvent{SpecHash: spec, Run: events.Run{Attempt: 1, ExitCode: &code}})
+}
+
+// docs returns every per-host document, decoded two ways.
+func (f *feed) docs() (raw []map[string]any, typed []events.HostNode) {
+	var keys []string
+	for k := range f.mem.Vals {
+		if strings.HasPrefix(k, "host.") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var m map[string]any
+		var hn events.HostNode
+		if err := json.Unmarshal(f.mem.Vals[k], &m); err != nil {
+			f.t.Fatalf("%s: %v", k, err)
+		}
+		if err := json.Unmarshal(f.mem.Vals[k], &hn); err != nil {
+			f.t.Fatalf("%s: %v", k, err)
+		}
+		raw, typed = append(raw, m), append(typed, hn)
+	}
+	return raw, typed
+}
+
+// doc finds the per-host document of a node of a composition (one whose
+// documents name no composition match any).
+func doc(t *testing.T, raw []map[string]any, workflow, formula, node string) map[string]any {
+	t.Helper()
+	for _, m := range raw {
+		if m["formula"] == formula && m["node"] == node && (m["workflow"] == nil || m["workflow"] == workflow) {
+			return m
+		}
+	}
+	t.Fatalf("no per-host document of %s %s/%s", workflow, formula, node)
+	return nil
+}
+
+// wantFields checks every field want names, in got: a JSON object written
+// out in the test. null means absent (or null); nested objects are
+// checked field by field the same way.
+func wantFields(t *testing.T, what string, got map[string]any, want string) {
+	t.Helper()
+	var w map[string]any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("bad expectation %s: %v", want, err)
+	}
+	for _, d := range diff("", got, w) {
+		t.Errorf("%s: %s", what, d)
+	}
+}
+
+func diff(path string, got, want any) []string {
+	wm, ok := want.(map[string]any)
+	if !ok {
+		if !reflect.DeepEqual(got, want) {
+			return []string{fmt.Sprintf("%s = %v, want %v", path, js(got), js(want))}
+		}
+		return nil
+	}
+	gm, _ := got.(map[string]any)
+	if gm == nil {
+		return []string{fmt.Sprintf("%s = %v, want %v", path, js(got), js(want))}
+	}
+	var out []string
+	for k, v := range wm {
+		out = append(out, diff(strings.TrimPrefix(path+"."+k, "."), gm[k], v)...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func js(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// driftOf compares a composition of nodes f/<name> on host h (spec: the
+// spec hash of run "<name>") with the per-host documents.
+func driftOf(t *testing.T, name string, recorded []events.HostNode, nodes ...string) map[string]string {
+	t.Helper()
+	c := &dag.Composition{Name: name, Hosts: map[string]dag.Host{"h": {Transport: dag.TransportLocal}},
+		Formulas: []dag.Formula{{ID: "f", Server: "h"}}}
+	for _, n := range nodes {
+		c.Formulas[0].Nodes = append(c.Formulas[0].Nodes, dag.Node{Name: n, Run: n})
+	}
+	p, err := dag.NewPlan(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, it := range drift.Compare(p, recorded).Items {
+		got[it.Formula+"/"+it.Node] = it.Drift
+	}
+	return got
+}
+
+func spec(run string) string { return dag.SpecHash(&dag.Node{Run: run}) }
+
+// Every transition of a node shows in its per-host document: a node
+// killed by a cancel is cancelled, not running forever, and a node
+// blocked in a later workflow is blocked, while what an earlier create
+// put in place stays in place for drift.
+func TestHostProjectionAppliesEveryTransition(t *testing.T) {
+	f := newFeed(t)
+	w1 := f.workflow("w", "wf-1", dag.OpCreate)
+	w1.ran("a", spec("a"), dag.NodeSucceeded)
+	// b is running when the workflow is cancelled: the executor kills it.
+	w1.node("b", dag.NodeRunning, events.NodeEvent{SpecHash: spec("b"), Run: events.Run{Attempt: 1}})
+	w1.node("b", dag.NodeCancelled, events.NodeEvent{SpecHash: spec("b"), Reason: "cancelled: killed on the host", Run: events.Run{Attempt: 1}})
+	// c never started: the planner cancels it.
+	w1.planned("c", dag.NodeCancelled, events.NodeEvent{SpecHash: spec("c"), Reason: "not started"})
+	// d: failed, retried, succeeded.
+	w1.node("d", dag.NodeRunning, events.NodeEvent{SpecHash: spec("d"), Run: events.Run{Attempt: 1}})
+	w1.node("d", dag.NodeFailed, events.NodeEvent{SpecHash: spec("d"), WillRetry: true, Run: events.Run{Attempt: 1}})
+	w1.node("d", dag.NodeRunning, events.NodeEvent{SpecHash: spec("d"), Run: events.Run{Attempt: 2}})
+	w1.node("d", dag.NodeSucceeded, events.NodeEvent{SpecHash: spec("d"), Run: events.Run{Attempt: 2}})
+	// A later workflow of the same composition: a's prerequisite fails.
+	w2 := f.workflow("w", "wf-2", dag.OpCreate)
+	w2.planned("a", dag.NodeBlocked, events.NodeEvent{SpecHash: spec("a"), Blocker: "dep"})
+
+	raw, typed := f.docs()
+	wantFields(t, "a", doc(t, raw, "w", "f", "a"), `{"status": "blocked", "blocker": "dep", "spec_hash": "`+spec("a")+`"}`)
+	wantFields(t, "b", doc(t, raw, "w", "f", "b"), `{"status": "cancelled", "blocker": null}`)
+	wantFields(t, "c", doc(t, raw, "w", "f", "c"), `{"status": "cancelled"}`)
+	wantFields(t, "d", doc(t, raw, "w", "f", "d"), `{"status": "succeeded", "operation": "create", "workflow_id": "wf-1"}`)
+	if n := len(doc(t, raw, "w", "f", "d")["log"].([]any)); n != 4 {
+		t.Errorf("d's log has %d transitions, want 4", n)
+	}
+	// a was created and never touched since; b was cut short; c never ran.
+	want := map[string]string{"f/a": "ok", "f/b": "missing", "f/c": "missing", "f/d": "ok"}
+	if got := driftOf(t, "w", typed, "a", "b", "c", "d"); !reflect.DeepEqual(got, want) {
+		t.Errorf("drift %v, want %v", got, want)
+	}
+}
