@@ -230,3 +230,26 @@ func TestHostProjectionAppliesEveryTransition(t *testing.T) {
 		t.Errorf("drift %v, want %v", got, want)
 	}
 }
+
+// Blocked and cancelled nodes name the workflow and operation that
+// blocked or cancelled them, whoever published the transition.
+func TestHostProjectionNamesTheWorkflowOfEveryTransition(t *testing.T) {
+	f := newFeed(t)
+	w1 := f.workflow("w", "wf-1", dag.OpCreate)
+	w1.planned("a", dag.NodeBlocked, events.NodeEvent{SpecHash: spec("a"), Blocker: "dep"})
+	w1.planned("b", dag.NodeCancelled, events.NodeEvent{SpecHash: spec("b"), Reason: "not started"})
+	w1.ran("c", spec("c"), dag.NodeSucceeded)
+	// A delete of the composition: c's prerequisite fails to go.
+	w2 := f.workflow("w", "wf-2", dag.OpDelete)
+	w2.planned("c", dag.NodeBlocked, events.NodeEvent{SpecHash: spec("c"), Blocker: "app"})
+
+	raw, typed := f.docs()
+	wantFields(t, "a", doc(t, raw, "w", "f", "a"), `{"status": "blocked", "workflow_id": "wf-1", "operation": "create", "blocker": "dep", "actor": null}`)
+	wantFields(t, "b", doc(t, raw, "w", "f", "b"), `{"status": "cancelled", "workflow_id": "wf-1", "operation": "create", "actor": null}`)
+	wantFields(t, "c", doc(t, raw, "w", "f", "c"), `{"status": "blocked", "workflow_id": "wf-2", "operation": "delete", "blocker": "app", "actor": null}`)
+	// c was not deleted: still there.
+	want := map[string]string{"f/a": "missing", "f/b": "missing", "f/c": "ok"}
+	if got := driftOf(t, "w", typed, "a", "b", "c"); !reflect.DeepEqual(got, want) {
+		t.Errorf("drift %v, want %v", got, want)
+	}
+}

@@ -669,9 +669,9 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 	if e.WillRetry { // failed, but the node is still at work
 		hn.Status = dag.NodeRunning
 	}
-	if e.Status != dag.NodeBlocked && e.Status != dag.NodeCancelled {
-		hn.Operation, hn.WorkflowID, hn.Actor = e.Operation, e.WorkflowID, e.Actor
-	}
+	// Of the workflow that made the transition, whoever published it (the
+	// planner blocks and cancels nodes that never started: no actor).
+	hn.Operation, hn.WorkflowID, hn.Actor = e.Operation, e.WorkflowID, e.Actor
 	if e.SpecHash != "" {
 		hn.SpecHash = e.SpecHash
 	}
