@@ -3,8 +3,10 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -49,4 +51,38 @@ func (s *stack) wantHostDoc(host, workflow, formula, node string, want map[strin
 			s.t.Errorf("%s %s/%s on %s: %s = %v, want %v", workflow, formula, node, host, k, d[k], v)
 		}
 	}
+}
+
+// A check run reports what would change; it does not make a node that
+// was never created look done.
+func TestDriftAfterCheckRun(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	dir := t.TempDir()
+	chk := localComp(dir, "checked", "")
+	chk.Operation = dag.OpCheck
+	if d := s.wait(s.mustSubmit(chk), 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("check run: %s", d.Status)
+	}
+	rep := s.drift(localComp(dir, "checked", ""))
+	if rep.Counts[events.DriftMissing] != 4 || len(rep.Items) != 4 {
+		t.Errorf("after a check run of nodes never created: %+v", rep)
+	}
+	s.wantHostDoc("me", "checked", "base", "a", map[string]any{"status": dag.NodePending, "operation": ""})
+	if d := hostDoc(s.hostDocs("me"), "checked", "base", "a"); d != nil {
+		if c, _ := d["check"].(map[string]any); c == nil || c["result"] != string(events.CheckWouldChange) {
+			t.Errorf("base/a's check result: %v", d["check"])
+		}
+	}
+	// Created, then checked: ok, and the check is kept beside the create.
+	cid := s.mustSubmit(localComp(dir, "checked", ""))
+	if d := s.wait(cid, 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("create: %s", d.Status)
+	}
+	if d := s.wait(s.mustSubmit(chk), 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("second check run: %s", d.Status)
+	}
+	if rep := s.drift(localComp(dir, "checked", "")); rep.Counts[events.DriftOK] != 4 {
+		t.Errorf("after create and check: %+v", rep)
+	}
+	s.wantHostDoc("me", "checked", "base", "a", map[string]any{"status": dag.NodeSucceeded, "operation": dag.OpCreate, "workflow_id": cid})
 }

@@ -95,9 +95,10 @@ type NodeDoc struct {
 }
 
 // HostNode is the per-host projection of one node across workflows. Its
-// status is the node's last transition, whatever it was (a node blocked or
-// cancelled shows so); InPlace says what a create left on the host, which
-// a transition that did not run the node leaves as it was.
+// status is the node's last transition in a create or delete, whatever it
+// was (a node blocked or cancelled shows so); InPlace says what a create
+// left on the host, which a transition that did not run the node leaves
+// as it was. An operation: check run changes neither: it is kept in Check.
 type HostNode struct {
 	Host       string         `json:"host"`
 	Formula    string         `json:"formula"`
@@ -111,6 +112,7 @@ type HostNode struct {
 	Actor      string         `json:"actor,omitempty"`
 	Blocker    string         `json:"blocker,omitempty"`
 	InPlace    *InPlace       `json:"in_place,omitempty"`
+	Check      *HostCheck     `json:"check,omitempty"`
 	Log        []HostLogEntry `json:"log"`
 	LastSeq    uint64         `json:"last_seq"`
 }
@@ -128,11 +130,26 @@ type InPlace struct {
 	EndedAt    *time.Time    `json:"ended_at,omitempty"`
 }
 
+// HostCheck is the last operation: check run of a node: what its check
+// found, which says nothing was done.
+type HostCheck struct {
+	// Status is the check's own: running; succeeded (a verdict, in
+	// Result); failed (no verdict: the check could not run); blocked or
+	// cancelled.
+	Status     dag.NodeState `json:"status"`
+	Result     CheckResult   `json:"result,omitempty"` // ok or would_change
+	SpecHash   string        `json:"spec_hash,omitempty"`
+	WorkflowID string        `json:"workflow_id"`
+	EndedAt    *time.Time    `json:"ended_at,omitempty"`
+	Error      string        `json:"error,omitempty"`
+}
+
 // HostLogEntry is one transition in a HostNode's log.
 type HostLogEntry struct {
 	Time       time.Time     `json:"ts"`
 	Event      Type          `json:"event"`
 	WorkflowID string        `json:"workflow_id"`
+	Operation  dag.Operation `json:"operation,omitempty"`
 	Status     dag.NodeState `json:"status"`
 	Attempt    int           `json:"attempt"`
 	Error      string        `json:"error,omitempty"`

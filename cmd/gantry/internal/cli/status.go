@@ -197,20 +197,7 @@ func newStateCmd() *cobra.Command {
 			if output == "json" {
 				return printJSON(cmd.OutOrStdout(), nodes)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "HOST\tFORMULA\tNODE\tSTATUS\tOPERATION\tSPEC\tENDED\tWORKFLOW")
-			for _, n := range nodes {
-				ended := ""
-				if n.EndedAt != nil {
-					ended = n.EndedAt.Local().Format(time.DateTime)
-				}
-				spec := strings.TrimPrefix(n.SpecHash, "sha256:")
-				if len(spec) > 12 {
-					spec = spec[:12]
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Host, n.Formula, n.Node, n.Status, n.Operation, spec, ended, n.WorkflowID)
-			}
-			return tw.Flush()
+			return printHostNodes(cmd.OutOrStdout(), nodes)
 		},
 	}
 	cf.add(cmd)
@@ -219,6 +206,63 @@ func newStateCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
 	return cmd
+}
+
+// printHostNodes prints the per-host projection as a table: each node's
+// last transition in a create or delete (status, operation, spec, end,
+// workflow), whether a create's work is in place, and the last check's
+// finding.
+func printHostNodes(w io.Writer, nodes []events.HostNode) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tFORMULA\tNODE\tSTATUS\tOPERATION\tSPEC\tENDED\tIN_PLACE\tCHECK\tWORKFLOW")
+	for _, n := range nodes {
+		ended := "-"
+		if n.EndedAt != nil {
+			ended = n.EndedAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Host, n.Formula, n.Node, n.Status, orDash(string(n.Operation)),
+			orDash(shortSpec(n.SpecHash)), ended, inPlaceText(n), checkText(n.Check), orDash(n.WorkflowID))
+	}
+	return tw.Flush()
+}
+
+// inPlaceText says whether a create's work is in place: yes, with the spec
+// it was done with when that is not the one shown.
+func inPlaceText(n events.HostNode) string {
+	switch {
+	case n.InPlace == nil:
+		return "no"
+	case n.InPlace.SpecHash != n.SpecHash:
+		return "yes, spec " + shortSpec(n.InPlace.SpecHash)
+	}
+	return "yes"
+}
+
+// checkText is the last check run's finding (ok, would_change), or its state
+// when it gave none (running, failed, ...).
+func checkText(c *events.HostCheck) string {
+	switch {
+	case c == nil:
+		return "-"
+	case c.Result != "":
+		return string(c.Result)
+	}
+	return string(c.Status)
+}
+
+func shortSpec(h string) string {
+	h = strings.TrimPrefix(h, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func rebuildState(cmd *cobra.Command, nc *nats.Conn, cf connFlags, checkOnly bool) error {

@@ -253,3 +253,35 @@ func TestHostProjectionNamesTheWorkflowOfEveryTransition(t *testing.T) {
 		t.Errorf("drift %v, want %v", got, want)
 	}
 }
+
+// An operation: check run is recorded as a check: it never makes a node
+// look created, and a check that could not run does not make a created
+// node look missing.
+func TestCheckRunIsNotACreate(t *testing.T) {
+	f := newFeed(t)
+	w1 := f.workflow("w", "wf-1", dag.OpCreate)
+	w1.ran("b", spec("b"), dag.NodeSucceeded)
+	w1.ran("c", spec("c"), dag.NodeSucceeded)
+	chk := f.workflow("w", "wf-c", dag.OpCheck)
+	// a was never created: its check says run would change something.
+	chk.node("a", dag.NodeRunning, events.NodeEvent{SpecHash: spec("a"), Run: events.Run{Attempt: 1}})
+	chk.node("a", dag.NodeSucceeded, events.NodeEvent{SpecHash: spec("a"), Check: events.CheckWouldChange, Run: events.Run{Attempt: 1}})
+	// b is there: its check passes.
+	chk.node("b", dag.NodeRunning, events.NodeEvent{SpecHash: spec("b"), Run: events.Run{Attempt: 1}})
+	chk.node("b", dag.NodeSucceeded, events.NodeEvent{SpecHash: spec("b"), Check: events.CheckOK, Run: events.Run{Attempt: 1}})
+	// c's check could not run (say, the host was unreachable).
+	chk.node("c", dag.NodeRunning, events.NodeEvent{SpecHash: spec("c"), Run: events.Run{Attempt: 1}})
+	chk.node("c", dag.NodeFailed, events.NodeEvent{SpecHash: spec("c"), Run: events.Run{Attempt: 1, Error: "cannot connect"}})
+
+	raw, typed := f.docs()
+	wantFields(t, "a", doc(t, raw, "w", "f", "a"), `{"status": "pending", "workflow_id": "", "operation": "",
+		"check": {"status": "succeeded", "result": "would_change", "workflow_id": "wf-c", "spec_hash": "`+spec("a")+`"}}`)
+	wantFields(t, "b", doc(t, raw, "w", "f", "b"), `{"status": "succeeded", "workflow_id": "wf-1", "operation": "create",
+		"check": {"status": "succeeded", "result": "ok", "workflow_id": "wf-c"}}`)
+	wantFields(t, "c", doc(t, raw, "w", "f", "c"), `{"status": "succeeded", "workflow_id": "wf-1", "operation": "create",
+		"check": {"status": "failed", "result": null, "workflow_id": "wf-c", "error": "cannot connect"}}`)
+	want := map[string]string{"f/a": "missing", "f/b": "ok", "f/c": "ok"}
+	if got := driftOf(t, "w", typed, "a", "b", "c"); !reflect.DeepEqual(got, want) {
+		t.Errorf("drift %v, want %v", got, want)
+	}
+}

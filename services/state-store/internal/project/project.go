@@ -663,6 +663,34 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 		return nil
 	}
 	hn.LastSeq = ev.Stream
+	if e.Operation == dag.OpCheck {
+		check(hn, e)
+	} else {
+		transition(hn, e)
+	}
+	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Operation: e.Operation, Status: e.Status, Attempt: e.Attempt, Error: e.Error})
+	if len(hn.Log) > events.MaxHostLog {
+		hn.Log = append([]events.HostLogEntry(nil), hn.Log[len(hn.Log)-events.MaxHostLog:]...)
+	}
+	return p.put(ctx, key, hn, rev)
+}
+
+// check records a transition of an operation: check run: what the check
+// found, apart from the node's create and delete transitions, since it
+// did nothing to the node.
+func check(hn *events.HostNode, e *events.NodeEvent) {
+	c := &events.HostCheck{Status: e.Status, Result: e.Check, SpecHash: e.SpecHash, WorkflowID: e.WorkflowID, EndedAt: e.EndedAt, Error: e.Error}
+	if e.WillRetry {
+		c.Status = dag.NodeRunning
+	}
+	if c.Status != dag.NodeSucceeded {
+		c.Result = "" // a verdict comes only with succeeded
+	}
+	hn.Check = c
+}
+
+// transition applies a create or delete transition.
+func transition(hn *events.HostNode, e *events.NodeEvent) {
 	prev := hn.Status
 	// Every transition counts: a node blocked or cancelled shows so.
 	hn.Status, hn.Blocker = e.Status, e.Blocker
@@ -690,11 +718,6 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 		}
 	}
 	inPlace(hn, e)
-	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Status: e.Status, Attempt: e.Attempt, Error: e.Error})
-	if len(hn.Log) > events.MaxHostLog {
-		hn.Log = append([]events.HostLogEntry(nil), hn.Log[len(hn.Log)-events.MaxHostLog:]...)
-	}
-	return p.put(ctx, key, hn, rev)
 }
 
 // inPlace keeps what a create left on the host: set by a create that
@@ -702,9 +725,6 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 // fails or deletes it. A node blocked or cancelled before it started was
 // not touched (one cancelled while running was: its running removed it).
 func inPlace(hn *events.HostNode, e *events.NodeEvent) {
-	if e.Operation != dag.OpCreate && e.Operation != dag.OpDelete {
-		return
-	}
 	switch {
 	case e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled:
 	case e.Operation == dag.OpCreate && e.Status.Done():
