@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +86,60 @@ func TestDriftAfterCheckRun(t *testing.T) {
 		t.Errorf("after create and check: %+v", rep)
 	}
 	s.wantHostDoc("me", "checked", "base", "a", map[string]any{"status": dag.NodeSucceeded, "operation": dag.OpCreate, "workflow_id": cid})
+}
+
+// Two compositions that use the same formula ids on one host keep their
+// own records: neither overwrites the other's, the drift of one is not
+// about the other's nodes, and a re-submission skips what its own
+// composition did.
+func TestCompositionsSharingFormulaIDs(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	dir := t.TempDir()
+	// No check commands: only the per-host projection tells what is done.
+	comp := func(name string) *dag.Composition {
+		c := localComp(dir, name, "")
+		for i := range c.Formulas {
+			for j := range c.Formulas[i].Nodes {
+				c.Formulas[i].Nodes[j].Check = ""
+				if name == "two" {
+					c.Formulas[i].Nodes[j].Run += " # two"
+				}
+			}
+		}
+		return c
+	}
+	one, two := comp("one"), comp("two")
+	two.Formulas[1].Nodes = append(two.Formulas[1].Nodes, dag.Node{Name: "e", Run: "echo two/e >> " + dir + "/markers"})
+	id1 := s.mustSubmit(one)
+	if d := s.wait(id1, 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("one: %s", d.Status)
+	}
+	id2 := s.mustSubmit(two)
+	if d := s.wait(id2, 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("two: %s", d.Status)
+	}
+	if rep := s.drift(comp("one")); rep.Counts[events.DriftOK] != 4 || len(rep.Items) != 4 {
+		t.Errorf("drift of one after two ran: %+v", rep)
+	}
+	s.wantHostDoc("me", "one", "base", "a", map[string]any{"workflow": "one", "workflow_id": id1})
+	s.wantHostDoc("me", "two", "base", "a", map[string]any{"workflow": "two", "workflow_id": id2})
+	if n := len(s.hostDocs("me")); n != 9 {
+		t.Errorf("state.host me has %d documents, want 9 (one: 4, two: 5)", n)
+	}
+	// one again: every node is one's own and done, so nothing runs.
+	before := len(lines(t, dir+"/markers"))
+	if d := s.wait(s.mustSubmit(comp("one")), 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("one again: %s", d.Status)
+	} else {
+		for fid, f := range d.Formulas {
+			for name, n := range f.Nodes {
+				if n.Status != dag.NodeSkipped {
+					t.Errorf("one again: %s/%s = %s, want skipped", fid, name, n.Status)
+				}
+			}
+		}
+	}
+	if got := lines(t, dir+"/markers"); len(got) != before {
+		t.Errorf("one again ran %v", strings.Join(got[before:], ", "))
+	}
 }

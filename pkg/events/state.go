@@ -12,16 +12,23 @@ import (
 // MaxHostLog is how many log entries a host node keeps.
 const MaxHostLog = 50
 
-// HostNodeKey is where the per-host projection keeps a node, in the
+// HostNodeKey is where the per-host projection keeps a node of a
+// composition (workflow: the composition's name) on a host, in the
 // gantry_state bucket: the state-store writes it, the planner reads it (to
-// skip what is already done). The rest of the bucket's layout is the
-// state-store's own.
-func HostNodeKey(host, formula, node string) string {
-	return "host." + host + "." + formula + "." + node
+// skip what the composition has already done). Each composition has its
+// own records, so two that use the same formula ids never overwrite each
+// other's. Every part is a token (no dots), so the key splits one way.
+// The rest of the bucket's layout is the state-store's own.
+func HostNodeKey(host, workflow, formula, node string) string {
+	return "host." + host + "." + workflow + "." + formula + "." + node
 }
 
 // HostNodePrefix is the start of every HostNodeKey of a host.
 func HostNodePrefix(host string) string { return "host." + host + "." }
+
+// HostWorkflowPrefix is the start of every HostNodeKey of a composition on
+// a host.
+func HostWorkflowPrefix(host, workflow string) string { return "host." + host + "." + workflow + "." }
 
 // WorkflowDoc is the per-workflow projection: every formula and node.
 type WorkflowDoc struct {
@@ -94,13 +101,15 @@ type NodeDoc struct {
 	LastSeq     uint64        `json:"last_seq,omitempty"` // stream sequence of the last event applied
 }
 
-// HostNode is the per-host projection of one node across workflows. Its
+// HostNode is the per-host projection of one node of a composition across
+// its workflows (runs). Its
 // status is the node's last transition in a create or delete, whatever it
 // was (a node blocked or cancelled shows so); InPlace says what a create
 // left on the host, which a transition that did not run the node leaves
 // as it was. An operation: check run changes neither: it is kept in Check.
 type HostNode struct {
 	Host       string         `json:"host"`
+	Workflow   string         `json:"workflow"` // the composition's name
 	Formula    string         `json:"formula"`
 	Node       string         `json:"node"`
 	Status     dag.NodeState  `json:"status"`

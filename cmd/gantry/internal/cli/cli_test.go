@@ -120,22 +120,22 @@ func TestPlanTargets(t *testing.T) {
 func TestPrintHostNodes(t *testing.T) {
 	end := time.Date(2026, 11, 21, 12, 0, 0, 0, time.Local)
 	nodes := []events.HostNode{
-		{Host: "cp-0", Formula: "os", Node: "base", Status: dag.NodeBlocked, Operation: dag.OpCreate, SpecHash: "sha256:0123456789abcdef", WorkflowID: "wf-2", Blocker: "net",
+		{Host: "cp-0", Workflow: "wuji", Formula: "os", Node: "base", Status: dag.NodeBlocked, Operation: dag.OpCreate, SpecHash: "sha256:0123456789abcdef", WorkflowID: "wf-2", Blocker: "net",
 			InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "sha256:fedcba9876543210", WorkflowID: "wf-1"}},
-		{Host: "cp-0", Formula: "os", Node: "conf", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "sha256:aaaa", WorkflowID: "wf-1", EndedAt: &end,
+		{Host: "cp-0", Workflow: "wuji", Formula: "os", Node: "conf", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "sha256:aaaa", WorkflowID: "wf-1", EndedAt: &end,
 			InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "sha256:aaaa", WorkflowID: "wf-1"},
 			Check:   &events.HostCheck{Status: dag.NodeSucceeded, Result: events.CheckOK, WorkflowID: "wf-3"}},
-		{Host: "cp-0", Formula: "os", Node: "new", Status: dag.NodePending,
+		{Host: "cp-0", Workflow: "other", Formula: "os", Node: "new", Status: dag.NodePending,
 			Check: &events.HostCheck{Status: dag.NodeFailed, WorkflowID: "wf-3"}},
 	}
 	var b bytes.Buffer
 	if err := printHostNodes(&b, nodes); err != nil {
 		t.Fatal(err)
 	}
-	want := `HOST  FORMULA  NODE  STATUS     OPERATION  SPEC          ENDED                IN_PLACE                CHECK   WORKFLOW
-cp-0  os       base  blocked    create     0123456789ab  -                    yes, spec fedcba987654  -       wf-2
-cp-0  os       conf  succeeded  create     aaaa          2026-11-21 12:00:00  yes                     ok      wf-1
-cp-0  os       new   pending    -          -             -                    no                      failed  -
+	want := `HOST  COMPOSITION  FORMULA  NODE  STATUS     OPERATION  SPEC          ENDED                IN_PLACE                CHECK   WORKFLOW_ID
+cp-0  wuji         os       base  blocked    create     0123456789ab  -                    yes, spec fedcba987654  -       wf-2
+cp-0  wuji         os       conf  succeeded  create     aaaa          2026-11-21 12:00:00  yes                     ok      wf-1
+cp-0  other        os       new   pending    -          -             -                    no                      failed  -
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)

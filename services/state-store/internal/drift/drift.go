@@ -9,19 +9,26 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
-// Compare reports every node of the plan as ok (a create put it in place:
-// events.HostNode.InPlace), changed (in place with another spec hash) or
-// missing, and every node in place on one of the plan's hosts but absent
-// from the composition as orphaned. recorded holds the per-host
-// projection of those hosts. An item's HaveSpec, HaveStatus and
+// Compare reports every node of the plan as ok (a create of the
+// composition put it in place: events.HostNode.InPlace), changed (in
+// place with another spec hash) or missing, and every node the
+// composition put in place on one of the plan's hosts but no longer has
+// as orphaned. recorded holds the per-host projection of those hosts;
+// other compositions' records in it are not this one's, and are left out. An item's HaveSpec, HaveStatus and
 // WorkflowID are of the create that put the node in place; for a missing
 // node, its last transition's status and workflow. The result is sorted
 // by host, formula, node.
 func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
 	rep := events.DriftReport{Workflow: p.Workflow, Counts: map[string]int{events.DriftOK: 0, events.DriftMissing: 0, events.DriftChanged: 0, events.DriftOrphaned: 0}}
 	type key struct{ host, formula, node string }
-	have := make(map[key]events.HostNode, len(recorded))
+	var own []events.HostNode
 	for _, hn := range recorded {
+		if hn.Workflow == p.Workflow {
+			own = append(own, hn)
+		}
+	}
+	have := make(map[key]events.HostNode, len(own))
+	for _, hn := range own {
 		have[key{hn.Host, hn.Formula, hn.Node}] = hn
 	}
 	wanted := map[key]bool{}
@@ -49,7 +56,7 @@ func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
 			rep.Items = append(rep.Items, it)
 		}
 	}
-	for _, hn := range recorded {
+	for _, hn := range own {
 		k := key{hn.Host, hn.Formula, hn.Node}
 		if !hosts[hn.Host] || wanted[k] || hn.InPlace == nil {
 			continue

@@ -285,3 +285,33 @@ func TestCheckRunIsNotACreate(t *testing.T) {
 		t.Errorf("drift %v, want %v", got, want)
 	}
 }
+
+// Two compositions that use the same formula ids on one host keep their
+// own per-host documents, and the drift of one is not the other's.
+func TestCompositionsKeepTheirOwnRecords(t *testing.T) {
+	f := newFeed(t)
+	one := f.workflow("one", "wf-1", dag.OpCreate)
+	one.ran("a", spec("a"), dag.NodeSucceeded)
+	one.ran("b", spec("b"), dag.NodeSucceeded)
+	two := f.workflow("two", "wf-2", dag.OpCreate)
+	two.ran("a", spec("a2"), dag.NodeSucceeded)
+	two.ran("x", spec("x"), dag.NodeSucceeded)
+
+	raw, typed := f.docs()
+	if len(raw) != 4 {
+		t.Errorf("%d per-host documents, want 4 (one: a, b; two: a, x)", len(raw))
+	}
+	wantFields(t, "one a", doc(t, raw, "one", "f", "a"), `{"workflow": "one", "workflow_id": "wf-1", "spec_hash": "`+spec("a")+`"}`)
+	wantFields(t, "two a", doc(t, raw, "two", "f", "a"), `{"workflow": "two", "workflow_id": "wf-2", "spec_hash": "`+spec("a2")+`"}`)
+	want := map[string]string{"f/a": "ok", "f/b": "ok"}
+	if got := driftOf(t, "one", typed, "a", "b"); !reflect.DeepEqual(got, want) {
+		t.Errorf("drift of one %v, want %v", got, want)
+	}
+	// two is compared with its own records only: its a was done with
+	// another spec than "a" (one's, which would read ok), and it no longer
+	// has x: orphaned in two, while nothing of one's is.
+	want = map[string]string{"f/a": "changed", "f/x": "orphaned"}
+	if got := driftOf(t, "two", typed, "a"); !reflect.DeepEqual(got, want) {
+		t.Errorf("drift of two %v, want %v", got, want)
+	}
+}

@@ -1,6 +1,7 @@
 // Package project keeps the state-store's two projections in KV: per
-// workflow (every formula and node) and per host and node across workflows
-// (last state, operation, spec hash, times, actor, blocker, the last 50 log
+// workflow (every formula and node) and per host, composition and node
+// across workflows (last state, operation, spec hash, times, actor,
+// blocker, what a create put in place, the last check, the last 50 log
 // entries). Events are applied in stream order; an event whose stream
 // sequence a document has already seen is skipped, so redelivery never
 // counts a transition twice.
@@ -651,13 +652,13 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 }
 
 func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
-	key := events.HostNodeKey(e.Ref.Host, e.Formula, e.Node)
+	key := events.HostNodeKey(e.Ref.Host, e.Workflow, e.Formula, e.Node)
 	hn, rev, err := get[events.HostNode](ctx, p, key, false)
 	if err != nil {
 		return err
 	}
 	if hn == nil {
-		hn = &events.HostNode{Host: e.Ref.Host, Formula: e.Formula, Node: e.Node, Status: dag.NodePending}
+		hn = &events.HostNode{Host: e.Ref.Host, Workflow: e.Workflow, Formula: e.Formula, Node: e.Node, Status: dag.NodePending}
 	}
 	if ev.Stream <= hn.LastSeq {
 		return nil
