@@ -231,6 +231,18 @@ func TestHostProjectionAppliesEveryTransition(t *testing.T) {
 	}
 }
 
+// An attempt that waits for its host lock is announced again as running,
+// without a start of its own: the document keeps the attempt's start.
+func TestHostProjectionKeepsTheStartOfAWaitingAttempt(t *testing.T) {
+	f := newFeed(t)
+	w1 := f.workflow("w", "wf-1", dag.OpCreate)
+	w1.node("a", dag.NodeRunning, events.NodeEvent{SpecHash: spec("a"), Run: events.Run{Attempt: 1}})
+	started := f.at.Format(time.RFC3339) // the running event's start
+	w1.planned("a", dag.NodeRunning, events.NodeEvent{SpecHash: spec("a"), Actor: "executor/x1", Reason: "waiting for workflow wf-0 (the same node runs there) on this host", Run: events.Run{Attempt: 1}})
+	raw, _ := f.docs()
+	wantFields(t, "a", doc(t, raw, "w", "f", "a"), `{"status": "running", "started_at": "`+started+`", "ended_at": null}`)
+}
+
 // Blocked and cancelled nodes name the workflow and operation that
 // blocked or cancelled them, whoever published the transition.
 func TestHostProjectionNamesTheWorkflowOfEveryTransition(t *testing.T) {

@@ -706,7 +706,12 @@ func transition(hn *events.HostNode, e *events.NodeEvent) {
 	}
 	switch {
 	case e.Status == dag.NodeRunning:
-		hn.StartedAt, hn.EndedAt = e.StartedAt, nil
+		// A running without a start of its own (an attempt announced
+		// again, waiting for its host lock) keeps the attempt's.
+		if e.StartedAt != nil || prev != dag.NodeRunning {
+			hn.StartedAt = e.StartedAt
+		}
+		hn.EndedAt = nil
 	case (e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled) && prev != dag.NodeRunning:
 		// It did not start: the times are this transition's own.
 		hn.StartedAt, hn.EndedAt = e.StartedAt, e.EndedAt
