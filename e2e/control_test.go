@@ -81,6 +81,10 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 	if f := s.status(id).Formulas["after"]; f.Status != dag.FormulaCancelled || f.Nodes["never"].Status != dag.NodeCancelled {
 		t.Errorf("after = %+v", f)
 	}
+	// The per-host projection says the same: the killed node is not
+	// left running, and the one that never started names its workflow.
+	s.wantHostDoc("h", "long", "slow", "wait", map[string]any{"status": dag.NodeCancelled, "operation": dag.OpCreate, "workflow_id": id})
+	s.wantHostDoc("h", "long", "after", "never", map[string]any{"status": dag.NodeCancelled, "operation": dag.OpCreate, "workflow_id": id})
 	s.waitFor("no process left on the host", 10*time.Second, func() bool {
 		out, _ := exec.Command("pgrep", "-f", marker).Output()
 		return strings.TrimSpace(string(out)) == ""

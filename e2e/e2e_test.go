@@ -169,6 +169,10 @@ func TestFailingGateBlocksDependents(t *testing.T) {
 			}
 		}
 	}
+	// The per-host projection names the workflow that blocked them.
+	for name := range doc.Formulas["worker-0-kubernetes"].Nodes {
+		s.wantHostDoc("worker-0", c.Name, "worker-0-kubernetes", name, map[string]any{"status": dag.NodeBlocked, "blocker": "cp-kubernetes", "operation": dag.OpCreate, "workflow_id": id})
+	}
 	if h := doc.Formulas["cp-kubernetes"].Health; h == nil || h.Status != events.HealthFail || !h.Final || h.Attempts < 1 || !strings.Contains(h.Output, "apiserver not ready") {
 		t.Errorf("cp-kubernetes health %+v", h)
 	}

@@ -15,12 +15,14 @@ func TestRecordsGolden(t *testing.T) {
 	for name, v := range map[string]any{
 		"record_run_snapshot": events.RunSnapshot{Generation: 2, Status: dag.WorkflowRunning, StartedAt: t0, Formulas: "shRrp", Blockers: map[int]int{4: 1}},
 		"record_node":         events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 3, Generation: 2, GenAttempts: 1, ExitCode: &exit, SpecHash: "sha256:ab"},
-		"record_host_node": events.HostNode{Host: "cp-0", Formula: "os", Node: "base", Status: dag.NodeSucceeded, Operation: dag.OpCreate,
+		"record_host_node": events.HostNode{Host: "cp-0", Workflow: "wuji", Formula: "os", Node: "base", Status: dag.NodeSucceeded, Operation: dag.OpCreate,
 			SpecHash: "sha256:ab", WorkflowID: ref.WorkflowID, StartedAt: &t0, EndedAt: &t0, Actor: "executor/vm-1", LastSeq: 42,
-			Log: []events.HostLogEntry{{Time: t0, Event: events.NodeType(dag.NodeSucceeded), WorkflowID: ref.WorkflowID, Status: dag.NodeSucceeded, Attempt: 1}}},
+			InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "sha256:ab", WorkflowID: ref.WorkflowID, EndedAt: &t0},
+			Check:   &events.HostCheck{Status: dag.NodeSucceeded, Result: events.CheckOK, SpecHash: "sha256:ab", WorkflowID: "1c0ffee0-4f0c-4c51-9d0e-7a4d2f9e8a11", EndedAt: &t0},
+			Log:     []events.HostLogEntry{{Time: t0, Event: events.NodeType(dag.NodeSucceeded), WorkflowID: ref.WorkflowID, Operation: dag.OpCreate, Status: dag.NodeSucceeded, Attempt: 1}}},
 		"reply_control": events.ControlReply{WorkflowID: ref.WorkflowID, Status: dag.WorkflowPaused, Generation: 1},
-		"reply_rebuild": events.RebuildReport{Keys: 12, UpTo: 480, Differing: []string{"host.cp-0.os.base", "wf.x"}, FirstSeq: 401,
-			Lost: "events 1-400 are no longer in GANTRY_EVENTS", Kept: []string{"host.cp-0.os.base"}},
+		"reply_rebuild": events.RebuildReport{Keys: 12, UpTo: 480, Differing: []string{"host.cp-0.wuji.os.base", "wf.x"}, FirstSeq: 401,
+			Lost: "events 1-400 are no longer in GANTRY_EVENTS", Kept: []string{"host.cp-0.wuji.os.base"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := json.MarshalIndent(v, "", "  ")

@@ -12,16 +12,23 @@ import (
 // MaxHostLog is how many log entries a host node keeps.
 const MaxHostLog = 50
 
-// HostNodeKey is where the per-host projection keeps a node, in the
+// HostNodeKey is where the per-host projection keeps a node of a
+// composition (workflow: the composition's name) on a host, in the
 // gantry_state bucket: the state-store writes it, the planner reads it (to
-// skip what is already done). The rest of the bucket's layout is the
-// state-store's own.
-func HostNodeKey(host, formula, node string) string {
-	return "host." + host + "." + formula + "." + node
+// skip what the composition has already done). Each composition has its
+// own records, so two that use the same formula ids never overwrite each
+// other's. Every part is a token (no dots), so the key splits one way.
+// The rest of the bucket's layout is the state-store's own.
+func HostNodeKey(host, workflow, formula, node string) string {
+	return "host." + host + "." + workflow + "." + formula + "." + node
 }
 
 // HostNodePrefix is the start of every HostNodeKey of a host.
 func HostNodePrefix(host string) string { return "host." + host + "." }
+
+// HostWorkflowPrefix is the start of every HostNodeKey of a composition on
+// a host.
+func HostWorkflowPrefix(host, workflow string) string { return "host." + host + "." + workflow + "." }
 
 // WorkflowDoc is the per-workflow projection: every formula and node.
 type WorkflowDoc struct {
@@ -94,9 +101,15 @@ type NodeDoc struct {
 	LastSeq     uint64        `json:"last_seq,omitempty"` // stream sequence of the last event applied
 }
 
-// HostNode is the per-host projection of one node across workflows.
+// HostNode is the per-host projection of one node of a composition across
+// its workflows (runs). Its
+// status is the node's last transition in a create or delete, whatever it
+// was (a node blocked or cancelled shows so); InPlace says what a create
+// left on the host, which a transition that did not run the node leaves
+// as it was. An operation: check run changes neither: it is kept in Check.
 type HostNode struct {
 	Host       string         `json:"host"`
+	Workflow   string         `json:"workflow"` // the composition's name
 	Formula    string         `json:"formula"`
 	Node       string         `json:"node"`
 	Status     dag.NodeState  `json:"status"`
@@ -107,8 +120,37 @@ type HostNode struct {
 	EndedAt    *time.Time     `json:"ended_at,omitempty"`
 	Actor      string         `json:"actor,omitempty"`
 	Blocker    string         `json:"blocker,omitempty"`
+	InPlace    *InPlace       `json:"in_place,omitempty"`
+	Check      *HostCheck     `json:"check,omitempty"`
 	Log        []HostLogEntry `json:"log"`
 	LastSeq    uint64         `json:"last_seq"`
+}
+
+// InPlace is the create that last completed a node on its host
+// (succeeded, or skipped: its check passed or it was already done), as
+// long as nothing has run the node since: a create or delete that starts
+// it again, fails or deletes it removes InPlace; a node blocked or
+// cancelled before it started keeps it. It is what the planner skips as
+// already done and what drift calls ok.
+type InPlace struct {
+	Status     dag.NodeState `json:"status"` // succeeded or skipped
+	SpecHash   string        `json:"spec_hash"`
+	WorkflowID string        `json:"workflow_id"`
+	EndedAt    *time.Time    `json:"ended_at,omitempty"`
+}
+
+// HostCheck is the last operation: check run of a node: what its check
+// found, which says nothing was done.
+type HostCheck struct {
+	// Status is the check's own: running; succeeded (a verdict, in
+	// Result); failed (no verdict: the check could not run); blocked or
+	// cancelled.
+	Status     dag.NodeState `json:"status"`
+	Result     CheckResult   `json:"result,omitempty"` // ok or would_change
+	SpecHash   string        `json:"spec_hash,omitempty"`
+	WorkflowID string        `json:"workflow_id"`
+	EndedAt    *time.Time    `json:"ended_at,omitempty"`
+	Error      string        `json:"error,omitempty"`
 }
 
 // HostLogEntry is one transition in a HostNode's log.
@@ -116,6 +158,7 @@ type HostLogEntry struct {
 	Time       time.Time     `json:"ts"`
 	Event      Type          `json:"event"`
 	WorkflowID string        `json:"workflow_id"`
+	Operation  dag.Operation `json:"operation,omitempty"`
 	Status     dag.NodeState `json:"status"`
 	Attempt    int           `json:"attempt"`
 	Error      string        `json:"error,omitempty"`
@@ -158,10 +201,10 @@ type SubmitReply struct {
 // Drift states of a node: what a composition wants against what the
 // per-host projection records.
 const (
-	DriftOK       = "ok"       // recorded done by a create, same spec hash
-	DriftMissing  = "missing"  // never done, deleted, or last attempt not successful
-	DriftChanged  = "changed"  // done, but with another spec hash
-	DriftOrphaned = "orphaned" // recorded done on a host of the composition, but not in it
+	DriftOK       = "ok"       // in place (HostNode.InPlace), same spec hash
+	DriftMissing  = "missing"  // never done, deleted, or its last run did not complete
+	DriftChanged  = "changed"  // in place, but with another spec hash
+	DriftOrphaned = "orphaned" // in place on a host of the composition, but not in it
 )
 
 // DriftItem is one node in a drift report.

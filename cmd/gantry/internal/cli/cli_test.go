@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
 )
 
 func run(t *testing.T, args ...string) (int, string, string) {
@@ -110,5 +114,30 @@ func TestPlanTargets(t *testing.T) {
 	if !strings.Contains(out, "targets: kubeadm-init\nnot selected: worker-0-os, worker-0-containerd, worker-0-kubernetes, worker-1-os, worker-1-containerd, worker-1-kubernetes, cni") ||
 		!strings.Contains(out, "cp-kubernetes on cp-0 [target]") {
 		t.Errorf("targets plan:\n%s", out)
+	}
+}
+
+func TestPrintHostNodes(t *testing.T) {
+	end := time.Date(2026, 11, 21, 12, 0, 0, 0, time.Local)
+	nodes := []events.HostNode{
+		{Host: "cp-0", Workflow: "wuji", Formula: "os", Node: "base", Status: dag.NodeBlocked, Operation: dag.OpCreate, SpecHash: "sha256:0123456789abcdef", WorkflowID: "wf-2", Blocker: "net",
+			InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "sha256:fedcba9876543210", WorkflowID: "wf-1"}},
+		{Host: "cp-0", Workflow: "wuji", Formula: "os", Node: "conf", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "sha256:aaaa", WorkflowID: "wf-1", EndedAt: &end,
+			InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "sha256:aaaa", WorkflowID: "wf-1"},
+			Check:   &events.HostCheck{Status: dag.NodeSucceeded, Result: events.CheckOK, WorkflowID: "wf-3"}},
+		{Host: "cp-0", Workflow: "other", Formula: "os", Node: "new", Status: dag.NodePending,
+			Check: &events.HostCheck{Status: dag.NodeFailed, WorkflowID: "wf-3"}},
+	}
+	var b bytes.Buffer
+	if err := printHostNodes(&b, nodes); err != nil {
+		t.Fatal(err)
+	}
+	want := `HOST  COMPOSITION  FORMULA  NODE  STATUS     OPERATION  SPEC          ENDED                IN_PLACE                CHECK   WORKFLOW_ID
+cp-0  wuji         os       base  blocked    create     0123456789ab  -                    yes, spec fedcba987654  -       wf-2
+cp-0  wuji         os       conf  succeeded  create     aaaa          2026-11-21 12:00:00  yes                     ok      wf-1
+cp-0  other        os       new   pending    -          -             -                    no                      failed  -
+`
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }

@@ -178,8 +178,16 @@ func newStateCmd() *cobra.Command {
 	var rebuild, check bool
 	cmd := &cobra.Command{
 		Use:   "state",
-		Short: "Show what each host has: every node's last state across workflows",
-		Args:  cobra.NoArgs,
+		Short: "Show what each host has: every composition's nodes, their last state and what is in place",
+		Long: `state prints the per-host projection: a row per node of a composition on a
+host. STATUS, OPERATION, SPEC, ENDED and WORKFLOW_ID are of the node's last
+transition in a create or delete, whatever it was (a node blocked or cancelled
+shows so). IN_PLACE says whether a create of the composition completed the node
+and nothing has run it since ("yes, spec ..." when that create had another
+spec than the one shown). CHECK is what the last operation: check run found
+(ok or would_change; its state when it could not tell); a check changes
+nothing else.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
 			if err != nil {
@@ -196,20 +204,7 @@ func newStateCmd() *cobra.Command {
 			if output == "json" {
 				return printJSON(cmd.OutOrStdout(), nodes)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "HOST\tFORMULA\tNODE\tSTATUS\tOPERATION\tSPEC\tENDED\tWORKFLOW")
-			for _, n := range nodes {
-				ended := ""
-				if n.EndedAt != nil {
-					ended = n.EndedAt.Local().Format(time.DateTime)
-				}
-				spec := strings.TrimPrefix(n.SpecHash, "sha256:")
-				if len(spec) > 12 {
-					spec = spec[:12]
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Host, n.Formula, n.Node, n.Status, n.Operation, spec, ended, n.WorkflowID)
-			}
-			return tw.Flush()
+			return printHostNodes(cmd.OutOrStdout(), nodes)
 		},
 	}
 	cf.add(cmd)
@@ -218,6 +213,63 @@ func newStateCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
 	return cmd
+}
+
+// printHostNodes prints the per-host projection as a table, a row per
+// node of a composition on a host: its last transition in a create or
+// delete (status, operation, spec, end, workflow id), whether a create's
+// work is in place, and the last check's finding.
+func printHostNodes(w io.Writer, nodes []events.HostNode) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tCOMPOSITION\tFORMULA\tNODE\tSTATUS\tOPERATION\tSPEC\tENDED\tIN_PLACE\tCHECK\tWORKFLOW_ID")
+	for _, n := range nodes {
+		ended := "-"
+		if n.EndedAt != nil {
+			ended = n.EndedAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Host, orDash(n.Workflow), n.Formula, n.Node, n.Status, orDash(string(n.Operation)),
+			orDash(shortSpec(n.SpecHash)), ended, inPlaceText(n), checkText(n.Check), orDash(n.WorkflowID))
+	}
+	return tw.Flush()
+}
+
+// inPlaceText says whether a create's work is in place: yes, with the spec
+// it was done with when that is not the one shown.
+func inPlaceText(n events.HostNode) string {
+	switch {
+	case n.InPlace == nil:
+		return "no"
+	case n.InPlace.SpecHash != n.SpecHash:
+		return "yes, spec " + shortSpec(n.InPlace.SpecHash)
+	}
+	return "yes"
+}
+
+// checkText is the last check run's finding (ok, would_change), or its state
+// when it gave none (running, failed, ...).
+func checkText(c *events.HostCheck) string {
+	switch {
+	case c == nil:
+		return "-"
+	case c.Result != "":
+		return string(c.Result)
+	}
+	return string(c.Status)
+}
+
+func shortSpec(h string) string {
+	h = strings.TrimPrefix(h, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func rebuildState(cmd *cobra.Command, nc *nats.Conn, cf connFlags, checkOnly bool) error {
@@ -256,10 +308,13 @@ func newDriftCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drift FILE",
 		Short: "Compare a composition with what its hosts have",
-		Long: `drift reports each node of the composition as ok (recorded done with the same
-spec), changed (another spec hash), or missing (never done, deleted, or not
-successful), and each node recorded on the composition's hosts but not in it
-as orphaned. It exits 0 when everything is ok and 1 when anything drifted.`,
+		Long: `drift compares the composition with what its own earlier runs left on its
+hosts: each node is ok (a create of this composition put it in place with the
+same spec), changed (in place with another spec hash), or missing (never
+created, deleted, or its last run did not complete; a check run does not
+count), and each node the composition put in place on its hosts but no longer
+has is orphaned. Other compositions' nodes on the same hosts are theirs, and
+are not reported. It exits 0 when everything is ok and 1 when anything drifted.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := readComposition(args[0])

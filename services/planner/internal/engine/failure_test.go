@@ -104,13 +104,20 @@ func TestAlreadyDoneFromTheHostProjection(t *testing.T) {
 	// Learn the spec hash of a/x from a validation.
 	reply, err := h.e.Submit(context.Background(), []byte(chain), true, operator)
 	must(t, err)
-	hash := reply.Plan.Formulas[0].Nodes[0].SpecHash
-	h.hosts.Set(events.HostNodeKey("h1", "a", "x"), events.HostNode{Host: "h1", Formula: "a", Node: "x", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash})
-	h.hosts.Set(events.HostNodeKey("h1", "b", "y"), events.HostNode{Host: "h1", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "other"})
+	hash, yhash := reply.Plan.Formulas[0].Nodes[0].SpecHash, reply.Plan.Formulas[1].Nodes[0].SpecHash
+	// chain's a/x was created, then blocked in a later run: still in place.
+	h.hosts.Set(events.HostNodeKey("h1", "chain", "a", "x"), events.HostNode{Host: "h1", Workflow: "chain", Formula: "a", Node: "x", Status: dag.NodeBlocked, Operation: dag.OpCreate, SpecHash: hash,
+		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: hash}})
+	h.hosts.Set(events.HostNodeKey("h1", "chain", "b", "y"), events.HostNode{Host: "h1", Workflow: "chain", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "other",
+		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "other"}})
+	// Another composition with the same ids has b/y as chain wants it: its
+	// record is its own, not chain's.
+	h.hosts.Set(events.HostNodeKey("h1", "other", "b", "y"), events.HostNode{Host: "h1", Workflow: "other", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: yhash,
+		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: yhash}})
 	must(t, h.submit(chain))
 	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip x")
 	must(t, h.formula("a", 1, dag.FormulaSucceeded))
-	wantStored(t, h, "b ready", "dispatch b create g1") // another spec: runs again
+	wantStored(t, h, "b ready", "dispatch b create g1") // chain's record has another spec: runs again
 }
 
 func TestSubmitFailsWhenTheHostProjectionCannotBeRead(t *testing.T) {

@@ -117,8 +117,10 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 	return nil
 }
 
-// alreadyDone lists the nodes the per-host projection records as succeeded
-// (by a create) with the same spec hash. It lists each host's keys once and
+// alreadyDone lists the nodes the per-host projection records in place
+// for this composition (a create of it completed them, and nothing has
+// run them since) with the same spec hash; another composition's records
+// are its own. It lists the composition's keys on each host once and
 // reads only the nodes recorded there, so a fresh fleet costs one listing
 // per host rather than a read per node. A projection that cannot be read
 // fails the submission: skipping on a guess would be a lie either way.
@@ -130,14 +132,14 @@ func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) ([]string, error)
 		keys, ok := recorded[pf.Server]
 		if !ok {
 			var err error
-			if keys, err = e.hostKeys(ctx, pf.Server); err != nil {
+			if keys, err = e.hostKeys(ctx, pf.Server, p.Workflow); err != nil {
 				return nil, err
 			}
 			recorded[pf.Server] = keys
 		}
 		for j := range pf.Nodes {
 			pn := &pf.Nodes[j]
-			key := events.HostNodeKey(pf.Server, pf.ID, pn.Name)
+			key := events.HostNodeKey(pf.Server, p.Workflow, pf.ID, pn.Name)
 			if !keys[key] {
 				continue
 			}
@@ -148,7 +150,7 @@ func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) ([]string, error)
 			if err != nil {
 				return nil, fmt.Errorf("read the per-host projection: %w", err)
 			}
-			if hn.Status.Done() && hn.Operation == dag.OpCreate && hn.SpecHash == pn.SpecHash {
+			if hn.InPlace != nil && hn.InPlace.SpecHash == pn.SpecHash {
 				out = append(out, pf.ID+"/"+pn.Name)
 			}
 		}
@@ -156,11 +158,11 @@ func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) ([]string, error)
 	return out, nil
 }
 
-// hostKeys lists the per-host projection's nodes of a host. A projection
-// that is not there (the state-store has not created its bucket yet)
-// records nothing.
-func (e *Engine) hostKeys(ctx context.Context, host string) (map[string]bool, error) {
-	keys, err := e.Hosts.Keys(ctx, events.HostNodePrefix(host)+">")
+// hostKeys lists the per-host projection's nodes of a composition on a
+// host. A projection that is not there (the state-store has not created
+// its bucket yet) records nothing.
+func (e *Engine) hostKeys(ctx context.Context, host, workflow string) (map[string]bool, error) {
+	keys, err := e.Hosts.Keys(ctx, events.HostWorkflowPrefix(host, workflow)+">")
 	if events.IsMissing(err) {
 		e.Log.Warn("no per-host projection to read; nothing is skipped as already done", "host", host, "err", err)
 		return nil, nil

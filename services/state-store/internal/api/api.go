@@ -76,7 +76,7 @@ func (s *server) read() (context.Context, context.CancelFunc) {
 }
 
 // drift compares the composition in the request body (YAML or JSON) with
-// the per-host projection of its hosts.
+// its own records in the per-host projection of its hosts.
 func (s *server) drift(req micro.Request) {
 	c, err := composition.Load("", req.Data())
 	if err != nil {
@@ -94,7 +94,7 @@ func (s *server) drift(req micro.Request) {
 	defer cancel()
 	var recorded []events.HostNode
 	for name := range c.Hosts {
-		nodes, err := s.hostNodes(cx, events.HostNodePrefix(name)+">")
+		nodes, err := s.hostNodes(cx, events.HostWorkflowPrefix(name, c.Name)+">")
 		if err != nil {
 			_ = req.Error("500", err.Error(), nil)
 			return

@@ -9,15 +9,26 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
-// Compare reports every node of the plan as ok, missing or changed, and
-// every node recorded done on one of the plan's hosts but absent from the
-// composition as orphaned. recorded holds the per-host projection of those
-// hosts. The result is sorted by host, formula, node.
+// Compare reports every node of the plan as ok (a create of the
+// composition put it in place: events.HostNode.InPlace), changed (in
+// place with another spec hash) or missing, and every node the
+// composition put in place on one of the plan's hosts but no longer has
+// as orphaned. recorded holds the per-host projection of those hosts;
+// other compositions' records in it are not this one's, and are left out. An item's HaveSpec, HaveStatus and
+// WorkflowID are of the create that put the node in place; for a missing
+// node, its last transition's status and workflow. The result is sorted
+// by host, formula, node.
 func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
 	rep := events.DriftReport{Workflow: p.Workflow, Counts: map[string]int{events.DriftOK: 0, events.DriftMissing: 0, events.DriftChanged: 0, events.DriftOrphaned: 0}}
 	type key struct{ host, formula, node string }
-	have := make(map[key]events.HostNode, len(recorded))
+	var own []events.HostNode
 	for _, hn := range recorded {
+		if hn.Workflow == p.Workflow {
+			own = append(own, hn)
+		}
+	}
+	have := make(map[key]events.HostNode, len(own))
+	for _, hn := range own {
 		have[key{hn.Host, hn.Formula, hn.Node}] = hn
 	}
 	wanted := map[key]bool{}
@@ -34,23 +45,24 @@ func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
 			switch {
 			case !ok:
 				it.Drift = events.DriftMissing
-			case !present(hn):
-				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftMissing, hn.SpecHash, string(hn.Status), hn.WorkflowID
-			case hn.SpecHash != pn.SpecHash:
-				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftChanged, hn.SpecHash, string(hn.Status), hn.WorkflowID
+			case hn.InPlace == nil:
+				it.Drift, it.HaveStatus, it.WorkflowID = events.DriftMissing, string(hn.Status), hn.WorkflowID
 			default:
-				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftOK, hn.SpecHash, string(hn.Status), hn.WorkflowID
+				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftOK, hn.InPlace.SpecHash, string(hn.InPlace.Status), hn.InPlace.WorkflowID
+				if hn.InPlace.SpecHash != pn.SpecHash {
+					it.Drift = events.DriftChanged
+				}
 			}
 			rep.Items = append(rep.Items, it)
 		}
 	}
-	for _, hn := range recorded {
+	for _, hn := range own {
 		k := key{hn.Host, hn.Formula, hn.Node}
-		if !hosts[hn.Host] || wanted[k] || !present(hn) {
+		if !hosts[hn.Host] || wanted[k] || hn.InPlace == nil {
 			continue
 		}
 		rep.Items = append(rep.Items, events.DriftItem{Host: hn.Host, Formula: hn.Formula, Node: hn.Node, Drift: events.DriftOrphaned,
-			HaveSpec: hn.SpecHash, HaveStatus: string(hn.Status), WorkflowID: hn.WorkflowID})
+			HaveSpec: hn.InPlace.SpecHash, HaveStatus: string(hn.InPlace.Status), WorkflowID: hn.InPlace.WorkflowID})
 	}
 	for _, it := range rep.Items {
 		rep.Counts[it.Drift]++
@@ -66,10 +78,4 @@ func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
 		return a.Node < b.Node
 	})
 	return rep
-}
-
-// present: the node's work is in place on the host (a create or check that
-// succeeded or was skipped; a delete that succeeded removed it).
-func present(hn events.HostNode) bool {
-	return hn.Status.Done() && hn.Operation != dag.OpDelete
 }

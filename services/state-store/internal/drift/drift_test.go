@@ -17,14 +17,22 @@ func TestCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	hash := func(run string) string { return dag.SpecHash(&dag.Node{Run: run}) }
+	done := func(hn events.HostNode, spec string) events.HostNode {
+		hn.InPlace = &events.InPlace{Status: hn.Status, SpecHash: spec, WorkflowID: "w1"}
+		return hn
+	}
 	rec := []events.HostNode{
-		{Host: "h", Formula: "f", Node: "same", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash("a")},
-		{Host: "h", Formula: "f", Node: "edited", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash("b1")},
-		{Host: "h", Formula: "f", Node: "failed", Status: dag.NodeFailed, Operation: dag.OpCreate, SpecHash: hash("d")},
-		{Host: "h", Formula: "f", Node: "deleted", Status: dag.NodeSucceeded, Operation: dag.OpDelete, SpecHash: hash("e")},
-		{Host: "h", Formula: "old", Node: "gone", Status: dag.NodeSkipped, Operation: dag.OpCreate, SpecHash: hash("z")},
-		{Host: "h", Formula: "old", Node: "removed", Status: dag.NodeSucceeded, Operation: dag.OpDelete},
-		{Host: "elsewhere", Formula: "x", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate},
+		// Another composition's, on the same host with the same ids: not d's.
+		done(events.HostNode{Host: "h", Workflow: "other", Formula: "f", Node: "never", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash("c")}, hash("c")),
+		done(events.HostNode{Host: "h", Workflow: "other", Formula: "f", Node: "edited", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash("b2")}, hash("b2")),
+		done(events.HostNode{Host: "h", Workflow: "other", Formula: "f", Node: "theirs", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash("t")}, hash("t")),
+		done(events.HostNode{Host: "h", Workflow: "d", Formula: "f", Node: "same", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash("a")}, hash("a")),
+		done(events.HostNode{Host: "h", Workflow: "d", Formula: "f", Node: "edited", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: hash("b1")}, hash("b1")),
+		{Host: "h", Workflow: "d", Formula: "f", Node: "failed", Status: dag.NodeFailed, Operation: dag.OpCreate, SpecHash: hash("d")},
+		{Host: "h", Workflow: "d", Formula: "f", Node: "deleted", Status: dag.NodeSucceeded, Operation: dag.OpDelete, SpecHash: hash("e")},
+		done(events.HostNode{Host: "h", Workflow: "d", Formula: "old", Node: "gone", Status: dag.NodeSkipped, Operation: dag.OpCreate, SpecHash: hash("z")}, hash("z")),
+		{Host: "h", Workflow: "d", Formula: "old", Node: "removed", Status: dag.NodeSucceeded, Operation: dag.OpDelete},
+		done(events.HostNode{Host: "elsewhere", Workflow: "d", Formula: "x", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate}, "s"),
 	}
 	rep := Compare(p, rec)
 	want := map[string]string{"f/same": "ok", "f/edited": "changed", "f/never": "missing", "f/failed": "missing", "f/deleted": "missing", "old/gone": "orphaned"}

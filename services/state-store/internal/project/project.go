@@ -1,6 +1,7 @@
 // Package project keeps the state-store's two projections in KV: per
-// workflow (every formula and node) and per host and node across workflows
-// (last state, operation, spec hash, times, actor, blocker, the last 50 log
+// workflow (every formula and node) and per host, composition and node
+// across workflows (last state, operation, spec hash, times, actor,
+// blocker, what a create put in place, the last check, the last 50 log
 // entries). Events are applied in stream order; an event whose stream
 // sequence a document has already seen is skipped, so redelivery never
 // counts a transition twice.
@@ -651,46 +652,92 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 }
 
 func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
-	key := events.HostNodeKey(e.Ref.Host, e.Formula, e.Node)
+	key := events.HostNodeKey(e.Ref.Host, e.Workflow, e.Formula, e.Node)
 	hn, rev, err := get[events.HostNode](ctx, p, key, false)
 	if err != nil {
 		return err
 	}
 	if hn == nil {
-		hn = &events.HostNode{Host: e.Ref.Host, Formula: e.Formula, Node: e.Node, Status: dag.NodePending}
+		hn = &events.HostNode{Host: e.Ref.Host, Workflow: e.Workflow, Formula: e.Formula, Node: e.Node, Status: dag.NodePending}
 	}
 	if ev.Stream <= hn.LastSeq {
 		return nil
 	}
 	hn.LastSeq = ev.Stream
-	// Only what happened to the host counts: blocked and cancelled nodes
-	// did not run, so they do not replace a node's last real state.
-	switch e.Status {
-	case dag.NodeBlocked, dag.NodeCancelled:
-		if hn.Status == dag.NodePending {
-			hn.Status, hn.Blocker = e.Status, e.Blocker
+	if e.Operation == dag.OpCheck {
+		check(hn, e)
+	} else {
+		transition(hn, e)
+	}
+	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Operation: e.Operation, Status: e.Status, Attempt: e.Attempt, Error: e.Error})
+	if len(hn.Log) > events.MaxHostLog {
+		hn.Log = append([]events.HostLogEntry(nil), hn.Log[len(hn.Log)-events.MaxHostLog:]...)
+	}
+	return p.put(ctx, key, hn, rev)
+}
+
+// check records a transition of an operation: check run: what the check
+// found, apart from the node's create and delete transitions, since it
+// did nothing to the node.
+func check(hn *events.HostNode, e *events.NodeEvent) {
+	c := &events.HostCheck{Status: e.Status, Result: e.Check, SpecHash: e.SpecHash, WorkflowID: e.WorkflowID, EndedAt: e.EndedAt, Error: e.Error}
+	if e.WillRetry {
+		c.Status = dag.NodeRunning
+	}
+	if c.Status != dag.NodeSucceeded {
+		c.Result = "" // a verdict comes only with succeeded
+	}
+	hn.Check = c
+}
+
+// transition applies a create or delete transition.
+func transition(hn *events.HostNode, e *events.NodeEvent) {
+	prev := hn.Status
+	// Every transition counts: a node blocked or cancelled shows so.
+	hn.Status, hn.Blocker = e.Status, e.Blocker
+	if e.WillRetry { // failed, but the node is still at work
+		hn.Status = dag.NodeRunning
+	}
+	// Of the workflow that made the transition, whoever published it (the
+	// planner blocks and cancels nodes that never started: no actor).
+	hn.Operation, hn.WorkflowID, hn.Actor = e.Operation, e.WorkflowID, e.Actor
+	if e.SpecHash != "" {
+		hn.SpecHash = e.SpecHash
+	}
+	switch {
+	case e.Status == dag.NodeRunning:
+		// A running without a start of its own (an attempt announced
+		// again, waiting for its host lock) keeps the attempt's.
+		if e.StartedAt != nil || prev != dag.NodeRunning {
+			hn.StartedAt = e.StartedAt
 		}
+		hn.EndedAt = nil
+	case (e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled) && prev != dag.NodeRunning:
+		// It did not start: the times are this transition's own.
+		hn.StartedAt, hn.EndedAt = e.StartedAt, e.EndedAt
 	default:
-		hn.Status = e.Status
-		if e.WillRetry {
-			hn.Status = dag.NodeRunning
-		}
-		hn.Operation, hn.WorkflowID, hn.Actor, hn.Blocker = e.Operation, e.WorkflowID, e.Actor, ""
-		if e.SpecHash != "" {
-			hn.SpecHash = e.SpecHash
-		}
-		if e.Status == dag.NodeRunning {
-			hn.StartedAt, hn.EndedAt = e.StartedAt, nil
+		if e.StartedAt != nil {
+			hn.StartedAt = e.StartedAt
 		}
 		if e.EndedAt != nil {
 			hn.EndedAt = e.EndedAt
 		}
 	}
-	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Status: e.Status, Attempt: e.Attempt, Error: e.Error})
-	if len(hn.Log) > events.MaxHostLog {
-		hn.Log = append([]events.HostLogEntry(nil), hn.Log[len(hn.Log)-events.MaxHostLog:]...)
+	inPlace(hn, e)
+}
+
+// inPlace keeps what a create left on the host: set by a create that
+// completed the node, removed by a create or delete that runs it again,
+// fails or deletes it. A node blocked or cancelled before it started was
+// not touched (one cancelled while running was: its running removed it).
+func inPlace(hn *events.HostNode, e *events.NodeEvent) {
+	switch {
+	case e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled:
+	case e.Operation == dag.OpCreate && e.Status.Done():
+		hn.InPlace = &events.InPlace{Status: e.Status, SpecHash: hn.SpecHash, WorkflowID: e.WorkflowID, EndedAt: hn.EndedAt}
+	default:
+		hn.InPlace = nil
 	}
-	return p.put(ctx, key, hn, rev)
 }
 
 func (p *Projector) health(ctx context.Context, ev *consume.Event, h *events.HealthEvent) error {
