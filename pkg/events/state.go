@@ -87,8 +87,9 @@ type HealthDoc struct {
 // NodeDoc is one node in a WorkflowDoc.
 type NodeDoc struct {
 	Status      dag.NodeState `json:"status"`
-	Operation   dag.Operation `json:"operation,omitempty"` // of the last transition (delete during a rollback)
-	Attempts    int           `json:"attempts"`            // attempts started
+	Operation   dag.Operation `json:"operation,omitempty"`    // of the last transition (delete during a rollback)
+	Attempts    int           `json:"attempts"`               // attempts started
+	LastAttempt int           `json:"last_attempt,omitempty"` // the number of the last one
 	ExitCode    *int          `json:"exit_code,omitempty"`
 	Error       string        `json:"error,omitempty"`
 	Blocker     string        `json:"blocker,omitempty"`

@@ -327,3 +327,21 @@ func TestCompositionsKeepTheirOwnRecords(t *testing.T) {
 		t.Errorf("drift of two %v, want %v", got, want)
 	}
 }
+
+// An attempt announced running again (while it waits for its host lock) is
+// one attempt in the workflow's node document, and keeps its start.
+func TestWaitingAttemptCountedOnce(t *testing.T) {
+	f := newFeed(t)
+	w1 := f.workflow("w", "wf-1", dag.OpCreate)
+	at := f.at
+	w1.node("a", dag.NodeRunning, events.NodeEvent{SpecHash: spec("a"), Run: events.Run{Attempt: 1, StartedAt: &at}})
+	w1.planned("a", dag.NodeRunning, events.NodeEvent{SpecHash: spec("a"), Reason: "waiting for workflow wf-0 (the same node runs there) on this host", Run: events.Run{Attempt: 1}})
+	f.docs()
+	var nd events.NodeDoc
+	if err := json.Unmarshal(f.mem.Vals[project.NodeDocKey("wf-1", "f", "a")], &nd); err != nil {
+		t.Fatal(err)
+	}
+	if nd.Attempts != 1 || nd.StartedAt == nil {
+		t.Fatalf("node document %+v: want 1 attempt with its start", nd)
+	}
+}

@@ -627,8 +627,11 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 	n.LastSeq, n.Generation = ev.Stream, e.Generation
 	n.Transitions++
 	n.Operation = e.Operation
-	if e.Status == dag.NodeRunning {
+	if e.Status == dag.NodeRunning && (e.Attempt != n.LastAttempt || n.Status != dag.NodeRunning) {
+		// A new attempt. (One announced again, as while it waits for its
+		// host lock, is the same attempt.)
 		n.Attempts++
+		n.LastAttempt = e.Attempt
 		n.StartedAt, n.EndedAt, n.ExitCode, n.Error = e.StartedAt, nil, nil, ""
 	}
 	if e.EndedAt != nil {
