@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/composition"
@@ -78,12 +77,8 @@ func readComposition(path string) ([]byte, error) {
 	if err != nil {
 		return nil, &exitError{code: ExitProblem, err: err}
 	}
-	if err := dag.CheckSize(data, 0); err != nil {
-		var inv *dag.InvalidError
-		if errors.As(err, &inv) {
-			return nil, failed("%s rejected: %s; nothing was run", path, strings.Join(inv.Messages(), "; "))
-		}
-		return nil, failed("%s: %v", path, err)
+	if len(data) > dag.DefaultMaxBytes { // ReadFile stops reading one byte past the limit
+		return nil, failed("%s rejected: the composition is over the %d-byte (1 MiB) limit; nothing was run", path, dag.DefaultMaxBytes)
 	}
 	return data, nil
 }

@@ -81,7 +81,7 @@ func TestOversizeCompositionRefused(t *testing.T) {
 	}
 	for _, args := range [][]string{{"submit", big}, {"drift", big}} {
 		code, _, errOut := run(t, append(args, "--server", "nats://127.0.0.1:1")...)
-		if code != ExitFailed || !strings.Contains(errOut, "over the 1048576-byte limit") || strings.Contains(errOut, "payload") {
+		if code != ExitFailed || !strings.Contains(errOut, "over the 1048576-byte (1 MiB) limit") || strings.Contains(errOut, "payload") {
 			t.Errorf("%v: exit %d: %s", args, code, errOut)
 		}
 	}
