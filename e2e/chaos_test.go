@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,7 +43,8 @@ func (p *proc) start(t *testing.T) {
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", p.name, err)
+		t.Errorf("start %s: %v", p.name, err) // may run in a schedule goroutine
+		return
 	}
 	p.cmd = cmd
 }
@@ -182,22 +184,29 @@ type trigger struct {
 	armed map[string]chan struct{}
 }
 
-func (tr *trigger) arm(kind string) chan struct{} {
+// arm returns a channel closed at the next work in flight of the kind the
+// service's kills wait for.
+func (tr *trigger) arm(service string) chan struct{} {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	ch := make(chan struct{})
-	tr.armed[kind] = ch
+	tr.armed[service] = ch
 	return ch
 }
 
 func (tr *trigger) fire(kind string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if ch, ok := tr.armed[kind]; ok {
-		close(ch)
-		delete(tr.armed, kind)
+	for name, ch := range tr.armed {
+		if chaosAim[name] == kind {
+			close(ch)
+			delete(tr.armed, name)
+		}
 	}
 }
+
+// chaosAim is the kind of work in flight each service's kills wait for.
+var chaosAim = map[string]string{"executor": "node", "health-gate": "gate", "planner": "decision", "state-store": "any"}
 
 // watchInFlight fires "node" on a node starting, "gate" on a failed probe
 // with more to come, "decision" on a formula outcome the planner is about
@@ -295,44 +304,57 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("chaos: workflow %s: 200 nodes on 5 sshd hosts\n", id)
 	start := time.Now()
 
-	// The schedule: each service killed -9 three times, in turn, each kill
-	// aimed at work in flight (the executor as a node starts, the
-	// health-gate between two probes of a gate, the planner as a formula
-	// outcome arrives), and nats-server killed -9 and restarted twice.
+	// The schedule: each service killed -9 three times, each kill aimed at
+	// work of its kind in flight (the executor just as a node starts, the
+	// health-gate between two probes of a gate, the planner just as a
+	// formula outcome arrives, the state-store as events arrive), the
+	// services independently of each other; and nats-server killed -9 and
+	// restarted twice.
 	var kills []string
+	var killsMu sync.Mutex
 	stamp := func(s string) {
+		killsMu.Lock()
+		defer killsMu.Unlock()
 		line := fmt.Sprintf("%6.1fs %s", time.Since(start).Seconds(), s)
 		kills = append(kills, line)
 		fmt.Println("chaos:", line)
 	}
 	tr := &trigger{armed: map[string]chan struct{}{}}
 	watchInFlight(t, admin, tr)
-	aim := map[string]string{"executor": "node", "health-gate": "gate", "planner": "decision", "state-store": "any"}
-	for round := 0; round < 3; round++ {
-		for _, p := range svcs {
-			time.Sleep(900 * time.Millisecond)
-			what := "at a random moment (nothing of its kind in flight for 10 s)"
-			select {
-			case <-tr.arm(aim[p.name]):
-				what = "with " + aim[p.name] + " work in flight"
-			case <-time.After(10 * time.Second):
+	aim := chaosAim
+	var aimed atomic.Int32
+	var schedule sync.WaitGroup
+	for _, p := range svcs {
+		schedule.Add(1)
+		go func() {
+			defer schedule.Done()
+			for round := 0; round < 3; round++ {
+				what := "at a random moment (nothing of its kind in flight for 20 s)"
+				select {
+				case <-tr.arm(p.name):
+					what = "with " + aim[p.name] + " work in flight"
+					aimed.Add(1)
+				case <-time.After(20 * time.Second):
+				}
+				p.kill9()
+				stamp("kill -9 " + p.name + " " + what)
+				time.Sleep(700 * time.Millisecond)
+				p.start(t)
+				stamp("restarted " + p.name)
+				time.Sleep(1500 * time.Millisecond)
 			}
-			p.kill9()
-			stamp("kill -9 " + p.name + " " + what)
-			time.Sleep(700 * time.Millisecond)
-			p.start(t)
-			stamp("restarted " + p.name)
-		}
-		if round < 2 {
-			time.Sleep(1200 * time.Millisecond)
-			natsd.kill9()
-			stamp("kill -9 nats-server")
-			time.Sleep(1500 * time.Millisecond)
-			natsd.start(t)
-			waitPort(t, port)
-			stamp("restarted nats-server")
-		}
+		}()
 	}
+	for round := 0; round < 2; round++ {
+		time.Sleep(6 * time.Second)
+		natsd.kill9()
+		stamp("kill -9 nats-server")
+		time.Sleep(1500 * time.Millisecond)
+		natsd.start(t)
+		waitPort(t, port)
+		stamp("restarted nats-server")
+	}
+	schedule.Wait()
 
 	// Wait for the end.
 	var doc events.WorkflowDoc
@@ -487,7 +509,7 @@ func TestChaos(t *testing.T) {
 	if t.Failed() {
 		verdict = "FAIL"
 	}
-	fmt.Printf("chaos: %d kills/restarts; verdict %s\n", len(kills), verdict)
+	fmt.Printf("chaos: %d kills/restarts, %d of 12 service kills with their kind of work in flight; verdict %s\n", len(kills), aimed.Load(), verdict)
 }
 
 // formulaRank orders formula states so the fold keeps the furthest one.
