@@ -9,16 +9,18 @@ import (
 
 // Durable commands. A Command with an Attempt runs on its host under a
 // small shell supervisor, as Ansible's async wrapper does: the command's
-// output and, at the end, its exit status are kept in an attempt directory
-// on the host (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>), and
-// the command lives in its own session, so it outlives the connection
+// output and, at the end, its exit status are kept in files on the host
+// (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>.{run,pid,out,err,exit}),
+// and the command lives in its own session, so it outlives the connection
 // that started it. Running the same Attempt again re-attaches: it waits
 // for the running command (streaming its output again from the start), or
-// reads the result it recorded, and never starts a second copy. Directories
-// older than 7 days are removed when an attempt starts.
+// reads the result it recorded, and never starts a second copy. Files
+// older than 7 days are removed when the directory is first made.
 //
-// The host needs a POSIX sh with setsid, and GNU coreutils' tee -p and
-// tail --pid (Debian, Ubuntu, RHEL and their images have them).
+// The host needs a POSIX sh, flock, and GNU coreutils' tee -p and tail
+// --pid (Debian, Ubuntu, RHEL and their images have them). The common path
+// costs the host four program starts more than a plain command: two tee,
+// flock, and the command's own sh.
 
 // ErrLost: an attempt's command ended on the host without recording an
 // exit status (it was killed outside gantry, or the host restarted).
@@ -51,27 +53,34 @@ const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
 // one of them.
 func superviseScript(attempt, lock, ex, script string) string {
 	q := shellQuote
-	// The marker goes out from a subshell: if the connection is already
-	// gone, the write's SIGPIPE ends that subshell, not the supervisor (which
-	// must not ignore SIGPIPE itself: the command would inherit that).
-	wrapper := `echo $$ >"$1/pid"; (printf '` + pidMarker + `%s %s\n' "$$" "$1") 2>/dev/null; ` +
-		`{ { ` + hostLock(lock) + `sh -c "$2" </dev/null 9>&-; echo $? >"$1/exit"; } 2>&1 1>&3 3>&- | tee -p -a "$1/err" 1>&2 3>&-; } 3>&1 | tee -p -a "$1/out" 2>/dev/null`
+	// The attempt starts where its run file can be created (noclobber: an
+	// atomic create, and a shell builtin); anywhere else it re-attaches. The
+	// shell that starts it is its supervisor: a session leader (sshd) or a
+	// process group leader (transport local) without a terminal, so the end
+	// of the connection does not signal it. It records its pid and the exit
+	// status; tee -p keeps writing the output files when the connection is
+	// gone. The marker goes out from a subshell: if the connection is
+	// already gone, the write's SIGPIPE ends that subshell, not the
+	// supervisor (which must not ignore SIGPIPE itself: the command would
+	// inherit that).
 	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
-if mkdir "$_gd" 2>/dev/null || { [ ! -d "$_gd" ] && mkdir -p -m 700 "$_gb" && find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; mkdir "$_gd" 2>/dev/null; }; then
-  setsid -w sh -c ` + q(wrapper) + ` gantry-attempt "$_gd" ` + q(script) + ` </dev/null
+_gn() { (set -C; : >"$_gd.run") 2>/dev/null; }
+if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; _gn; }; then
+  echo $$ >"$_gd.pid"; (printf '` + pidMarker + `%s %s\n' "$$" "$_gd") 2>/dev/null
+  { { ` + hostLock(lock) + `/bin/sh -c ` + q(script) + ` </dev/null 9>&-; echo $? >"$_gd.exit"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
-  _gp=$(cat "$_gd/pid" 2>/dev/null)
+  _gp=; [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
-    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd/out" & _gt=$!
-    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd/err" >&2
+    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd.out" & _gt=$!
+    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd.err" >&2
     wait $_gt
   else
-    cat "$_gd/out" 2>/dev/null; cat "$_gd/err" >&2 2>/dev/null
+    cat "$_gd.out" 2>/dev/null; cat "$_gd.err" >&2 2>/dev/null
   fi
 fi
-_gi=0; while [ ! -s "$_gd/exit" ] && [ $_gi -lt 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
-[ -s "$_gd/exit" ] && exit "$(cat "$_gd/exit")"
+_gi=0; while [ ! -s "$_gd.exit" ] && [ $_gi -lt 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
+[ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit" && exit "$_gx"
 echo "gantry: attempt ` + attempt + ` ended on this host without an exit status (killed outside gantry, or the host restarted)" >&2
 exit ` + strconv.Itoa(lostExit) + `
 `
@@ -85,13 +94,14 @@ func hostLock(lock string) string {
 	if lock == "" {
 		return ""
 	}
-	l := `"${1%/*}/../locks/"` + shellQuote(lock)
-	return `mkdir -p "${1%/*}/../locks" && exec 9>>` + l + ` && { flock -n 9 || { echo "gantry: waiting for $(cat ` + l + `.holder 2>/dev/null) on this host" >&2; flock 9; }; } && echo "${1##*/}" >` + l + `.holder; `
+	dir := `"$_gb/../locks"`
+	l := dir + `/` + shellQuote(lock)
+	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && exec 9>>` + l + ` && { flock -n 9 || { read -r _gh 2>/dev/null <` + l + `.holder; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}" >` + l + `.holder; `
 }
 
 // killScript ends a process group (SIGTERM, then SIGKILL after about two
 // seconds) and prints "gone" once none of it is left. For a durable
-// attempt (dir, its directory, not empty) it records the kill as the
+// attempt (dir, the path its files start with, not empty) it records the kill as the
 // attempt's exit status if the command did not record one.
 func killScript(pgid int, dir string) string {
 	g := strconv.Itoa(pgid)
@@ -102,7 +112,7 @@ s=143; if alive; then s=137; kill -KILL -$g 2>/dev/null; i=0; while [ $i -lt 20 
 if alive; then echo "still running"; exit 1; fi
 `)
 	if dir != "" {
-		b.WriteString(`d=` + shellQuote(dir) + `; [ -s "$d/exit" ] || echo $s >"$d/exit"
+		b.WriteString(`d=` + shellQuote(dir) + `; [ -s "$d.exit" ] || echo $s >"$d.exit"
 `)
 	}
 	b.WriteString("echo gone\n")

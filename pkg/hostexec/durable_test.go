@@ -118,8 +118,10 @@ func TestDurableLocalReattach(t *testing.T) {
 		}
 		seen += string(buf[:n])
 	}
-	_ = syscall.Kill(-first.Process.Pid, syscall.SIGKILL) // the executor dies, with its process group
-	_ = first.Wait()
+	stdout.Close() // the executor dies: nobody reads the command's output any more
+	reaped := make(chan struct{}) // as init reaps an orphan (a zombie would look alive)
+	go func() { _ = first.Wait(); close(reaped) }()
+	defer func() { <-reaped }()
 	again := newLines()
 	cmd.OnLine = again.on
 	res, err := Local{}.Run(context.Background(), cmd)
@@ -162,7 +164,7 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 			if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrKill) {
 				t.Fatalf("err = %v, want ErrTimeout and a confirmed kill", err)
 			}
-			pid, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1", "pid"))
+			pid, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1.pid"))
 			if out, _ := exec.Command("sh", "-c", "kill -0 -"+strings.TrimSpace(string(pid))).CombinedOutput(); !strings.Contains(string(out), "No such process") {
 				t.Fatalf("process group %s still there: %s", pid, out)
 			}
