@@ -118,7 +118,7 @@ func TestDurableLocalReattach(t *testing.T) {
 		}
 		seen += string(buf[:n])
 	}
-	stdout.Close() // the executor dies: nobody reads the command's output any more
+	stdout.Close()                // the executor dies: nobody reads the command's output any more
 	reaped := make(chan struct{}) // as init reaps an orphan (a zombie would look alive)
 	go func() { _ = first.Wait(); close(reaped) }()
 	defer func() { <-reaped }()
