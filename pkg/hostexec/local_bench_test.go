@@ -3,6 +3,7 @@ package hostexec
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"testing"
 )
 
@@ -42,4 +43,17 @@ func BenchmarkLocalRunnerTrueParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkLocalRunnerDurable is BenchmarkLocalRunnerTrue's command run as
+// a durable attempt holding a host lock, as every node's command is: the
+// difference is what the supervisor costs per attempt.
+func BenchmarkLocalRunnerDurable(b *testing.B) {
+	dir := b.TempDir()
+	for i := 0; i < b.N; i++ {
+		cmd := Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
+		if _, err := (Local{}).Run(context.Background(), cmd); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
