@@ -241,7 +241,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, id Identity, replicas i
 		if !slices.Contains(u.Streams, cfg.Name) {
 			continue
 		}
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if err := retryServerError(ctx, func() error { _, err := js.CreateOrUpdateStream(ctx, cfg); return err }); err != nil {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -250,7 +250,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, id Identity, replicas i
 			if !slices.Contains(u.Consumes, Durable{stream, cfg.Durable}) {
 				continue
 			}
-			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
+			if err := retryServerError(ctx, func() error { _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); return err }); err != nil {
 				return fmt.Errorf("consumer %s on %s: %w", cfg.Durable, stream, err)
 			}
 		}
@@ -264,11 +264,33 @@ func Ensure(ctx context.Context, js jetstream.JetStream, id Identity, replicas i
 		if !slices.Contains(u.Read, cfg.Bucket) && !slices.Contains(u.Write, cfg.Bucket) {
 			continue
 		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		if err := retryServerError(ctx, func() error { _, err := js.CreateOrUpdateKeyValue(ctx, cfg); return err }); err != nil {
 			return fmt.Errorf("kv bucket %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// retryServerError runs create until it succeeds, fails with anything but
+// a server error, or has failed 6 times. Services that start together
+// create some of the same streams and buckets; the server can refuse the
+// one that loses the race with an internal error ("error creating store
+// for stream") for a moment.
+func retryServerError(ctx context.Context, create func() error) error {
+	delay := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		err := create()
+		var api *jetstream.APIError
+		if err == nil || try == 6 || !errors.As(err, &api) || api.Code < 500 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
 }
 
 // IsMissing says whether err means a stream, consumer or bucket an
