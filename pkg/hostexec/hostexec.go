@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,6 +50,18 @@ type Command struct {
 	Script  string
 	Env     map[string]string // names must be [A-Za-z_][A-Za-z0-9_]*
 	Timeout time.Duration     // 0: no limit beyond ctx
+	// Secrets are environment variables like Env whose values must stay
+	// out of sight: they never appear in a process's argv (ps,
+	// /proc/*/cmdline on the host), and every value is replaced by ***
+	// in the output (OnLine's lines, Result.Stdout and Stderr). Over SSH
+	// they reach the host's shell on the session's stdin, which it reads
+	// with a builtin before the command starts (the command itself still
+	// sees an empty stdin); locally they are put in the process's
+	// environment. Names are checked as Env's and may not also be in Env;
+	// a value may not be empty (there would be nothing to mask) nor hold
+	// a NUL byte. What a command does with a secret (prints it encoded,
+	// passes it as an argument to a program) is up to it.
+	Secrets map[string]string
 	// OnLine, when set, receives each output line as it is produced.
 	OnLine func(s Stream, line string)
 	// BeforeStart, when set, is called right before the process starts
@@ -134,6 +148,50 @@ func exports(env map[string]string) (string, error) {
 		b.WriteString("; ")
 	}
 	return b.String(), nil
+}
+
+// checkSecrets checks a command's secrets. Its errors name the variable,
+// never the value.
+func checkSecrets(cmd Command) error {
+	for _, k := range slices.Sorted(maps.Keys(cmd.Secrets)) {
+		v := cmd.Secrets[k]
+		switch {
+		case !dag.IsEnvName(k):
+			return fmt.Errorf("secret name %q is not a valid environment variable name", k)
+		case v == "":
+			return fmt.Errorf("secret %s is empty", k)
+		case strings.IndexByte(v, 0) >= 0:
+			return fmt.Errorf("secret %s holds a NUL byte", k)
+		}
+		if _, ok := cmd.Env[k]; ok {
+			return fmt.Errorf("%s is both an environment variable and a secret", k)
+		}
+	}
+	return nil
+}
+
+// readSecrets comes first in the text a host's shell runs for a command
+// with secrets: it reads secretLine from stdin with builtins only (no
+// program start; the rest of stdin, empty, is the command's) and evaluates
+// it. The line writes a newline in a value as "$1", set here: a positional
+// parameter cannot clash with a variable's name. A line that did not
+// arrive whole (the connection broke) runs nothing.
+const readSecrets = "set -- '\n'; IFS= read -r _gs || { echo 'gantry: the secrets did not arrive' >&2; exit 125; }; eval \"$_gs\"; "
+
+// secretLine is the one line of shell that readSecrets evaluates: unset
+// _gs first (a secret may have that name), export every secret, unset $1.
+func secretLine(secrets map[string]string) string {
+	var b strings.Builder
+	b.WriteString("unset _gs; ")
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		b.WriteString("export ")
+		b.WriteString(k)
+		b.WriteString("=")
+		b.WriteString(strings.ReplaceAll(shellQuote(secrets[k]), "\n", `'"$1"'`))
+		b.WriteString("; ")
+	}
+	b.WriteString("set --\n")
+	return b.String()
 }
 
 // runContext applies the command timeout and says, after the fact, which

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +26,9 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if err := checkSecrets(cmd); err != nil {
+		return res, err
+	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
 	text := ex + cmd.Script
@@ -33,15 +38,20 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		}
 	}
 	pgid := make(chan marked, 1)
-	out := &output{stream: Stdout, onLine: cmd.OnLine}
+	mask := newMasker(cmd.Secrets)
+	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
 	if cmd.Attempt != "" {
 		out.marker, out.onMarker = pidMarker, markerSink(pgid)
 	}
-	errOut := &output{stream: Stderr, onLine: cmd.OnLine}
+	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	c := exec.Command("/bin/sh", "-c", text)
 	c.Stdout, c.Stderr = out, errOut
 	c.Stdin = nil
 	c.Env = os.Environ()
+	// secrets go in the environment, never in the text sh is given (its argv)
+	for _, k := range slices.Sorted(maps.Keys(cmd.Secrets)) {
+		c.Env = append(c.Env, k+"="+cmd.Secrets[k])
+	}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = KillGrace
 	if err := beforeStart(cmd); err != nil {

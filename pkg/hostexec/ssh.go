@@ -491,6 +491,9 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if err := checkSecrets(cmd); err != nil {
+		return res, err
+	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
 	c := r.pool.entry(r.user + "@" + r.address)
@@ -512,10 +515,17 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	defer sess.Close()
 
 	pgid := make(chan marked, 1)
-	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: markerSink(pgid)}
-	errOut := &output{stream: Stderr, onLine: cmd.OnLine}
+	mask := newMasker(cmd.Secrets)
+	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: markerSink(pgid), mask: mask}
+	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	sess.Stdout, sess.Stderr = out, errOut
 	sess.Stdin = eofReader{}
+	if len(cmd.Secrets) > 0 {
+		// Before the environment: its exports, and a durable command's
+		// supervisor, come after the secrets are set.
+		ex = readSecrets + ex
+		sess.Stdin = strings.NewReader(secretLine(cmd.Secrets))
+	}
 	text, err := shellText(cmd, ex)
 	if err != nil {
 		return res, err
