@@ -7,14 +7,17 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/user"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// Local runs commands on this machine with /bin/sh, each in its own
-// process group so a timeout kills everything it started.
+// Local runs commands on this machine with /bin/sh, as the worker's own
+// user, each in its own process group so a timeout kills everything it
+// started, and with a small environment of its own (localEnv), not the
+// worker's.
 type Local struct{}
 
 // KillGrace is how long a killed command gets between SIGTERM and SIGKILL.
@@ -47,11 +50,7 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	c := exec.Command("/bin/sh", "-c", text)
 	c.Stdout, c.Stderr = out, errOut
 	c.Stdin = nil
-	c.Env = os.Environ()
-	// secrets go in the environment, never in the text sh is given (its argv)
-	for _, k := range slices.Sorted(maps.Keys(cmd.Secrets)) {
-		c.Env = append(c.Env, k+"="+cmd.Secrets[k])
-	}
+	c.Env = localEnv(cmd.Secrets)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = KillGrace
 	if err := beforeStart(cmd); err != nil {
@@ -90,6 +89,43 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		return res, werr
 	}
 	return res, nil
+}
+
+// defaultPath is a local command's PATH when the worker has none.
+const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// localEnv is a local command's environment. Of the worker's own it keeps
+// only what a shell and the usual tools expect (PATH, HOME, LANG, USER):
+// the rest is the worker's business (the path of its SSH key, its NATS
+// credentials) and the command may be anyone's. The command's Env comes
+// as exports in its text, as over SSH; its secrets come here, never in
+// the text sh is given (its argv).
+func localEnv(secrets map[string]string) []string {
+	env := make([]string, 0, 4+len(secrets))
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = defaultPath
+	}
+	env = append(env, "PATH="+path)
+	home := os.Getenv("HOME")
+	if home == "" {
+		if u, err := user.Current(); err == nil {
+			home = u.HomeDir
+		}
+	}
+	if home != "" {
+		env = append(env, "HOME="+home)
+	}
+	for _, k := range []string{"LANG", "USER"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	// a secret named like one of the above wins: exec keeps the last
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		env = append(env, k+"="+secrets[k])
+	}
+	return env
 }
 
 // killAttempt ends a durable attempt's own session (killScript); a plain
