@@ -1,27 +1,56 @@
 package hostexec
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 )
+
+// ErrLocalNotAllowed: a host has transport local, and this worker was not
+// started to run commands on its own machine.
+var ErrLocalNotAllowed = errors.New("transport local is not allowed on this worker")
+
+// HostsConfig configures a Hosts.
+type HostsConfig struct {
+	SSH SSHConfig
+	// AllowLocal lets hosts with transport local run: their commands run
+	// on the worker's own machine as the worker's own user. Off unless the
+	// operator turns it on.
+	AllowLocal bool
+}
+
+// RegisterFlags adds the SSH flags and --allow-local (default from
+// GANTRY_ALLOW_LOCAL=1 or true).
+func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
+	c.SSH.RegisterFlags(fs)
+	allow, _ := strconv.ParseBool(os.Getenv("GANTRY_ALLOW_LOCAL"))
+	fs.BoolVar(&c.AllowLocal, "allow-local", allow, "run hosts with transport local: commands on this machine as this process's user ($GANTRY_ALLOW_LOCAL)")
+}
 
 // Hosts hands out runners by transport. The SSH pool is made on first use,
 // so a run that only uses transport local needs no SSH key or known_hosts.
 // A failed set-up (key unreadable, known_hosts missing) is tried again at
 // the next use, so fixing it needs no restart.
 type Hosts struct {
-	cfg  SSHConfig
+	cfg  HostsConfig
 	mu   sync.Mutex
 	pool *Pool
 }
 
-// NewHosts returns a factory using cfg for SSH.
-func NewHosts(cfg SSHConfig) *Hosts { return &Hosts{cfg: cfg} }
+// NewHosts returns a factory using cfg.
+func NewHosts(cfg HostsConfig) *Hosts { return &Hosts{cfg: cfg} }
 
-// Runner returns the runner for a host: "local", or "ssh" at address.
+// Runner returns the runner for a host: "local" (when allowed), or "ssh"
+// at address.
 func (h *Hosts) Runner(transport, address, user string) (Runner, error) {
 	switch transport {
 	case "local":
+		if !h.cfg.AllowLocal {
+			return nil, fmt.Errorf("%w: start it with --allow-local or GANTRY_ALLOW_LOCAL=1 (local commands run as the worker's own user on its machine)", ErrLocalNotAllowed)
+		}
 		return Local{}, nil
 	case "ssh", "":
 		p, err := h.sshPool()
@@ -37,7 +66,7 @@ func (h *Hosts) sshPool() (*Pool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.pool == nil {
-		p, err := NewPool(h.cfg)
+		p, err := NewPool(h.cfg.SSH)
 		if err != nil {
 			return nil, err
 		}

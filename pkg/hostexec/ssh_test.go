@@ -112,7 +112,7 @@ func TestKnownHostsAppendTakesEffect(t *testing.T) {
 	if err := os.WriteFile(known, []byte("# nothing known yet\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hosts := NewHosts(SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User})
+	hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
 	run := func() error {
 		r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
@@ -172,7 +172,7 @@ func TestChangedHostKeyReported(t *testing.T) {
 	if err := os.WriteFile(known, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hosts := NewHosts(SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User})
+	hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
 	r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
 	if err != nil {
@@ -227,7 +227,7 @@ func TestRecordedHostKeyTypeAsked(t *testing.T) {
 func TestHostsSetupRetried(t *testing.T) {
 	f := sshtest.Start(t, 1, sshtest.Options{})
 	known := filepath.Join(t.TempDir(), "known_hosts")
-	hosts := NewHosts(SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User})
+	hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
 	if _, err := hosts.Runner("ssh", f.Hosts[0].Addr, ""); !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), known) {
 		t.Fatalf("err = %v, want ErrConnect naming %s", err, known)

@@ -53,7 +53,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	hosts := hostexec.NewHosts(cfg.SSH)
+	hosts := hostexec.NewHosts(hostexec.HostsConfig{SSH: cfg.SSH})
 	defer hosts.Close()
 	runs, err := events.NewBucket[events.RunSnapshot](ctx, js, events.BucketRuns)
 	if err != nil {

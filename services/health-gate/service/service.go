@@ -43,7 +43,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
-	hosts := hostexec.NewHosts(cfg.SSH)
+	hosts := hostexec.NewHosts(hostexec.HostsConfig{SSH: cfg.SSH})
 	defer hosts.Close()
 	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)

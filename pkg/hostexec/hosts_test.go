@@ -1,0 +1,52 @@
+package hostexec
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+// Transport local runs only on a worker started to allow it, and the
+// refusal says how.
+func TestHostsLocalAllowed(t *testing.T) {
+	r, err := NewHosts(HostsConfig{}).Runner("local", "", "")
+	if !errors.Is(err, ErrLocalNotAllowed) || !strings.Contains(err.Error(), "--allow-local") || r != nil {
+		t.Fatalf("runner %v, err %v: want ErrLocalNotAllowed naming --allow-local", r, err)
+	}
+	r, err = NewHosts(HostsConfig{AllowLocal: true}).Runner("local", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Run(context.Background(), Command{Script: "echo here"}); err != nil || res.Stdout != "here\n" {
+		t.Fatalf("allowed: %+v %v", res, err)
+	}
+}
+
+func TestHostsConfigFlags(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want bool
+	}{
+		{"", nil, false},
+		{"", []string{"--allow-local"}, true},
+		{"1", nil, true},
+		{"true", nil, true},
+		{"true", []string{"--allow-local=false"}, false},
+		{"0", nil, false},
+		{"yes-please", nil, false},
+	} {
+		t.Setenv("GANTRY_ALLOW_LOCAL", tc.env)
+		var c HostsConfig
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := fs.Parse(append([]string{"--ssh-key", "/k"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if c.AllowLocal != tc.want || c.SSH.KeyFile != "/k" {
+			t.Errorf("GANTRY_ALLOW_LOCAL=%q %q: AllowLocal %v (want %v), ssh key %q", tc.env, tc.args, c.AllowLocal, tc.want, c.SSH.KeyFile)
+		}
+	}
+}
