@@ -1,7 +1,13 @@
 // Package hostexec runs shell commands on hosts: over SSH (one connection
 // per host, reused, within the server's MaxSessions; host keys checked
-// against known_hosts) or on the local machine. A timeout or cancellation
-// kills the command's whole process group, on the host too.
+// against known_hosts) or on the local machine (only where the worker
+// allows it, with a small environment of its own rather than the
+// worker's). A timeout or cancellation kills the command's whole process
+// group, on the host too.
+//
+// A command's Secrets are environment variables kept out of every
+// process's argv on the host (over SSH they travel on the session's
+// stdin) and masked as *** in its output.
 package hostexec
 
 import (
