@@ -136,6 +136,9 @@ type masker struct {
 
 // newMasker returns nil when there is nothing to mask.
 func newMasker(secrets map[string]string) *masker {
+	if len(secrets) == 0 {
+		return nil
+	}
 	m := &masker{}
 	for _, v := range secrets {
 		for piece := range strings.SplitSeq(v, "\n") {
