@@ -7,6 +7,7 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	golang.org/x/crypto v0.58.0
 )
@@ -25,6 +26,8 @@ replace github.com/gantry-dev/gantry/pkg/dag => ../pkg/dag
 replace github.com/gantry-dev/gantry/pkg/events => ../pkg/events
 
 replace github.com/gantry-dev/gantry/pkg/hostexec => ../pkg/hostexec
+
+replace github.com/gantry-dev/gantry/pkg/secrets => ../pkg/secrets
 
 replace github.com/gantry-dev/gantry/pkg/composition => ../pkg/composition
 

@@ -153,7 +153,8 @@ func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
 		s.close()
 		return nil, err
 	}
-	env := []string{"NATS_URL=" + s.url, "GANTRY_SSH_KEY=" + sshKey, "GANTRY_KNOWN_HOSTS=" + knownHosts}
+	// the local scenarios run commands as the executor (--allow-local)
+	env := []string{"NATS_URL=" + s.url, "GANTRY_SSH_KEY=" + sshKey, "GANTRY_KNOWN_HOSTS=" + knownHosts, "GANTRY_ALLOW_LOCAL=1"}
 	for i, name := range serviceNames {
 		env := append(env[:len(env):len(env)], "NATS_NKEY="+keys.SeedFile(events.Identity(name)))
 		if pprof {

@@ -3,6 +3,8 @@
 #   1. down -v and remove the gantry images; `make up` builds and starts it all
 #   2. the kubernetes example on the three targets; its lifecycle events
 #      checked from `nats sub` and its result from the state-store
+#   2c. a node and a gate use {secret: demo_token} (dev/secrets): the output
+#      line reads ***, and the token is in no capture, CLI output or log
 #   3. a delete run takes it apart; then a create run with target-2 stopped
 #      mid-run: its node fails, its dependents are blocked, the rest finish
 #   4. target-2 started again, `gantry retry`, and the executor that is running
@@ -134,6 +136,38 @@ after=$(streams) || fail "stream info"
 [ "$before" = "$after" ] || fail "streams changed: before: $before; after: $after"
 say "    gantry list (operator and viewer): the same $((listed - 1)) workflow(s) as before; no event of it, nothing ran on target-1"
 echo "$after" | sed 's/^/    unchanged: /'
+
+say "2c. a secret: {secret: demo_token} from dev/secrets, read by the executor and the health gate"
+token=$(cat "$root/dev/secrets/demo_token")
+cat >"$work/secret.yaml" <<'YAML'
+name: compose-secret
+hosts: {t1: {address: target-1:22, user: root}}
+formulas:
+  - id: s
+    server: t1
+    nodes:
+      - name: use
+        run: 'echo "token is $TOKEN"; [ "${#TOKEN}" -gt 8 ]'
+        env: {TOKEN: {secret: demo_token}}
+    health_gate:
+      check: 'echo "gate token $TOKEN"; [ -n "$TOKEN" ]'
+      timeout: 20s
+      retries: 2
+      env: {TOKEN: {secret: demo_token}}
+YAML
+anon "$bin/nats" sub --raw 'decky.t1.logs.>' >"$work/secret-logs.jsonl" 2>>"$work/sub.err" &
+subs+=($!)
+sleep 0.5
+sid=$("$bin/gantry" submit -q "$work/secret.yaml")
+"$bin/gantry" watch "$sid" >"$work/secret-watch.txt" || { cat "$work/secret-watch.txt"; fail "the secret run did not succeed"; }
+"$bin/gantry" status "$sid" -o json >"$work/secret-status.json"
+sleep 1 # the captures catch up
+grep -q 'token is \*\*\*' "$work/secret-logs.jsonl" || fail "no masked output line in nats sub 'decky.t1.logs.>': $(cat "$work/secret-logs.jsonl")"
+for f in "$work"/*; do
+	if grep -qF "$token" "$f"; then fail "the secret is in $(basename "$f")"; fi
+done
+if $COMPOSE logs --no-color 2>&1 | grep -qF "$token"; then fail "the secret is in the services' logs"; fi
+say "    succeeded; its output line reads 'token is ***'; the token is in no capture, no CLI output, no service log"
 
 say "3a. a delete run takes it apart (reverse order)"
 sed 's/^operation: create/operation: delete/' "$example" >"$work/delete.yaml"

@@ -8,6 +8,8 @@
 #                            each service) and nats/server.conf, the accounts
 #                            and permissions nats-server enforces; a client
 #                            with no credentials is a viewer
+# and dev/secrets/demo_token, a random secret the executors and the health
+# gate read as {secret: demo_token} (their --secrets-dir, /secrets).
 # Everything is mounted read-only by docker-compose.yml. FORCE=1 makes all
 # of them new, NATS seeds included.
 set -euo pipefail
@@ -23,6 +25,11 @@ if [ ! -x "$gantry" ]; then
 	echo "building $gantry (for gantry auth init)"
 	(cd "$root" && ${GO:-go} build -o "$gantry" ./cmd/gantry)
 fi
+secrets_dir=$(dirname "$dir")/secrets
+dev_secrets() {
+	mkdir -p -m 700 "$secrets_dir"
+	[ -s "$secrets_dir/demo_token" ] || (umask 077 && head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$secrets_dir/demo_token")
+}
 nats_keys() {
 	# keeps the seeds already there (a stack made before NATS had
 	# authentication gets them here); writes server.conf each time
@@ -32,6 +39,7 @@ nats_keys() {
 if [ -f "$dir/client/known_hosts" ] && [ -z "${FORCE:-}" ]; then
 	echo "dev keys: present in $dir (FORCE=1 makes new ones)"
 	nats_keys
+	dev_secrets
 	exit 0
 fi
 rm -rf "$dir"
@@ -47,6 +55,7 @@ done
 chmod 600 "$dir"/*/ssh_host_ed25519_key "$dir/client/id_ed25519"
 echo "dev keys: written to $dir (user key, known_hosts for: $targets)"
 nats_keys
+dev_secrets
 # Containers keep the files they mounted: a running stack still has the old
 # keys, and the host's new operator seed is refused until it is recreated.
 if command -v docker >/dev/null && [ -n "$(docker ps -q --filter "label=com.docker.compose.project=${COMPOSE_PROJECT_NAME:-gantry}" 2>/dev/null)" ]; then

@@ -46,6 +46,10 @@ type stackOptions struct {
 	tls *testPKI
 	// operatorMode runs the server in operator mode (user JWTs, creds files).
 	operatorMode bool
+	// refuseLocal starts the workers without --allow-local.
+	refuseLocal bool
+	// secretsDir is the workers' --secrets-dir.
+	secretsDir string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -83,7 +87,8 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- devstack.Run(ctx, devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log})
+		done <- devstack.Run(ctx, devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
+			AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir})
 	}()
 	// Requests as an operator would make them; streams and buckets are
 	// looked at as an administrator.
@@ -308,7 +313,7 @@ func k8sOnFleet(t *testing.T, f *sshtest.Fleet) (*dag.Composition, map[string]*s
 			n.Run = fmt.Sprintf("echo %s/%s >> %s", fm.ID, n.Name, markers)
 			n.Check = ""
 			n.Delete = fmt.Sprintf("echo delete %s/%s >> %s", fm.ID, n.Name, markers)
-			n.Env = map[string]string{"GANTRY_TEST": "1"}
+			n.Env = map[string]dag.EnvValue{"GANTRY_TEST": dag.Text("1")}
 		}
 		if fm.HealthGate != nil {
 			fm.HealthGate = &dag.HealthGate{Check: fmt.Sprintf("grep -q '^%s/' %s", fm.ID, markers), Timeout: dag.Duration(5 * time.Second), Retries: 3}

@@ -30,6 +30,7 @@ require (
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0 // indirect
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	github.com/gantry-dev/gantry/services/executor v0.0.0
@@ -52,6 +53,8 @@ replace github.com/gantry-dev/gantry/pkg/natsconn => ../../pkg/natsconn
 replace github.com/gantry-dev/gantry/pkg/natsembed => ../../pkg/natsembed
 
 replace github.com/gantry-dev/gantry/pkg/hostexec => ../../pkg/hostexec
+
+replace github.com/gantry-dev/gantry/pkg/secrets => ../../pkg/secrets
 
 replace github.com/gantry-dev/gantry/pkg/consume => ../../pkg/consume
 

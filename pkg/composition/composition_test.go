@@ -54,7 +54,7 @@ func TestYAMLAndJSONAreEquivalent(t *testing.T) {
 	if hy != hj {
 		t.Fatalf("spec hash differs: yaml %s json %s", hy, hj)
 	}
-	if y.Formulas[0].Nodes[0].Env["PORT"] != "8080" || y.Formulas[0].Nodes[0].Env["ON"] != "true" {
+	if y.Formulas[0].Nodes[0].Env["PORT"] != dag.Text("8080") || y.Formulas[0].Nodes[0].Env["ON"] != dag.Text("true") {
 		t.Errorf("env %v", y.Formulas[0].Nodes[0].Env)
 	}
 	if y.Formulas[1].DependsOn[0].Condition != dag.ConditionHealthy {
@@ -260,4 +260,37 @@ func FuzzParseYAML(f *testing.F) {
 		}
 		dag.PlanLoaded(c)
 	})
+}
+
+// A secret in YAML is a one-key mapping; a bad one is named with its path
+// and line.
+func TestYAMLSecrets(t *testing.T) {
+	doc := `name: s
+hosts: {h1: {transport: local}}
+formulas:
+  - id: a
+    server: h1
+    nodes:
+      - name: db
+        run: psql "postgres://app:$DB_PASS@db/app" -c 'select 1'
+        env:
+          DB_PASS: {secret: db_pass}
+          PORT: 5432
+`
+	c, err := composition.Load("c.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := c.Formulas[0].Nodes[0].Env; env["DB_PASS"] != dag.SecretRef("db_pass") || env["PORT"] != dag.Text("5432") {
+		t.Errorf("env = %+v", env)
+	}
+	bad := strings.Replace(doc, "{secret: db_pass}", "{secret: ../db_pass}", 1)
+	_, err = composition.Load("c.yaml", []byte(bad))
+	var inv *dag.InvalidError
+	if !errors.As(err, &inv) || len(inv.Problems) != 1 {
+		t.Fatalf("want one problem, got %v", err)
+	}
+	if p := inv.Problems[0]; p.Path != `formulas[0].nodes[0].env["DB_PASS"].secret` || p.Line != 10 || !strings.Contains(p.Message, `"../db_pass" is not a secret name`) {
+		t.Errorf("problem = %+v", p)
+	}
 }

@@ -91,14 +91,14 @@ type FormulaDep struct {
 
 // Node is one command (with its check and delete) on the formula's server.
 type Node struct {
-	Name      string            `json:"name"`
-	Run       string            `json:"run,omitempty"`
-	Check     string            `json:"check,omitempty"`
-	Delete    string            `json:"delete,omitempty"`
-	DependsOn []string          `json:"depends_on"`
-	Timeout   Duration          `json:"timeout,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Retry     *RetryPolicy      `json:"retry,omitempty"`
+	Name      string              `json:"name"`
+	Run       string              `json:"run,omitempty"`
+	Check     string              `json:"check,omitempty"`
+	Delete    string              `json:"delete,omitempty"`
+	DependsOn []string            `json:"depends_on"`
+	Timeout   Duration            `json:"timeout,omitempty"`
+	Env       map[string]EnvValue `json:"env,omitempty"`
+	Retry     *RetryPolicy        `json:"retry,omitempty"`
 
 	// dependsOnSet records whether depends_on was given at all: an absent
 	// depends_on under max_parallel 1 means "the previous node", an empty
@@ -109,9 +109,10 @@ type Node struct {
 // HealthGate is the check that must pass after a formula completes before
 // formulas that wait for it as `healthy` may start.
 type HealthGate struct {
-	Check   string   `json:"check"`
-	Timeout Duration `json:"timeout"`
-	Retries int      `json:"retries"`
+	Check   string              `json:"check"`
+	Timeout Duration            `json:"timeout"`
+	Retries int                 `json:"retries"`
+	Env     map[string]EnvValue `json:"env,omitempty"`
 }
 
 // RetryPolicy is exponential backoff between the attempts of a node.

@@ -278,18 +278,28 @@ func (d *decoder) nodes(v *Value, path string) []Node {
 	return out
 }
 
-func (d *decoder) env(v *Value, path string) map[string]string {
+func (d *decoder) env(v *Value, path string) map[string]EnvValue {
 	if !d.want(v, path, KindMap) {
 		return nil
 	}
-	out := make(map[string]string, len(v.Keys))
+	out := make(map[string]EnvValue, len(v.Keys))
 	for i, k := range v.Keys {
-		val := v.Vals[i]
+		val, kpath := v.Vals[i], keyPath(path, k)
+		d.mark(kpath, val)
 		switch val.Kind {
 		case KindString, KindNumber, KindBool: // PORT: 8080 is the text "8080"
-			out[k] = val.Scalar
+			out[k] = Text(val.Scalar)
+		case KindMap: // {secret: NAME}
+			var name string
+			if d.object(val, kpath, fields{"secret": d.str(&name)}) {
+				if name == "" {
+					d.ps.add(kpath+".secret", val.Line, CodeRequired, "expected {secret: NAME} with a secret name")
+					continue
+				}
+				out[k] = SecretRef(name)
+			}
 		default:
-			d.ps.add(keyPath(path, k), val.Line, CodeType, "expected a string, number or boolean, got %s", val.describe())
+			d.ps.add(kpath, val.Line, CodeType, "expected a string, number, boolean or {secret: NAME}, got %s", val.describe())
 		}
 	}
 	return out
@@ -301,6 +311,7 @@ func (d *decoder) gate(v *Value, path string) *HealthGate {
 		"check":   d.str(&g.Check),
 		"timeout": d.duration(&g.Timeout),
 		"retries": d.integer(&g.Retries),
+		"env":     func(v *Value, p string) { g.Env = d.env(v, p) },
 	})
 	return g
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // SpecHash identifies what a node does: its run, check and delete commands,
-// its environment and its timeout (the default when none is given). It is
+// its environment (a secret by its name, not its value) and its timeout (the default when none is given). It is
 // the same for a node written in YAML or JSON, whatever the key order or
 // duration spelling ("10m" and "600s"), and changes when any of those
 // change. The state-store records it to decide skip, rerun and drift.
@@ -32,7 +32,15 @@ func SpecHash(n *Node) string {
 	if len(n.Env) > 0 {
 		for _, k := range sortedKeys(n.Env) {
 			field(k)
-			field(n.Env[k])
+			if e := n.Env[k]; e.IsSecret() {
+				// A secret counts by its name, never its value (the
+				// planner does not know it): a length no text can have
+				// marks it, so {secret: x} and the text "x" differ.
+				buf = binary.BigEndian.AppendUint64(buf, secretMark)
+				field(e.Secret)
+				continue
+			}
+			field(n.Env[k].Text)
 		}
 	}
 	sum := sha256.Sum256(buf)
@@ -42,3 +50,6 @@ func SpecHash(n *Node) string {
 	hex.Encode(out[len(prefix):], sum[:])
 	return string(out[:])
 }
+
+// secretMark stands where a text's length would be, before a secret's name.
+const secretMark = ^uint64(0)

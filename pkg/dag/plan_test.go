@@ -169,10 +169,15 @@ func TestCheckOperationHasNoGates(t *testing.T) {
 
 func TestSpecHash(t *testing.T) {
 	n := dag.Node{Name: "n", Run: "apt-get install x", Check: "command -v x", Delete: "apt-get remove x",
-		Timeout: dag.Duration(600e9), Env: map[string]string{"A": "1", "B": "2"}}
+		Timeout: dag.Duration(600e9), Env: map[string]dag.EnvValue{"A": dag.Text("1"), "B": dag.Text("2")}}
 	h := dag.SpecHash(&n)
+	// Recorded hashes stay valid: this node hashed to the same before
+	// secrets existed.
+	if want := "sha256:09da790810828b412713f8b8e3413631f71273bae93f17456f6f987b11c1d16c"; h != want {
+		t.Errorf("hash of a node with plain env changed: %s, recorded ones are %s", h, want)
+	}
 	same := n
-	same.Name, same.DependsOn, same.Env = "other", []string{"z"}, map[string]string{"B": "2", "A": "1"}
+	same.Name, same.DependsOn, same.Env = "other", []string{"z"}, map[string]dag.EnvValue{"B": dag.Text("2"), "A": dag.Text("1")}
 	if dag.SpecHash(&same) != h {
 		t.Errorf("hash changed with name, depends_on or env order")
 	}
@@ -180,10 +185,13 @@ func TestSpecHash(t *testing.T) {
 		"run":     func(n *dag.Node) { n.Run += " " },
 		"check":   func(n *dag.Node) { n.Check = "" },
 		"delete":  func(n *dag.Node) { n.Delete = "rm" },
-		"env":     func(n *dag.Node) { n.Env = map[string]string{"A": "1", "B": "3"} },
-		"env key": func(n *dag.Node) { n.Env = map[string]string{"A": "1", "C": "2"} },
-		"timeout": func(n *dag.Node) { n.Timeout = dag.Duration(601e9) },
-		"split":   func(n *dag.Node) { n.Run, n.Check = "apt-get install", "x command -v x" },
+		"env":     func(n *dag.Node) { n.Env = map[string]dag.EnvValue{"A": dag.Text("1"), "B": dag.Text("3")} },
+		"env key": func(n *dag.Node) { n.Env = map[string]dag.EnvValue{"A": dag.Text("1"), "C": dag.Text("2")} },
+		// A secret's name is not the same text: {secret: "2"} differs from "2".
+		"secret":      func(n *dag.Node) { n.Env = map[string]dag.EnvValue{"A": dag.Text("1"), "B": dag.SecretRef("2")} },
+		"secret name": func(n *dag.Node) { n.Env = map[string]dag.EnvValue{"A": dag.Text("1"), "B": dag.SecretRef("other")} },
+		"timeout":     func(n *dag.Node) { n.Timeout = dag.Duration(601e9) },
+		"split":       func(n *dag.Node) { n.Run, n.Check = "apt-get install", "x command -v x" },
 	}
 	for name, m := range mutations {
 		c := n

@@ -214,6 +214,7 @@ func (v *validator) formula(p string, f *Formula, ids map[string]int) {
 	}
 	if g := f.HealthGate; g != nil {
 		gp := p + ".health_gate"
+		v.env(gp+".env", g.Env)
 		if strings.TrimSpace(g.Check) == "" {
 			v.bad(gp+".check", CodeRequired, "health_gate needs a check command")
 		}
@@ -276,15 +277,24 @@ func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string
 	if n.Timeout < 0 {
 		v.bad(path(".timeout"), CodeValue, "timeout must be greater than 0")
 	}
-	if len(n.Env) > 0 {
-		for _, k := range sortedKeys(n.Env) {
-			if !isEnvName(k) {
-				v.bad(keyPath(path(".env"), k), CodeValue, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
-			}
-		}
-	}
+	v.env(path(".env"), n.Env)
 	if n.Retry != nil {
 		v.retry(path(".retry"), n.Retry)
+	}
+}
+
+// env checks an environment's variable names and the secret names it
+// refers to.
+func (v *validator) env(path string, env map[string]EnvValue) {
+	for _, k := range sortedKeys(env) {
+		if !isEnvName(k) {
+			v.bad(keyPath(path, k), CodeValue, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
+		}
+		if e := env[k]; e.IsSecret() {
+			if p := SecretNameProblem(e.Secret); p != "" {
+				v.bad(keyPath(path, k)+".secret", CodeValue, "%s", p)
+			}
+		}
 	}
 }
 

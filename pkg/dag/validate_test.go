@@ -149,6 +149,24 @@ func TestValidationErrors(t *testing.T) {
 			[]want{{"formulas[0].nodes", dag.CodeRequired, "has no nodes"}}},
 		{"bad env name", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"1BAD":"v"}}]}`),
 			[]want{{`formulas[0].nodes[0].env["1BAD"]`, dag.CodeValue, "not an environment variable name"}}},
+		{"secret name with a slash", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"DB":{"secret":"db/pass"}}}]}`),
+			[]want{{`formulas[0].nodes[0].env["DB"].secret`, dag.CodeValue, `"db/pass" is not a secret name`}}},
+		{"secret name with dot-dot", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"DB":{"secret":"a..b"}}}]}`),
+			[]want{{`formulas[0].nodes[0].env["DB"].secret`, dag.CodeValue, "without '..'"}}},
+		{"secret name dot-dot alone", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"DB":{"secret":".."}}}]}`),
+			[]want{{`formulas[0].nodes[0].env["DB"].secret`, dag.CodeValue, `".." is not a secret name`}}},
+		{"secret name empty", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"DB":{"secret":""}}}]}`),
+			[]want{{`formulas[0].nodes[0].env["DB"].secret`, dag.CodeRequired, "with a secret name"}}},
+		{"secret misspelt", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"DB":{"secrte":"db"}}}]}`),
+			[]want{{`formulas[0].nodes[0].env["DB"].secrte`, dag.CodeUnknownField, `did you mean "secret"?`}}},
+		{"secret not a string", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"DB":{"secret":5}}}]}`),
+			[]want{{`formulas[0].nodes[0].env["DB"].secret`, dag.CodeType, "expected a string"}}},
+		{"env value a list", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","env":{"DB":["x"]}}]}`),
+			[]want{{`formulas[0].nodes[0].env["DB"]`, dag.CodeType, "or {secret: NAME}, got list"}}},
+		{"gate env bad name", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x"}],"health_gate":{"check":"true","timeout":"10s","retries":3,"env":{"A-B":"v"}}}`),
+			[]want{{`formulas[0].health_gate.env["A-B"]`, dag.CodeValue, "not an environment variable name"}}},
+		{"gate secret bad name", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x"}],"health_gate":{"check":"true","timeout":"10s","retries":3,"env":{"T":{"secret":"../token"}}}}`),
+			[]want{{`formulas[0].health_gate.env["T"].secret`, dag.CodeValue, `"../token" is not a secret name`}}},
 		{"unknown field with hint", base(`{"id":"a","server":"h1","nodes":[{"name":"n","rnu":"x"}]}`),
 			[]want{{"formulas[0].nodes[0].rnu", dag.CodeUnknownField, `unknown field "rnu" (did you mean "run"?)`}}},
 		{"unknown top-level field", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","colour":"red"`, 1),
@@ -255,7 +273,7 @@ func TestValidCompositionDefaults(t *testing.T) {
 	if a.Nodes[0].Timeout.D() != dag.DefaultNodeTimeout {
 		t.Errorf("default timeout %s", a.Nodes[0].Timeout)
 	}
-	if a.Nodes[1].Env["PORT"] != "8080" || a.Nodes[1].Env["DEBUG"] != "true" {
+	if a.Nodes[1].Env["PORT"] != dag.Text("8080") || a.Nodes[1].Env["DEBUG"] != dag.Text("true") {
 		t.Errorf("env scalars = %v", a.Nodes[1].Env)
 	}
 	// Normalizing twice changes nothing.

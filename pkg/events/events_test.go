@@ -59,12 +59,13 @@ func samples() map[string]events.Payload {
 			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"},
 			Nodes: []events.WorkNode{
 				{Name: "containerd", Command: "apt-get install -y containerd", Check: "command -v containerd", Timeout: dag.Duration(10 * time.Minute),
-					Env: map[string]string{"DEBIAN_FRONTEND": "noninteractive"}, Retry: dag.DefaultRetry, SpecHash: "sha256:ab"},
+					Env: map[string]dag.EnvValue{"DEBIAN_FRONTEND": dag.Text("noninteractive"), "APT_TOKEN": dag.SecretRef("apt_token")}, Retry: dag.DefaultRetry, SpecHash: "sha256:ab"},
 				{Name: "containerd-config", Command: "systemctl restart containerd", DependsOn: []string{"containerd"}, Timeout: dag.Duration(30 * time.Minute),
 					Retry: dag.DefaultRetry, SpecHash: "sha256:cd", AlreadyDone: true},
 			}},
 		"gate_request": &events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
-			Gate: dag.HealthGate{Check: "systemctl is-active containerd", Timeout: dag.Duration(time.Minute), Retries: 6}},
+			Gate: dag.HealthGate{Check: "systemctl is-active containerd", Timeout: dag.Duration(time.Minute), Retries: 6,
+				Env: map[string]dag.EnvValue{"UNIT": dag.Text("containerd"), "TOKEN": dag.SecretRef("probe_token")}}},
 	}
 }
 

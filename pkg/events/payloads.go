@@ -149,15 +149,15 @@ type HostSpec struct {
 
 // WorkNode is one node of a dispatched formula.
 type WorkNode struct {
-	Name        string            `json:"name"`
-	Command     string            `json:"command"`         // what the operation runs
-	Check       string            `json:"check,omitempty"` // create: exit 0 means skip
-	DependsOn   []string          `json:"depends_on,omitempty"`
-	Timeout     dag.Duration      `json:"timeout"`
-	Env         map[string]string `json:"env,omitempty"`
-	Retry       dag.RetryPolicy   `json:"retry"`
-	SpecHash    string            `json:"spec_hash"`
-	AlreadyDone bool              `json:"already_done,omitempty"` // recorded succeeded with this spec: skip
+	Name        string                  `json:"name"`
+	Command     string                  `json:"command"`         // what the operation runs
+	Check       string                  `json:"check,omitempty"` // create: exit 0 means skip
+	DependsOn   []string                `json:"depends_on,omitempty"`
+	Timeout     dag.Duration            `json:"timeout"`
+	Env         map[string]dag.EnvValue `json:"env,omitempty"` // secrets by name only
+	Retry       dag.RetryPolicy         `json:"retry"`
+	SpecHash    string                  `json:"spec_hash"`
+	AlreadyDone bool                    `json:"already_done,omitempty"` // recorded succeeded with this spec: skip
 }
 
 // Dispatch is formula-ready work on decky.<host>.dispatch: everything an

@@ -6,6 +6,7 @@ require (
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
@@ -27,6 +28,8 @@ replace github.com/gantry-dev/gantry/pkg/events => ../../pkg/events
 replace github.com/gantry-dev/gantry/pkg/consume => ../../pkg/consume
 
 replace github.com/gantry-dev/gantry/pkg/hostexec => ../../pkg/hostexec
+
+replace github.com/gantry-dev/gantry/pkg/secrets => ../../pkg/secrets
 
 replace github.com/gantry-dev/gantry/pkg/natsconn => ../../pkg/natsconn
 

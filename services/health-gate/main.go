@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/services/health-gate/service"
 	"github.com/nats-io/nats.go"
 )
@@ -20,7 +21,8 @@ func main() {
 	var cfg service.Config
 	var nf natsconn.ServiceFlags
 	nf.Register(flag.CommandLine)
-	cfg.SSH.RegisterFlags(flag.CommandLine)
+	cfg.Hosts.RegisterFlags(flag.CommandLine)
+	secrets.RegisterFlag(flag.CommandLine, &cfg.SecretsDir)
 	flag.IntVar(&cfg.Concurrency, "concurrency", 32, "gates checked at once")
 	flag.Parse()
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("health-gate")

@@ -29,13 +29,17 @@ type Config struct {
 	Conn natsconn.Options
 	Keys *busauth.Keys // the services' identities
 	SSH  hostexec.SSHConfig
-	Log  *slog.Logger
+	// AllowLocal lets the executor and health-gate run transport local
+	// commands (as this process's user, on this machine).
+	AllowLocal bool
+	SecretsDir string // where the secrets commands name are read
+	Log        *slog.Logger
 }
 
 // Run runs the four services, each on its own connection as its own
 // identity, until ctx ends or one fails.
 func Run(ctx context.Context, cfg Config) error {
-	ssh, log := cfg.SSH, cfg.Log
+	hosts, log := hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, cfg.Log
 	host, _ := os.Hostname()
 	inst := func(svc string) string { return fmt.Sprintf("%s/%s-dev-%d", svc, host, os.Getpid()) }
 	type svc struct {
@@ -50,10 +54,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names()})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
-			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), SSH: ssh, Log: log})
+			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log})
 		}},
 		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
-			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), SSH: ssh, Log: log})
+			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log})
 		}},
 	}
 	ctx, cancel := context.WithCancel(ctx)

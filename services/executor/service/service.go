@@ -12,17 +12,19 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
 	"github.com/nats-io/nats.go"
 )
 
 // Config of an executor.
 type Config struct {
-	Instance    string // "executor/<host>-<pid>": the actor named in events
-	Replicas    int    // stream replicas (1 for a single server)
-	SSH         hostexec.SSHConfig
-	MaxFormulas int // formulas running at once in this executor (default 64)
-	PerHost     int // nodes running at once per host (default 8)
+	Instance    string               // "executor/<host>-<pid>": the actor named in events
+	Replicas    int                  // stream replicas (1 for a single server)
+	Hosts       hostexec.HostsConfig // SSH, and whether transport local is allowed
+	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
+	MaxFormulas int                  // formulas running at once in this executor (default 64)
+	PerHost     int                  // nodes running at once per host (default 8)
 	Log         *slog.Logger
 }
 
@@ -36,8 +38,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "executor", "instance", cfg.Instance)
-	if cfg.SSH.Logger == nil {
-		cfg.SSH.Logger = log
+	if cfg.Hosts.SSH.Logger == nil {
+		cfg.Hosts.SSH.Logger = log
+	}
+	sec, err := secrets.Open(cfg.SecretsDir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", "executor", err)
 	}
 	js, err := events.Open(ctx, nc, events.Executor, cfg.Replicas)
 	if err != nil {
@@ -53,7 +59,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	hosts := hostexec.NewHosts(hostexec.HostsConfig{SSH: cfg.SSH})
+	hosts := hostexec.NewHosts(cfg.Hosts)
 	defer hosts.Close()
 	runs, err := events.NewBucket[events.RunSnapshot](ctx, js, events.BucketRuns)
 	if err != nil {
@@ -63,6 +69,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Runs:    runs,
 		Hosts:   hosts,
 		Records: records,
+		Secrets: sec,
 		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,
@@ -84,7 +91,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	log.Info("executor started", "max_formulas", cfg.MaxFormulas)
+	log.Info("executor started", "max_formulas", cfg.MaxFormulas, "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamDispatch, events.ConsumerExecutor)})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/services/health-gate/internal/gate"
 	"github.com/nats-io/nats.go"
 )
@@ -18,8 +19,9 @@ import (
 type Config struct {
 	Instance    string
 	Replicas    int
-	SSH         hostexec.SSHConfig
-	Concurrency int // gates checked at once (default 32)
+	Hosts       hostexec.HostsConfig // SSH, and whether transport local is allowed
+	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
+	Concurrency int                  // gates checked at once (default 32)
 	Log         *slog.Logger
 }
 
@@ -32,8 +34,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "health-gate", "instance", cfg.Instance)
-	if cfg.SSH.Logger == nil {
-		cfg.SSH.Logger = log
+	if cfg.Hosts.SSH.Logger == nil {
+		cfg.Hosts.SSH.Logger = log
+	}
+	sec, err := secrets.Open(cfg.SecretsDir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", "health-gate", err)
 	}
 	js, err := events.Open(ctx, nc, events.HealthGate, cfg.Replicas)
 	if err != nil {
@@ -43,12 +49,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
-	hosts := hostexec.NewHosts(hostexec.HostsConfig{SSH: cfg.SSH})
+	hosts := hostexec.NewHosts(cfg.Hosts)
 	defer hosts.Close()
 	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	c := &gate.Checker{Hosts: hosts, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log}
-	log.Info("health-gate started")
+	c := &gate.Checker{Hosts: hosts, Secrets: sec, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log}
+	log.Info("health-gate started", "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})
 }

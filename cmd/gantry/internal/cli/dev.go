@@ -24,6 +24,8 @@ func newDevCmd() *cobra.Command {
 	var dataDir, logLevel string
 	var syncAlways bool
 	var ssh hostexec.SSHConfig
+	var secretsDir string
+	allowLocal := true
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run NATS (JetStream embedded) and all four services in this process",
@@ -34,7 +36,11 @@ state-store. Authentication is on: it writes an nkey seed per identity to
 its own identity, and treats a client with no credentials as a viewer (it
 may watch, not submit or control). The gantry CLI on this machine finds the
 operator's key by itself. It prints the NATS URL, then runs until
-interrupted, when it finishes the work in flight and stops.`,
+interrupted, when it finishes the work in flight and stops.
+
+Commands of hosts with transport local run as this process's user, with a
+small clean environment; --allow-local=false refuses them. Secrets that
+commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lvl slog.Level
@@ -68,7 +74,8 @@ interrupted, when it finishes the work in flight and stops.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh, Log: log}); err != nil {
+			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
+				AllowLocal: allowLocal, SecretsDir: secretsDir, Log: log}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -79,6 +86,8 @@ interrupted, when it finishes the work in flight and stops.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "fsync every JetStream write (survives power loss; slower)")
 	addSSHFlags(cmd, &ssh)
+	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
+	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	return cmd
 }
 

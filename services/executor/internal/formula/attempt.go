@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/secrets"
 )
 
 // attempt runs the node once, when the host has room: its check (create:
@@ -60,11 +61,22 @@ type shell struct {
 // run runs one of the attempt's scripts ("check" or "run") as a durable
 // command: a delivery that finds the attempt interrupted runs it again
 // under the same id and re-attaches to it on the host.
+//
+// The node's secrets are read here, for each attempt: a secret that
+// cannot be read fails the attempt before anything starts on the host.
 func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	n := sh.nr.n
-	return sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: n.Env, Timeout: n.Timeout.D(), OnLine: sh.line, BeforeStart: sh.record,
-		Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName()})
+	env, secret, err := secrets.Split(sh.nr.x.secrets(), n.Env)
+	if err != nil {
+		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errSecret, err)
+	}
+	return sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
+		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName()})
 }
+
+// errSecret: a node's secrets could not all be read, so nothing ran.
+// Retrying at once would not help; the node fails and says which secret.
+var errSecret = errors.New("nothing ran: its secrets could not be read")
 
 // lockName is the host lock of the node: one attempt of a composition's
 // node runs at a time on its host, whichever workflow or executor started
@@ -152,7 +164,7 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 // isPermanent says retrying cannot help: the host cannot be reached or
 // trusted, or refuses the credentials.
 func isPermanent(err error) bool {
-	return errors.Is(err, errUnreachable) || errors.Is(err, hostexec.ErrHostKeyUnknown) || errors.Is(err, hostexec.ErrHostKeyChanged) || errors.Is(err, hostexec.ErrAuth)
+	return errors.Is(err, errUnreachable) || errors.Is(err, errSecret) || errors.Is(err, hostexec.ErrHostKeyUnknown) || errors.Is(err, hostexec.ErrHostKeyChanged) || errors.Is(err, hostexec.ErrAuth)
 }
 
 // waiting announces that the attempt waits for another workflow's run of

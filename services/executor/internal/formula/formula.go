@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/secrets"
 )
 
 // Executor runs dispatched formulas.
@@ -28,8 +29,10 @@ type Executor struct {
 	// Runs is the planner's gantry_runs (run snapshots: small, with the
 	// run's status and generation), read to skip work of a workflow that
 	// was cancelled, or retried, before its dispatch arrived.
-	Runs    Runs
-	Bus     Bus
+	Runs Runs
+	Bus  Bus
+	// Secrets holds the values of the secrets nodes name (none when nil).
+	Secrets Secrets
 	Actor   string
 	PerHost int // nodes running at once per host (default 8)
 	Log     *slog.Logger
@@ -314,6 +317,13 @@ func (x *Executor) hostSlot(host string) chan struct{} {
 		x.sems[host] = s
 	}
 	return s
+}
+
+func (x *Executor) secrets() Secrets {
+	if x.Secrets == nil {
+		return &secrets.Dir{} // no secrets directory: each lookup says so
+	}
+	return x.Secrets
 }
 
 // unreachable is the runner of a host that cannot be reached at all (no

@@ -48,6 +48,12 @@ type Runners interface {
 	Runner(transport, address, user string) (hostexec.Runner, error)
 }
 
+// Secrets finds the value of a secret a node's env names, on this worker
+// (secrets.Dir; secrets.Map in tests).
+type Secrets interface {
+	Lookup(name string) (string, error)
+}
+
 // NewBus is the Bus of a publisher.
 func NewBus(p *events.Publisher) Bus { return publisherBus{p} }
 

@@ -14,13 +14,16 @@ import (
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/secrets"
 )
 
 // Checker runs health gates.
 type Checker struct {
 	Hosts Runners
 	Pub   Publisher
-	Log   *slog.Logger
+	// Secrets holds the values of the secrets gates name (none when nil).
+	Secrets Secrets
+	Log     *slog.Logger
 	// Now and Sleep are the clock: time.Now and a timer when nil, a fake
 	// clock in tests. Sleep returns early with ctx's error.
 	Now   func() time.Time
@@ -31,6 +34,12 @@ type Checker struct {
 // tests).
 type Runners interface {
 	Runner(transport, address, user string) (hostexec.Runner, error)
+}
+
+// Secrets finds the value of a secret a gate's env names, on this worker
+// (secrets.Dir; secrets.Map in tests).
+type Secrets interface {
+	Lookup(name string) (string, error)
 }
 
 // Publisher stores each check's event before the next check starts
@@ -120,7 +129,9 @@ type gateRun struct {
 	g        *events.GateRequest
 	log      *slog.Logger
 	runner   hostexec.Runner
-	rerr     error // the host cannot be reached: the first check fails final
+	env      map[string]string
+	secret   map[string]string
+	rerr     error // the host cannot be reached, or a secret read: the first check fails final
 	begun    time.Time
 	deadline time.Time
 	offsets  []time.Duration
@@ -132,6 +143,12 @@ func (c *Checker) start(g *events.GateRequest) *gateRun {
 	r.begun = c.now()
 	r.deadline = r.begun.Add(g.Gate.Timeout.D())
 	r.runner, r.rerr = c.Hosts.Runner(string(g.Host.Transport), g.Host.Address, g.Host.User)
+	if r.rerr == nil {
+		r.env, r.secret, r.rerr = secrets.Split(c.secrets(), g.Gate.Env)
+		if r.rerr != nil {
+			r.rerr = fmt.Errorf("nothing ran: its secrets could not be read: %w", r.rerr)
+		}
+	}
 	return r
 }
 
@@ -155,7 +172,7 @@ func (r *gateRun) check(ctx context.Context, attempt int) *events.HealthEvent {
 		return ev
 	}
 	left := max(r.deadline.Sub(started), time.Millisecond) // 0 would be no limit
-	res, err := r.runner.Run(ctx, hostexec.Command{Script: r.g.Gate.Check, Timeout: left})
+	res, err := r.runner.Run(ctx, hostexec.Command{Script: r.g.Gate.Check, Env: r.env, Secrets: r.secret, Timeout: left})
 	ev.OutputTail = events.BoundTail(res.Stdout+res.Stderr, events.MaxTailBytes)
 	switch {
 	case err != nil:
@@ -200,6 +217,13 @@ func (r *gateRun) publish(ctx context.Context, ev *events.HealthEvent) error {
 	}
 	r.log.Info("health check", "attempt", ev.Attempt, "status", ev.Status, "final", ev.Final)
 	return nil
+}
+
+func (c *Checker) secrets() Secrets {
+	if c.Secrets == nil {
+		return &secrets.Dir{} // no secrets directory: each lookup says so
+	}
+	return c.Secrets
 }
 
 func (c *Checker) now() time.Time {

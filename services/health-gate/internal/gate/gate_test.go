@@ -57,6 +57,8 @@ type probe struct {
 	calls    int
 	starts   []time.Duration // when each check started, since the epoch
 	timeouts []time.Duration // the bound each check was given
+	env      []map[string]string
+	secrets  []map[string]string
 }
 
 func (p *probe) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, error) {
@@ -64,6 +66,7 @@ func (p *probe) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, e
 	defer p.mu.Unlock()
 	p.calls++
 	p.timeouts = append(p.timeouts, cmd.Timeout)
+	p.env, p.secrets = append(p.env, cmd.Env), append(p.secrets, cmd.Secrets)
 	if p.clock != nil {
 		p.starts = append(p.starts, p.clock.since())
 		if len(p.took) > 0 {

@@ -1,0 +1,86 @@
+package formula
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/secrets"
+)
+
+// envHost keeps the environment each command was given.
+type envHost struct {
+	*host
+	mu          sync.Mutex
+	env, secret []map[string]string
+}
+
+func (h *envHost) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	h.mu.Lock()
+	h.env, h.secret = append(h.env, cmd.Env), append(h.secret, cmd.Secrets)
+	h.mu.Unlock()
+	return h.host.Run(ctx, cmd)
+}
+
+func secretNode(attempts int, env map[string]dag.EnvValue) events.WorkNode {
+	n := node("n", "psql", attempts)
+	n.Env = env
+	return n
+}
+
+// The executor reads a node's secrets itself and hands their values to
+// the host apart from the plain env (kept out of argv, masked in output).
+func TestSecretsAreResolvedOnTheWorker(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	eh := &envHost{host: h.host}
+	h.x.Hosts = runners{r: eh}
+	h.x.Secrets = secrets.Map{"db_pass": "s3cr3t"}
+	d := dispatch(dag.OpCreate, 1, secretNode(1, map[string]dag.EnvValue{"PORT": dag.Text("5432"), "DB_PASS": dag.SecretRef("db_pass")}))
+	if err := h.x.Run(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if len(eh.env) != 1 || eh.env[0]["PORT"] != "5432" || len(eh.env[0]) != 1 || eh.secret[0]["DB_PASS"] != "s3cr3t" || len(eh.secret[0]) != 1 {
+		t.Fatalf("env %v, secrets %v", eh.env, eh.secret)
+	}
+}
+
+// A secret that cannot be had fails the node at once, naming the secret:
+// nothing runs, no attempt is retried.
+func TestAMissingSecretFailsTheNodeBeforeAnythingRuns(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		secrets Secrets
+		env     map[string]dag.EnvValue
+		want    string
+	}{
+		"missing":        {secrets.Map{}, map[string]dag.EnvValue{"DB_PASS": dag.SecretRef("db_pass")}, `secret "db_pass": not found`},
+		"no secrets dir": {nil, map[string]dag.EnvValue{"DB_PASS": dag.SecretRef("db_pass")}, `secret "db_pass": no secrets directory on this worker: start it with --secrets-dir`},
+		// A dispatch that did not come through the planner's validation.
+		"path as name": {secrets.Map{}, map[string]dag.EnvValue{"X": dag.SecretRef("../../etc/shadow")}, `secret "../../etc/shadow": not a secret name (letters, digits`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness()
+			h.x.Secrets = tc.secrets
+			if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, secretNode(3, tc.env))); err != nil {
+				t.Fatal(err)
+			}
+			if ran := h.host.scripts(); len(ran) != 0 {
+				t.Errorf("ran %q", ran)
+			}
+			got := h.stored()
+			want := []string{"f running", "n running 1", "n failed 1: nothing ran: its secrets could not be read: " + tc.want, "f failed: node(s) failed: n"}
+			if len(got) != 4 || !slices.Equal(got[:2], want[:2]) || !strings.HasPrefix(got[2], want[2]) || got[3] != want[3] {
+				t.Errorf("stored %q\nwant %q", got, want)
+			}
+			if r := h.record(dag.OpCreate, "n"); r.Status != dag.NodeFailed || r.GenAttempts != 1 {
+				t.Errorf("record %+v", r)
+			}
+		})
+	}
+}
