@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Durable commands. A Command with an Attempt runs on its host under a
@@ -15,7 +16,9 @@ import (
 // that started it. Running the same Attempt again re-attaches: it waits
 // for the running command (streaming its output again from the start), or
 // reads the result it recorded, and never starts a second copy. Files
-// older than 7 days are removed when the directory is first made.
+// older than 7 days are removed by the first attempt of each day (UTC) on
+// the host: a stamp file names the day, so the other attempts pay only a
+// shell test for it.
 //
 // The host needs a POSIX sh, flock, and GNU coreutils' tee -p and tail
 // --pid (Debian, Ubuntu, RHEL and their images have them). The common path
@@ -44,6 +47,9 @@ func validAttempt(id string) error {
 	return nil
 }
 
+// sweepDay names the day of the last sweep of old attempt files (UTC).
+var sweepDay = func() string { return time.Now().UTC().Format("20060102") }
+
 const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
 
 // superviseScript runs the attempt or re-attaches to it. Its first stdout
@@ -65,7 +71,8 @@ func superviseScript(attempt, lock, ex, script string) string {
 	// inherit that).
 	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
 _gn() { (set -C; : >"$_gd.run") 2>/dev/null; }
-if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; _gn; }; then
+if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
+  [ -e "$_gb/.swept-` + sweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + sweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
   echo $$ >"$_gd.pid"; (printf '` + pidMarker + `%s %s\n' "$$" "$_gd") 2>/dev/null
   { { ` + hostLock(lock) + `/bin/sh -c ` + q(script) + ` </dev/null 9>&-; echo $? >"$_gd.exit"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else

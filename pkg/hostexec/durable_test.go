@@ -253,3 +253,51 @@ func TestDurableSurvivesAClosedConnectionAtStart(t *testing.T) {
 		t.Fatalf("the host saw %q", c)
 	}
 }
+
+// Attempt files older than 7 days are removed by the first attempt of a
+// day on the host, whether or not the directory was just made; the other
+// attempts of the day leave them.
+func TestOldAttemptsSweptOncePerDay(t *testing.T) {
+	dir := t.TempDir()
+	attempts := filepath.Join(dir, "attempts")
+	if err := os.MkdirAll(attempts, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := func(name string) string {
+		p := filepath.Join(attempts, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ten := time.Now().Add(-10 * 24 * time.Hour)
+		if err := os.Chtimes(p, ten, ten); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	run := func(id string) {
+		t.Helper()
+		cmd := Command{Attempt: id, Script: "true", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}}
+		if res, err := (Local{}).Run(context.Background(), cmd); err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s: %+v %v", id, res, err)
+		}
+	}
+	stale := old("w0.1.create.f.n.1.run.out")
+	recent := filepath.Join(attempts, "w0.1.create.f.n.2.run.out")
+	if err := os.WriteFile(recent, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run("w1.1.create.f.n.1.run")
+	if fileExists(stale) || !fileExists(recent) {
+		t.Fatalf("after the day's first attempt: stale kept %v, recent kept %v", fileExists(stale), fileExists(recent))
+	}
+	stale = old("w0.1.create.f.n.3.run.out")
+	run("w1.1.create.f.n.2.run")
+	if !fileExists(stale) {
+		t.Fatalf("the day's second attempt swept again")
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
