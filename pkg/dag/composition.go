@@ -64,6 +64,43 @@ type Composition struct {
 	OnFailure OnFailure       `json:"on_failure,omitempty"`
 	Targets   []string        `json:"targets,omitempty"`
 	Reset     bool            `json:"reset,omitempty"`
+
+	// Fleets (see fleet.go): variables every host's templates see, groups
+	// of hosts that formulas fan out over, the inventory file that stands
+	// in for hosts and groups (read by the CLI, never sent), the run's
+	// priority, and limits on nodes running at once across executors.
+	Vars      map[string]string `json:"vars,omitempty"`
+	Groups    map[string]Group  `json:"groups,omitempty"`
+	Inventory string            `json:"inventory,omitempty"`
+	Priority  int               `json:"priority,omitempty"`
+	Limits    []Limit           `json:"limits,omitempty"`
+}
+
+// Group is a set of hosts: those whose labels include every one of Labels,
+// or those listed in Hosts.
+type Group struct {
+	Labels map[string]string `json:"labels,omitempty"`
+	Hosts  []string          `json:"hosts,omitempty"`
+}
+
+// Limit caps the nodes running at once, across all executors, on the hosts
+// whose labels include every one of Labels (or of a group).
+type Limit struct {
+	Labels      map[string]string `json:"labels,omitempty"`
+	Group       string            `json:"group,omitempty"`
+	MaxParallel int               `json:"max_parallel"`
+}
+
+// Rollout runs a fanned-out formula's instances in batches.
+type Rollout struct {
+	Batch     Amount `json:"batch"`                // instances per batch
+	MaxFailed Amount `json:"max_failed,omitempty"` // failed instances allowed before no new batch starts
+}
+
+// Amount is a count, or a percentage of a whole ("25%").
+type Amount struct {
+	N       int  `json:"-"`
+	Percent bool `json:"-"`
 }
 
 // Host is a machine formulas run on.
@@ -71,16 +108,39 @@ type Host struct {
 	Address   string    `json:"address,omitempty"` // host or host:port; ssh only
 	User      string    `json:"user,omitempty"`    // ssh login; the executor's default when empty
 	Transport Transport `json:"transport,omitempty"`
+	// Via is the jump host this host is reached through (ssh ProxyJump);
+	// jump hosts may have their own.
+	Via         string            `json:"via,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Vars        map[string]string `json:"vars,omitempty"`         // over the composition's vars
+	MaxParallel int               `json:"max_parallel,omitempty"` // nodes at once on it; 0: the executor's --per-host
 }
 
 // Formula is an ordered set of nodes for one server.
 type Formula struct {
-	ID          string       `json:"id"`
-	Server      string       `json:"server"`
+	ID     string `json:"id"`
+	Server string `json:"server"`
+	// Group, instead of Server, fans the formula out: one instance per host
+	// of the group, each a formula of its own (see fleet.go).
+	Group   string   `json:"group,omitempty"`
+	Rollout *Rollout `json:"rollout,omitempty"`
+	// Instance says, on a formula made by fanning out, which formula and
+	// batch it is an instance of.
+	Instance    *Instance    `json:"instance,omitempty"`
 	MaxParallel int          `json:"max_parallel,omitempty"`
 	DependsOn   []FormulaDep `json:"depends_on,omitempty"`
 	Nodes       []Node       `json:"nodes"`
 	HealthGate  *HealthGate  `json:"health_gate,omitempty"`
+}
+
+// Instance is a fanned-out formula's instance: of formula Of (its id in
+// the composition as written), for one host of its group, in rollout
+// batch Batch (0 when there is no rollout).
+type Instance struct {
+	Of        string `json:"of"`
+	Batch     int    `json:"batch,omitempty"`
+	Batches   int    `json:"batches,omitempty"`
+	MaxFailed int    `json:"max_failed,omitempty"` // failed instances of Of allowed
 }
 
 // FormulaDep is one prerequisite of a formula.

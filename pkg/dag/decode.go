@@ -176,6 +176,11 @@ func (d *decoder) composition(v *Value) *Composition {
 		"on_failure": d.str(&onf),
 		"targets":    d.strings(&c.Targets),
 		"reset":      d.boolean(&c.Reset),
+		"vars":       d.scalars(&c.Vars),
+		"groups":     func(v *Value, p string) { c.Groups = d.groups(v, p) },
+		"inventory":  d.str(&c.Inventory),
+		"priority":   d.integer(&c.Priority),
+		"limits":     func(v *Value, p string) { c.Limits = d.limits(v, p) },
 	})
 	c.Operation, c.OnFailure = Operation(op), OnFailure(onf)
 	return c
@@ -190,9 +195,13 @@ func (d *decoder) hosts(v *Value, path string) map[string]Host {
 		var h Host
 		var tr string
 		d.object(v.Vals[i], keyPath(path, name), fields{
-			"address":   d.str(&h.Address),
-			"user":      d.str(&h.User),
-			"transport": d.str(&tr),
+			"address":      d.str(&h.Address),
+			"user":         d.str(&h.User),
+			"transport":    d.str(&tr),
+			"via":          d.str(&h.Via),
+			"labels":       d.scalars(&h.Labels),
+			"vars":         d.scalars(&h.Vars),
+			"max_parallel": d.integer(&h.MaxParallel),
 		})
 		h.Transport = Transport(tr)
 		out[name] = h
@@ -210,8 +219,10 @@ func (d *decoder) formulas(v *Value, path string) []Formula {
 		fp := indexPath(path, i)
 		d.mark(fp, it)
 		d.object(it, fp, fields{
-			"id":     d.str(&f.ID),
-			"server": d.str(&f.Server),
+			"id":      d.str(&f.ID),
+			"server":  d.str(&f.Server),
+			"group":   d.str(&f.Group),
+			"rollout": func(v *Value, p string) { f.Rollout = d.rollout(v, p) },
 			"max_parallel": func(v *Value, p string) {
 				d.integer(&f.MaxParallel)(v, p)
 				if f.MaxParallel <= 0 && v.Kind == KindNumber && !d.ps.bad[p] {
