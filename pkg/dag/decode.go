@@ -16,13 +16,18 @@ func Decode(root *Value) (*Composition, error) {
 	return c, d.ps.err()
 }
 
-// Load decodes, validates and normalizes a parsed document, reporting the
-// problems of every pass together. On success the composition has every
+// Load decodes, validates, expands (fans group formulas out and renders
+// command templates: see fleet.go) and normalizes a parsed document,
+// reporting the problems of every pass together. On success the composition has every
 // default filled in (see Normalize).
 func Load(root *Value) (*Composition, error) {
 	var d decoder
 	c := d.composition(root)
 	validate(c, &d.ps)
+	if err := d.ps.err(); err != nil {
+		return nil, err
+	}
+	expand(c, &d.ps)
 	if err := d.ps.err(); err != nil {
 		return nil, err
 	}

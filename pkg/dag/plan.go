@@ -25,6 +25,8 @@ type Plan struct {
 
 	comp *Composition
 	byID map[string]int
+	// rollouts lists, per rolled-out group formula, its instances' indexes.
+	rollouts map[string][]int
 }
 
 // PlannedFormula is one formula in a plan. Deps point the way the operation
@@ -44,7 +46,10 @@ type PlannedFormula struct {
 	Deps        []Dep         `json:"-"`
 	Dependents  []int         `json:"-"`
 	Source      int           `json:"-"` // index in Composition.Formulas
-	spec        *Formula
+	// Instance says which group formula (and rollout batch) this formula
+	// is an instance of; nil for a formula written with a server.
+	Instance *Instance `json:"instance,omitempty"`
+	spec     *Formula
 }
 
 // Dep is a prerequisite by plan index.
@@ -126,6 +131,13 @@ func planNormalized(c *Composition) *Plan {
 		pf.spec = f
 		pf.ID, pf.Server, pf.MaxParallel = f.ID, f.Server, f.MaxParallel
 		pf.Target = targets[f.ID] || holdsTarget(f, targets)
+		pf.Instance = f.Instance
+		if f.Instance != nil && f.Instance.Batches > 0 && c.Operation == OpCreate {
+			if p.rollouts == nil {
+				p.rollouts = make(map[string][]int)
+			}
+			p.rollouts[f.Instance.Of] = append(p.rollouts[f.Instance.Of], k)
+		}
 		if c.Operation == OpCreate {
 			pf.Gate = f.HealthGate
 		}

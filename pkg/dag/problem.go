@@ -28,6 +28,7 @@ const (
 	CodeUnknownRef   Code = "unknown_ref"   // a reference to something not defined
 	CodeCycle        Code = "cycle"         // a dependency cycle (or self-dependency)
 	CodeValue        Code = "value"         // a value out of range or not allowed
+	CodeTemplate     Code = "template"      // a command template that does not parse or render
 )
 
 // Problem is one thing wrong with a composition, located by its path in the

@@ -140,6 +140,9 @@ func (d *Decision) Empty() bool {
 // depVerdict says whether prerequisite dep is satisfied, failed for good
 // (and the root failure), or still to come.
 func (s *RunState) depVerdict(dep Dep) (ok bool, root int) {
+	if dep.Condition == ConditionRollout {
+		return s.batchVerdict(dep)
+	}
 	st := s.formulas[dep.Formula]
 	switch st {
 	case FormulaFailed, FormulaCancelled:
@@ -180,7 +183,82 @@ func (s *RunState) readiness(i int) (ready bool, root int) {
 }
 
 func (s *RunState) stopping() bool {
-	return s.failures > 0 && s.plan.OnFailure != OnFailureContinue
+	return s.failures > s.tolerated() && s.plan.OnFailure != OnFailureContinue
+}
+
+// batchVerdict is a rollout dependency on an instance of the previous
+// batch: met once it has finished and passed its gate, or failed while the
+// rollout's failures are within its max_failed; failed for good (with the
+// rollout's first failure) once they are not.
+func (s *RunState) batchVerdict(dep Dep) (ok bool, root int) {
+	pf := &s.plan.Formulas[dep.Formula]
+	if first, over := s.rolloutFailures(pf.Instance); over {
+		return false, first
+	}
+	switch st := s.formulas[dep.Formula]; st {
+	case FormulaHealthy, FormulaFailed, FormulaUnhealthy:
+		return true, -1
+	case FormulaSucceeded:
+		return pf.Gate == nil, -1
+	case FormulaCancelled:
+		return false, dep.Formula
+	case FormulaBlocked:
+		if b := s.blocker[dep.Formula]; b >= 0 {
+			return false, b
+		}
+		return false, dep.Formula
+	}
+	return false, -1
+}
+
+// rolloutFailures counts the failed instances of a rollout and says
+// whether they are past its max_failed, with the first of them.
+func (s *RunState) rolloutFailures(in *Instance) (first int, over bool) {
+	first, n := -1, 0
+	for _, i := range s.plan.rollouts[in.Of] {
+		if st := s.formulas[i]; st == FormulaFailed || st == FormulaUnhealthy {
+			n++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	return first, n > in.MaxFailed
+}
+
+// tolerated counts the failures rollouts allow: failed instances of a
+// rollout within its max_failed do not stop the run (it still ends
+// failed).
+func (s *RunState) tolerated() int {
+	n := 0
+	for _, idx := range s.plan.rollouts {
+		in := s.plan.Formulas[idx[0]].Instance
+		failed := 0
+		for _, i := range idx {
+			if st := s.formulas[i]; st == FormulaFailed || st == FormulaUnhealthy {
+				failed++
+			}
+		}
+		if failed <= in.MaxFailed {
+			n += failed
+		}
+	}
+	return n
+}
+
+// Rollout says, for an instance of a rollout, how many of its instances
+// failed and whether that is past max_failed.
+func (s *RunState) Rollout(i int) (failed int, over bool) {
+	in := s.plan.Formulas[i].Instance
+	if in == nil || in.Batches == 0 {
+		return 0, false
+	}
+	for _, k := range s.plan.rollouts[in.Of] {
+		if st := s.formulas[k]; st == FormulaFailed || st == FormulaUnhealthy {
+			failed++
+		}
+	}
+	return failed, failed > in.MaxFailed
 }
 
 // Step looks at the whole run and says what to do next. It is pure: it

@@ -114,6 +114,7 @@ func (v *validator) run() {
 	for _, name := range sortedKeys(c.Hosts) {
 		v.host(keyPath("hosts", name), name, c.Hosts[name])
 	}
+	v.fleet()
 	if len(c.Formulas) == 0 {
 		v.bad("formulas", CodeRequired, "at least one formula is required")
 		return
@@ -176,11 +177,16 @@ func hostAddress(a string) (string, error) {
 }
 
 func (v *validator) formula(p string, f *Formula, ids map[string]int) {
-	if f.Server == "" {
-		v.bad(p+".server", CodeRequired, "server is required")
-	} else if _, ok := v.c.Hosts[f.Server]; !ok {
-		v.bad(p+".server", CodeUnknownRef, "server %q is not listed in hosts", f.Server)
+	switch {
+	case f.Group != "":
+	case f.Server == "":
+		v.bad(p+".server", CodeRequired, "server is required (or group, to run it on each host of a group)")
+	default:
+		if _, ok := v.c.Hosts[f.Server]; !ok {
+			v.bad(p+".server", CodeUnknownRef, "server %q is not listed in hosts", f.Server)
+		}
 	}
+	v.formulaFleet(p, f)
 	if f.MaxParallel < 0 || f.MaxParallel > MaxMaxParallel {
 		v.bad(p+".max_parallel", CodeValue, "max_parallel %d is out of range 1-%d", f.MaxParallel, MaxMaxParallel)
 	}
@@ -206,8 +212,9 @@ func (v *validator) formula(p string, f *Formula, ids map[string]int) {
 				v.bad(dp+".condition", CodeValue, "condition healthy, but formula %q has no health_gate", d.Formula)
 			}
 		}
-		switch d.Condition {
-		case "", ConditionCompleted, ConditionHealthy:
+		switch {
+		case d.Condition == "", d.Condition == ConditionCompleted, d.Condition == ConditionHealthy:
+		case d.Condition == ConditionRollout && f.Instance != nil:
 		default:
 			v.bad(dp+".condition", CodeValue, "unknown condition %q: use completed or healthy", d.Condition)
 		}

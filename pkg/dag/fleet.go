@@ -1,0 +1,326 @@
+package dag
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"text/template"
+)
+
+// Fleets. Hosts carry labels and vars; groups select hosts by label or by
+// name; a formula with `group` instead of `server` fans out into one
+// instance per host of the group, named "<formula>-<host>", each a formula
+// of its own. Every command (run, check, delete, a gate's check, plain env
+// values) is a Go text/template over the host it runs on, rendered when
+// the composition is loaded, so plans, spec hashes and records hold the
+// commands as they run. A rollout runs a fanned-out formula's instances in
+// batches, each batch waiting for the previous one to finish and pass its
+// gates (ConditionRollout).
+
+// ConditionRollout is the condition of an instance on each instance of the
+// previous batch of its rollout: met when that instance has finished and
+// passed its gate, or failed within the rollout's max_failed. It is made
+// by expansion; compositions cannot use it.
+const ConditionRollout Condition = "rollout"
+
+// fleet checks groups and the fleet fields of formulas.
+func (v *validator) fleet() {
+	c := v.c
+	for _, name := range sortedKeys(c.Groups) {
+		p := keyPath("groups", name)
+		v.token(p, name, "group name")
+		g := c.Groups[name]
+		switch {
+		case len(g.Labels) > 0 && len(g.Hosts) > 0:
+			v.bad(p, CodeValue, "group %q: give labels or hosts, not both", name)
+		case len(g.Labels) == 0 && len(g.Hosts) == 0:
+			v.bad(p, CodeRequired, "group %q needs labels or hosts", name)
+		case len(g.Hosts) > 0:
+			for i, h := range g.Hosts {
+				if _, ok := c.Hosts[h]; !ok {
+					v.bad(indexPath(p+".hosts", i), CodeUnknownRef, "host %q is not listed in hosts", h)
+				}
+			}
+		default:
+			if len(groupHosts(c, g)) == 0 {
+				v.bad(p+".labels", CodeValue, "group %q: no host has the labels %s", name, labelText(g.Labels))
+			}
+		}
+	}
+}
+
+// formulaFleet checks a formula's server or group, and its rollout.
+func (v *validator) formulaFleet(p string, f *Formula) {
+	switch {
+	case f.Instance != nil:
+		// made by expansion: checked as it was made
+	case f.Group != "" && f.Server != "":
+		v.bad(p+".group", CodeValue, "give server or group, not both")
+	case f.Group != "":
+		if _, ok := v.c.Groups[f.Group]; !ok {
+			v.bad(p+".group", CodeUnknownRef, "group %q is not listed in groups", f.Group)
+		}
+	}
+	if r := f.Rollout; r != nil {
+		if f.Group == "" {
+			v.bad(p+".rollout", CodeValue, "rollout needs group: it runs a group's instances in batches")
+		}
+		if r.Batch.N < 1 || r.Batch.Percent && r.Batch.N > 100 {
+			v.bad(p+".rollout.batch", CodeValue, "batch must be at least 1 (a number of instances or a percentage 1%%-100%%), got %s", r.Batch)
+		}
+		if r.MaxFailed.N < 0 || r.MaxFailed.Percent && r.MaxFailed.N > 100 {
+			v.bad(p+".rollout.max_failed", CodeValue, "max_failed must be 0 or more (a number of instances or a percentage up to 100%%), got %s", r.MaxFailed)
+		}
+	}
+}
+
+func labelText(l map[string]string) string {
+	parts := make([]string, 0, len(l))
+	for _, k := range sortedKeys(l) {
+		parts = append(parts, k+"="+l[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// groupHosts lists a group's hosts, sorted by name.
+func groupHosts(c *Composition, g Group) []string {
+	if len(g.Hosts) > 0 {
+		out := slices.Clone(g.Hosts)
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	var out []string
+	for _, name := range sortedKeys(c.Hosts) {
+		if matches(c.Hosts[name].Labels, g.Labels) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// matches reports whether labels include every one of want.
+func matches(labels, want map[string]string) bool {
+	for k, v := range want {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// GroupHosts lists the hosts of group name, sorted.
+func GroupHosts(c *Composition, name string) []string { return groupHosts(c, c.Groups[name]) }
+
+// expand fans out every group formula and renders every template, in
+// place. Problems are reported with the path of the formula as written
+// and the host they concern.
+func expand(c *Composition, ps *problems) {
+	instances := make(map[string][]string) // group formula id -> instance ids
+	var out []Formula
+	for i := range c.Formulas {
+		f := c.Formulas[i]
+		p := indexPath("formulas", i)
+		if f.Group == "" {
+			renderFormula(c, &f, p, ps)
+			out = append(out, f)
+			continue
+		}
+		made := fanOut(c, f, p, ps)
+		for _, m := range made {
+			instances[f.ID] = append(instances[f.ID], m.ID)
+		}
+		out = append(out, made...)
+	}
+	if len(instances) == 0 {
+		c.Formulas = out
+		return
+	}
+	ids := make(map[string]string, len(out)) // instance id -> its path, to find clashes
+	for i, f := range out {
+		if first, dup := ids[f.ID]; dup {
+			ps.add(first, 0, CodeDuplicate, "formula id %q is made twice (an instance of a group formula is named <formula>-<host>; rename one)", f.ID)
+		}
+		ids[f.ID] = indexPath("formulas", i)
+		out[i].DependsOn = expandDeps(f.DependsOn, instances)
+	}
+	c.Targets = expandTargets(c.Targets, instances)
+	c.Formulas = out
+}
+
+// fanOut makes the instances of group formula f, in batches.
+func fanOut(c *Composition, f Formula, p string, ps *problems) []Formula {
+	hosts := groupHosts(c, c.Groups[f.Group])
+	size, maxFailed := len(hosts), 0
+	if r := f.Rollout; r != nil {
+		size, maxFailed = max(r.Batch.Of(len(hosts)), 1), r.MaxFailed.Of(len(hosts))
+	}
+	batches := (len(hosts) + size - 1) / size
+	made := make([]Formula, 0, len(hosts))
+	for k, h := range hosts {
+		m := f
+		m.ID, m.Server, m.Group, m.Rollout = f.ID+"-"+h, h, "", nil
+		if !IsToken(m.ID) {
+			ps.add(p+".id", 0, CodeToken, "instance %q of formula %q on host %q: %s", m.ID, f.ID, h, tokenProblem(m.ID))
+		}
+		m.Instance = &Instance{Of: f.ID}
+		if f.Rollout != nil {
+			m.Instance.Batch, m.Instance.Batches, m.Instance.MaxFailed = k/size+1, batches, maxFailed
+			if b := k / size; b > 0 {
+				for _, prev := range hosts[(b-1)*size : b*size] {
+					m.DependsOn = append(slices.Clip(m.DependsOn), FormulaDep{Formula: f.ID + "-" + prev, Condition: ConditionRollout})
+				}
+			}
+		}
+		m.Nodes = slices.Clone(f.Nodes)
+		if f.HealthGate != nil {
+			g := *f.HealthGate
+			m.HealthGate = &g
+		}
+		renderFormula(c, &m, p, ps)
+		made = append(made, m)
+	}
+	return made
+}
+
+// expandDeps turns a dependency on a group formula into dependencies on
+// each of its instances, with the same condition.
+func expandDeps(deps []FormulaDep, instances map[string][]string) []FormulaDep {
+	var out []FormulaDep
+	for _, d := range deps {
+		ids, ok := instances[d.Formula]
+		if !ok {
+			out = append(out, d)
+			continue
+		}
+		for _, id := range ids {
+			out = append(out, FormulaDep{Formula: id, Condition: d.Condition})
+		}
+	}
+	return out
+}
+
+func expandTargets(targets []string, instances map[string][]string) []string {
+	var out []string
+	for _, t := range targets {
+		if ids, ok := instances[t]; ok {
+			out = append(out, ids...)
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// TemplateData is what a command template sees: the host it runs on.
+type TemplateData struct {
+	Host    string            // the host's name in the composition
+	Address string            // its address (host:port), or "" for transport local
+	Labels  map[string]string // its labels
+	Vars    map[string]string // the composition's vars, overridden by the host's
+}
+
+// templateFuncs are the functions templates may call besides text/template's.
+var templateFuncs = template.FuncMap{"shq": shellQuoteTemplate}
+
+// shellQuoteTemplate quotes a value for a POSIX shell: {{ shq .Vars.x }}.
+func shellQuoteTemplate(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// renderFormula renders every template of a formula for its server.
+func renderFormula(c *Composition, f *Formula, p string, ps *problems) {
+	h, ok := c.Hosts[f.Server]
+	if !ok {
+		return // reported by validation
+	}
+	data := templateData(c, f.Server, h)
+	r := func(s *string, path string) {
+		out, err := render(*s, data)
+		if err != nil {
+			where := ""
+			if f.Instance != nil {
+				where = fmt.Sprintf(" (for host %s)", f.Server)
+			}
+			ps.add(path, 0, CodeTemplate, "%v%s", err, where)
+			return
+		}
+		*s = out
+	}
+	for j := range f.Nodes {
+		n := &f.Nodes[j]
+		np := indexPath(p+".nodes", j)
+		r(&n.Run, np+".run")
+		r(&n.Check, np+".check")
+		r(&n.Delete, np+".delete")
+		n.Env = renderEnv(n.Env, np+".env", r)
+	}
+	if g := f.HealthGate; g != nil {
+		r(&g.Check, p+".health_gate.check")
+		g.Env = renderEnv(g.Env, p+".health_gate.env", r)
+	}
+}
+
+// renderEnv renders plain env values (a secret's name is not a template),
+// into a new map: instances share their formula's maps otherwise.
+func renderEnv(env map[string]EnvValue, p string, r func(*string, string)) map[string]EnvValue {
+	if env == nil {
+		return nil
+	}
+	out := make(map[string]EnvValue, len(env))
+	for k, v := range env {
+		if !v.IsSecret() {
+			r(&v.Text, keyPath(p, k))
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func templateData(c *Composition, name string, h Host) TemplateData {
+	vars := make(map[string]string, len(c.Vars)+len(h.Vars))
+	for k, v := range c.Vars {
+		vars[k] = v
+	}
+	for k, v := range h.Vars {
+		vars[k] = v
+	}
+	labels := h.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	addr := h.Address
+	if h.Transport != TransportLocal {
+		if a, err := hostAddress(h.Address); err == nil {
+			addr = a
+		}
+	}
+	return TemplateData{Host: name, Address: addr, Labels: labels, Vars: vars}
+}
+
+// render executes s as a template; text without "{{" is returned as is.
+// A missing variable is an error, not "<no value>".
+func render(s string, data TemplateData) (string, error) {
+	if !strings.Contains(s, "{{") {
+		return s, nil
+	}
+	t, err := template.New("").Funcs(templateFuncs).Option("missingkey=error").Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("template: %s", strings.TrimPrefix(err.Error(), "template: :"))
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("template: %s", cleanExecErr(err.Error()))
+	}
+	return b.String(), nil
+}
+
+// cleanExecErr drops text/template's position prefix (": executing \"\" at
+// <.Vars.x>: ") down to what went wrong and where.
+func cleanExecErr(s string) string {
+	s = strings.TrimPrefix(s, "template: ")
+	if i := strings.Index(s, "executing \"\" at "); i >= 0 {
+		s = s[i+len("executing \"\" at "):]
+	}
+	return s
+}
