@@ -87,13 +87,13 @@ func TestRollout(t *testing.T) {
 		result: dag.WorkflowSucceeded,
 	}, {
 		name: "the second fails, max_failed 0: the third never runs", hosts: 3, rollout: `{"batch":1,"max_failed":0}`, onFailure: dag.OnFailureStop,
-		fail: []string{"app-h2"},
-		want: []string{"start app-h1", "end app-h1 succeeded", "start app-h2", "end app-h2 failed", "blocked app-h3 by app-h2", "blocked after by app-h2"},
+		fail:   []string{"app-h2"},
+		want:   []string{"start app-h1", "end app-h1 succeeded", "start app-h2", "end app-h2 failed", "blocked app-h3 by app-h2", "blocked after by app-h2"},
 		result: dag.WorkflowFailed,
 	}, {
 		name: "the same under on_failure continue", hosts: 3, rollout: `{"batch":1}`, onFailure: dag.OnFailureContinue,
-		fail: []string{"app-h2"},
-		want: []string{"start app-h1", "end app-h1 succeeded", "start app-h2", "end app-h2 failed", "blocked app-h3 by app-h2", "blocked after by app-h2"},
+		fail:   []string{"app-h2"},
+		want:   []string{"start app-h1", "end app-h1 succeeded", "start app-h2", "end app-h2 failed", "blocked app-h3 by app-h2", "blocked after by app-h2"},
 		result: dag.WorkflowFailed,
 	}, {
 		name: "a failure within max_failed: the rollout goes on, the run still fails", hosts: 4, rollout: `{"batch":2,"max_failed":1}`, onFailure: dag.OnFailureStop,
@@ -103,8 +103,8 @@ func TestRollout(t *testing.T) {
 		result: dag.WorkflowFailed,
 	}, {
 		name: "percentages: batch 50% of 4, max_failed 25%; two failures stop it", hosts: 4, rollout: `{"batch":"50%","max_failed":"25%"}`, onFailure: dag.OnFailureStop,
-		fail: []string{"app-h1", "app-h2"},
-		want: []string{"start app-h1", "start app-h2", "end app-h1 failed", "end app-h2 failed", "blocked app-h3 by app-h1", "blocked app-h4 by app-h1", "blocked after by app-h1"},
+		fail:   []string{"app-h1", "app-h2"},
+		want:   []string{"start app-h1", "start app-h2", "end app-h1 failed", "end app-h2 failed", "blocked app-h3 by app-h1", "blocked app-h4 by app-h1", "blocked after by app-h1"},
 		result: dag.WorkflowFailed,
 	}}
 	for _, tc := range cases {
