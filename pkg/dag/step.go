@@ -414,3 +414,10 @@ func (s *RunState) Apply(d Decision) {
 		_ = s.SetFormula(b.Formula, FormulaCancelled, b.Blocker)
 	}
 }
+
+// RolloutInstances lists the plan indexes of a rollout's instances (the
+// group formula's id as written), in host order.
+func (p *Plan) RolloutInstances(of string) []int { return p.rollouts[of] }
+
+// Finished reports whether formula i needs nothing more in this run.
+func (s *RunState) Finished(i int) bool { return s.finished(i, s.formulas[i]) }

@@ -54,7 +54,12 @@ func samples() map[string]events.Payload {
 		"health_attempt": &events.HealthEvent{Ref: fmlRef(), Status: events.HealthFail, Run: events.Run{Attempt: 2, StartedAt: &t0, EndedAt: &t1, ExitCode: &one}, Retries: 6, OutputTail: "inactive\n"},
 		"health_passed":  &events.HealthEvent{Ref: fmlRef(), Status: events.HealthPass, Run: events.Run{Attempt: 3, StartedAt: &t0, EndedAt: &t1, ExitCode: &zero}, Final: true, Retries: 6, OutputTail: "active\n"},
 		"health_failed":  &events.HealthEvent{Ref: fmlRef(), Status: events.HealthFail, Run: events.Run{Attempt: 6, StartedAt: &t0, EndedAt: &t1, ExitCode: &one, Error: "gate budget of 1m0s used up"}, Final: true, Retries: 6},
-		"log_line":       &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
+		"rollout_batch_finished": &events.RolloutEvent{Ref: events.Ref{WorkflowID: ref.WorkflowID, Workflow: ref.Workflow, Formula: "app", Operation: dag.OpCreate, Generation: 1},
+			Status: events.RolloutBatchFinished, Batch: 1, Batches: 3, Instances: []string{"app-web-1"}, Failed: 0, MaxFailed: 0, At: &t1},
+		"rollout_stopped": &events.RolloutEvent{Ref: events.Ref{WorkflowID: ref.WorkflowID, Workflow: ref.Workflow, Formula: "app", Operation: dag.OpCreate, Generation: 1},
+			Status: events.RolloutStopped, Batch: 2, Batches: 3, Instances: []string{"app-web-2"}, Failed: 1, MaxFailed: 0,
+			Reason: "rollout of app stopped after batch 2 of 3: 1 instance failed (app-web-2), max_failed 0", At: &t1},
+		"log_line": &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
 		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
 			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"},
 			Nodes: []events.WorkNode{
@@ -95,7 +100,7 @@ func TestDataCarriesContractFields(t *testing.T) {
 	required := []string{"workflow_id", "workflow", "formula", "host", "node", "operation", "status", "attempt", "started_at", "ended_at", "exit_code", "error"}
 	for name, p := range samples() {
 		switch p.(type) {
-		case *events.LogLine, *events.Dispatch, *events.GateRequest:
+		case *events.LogLine, *events.Dispatch, *events.GateRequest, *events.RolloutEvent:
 			continue // output and work messages, not state events
 		}
 		var data map[string]any
@@ -174,6 +179,8 @@ func newLike(p events.Payload) events.Payload {
 		return &events.Dispatch{}
 	case *events.GateRequest:
 		return &events.GateRequest{}
+	case *events.RolloutEvent:
+		return &events.RolloutEvent{}
 	}
 	panic("unknown payload")
 }

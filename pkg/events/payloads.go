@@ -120,6 +120,30 @@ type NodeEvent struct {
 	StderrTail string      `json:"stderr_tail,omitempty"`
 }
 
+// RolloutEvent is published on workflow.<id>.lifecycle when a batch of a
+// rollout starts or finishes, and when the rollout stops. Formula is the
+// group formula as written (its instances are "<formula>-<host>").
+type RolloutEvent struct {
+	Ref
+	Status    RolloutStatus `json:"status"`
+	Batch     int           `json:"batch"`   // from 1
+	Batches   int           `json:"batches"` // in all
+	Instances []string      `json:"instances"`
+	Failed    int           `json:"failed"` // instances of the rollout failed so far
+	MaxFailed int           `json:"max_failed"`
+	Reason    string        `json:"reason,omitempty"`
+	At        *time.Time    `json:"at"`
+}
+
+// RolloutStatus is what happened to a rollout.
+type RolloutStatus string
+
+const (
+	RolloutBatchStarted  RolloutStatus = "batch_started"
+	RolloutBatchFinished RolloutStatus = "batch_finished"
+	RolloutStopped       RolloutStatus = "stopped"
+)
+
 // HealthEvent is published on decky.<host>.health for every check attempt
 // and for the final verdict.
 type HealthEvent struct {
@@ -191,7 +215,10 @@ func (e *HealthEvent) EventType() Type {
 	}
 	return TypeHealthFailed
 }
-func (e *LogLine) EventType() Type     { return TypeLogLine }
+func (e *LogLine) EventType() Type { return TypeLogLine }
+func (e *RolloutEvent) EventType() Type {
+	return Type(typePrefix + FamilyRollout + "." + string(e.Status))
+}
 func (e *Dispatch) EventType() Type    { return TypeDispatch }
 func (e *GateRequest) EventType() Type { return TypeGateRequest }
 
@@ -255,6 +282,18 @@ func (e *HealthEvent) Validate() error {
 func (e *LogLine) Validate() error {
 	return errors.Join(e.Ref.validate(true, true),
 		validState("stream", e.Stream == Stdout || e.Stream == Stderr, string(e.Stream)))
+}
+
+func (e *RolloutEvent) Validate() error {
+	errs := []error{e.Ref.validate(false, false),
+		validState("status", e.Status == RolloutBatchStarted || e.Status == RolloutBatchFinished || e.Status == RolloutStopped, string(e.Status))}
+	if !dag.IsToken(e.Formula) {
+		errs = append(errs, fmt.Errorf("formula %q is not a token", e.Formula))
+	}
+	if e.Batch < 1 || e.Batch > e.Batches {
+		errs = append(errs, fmt.Errorf("batch %d is not within 1-%d", e.Batch, e.Batches))
+	}
+	return errors.Join(errs...)
 }
 
 func (e *Dispatch) Validate() error {

@@ -17,6 +17,7 @@ const (
 	FamilyHealth   = "health"   // HealthEvent
 	FamilyLog      = "log"      // LogLine
 	FamilyWork     = "work"     // Dispatch (formula-ready work), GateRequest
+	FamilyRollout  = "rollout"  // RolloutEvent
 )
 
 // SchemaVersion is the version of every payload; it is in dataschema
@@ -35,6 +36,12 @@ const (
 	TypeLogLine       Type = "gantry.log.line"
 	TypeDispatch      Type = "gantry.work.dispatch"
 	TypeGateRequest   Type = "gantry.work.gate"
+	// A rollout's batches: one started (its first instance dispatched),
+	// one finished (all its instances finished and gated), the rollout
+	// stopped (past max_failed: no further batch starts).
+	TypeRolloutBatchStarted  Type = "gantry.rollout.batch_started"
+	TypeRolloutBatchFinished Type = "gantry.rollout.batch_finished"
+	TypeRolloutStopped       Type = "gantry.rollout.stopped"
 )
 
 // WorkflowType is the type of a workflow lifecycle event in state s.
@@ -82,7 +89,8 @@ func (t Type) Known() bool {
 		return dag.NodeState(t.What()).Valid()
 	}
 	switch t {
-	case TypeHealthAttempt, TypeHealthPassed, TypeHealthFailed, TypeLogLine, TypeDispatch, TypeGateRequest:
+	case TypeHealthAttempt, TypeHealthPassed, TypeHealthFailed, TypeLogLine, TypeDispatch, TypeGateRequest,
+		TypeRolloutBatchStarted, TypeRolloutBatchFinished, TypeRolloutStopped:
 		return true
 	}
 	return false

@@ -277,8 +277,28 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 			line += ": " + firstLine(e.Error)
 		}
 		fmt.Fprintln(w, line)
+	case events.FamilyRollout:
+		var e events.RolloutEvent
+		if events.DecodeData(env, &e) != nil {
+			return "", 0, false
+		}
+		fmt.Fprintln(w, rolloutLine(ts, &e))
 	}
 	return "", 0, false
+}
+
+// rolloutLine is a rollout's batch starting or finishing, or its stop.
+func rolloutLine(ts string, e *events.RolloutEvent) string {
+	what := fmt.Sprintf("rollout batch %d/%d", e.Batch, e.Batches)
+	switch e.Status {
+	case events.RolloutBatchStarted:
+		what += " started: " + strings.Join(e.Instances, ", ")
+	case events.RolloutBatchFinished:
+		what += fmt.Sprintf(" finished (%d failed so far, max_failed %d)", e.Failed, e.MaxFailed)
+	case events.RolloutStopped:
+		what = "rollout stopped: " + e.Reason
+	}
+	return fmt.Sprintf("%s %-12s %-28s %s", ts, "", e.Formula, what)
 }
 
 func firstLine(s string) string {

@@ -48,7 +48,7 @@ func Text(w io.Writer, p *dag.Plan) error {
 			if f.Target {
 				mark = " [target]"
 			}
-			fmt.Fprintf(&b, "  %s on %s%s", f.ID, f.Server, mark)
+			fmt.Fprintf(&b, "  %s on %s%s%s", f.ID, f.Server, instanceText(f), mark)
 			if f.MaxParallel > 1 {
 				fmt.Fprintf(&b, " (up to %d nodes at once)", f.MaxParallel)
 			}
@@ -68,6 +68,8 @@ func Text(w io.Writer, p *dag.Plan) error {
 				}
 				if n.Command == "" {
 					b.WriteString(" -- nothing to run for " + string(p.Operation))
+				} else {
+					b.WriteString(": " + oneLine(n.Command, 100))
 				}
 				b.WriteString("\n")
 			}
@@ -78,6 +80,18 @@ func Text(w io.Writer, p *dag.Plan) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// instanceText names what a fanned-out formula is an instance of.
+func instanceText(f *dag.PlannedFormula) string {
+	in := f.Instance
+	switch {
+	case in == nil:
+		return ""
+	case in.Batches > 0:
+		return fmt.Sprintf(" (%s, batch %d/%d)", in.Of, in.Batch, in.Batches)
+	}
+	return " (" + in.Of + ")"
 }
 
 func oneLine(s string, n int) string {
@@ -96,7 +110,7 @@ func Dot(w io.Writer, p *dag.Plan) error {
 	fmt.Fprintf(&b, "digraph %q {\n  compound=true;\n  rankdir=TB;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n", p.Workflow)
 	for i := range p.Formulas {
 		f := &p.Formulas[i]
-		fmt.Fprintf(&b, "  subgraph \"cluster_%s\" {\n    label=%q;\n", f.ID, f.ID+" @ "+f.Server)
+		fmt.Fprintf(&b, "  subgraph \"cluster_%s\" {\n    label=%q;\n", f.ID, f.ID+" @ "+f.Server+instanceText(f))
 		if f.Gate != nil {
 			fmt.Fprintf(&b, "    peripheries=2; tooltip=%q;\n", "health gate: "+oneLine(f.Gate.Check, 80))
 		}
@@ -139,7 +153,7 @@ func Mermaid(w io.Writer, p *dag.Plan) error {
 	b.WriteString("flowchart TD\n")
 	for i := range p.Formulas {
 		f := &p.Formulas[i]
-		label := f.ID + " @ " + f.Server
+		label := f.ID + " @ " + f.Server + instanceText(f)
 		if f.Gate != nil {
 			label += " ✚ gate"
 		}

@@ -67,7 +67,9 @@ func (e *Engine) stopFormula(ctx context.Context, r *run, b dag.Blocked, fs dag.
 		}
 		e.Out.Emit(ctx, events.HostLifecycle(pf.Server), ev, e.msgID(r, pf.ID, ev.Node, string(ns)))
 	}
-	e.publishFormula(ctx, r, b.Formula, fs, blocker)
+	ev := e.formulaEvent(r, b.Formula, fs, blocker)
+	ev.Error = rolloutStop(r, b.Formula) // a rollout past max_failed says so
+	e.Out.Emit(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, pf.ID, string(fs)))
 }
 
 func (e *Engine) formulaEvent(r *run, i int, st dag.FormulaState, blocker string) *events.FormulaEvent {

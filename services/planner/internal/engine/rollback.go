@@ -62,7 +62,11 @@ func (e *Engine) rolledBack(ctx context.Context, r *run, result dag.WorkflowStat
 	}
 	reason := fmt.Sprintf("%s; rolled back: %d of %d succeeded nodes deleted", r.rec.FailReason, deleted, total)
 	if result != dag.WorkflowSucceeded {
-		reason += " (rollback incomplete: " + firstFailed(r) + " failed)"
+		what := ""
+		if k := firstFailed(r); k >= 0 {
+			what = r.plan.Formulas[k].ID
+		}
+		reason += " (rollback incomplete: " + what + " failed)"
 	}
 	return reason, nil
 }

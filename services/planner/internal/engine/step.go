@@ -105,6 +105,7 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 	if gated {
 		e.publishFormula(ctx, r, i, st, "")
 	}
+	e.rolloutFinish(ctx, r, i)
 	d := r.plan.StepAfter(r.state, i)
 	if st == dag.FormulaRunning && d.Empty() {
 		return nil // nothing follows from "running"; the snapshot may keep "ready"
@@ -130,6 +131,7 @@ func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
 	for _, b := range d.Cancelled {
 		e.stopFormula(ctx, r, b, dag.FormulaCancelled, dag.NodeCancelled)
 	}
+	e.rolloutStarts(ctx, r, d)
 	r.state.Apply(d)
 	e.touched(r)
 	if d.Done {
@@ -141,8 +143,11 @@ func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
 func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) error {
 	reason := ""
 	if result == dag.WorkflowFailed {
-		if k := firstFailed(r); k != "" {
-			reason = "formula " + k + " failed"
+		if k := firstFailed(r); k >= 0 {
+			reason = "formula " + r.plan.Formulas[k].ID + " failed"
+			if why := rolloutStop(r, k); why != "" {
+				reason = why
+			}
 		}
 	}
 	switch {
@@ -162,12 +167,12 @@ func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) e
 	return e.saveRecord(ctx, r)
 }
 
-func firstFailed(r *run) string {
+func firstFailed(r *run) int {
 	for _, i := range r.plan.Order {
 		switch r.state.Formula(i) {
 		case dag.FormulaFailed, dag.FormulaUnhealthy:
-			return r.plan.Formulas[i].ID
+			return i
 		}
 	}
-	return ""
+	return -1
 }
