@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+	"text/template/parse"
 )
 
 // Fleets. Hosts carry labels and vars; groups select hosts by label or by
@@ -116,6 +117,10 @@ func GroupHosts(c *Composition, name string) []string { return groupHosts(c, c.G
 // place. Problems are reported with the path of the formula as written
 // and the host they concern.
 func expand(c *Composition, ps *problems) {
+	if n := expandedNodes(c); n > MaxExpandedNodes {
+		ps.add("formulas", 0, CodeTooLarge, "the groups fan out into %d nodes, more than %d: split the composition", n, MaxExpandedNodes)
+		return
+	}
 	instances := make(map[string][]string) // group formula id -> instance ids
 	var out []Formula
 	for i := range c.Formulas {
@@ -146,6 +151,22 @@ func expand(c *Composition, ps *problems) {
 	}
 	c.Targets = expandTargets(c.Targets, instances)
 	c.Formulas = out
+}
+
+// MaxExpandedNodes bounds the nodes a composition fans out into: a small
+// document naming large groups must not make a plan no one can run.
+const MaxExpandedNodes = 200_000
+
+func expandedNodes(c *Composition) int {
+	n := 0
+	for _, f := range c.Formulas {
+		k := 1
+		if f.Group != "" {
+			k = len(groupHosts(c, c.Groups[f.Group]))
+		}
+		n += k * len(f.Nodes)
+	}
+	return n
 }
 
 // fanOut makes the instances of group formula f, in batches.
@@ -235,7 +256,7 @@ func renderFormula(c *Composition, f *Formula, p string, ps *problems) {
 		return // reported by validation
 	}
 	data := templateData(c, f.Server, h)
-	r := func(s *string, path string) {
+	r := func(s *string, path string) bool {
 		out, err := render(*s, data)
 		if err != nil {
 			where := ""
@@ -243,9 +264,10 @@ func renderFormula(c *Composition, f *Formula, p string, ps *problems) {
 				where = fmt.Sprintf(" (for host %s)", f.Server)
 			}
 			ps.add(path, 0, CodeTemplate, "%v%s", err, where)
-			return
+			return false
 		}
 		*s = out
+		return true
 	}
 	for j := range f.Nodes {
 		n := &f.Nodes[j]
@@ -253,17 +275,18 @@ func renderFormula(c *Composition, f *Formula, p string, ps *problems) {
 		r(&n.Run, np+".run")
 		r(&n.Check, np+".check")
 		r(&n.Delete, np+".delete")
-		n.Env = renderEnv(n.Env, np+".env", r)
+		n.Env = renderEnv(n.Env, np+".env", r, ps)
 	}
 	if g := f.HealthGate; g != nil {
 		r(&g.Check, p+".health_gate.check")
-		g.Env = renderEnv(g.Env, p+".health_gate.env", r)
+		g.Env = renderEnv(g.Env, p+".health_gate.env", r, ps)
 	}
 }
 
-// renderEnv renders plain env values (a secret's name is not a template),
-// into a new map: instances share their formula's maps otherwise.
-func renderEnv(env map[string]EnvValue, p string, r func(*string, string)) map[string]EnvValue {
+// renderEnv renders env values and secret names (never a secret's value:
+// the planner does not know it) into a new map: instances share their
+// formula's maps otherwise.
+func renderEnv(env map[string]EnvValue, p string, r func(*string, string) bool, ps *problems) map[string]EnvValue {
 	if env == nil {
 		return nil
 	}
@@ -271,6 +294,11 @@ func renderEnv(env map[string]EnvValue, p string, r func(*string, string)) map[s
 	for k, v := range env {
 		if !v.IsSecret() {
 			r(&v.Text, keyPath(p, k))
+		} else if r(&v.Secret, keyPath(p, k)+".secret") {
+			// a secret's name may be a template ("db_{{ .Host }}")
+			if prob := SecretNameProblem(v.Secret); prob != "" {
+				ps.add(keyPath(p, k)+".secret", 0, CodeValue, "%s", prob)
+			}
 		}
 		out[k] = v
 	}
@@ -308,11 +336,69 @@ func render(s string, data TemplateData) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("template: %s", strings.TrimPrefix(err.Error(), "template: :"))
 	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, data); err != nil {
+	if err := boundedLoops(t.Tree.Root); err != nil {
+		return "", err
+	}
+	b := &limitedBuffer{max: MaxRendered}
+	if err := t.Execute(b, data); err != nil {
 		return "", fmt.Errorf("template: %s", cleanExecErr(err.Error()))
 	}
 	return b.String(), nil
+}
+
+// MaxRendered bounds what one command template may render to.
+const MaxRendered = 256 << 10
+
+// limitedBuffer fails a write past max bytes.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, fmt.Errorf("renders to more than %d bytes", b.max)
+	}
+	return b.Buffer.Write(p)
+}
+
+// boundedLoops refuses range over a number ({{ range 1000000000 }}): a
+// template loops only over the composition's own data.
+func boundedLoops(n parse.Node) error {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := boundedLoops(c); err != nil {
+				return err
+			}
+		}
+	case *parse.RangeNode:
+		for _, c := range n.Pipe.Cmds {
+			for _, a := range c.Args {
+				if _, num := a.(*parse.NumberNode); num {
+					return fmt.Errorf("template: range over a number is not allowed (range over .Vars or .Labels)")
+				}
+			}
+		}
+		if err := boundedLoops(n.List); err != nil {
+			return err
+		}
+		return boundedLoops(n.ElseList)
+	case *parse.IfNode:
+		if err := boundedLoops(n.List); err != nil {
+			return err
+		}
+		return boundedLoops(n.ElseList)
+	case *parse.WithNode:
+		if err := boundedLoops(n.List); err != nil {
+			return err
+		}
+		return boundedLoops(n.ElseList)
+	}
+	return nil
 }
 
 // cleanExecErr drops text/template's position prefix (": executing \"\" at

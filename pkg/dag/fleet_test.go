@@ -1,6 +1,7 @@
 package dag_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ const fleetDoc = `{"name":"fleet","vars":{"domain":"example.com","port":"80"},
   {"id":"base","server":"bastion","nodes":[{"name":"n","run":"echo {{ .Host }} {{ .Vars.domain }} {{ .Vars.port }}"}]},
   {"id":"app","group":"web","depends_on":["base"],"rollout":{"batch":1,"max_failed":0},
    "nodes":[{"name":"conf","run":"echo port={{ .Vars.port }} host={{ .Host }} at {{ .Address }} zone={{ .Labels.zone }} > /etc/app.conf",
-             "env":{"GREETING":"hi {{ .Host }}","PASS":{"secret":"db_pass"}}},
+             "env":{"GREETING":"hi {{ .Host }}","PASS":{"secret":"db_pass"},"HOST_KEY":{"secret":"key_{{ .Host }}"}}},
             {"name":"say","run":"echo {{ shq .Vars.msg }}"}],
    "health_gate":{"check":"curl -fsS localhost:{{ .Vars.port }}/health","timeout":"60s","retries":6}},
   {"id":"lb","server":"bastion","depends_on":["app"],"nodes":[{"name":"reload","run":"true"}]},
@@ -69,7 +70,7 @@ func TestFanOut(t *testing.T) {
 	if got := a3.Nodes[1].Run; got != `echo 'it'\''s here'` {
 		t.Errorf("shq: %q", got)
 	}
-	if a3.Nodes[0].Env["GREETING"] != dag.Text("hi web-3") || a3.Nodes[0].Env["PASS"] != dag.SecretRef("db_pass") {
+	if a3.Nodes[0].Env["GREETING"] != dag.Text("hi web-3") || a3.Nodes[0].Env["PASS"] != dag.SecretRef("db_pass") || a3.Nodes[0].Env["HOST_KEY"] != dag.SecretRef("key_web-3") {
 		t.Errorf("env %v", a3.Nodes[0].Env)
 	}
 	if formula(c, "app-web-1").Nodes[0].Env["GREETING"] != dag.Text("hi web-1") {
@@ -135,6 +136,9 @@ func TestFleetProblems(t *testing.T) {
 		{"missing var", "{{ .Vars.port }}/health", "{{ .Vars.nope }}/health", "formulas[1].health_gate.check", dag.CodeTemplate, `map has no entry for key "nope" (for host web-1)`},
 		{"bad template", "echo port={{ .Vars.port }}", "echo port={{ .Vars.port ", "formulas[1].nodes[0].run", dag.CodeTemplate, "template:"},
 		{"unknown field", "{{ .Host }} {{ .Vars.domain }}", "{{ .Hots }}", "formulas[0].nodes[0].run", dag.CodeTemplate, "can't evaluate field Hots"},
+		{"templated secret name renders to a path", `"PASS":{"secret":"db_pass"}`, `"PASS":{"secret":"{{ .Vars.domain }}/x"}`, `formulas[1].nodes[0].env["PASS"].secret`, dag.CodeValue, `"example.com/x" is not a secret name`},
+		{"range over a number", "echo {{ .Host }} {{ .Vars.domain }}", "{{ range 1000000000 }}x{{ end }}", "formulas[0].nodes[0].run", dag.CodeTemplate, "range over a number is not allowed"},
+		{"renders too much", "echo {{ .Host }} {{ .Vars.domain }}", `{{ range .Vars }}{{ printf \"%900000s\" . }}{{ end }}`, "formulas[0].nodes[0].run", dag.CodeTemplate, "renders to more than"},
 		{"unknown group", `"group":"web","depends_on"`, `"group":"webb","depends_on"`, "formulas[1].group", dag.CodeUnknownRef, `group "webb" is not listed in groups`},
 		{"server and group", `"id":"app","group":"web"`, `"id":"app","server":"bastion","group":"web"`, "formulas[1].group", dag.CodeValue, "not both"},
 		{"rollout without group", `"id":"lb","server":"bastion",`, `"id":"lb","server":"bastion","rollout":{"batch":1},`, "formulas[2].rollout", dag.CodeValue, "rollout needs group"},
@@ -167,5 +171,22 @@ func TestFleetProblems(t *testing.T) {
 			}
 			t.Errorf("no %s problem %q at %s in:\n%s", tc.code, tc.msg, tc.path, fmtProblems(problemsOf(t, err)))
 		})
+	}
+}
+
+// A small document that fans out into more nodes than a run can hold is
+// refused before anything is made.
+func TestFanOutBounded(t *testing.T) {
+	var hosts, formulas []string
+	for i := range 500 {
+		hosts = append(hosts, fmt.Sprintf(`"h%d":{"transport":"local","labels":{"r":"x"}}`, i))
+	}
+	for i := range 500 {
+		formulas = append(formulas, fmt.Sprintf(`{"id":"f%d","group":"g","nodes":[{"name":"n","run":"x"}]}`, i))
+	}
+	doc := `{"name":"big","hosts":{` + strings.Join(hosts, ",") + `},"groups":{"g":{"labels":{"r":"x"}}},"formulas":[` + strings.Join(formulas, ",") + `]}`
+	_, err := dag.ParseJSONComposition([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "fan out into 250000 nodes, more than 200000") {
+		t.Fatalf("error %v", err)
 	}
 }

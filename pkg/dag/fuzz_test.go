@@ -3,6 +3,7 @@ package dag_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -18,6 +19,8 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(`{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`))
 	f.Add([]byte(base(`{"id":"a","server":"h1","depends_on":["a"],"nodes":[{"name":"n","run":"x","depends_on":["n"]}]}`)))
 	f.Add([]byte(`{"name":"t","hosts":{"h":{"transport":"local"}},"formulas":[{"id":"a","server":"h","max_parallel":1e400,"nodes":[{"name":"n","run":"x","timeout":"9999999999999h"}]}]}`))
+	f.Add([]byte(fleetDoc))
+	f.Add([]byte(strings.ReplaceAll(fleetDoc, "{{ .Vars.port }}", "{{ .Vars.port | printf \"%q\" }} {{ range .Labels }}{{ . }}{{ end }}")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := dag.ParseJSONComposition(data)
 		if err != nil {

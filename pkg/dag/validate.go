@@ -297,7 +297,7 @@ func (v *validator) env(path string, env map[string]EnvValue) {
 		if !isEnvName(k) {
 			v.bad(keyPath(path, k), CodeValue, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
 		}
-		if e := env[k]; e.IsSecret() {
+		if e := env[k]; e.IsSecret() && !strings.Contains(e.Secret, "{{") { // a template is checked once rendered
 			if p := SecretNameProblem(e.Secret); p != "" {
 				v.bad(keyPath(path, k)+".secret", CodeValue, "%s", p)
 			}
