@@ -164,7 +164,7 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 // isPermanent says retrying cannot help: the host cannot be reached or
 // trusted, or refuses the credentials.
 func isPermanent(err error) bool {
-	return errors.Is(err, errUnreachable) || errors.Is(err, errSecret) || errors.Is(err, hostexec.ErrHostKeyUnknown) || errors.Is(err, hostexec.ErrHostKeyChanged) || errors.Is(err, hostexec.ErrAuth)
+	return errors.Is(err, errUnreachable) || errors.Is(err, errRefused) || errors.Is(err, errSecret) || errors.Is(err, hostexec.ErrHostKeyUnknown) || errors.Is(err, hostexec.ErrHostKeyChanged) || errors.Is(err, hostexec.ErrAuth)
 }
 
 // waiting announces that the attempt waits for another workflow's run of

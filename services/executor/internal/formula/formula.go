@@ -331,7 +331,14 @@ func (x *Executor) secrets() Secrets {
 type unreachable struct{ err error }
 
 func (u unreachable) Run(context.Context, hostexec.Command) (hostexec.Result, error) {
+	if errors.Is(u.err, hostexec.ErrLocalNotAllowed) {
+		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errRefused, u.err) // reachable, but not here
+	}
 	return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errUnreachable, u.err)
 }
+
+// errRefused: this worker does not run the host's commands (transport
+// local without --allow-local); retrying here cannot help.
+var errRefused = errors.New("nothing ran")
 
 var errUnreachable = errors.New("host unreachable")

@@ -2,6 +2,7 @@ package formula
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -82,5 +83,20 @@ func TestAMissingSecretFailsTheNodeBeforeAnythingRuns(t *testing.T) {
 				t.Errorf("record %+v", r)
 			}
 		})
+	}
+}
+
+// A host this worker refuses (transport local without --allow-local) fails
+// its nodes at once, saying so, without calling it unreachable.
+func TestRefusedLocalHost(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.x.Hosts = runners{err: fmt.Errorf("%w: start it with --allow-local", hostexec.ErrLocalNotAllowed)}
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 3))); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"f running", "n running 1", "n failed 1: nothing ran: transport local is not allowed on this worker: start it with --allow-local", "f failed: node(s) failed: n"}
+	if got := h.stored(); !slices.Equal(got, want) {
+		t.Errorf("stored %q\nwant %q", got, want)
 	}
 }
