@@ -79,31 +79,33 @@ reconcile chooses what runs.`,
 // reconcilable parses the composition and refuses one that chooses what
 // runs itself (targets, reset) or is not a create.
 func reconcilable(cmd *cobra.Command, path string, data []byte) (*dag.Value, error) {
-	tree, err := composition.Parse(path, data)
-	if err == nil {
-		_, err = dag.Load(tree)
-	}
-	var inv *dag.InvalidError
-	if errors.As(err, &inv) {
-		for _, m := range inv.Messages() {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", path, m)
+	invalid := func(err error) error {
+		var inv *dag.InvalidError
+		if errors.As(err, &inv) {
+			for _, m := range inv.Messages() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", path, m)
+			}
+			return failed("%s is not a valid composition", path)
 		}
-		return nil, failed("%s is not a valid composition", path)
+		return &exitError{code: ExitProblem, err: err}
 	}
+	tree, err := composition.Parse(path, data)
 	if err != nil {
-		return nil, &exitError{code: ExitProblem, err: err}
+		return nil, invalid(err)
 	}
-	if tree.Kind != dag.KindMap {
-		return nil, failed("%s: a composition is a mapping", path)
+	if tree.Kind == dag.KindMap {
+		if t := tree.Get("targets"); t != nil && t.Kind != dag.KindNull {
+			return nil, failed("%s: targets: reconcile chooses the targets itself (the nodes drift reports missing or changed); remove them", path)
+		}
+		if r := tree.Get("reset"); r != nil && r.Kind == dag.KindBool && r.Scalar == "true" {
+			return nil, failed("%s: reset: reconcile runs only what drifted, and reset would run again what is in place; remove it", path)
+		}
+		if op := tree.Get("operation"); op != nil && op.Kind == dag.KindString && op.Scalar != string(dag.OpCreate) {
+			return nil, failed("%s: operation: reconcile runs a create, not %s", path, op.Scalar)
+		}
 	}
-	if t := tree.Get("targets"); t != nil && t.Kind != dag.KindNull {
-		return nil, failed("%s: targets: reconcile chooses the targets itself (the nodes drift reports missing or changed); remove them", path)
-	}
-	if r := tree.Get("reset"); r != nil && r.Kind == dag.KindBool && r.Scalar == "true" {
-		return nil, failed("%s: reset: reconcile runs only what drifted, and reset would run again what is in place; remove it", path)
-	}
-	if op := tree.Get("operation"); op != nil && op.Kind == dag.KindString && op.Scalar != string(dag.OpCreate) {
-		return nil, failed("%s: operation: reconcile runs a create, not %s", path, op.Scalar)
+	if _, err := dag.Load(tree); err != nil {
+		return nil, invalid(err)
 	}
 	return tree, nil
 }
