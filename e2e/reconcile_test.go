@@ -130,9 +130,10 @@ func TestReconcileRunsOnlyWhatDrifted(t *testing.T) {
 	}
 }
 
-// gantry retry --node re-runs only the named failed node and what depends
-// on it: of two failures (f1/x, fixed on the host meanwhile, and f2/y, still
-// broken), retrying f1/x runs x and f3 (blocked behind f1) and not y; the
+// gantry retry --node re-runs only the named failed nodes and what depends
+// on them: of three failures (f1/x and f2/y2, fixed on the host meanwhile,
+// and f2/y, still broken), retrying f1/x and f2/y2 runs them and f3
+// (blocked behind f1), and not y, though its formula f2 runs again; the
 // workflow still ends failed, and y stays failed. A node that did not fail
 // or does not exist is refused, and nothing starts.
 func TestCLIRetryNode(t *testing.T) {
@@ -144,7 +145,9 @@ func TestCLIRetryNode(t *testing.T) {
 		Hosts: map[string]dag.Host{"h": {Address: h.Addr, User: s.fleet.User}},
 		Formulas: []dag.Formula{
 			{ID: "f1", Server: "h", Nodes: []dag.Node{{Name: "x", Run: fmt.Sprintf("echo f1/x >> %s; test -f %s/fixed", m, h.Dir)}}},
-			{ID: "f2", Server: "h", Nodes: []dag.Node{{Name: "y", Run: fmt.Sprintf("echo f2/y >> %s; false", m)}}},
+			{ID: "f2", Server: "h", MaxParallel: 2, Nodes: []dag.Node{
+				{Name: "y", Run: fmt.Sprintf("echo f2/y >> %s; false", m), DependsOn: []string{}},
+				{Name: "y2", Run: fmt.Sprintf("echo f2/y2 >> %s; test -f %s/fixed", m, h.Dir), DependsOn: []string{}}}},
 			{ID: "f3", Server: "h", DependsOn: []dag.FormulaDep{{Formula: "f1"}}, Nodes: []dag.Node{marked(h, "f3", "z")}},
 		}}
 	file := writeJSON(t, filepath.Join(t.TempDir(), "c.json"), c)
@@ -153,7 +156,7 @@ func TestCLIRetryNode(t *testing.T) {
 		t.Fatalf("first run: exit %d\n%s", code, out)
 	}
 	id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
-	if got := markers(t, h); fmt.Sprint(got) != fmt.Sprint(map[string]int{"f1/x": 1, "f2/y": 1}) {
+	if got := markers(t, h); fmt.Sprint(got) != fmt.Sprint(map[string]int{"f1/x": 1, "f2/y": 1, "f2/y2": 1}) {
 		t.Fatalf("first run ran %v", got)
 	}
 	for _, bad := range []struct{ node, want string }{
@@ -169,17 +172,17 @@ func TestCLIRetryNode(t *testing.T) {
 	if err := os.WriteFile(h.Dir+"/fixed", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out = s.cli(bin, "retry", id, "--node", "f1/x", "--watch")
+	code, out = s.cli(bin, "retry", id, "--node", "f1/x", "--node", "f2/y2", "--watch")
 	if code != 1 || !strings.Contains(out, id+": running (generation 2)") || !strings.Contains(out, "workflow retrynode FAILED (run 2)") {
 		t.Fatalf("retry --node f1/x: exit %d\n%s", code, out)
 	}
 	t.Logf("gantry retry --node f1/x --watch:\n%s", out)
-	if got, want := markers(t, h), map[string]int{"f1/x": 2, "f2/y": 1, "f3/z": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := markers(t, h), map[string]int{"f1/x": 2, "f2/y": 1, "f2/y2": 2, "f3/z": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the retry ran %v, want %v", got, want)
 	}
 	// The state shows y failed still, and x and z done.
 	code, out = s.cli(bin, "state", "--host", "h")
-	for _, row := range []string{`h +retrynode +f2 +y +failed`, `h +retrynode +f1 +x +succeeded`, `h +retrynode +f3 +z +succeeded`} {
+	for _, row := range []string{`h +retrynode +f2 +y +failed`, `h +retrynode +f2 +y2 +succeeded`, `h +retrynode +f1 +x +succeeded`, `h +retrynode +f3 +z +succeeded`} {
 		if code != 0 || !regexp.MustCompile(row).MatchString(out) {
 			t.Fatalf("state: exit %d, no row %q\n%s", code, row, out)
 		}
