@@ -36,18 +36,6 @@ func fleetYAML(s *stack, rollout, gate string, fail string) string {
 	return b.String()
 }
 
-func (s *stack) cli(bin string, args ...string) (int, string) {
-	s.t.Helper()
-	cmd := exec.Command(bin, append(args, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator))...)
-	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), string(out)
-	} else if err != nil {
-		s.t.Fatal(err)
-	}
-	return 0, string(out)
-}
-
 // A group of three hosts with their own vars: each host gets its own
 // rendered command, and the plan shows the commands as they run.
 func TestFleetGroupAndTemplates(t *testing.T) {

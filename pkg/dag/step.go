@@ -14,6 +14,9 @@ type RunState struct {
 	pending  int // formulas in FormulaPending
 	open     int // formulas not yet finished (see finished)
 	failures int // formulas failed or unhealthy
+
+	carried []bool // failures a retry carried over (see Carry); nil when none
+	kept    int    // how many of failures are carried
 }
 
 // NewRunState returns the state of a run that has not started: every
@@ -65,6 +68,10 @@ func (s *RunState) SetFormula(i int, st FormulaState, blocker int) error {
 		return nil
 	}
 	s.count(i, old, -1)
+	if s.carried != nil && s.carried[i] {
+		s.carried[i] = false
+		s.kept--
+	}
 	s.formulas[i] = st
 	s.count(i, st, +1)
 	if st == FormulaBlocked {
@@ -183,7 +190,9 @@ func (s *RunState) readiness(i int) (ready bool, root int) {
 }
 
 func (s *RunState) stopping() bool {
-	return s.failures > s.tolerated() && s.plan.OnFailure != OnFailureContinue
+	// Failures a retry carries over, and those within a rollout's
+	// max_failed, do not stop the run (it still ends failed).
+	return s.failures > s.kept+s.tolerated() && s.plan.OnFailure != OnFailureContinue
 }
 
 // batchVerdict is a rollout dependency on an instance of the previous
@@ -367,7 +376,7 @@ func (p *Plan) StepAfter(s *RunState, changed int) Decision {
 
 func (p *Plan) firstFailure(s *RunState) int {
 	for _, i := range p.Order {
-		if st := s.formulas[i]; st == FormulaFailed || st == FormulaUnhealthy {
+		if st := s.formulas[i]; (st == FormulaFailed || st == FormulaUnhealthy) && !s.Carried(i) {
 			return i
 		}
 	}

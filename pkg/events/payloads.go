@@ -182,6 +182,9 @@ type WorkNode struct {
 	Retry       dag.RetryPolicy         `json:"retry"`
 	SpecHash    string                  `json:"spec_hash"`
 	AlreadyDone bool                    `json:"already_done,omitempty"` // recorded succeeded with this spec: skip
+	// NotRetried: a retry limited to other nodes leaves this one as it
+	// was; it does not run in this generation.
+	NotRetried bool `json:"not_retried,omitempty"`
 }
 
 // Dispatch is formula-ready work on decky.<host>.dispatch: everything an

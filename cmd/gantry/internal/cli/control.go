@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -18,6 +19,7 @@ var controlHelp = map[string]string{
 func newControlCmd(verb string) *cobra.Command {
 	var cf connFlags
 	var watch bool
+	var nodes []string
 	cmd := &cobra.Command{
 		Use:   verb + " WORKFLOW_ID",
 		Short: controlHelp[verb],
@@ -28,8 +30,12 @@ func newControlCmd(verb string) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
+			var body []byte
+			if len(nodes) > 0 {
+				body, _ = json.Marshal(events.ControlRequest{Nodes: nodes})
+			}
 			var reply events.ControlReply
-			err = request(nc, events.WorkflowControl(args[0], verb), nil, cf.timeout, &reply)
+			err = request(nc, events.WorkflowControl(args[0], verb), body, cf.timeout, &reply)
 			var se *serviceError
 			if errors.As(err, &se) {
 				return failed("%s %s: %s", verb, args[0], se.Description)
@@ -48,6 +54,18 @@ func newControlCmd(verb string) *cobra.Command {
 	cf.add(cmd)
 	if verb != events.VerbPause {
 		cmd.Flags().BoolVarP(&watch, "watch", "w", false, "then stream the workflow until it ends")
+	}
+	if verb == events.VerbRetry {
+		cmd.Flags().StringArrayVar(&nodes, "node", nil, "re-run only this failed node (FORMULA/NODE; repeatable) and what depends on it; other failures stay failed")
+		cmd.Long = `retry starts a new generation of a failed or cancelled workflow. Without
+--node it re-runs every failed node, and what they blocked or kept from
+starting; succeeded and skipped nodes stay done. With --node FORMULA/NODE
+(repeatable) it re-runs only those failed nodes and what depends on them:
+later nodes of the same formula that depend on one, and the formulas that
+depend on its formula and had not completed. Every other failed, blocked or
+cancelled node stays as it was, and if a failure remains the workflow ends
+failed again. A node that did not fail, or does not exist, is refused and
+nothing starts.`
 	}
 	return cmd
 }

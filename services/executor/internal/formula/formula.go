@@ -171,7 +171,10 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 	}
 	results := make(chan nodeResult, len(f.pf.Nodes))
 	running := 0
-	var failed []string
+	failed, held := f.holdNodes(ctx, states)
+	if f.err != nil {
+		return states, failed // a held node's record could not be read: the redelivery decides
+	}
 	for {
 		step := f.pf.NodeStep(states, f.stop.Err() != nil, f.d.OnFailure == dag.OnFailureContinue)
 		for _, b := range step.Blocked {
@@ -182,10 +185,20 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 			states[j] = dag.NodeCancelled
 			f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: f.cancelReason(failed)}, 0)
 		}
+		again := false
 		for _, j := range step.Start {
+			if held[j] { // not retried, and nothing it waits for failed: it stays as it was
+				states[j] = dag.NodeCancelled
+				f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: notRetried}, 0)
+				again = true
+				continue
+			}
 			states[j] = dag.NodeRunning
 			running++
 			go func(j int) { results <- nodeResult{j, f.runNode(ctx, j)} }(j)
+		}
+		if again {
+			continue // step again: what the held nodes took is free
 		}
 		if step.Done && running == 0 {
 			return states, failed
@@ -213,6 +226,8 @@ func (f *formulaRun) outcome(states []dag.NodeState, failed []string) (dag.Formu
 		return dag.FormulaFailed, events.BoundError("node(s) failed: " + strings.Join(failed, ", "))
 	case f.stop.Err() != nil && !allDone(states):
 		return dag.FormulaCancelled, ""
+	case !allDone(states): // only nodes a retry left out can be
+		return dag.FormulaFailed, "node(s) not retried"
 	}
 	return dag.FormulaSucceeded, ""
 }
@@ -342,3 +357,42 @@ func (u unreachable) Run(context.Context, hostexec.Command) (hostexec.Result, er
 var errRefused = errors.New("nothing ran")
 
 var errUnreachable = errors.New("host unreachable")
+
+const notRetried = "not retried: the retry named other nodes"
+
+// holdNodes sets up the nodes a retry limited to other nodes leaves as
+// they were (events.WorkNode.NotRetried): one recorded done stays done,
+// one recorded failed is failed again without running (it fails the
+// formula, but as a step state it only blocks what depends on it, and
+// does not stop the retried nodes under on_failure stop); any other is
+// returned held, to be blocked or cancelled when its turn comes instead
+// of starting. It returns the held failures' names.
+func (f *formulaRun) holdNodes(ctx context.Context, states []dag.NodeState) ([]string, map[int]bool) {
+	var failed []string
+	var held map[int]bool
+	for j, n := range f.d.Nodes {
+		if !n.NotRetried {
+			continue
+		}
+		key := events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name)
+		rec, _, err := f.x.Records.Get(ctx, key)
+		switch {
+		case err == nil && rec.Status.Done():
+			states[j] = rec.Status
+			f.emitNode(ctx, j, &events.NodeEvent{Status: rec.Status, Run: events.Run{ExitCode: rec.ExitCode}, Reason: "already recorded " + string(rec.Status)}, rec.Attempt)
+			continue
+		case err == nil && rec.Status == dag.NodeFailed:
+			states[j] = dag.NodeBlocked
+			failed = append(failed, n.Name)
+			f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: notRetried}}, rec.Attempt)
+			continue
+		case err != nil && !errors.Is(err, events.ErrNoRecord) && !errors.Is(err, events.ErrBadRecord):
+			f.fail(fmt.Errorf("node %s: %w", n.Name, err))
+		}
+		if held == nil {
+			held = map[int]bool{}
+		}
+		held[j] = true
+	}
+	return failed, held
+}

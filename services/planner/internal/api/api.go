@@ -71,9 +71,14 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 			_ = req.Error("400", "bad control subject "+req.Subject(), nil)
 			return
 		}
+		body, err := events.ParseControlRequest(sub.Verb, req.Data())
+		if err != nil {
+			_ = req.Error("400", err.Error(), nil)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		reply, err := e.Control(ctx, sub.WorkflowID, sub.Verb, principal(req))
+		reply, err := e.ControlRequest(ctx, sub.WorkflowID, sub.Verb, body, principal(req))
 		switch {
 		case errors.Is(err, engine.ErrNotFound):
 			_ = req.Error("404", err.Error(), nil)

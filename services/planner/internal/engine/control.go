@@ -20,25 +20,31 @@ type ControlReply = events.ControlReply
 
 // Control applies a verb to a workflow at the request of by.
 func (e *Engine) Control(ctx context.Context, id, verb string, by events.Principal) (*ControlReply, error) {
-	reply, err := e.control(ctx, id, verb, e.named(by))
+	return e.ControlRequest(ctx, id, verb, events.ControlRequest{}, by)
+}
+
+// ControlRequest applies a verb with the request's options (a retry
+// limited to nodes) to a workflow at the request of by.
+func (e *Engine) ControlRequest(ctx context.Context, id, verb string, req events.ControlRequest, by events.Principal) (*ControlReply, error) {
+	reply, err := e.control(ctx, id, verb, req, e.named(by))
 	if e.healed(ctx, err) {
-		return e.control(ctx, id, verb, e.named(by))
+		return e.control(ctx, id, verb, req, e.named(by))
 	}
 	return reply, err
 }
 
-func (e *Engine) control(ctx context.Context, id, verb string, by events.Principal) (reply *ControlReply, err error) {
+func (e *Engine) control(ctx context.Context, id, verb string, req events.ControlRequest, by events.Principal) (reply *ControlReply, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	err = e.unit(ctx, func() error {
-		reply, err = e.request(ctx, id, verb, &by)
+		reply, err = e.request(ctx, id, verb, req, &by)
 		return err
 	})
 	return reply, err
 }
 
 // request carries out a control verb.
-func (e *Engine) request(ctx context.Context, id, verb string, by *events.Principal) (*ControlReply, error) {
+func (e *Engine) request(ctx context.Context, id, verb string, req events.ControlRequest, by *events.Principal) (*ControlReply, error) {
 	r, err := e.load(ctx, id)
 	if err != nil {
 		return nil, err
@@ -74,7 +80,11 @@ func (e *Engine) request(ctx context.Context, id, verb string, by *events.Princi
 		if r.rec.Rollback != nil {
 			return nil, fmt.Errorf("%w: %s was rolled back; submit the composition again", ErrConflict, id)
 		}
-		err = e.retry(ctx, r, by)
+		if len(req.Nodes) > 0 {
+			err = e.retryNodes(ctx, r, req.Nodes, by)
+		} else {
+			err = e.retry(ctx, r, by)
+		}
 	default:
 		return nil, fmt.Errorf("%w: unknown verb %q", ErrConflict, verb)
 	}
@@ -175,11 +185,17 @@ func (e *Engine) retry(ctx context.Context, r *run, by *events.Principal) error 
 			}
 		}
 	}
+	r.rec.Held, r.rec.Carried = nil, nil
+	return e.nextGeneration(ctx, r, fmt.Sprintf("retry: generation %d", r.rec.Generation+1), by)
+}
+
+// nextGeneration starts the retried run as a new generation.
+func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *events.Principal) error {
 	r.rec.Generation++
 	r.rec.Status = dag.WorkflowRunning
 	r.rec.CancelledBy = nil
 	r.snap.Status = dag.WorkflowRunning
-	e.publishWorkflow(ctx, r, dag.WorkflowRunning, fmt.Sprintf("retry: generation %d", r.rec.Generation), by)
+	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)
 	if err := e.saveRecord(ctx, r); err != nil {
 		return err
 	}

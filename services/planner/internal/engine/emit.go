@@ -37,7 +37,8 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 	for j := range pf.Nodes {
 		pn, n := &pf.Nodes[j], &spec.Nodes[j]
 		d.Nodes[j] = events.WorkNode{Name: pn.Name, Command: pn.Command, Check: pn.Check, DependsOn: pn.DependsOn,
-			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name]}
+			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name],
+			NotRetried: r.notRetried(pf.ID, pn.Name)}
 	}
 	e.publishFormula(ctx, r, i, dag.FormulaReady, "")
 	e.Out.Emit(ctx, events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch"))

@@ -137,6 +137,15 @@ func describe(e events.Emitted) string {
 		if len(done) > 0 {
 			s += " skip " + strings.Join(done, ",")
 		}
+		var held []string
+		for _, n := range p.Nodes {
+			if n.NotRetried {
+				held = append(held, n.Name)
+			}
+		}
+		if len(held) > 0 {
+			s += " hold " + strings.Join(held, ",")
+		}
 		return s
 	case *events.GateRequest:
 		return "gate " + p.Formula

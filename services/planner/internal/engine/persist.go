@@ -29,6 +29,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if r.state, err = restore(r.plan, r.snap); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
+	r.carry()
 	e.cacheRun(r)
 	return r, nil
 }

@@ -28,6 +28,7 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 		return e.saveRecord(ctx, r)
 	}
 	r.rec.Rollback = rb
+	r.rec.Held, r.rec.Carried = nil, nil
 	r.rec.Generation++
 	r.plan = dag.PlanLoaded(rb)
 	r.state = r.plan.NewRunState()

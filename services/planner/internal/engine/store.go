@@ -37,6 +37,12 @@ type Record struct {
 	// running: the run is cancelling, and is cancelled (at the request of
 	// CancelledBy) once they have ended.
 	CancelledBy *events.Principal `json:"cancelled_by,omitempty"`
+	// Held and Carried are what a retry limited to nodes left as it was in
+	// the current generation: per formula the nodes that do not run, and
+	// the formulas whose failure stays (it fails the run, but does not
+	// stop what is retried).
+	Held    map[string][]string `json:"held,omitempty"`
+	Carried []string            `json:"carried,omitempty"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.

@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/composition"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+func newReconcileCmd() *cobra.Command {
+	var cf connFlags
+	var watch, dryRun bool
+	cmd := &cobra.Command{
+		Use:   "reconcile FILE",
+		Short: "Run only what drift reports missing or changed",
+		Long: `reconcile asks the state for the composition's drift (as gantry drift does)
+and submits the composition limited to the formulas holding the nodes drift
+reports missing or changed. In them, and in their prerequisites, every node
+already in place with the same spec is skipped as already done, so only the
+drifted nodes run (the prerequisites' health gates are checked again).
+Orphaned nodes (in place, but no longer in the composition) are listed and
+left alone: a delete removes them. When nothing is missing or changed it
+says "nothing to reconcile" and submits nothing. With --dry-run it prints
+what it would run and submits nothing; with --watch it streams the run as
+gantry submit --watch does. The composition must not set targets or reset:
+reconcile chooses what runs.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := args[0]
+			data, err := readComposition(path)
+			if err != nil {
+				return err
+			}
+			tree, err := reconcilable(cmd, path, data)
+			if err != nil {
+				return err
+			}
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var rep events.DriftReport
+			if err := request(nc, events.StateDrift, data, cf.timeout, &rep); err != nil {
+				return stateErr(err)
+			}
+			out := cmd.OutOrStdout()
+			drifted, targets := printDrift(out, &rep)
+			if len(drifted) == 0 {
+				fmt.Fprintln(out, "nothing to reconcile")
+				return nil
+			}
+			tree.Set("targets", dag.Strings(targets))
+			body, err := tree.MarshalJSON()
+			if err != nil {
+				return failed("%s: %w", path, err)
+			}
+			if dryRun {
+				return printDryRun(out, path, body, drifted, targets)
+			}
+			return submitReconcile(cmd, nc, cf, path, body, targets, watch)
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would run; submit nothing")
+	return cmd
+}
+
+// reconcilable parses the composition and refuses one that chooses what
+// runs itself (targets, reset) or is not a create.
+func reconcilable(cmd *cobra.Command, path string, data []byte) (*dag.Value, error) {
+	invalid := func(err error) error {
+		var inv *dag.InvalidError
+		if errors.As(err, &inv) {
+			for _, m := range inv.Messages() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", path, m)
+			}
+			return failed("%s is not a valid composition", path)
+		}
+		return &exitError{code: ExitProblem, err: err}
+	}
+	tree, err := composition.Parse(path, data)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	if tree.Kind == dag.KindMap {
+		if t := tree.Get("targets"); t != nil && t.Kind != dag.KindNull {
+			return nil, failed("%s: targets: reconcile chooses the targets itself (the nodes drift reports missing or changed); remove them", path)
+		}
+		if r := tree.Get("reset"); r != nil && r.Kind == dag.KindBool && r.Scalar == "true" {
+			return nil, failed("%s: reset: reconcile runs only what drifted, and reset would run again what is in place; remove it", path)
+		}
+		if op := tree.Get("operation"); op != nil && op.Kind == dag.KindString && op.Scalar != string(dag.OpCreate) {
+			return nil, failed("%s: operation: reconcile runs a create, not %s", path, op.Scalar)
+		}
+	}
+	if _, err := dag.Load(tree); err != nil {
+		return nil, invalid(err)
+	}
+	return tree, nil
+}
+
+// printDrift prints the drift summary and what is out of place, and
+// returns the missing and changed nodes ("formula/node (drift)") and the
+// formulas that hold them, in report order.
+func printDrift(out io.Writer, rep *events.DriftReport) (drifted, targets []string) {
+	fmt.Fprintf(out, "drift of %s: %d ok, %d changed, %d missing, %d orphaned\n", rep.Workflow,
+		rep.Counts[events.DriftOK], rep.Counts[events.DriftChanged], rep.Counts[events.DriftMissing], rep.Counts[events.DriftOrphaned])
+	var orphaned []string
+	for _, it := range rep.Items {
+		switch it.Drift {
+		case events.DriftMissing, events.DriftChanged:
+			fmt.Fprintf(out, "  %-8s %s %s/%s\n", it.Drift, it.Host, it.Formula, it.Node)
+			drifted = append(drifted, fmt.Sprintf("%s/%s (%s on %s)", it.Formula, it.Node, it.Drift, it.Host))
+			if !slices.Contains(targets, it.Formula) {
+				targets = append(targets, it.Formula)
+			}
+		case events.DriftOrphaned:
+			orphaned = append(orphaned, fmt.Sprintf("%s %s/%s", it.Host, it.Formula, it.Node))
+		}
+	}
+	for _, o := range orphaned {
+		fmt.Fprintf(out, "  orphaned %s\n", o)
+	}
+	if len(orphaned) > 0 {
+		fmt.Fprintf(out, "orphaned: not in the composition any more; run a delete to remove them (%d left as they are)\n", len(orphaned))
+	}
+	return drifted, targets
+}
+
+// printDryRun says what a reconcile would run, from the plan of the
+// composition limited to targets.
+func printDryRun(out io.Writer, path string, body []byte, drifted, targets []string) error {
+	c, err := composition.Load(path+" (with targets)", body)
+	if err != nil {
+		return failed("%s: with targets %s: %w", path, strings.Join(targets, ", "), err)
+	}
+	p := dag.PlanLoaded(c)
+	ids := make([]string, len(p.Formulas))
+	for i := range p.Formulas {
+		ids[i] = p.Formulas[i].ID
+	}
+	fmt.Fprintf(out, "would run: %s\n", strings.Join(drifted, ", "))
+	fmt.Fprintf(out, "with targets %s: formulas %s (nodes already in place with the same spec are skipped; health gates are checked)\n",
+		strings.Join(targets, ", "), strings.Join(ids, ", "))
+	fmt.Fprintln(out, "dry run: nothing was submitted")
+	return nil
+}
+
+// submitReconcile submits the targeted composition and, with watch,
+// streams it as submit --watch does.
+func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, path string, body []byte, targets []string, watch bool) error {
+	since := time.Now().Add(-time.Second)
+	var reply events.SubmitReply
+	err := request(nc, events.SubjectSubmit, body, cf.timeout, &reply)
+	var se *serviceError
+	if errors.As(err, &se) {
+		if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
+			for _, m := range reply.Errors {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", path, m)
+			}
+			return failed("%s with targets %s rejected: %d problem(s); nothing was run", path, strings.Join(targets, ", "), len(reply.Errors))
+		}
+		return &exitError{code: ExitProblem, err: fmt.Errorf("planner: %s", se.Description)}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "reconciling with targets %s\naccepted %s (%s)\n", strings.Join(targets, ", "), reply.WorkflowID, reply.Plan)
+	if !watch {
+		return nil
+	}
+	return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1)
+}
