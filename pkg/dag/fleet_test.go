@@ -123,6 +123,16 @@ func TestFanOutTargets(t *testing.T) {
 	if !slices.Equal(c.Targets, []string{"app-web-1", "app-web-2", "app-web-3"}) {
 		t.Errorf("targets %q", c.Targets)
 	}
+	// One instance, as reconcile names them from drift.
+	one := strings.Replace(doc, `"targets":["app"]`, `"targets":["app-web-2"]`, 1)
+	c = loadFleet(t, one)
+	p := dag.PlanLoaded(c)
+	if _, ok := p.Index("app-web-2"); !ok || len(p.NotSelected) == 0 {
+		t.Errorf("targets app-web-2: plan %v, not selected %v", p.LevelIDs, p.NotSelected)
+	}
+	if _, err := dag.ParseJSONComposition([]byte(strings.Replace(doc, `"targets":["app"]`, `"targets":["app-web-9"]`, 1))); err == nil {
+		t.Errorf("a target naming no instance was accepted")
+	}
 }
 
 func TestFleetProblems(t *testing.T) {

@@ -357,11 +357,25 @@ func (v *validator) targets(ids map[string]int) {
 			v.bad(p, CodeToken, "target %s", tokenProblem(t))
 		case seen[t]:
 			v.bad(p, CodeDuplicate, "target %q is listed twice", t)
-		case !nodes[t] && !hasKey(ids, t):
+		case !nodes[t] && !hasKey(ids, t) && !v.isInstance(t):
 			v.bad(p, CodeUnknownRef, "unknown target %q: no node or formula has that name", t)
 		}
 		seen[t] = true
 	}
+}
+
+// isInstance reports whether id names an instance of a group formula
+// ("<formula>-<host>" for a host of its group).
+func (v *validator) isInstance(id string) bool {
+	for _, f := range v.c.Formulas {
+		if f.Group == "" || !strings.HasPrefix(id, f.ID+"-") {
+			continue
+		}
+		if g, ok := v.c.Groups[f.Group]; ok && slices.Contains(groupHosts(v.c, g), strings.TrimPrefix(id, f.ID+"-")) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
