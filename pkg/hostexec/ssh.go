@@ -73,6 +73,9 @@ func DefaultSSHPaths() (keyFile, knownHosts string) {
 }
 
 // Pool holds one SSH connection per user@host:port and hands out runners.
+// A host behind jump hosts is reached through a connection of its own,
+// dialed through the jump host's connection; each jump host's connection
+// is pooled as well, and shared by every host behind it.
 type Pool struct {
 	cfg       SSHConfig
 	keys      []ssh.Signer // from the key file
@@ -85,9 +88,18 @@ type Pool struct {
 }
 
 type conn struct {
-	mu     sync.Mutex // held while dialing
-	client *ssh.Client
-	sem    chan struct{}
+	mu      sync.Mutex // held while dialing
+	client  *ssh.Client
+	sem     chan struct{}
+	address string // host:port
+	user    string
+	parent  *conn // the jump host it is reached through; nil: dialed directly
+}
+
+// Jump is a jump host on the way to a host (ssh ProxyJump).
+type Jump struct {
+	Address string // host:port
+	User    string // the default user when empty
 }
 
 // NewPool checks the configuration (key readable, known_hosts parseable)
@@ -202,12 +214,21 @@ func (k *knownHosts) check(hkcb ssh.HostKeyCallback, host string, remote net.Add
 	return again(host, remote, key)
 }
 
-// Runner returns a runner for user@address (address is host:port).
-func (p *Pool) Runner(address, user string) Runner {
+// Runner returns a runner for user@address (address is host:port),
+// reached through the jump hosts via, the first hop first. Each hop's host
+// key is checked as a direct host's is.
+func (p *Pool) Runner(address, user string, via ...Jump) Runner {
 	if user == "" {
 		user = p.cfg.DefaultUser
 	}
-	return &sshRunner{pool: p, address: address, user: user}
+	hops := make([]Jump, len(via))
+	for i, j := range via {
+		if j.User == "" {
+			j.User = p.cfg.DefaultUser
+		}
+		hops[i] = j
+	}
+	return &sshRunner{pool: p, address: address, user: user, via: hops}
 }
 
 // Close closes every connection.
@@ -222,24 +243,44 @@ func (p *Pool) Close() {
 	}
 }
 
-func (p *Pool) entry(key string) *conn {
+// entry is the pooled connection to user@address through the jump hosts
+// via, each of which has an entry of its own. An entry is keyed by its
+// path: "user@address" for a host dialed directly (a jump host too, so a
+// host that is both a target and a jump host has one connection), and
+// "ops@bastion:22>root@10.0.0.11:22" behind jump hosts.
+func (p *Pool) entry(address, user string, via []Jump) *conn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c, ok := p.conns[key]
-	if !ok {
-		c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions)}
-		p.conns[key] = c
+	var parent *conn
+	key := ""
+	hop := func(address, user string) *conn {
+		if key != "" {
+			key += ">"
+		}
+		key += user + "@" + address
+		c, ok := p.conns[key]
+		if !ok {
+			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), address: address, user: user, parent: parent}
+			p.conns[key] = c
+		}
+		parent = c
+		return c
 	}
-	return c
+	for _, j := range via {
+		hop(j.Address, j.User)
+	}
+	return hop(address, user)
 }
 
-// client returns the live connection, dialing if there is none.
-func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.Client, error) {
+// client returns the live connection, dialing if there is none (and, for
+// a host behind a jump host, the jump host's first if it has none).
+func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.client != nil {
 		return c.client, nil
 	}
+	address, user := c.address, c.user
 	signers, closeAgent, err := p.signers()
 	defer closeAgent()
 	if err != nil {
@@ -274,10 +315,9 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		},
 		Timeout: p.cfg.DialTimeout,
 	}
-	d := net.Dialer{Timeout: p.cfg.DialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", address)
+	nc, err := p.dial(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+		return nil, err
 	}
 	if known != nil {
 		cfg.HostKeyAlgorithms = hostKeyAlgorithms(known, address, nc.RemoteAddr())
@@ -303,6 +343,46 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		c.mu.Unlock()
 	}(c.client)
 	return c.client, nil
+}
+
+// dial opens the connection to c's address: directly, or as a channel
+// of its jump host's connection (dialing that first when it has none).
+// A jump connection that turns out broken is dropped and redialed once,
+// as a direct one is; a jump host that refuses to forward is not.
+func (p *Pool) dial(ctx context.Context, c *conn) (net.Conn, error) {
+	if c.parent == nil {
+		d := net.Dialer{Timeout: p.cfg.DialTimeout}
+		nc, err := d.DialContext(ctx, "tcp", c.address)
+		if err != nil {
+			return nil, fmt.Errorf("%w to %s: %w", ErrConnect, c.address, err)
+		}
+		return nc, nil
+	}
+	j := c.parent
+	jump := j.user + "@" + j.address
+	for redialed := false; ; redialed = true {
+		jc, err := p.client(ctx, j)
+		if err != nil {
+			return nil, fmt.Errorf("jump host %s, on the way to %s: %w", jump, c.address, err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+		nc, err := jc.DialContext(dctx, "tcp", c.address)
+		timedOut := dctx.Err() != nil
+		cancel()
+		if err == nil {
+			return nc, nil
+		}
+		var oce *ssh.OpenChannelError
+		switch {
+		case errors.As(err, &oce):
+			return nil, fmt.Errorf("%w to %s: jump host %s did not forward to it (it needs AllowTcpForwarding yes in its sshd_config, and a route to that address): %w", ErrConnect, c.address, jump, err)
+		case timedOut || redialed:
+			// A slow target is no reason to drop a jump connection other
+			// hosts may be using.
+			return nil, fmt.Errorf("%w to %s through jump host %s: %w", ErrConnect, c.address, jump, err)
+		}
+		p.drop(j, jc)
+	}
 }
 
 // probeKey is a key that no known_hosts lists: checking it for a host
@@ -445,6 +525,7 @@ type sshRunner struct {
 	pool    *Pool
 	address string
 	user    string
+	via     []Jump // users filled in
 }
 
 // session opens a session. A refused channel (sshd frees a session slot a
@@ -454,7 +535,7 @@ type sshRunner struct {
 func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Client, error) {
 	redialed := false
 	for wait := 5 * time.Millisecond; ; {
-		client, err := r.pool.client(ctx, c, r.address, r.user)
+		client, err := r.pool.client(ctx, c)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -496,7 +577,7 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
-	c := r.pool.entry(r.user + "@" + r.address)
+	c := r.pool.entry(r.address, r.user, r.via)
 	select { // stay within MaxSessions on this connection
 	case c.sem <- struct{}{}:
 	case <-rctx.Done():

@@ -1,0 +1,195 @@
+package hostexec
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+)
+
+// logins counts the connections a host's sshd let in.
+func logins(h *sshtest.Host) int { return strings.Count(h.Log(), "Accepted publickey for") }
+
+// forwardedTo reports whether the jump host's sshd forwarded a channel to
+// addr (its DEBUG1 log of each direct-tcpip request).
+func forwardedTo(jump *sshtest.Host, addr string) bool {
+	host, port, _ := net.SplitHostPort(addr)
+	return strings.Contains(jump.Log(), fmt.Sprintf("target %s port %s", host, port))
+}
+
+// A host behind a jump host runs its commands through it: the target
+// listens on 127.0.0.2, and the jump host's sshd forwarded a channel
+// there. A durable command runs through it as well.
+func TestJumpHostRunsThrough(t *testing.T) {
+	f := sshtest.Start(t, 2, sshtest.Options{Listen: map[int]string{1: "127.0.0.2"}, LogLevel: "DEBUG1"})
+	jump, target := f.Hosts[0], f.Hosts[1]
+	p := newPool(t, f, f.KnownHosts)
+	r := p.Runner(target.Addr, "", Jump{Address: jump.Addr})
+	res, err := r.Run(context.Background(), Command{Script: "echo through; touch " + target.Dir + "/ran"})
+	if err != nil || res.Stdout != "through\n" {
+		t.Fatalf("through the jump host: %+v %v", res, err)
+	}
+	if !forwardedTo(jump, target.Addr) {
+		t.Fatalf("the jump host's sshd did not forward to %s; its log:\n%s", target.Addr, jump.Log())
+	}
+	if logins(jump) != 1 || logins(target) != 1 {
+		t.Errorf("logins: jump %d, target %d; want 1 each", logins(jump), logins(target))
+	}
+	dir := t.TempDir()
+	var lines []string
+	var mu sync.Mutex
+	on := func(_ Stream, l string) { mu.Lock(); lines = append(lines, l); mu.Unlock() }
+	res, err = r.Run(context.Background(), durable(dir, "w1.1.f.n.1", on))
+	if err != nil || res.ExitCode != 7 || !strings.Contains(res.Stdout, "line2") {
+		t.Fatalf("durable command through the jump host: %+v %v", res, err)
+	}
+	if got := counted(t, dir); got != "start end" {
+		t.Fatalf("durable command ran %q, want once", got)
+	}
+	// the same attempt again reads the recorded result, runs nothing
+	if res, err = r.Run(context.Background(), durable(dir, "w1.1.f.n.1", nil)); err != nil || res.ExitCode != 7 || counted(t, dir) != "start end" {
+		t.Fatalf("attempt again: %+v %v, runs %q", res, err, counted(t, dir))
+	}
+}
+
+// Every hop's host key is checked as a direct host's is: a jump host whose
+// key is not in known_hosts, or differs from the one recorded, is refused
+// with the error of a direct host, naming the jump host, and nothing runs
+// on the target.
+func TestJumpHostKeyChecked(t *testing.T) {
+	f := sshtest.Start(t, 2, sshtest.Options{})
+	jump, target := f.Hosts[0], f.Hosts[1]
+	var targetLine string
+	for _, l := range strings.Split(string(mustRead(t, f.KnownHosts)), "\n") {
+		if strings.HasPrefix(l, knownhosts.Normalize(target.Addr)+" ") {
+			targetLine = l
+		}
+	}
+	if targetLine == "" {
+		t.Fatalf("no known_hosts line for %s", target.Addr)
+	}
+	_, other, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPub, err := ssh.NewPublicKey(other.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		known string
+		want  error
+		says  []string
+	}{
+		{"unknown", targetLine + "\n", ErrHostKeyUnknown, []string{"jump host " + f.User + "@" + jump.Addr, "ssh-keyscan -p"}},
+		{"changed", targetLine + "\n" + knownhosts.Line([]string{knownhosts.Normalize(jump.Addr)}, otherPub) + "\n", ErrHostKeyChanged,
+			[]string{"jump host " + f.User + "@" + jump.Addr, "differs from the key recorded"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			known := filepath.Join(t.TempDir(), "known_hosts")
+			if err := os.WriteFile(known, []byte(tc.known), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
+			t.Cleanup(hosts.Close)
+			r, err := hosts.Runner(Target{Transport: "ssh", Address: target.Addr, Via: []Jump{{Address: jump.Addr}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = r.Run(context.Background(), Command{Script: "touch " + target.Dir + "/ran"})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			t.Logf("refused: %v", err)
+			for _, s := range append(tc.says, jump.Addr+" ") {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+			if _, serr := os.Stat(target.Dir + "/ran"); serr == nil {
+				t.Fatal("the command ran behind a jump host whose key was refused")
+			}
+		})
+	}
+}
+
+// Two hosts behind one jump host share its one connection; when the jump
+// host goes away and comes back, the next command redials it.
+func TestJumpConnectionShared(t *testing.T) {
+	f := sshtest.Start(t, 3, sshtest.Options{LogLevel: "VERBOSE"})
+	jump, a, b := f.Hosts[0], f.Hosts[1], f.Hosts[2]
+	p := newPool(t, f, f.KnownHosts)
+	via := Jump{Address: jump.Addr}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 4; i++ {
+		for _, h := range []*sshtest.Host{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := p.Runner(h.Addr, "", via).Run(context.Background(), Command{Script: "echo " + h.Name})
+				if err == nil && res.Stdout != h.Name+"\n" {
+					err = fmt.Errorf("%s said %q", h.Name, res.Stdout)
+				}
+				errs <- err
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := logins(jump); n != 1 {
+		t.Fatalf("the jump host let in %d connections for two hosts behind it, want 1 shared", n)
+	}
+	if logins(a) != 1 || logins(b) != 1 {
+		t.Fatalf("targets let in %d and %d connections, want 1 each", logins(a), logins(b))
+	}
+	// the jump host goes down with every connection through it, and back up
+	jump.Stop()
+	jump.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+	for _, h := range []*sshtest.Host{a, b} {
+		for {
+			_, err = p.Runner(h.Addr, "", via).Run(context.Background(), Command{Script: "true"})
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("%s after the jump host came back: %v", h.Name, err)
+		}
+	}
+	if n := logins(jump); n != 2 {
+		t.Fatalf("the jump host let in %d connections in all, want 2 (one redial, shared)", n)
+	}
+}
+
+// A jump host that does not forward says so, with what it needs.
+func TestJumpHostWithoutForwarding(t *testing.T) {
+	f := sshtest.Start(t, 2, sshtest.Options{HostConfig: map[int][]string{0: {"AllowTcpForwarding no"}}})
+	p := newPool(t, f, f.KnownHosts)
+	_, err := p.Runner(f.Hosts[1].Addr, "", Jump{Address: f.Hosts[0].Addr}).Run(context.Background(), Command{Script: "true"})
+	if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "AllowTcpForwarding") || !strings.Contains(err.Error(), f.Hosts[0].Addr) {
+		t.Fatalf("err = %v, want ErrConnect naming the jump host and AllowTcpForwarding", err)
+	}
+}
