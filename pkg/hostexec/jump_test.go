@@ -72,14 +72,17 @@ func TestJumpHostRunsThrough(t *testing.T) {
 func TestJumpHostKeyChecked(t *testing.T) {
 	f := sshtest.Start(t, 2, sshtest.Options{})
 	jump, target := f.Hosts[0], f.Hosts[1]
-	var targetLine string
+	var targetLine, jumpLine string
 	for _, l := range strings.Split(string(mustRead(t, f.KnownHosts)), "\n") {
 		if strings.HasPrefix(l, knownhosts.Normalize(target.Addr)+" ") {
 			targetLine = l
 		}
+		if strings.HasPrefix(l, knownhosts.Normalize(jump.Addr)+" ") {
+			jumpLine = l
+		}
 	}
-	if targetLine == "" {
-		t.Fatalf("no known_hosts line for %s", target.Addr)
+	if targetLine == "" || jumpLine == "" {
+		t.Fatalf("no known_hosts lines for %s and %s", target.Addr, jump.Addr)
 	}
 	_, other, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -96,6 +99,8 @@ func TestJumpHostKeyChecked(t *testing.T) {
 		says  []string
 	}{
 		{"unknown", targetLine + "\n", ErrHostKeyUnknown, []string{"jump host " + f.User + "@" + jump.Addr, "ssh-keyscan -p"}},
+		{"target unknown behind it", jumpLine + "\n", ErrHostKeyUnknown,
+			[]string{target.Addr + " offers", "ssh ssh://" + f.User + "@" + jump.Addr + " ssh-keyscan -p"}},
 		{"changed", targetLine + "\n" + knownhosts.Line([]string{knownhosts.Normalize(jump.Addr)}, otherPub) + "\n", ErrHostKeyChanged,
 			[]string{"jump host " + f.User + "@" + jump.Addr, "differs from the key recorded"}},
 	} {
@@ -191,5 +196,30 @@ func TestJumpHostWithoutForwarding(t *testing.T) {
 	_, err := p.Runner(f.Hosts[1].Addr, "", Jump{Address: f.Hosts[0].Addr}).Run(context.Background(), Command{Script: "true"})
 	if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "AllowTcpForwarding") || !strings.Contains(err.Error(), f.Hosts[0].Addr) {
 		t.Fatalf("err = %v, want ErrConnect naming the jump host and AllowTcpForwarding", err)
+	}
+}
+
+// Jump hosts chain: the first hop forwards to the second, which forwards
+// to the target; a target key unknown there is to be scanned through both.
+func TestJumpHostsChained(t *testing.T) {
+	f := sshtest.Start(t, 3, sshtest.Options{Listen: map[int]string{2: "127.0.0.2"}, LogLevel: "DEBUG1"})
+	j1, j2, target := f.Hosts[0], f.Hosts[1], f.Hosts[2]
+	p := newPool(t, f, f.KnownHosts)
+	res, err := p.Runner(target.Addr, "", Jump{Address: j1.Addr}, Jump{Address: j2.Addr}).Run(context.Background(), Command{Script: "echo two hops"})
+	if err != nil || res.Stdout != "two hops\n" {
+		t.Fatalf("through two jump hosts: %+v %v", res, err)
+	}
+	if !forwardedTo(j1, j2.Addr) || forwardedTo(j1, target.Addr) || !forwardedTo(j2, target.Addr) {
+		t.Fatalf("want %s forwarding to %s only, and %s to %s; logs:\n%s\n%s", j1.Name, j2.Addr, j2.Name, target.Addr, j1.Log(), j2.Log())
+	}
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	lines := strings.Split(string(mustRead(t, f.KnownHosts)), "\n")
+	if err := os.WriteFile(known, []byte(lines[0]+"\n"+lines[1]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = newPool(t, f, known).Runner(target.Addr, "", Jump{Address: j1.Addr}, Jump{Address: j2.Addr}).Run(context.Background(), Command{Script: "true"})
+	want := fmt.Sprintf("ssh -J %s@%s ssh://%s@%s ssh-keyscan -p", f.User, j1.Addr, f.User, j2.Addr)
+	if !errors.Is(err, ErrHostKeyUnknown) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want ErrHostKeyUnknown advising %q", err, want)
 	}
 }

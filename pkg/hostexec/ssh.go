@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,17 @@ type conn struct {
 	address string // host:port
 	user    string
 	parent  *conn // the jump host it is reached through; nil: dialed directly
+}
+
+// jumps is the user@address of each jump host on the way to c, the first
+// hop first.
+func (c *conn) jumps() []string {
+	var out []string
+	for j := c.parent; j != nil; j = j.parent {
+		out = append(out, j.user+"@"+j.address)
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // Jump is a jump host on the way to a host (ssh ProxyJump).
@@ -308,7 +320,7 @@ func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 			err := hostKey(host, remote, key)
 			var ke *knownhosts.KeyError
 			if errors.As(err, &ke) {
-				keyErr = hostKeyError(address, p.cfg.KnownHosts, key, ke)
+				keyErr = hostKeyError(address, p.cfg.KnownHosts, key, ke, c.jumps())
 				return keyErr
 			}
 			return err
@@ -436,10 +448,21 @@ func hostKeyAlgorithms(known ssh.HostKeyCallback, address string, remote net.Add
 // another key: the key changed, which is what an interception looks like,
 // so the message names the recorded lines and gives no command that would
 // trust the new key. Both give the offered key's fingerprint to check.
-func hostKeyError(address, file string, key ssh.PublicKey, ke *knownhosts.KeyError) error {
+//
+// A host behind jump hosts (jumps: user@address of each, first hop first)
+// is scanned from the last jump host, which reaches it.
+func hostKeyError(address, file string, key ssh.PublicKey, ke *knownhosts.KeyError, jumps []string) error {
 	if len(ke.Want) == 0 {
-		return fmt.Errorf("%w: %s offers a %s key (%s) that is not in %s; refusing to connect (check it, then add it: ssh-keyscan -p %s %s >> %s)",
-			ErrHostKeyUnknown, address, key.Type(), ssh.FingerprintSHA256(key), file, portOf(address), hostOf(address), file)
+		scan := ""
+		if n := len(jumps); n > 0 {
+			scan = "ssh "
+			if n > 1 {
+				scan += "-J " + strings.Join(jumps[:n-1], ",") + " "
+			}
+			scan += "ssh://" + jumps[n-1] + " "
+		}
+		return fmt.Errorf("%w: %s offers a %s key (%s) that is not in %s; refusing to connect (check it, then add it: %sssh-keyscan -p %s %s >> %s)",
+			ErrHostKeyUnknown, address, key.Type(), ssh.FingerprintSHA256(key), file, scan, portOf(address), hostOf(address), file)
 	}
 	recorded := make([]string, len(ke.Want))
 	for i, w := range ke.Want {
