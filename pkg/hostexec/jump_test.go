@@ -223,3 +223,30 @@ func TestJumpHostsChained(t *testing.T) {
 		t.Fatalf("err = %v, want ErrHostKeyUnknown advising %q", err, want)
 	}
 }
+
+// A jump host can hold the fleet's key to forwarding only, to the hosts
+// behind it (docs/security.md): the host behind it runs, the jump host
+// itself runs nothing, and another address is not forwarded to.
+func TestJumpHostRestrictedKey(t *testing.T) {
+	dir := t.TempDir()
+	restricted := filepath.Join(dir, "authorized_keys")
+	f := sshtest.Start(t, 3, sshtest.Options{HostConfig: map[int][]string{0: {"AuthorizedKeysFile " + restricted}}})
+	jump, target, other := f.Hosts[0], f.Hosts[1], f.Hosts[2]
+	line := fmt.Sprintf(`restrict,port-forwarding,permitopen="%s",command="/bin/false" `, target.Addr) + string(mustRead(t, f.KeyFile+".pub"))
+	if err := os.WriteFile(restricted, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(t, f, f.KnownHosts)
+	if res, err := p.Runner(target.Addr, "", Jump{Address: jump.Addr}).Run(context.Background(), Command{Script: "echo behind"}); err != nil || res.Stdout != "behind\n" {
+		t.Fatalf("through a restricted jump key: %+v %v", res, err)
+	}
+	if res, err := p.Runner(jump.Addr, "").Run(context.Background(), Command{Script: "touch " + jump.Dir + "/ran"}); err == nil && res.ExitCode == 0 {
+		t.Fatalf("the restricted key ran a command on the jump host: %+v", res)
+	}
+	if _, err := os.Stat(jump.Dir + "/ran"); err == nil {
+		t.Fatal("the restricted key ran a command on the jump host")
+	}
+	if _, err := p.Runner(other.Addr, "", Jump{Address: jump.Addr}).Run(context.Background(), Command{Script: "true"}); !errors.Is(err, ErrConnect) {
+		t.Fatalf("forwarded outside permitopen: %v", err)
+	}
+}
