@@ -246,12 +246,17 @@ func (p *Pool) Runner(address, user string, via ...Jump) Runner {
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for k, c := range p.conns {
-		if c.client != nil {
-			_ = c.client.Close()
+	conns := p.conns
+	p.conns = map[string]*conn{}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		cl := c.client
+		c.client = nil
+		c.mu.Unlock()
+		if cl != nil {
+			_ = cl.Close()
 		}
-		delete(p.conns, k)
 	}
 }
 
