@@ -199,6 +199,31 @@ func TestJumpHostWithoutForwarding(t *testing.T) {
 	}
 }
 
+// A host behind a jump host that is down fails to connect, as a direct
+// one does (so the node is retried), without blaming the jump host's
+// configuration and without dropping its connection, which other hosts
+// may be using.
+func TestJumpTargetDown(t *testing.T) {
+	f := sshtest.Start(t, 3, sshtest.Options{LogLevel: "VERBOSE"})
+	jump, up, down := f.Hosts[0], f.Hosts[1], f.Hosts[2]
+	p := newPool(t, f, f.KnownHosts)
+	via := Jump{Address: jump.Addr}
+	if _, err := p.Runner(up.Addr, "", via).Run(context.Background(), Command{Script: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	down.Stop()
+	_, err := p.Runner(down.Addr, "", via).Run(context.Background(), Command{Script: "true"})
+	if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "could not connect to it") || strings.Contains(err.Error(), "AllowTcpForwarding") {
+		t.Fatalf("err = %v, want ErrConnect saying the jump host could not connect", err)
+	}
+	if _, err := p.Runner(up.Addr, "", via).Run(context.Background(), Command{Script: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := logins(jump); n != 1 {
+		t.Fatalf("the jump host let in %d connections, want 1: a host down behind it dropped it", n)
+	}
+}
+
 // Jump hosts chain: the first hop forwards to the second, which forwards
 // to the target; a target key unknown there is to be scanned through both.
 func TestJumpHostsChained(t *testing.T) {
@@ -246,7 +271,7 @@ func TestJumpHostRestrictedKey(t *testing.T) {
 	if _, err := os.Stat(jump.Dir + "/ran"); err == nil {
 		t.Fatal("the restricted key ran a command on the jump host")
 	}
-	if _, err := p.Runner(other.Addr, "", Jump{Address: jump.Addr}).Run(context.Background(), Command{Script: "true"}); !errors.Is(err, ErrConnect) {
+	if _, err := p.Runner(other.Addr, "", Jump{Address: jump.Addr}).Run(context.Background(), Command{Script: "true"}); !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "refused to forward") {
 		t.Fatalf("forwarded outside permitopen: %v", err)
 	}
 }

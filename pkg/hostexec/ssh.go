@@ -391,8 +391,10 @@ func (p *Pool) dial(ctx context.Context, c *conn) (net.Conn, error) {
 		}
 		var oce *ssh.OpenChannelError
 		switch {
+		case errors.As(err, &oce) && oce.Reason == ssh.Prohibited:
+			return nil, fmt.Errorf("%w to %s: jump host %s refused to forward to it (its sshd needs AllowTcpForwarding yes, and no permitopen that leaves the address out): %w", ErrConnect, c.address, jump, err)
 		case errors.As(err, &oce):
-			return nil, fmt.Errorf("%w to %s: jump host %s did not forward to it (it needs AllowTcpForwarding yes in its sshd_config, and a route to that address): %w", ErrConnect, c.address, jump, err)
+			return nil, fmt.Errorf("%w to %s: jump host %s could not connect to it: %w", ErrConnect, c.address, jump, err)
 		case timedOut || redialed:
 			// A slow target is no reason to drop a jump connection other
 			// hosts may be using.
