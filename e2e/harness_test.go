@@ -50,13 +50,15 @@ type stackOptions struct {
 	refuseLocal bool
 	// secretsDir is the workers' --secrets-dir.
 	secretsDir string
+	// ssh are the fleet's options (listen addresses, sshd logs).
+	ssh sshtest.Options
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	s := &stack{t: t}
 	if o.hosts > 0 {
-		s.fleet = sshtest.Start(t, o.hosts, sshtest.Options{})
+		s.fleet = sshtest.Start(t, o.hosts, o.ssh)
 	}
 	var err error
 	conn := natsconn.Options{}

@@ -154,6 +154,7 @@ func (v *validator) host(p, name string, h Host) {
 	if strings.ContainsAny(h.User, " \t\r\n@:") {
 		v.bad(p+".user", CodeValue, "user %q contains a space, '@' or ':'", h.User)
 	}
+	v.via(p, name, h)
 }
 
 // hostAddress checks an address and returns it as host:port, adding port 22.

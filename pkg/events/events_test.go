@@ -68,7 +68,8 @@ func samples() map[string]events.Payload {
 				{Name: "containerd-config", Command: "systemctl restart containerd", DependsOn: []string{"containerd"}, Timeout: dag.Duration(30 * time.Minute),
 					Retry: dag.DefaultRetry, SpecHash: "sha256:cd", AlreadyDone: true},
 			}},
-		"gate_request": &events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
+		"gate_request": &events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root",
+			Via: []events.Jump{{Address: "203.0.113.5:22", User: "ops"}, {Address: "10.0.1.1:2222"}}},
 			Gate: dag.HealthGate{Check: "systemctl is-active containerd", Timeout: dag.Duration(time.Minute), Retries: 6,
 				Env: map[string]dag.EnvValue{"UNIT": dag.Text("containerd"), "TOKEN": dag.SecretRef("probe_token")}}},
 	}
@@ -221,6 +222,8 @@ func TestDecodeDataRejectsBadPayloads(t *testing.T) {
 		"bad operation":        {&events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Operation = "zap"; return r }(), Status: dag.FormulaRunning}, "operation"},
 		"dispatch no nodes":    {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1}, "nodes: missing"},
 		"dispatch bad dep":     {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a", DependsOn: []string{"zz"}}}, Order: []string{"a"}}, `unknown node "zz"`},
+		"via without address":  {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.1:22", Via: []events.Jump{{User: "ops"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via[0].address"},
+		"local with via":       {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal, Via: []events.Jump{{Address: "10.0.0.1:22"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via"},
 		"dispatch ssh no addr": {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}}, "host_spec.address"},
 		"gate without check":   {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}}, "gate needs"},
 		"log bad stream":       {&events.LogLine{Ref: ref, Stream: "stdin"}, `stream "stdin"`},

@@ -169,6 +169,15 @@ type HostSpec struct {
 	Transport dag.Transport `json:"transport"`
 	Address   string        `json:"address,omitempty"`
 	User      string        `json:"user,omitempty"`
+	// Via is the jump hosts the host is reached through (ssh ProxyJump),
+	// the first hop first.
+	Via []Jump `json:"via,omitempty"`
+}
+
+// Jump is one jump host on the way to a host.
+type Jump struct {
+	Address string `json:"address"`        // host:port
+	User    string `json:"user,omitempty"` // the worker's default when empty
 }
 
 // WorkNode is one node of a dispatched formula.
@@ -343,10 +352,18 @@ func (e *GateRequest) Validate() error {
 func (h *HostSpec) validate() error {
 	switch h.Transport {
 	case dag.TransportLocal:
+		if len(h.Via) > 0 {
+			return errors.New("host_spec.via: transport local has no jump hosts")
+		}
 		return nil
 	case dag.TransportSSH:
 		if h.Address == "" {
 			return fmt.Errorf("host_spec.address: %w", errMissing)
+		}
+		for i, j := range h.Via {
+			if j.Address == "" {
+				return fmt.Errorf("host_spec.via[%d].address: %w", i, errMissing)
+			}
 		}
 		return nil
 	}

@@ -43,13 +43,26 @@ type Hosts struct {
 // NewHosts returns a factory using cfg.
 func NewHosts(cfg HostsConfig) *Hosts { return &Hosts{cfg: cfg} }
 
+// Target is a host to run commands on: "local" (Address, User and Via
+// unused), or "ssh" at Address as User (the default user when empty),
+// reached through the jump hosts Via, the first hop first.
+type Target struct {
+	Transport string
+	Address   string
+	User      string
+	Via       []Jump
+}
+
 // Runner returns the runner for a host: "local" (when allowed), or "ssh"
-// at address.
-func (h *Hosts) Runner(transport, address, user string) (Runner, error) {
-	switch transport {
+// at its address, through its jump hosts.
+func (h *Hosts) Runner(t Target) (Runner, error) {
+	switch t.Transport {
 	case "local":
 		if !h.cfg.AllowLocal {
 			return nil, fmt.Errorf("%w: start it with --allow-local or GANTRY_ALLOW_LOCAL=1 (local commands run as the worker's own user on its machine)", ErrLocalNotAllowed)
+		}
+		if len(t.Via) > 0 {
+			return nil, errors.New("transport local is never reached through a jump host (via)")
 		}
 		return Local{}, nil
 	case "ssh", "":
@@ -57,9 +70,9 @@ func (h *Hosts) Runner(transport, address, user string) (Runner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 		}
-		return p.Runner(address, user), nil
+		return p.Runner(t.Address, t.User, t.Via...), nil
 	}
-	return nil, fmt.Errorf("unknown transport %q", transport)
+	return nil, fmt.Errorf("unknown transport %q", t.Transport)
 }
 
 func (h *Hosts) sshPool() (*Pool, error) {

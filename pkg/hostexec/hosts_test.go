@@ -11,11 +11,11 @@ import (
 // Transport local runs only on a worker started to allow it, and the
 // refusal says how.
 func TestHostsLocalAllowed(t *testing.T) {
-	r, err := NewHosts(HostsConfig{}).Runner("local", "", "")
+	r, err := NewHosts(HostsConfig{}).Runner(Target{Transport: "local"})
 	if !errors.Is(err, ErrLocalNotAllowed) || !strings.Contains(err.Error(), "--allow-local") || r != nil {
 		t.Fatalf("runner %v, err %v: want ErrLocalNotAllowed naming --allow-local", r, err)
 	}
-	r, err = NewHosts(HostsConfig{AllowLocal: true}).Runner("local", "", "")
+	r, err = NewHosts(HostsConfig{AllowLocal: true}).Runner(Target{Transport: "local"})
 	if err != nil {
 		t.Fatal(err)
 	}

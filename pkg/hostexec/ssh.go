@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,9 @@ func DefaultSSHPaths() (keyFile, knownHosts string) {
 }
 
 // Pool holds one SSH connection per user@host:port and hands out runners.
+// A host behind jump hosts is reached through a connection of its own,
+// dialed through the jump host's connection; each jump host's connection
+// is pooled as well, and shared by every host behind it.
 type Pool struct {
 	cfg       SSHConfig
 	keys      []ssh.Signer // from the key file
@@ -85,9 +89,29 @@ type Pool struct {
 }
 
 type conn struct {
-	mu     sync.Mutex // held while dialing
-	client *ssh.Client
-	sem    chan struct{}
+	mu      sync.Mutex // held while dialing
+	client  *ssh.Client
+	sem     chan struct{}
+	address string // host:port
+	user    string
+	parent  *conn // the jump host it is reached through; nil: dialed directly
+}
+
+// jumps is the user@address of each jump host on the way to c, the first
+// hop first.
+func (c *conn) jumps() []string {
+	var out []string
+	for j := c.parent; j != nil; j = j.parent {
+		out = append(out, j.user+"@"+j.address)
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// Jump is a jump host on the way to a host (ssh ProxyJump).
+type Jump struct {
+	Address string // host:port
+	User    string // the default user when empty
 }
 
 // NewPool checks the configuration (key readable, known_hosts parseable)
@@ -202,44 +226,78 @@ func (k *knownHosts) check(hkcb ssh.HostKeyCallback, host string, remote net.Add
 	return again(host, remote, key)
 }
 
-// Runner returns a runner for user@address (address is host:port).
-func (p *Pool) Runner(address, user string) Runner {
+// Runner returns a runner for user@address (address is host:port),
+// reached through the jump hosts via, the first hop first. Each hop's host
+// key is checked as a direct host's is.
+func (p *Pool) Runner(address, user string, via ...Jump) Runner {
 	if user == "" {
 		user = p.cfg.DefaultUser
 	}
-	return &sshRunner{pool: p, address: address, user: user}
+	hops := make([]Jump, len(via))
+	for i, j := range via {
+		if j.User == "" {
+			j.User = p.cfg.DefaultUser
+		}
+		hops[i] = j
+	}
+	return &sshRunner{pool: p, address: address, user: user, via: hops}
 }
 
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for k, c := range p.conns {
-		if c.client != nil {
-			_ = c.client.Close()
+	conns := p.conns
+	p.conns = map[string]*conn{}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		cl := c.client
+		c.client = nil
+		c.mu.Unlock()
+		if cl != nil {
+			_ = cl.Close()
 		}
-		delete(p.conns, k)
 	}
 }
 
-func (p *Pool) entry(key string) *conn {
+// entry is the pooled connection to user@address through the jump hosts
+// via, each of which has an entry of its own. An entry is keyed by its
+// path: "user@address" for a host dialed directly (a jump host too, so a
+// host that is both a target and a jump host has one connection), and
+// "ops@bastion:22>root@10.0.0.11:22" behind jump hosts.
+func (p *Pool) entry(address, user string, via []Jump) *conn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c, ok := p.conns[key]
-	if !ok {
-		c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions)}
-		p.conns[key] = c
+	var parent *conn
+	key := ""
+	hop := func(address, user string) *conn {
+		if key != "" {
+			key += ">"
+		}
+		key += user + "@" + address
+		c, ok := p.conns[key]
+		if !ok {
+			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), address: address, user: user, parent: parent}
+			p.conns[key] = c
+		}
+		parent = c
+		return c
 	}
-	return c
+	for _, j := range via {
+		hop(j.Address, j.User)
+	}
+	return hop(address, user)
 }
 
-// client returns the live connection, dialing if there is none.
-func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.Client, error) {
+// client returns the live connection, dialing if there is none (and, for
+// a host behind a jump host, the jump host's first if it has none).
+func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.client != nil {
 		return c.client, nil
 	}
+	address, user := c.address, c.user
 	signers, closeAgent, err := p.signers()
 	defer closeAgent()
 	if err != nil {
@@ -267,17 +325,16 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 			err := hostKey(host, remote, key)
 			var ke *knownhosts.KeyError
 			if errors.As(err, &ke) {
-				keyErr = hostKeyError(address, p.cfg.KnownHosts, key, ke)
+				keyErr = hostKeyError(address, p.cfg.KnownHosts, key, ke, c.jumps())
 				return keyErr
 			}
 			return err
 		},
 		Timeout: p.cfg.DialTimeout,
 	}
-	d := net.Dialer{Timeout: p.cfg.DialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", address)
+	nc, err := p.dial(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
+		return nil, err
 	}
 	if known != nil {
 		cfg.HostKeyAlgorithms = hostKeyAlgorithms(known, address, nc.RemoteAddr())
@@ -303,6 +360,48 @@ func (p *Pool) client(ctx context.Context, c *conn, address, user string) (*ssh.
 		c.mu.Unlock()
 	}(c.client)
 	return c.client, nil
+}
+
+// dial opens the connection to c's address: directly, or as a channel
+// of its jump host's connection (dialing that first when it has none).
+// A jump connection that turns out broken is dropped and redialed once,
+// as a direct one is; a jump host that refuses to forward is not.
+func (p *Pool) dial(ctx context.Context, c *conn) (net.Conn, error) {
+	if c.parent == nil {
+		d := net.Dialer{Timeout: p.cfg.DialTimeout}
+		nc, err := d.DialContext(ctx, "tcp", c.address)
+		if err != nil {
+			return nil, fmt.Errorf("%w to %s: %w", ErrConnect, c.address, err)
+		}
+		return nc, nil
+	}
+	j := c.parent
+	jump := j.user + "@" + j.address
+	for redialed := false; ; redialed = true {
+		jc, err := p.client(ctx, j)
+		if err != nil {
+			return nil, fmt.Errorf("jump host %s, on the way to %s: %w", jump, c.address, err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+		nc, err := jc.DialContext(dctx, "tcp", c.address)
+		timedOut := dctx.Err() != nil
+		cancel()
+		if err == nil {
+			return nc, nil
+		}
+		var oce *ssh.OpenChannelError
+		switch {
+		case errors.As(err, &oce) && oce.Reason == ssh.Prohibited:
+			return nil, fmt.Errorf("%w to %s: jump host %s refused to forward to it (its sshd needs AllowTcpForwarding yes, and no permitopen that leaves the address out): %w", ErrConnect, c.address, jump, err)
+		case errors.As(err, &oce):
+			return nil, fmt.Errorf("%w to %s: jump host %s could not connect to it: %w", ErrConnect, c.address, jump, err)
+		case timedOut || redialed:
+			// A slow target is no reason to drop a jump connection other
+			// hosts may be using.
+			return nil, fmt.Errorf("%w to %s through jump host %s: %w", ErrConnect, c.address, jump, err)
+		}
+		p.drop(j, jc)
+	}
 }
 
 // probeKey is a key that no known_hosts lists: checking it for a host
@@ -356,10 +455,21 @@ func hostKeyAlgorithms(known ssh.HostKeyCallback, address string, remote net.Add
 // another key: the key changed, which is what an interception looks like,
 // so the message names the recorded lines and gives no command that would
 // trust the new key. Both give the offered key's fingerprint to check.
-func hostKeyError(address, file string, key ssh.PublicKey, ke *knownhosts.KeyError) error {
+//
+// A host behind jump hosts (jumps: user@address of each, first hop first)
+// is scanned from the last jump host, which reaches it.
+func hostKeyError(address, file string, key ssh.PublicKey, ke *knownhosts.KeyError, jumps []string) error {
 	if len(ke.Want) == 0 {
-		return fmt.Errorf("%w: %s offers a %s key (%s) that is not in %s; refusing to connect (check it, then add it: ssh-keyscan -p %s %s >> %s)",
-			ErrHostKeyUnknown, address, key.Type(), ssh.FingerprintSHA256(key), file, portOf(address), hostOf(address), file)
+		scan := ""
+		if n := len(jumps); n > 0 {
+			scan = "ssh "
+			if n > 1 {
+				scan += "-J " + strings.Join(jumps[:n-1], ",") + " "
+			}
+			scan += "ssh://" + jumps[n-1] + " "
+		}
+		return fmt.Errorf("%w: %s offers a %s key (%s) that is not in %s; refusing to connect (check it, then add it: %sssh-keyscan -p %s %s >> %s)",
+			ErrHostKeyUnknown, address, key.Type(), ssh.FingerprintSHA256(key), file, scan, portOf(address), hostOf(address), file)
 	}
 	recorded := make([]string, len(ke.Want))
 	for i, w := range ke.Want {
@@ -445,6 +555,7 @@ type sshRunner struct {
 	pool    *Pool
 	address string
 	user    string
+	via     []Jump // users filled in
 }
 
 // session opens a session. A refused channel (sshd frees a session slot a
@@ -454,7 +565,7 @@ type sshRunner struct {
 func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Client, error) {
 	redialed := false
 	for wait := 5 * time.Millisecond; ; {
-		client, err := r.pool.client(ctx, c, r.address, r.user)
+		client, err := r.pool.client(ctx, c)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -496,7 +607,7 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
-	c := r.pool.entry(r.user + "@" + r.address)
+	c := r.pool.entry(r.address, r.user, r.via)
 	select { // stay within MaxSessions on this connection
 	case c.sem <- struct{}{}:
 	case <-rctx.Done():

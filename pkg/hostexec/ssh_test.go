@@ -115,7 +115,7 @@ func TestKnownHostsAppendTakesEffect(t *testing.T) {
 	hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
 	run := func() error {
-		r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
+		r, err := hosts.Runner(Target{Transport: "ssh", Address: f.Hosts[0].Addr})
 		if err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func TestChangedHostKeyReported(t *testing.T) {
 	}
 	hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
-	r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
+	r, err := hosts.Runner(Target{Transport: "ssh", Address: f.Hosts[0].Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,13 +229,13 @@ func TestHostsSetupRetried(t *testing.T) {
 	known := filepath.Join(t.TempDir(), "known_hosts")
 	hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
-	if _, err := hosts.Runner("ssh", f.Hosts[0].Addr, ""); !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), known) {
+	if _, err := hosts.Runner(Target{Transport: "ssh", Address: f.Hosts[0].Addr}); !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), known) {
 		t.Fatalf("err = %v, want ErrConnect naming %s", err, known)
 	}
 	if err := os.WriteFile(known, mustRead(t, f.KnownHosts), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r, err := hosts.Runner("ssh", f.Hosts[0].Addr, "")
+	r, err := hosts.Runner(Target{Transport: "ssh", Address: f.Hosts[0].Addr})
 	if err != nil {
 		t.Fatalf("after creating %s: %v", known, err)
 	}

@@ -63,8 +63,9 @@ type Fleet struct {
 // Host is one sshd.
 type Host struct {
 	Name    string
-	Addr    string // 127.0.0.1:port
+	Addr    string // 127.0.0.1:port (or Options.Listen's address)
 	Dir     string // a directory of the host's own, for marker files
+	LogFile string // sshd's log, when Options.LogLevel is set
 	cfgPath string
 	cmd     *exec.Cmd
 	mu      sync.Mutex
@@ -73,8 +74,20 @@ type Host struct {
 
 // Options for Start.
 type Options struct {
-	// ExtraConfig lines appended to every sshd_config.
+	// ExtraConfig lines appended to every sshd_config. sshd keeps the
+	// first value of most options, so these cannot change the defaults
+	// below; HostConfig can.
 	ExtraConfig []string
+	// HostConfig lines go first in host i's sshd_config, before the
+	// defaults, so they win over them (sshd keeps an option's first value):
+	// {1: {"AllowTcpForwarding no"}}.
+	HostConfig map[int][]string
+	// Listen is the loopback address host i listens on instead of
+	// 127.0.0.1, such as 127.0.0.2.
+	Listen map[int]string
+	// LogLevel, when set, makes every sshd log at that level (VERBOSE,
+	// DEBUG1...) to its Host.LogFile instead of being quiet.
+	LogLevel string
 }
 
 // Start starts n sshd hosts named host-0..host-n-1 for a test and stops
@@ -132,17 +145,27 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 		if err != nil {
 			return nil, err
 		}
-		port, err := freePort()
+		ip := "127.0.0.1"
+		if a := opts.Listen[i]; a != "" {
+			ip = a
+		}
+		port, err := freePort(ip)
 		if err != nil {
 			return nil, err
 		}
-		h.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cfg := []string{
-			"Port " + strconv.Itoa(port),
-			"ListenAddress 127.0.0.1",
-			"HostKey " + hostKey,
-			"PidFile " + filepath.Join(h.Dir, "sshd.pid"),
-			"AuthorizedKeysFile " + authorized,
+		h.Addr = net.JoinHostPort(ip, strconv.Itoa(port))
+		logLevel := "QUIET"
+		if opts.LogLevel != "" {
+			logLevel = opts.LogLevel
+			h.LogFile = filepath.Join(h.Dir, "sshd.log")
+		}
+		cfg := append([]string(nil), opts.HostConfig[i]...)
+		cfg = append(cfg,
+			"Port "+strconv.Itoa(port),
+			"ListenAddress "+ip,
+			"HostKey "+hostKey,
+			"PidFile "+filepath.Join(h.Dir, "sshd.pid"),
+			"AuthorizedKeysFile "+authorized,
 			"StrictModes no",
 			"UsePAM no",
 			"PasswordAuthentication no",
@@ -152,11 +175,11 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 			"MaxSessions 10",
 			"MaxStartups 200:30:400",
 			"PrintMotd no",
-			"LogLevel QUIET",
+			"LogLevel "+logLevel,
 			// Debian's bash reads ~/.bashrc for commands sshd runs (root's
 			// runs pyenv init, ~90 ms); this keeps the shell's start-up out.
 			"SetEnv SHLVL=1",
-		}
+		)
 		cfg = append(cfg, opts.ExtraConfig...)
 		h.cfgPath = filepath.Join(h.Dir, "sshd_config")
 		if err := os.WriteFile(h.cfgPath, []byte(strings.Join(cfg, "\n")+"\n"), 0o600); err != nil {
@@ -181,7 +204,11 @@ func (h *Host) Start() {
 	if h.cmd != nil {
 		return
 	}
-	cmd := exec.Command(SSHD, "-D", "-e", "-f", h.cfgPath)
+	args := []string{"-D", "-e", "-f", h.cfgPath}
+	if h.LogFile != "" {
+		args = append(args, "-E", h.LogFile)
+	}
+	cmd := exec.Command(SSHD, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	// Its own process group: Stop takes the per-connection sshd processes
 	// down with the listener, as a host going down would.
@@ -276,8 +303,17 @@ func writeKey(path string) (ssh.PublicKey, error) {
 	return sp, os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sp), 0o644)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// Log is what the host's sshd logged so far (Options.LogLevel).
+func (h *Host) Log() string {
+	if h.LogFile == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(h.LogFile)
+	return string(b)
+}
+
+func freePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return 0, err
 	}

@@ -123,7 +123,7 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	defer x.track(d.WorkflowID, &kill)()
 	f.stop = stop
 	f.slot = x.hostSlot(d.Ref.Host)
-	if f.runner, err = x.Hosts.Runner(string(d.Host.Transport), d.Host.Address, d.Host.User); err != nil {
+	if f.runner, err = x.Hosts.Runner(target(d.Host)); err != nil {
 		f.runner = unreachable{err}
 	}
 	f.emitFormula(ctx, dag.FormulaRunning, "")

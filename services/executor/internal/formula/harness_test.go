@@ -73,7 +73,7 @@ type runners struct {
 	err error
 }
 
-func (r runners) Runner(string, string, string) (hostexec.Runner, error) { return r.r, r.err }
+func (r runners) Runner(hostexec.Target) (hostexec.Runner, error) { return r.r, r.err }
 
 // bus keeps events in a MemoryOutbox and output lines in a list.
 type bus struct {

@@ -45,7 +45,16 @@ type Bus interface {
 
 // Runners gives the runner of a host.
 type Runners interface {
-	Runner(transport, address, user string) (hostexec.Runner, error)
+	Runner(t hostexec.Target) (hostexec.Runner, error)
+}
+
+// target is how to reach the host a host_spec names.
+func target(h events.HostSpec) hostexec.Target {
+	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User}
+	for _, j := range h.Via {
+		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User})
+	}
+	return t
 }
 
 // Secrets finds the value of a secret a node's env names, on this worker

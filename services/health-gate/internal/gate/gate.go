@@ -33,7 +33,16 @@ type Checker struct {
 // Runners gives the runner of a host (hostexec.Hosts; a scripted host in
 // tests).
 type Runners interface {
-	Runner(transport, address, user string) (hostexec.Runner, error)
+	Runner(t hostexec.Target) (hostexec.Runner, error)
+}
+
+// target is how to reach the host a host_spec names.
+func target(h events.HostSpec) hostexec.Target {
+	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User}
+	for _, j := range h.Via {
+		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User})
+	}
+	return t
 }
 
 // Secrets finds the value of a secret a gate's env names, on this worker
@@ -142,7 +151,7 @@ func (c *Checker) start(g *events.GateRequest) *gateRun {
 		log: c.Log.With("workflow_id", g.WorkflowID, "host", g.Ref.Host, "formula", g.Formula)}
 	r.begun = c.now()
 	r.deadline = r.begun.Add(g.Gate.Timeout.D())
-	r.runner, r.rerr = c.Hosts.Runner(string(g.Host.Transport), g.Host.Address, g.Host.User)
+	r.runner, r.rerr = c.Hosts.Runner(target(g.Host))
 	if r.rerr == nil {
 		r.env, r.secret, r.rerr = secrets.Split(c.secrets(), g.Gate.Env)
 		if r.rerr != nil {

@@ -88,7 +88,7 @@ type runners struct {
 	err error
 }
 
-func (r runners) Runner(string, string, string) (hostexec.Runner, error) { return r.r, r.err }
+func (r runners) Runner(hostexec.Target) (hostexec.Runner, error) { return r.r, r.err }
 
 func request(timeout time.Duration, retries int) *events.GateRequest {
 	return &events.GateRequest{Ref: events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "f", Host: "h1", Operation: dag.OpCreate, Generation: 1},

@@ -23,7 +23,7 @@ func (e *Engine) msgID(r *run, parts ...string) string {
 
 func hostSpec(c *dag.Composition, server string) events.HostSpec {
 	h := c.Hosts[server]
-	return events.HostSpec{Transport: h.Transport, Address: h.Address, User: h.User}
+	return events.HostSpec{Transport: h.Transport, Address: h.Address, User: h.User, Via: hostVia(c, server)}
 }
 
 // dispatch sends a formula's work to the executors, after its "ready", so
