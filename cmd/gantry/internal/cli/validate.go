@@ -62,6 +62,9 @@ func printProblems(w io.Writer, file string, err error) {
 	}
 	for _, p := range inv.Problems {
 		loc := file
+		if p.File != "" { // the inventory the composition names
+			loc = p.File
+		}
 		if p.Line > 0 {
 			loc = fmt.Sprintf("%s:%d", file, p.Line)
 		}
