@@ -1,6 +1,7 @@
 package composition
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -65,6 +66,14 @@ func readBounded(path, what string) ([]byte, error) {
 func ReadInventory(name string, data []byte) (*Inventory, error) {
 	root, err := Parse(name, data)
 	if err != nil {
+		var bad *dag.InvalidError
+		if errors.As(err, &bad) {
+			for i, p := range bad.Problems {
+				if p.Code == dag.CodeSyntax {
+					bad.Problems[i].Message += "; " + notINI
+				}
+			}
+		}
 		return nil, withFile(err, name)
 	}
 	r := invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}}
@@ -114,6 +123,7 @@ type source struct {
 type invVar struct {
 	val string
 	source
+	rank int // in a host's merged vars: higher was merged later, and wins
 }
 
 type invGroup struct {
@@ -147,11 +157,13 @@ func (r *invReader) fail(path string, line int, code dag.Code, format string, ar
 	r.problems = append(r.problems, dag.Problem{Path: path, Line: line, Code: code, Message: fmt.Sprintf(format, args...)})
 }
 
+const notINI = "INI inventories are not read: convert one with ansible-inventory -i FILE --list -y"
+
 const groupKeys = "a group has hosts, vars and children"
 
 func (r *invReader) read(root *dag.Value) {
 	if root.Kind != dag.KindMap {
-		r.fail("", root.Line, dag.CodeType, "an inventory is a mapping of groups (all: {hosts, vars, children}), got %s; INI inventories are not read: convert one with ansible-inventory -i FILE --list -y", root.Kind)
+		r.fail("", root.Line, dag.CodeType, "an inventory is a mapping of groups (all: {hosts, vars, children}), got %s; %s", root.Kind, notINI)
 		return
 	}
 	all := r.group("all", source{"all", root.Line})
@@ -266,7 +278,7 @@ func (r *invReader) readVars(dst map[string]invVar, v *dag.Value, path string) {
 		val, kpath := v.Vals[i], dag.KeyPath(path, k)
 		switch val.Kind {
 		case dag.KindString, dag.KindNumber, dag.KindBool, dag.KindNull:
-			dst[k] = invVar{val.Scalar, source{kpath, val.Line}}
+			dst[k] = invVar{val: val.Scalar, source: source{kpath, val.Line}}
 		default:
 			r.fail(kpath, val.Line, dag.CodeType, "expected a string, number or boolean, got a %s: gantry variables are text", val.Kind)
 		}
@@ -325,6 +337,7 @@ func (r *invReader) resolve() *Inventory {
 		if a, ok := ancestors[name]; ok {
 			return a
 		}
+		ancestors[name] = nil // under way: a cycle left (there is none) ends here
 		set := []string{name}
 		for _, p := range r.groups[name].parents {
 			for _, a := range up(p) {
@@ -360,13 +373,15 @@ func (r *invReader) resolve() *Inventory {
 			return a.name < b.name
 		})
 		vars := map[string]invVar{}
-		for _, g := range in {
+		for i, g := range in {
 			members[g] = append(members[g], name)
 			for k, v := range r.groups[g].vars {
+				v.rank = i
 				vars[k] = v
 			}
 		}
 		for k, v := range h.vars {
+			v.rank = len(in)
 			vars[k] = v
 		}
 		merged[name] = vars
@@ -445,28 +460,24 @@ func (r *invReader) depths() bool {
 			}
 		}
 	}
-	// From a group left over, follow children left over until one repeats:
+	// From a group left over, follow parents left over until one repeats:
 	// every group left over has a parent left over, so one does.
 	for _, name := range r.groupOrder {
 		if indeg[name] == 0 {
 			continue
 		}
 		seen := map[string]int{}
-		var chain []string
+		var chain []string // each the parent of the one before
 		cur := name
 		for {
 			if at, ok := seen[cur]; ok {
-				last := r.groups[chain[len(chain)-1]]
-				link := last.childAt[cur]
-				r.fail(link.path, link.line, dag.CodeCycle, "group %s is a child of itself: %s", cur, strings.Join(append(chain[at:], cur), " -> "))
-				last.children = slices.DeleteFunc(last.children, func(c string) bool { return c == cur })
-				r.groups[cur].parents = slices.DeleteFunc(r.groups[cur].parents, func(p string) bool { return p == last.name })
+				r.cutCycle(chain[at:])
 				return true
 			}
 			seen[cur] = len(chain)
 			chain = append(chain, cur)
 			next := ""
-			for _, p := range r.groups[cur].children {
+			for _, p := range r.groups[cur].parents {
 				if indeg[p] > 0 {
 					next = p
 					break
@@ -481,14 +492,40 @@ func (r *invReader) depths() bool {
 	return false
 }
 
-// first returns the first of names set in vars.
-func first(vars map[string]invVar, names []string) (invVar, bool) {
-	for _, n := range names {
-		if v, ok := vars[n]; ok {
-			return v, true
+// cutCycle reports a cycle of groups, up holding each group's parent after
+// it (and the first's after the last), and cuts the link written last.
+func (r *invReader) cutCycle(up []string) {
+	n := len(up)
+	cut := 0 // the link from up[(cut+1)%n] down to up[cut]
+	for i := range up {
+		if r.groups[up[(i+1)%n]].childAt[up[i]].line > r.groups[up[(cut+1)%n]].childAt[up[cut]].line {
+			cut = i
 		}
 	}
-	return invVar{}, false
+	parent, child := r.groups[up[(cut+1)%n]], up[cut]
+	// Downwards from child: child, its child in the cycle, ..., child.
+	names := []string{child}
+	for i := 1; i <= n; i++ {
+		names = append(names, up[(cut-i+n)%n])
+	}
+	link := parent.childAt[child]
+	r.fail(link.path, link.line, dag.CodeCycle, "group %s is a child of itself: %s", child, strings.Join(names, " -> "))
+	parent.children = slices.DeleteFunc(parent.children, func(c string) bool { return c == child })
+	r.groups[child].parents = slices.DeleteFunc(r.groups[child].parents, func(p string) bool { return p == parent.name })
+}
+
+// first returns the one of names (a variable and its older spellings) set
+// with the highest precedence in a host's merged vars; at the same
+// precedence the first of names.
+func first(vars map[string]invVar, names []string) (invVar, bool) {
+	var best invVar
+	found := false
+	for _, n := range names {
+		if v, ok := vars[n]; ok && (!found || v.rank > best.rank) {
+			best, found = v, true
+		}
+	}
+	return best, found
 }
 
 // host maps one host's merged variables, returning it and its jump host as
@@ -564,7 +601,7 @@ func (r *invReader) host(ih *invHost, vars map[string]invVar) (dag.Host, invVar)
 			continue
 		}
 		if j != "" {
-			jump = invVar{j, v.source}
+			jump = invVar{val: j, source: v.source}
 		}
 	}
 	for k, v := range vars {
