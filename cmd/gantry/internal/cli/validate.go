@@ -66,7 +66,7 @@ func printProblems(w io.Writer, file string, err error) {
 			loc = p.File
 		}
 		if p.Line > 0 {
-			loc = fmt.Sprintf("%s:%d", file, p.Line)
+			loc = fmt.Sprintf("%s:%d", loc, p.Line)
 		}
 		path := p.Path
 		if path == "" {
