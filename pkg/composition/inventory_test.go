@@ -488,6 +488,8 @@ formulas:
 			[]string{":3: inventory: inventory stands in for hosts and groups; give one or the other"}},
 		{"inventory and groups", "name: x\ngroups: {g: {hosts: [h1]}}\ninventory: inv/hosts.yaml\n" + formulas,
 			[]string{":3: inventory: inventory stands in for hosts and groups; give one or the other"}},
+		{"no file name", "name: x\ninventory: ''\n" + formulas,
+			[]string{":2: inventory: inventory needs a file name"}},
 		{"no such file", "name: x\ninventory: nope.yaml\n" + formulas,
 			[]string{":2: inventory: read inventory: open " + filepath.Join(dir, "nope.yaml") + ": no such file or directory"}},
 		{"a bad inventory, with the composition's own problems", "name: x\ninventory: inv/bad.yaml\nformulaz: []\n" + formulas,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 )
@@ -48,6 +49,11 @@ func Resolve(name string, data []byte, dir string) (root *dag.Value, had bool, e
 		}
 	}
 	file := iv.Scalar
+	if strings.TrimSpace(file) == "" {
+		drop()
+		return root, true, invalid(dag.Problem{Path: "inventory", Line: iv.Line, Code: dag.CodeRequired,
+			Message: "inventory needs a file name (an Ansible YAML inventory, relative to this file)"})
+	}
 	if !filepath.IsAbs(file) {
 		file = filepath.Join(dir, file)
 	}
