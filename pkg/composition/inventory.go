@@ -146,6 +146,8 @@ type invHost struct {
 }
 
 type invReader struct {
+	expanded   int  // hosts read, ranges expanded
+	stopped    bool // too many: nothing more is read
 	groups     map[string]*invGroup
 	groupOrder []string
 	hosts      map[string]*invHost
@@ -232,36 +234,63 @@ func (r *invReader) readGroup(name string, v *dag.Value, path string, parent *in
 }
 
 func (r *invReader) readHosts(g *invGroup, v *dag.Value, path string) {
-	if v.Kind == dag.KindNull {
+	if v.Kind == dag.KindNull || r.stopped {
 		return
 	}
 	if v.Kind != dag.KindMap {
 		r.fail(path, v.Line, dag.CodeType, "expected a mapping of hosts (name: vars or nothing), got %s", v.Kind)
 		return
 	}
-	for i, name := range v.Keys {
-		val, hpath := v.Vals[i], dag.KeyPath(path, name)
-		h := r.hosts[name]
-		if h == nil {
-			h = &invHost{name: name, source: source{hpath, val.Line}, vars: map[string]invVar{}}
-			r.hosts[name] = h
-			r.hostOrder = append(r.hostOrder, name)
-			if !dag.IsToken(name) {
-				hasAddr := val.Kind == dag.KindMap && (val.Get("ansible_host") != nil || val.Get("ansible_ssh_host") != nil)
+	for i, key := range v.Keys {
+		val, hpath := v.Vals[i], dag.KeyPath(path, key)
+		names, err := expandHosts(key)
+		if err != nil {
+			r.fail(hpath, val.Line, dag.CodeValue, "host range %q: %v", key, err)
+			continue
+		}
+		if r.expanded += len(names); r.expanded > maxHosts {
+			r.fail(hpath, val.Line, dag.CodeTooLarge, "more than %d hosts in the inventory", maxHosts)
+			r.stopped = true
+			return
+		}
+		tokenChecked := false
+		for _, name := range names {
+			r.readHost(g, name, key, val, hpath, &tokenChecked)
+		}
+	}
+}
+
+// maxHosts bounds the hosts an inventory may make, ranges expanded.
+const maxHosts = 100000
+
+// readHost reads one host of a group, as written (key) or made by a range.
+// Of a range's hosts, only the first whose name is not a token says so.
+func (r *invReader) readHost(g *invGroup, name, key string, val *dag.Value, hpath string, tokenChecked *bool) {
+	h := r.hosts[name]
+	if h == nil {
+		h = &invHost{name: name, source: source{hpath, val.Line}, vars: map[string]invVar{}}
+		r.hosts[name] = h
+		r.hostOrder = append(r.hostOrder, name)
+		if !dag.IsToken(name) && !*tokenChecked {
+			*tokenChecked = true
+			hasAddr := val.Kind == dag.KindMap && (val.Get("ansible_host") != nil || val.Get("ansible_ssh_host") != nil)
+			if name == key {
 				r.fail(hpath, val.Line, dag.CodeToken, "host name %s%s", dag.TokenProblem(name), suggestion(name, !hasAddr))
+			} else {
+				r.fail(hpath, val.Line, dag.CodeToken, "host name %s (made by the range %s)%s", dag.TokenProblem(name), key, suggestion(name, !hasAddr))
 			}
 		}
-		if !slices.Contains(h.groups, g.name) {
-			h.groups = append(h.groups, g.name)
-			g.hosts = append(g.hosts, name)
-		}
-		switch val.Kind {
-		case dag.KindNull:
-		case dag.KindMap:
-			r.readVars(h.vars, val, hpath)
-		default:
-			r.fail(hpath, val.Line, dag.CodeType, "expected the host's variables (a mapping) or nothing, got %s", val.Kind)
-		}
+	}
+	if !slices.Contains(h.groups, g.name) {
+		h.groups = append(h.groups, g.name)
+		g.hosts = append(g.hosts, name)
+	}
+	switch val.Kind {
+	case dag.KindNull:
+	case dag.KindMap:
+		r.readVars(h.vars, val, hpath)
+	default:
+		r.fail(hpath, val.Line, dag.CodeType, "expected the host's variables (a mapping) or nothing, got %s", val.Kind)
 	}
 }
 
@@ -304,9 +333,6 @@ func suggestion(name string, address bool) string {
 		s = strings.TrimRight(s[:dag.MaxTokenLen], "-_")
 	}
 	msg := ""
-	if strings.Contains(name, "[") && strings.Contains(name, ":") {
-		msg = "; host ranges like web-[1:3] are not expanded: list each host"
-	}
 	if !dag.IsToken(s) {
 		return msg
 	}
@@ -672,123 +698,4 @@ func (r *invReader) viaCycles(hosts map[string]dag.Host) {
 			chain = append(chain, cur)
 		}
 	}
-}
-
-// proxyJump finds the jump host in ssh arguments: -J HOST, -JHOST,
-// -o ProxyJump=HOST, -o 'ProxyJump HOST', -oProxyJump=HOST. "" when there
-// is none (or ProxyJump=none).
-func proxyJump(args string) (string, error) {
-	words, err := shellWords(args)
-	if err != nil {
-		return "", err
-	}
-	jump := ""
-	set := func(j string) error {
-		if strings.EqualFold(j, "none") {
-			j = ""
-		}
-		if strings.Contains(j, ",") {
-			return fmt.Errorf("ProxyJump %s goes through more than one host: give the last jump host its own ProxyJump instead", j)
-		}
-		if jump != "" && j != jump {
-			return fmt.Errorf("ProxyJump given twice (%s and %s)", jump, j)
-		}
-		jump = j
-		return nil
-	}
-	for i := 0; i < len(words); i++ {
-		w := words[i]
-		var opt string
-		switch {
-		case w == "-J" || w == "-o":
-			if i+1 >= len(words) {
-				return "", fmt.Errorf("%s without a value", w)
-			}
-			i++
-			if w == "-J" {
-				if err := set(words[i]); err != nil {
-					return "", err
-				}
-				continue
-			}
-			opt = words[i]
-		case strings.HasPrefix(w, "-J"):
-			if err := set(w[2:]); err != nil {
-				return "", err
-			}
-			continue
-		case strings.HasPrefix(w, "-o"):
-			opt = w[2:]
-		default:
-			continue
-		}
-		key, val, _ := strings.Cut(strings.TrimSpace(opt), "=")
-		if k, v, ok := strings.Cut(key, " "); ok && val == "" {
-			key, val = k, v
-		}
-		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		switch strings.ToLower(key) {
-		case "proxyjump":
-			if err := set(val); err != nil {
-				return "", err
-			}
-		case "proxycommand":
-			if !strings.EqualFold(val, "none") {
-				return "", fmt.Errorf("ProxyCommand is not read: gantry jumps through a host of the inventory with -o ProxyJump=NAME (or -J NAME)")
-			}
-		}
-	}
-	return jump, nil
-}
-
-// shellWords splits a command line as a POSIX shell would, for quotes and
-// backslashes (no expansions).
-func shellWords(s string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	in := false // a word has started
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			if in {
-				words = append(words, cur.String())
-				cur.Reset()
-				in = false
-			}
-		case c == '\\':
-			in = true
-			if i+1 < len(s) {
-				i++
-				cur.WriteByte(s[i])
-			}
-		case c == '\'':
-			in = true
-			end := strings.IndexByte(s[i+1:], '\'')
-			if end < 0 {
-				return nil, fmt.Errorf("unterminated ' quote")
-			}
-			cur.WriteString(s[i+1 : i+1+end])
-			i += end + 1
-		case c == '"':
-			in = true
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0 {
-					i++
-				}
-				cur.WriteByte(s[i])
-			}
-			if i >= len(s) {
-				return nil, fmt.Errorf("unterminated \" quote")
-			}
-		default:
-			in = true
-			cur.WriteByte(c)
-		}
-	}
-	if in {
-		words = append(words, cur.String())
-	}
-	return words, nil
 }

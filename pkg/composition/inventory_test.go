@@ -134,6 +134,25 @@ all:
 			groups: map[string]dag.Group{},
 		},
 		{
+			name: "host ranges, as Ansible expands them",
+			doc: `
+web:
+  hosts:
+    web-[1:3]: {role: web}
+    db[08:12:2]:
+    n-[a:b]-[0:1]:
+    web-2: {extra: "yes"}
+`,
+			hosts: map[string]dag.Host{
+				"web-1": {Address: "web-1", Vars: map[string]string{"role": "web"}},
+				"web-2": {Address: "web-2", Vars: map[string]string{"role": "web", "extra": "yes"}},
+				"web-3": {Address: "web-3", Vars: map[string]string{"role": "web"}},
+				"db08":  {Address: "db08"}, "db10": {Address: "db10"}, "db12": {Address: "db12"},
+				"n-a-0": {Address: "n-a-0"}, "n-a-1": {Address: "n-a-1"}, "n-b-0": {Address: "n-b-0"}, "n-b-1": {Address: "n-b-1"},
+			},
+			groups: map[string]dag.Group{"web": {Hosts: []string{"db08", "db10", "db12", "n-a-0", "n-a-1", "n-b-0", "n-b-1", "web-1", "web-2", "web-3"}}},
+		},
+		{
 			name: "a host in two groups is one host, in both, with the vars of both",
 			doc: `
 all:
@@ -196,8 +215,26 @@ all:
 		{"host ranges", `
 all:
   hosts:
-    web-[1:3]:
-`, []string{`inventory.yaml:4: all.hosts["web-[1:3]"]: host name "web-[1:3]" is not a name: names match [a-z0-9][a-z0-9_-]{0,62}; host ranges like web-[1:3] are not expanded: list each host`}},
+    www[01:03].example.com:
+    a[3:1]:
+    b[1:2:
+    c[01:100]:
+    d[1:a]:
+    e[1]:
+    f[0:1:0]:
+    g]:
+    h[0:999999]:
+`, []string{
+			`inventory.yaml:4: all.hosts["www[01:03].example.com"]: host name "www01.example.com" contains '.', which would break NATS subjects; names match [a-z0-9][a-z0-9_-]{0,62} (made by the range www[01:03].example.com); write it as www01-example-com with ansible_host: www01.example.com`,
+			`inventory.yaml:5: all.hosts["a[3:1]"]: host range "a[3:1]": [3:1]: the start is after the end`,
+			`inventory.yaml:6: all.hosts["b[1:2"]: host range "b[1:2": '[' without ']'`,
+			`inventory.yaml:7: all.hosts["c[01:100]"]: host range "c[01:100]": [01:100]: a padded range has start and end of the same width`,
+			`inventory.yaml:8: all.hosts["d[1:a]"]: host range "d[1:a]": [1:a]: start and end are both numbers or both letters`,
+			`inventory.yaml:9: all.hosts["e[1]"]: host range "e[1]": [1] is not a range: write [start:end] or [start:end:step]`,
+			`inventory.yaml:10: all.hosts["f[0:1:0]"]: host range "f[0:1:0]": step "0" is not a whole number above 0`,
+			`inventory.yaml:11: all.hosts["g]"]: host range "g]": ']' without '['`,
+			`inventory.yaml:12: all.hosts["h[0:999999]"]: host range "h[0:999999]": [0:999999] makes more than 100000 hosts`,
+		}},
 		{"list and map values", `
 all:
   vars:
@@ -538,6 +575,7 @@ func FuzzInventory(f *testing.F) {
 	f.Add([]byte("all:\n  vars: {ansible_ssh_common_args: '-o ProxyJump=h'}\n  hosts: {h: {ansible_ssh_common_args: ''}, i: , j: {ansible_connection: local}}\n"))
 	f.Add([]byte("web:\n  hosts:\n    a: {ansible_host: \"fd00::1\", ansible_port: 22}\n  vars: {ansible_group_priority: 3}\n"))
 	f.Add([]byte("x: &a {children: {y: *a}}\n"))
+	f.Add([]byte("g:\n  hosts:\n    w-[1:3]-[a:c]: {v: 1}\n    d[01:10:3]:\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		inv, err := composition.ReadInventory("f.yaml", data)
 		if err != nil {
