@@ -60,13 +60,14 @@ func Load(name string, data []byte) (*dag.Composition, error) {
 	return dag.Load(root)
 }
 
-// LoadFile reads a composition from a file ("-" is standard input).
+// LoadFile reads a composition from a file ("-" is standard input), with
+// the inventory it names inlined (see Resolve).
 func LoadFile(path string) (*dag.Composition, error) {
 	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Load(path, data)
+	return LoadIn(path, data, fileDir(path))
 }
 
 // ReadFile reads at most one byte over the size limit, so an enormous file

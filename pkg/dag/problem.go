@@ -35,6 +35,9 @@ const (
 // document (for example "formulas[3].depends_on[0]") and, where the source
 // format knows it, its line.
 type Problem struct {
+	// File is the file the problem is in when it is not the composition
+	// itself: the inventory file a composition names.
+	File    string `json:"file,omitempty"`
 	Path    string `json:"path"`
 	Line    int    `json:"line,omitempty"`
 	Code    Code   `json:"code"`
@@ -43,6 +46,10 @@ type Problem struct {
 
 func (p Problem) String() string {
 	var b strings.Builder
+	if p.File != "" {
+		b.WriteString(p.File)
+		b.WriteString(": ")
+	}
 	if p.Path != "" {
 		b.WriteString(p.Path)
 	} else {

@@ -98,6 +98,7 @@ func (v *validator) token(path, s, what string) bool {
 func (v *validator) run() {
 	c := v.c
 	v.token("name", c.Name, "name")
+	v.inventory()
 	switch c.Operation {
 	case "", OpCreate, OpDelete, OpCheck:
 	default:

@@ -36,7 +36,7 @@ reconcile chooses what runs.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
-			data, err := readComposition(path)
+			data, err := readComposition(cmd.ErrOrStderr(), path)
 			if err != nil {
 				return err
 			}

@@ -317,7 +317,7 @@ has is orphaned. Other compositions' nodes on the same hosts are theirs, and
 are not reported. It exits 0 when everything is ok and 1 when anything drifted.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := readComposition(args[0])
+			data, err := readComposition(cmd.ErrOrStderr(), args[0])
 			if err != nil {
 				return err
 			}

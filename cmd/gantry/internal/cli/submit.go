@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/composition"
@@ -27,7 +28,7 @@ failed or was cancelled, 4 when an operation: check run found something
 that would change.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := readComposition(args[0])
+			data, err := readComposition(cmd.ErrOrStderr(), args[0])
 			if err != nil {
 				return err
 			}
@@ -71,10 +72,18 @@ that would change.`,
 
 // readComposition reads a composition to send, refusing one over the size
 // limit here with the rule (NATS would refuse it as "maximum payload
-// exceeded").
-func readComposition(path string) ([]byte, error) {
-	data, err := composition.ReadFile(path)
+// exceeded"). A composition that names an inventory is sent as JSON with
+// the inventory inlined (the services cannot read this machine's files),
+// and only once it is valid: its problems are printed here, with the file
+// and line of each, as gantry validate prints them.
+func readComposition(stderr io.Writer, path string) ([]byte, error) {
+	data, inlined, err := composition.ReadForSubmit(path)
 	if err != nil {
+		var bad *dag.InvalidError
+		if inlined && errors.As(err, &bad) {
+			printProblems(stderr, path, err)
+			return nil, failed("%s rejected: %d problem(s); nothing was run", path, len(bad.Problems))
+		}
 		return nil, &exitError{code: ExitProblem, err: err}
 	}
 	if len(data) > dag.DefaultMaxBytes { // ReadFile stops reading one byte past the limit

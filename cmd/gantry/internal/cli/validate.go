@@ -62,8 +62,11 @@ func printProblems(w io.Writer, file string, err error) {
 	}
 	for _, p := range inv.Problems {
 		loc := file
+		if p.File != "" { // the inventory the composition names
+			loc = p.File
+		}
 		if p.Line > 0 {
-			loc = fmt.Sprintf("%s:%d", file, p.Line)
+			loc = fmt.Sprintf("%s:%d", loc, p.Line)
 		}
 		path := p.Path
 		if path == "" {
