@@ -114,6 +114,7 @@ func (v *validator) run() {
 	for _, name := range sortedKeys(c.Hosts) {
 		v.host(keyPath("hosts", name), name, c.Hosts[name])
 	}
+	v.limits() // limits.go
 	if len(c.Formulas) == 0 {
 		v.bad("formulas", CodeRequired, "at least one formula is required")
 		return

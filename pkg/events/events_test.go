@@ -56,7 +56,8 @@ func samples() map[string]events.Payload {
 		"health_failed":  &events.HealthEvent{Ref: fmlRef(), Status: events.HealthFail, Run: events.Run{Attempt: 6, StartedAt: &t0, EndedAt: &t1, ExitCode: &one, Error: "gate budget of 1m0s used up"}, Final: true, Retries: 6},
 		"log_line":       &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
 		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
-			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"},
+			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"}, Priority: 90,
+			Limits: []dag.SlotLimit{{ID: "h-3f2a9c0d1e4b5a67", Name: "host cp-0", MaxParallel: 4}, {ID: "l-9a8b7c6d5e4f3a21", Name: "provider=hetzner", MaxParallel: 10}},
 			Nodes: []events.WorkNode{
 				{Name: "containerd", Command: "apt-get install -y containerd", Check: "command -v containerd", Timeout: dag.Duration(10 * time.Minute),
 					Env: map[string]dag.EnvValue{"DEBIAN_FRONTEND": dag.Text("noninteractive"), "APT_TOKEN": dag.SecretRef("apt_token")}, Retry: dag.DefaultRetry, SpecHash: "sha256:ab"},
@@ -214,6 +215,7 @@ func TestDecodeDataRejectsBadPayloads(t *testing.T) {
 		"bad operation":        {&events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Operation = "zap"; return r }(), Status: dag.FormulaRunning}, "operation"},
 		"dispatch no nodes":    {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1}, "nodes: missing"},
 		"dispatch bad dep":     {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a", DependsOn: []string{"zz"}}}, Order: []string{"a"}}, `unknown node "zz"`},
+		"dispatch bad limit":   {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}, Limits: []dag.SlotLimit{{ID: "a.b"}}}, `limits[0].id`},
 		"dispatch ssh no addr": {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}}, "host_spec.address"},
 		"gate without check":   {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}}, "gate needs"},
 		"log bad stream":       {&events.LogLine{Ref: ref, Stream: "stdin"}, `stream "stdin"`},

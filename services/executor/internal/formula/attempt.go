@@ -20,13 +20,16 @@ import (
 // help.
 func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool) {
 	ev = &events.NodeEvent{}
-	select {
-	case nr.slot <- struct{}{}:
-	case <-nr.stop.Done():
-		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
-		return dag.NodeCancelled, ev, true
+	release, err := nr.takeSlots(attempt)
+	if err != nil {
+		if nr.stop.Err() != nil {
+			ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
+			return dag.NodeCancelled, ev, true
+		}
+		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
+		return dag.NodeFailed, ev, false
 	}
-	defer func() { <-nr.slot }()
+	defer release()
 	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	switch nr.d.Operation {
 	case dag.OpCheck:
