@@ -34,7 +34,9 @@ type Config struct {
 	AllowLocal bool
 	SecretsDir string // where the secrets commands name are read
 	PerHost    int    // the executor's --per-host (default 8)
-	Log        *slog.Logger
+	// MaxFormulas is the executor's --max-formulas (default 64).
+	MaxFormulas int
+	Log         *slog.Logger
 }
 
 // ExecutorOptions are those of an extra executor (RunExecutor).
@@ -58,7 +60,7 @@ func RunExecutor(ctx context.Context, cfg Config, o ExecutorOptions) error {
 	}
 	defer func() { _ = nc.Drain() }()
 	return executor.Run(ctx, nc, executor.Config{Instance: fmt.Sprintf("executor/%s-dev-%d-%s", host, os.Getpid(), o.Name),
-		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, Labels: o.Labels, Log: cfg.Log})
+		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log})
 }
 
 // Run runs the four services, each on its own connection as its own
@@ -79,7 +81,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names()})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
-			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, Log: log})
+			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log})
 		}},
 		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
 			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log})

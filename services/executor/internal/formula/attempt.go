@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -29,7 +30,13 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
 		return dag.NodeFailed, ev, false
 	}
-	defer release()
+	defer func() {
+		// The attempt ends before its slots are given back: the next
+		// holder's start is never before this end.
+		now := time.Now().UTC()
+		ev.EndedAt = &now
+		release()
+	}()
 	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	switch nr.d.Operation {
 	case dag.OpCheck:
