@@ -60,6 +60,7 @@ type Manager struct {
 	once    sync.Once
 	mu      sync.Mutex
 	keys    map[string]uint64 // the store as last seen
+	gone    map[string]uint64 // keys deleted or expired: the revision of their marker
 	changed chan struct{}     // closed (and replaced) on every change
 	ready   chan struct{}     // closed once the watch has caught up
 	err     error             // the watch could not start
@@ -108,6 +109,7 @@ func (m *Manager) log() *slog.Logger {
 func (m *Manager) start() error {
 	m.once.Do(func() {
 		m.keys = map[string]uint64{}
+		m.gone = map[string]uint64{}
 		m.changed = make(chan struct{})
 		m.ready = make(chan struct{})
 		ch, err := m.Store.Watch(context.Background())
@@ -138,8 +140,10 @@ func (m *Manager) follow(ch <-chan Change) {
 			}
 		case c.Deleted:
 			delete(m.keys, c.Key)
+			m.gone[c.Key] = c.Rev
 		default:
 			m.keys[c.Key] = c.Rev
+			delete(m.gone, c.Key)
 		}
 		close(m.changed)
 		m.changed = make(chan struct{})
@@ -321,7 +325,7 @@ func (m *Manager) try(ctx context.Context, limits []dag.SlotLimit, prio int, sin
 			if m.present(k) {
 				continue
 			}
-			rev, err := m.Store.Create(ctx, k, val)
+			rev, err := m.create(ctx, k, val)
 			if errors.Is(err, ErrExists) {
 				continue // taken; the watch will say so
 			}
@@ -342,6 +346,22 @@ func (m *Manager) try(ctx context.Context, limits []dag.SlotLimit, prio int, sin
 	lease := &Lease{m: m, held: got, stop: make(chan struct{}), done: make(chan struct{})}
 	go lease.refresh()
 	return lease, dag.SlotLimit{}, nil
+}
+
+// create creates key: over its delete marker, when the watch has shown
+// one, with one compare-and-set on the marker's revision (a create over a
+// marker otherwise costs a read and a second write); else, or when that
+// fails, with Store.Create.
+func (m *Manager) create(ctx context.Context, key string, val []byte) (uint64, error) {
+	m.mu.Lock()
+	marker := m.gone[key]
+	m.mu.Unlock()
+	if marker > 0 {
+		if rev, err := m.Store.Update(ctx, key, val, marker); err == nil {
+			return rev, nil
+		}
+	}
+	return m.Store.Create(ctx, key, val)
 }
 
 // refresh writes the held keys again every TTL/3 until Release.

@@ -73,6 +73,7 @@ type Memory struct {
 	mu       sync.Mutex
 	rev      uint64
 	keys     map[string]memEntry
+	markers  map[string]uint64 // revision of the delete (or expiry) marker of a key
 	watchers []chan Change
 	stop     chan struct{}
 	ops      []string // creates and deletes of slot keys, in order, for tests
@@ -86,7 +87,7 @@ type memEntry struct {
 
 // NewMemory starts an in-memory store whose keys expire after ttl.
 func NewMemory(ttl time.Duration) *Memory {
-	m := &Memory{TTL: ttl, keys: map[string]memEntry{}, stop: make(chan struct{})}
+	m := &Memory{TTL: ttl, keys: map[string]memEntry{}, markers: map[string]uint64{}, stop: make(chan struct{})}
 	go func() {
 		t := time.NewTicker(ttl / 10)
 		defer t.Stop()
@@ -112,7 +113,9 @@ func (m *Memory) expire() {
 	for k, e := range m.keys {
 		if now.After(e.expires) {
 			delete(m.keys, k)
-			m.notify(Change{Key: k, Deleted: true})
+			m.rev++
+			m.markers[k] = m.rev
+			m.notify(Change{Key: k, Rev: m.rev, Deleted: true})
 		}
 	}
 }
@@ -130,6 +133,7 @@ func (m *Memory) Create(_ context.Context, key string, val []byte) (uint64, erro
 		return 0, ErrExists
 	}
 	m.rev++
+	delete(m.markers, key)
 	m.keys[key] = memEntry{rev: m.rev, val: val, expires: time.Now().Add(m.TTL)}
 	if strings.HasPrefix(key, "slot.") {
 		m.ops = append(m.ops, "+"+key)
@@ -142,6 +146,13 @@ func (m *Memory) Update(_ context.Context, key string, val []byte, rev uint64) (
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.keys[key]
+	if !ok && m.markers[key] == rev && rev > 0 { // over a delete marker
+		e, ok = memEntry{rev: rev}, true
+		delete(m.markers, key)
+		if strings.HasPrefix(key, "slot.") {
+			m.ops = append(m.ops, "+"+key)
+		}
+	}
 	if !ok || e.rev != rev {
 		return 0, errors.New("wrong last sequence")
 	}
@@ -162,7 +173,9 @@ func (m *Memory) Delete(_ context.Context, key string, rev uint64) error {
 	if strings.HasPrefix(key, "slot.") {
 		m.ops = append(m.ops, "-"+key)
 	}
-	m.notify(Change{Key: key, Deleted: true})
+	m.rev++
+	m.markers[key] = m.rev
+	m.notify(Change{Key: key, Rev: m.rev, Deleted: true})
 	return nil
 }
 
