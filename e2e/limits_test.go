@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -197,5 +198,48 @@ func TestExecutorsByZone(t *testing.T) {
 		if !strings.HasSuffix(sp.actor, want[sp.host]) {
 			t.Errorf("%s on host %s (zone %s) ran on %s", sp.fm, sp.host, c.Hosts[sp.host].Zone(), sp.actor)
 		}
+	}
+}
+
+// A node waiting for a slot is cancelled at once with its workflow, and
+// nothing of it runs.
+func TestCancelWhileWaitingForASlot(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	h := s.fleet.Hosts[0]
+	marker := h.Dir + "/waiter-ran"
+	comp := func(name, run string) *dag.Composition {
+		return &dag.Composition{Name: name, Reset: true,
+			Hosts:    map[string]dag.Host{"box": {Address: h.Addr, User: s.fleet.User, MaxParallel: 1}},
+			Formulas: []dag.Formula{{ID: "job", Server: "box", Nodes: []dag.Node{{Name: "work", Run: run}}}}}
+	}
+	busy := s.mustSubmit(comp("busy", "sleep 6"))
+	s.waitFor("the busy node to run", 20*time.Second, func() bool { return index(s.events(busy), events.FamilyNode, "job", "work", "running") >= 0 })
+	waiter := s.mustSubmit(comp("waiter", "touch "+marker))
+	s.waitFor("the second node to wait", 20*time.Second, func() bool {
+		for _, e := range s.events(waiter) {
+			if e.status == "running" && strings.HasPrefix(e.reason, "waiting for a slot of limit host box") {
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	if body, code := s.control(waiter, events.VerbCancel); code != "" {
+		t.Fatalf("cancel: %s %s", code, body)
+	}
+	if d := s.wait(waiter, 10*time.Second); d.Status != dag.WorkflowCancelled {
+		t.Fatalf("waiter %s", d.Status)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the cancel took %s: it waited for the slot", took)
+	}
+	if i := index(s.events(waiter), events.FamilyNode, "job", "work", "cancelled"); i < 0 {
+		t.Error("no cancelled node event")
+	}
+	if d := s.wait(busy, 20*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("busy %s", d.Status)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the cancelled node ran")
 	}
 }
