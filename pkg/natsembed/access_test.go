@@ -128,7 +128,19 @@ func readEvents(ctx context.Context, c *client) error {
 // pullDurable asks a durable consumer for a message, as a pull does.
 func pullDurable(stream, name string) func(context.Context, *client) error {
 	return func(ctx context.Context, c *client) error {
-		m, err := c.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name, []byte(`{"batch":1,"no_wait":true}`))
+		// A no-wait pull is answered at once (a message, or a status); now
+		// and then one goes unanswered on a busy machine, so ask again
+		// rather than wait out the action's whole deadline.
+		var m *nats.Msg
+		var err error
+		for try := 0; try < 3; try++ {
+			tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			m, err = c.nc.RequestWithContext(tctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name, []byte(`{"batch":1,"no_wait":true}`))
+			cancel()
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+				break
+			}
+		}
 		if err != nil {
 			return err
 		}
