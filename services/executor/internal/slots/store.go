@@ -76,7 +76,6 @@ type Memory struct {
 	markers  map[string]uint64 // revision of the delete (or expiry) marker of a key
 	watchers []chan Change
 	stop     chan struct{}
-	ops      []string // creates and deletes of slot keys, in order, for tests
 }
 
 type memEntry struct {
@@ -135,9 +134,6 @@ func (m *Memory) Create(_ context.Context, key string, val []byte) (uint64, erro
 	m.rev++
 	delete(m.markers, key)
 	m.keys[key] = memEntry{rev: m.rev, val: val, expires: time.Now().Add(m.TTL)}
-	if strings.HasPrefix(key, "slot.") {
-		m.ops = append(m.ops, "+"+key)
-	}
 	m.notify(Change{Key: key, Rev: m.rev})
 	return m.rev, nil
 }
@@ -149,9 +145,6 @@ func (m *Memory) Update(_ context.Context, key string, val []byte, rev uint64) (
 	if !ok && m.markers[key] == rev && rev > 0 { // over a delete marker
 		e, ok = memEntry{rev: rev}, true
 		delete(m.markers, key)
-		if strings.HasPrefix(key, "slot.") {
-			m.ops = append(m.ops, "+"+key)
-		}
 	}
 	if !ok || e.rev != rev {
 		return 0, errors.New("wrong last sequence")
@@ -170,9 +163,6 @@ func (m *Memory) Delete(_ context.Context, key string, rev uint64) error {
 		return nil
 	}
 	delete(m.keys, key)
-	if strings.HasPrefix(key, "slot.") {
-		m.ops = append(m.ops, "-"+key)
-	}
 	m.rev++
 	m.markers[key] = m.rev
 	m.notify(Change{Key: key, Rev: m.rev, Deleted: true})
