@@ -187,7 +187,7 @@ func TestPoisonInputIsTerminated(t *testing.T) {
 	ctx := context.Background()
 	wellFormedBad, _ := events.NewAt("x", "test", time.Now(), &events.Dispatch{Ref: events.Ref{WorkflowID: "w", Workflow: "w", Formula: "f", Host: "h", Operation: dag.OpCreate}, Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1})
 	bad, _ := json.Marshal(wellFormedBad)
-	for _, subj := range []string{"decky.h.dispatch", "decky.h.gate", "decky.h.lifecycle", "decky.h.health", "workflow.w.lifecycle"} {
+	for _, subj := range []string{"decky.h.dispatch._", "decky.h.gate", "decky.h.lifecycle", "decky.h.health", "workflow.w.lifecycle"} {
 		for _, payload := range [][]byte{[]byte("not json at all"), []byte(`{"specversion":"1.0","id":"1","source":"x","type":"gantry.node.exploded","data":{}}`), bad, []byte(`{"specversion":"1.0","id":"2","source":"x","type":"gantry.node.failed","data":{"workflow_id":"A.B"}}`)} {
 			if _, err := s.js.Publish(ctx, subj, payload); err != nil {
 				t.Fatal(err)

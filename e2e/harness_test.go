@@ -52,6 +52,11 @@ type stackOptions struct {
 	secretsDir string
 	// ssh are the fleet's options (listen addresses, sshd logs).
 	ssh sshtest.Options
+	// executors are started besides the stack's own, each on its own
+	// connection; perHost and maxFormulas apply to all.
+	executors   []devstack.ExecutorOptions
+	perHost     int
+	maxFormulas int
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -87,24 +92,28 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		ssh = hostexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- devstack.Run(ctx, devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
-			AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir})
-	}()
+	done := make(chan error, 1+len(o.executors))
+	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
+		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas}
+	go func() { done <- devstack.Run(ctx, dcfg) }()
+	for _, eo := range o.executors {
+		go func() { done <- devstack.RunExecutor(ctx, dcfg, eo) }()
+	}
 	// Requests as an operator would make them; streams and buckets are
 	// looked at as an administrator.
 	s.nc = s.ns.Connect(events.Operator, clientTLS...)
 	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin, clientTLS...))
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("services stopped with: %v", err)
+		for range 1 + len(o.executors) {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("services stopped with: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("services did not stop within 30s")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("services did not stop within 30s")
 		}
 		lf.Close()
 		if t.Failed() {
@@ -226,6 +235,7 @@ type evt struct {
 	reason  string
 	started time.Time // of a node attempt or health check
 	ended   time.Time
+	actor   string // the executor instance of a node event
 }
 
 func (e evt) String() string {
@@ -267,6 +277,7 @@ func (s *stack) events(id string) []evt {
 				Final     bool      `json:"final"`
 				Error     string    `json:"error"`
 				Reason    string    `json:"reason"`
+				Actor     string    `json:"actor"`
 				StartedAt time.Time `json:"started_at"`
 				EndedAt   time.Time `json:"ended_at"`
 			}
@@ -274,7 +285,7 @@ func (s *stack) events(id string) []evt {
 			if env.Type.Family() == events.FamilyHealth && !d.Final {
 				d.Status = "attempt-" + d.Status
 			}
-			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error, d.Reason, d.StartedAt, d.EndedAt})
+			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error, d.Reason, d.StartedAt, d.EndedAt, d.Actor})
 		}
 		if n == 0 {
 			return out

@@ -103,7 +103,7 @@ func TestAttacksRefused(t *testing.T) {
 		{"forge node succeeded", []string{"pub", events.HostLifecycle("me"), nodeOK}},
 		{"forge formula succeeded", []string{"pub", events.HostLifecycle("me"), formulaOK}},
 		{"forge a workflow event", []string{"pub", events.WorkflowLifecycle(ref.WorkflowID), formulaOK}},
-		{"dispatch work", []string{"pub", events.HostDispatch("me"), "{}"}},
+		{"dispatch work", []string{"pub", events.HostDispatch("me", ""), "{}"}},
 		{"remove the dispatch stream", []string{"stream", "rm", events.StreamDispatch, "-f"}},
 		{"purge the event stream", []string{"stream", "purge", events.StreamEvents, "-f"}},
 		{"remove the planner's consumer", []string{"consumer", "rm", events.StreamEvents, events.ConsumerPlanner, "-f"}},

@@ -184,7 +184,7 @@ func (d *decoder) composition(v *Value) *Composition {
 		"vars":       d.scalars(&c.Vars),
 		"groups":     func(v *Value, p string) { c.Groups = d.groups(v, p) },
 		"inventory":  d.str(&c.Inventory),
-		"priority":   d.integer(&c.Priority),
+		"priority":   d.priority(&c.Priority),
 		"limits":     func(v *Value, p string) { c.Limits = d.limits(v, p) },
 	})
 	c.Operation, c.OnFailure = Operation(op), OnFailure(onf)

@@ -116,6 +116,7 @@ func (v *validator) run() {
 		v.host(keyPath("hosts", name), name, c.Hosts[name])
 	}
 	v.fleet()
+	v.limits() // limits.go
 	if len(c.Formulas) == 0 {
 		v.bad("formulas", CodeRequired, "at least one formula is required")
 		return

@@ -73,10 +73,13 @@ type Usage struct {
 	Serve     []string  // micro endpoint subjects it answers
 	Streams   []string  // streams it creates when missing (every one it publishes to or reads)
 	Consumes  []Durable // durable consumers it creates and pulls from
-	Follows   []string  // streams it reads with ordered (ephemeral) consumers
-	Read      []string  // KV buckets it reads
-	Write     []string  // KV buckets it writes (and reads)
-	Retire    []Durable // retired durable consumers it deletes
+	// Durables are streams on which it creates and pulls durable
+	// consumers named at run time (the executors of a zone).
+	Durables []string
+	Follows  []string  // streams it reads with ordered (ephemeral) consumers
+	Read     []string  // KV buckets it reads
+	Write    []string  // KV buckets it writes (and reads)
+	Retire   []Durable // retired durable consumers it deletes
 }
 
 // Uses returns what a service uses. People use nothing directly: their
@@ -98,8 +101,9 @@ func Uses(id Identity) Usage {
 			Subscribe: []string{AllWorkflowLifecycle},
 			Streams:   []string{StreamEvents, StreamDispatch, StreamLogs},
 			Consumes:  []Durable{{StreamDispatch, ConsumerExecutor}},
+			Durables:  []string{StreamDispatch},
 			Read:      []string{BucketRuns},
-			Write:     []string{BucketNodes},
+			Write:     []string{BucketNodes, BucketSlots},
 		}
 	case HealthGate:
 		return Usage{
@@ -224,6 +228,14 @@ func servicePermissions(id Identity, u Usage) Permissions {
 			"$JS.API.CONSUMER.INFO."+d.Stream+"."+d.Name,
 			"$JS.API.CONSUMER.MSG.NEXT."+d.Stream+"."+d.Name,
 			"$JS.ACK."+d.Stream+"."+d.Name+".>")
+	}
+	for _, s := range u.Durables {
+		p.PublishAllow = append(p.PublishAllow,
+			"$JS.API.CONSUMER.CREATE."+s+".*",
+			"$JS.API.CONSUMER.CREATE."+s+".*.>",
+			"$JS.API.CONSUMER.INFO."+s+".*",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+".*",
+			"$JS.ACK."+s+".>")
 	}
 	for _, s := range u.Follows {
 		p.PublishAllow = append(p.PublishAllow, readerAPI(s)...)

@@ -61,7 +61,8 @@ func samples() map[string]events.Payload {
 			Reason: "rollout of app stopped after batch 2 of 3: 1 instance failed (app-web-2), max_failed 0", At: &t1},
 		"log_line": &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
 		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
-			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"},
+			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"}, Priority: 90,
+			Limits: []dag.SlotLimit{{ID: "h-3f2a9c0d1e4b5a67", Name: "host cp-0", MaxParallel: 4}, {ID: "l-9a8b7c6d5e4f3a21", Name: "provider=hetzner", MaxParallel: 10}},
 			Nodes: []events.WorkNode{
 				{Name: "containerd", Command: "apt-get install -y containerd", Check: "command -v containerd", Timeout: dag.Duration(10 * time.Minute),
 					Env: map[string]dag.EnvValue{"DEBIAN_FRONTEND": dag.Text("noninteractive"), "APT_TOKEN": dag.SecretRef("apt_token")}, Retry: dag.DefaultRetry, SpecHash: "sha256:ab"},
@@ -224,6 +225,7 @@ func TestDecodeDataRejectsBadPayloads(t *testing.T) {
 		"dispatch bad dep":     {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a", DependsOn: []string{"zz"}}}, Order: []string{"a"}}, `unknown node "zz"`},
 		"via without address":  {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.1:22", Via: []events.Jump{{User: "ops"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via[0].address"},
 		"local with via":       {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal, Via: []events.Jump{{Address: "10.0.0.1:22"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via"},
+		"dispatch bad limit":   {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}, Limits: []dag.SlotLimit{{ID: "a.b"}}}, `limits[0].id`},
 		"dispatch ssh no addr": {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}}, "host_spec.address"},
 		"gate without check":   {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}}, "gate needs"},
 		"log bad stream":       {&events.LogLine{Ref: ref, Stream: "stdin"}, `stream "stdin"`},

@@ -196,8 +196,9 @@ type WorkNode struct {
 	NotRetried bool `json:"not_retried,omitempty"`
 }
 
-// Dispatch is formula-ready work on decky.<host>.dispatch: everything an
-// executor needs to run the formula, so executors keep no state.
+// Dispatch is formula-ready work on decky.<host>.dispatch.<zone>:
+// everything an executor needs to run the formula, so executors keep no
+// state.
 type Dispatch struct {
 	Ref
 	Host        HostSpec      `json:"host_spec"`
@@ -205,6 +206,13 @@ type Dispatch struct {
 	OnFailure   dag.OnFailure `json:"on_failure"`
 	Nodes       []WorkNode    `json:"nodes"`
 	Order       []string      `json:"order"`
+	// Limits are what each node takes a slot of, across executors, while
+	// an attempt runs (the host's own first by ID order; see
+	// dag.Composition.HostLimits); Priority (1-100) orders the nodes
+	// waiting for a slot. Both are absent in dispatches of older planners:
+	// the host's own limit with --per-host, and dag.DefaultPriority.
+	Limits   []dag.SlotLimit `json:"limits,omitempty"`
+	Priority int             `json:"priority,omitempty"`
 }
 
 // GateRequest is health-gate work on decky.<host>.gate.
@@ -338,6 +346,7 @@ func (e *Dispatch) Validate() error {
 	if len(e.Order) != len(e.Nodes) {
 		errs = append(errs, fmt.Errorf("order names %d nodes, want %d", len(e.Order), len(e.Nodes)))
 	}
+	errs = append(errs, validLimits(e.Limits, e.Priority))
 	return errors.Join(errs...)
 }
 

@@ -151,14 +151,8 @@ func Consumers() map[string][]jetstream.ConsumerConfig {
 				MaxAckPending: PlannerMaxAcks,
 			},
 		},
-		StreamDispatch: {{
-			Durable:       ConsumerExecutor,
-			Description:   "executors: run dispatched formulas",
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       WorkAckWait,
-			MaxDeliver:    MaxDeliverWork,
-			MaxAckPending: ExecutorMaxAcks,
-		}},
+		// Executors of a zone have a durable of their own (ExecutorConsumer).
+		StreamDispatch: {ExecutorConsumer("")},
 		StreamGates: {{
 			Durable:       ConsumerHealthGate,
 			Description:   "health-gate workers: run gate checks",
@@ -180,6 +174,10 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 		{Bucket: BucketState, Description: "gantry state projections", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
 		{Bucket: BucketNodes, Description: "gantry node attempts and completions", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: 64 << 10},
 		{Bucket: BucketRuns, Description: "gantry run state snapshots", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
+		// Every write of a slot lives SlotTTL; an expired one leaves a
+		// marker, so executors watching the bucket see the slot free.
+		{Bucket: BucketSlots, Description: "gantry concurrency slots in use and nodes waiting for them", History: 1, TTL: SlotTTL, LimitMarkerTTL: SlotTTL,
+			Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: 4 << 10},
 	}
 }
 

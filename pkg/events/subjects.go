@@ -31,7 +31,7 @@ const (
 const (
 	AllWorkflowLifecycle = "workflow.*.lifecycle"
 	AllHostLifecycle     = "decky.*.lifecycle"
-	AllDispatch          = "decky.*.dispatch"
+	AllDispatch          = "decky.*.dispatch.*"
 	AllGate              = "decky.*.gate"
 	AllHealth            = "decky.*.health"
 	AllLogs              = "decky.*.logs.*"
@@ -46,8 +46,24 @@ func WorkflowControl(id, verb string) string { return "workflow." + id + "." + v
 // HostLifecycle is decky.<host>.lifecycle.
 func HostLifecycle(host string) string { return "decky." + host + ".lifecycle" }
 
-// HostDispatch is decky.<host>.dispatch.
-func HostDispatch(host string) string { return "decky." + host + ".dispatch" }
+// NoZone is the zone token of the dispatch subject of a host without a
+// zone label.
+const NoZone = "_"
+
+// HostDispatch is decky.<host>.dispatch.<zone>: the host's zone label, or
+// NoZone.
+func HostDispatch(host, zone string) string { return "decky." + host + ".dispatch." + zoneToken(zone) }
+
+// ZoneDispatch is decky.*.dispatch.<zone>: the work of every host of the
+// zone ("" for hosts without one), what the executors of a zone consume.
+func ZoneDispatch(zone string) string { return "decky.*.dispatch." + zoneToken(zone) }
+
+func zoneToken(zone string) string {
+	if zone == "" {
+		return NoZone
+	}
+	return zone
+}
 
 // HostGate is decky.<host>.gate.
 func HostGate(host string) string { return "decky." + host + ".gate" }
@@ -81,6 +97,7 @@ type Subject struct {
 	Verb       string // cancel, pause, resume, retry; or the state endpoint
 	Host       string // decky.<host>...
 	Node       string // decky.<host>.logs.<node>
+	Zone       string // decky.<host>.dispatch.<zone> ("" for NoZone)
 }
 
 // ErrBadSubject is wrapped by every ParseSubject error.
@@ -129,7 +146,13 @@ func ParseSubject(s string) (Subject, error) {
 		switch {
 		case parts[2] == "lifecycle" && len(parts) == 3:
 			sub.Kind = KindHostLifecycle
-		case parts[2] == "dispatch" && len(parts) == 3:
+		case parts[2] == "dispatch" && len(parts) == 4:
+			if parts[3] != NoZone {
+				if err := token("zone", parts[3]); err != nil {
+					return bad("%v", err)
+				}
+				sub.Zone = parts[3]
+			}
 			sub.Kind = KindDispatch
 		case parts[2] == "gate" && len(parts) == 3:
 			sub.Kind = KindGate

@@ -21,7 +21,8 @@ func TestSubjectsRoundTrip(t *testing.T) {
 		{events.WorkflowControl(id, events.VerbResume), events.Subject{Kind: events.KindWorkflowControl, WorkflowID: id, Verb: "resume"}},
 		{events.WorkflowControl(id, events.VerbRetry), events.Subject{Kind: events.KindWorkflowControl, WorkflowID: id, Verb: "retry"}},
 		{events.HostLifecycle("cp-0"), events.Subject{Kind: events.KindHostLifecycle, Host: "cp-0"}},
-		{events.HostDispatch("cp-0"), events.Subject{Kind: events.KindDispatch, Host: "cp-0"}},
+		{events.HostDispatch("cp-0", ""), events.Subject{Kind: events.KindDispatch, Host: "cp-0"}},
+		{events.HostDispatch("cp-0", "eu-1"), events.Subject{Kind: events.KindDispatch, Host: "cp-0", Zone: "eu-1"}},
 		{events.HostGate("cp-0"), events.Subject{Kind: events.KindGate, Host: "cp-0"}},
 		{events.HostHealth("cp-0"), events.Subject{Kind: events.KindHealth, Host: "cp-0"}},
 		{events.HostLogs("cp-0", "containerd"), events.Subject{Kind: events.KindLogs, Host: "cp-0", Node: "containerd"}},
@@ -37,7 +38,7 @@ func TestSubjectsRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "workflow", "workflow.x", "workflow.X.lifecycle", "workflow.id.explode", "decky", "decky.cp-0",
-		"decky.CP.lifecycle", "decky.cp-0.logs", "decky.cp-0.logs.a.b", "decky.cp-0.logs.A", "decky.cp-0.nope", "state.nope", "other.thing", "decky.cp-0.lifecycle.x"} {
+		"decky.CP.lifecycle", "decky.cp-0.logs", "decky.cp-0.logs.a.b", "decky.cp-0.logs.A", "decky.cp-0.nope", "state.nope", "other.thing", "decky.cp-0.lifecycle.x", "decky.cp-0.dispatch", "decky.cp-0.dispatch.EU", "decky.cp-0.dispatch.a.b"} {
 		if _, err := events.ParseSubject(bad); !errors.Is(err, events.ErrBadSubject) {
 			t.Errorf("ParseSubject(%q) err = %v, want ErrBadSubject", bad, err)
 		}

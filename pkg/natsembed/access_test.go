@@ -128,7 +128,19 @@ func readEvents(ctx context.Context, c *client) error {
 // pullDurable asks a durable consumer for a message, as a pull does.
 func pullDurable(stream, name string) func(context.Context, *client) error {
 	return func(ctx context.Context, c *client) error {
-		m, err := c.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name, []byte(`{"batch":1,"no_wait":true}`))
+		// A no-wait pull is answered at once (a message, or a status); now
+		// and then one goes unanswered on a busy machine, so ask again
+		// rather than wait out the action's whole deadline.
+		var m *nats.Msg
+		var err error
+		for try := 0; try < 3; try++ {
+			tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			m, err = c.nc.RequestWithContext(tctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name, []byte(`{"batch":1,"no_wait":true}`))
+			cancel()
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+				break
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -193,7 +205,10 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 			t.Fatal(err)
 		}
 	}
-	for _, b := range []string{events.BucketWorkflows, events.BucketRuns, events.BucketNodes, events.BucketState} {
+	if _, err := admin.CreateOrUpdateConsumer(ctx, events.StreamDispatch, events.ExecutorConsumer("eu-1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{events.BucketWorkflows, events.BucketRuns, events.BucketNodes, events.BucketState, events.BucketSlots} {
 		kv, _ := admin.KeyValue(ctx, b)
 		if _, err := kv.Put(ctx, "seeded", []byte("{}")); err != nil {
 			t.Fatal(err)
@@ -202,7 +217,7 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 	if _, err := admin.Publish(ctx, events.HostLifecycle("seed"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Publish(ctx, events.HostDispatch("seed"), []byte("{}")); err != nil {
+	if _, err := admin.Publish(ctx, events.HostDispatch("seed", ""), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	// Stand-ins for the planner's and state-store's endpoints, subscribed
@@ -233,7 +248,8 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 	actions := []action{
 		{"publish a host event", only(events.Planner, events.Executor), "decky.h.lifecycle", jsPublish("decky.h.lifecycle")},
 		{"publish a workflow event", only(events.Planner), "workflow.w1.lifecycle", jsPublish("workflow.w1.lifecycle")},
-		{"publish dispatch work", only(events.Planner), "decky.h.dispatch", jsPublish("decky.h.dispatch")},
+		{"publish dispatch work", only(events.Planner), "decky.h.dispatch._", jsPublish("decky.h.dispatch._")},
+		{"publish zoned dispatch work", only(events.Planner), "decky.h.dispatch.eu-1", jsPublish("decky.h.dispatch.eu-1")},
 		{"publish gate work", only(events.Planner), "decky.h.gate", jsPublish("decky.h.gate")},
 		{"publish a health result", only(events.HealthGate), "decky.h.health", jsPublish("decky.h.health")},
 		{"publish output lines", only(events.Executor), "decky.h.logs.n", jsPublish("decky.h.logs.n")},
@@ -241,6 +257,8 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 		{"put gantry_runs", only(events.Planner), "$KV.gantry_runs.probe", kvPut(events.BucketRuns)},
 		{"put gantry_nodes", only(events.Executor), "$KV.gantry_nodes.probe", kvPut(events.BucketNodes)},
 		{"put gantry_state", only(events.StateStore), "$KV.gantry_state.probe", kvPut(events.BucketState)},
+		{"put gantry_slots", only(events.Executor), "$KV.gantry_slots.probe", kvPut(events.BucketSlots)},
+		{"read gantry_slots", only(events.Executor), "$JS.API.STREAM.INFO.KV_gantry_slots", kvGet(events.BucketSlots)},
 		{"delete from gantry_nodes", only(events.Executor), "$KV.gantry_nodes.probe", kvDelete(events.BucketNodes)},
 		{"delete from gantry_state", only(events.StateStore), "$KV.gantry_state.probe", kvDelete(events.BucketState)},
 		{"read gantry_runs", only(events.Planner, events.Executor, events.Operator, events.Viewer), "$JS.API.STREAM.INFO.KV_gantry_runs", kvGet(events.BucketRuns)},
@@ -266,6 +284,7 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 			return c.js.DeleteConsumer(ctx, events.StreamDispatch, events.ConsumerExecutor)
 		}},
 		{"take dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor", pullDurable(events.StreamDispatch, events.ConsumerExecutor)},
+		{"take a zone's dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor-zone-eu-1", pullDurable(events.StreamDispatch, "executor-zone-eu-1")},
 		{"take the planner's events", only(events.Planner), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_EVENTS.planner", pullDurable(events.StreamEvents, events.ConsumerPlanner)},
 		{"read the event stream", only(events.StateStore, events.Operator, events.Viewer), "$JS.API.CONSUMER.CREATE.GANTRY_EVENTS", readEvents},
 		{"submit", only(events.Operator), events.SubjectSubmit, request(events.SubjectSubmit)},

@@ -24,8 +24,14 @@ func main() {
 	cfg.Hosts.RegisterFlags(flag.CommandLine)
 	secrets.RegisterFlag(flag.CommandLine, &cfg.SecretsDir)
 	flag.IntVar(&cfg.MaxFormulas, "max-formulas", 64, "formulas running at once")
-	flag.IntVar(&cfg.PerHost, "per-host", 8, "nodes running at once per host")
+	flag.IntVar(&cfg.PerHost, "per-host", 8, "nodes running at once per host without max_parallel, across all executors")
+	labels := flag.String("labels", os.Getenv("GANTRY_EXECUTOR_LABELS"), "zone=ZONE: take only the work of hosts labelled with that zone (default $GANTRY_EXECUTOR_LABELS; none: only hosts without a zone)")
 	flag.Parse()
+	var err error
+	if cfg.Labels, err = service.ParseLabels(*labels); err != nil {
+		log.Error("bad flag", "err", err)
+		os.Exit(2)
+	}
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("executor")
 	cfg.Log = log
 	nf.InboxPrefix = events.Executor.InboxPrefix()

@@ -33,7 +33,34 @@ type Config struct {
 	// commands (as this process's user, on this machine).
 	AllowLocal bool
 	SecretsDir string // where the secrets commands name are read
-	Log        *slog.Logger
+	PerHost    int    // the executor's --per-host (default 8)
+	// MaxFormulas is the executor's --max-formulas (default 64).
+	MaxFormulas int
+	Log         *slog.Logger
+}
+
+// ExecutorOptions are those of an extra executor (RunExecutor).
+type ExecutorOptions struct {
+	Name   string            // tells its instance apart: "executor/<host>-dev-<pid>-<name>"
+	Labels map[string]string // --labels (zone)
+}
+
+// RunExecutor runs one more executor on its own connection, as the
+// executor identity, until ctx ends: a second replica, or the executor of
+// a zone.
+func RunExecutor(ctx context.Context, cfg Config, o ExecutorOptions) error {
+	host, _ := os.Hostname()
+	id := events.Executor
+	c := cfg.Conn
+	c.Creds, c.NKey = cfg.Keys.Credentials(id)
+	c.InboxPrefix = id.InboxPrefix()
+	nc, err := natsconn.Connect(c, "gantry-dev-executor-"+o.Name, cfg.Log, true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = nc.Drain() }()
+	return executor.Run(ctx, nc, executor.Config{Instance: fmt.Sprintf("executor/%s-dev-%d-%s", host, os.Getpid(), o.Name),
+		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log})
 }
 
 // Run runs the four services, each on its own connection as its own
@@ -54,7 +81,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names()})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
-			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log})
+			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log})
 		}},
 		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
 			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log})

@@ -1,12 +1,14 @@
 // Package service wires the executor: it consumes formula-ready work from
-// decky.*.dispatch (one durable consumer shared by every replica) and runs
-// each formula on its host. main.go and `gantry dev` both start it.
+// decky.*.dispatch.<zone> (one durable consumer per zone, shared by the
+// replicas of that zone) and runs each formula on its host, taking slots
+// of its limits in gantry_slots. main.go and `gantry dev` both start it.
 package service
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -14,7 +16,9 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config of an executor.
@@ -24,8 +28,38 @@ type Config struct {
 	Hosts       hostexec.HostsConfig // SSH, and whether transport local is allowed
 	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
 	MaxFormulas int                  // formulas running at once in this executor (default 64)
-	PerHost     int                  // nodes running at once per host (default 8)
-	Log         *slog.Logger
+	PerHost     int                  // nodes running at once per host without max_parallel, across executors (default 8)
+	// Labels (--labels zone=eu-1) say which work this executor takes: with
+	// a zone, only the work of hosts labelled with that zone; without,
+	// only the work of hosts without a zone.
+	Labels map[string]string
+	Log    *slog.Logger
+}
+
+// ParseLabels reads --labels (GANTRY_EXECUTOR_LABELS): "zone=eu-1", or
+// empty. zone is the only label that routes work.
+func ParseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("--labels: %q is not key=value", kv)
+		case k != dag.ZoneLabel:
+			return nil, fmt.Errorf("--labels: unknown label %q: only %s routes work to an executor (--labels %s=eu-1)", k, dag.ZoneLabel, dag.ZoneLabel)
+		case !dag.IsToken(v):
+			return nil, fmt.Errorf("--labels: zone %q is not a name ([a-z0-9][a-z0-9_-]{0,62})", v)
+		case out[k] != "" && out[k] != v:
+			return nil, fmt.Errorf("--labels: zone given twice (%s, %s)", out[k], v)
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // Run runs the executor until ctx is cancelled, then finishes the formulas
@@ -55,7 +89,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	cons, err := js.Consumer(ctx, events.StreamDispatch, events.ConsumerExecutor)
+	zone := cfg.Labels[dag.ZoneLabel]
+	ccfg := events.ExecutorConsumer(zone)
+	consumer := func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, events.StreamDispatch, ccfg)
+	}
+	cons, err := consumer(ctx)
+	if err != nil {
+		return fmt.Errorf("executor: consumer %s: %w", ccfg.Durable, err)
+	}
+	slotsKV, err := js.KeyValue(ctx, events.BucketSlots)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
@@ -73,6 +116,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,
+		Slots:   &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Log: log},
 		Log:     log,
 	}
 	// A cancelled (or cancelling) workflow's running nodes are killed here.
@@ -91,7 +135,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	log.Info("executor started", "max_formulas", cfg.MaxFormulas, "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
+	log.Info("executor started", "max_formulas", cfg.MaxFormulas, "per_host", cfg.PerHost, "zone", zone, "consumer", ccfg.Durable,
+		"secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log,
-		Repair: heal.Consumer(events.StreamDispatch, events.ConsumerExecutor)})
+		Repair: func(ctx context.Context) (jetstream.Consumer, error) {
+			if err := heal.Heal(ctx); err != nil {
+				return nil, err
+			}
+			return consumer(ctx)
+		}})
 }

@@ -25,6 +25,7 @@ func newDevCmd() *cobra.Command {
 	var syncAlways bool
 	var ssh hostexec.SSHConfig
 	var secretsDir string
+	var perHost int
 	allowLocal := true
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -75,7 +76,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, Log: log}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -86,6 +87,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "fsync every JetStream write (survives power loss; slower)")
 	addSSHFlags(cmd, &ssh)
+	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	return cmd

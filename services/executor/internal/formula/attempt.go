@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -20,13 +21,22 @@ import (
 // help.
 func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool) {
 	ev = &events.NodeEvent{}
-	select {
-	case nr.slot <- struct{}{}:
-	case <-nr.stop.Done():
-		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
-		return dag.NodeCancelled, ev, true
+	release, err := nr.takeSlots(attempt)
+	if err != nil {
+		if nr.stop.Err() != nil {
+			ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
+			return dag.NodeCancelled, ev, true
+		}
+		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
+		return dag.NodeFailed, ev, false
 	}
-	defer func() { <-nr.slot }()
+	defer func() {
+		// The attempt ends before its slots are given back: the next
+		// holder's start is never before this end.
+		now := time.Now().UTC()
+		ev.EndedAt = &now
+		release()
+	}()
 	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	switch nr.d.Operation {
 	case dag.OpCheck:

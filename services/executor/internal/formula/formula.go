@@ -20,6 +20,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 )
 
 // Executor runs dispatched formulas.
@@ -35,7 +36,10 @@ type Executor struct {
 	Secrets Secrets
 	Actor   string
 	PerHost int // nodes running at once per host (default 8)
-	Log     *slog.Logger
+	// Slots holds the dispatches' limits across executors; without it,
+	// PerHost holds per host in this executor only.
+	Slots *slots.Manager
+	Log   *slog.Logger
 
 	mu      sync.Mutex
 	sems    map[string]chan struct{}

@@ -204,6 +204,9 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	}
 	rec := next
 	ended := time.Now().UTC()
+	if ev.EndedAt != nil {
+		ended = *ev.EndedAt
+	}
 	ev.StartedAt, ev.EndedAt = &started, &ended
 	retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts && nr.stop.Err() == nil
 	if !retry {

@@ -32,7 +32,8 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 	pf := &r.plan.Formulas[i]
 	spec := r.plan.Spec(i)
 	c := r.rec.Composition
-	d := &events.Dispatch{Ref: e.ref(r, i), Host: hostSpec(c, pf.Server), MaxParallel: pf.MaxParallel, OnFailure: c.OnFailure, Order: pf.Order}
+	d := &events.Dispatch{Ref: e.ref(r, i), Host: hostSpec(c, pf.Server), MaxParallel: pf.MaxParallel, OnFailure: c.OnFailure, Order: pf.Order,
+		Limits: c.HostLimits(pf.Server), Priority: c.EffectivePriority()}
 	d.Nodes = make([]events.WorkNode, len(pf.Nodes))
 	for j := range pf.Nodes {
 		pn, n := &pf.Nodes[j], &spec.Nodes[j]
@@ -41,7 +42,7 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 			NotRetried: r.notRetried(pf.ID, pn.Name)}
 	}
 	e.publishFormula(ctx, r, i, dag.FormulaReady, "")
-	e.Out.Emit(ctx, events.HostDispatch(pf.Server), d, e.msgID(r, pf.ID, "dispatch"))
+	e.Out.Emit(ctx, events.HostDispatch(pf.Server, c.Hosts[pf.Server].Zone()), d, e.msgID(r, pf.ID, "dispatch"))
 }
 
 // gate asks the health-gate to probe a formula's host, after "gating".

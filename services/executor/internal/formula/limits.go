@@ -1,0 +1,55 @@
+package formula
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots"
+)
+
+// takeSlots waits until the attempt may start: a slot of each of the
+// dispatch's limits across executors (Executor.Slots), or, without a
+// slots manager, of this executor's own per-host capacity. A wait for a
+// limit is announced as a node event. It returns what gives them back, or
+// an error (nr.stop's when the node was cancelled while waiting).
+func (nr *nodeRun) takeSlots(attempt int) (func(), error) {
+	if nr.x.Slots == nil {
+		select {
+		case nr.slot <- struct{}{}:
+			return func() { <-nr.slot }, nil
+		case <-nr.stop.Done():
+			return nil, nr.stop.Err()
+		}
+	}
+	d := nr.d
+	limits := d.Limits
+	if len(limits) == 0 { // a planner that sends none: the host's own limit
+		limits = []dag.SlotLimit{{ID: "n-" + strings.ReplaceAll(d.Ref.Host, "_", "-"), Name: "host " + d.Ref.Host}}
+	}
+	lease, err := nr.x.Slots.Acquire(nr.stop, slots.Request{
+		Limits:   limits,
+		Priority: d.Priority,
+		Attempt:  strings.Join([]string{d.WorkflowID, strconv.Itoa(d.Generation), d.Formula, nr.n.Name, strconv.Itoa(attempt)}, "."),
+		Waiting:  func(l dag.SlotLimit, running int) { nr.waitingForSlot(attempt, l, running) },
+	})
+	if err != nil {
+		if nr.stop.Err() != nil {
+			return nil, nr.stop.Err()
+		}
+		return nil, fmt.Errorf("cannot take a slot: %w", err)
+	}
+	return lease.Release, nil
+}
+
+// waitingForSlot announces that the attempt waits for a slot of limit l.
+func (nr *nodeRun) waitingForSlot(attempt int, l dag.SlotLimit, running int) {
+	nr.log.Info("waiting for a slot", "limit", l.Name, "running", running, "attempt", attempt)
+	ev := &events.NodeEvent{Status: dag.NodeRunning, Reason: fmt.Sprintf("waiting for a slot of limit %s (%d running)", l.Name, running)}
+	n := nr.d.Nodes[nr.j]
+	ev.Ref, ev.Node, ev.Attempt, ev.SpecHash, ev.MaxAttempts, ev.Actor = nr.d.Ref, n.Name, attempt, n.SpecHash, n.Retry.MaxAttempts, nr.x.Actor
+	nr.out.Emit(context.Background(), events.HostLifecycle(nr.d.Ref.Host), ev, msgID(nr.d.Ref, n.Name, "running-slot-"+l.ID, attempt))
+}

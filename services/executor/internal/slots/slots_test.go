@@ -1,0 +1,226 @@
+package slots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+)
+
+func newStore(t *testing.T, ttl time.Duration) *Memory {
+	s := NewMemory(ttl)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func manager(s Store, name string, ttl time.Duration) *Manager {
+	return &Manager{Store: s, Executor: "executor/" + name, TTL: ttl, MaxPoll: 100 * time.Millisecond}
+}
+
+// Three executors, 30 attempts over three hosts of one label limit: at no
+// time do more hold a slot than the host's max (1) or the limit's (2).
+func TestLimitsHoldAcrossManagers(t *testing.T) {
+	s := newStore(t, time.Second)
+	ms := []*Manager{manager(s, "a", time.Second), manager(s, "b", time.Second), manager(s, "c", time.Second)}
+	label := dag.SlotLimit{ID: "l-web", Name: "role=web", MaxParallel: 2}
+	var perHost [3]atomic.Int32
+	var inLabel, maxLabel atomic.Int32
+	var wg sync.WaitGroup
+	var failures atomic.Int32
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := i % 3
+			host := dag.SlotLimit{ID: fmt.Sprintf("h-%d", h), Name: fmt.Sprintf("host %d", h), MaxParallel: 1}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l, err := ms[i%3].Acquire(ctx, Request{Limits: []dag.SlotLimit{label, host}, Attempt: fmt.Sprint(i)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if n := perHost[h].Add(1); n > 1 {
+				failures.Add(1)
+			}
+			n := inLabel.Add(1)
+			for {
+				m := maxLabel.Load()
+				if n <= m || maxLabel.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+			perHost[h].Add(-1)
+			inLabel.Add(-1)
+			l.Release()
+		}()
+	}
+	wg.Wait()
+	if failures.Load() > 0 {
+		t.Errorf("a host ran %d attempts beyond its max of 1", failures.Load())
+	}
+	if maxLabel.Load() > 2 {
+		t.Errorf("the label limit of 2 had %d at once", maxLabel.Load())
+	}
+	if maxLabel.Load() < 2 {
+		t.Errorf("the label limit never had 2 at once (max %d): limits are too strict", maxLabel.Load())
+	}
+	if k := s.Keys(""); len(k) != 0 {
+		t.Errorf("keys left: %v", k)
+	}
+}
+
+// Attempts asking for the same two limits (given in either order) never
+// hold each other up.
+func TestNoDeadlock(t *testing.T) {
+	s := newStore(t, time.Second)
+	a, b := dag.SlotLimit{ID: "a", MaxParallel: 1}, dag.SlotLimit{ID: "b", MaxParallel: 1}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ls := []dag.SlotLimit{a, b}
+			if i%2 == 1 {
+				ls = []dag.SlotLimit{b, a}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := manager(s, fmt.Sprint(i%4), time.Second).Acquire(ctx, Request{Limits: ls})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(time.Millisecond)
+			l.Release()
+		}()
+	}
+	wg.Wait()
+}
+
+// With one slot held, a priority-10 waiter and then a priority-90 one: the
+// 90 goes first when the slot frees, even on another executor.
+func TestPriorityFirst(t *testing.T) {
+	s := newStore(t, time.Second)
+	lim := dag.SlotLimit{ID: "one", Name: "one", MaxParallel: 1}
+	ctx := context.Background()
+	holder, err := manager(s, "a", time.Second).Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 2)
+	var waited atomic.Int32
+	run := func(m *Manager, prio int, name string) {
+		l, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}, Priority: prio, Waiting: func(l dag.SlotLimit, running int) {
+			if l.ID != "one" || running != 1 {
+				t.Errorf("waiting for %v with %d running", l, running)
+			}
+			waited.Add(1)
+		}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		order <- name
+		time.Sleep(20 * time.Millisecond)
+		l.Release()
+	}
+	go run(manager(s, "b", time.Second), 10, "low")
+	waitFor(t, func() bool { return len(s.Keys("wait.one.")) == 1 })
+	// The high one is the slower to take a slot once it frees: it still
+	// goes first.
+	go run(manager(slowSlots{s}, "c", time.Second), 90, "high")
+	waitFor(t, func() bool { return len(s.Keys("wait.one.")) == 2 })
+	holder.Release()
+	if first, second := <-order, <-order; first != "high" || second != "low" {
+		t.Errorf("order %s, %s; want high, low", first, second)
+	}
+	if waited.Load() != 2 {
+		t.Errorf("%d waits announced, want 2", waited.Load())
+	}
+}
+
+// A waiting attempt stops waiting when it is cancelled, and leaves no key.
+func TestCancelWhileWaiting(t *testing.T) {
+	s := newStore(t, time.Second)
+	lim := dag.SlotLimit{ID: "one", MaxParallel: 1}
+	holder, err := manager(s, "a", time.Second).Acquire(context.Background(), Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := manager(s, "b", time.Second).Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}})
+		done <- err
+	}()
+	waitFor(t, func() bool { return len(s.Keys("wait.")) == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting after cancel")
+	}
+	waitFor(t, func() bool { return len(s.Keys("wait.")) == 0 })
+}
+
+// The slots of an executor that stops refreshing them (it died) free
+// themselves after the TTL; a live holder keeps its slot past the TTL.
+func TestDeadHolderExpires(t *testing.T) {
+	ttl := 300 * time.Millisecond
+	s := newStore(t, ttl)
+	lim := dag.SlotLimit{ID: "one", MaxParallel: 1}
+	live, err := manager(s, "a", ttl).Acquire(context.Background(), Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * ttl)
+	if len(s.Keys("slot.one.")) != 1 {
+		t.Fatal("a refreshed slot expired")
+	}
+	close(live.stop) // the holder dies: no refresh, no release
+	<-live.done
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*ttl)
+	defer cancel()
+	l, err := manager(s, "b", ttl).Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatalf("the dead holder's slot did not free: %v", err)
+	}
+	defer l.Release()
+	if d := time.Since(start); d > 3*ttl {
+		t.Errorf("took %s", d)
+	}
+}
+
+// slowSlots takes 50 ms to create a slot key.
+type slowSlots struct{ Store }
+
+func (s slowSlots) Create(ctx context.Context, key string, val []byte) (uint64, error) {
+	if strings.HasPrefix(key, "slot.") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s.Store.Create(ctx, key, val)
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	for range 500 {
+		if ok() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not met within 5s")
+}
