@@ -245,13 +245,41 @@ func (e evt) String() string {
 // events reads every event of a workflow from the stream, in order.
 func (s *stack) events(id string) []evt {
 	s.t.Helper()
+	var out []evt
+	s.workflowEnvelopes(events.StreamEvents, id, func(env *events.Envelope) {
+		var d struct {
+			Formula   string    `json:"formula"`
+			Node      string    `json:"node"`
+			Status    string    `json:"status"`
+			Attempt   int       `json:"attempt"`
+			Blocker   string    `json:"blocker"`
+			WillRetry bool      `json:"will_retry"`
+			Final     bool      `json:"final"`
+			Error     string    `json:"error"`
+			Reason    string    `json:"reason"`
+			Actor     string    `json:"actor"`
+			StartedAt time.Time `json:"started_at"`
+			EndedAt   time.Time `json:"ended_at"`
+		}
+		json.Unmarshal(env.Data, &d)
+		if env.Type.Family() == events.FamilyHealth && !d.Final {
+			d.Status = "attempt-" + d.Status
+		}
+		out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error, d.Reason, d.StartedAt, d.EndedAt, d.Actor})
+	})
+	return out
+}
+
+// workflowEnvelopes hands over every message of a workflow in stream, in
+// order.
+func (s *stack) workflowEnvelopes(stream, id string, each func(*events.Envelope)) {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cons, err := s.js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{})
+	cons, err := s.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var out []evt
 	for {
 		batch, err := cons.FetchNoWait(500)
 		if err != nil {
@@ -262,33 +290,14 @@ func (s *stack) events(id string) []evt {
 			n++
 			env, err := events.Parse(m.Data())
 			if err != nil {
-				s.t.Fatalf("bad event in stream: %v", err)
+				s.t.Fatalf("bad message in %s: %v", stream, err)
 			}
-			if !strings.HasPrefix(env.Subject, id) {
-				continue
+			if strings.HasPrefix(env.Subject, id) {
+				each(env)
 			}
-			var d struct {
-				Formula   string    `json:"formula"`
-				Node      string    `json:"node"`
-				Status    string    `json:"status"`
-				Attempt   int       `json:"attempt"`
-				Blocker   string    `json:"blocker"`
-				WillRetry bool      `json:"will_retry"`
-				Final     bool      `json:"final"`
-				Error     string    `json:"error"`
-				Reason    string    `json:"reason"`
-				Actor     string    `json:"actor"`
-				StartedAt time.Time `json:"started_at"`
-				EndedAt   time.Time `json:"ended_at"`
-			}
-			json.Unmarshal(env.Data, &d)
-			if env.Type.Family() == events.FamilyHealth && !d.Final {
-				d.Status = "attempt-" + d.Status
-			}
-			out = append(out, evt{env.Type, d.Formula, d.Node, d.Status, d.Attempt, d.Blocker, d.WillRetry, d.Error, d.Reason, d.StartedAt, d.EndedAt, d.Actor})
 		}
 		if n == 0 {
-			return out
+			return
 		}
 	}
 }

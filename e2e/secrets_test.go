@@ -187,32 +187,12 @@ func TestSecretsNeverLeaveTheWorker(t *testing.T) {
 // logLines is every output line of a workflow: "node stream line".
 func (s *stack) logLines(id string) []string {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cons, err := s.js.OrderedConsumer(ctx, events.StreamLogs, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	var out []string
-	for {
-		batch, err := cons.FetchNoWait(500)
-		if err != nil {
-			s.t.Fatal(err)
+	s.workflowEnvelopes(events.StreamLogs, id, func(env *events.Envelope) {
+		var l events.LogLine
+		if events.DecodeData(env, &l) == nil {
+			out = append(out, l.Node+" "+string(l.Stream)+" "+l.Line)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			env, err := events.Parse(m.Data())
-			if err != nil || !strings.HasPrefix(env.Subject, id) {
-				continue
-			}
-			var l events.LogLine
-			if events.DecodeData(env, &l) == nil {
-				out = append(out, l.Node+" "+string(l.Stream)+" "+l.Line)
-			}
-		}
-		if n == 0 {
-			return out
-		}
-	}
+	})
+	return out
 }
