@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,11 +21,16 @@ func TestTwoWorkflowsOneHostNode(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "log")
 	release := filepath.Join(dir, "release")
+	name := fmt.Sprintf("twice-%d", time.Now().UnixNano()%1e9)
+	// A failed test still lets the holder end, before the services stop.
+	t.Cleanup(func() { _ = os.WriteFile(release, nil, 0o644) })
 	// The first to hold the host lock keeps it until the test has seen the
 	// second one wait (bounded: 30 s), so they overlap however loaded the
 	// machine is.
 	c := func() *dag.Composition {
-		return &dag.Composition{Name: "twice", Reset: true, Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+		// A name of its own: the host lock is per composition, and other
+		// runs of this test on the machine must not hold it.
+		return &dag.Composition{Name: name, Reset: true, Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
 			Formulas: []dag.Formula{{ID: "pkg", Server: "me", Nodes: []dag.Node{{Name: "install",
 				Run: "echo in >>" + log + "; i=0; while [ ! -e " + release + " ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo out >>" + log}}}}}
 	}
