@@ -52,10 +52,11 @@ type results struct {
 }
 
 func main() {
-	only := flag.String("scenario", os.Getenv("BENCH"), "run one scenario (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, plan-100k, dev)")
+	only := flag.String("scenario", os.Getenv("BENCH"), "run one scenario (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
 	runs := flag.Int("runs", 5, "runs per scenario")
 	sshRuns := flag.Int("ssh-runs", 3, "runs of ssh-500 and each peer")
 	ansibleRuns := flag.Int("ansible-runs", 1, "runs of the Ansible peer (slow)")
+	fleetAnsible := flag.Int("fleet-ansible-hosts", 200, "hosts of fleet-1000 Ansible runs on (its time is scaled to 1,000)")
 	binDir := flag.String("bin", "bin", "where the service binaries and nats-server are")
 	out := flag.String("out", "bench/results.json", "results file")
 	flag.Parse()
@@ -108,6 +109,13 @@ func main() {
 		for k, v := range m {
 			res.Scenarios[k] = v
 		}
+	}
+	if want("fleet-1000") {
+		s, err := fleetBench(abs, []string{"--max-formulas", "50"}, *fleetAnsible)
+		if err != nil {
+			fail(err)
+		}
+		res.Scenarios["fleet-1000"] = s
 	}
 	if want("dev") || *only == "" {
 		d, err := devBench(abs)
