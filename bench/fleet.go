@@ -59,6 +59,51 @@ func launchFleet1000(dir string) (*fleet1000, error) {
 	return &fleet1000{f: f, addrs: addrs, known: known, user: f.User, key: f.KeyFile}, nil
 }
 
+// sshdCPU is the CPU seconds of the fleet's sshd: the listeners and all
+// their descendants (live connections, which sshd puts in sessions of
+// their own, and through cutime/cstime the ones already reaped).
+func (fl *fleet1000) sshdCPU() float64 {
+	in := map[string]bool{}
+	for _, h := range fl.f.Hosts {
+		if b, err := os.ReadFile(filepath.Join(h.Dir, "sshd.pid")); err == nil {
+			in[strings.TrimSpace(string(b))] = true
+		}
+	}
+	type pst struct {
+		ppid string
+		cpu  float64
+	}
+	procs := map[string]pst{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		if len(f) < 15 {
+			continue
+		}
+		p := pst{ppid: f[1]}
+		for _, k := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+			var v float64
+			fmt.Sscan(f[k], &v)
+			p.cpu += v / 100
+		}
+		procs[e.Name()] = p
+	}
+	total := 0.0
+	for pid, p := range procs {
+		for cur, hops := pid, 0; cur != "" && cur != "0" && hops < 64; cur, hops = procs[cur].ppid, hops+1 {
+			if in[cur] {
+				total += p.cpu
+				break
+			}
+		}
+	}
+	return total
+}
+
 func mustRead(p string) string {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -118,13 +163,13 @@ func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario,
 	}
 	time.Sleep(time.Second)
 	idle, _ := st.rssByService()
-	cpu0 := st.cpuByProcess()
+	cpu0, sshd0 := st.cpuByProcess(), fl.sshdCPU()
 	c := fl.composition()
 	r, err := runWorkflow(nc, c, 3*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	cpu1 := st.cpuByProcess()
+	cpu1, sshd1 := st.cpuByProcess(), fl.sshdCPU()
 	_, peak := st.rssByService()
 	fmt.Printf("  fleet-1000 gantry: %.3fs (%s)\n", r.Wall.Seconds(), r.Status)
 	s := &Scenario{Status: string(r.Status), Runs: []float64{r.Wall.Seconds()}, WallS: r.Wall.Seconds(), Min: r.Wall.Seconds(), Max: r.Wall.Seconds(),
@@ -136,7 +181,8 @@ func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario,
 	s.NodesPerS = float64(s.Nodes) / s.WallS
 	s.PerNodeMS = s.WallS * 1000 / float64(s.Nodes)
 	s.Peers["gantry-executor"] = map[string]float64{"cpu_s": s.CPUSeconds["executor"], "cpu_ms_per_host": s.CPUSeconds["executor"] * 1000 / fleetHosts,
-		"max_rss_mb": peak["executor"], "rss_kb_per_host": (peak["executor"] - idle["executor"]) * 1024 / fleetHosts}
+		"max_rss_mb": peak["executor"], "rss_kb_per_host": (peak["executor"] - idle["executor"]) * 1024 / fleetHosts, "sshd_cpu_s": sshd1 - sshd0}
+	fmt.Printf("  fleet-1000 gantry: executor CPU %.2fs, sshd CPU %.2fs\n", s.CPUSeconds["executor"], sshd1-sshd0)
 
 	// OpenSSH: xargs -P 50, one `ssh host true` (its own connection) per host
 	var list strings.Builder
@@ -149,13 +195,16 @@ func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario,
 	sshCmd := fmt.Sprintf("ssh -i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes -o BatchMode=yes -p \"$2\" %s@\"$1\" true", fl.key, fl.known, fl.user)
 	cmd := exec.Command("xargs", "-P", "50", "-L", "1", "sh", "-c", sshCmd, "sh")
 	cmd.Stdin = strings.NewReader(list.String())
+	sshd0 = fl.sshdCPU()
 	wall, cpu, mrss, out, err := childUsage(cmd)
+	sshd1 = fl.sshdCPU()
 	if err != nil {
 		return nil, fmt.Errorf("openssh: %v: %s", err, tailStr(string(out), 1500))
 	}
 	fmt.Printf("  fleet-1000 openssh (xargs -P 50): %.3fs, CPU %.2fs, max RSS of one process %.1f MB\n", wall.Seconds(), cpu, mrss)
 	s.Peers["openssh"] = map[string]float64{"wall_s": wall.Seconds(), "min_s": wall.Seconds(), "max_s": wall.Seconds(), "runs": 1, "cpu_s": cpu,
-		"cpu_ms_per_host": cpu * 1000 / fleetHosts, "max_rss_mb": mrss}
+		"cpu_ms_per_host": cpu * 1000 / fleetHosts, "max_rss_mb": mrss, "sshd_cpu_s": sshd1 - sshd0}
+	fmt.Printf("  fleet-1000 openssh: sshd CPU %.2fs\n", sshd1-sshd0)
 	s.RatioVsPeer["openssh"] = s.WallS / wall.Seconds()
 
 	if _, err := exec.LookPath("ansible-playbook"); err == nil && ansibleSubset > 0 {
