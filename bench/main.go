@@ -52,10 +52,11 @@ type results struct {
 }
 
 func main() {
-	only := flag.String("scenario", os.Getenv("BENCH"), "run one scenario (chain-1000, fanout-1000, wide-1000, ssh-500, plan-100k, dev)")
+	only := flag.String("scenario", os.Getenv("BENCH"), "run one scenario (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
 	runs := flag.Int("runs", 5, "runs per scenario")
 	sshRuns := flag.Int("ssh-runs", 3, "runs of ssh-500 and each peer")
 	ansibleRuns := flag.Int("ansible-runs", 1, "runs of the Ansible peer (slow)")
+	fleetAnsible := flag.Int("fleet-ansible-hosts", 200, "hosts of fleet-1000 Ansible runs on (its time is scaled to 1,000)")
 	binDir := flag.String("bin", "bin", "where the service binaries and nats-server are")
 	out := flag.String("out", "bench/results.json", "results file")
 	flag.Parse()
@@ -99,6 +100,22 @@ func main() {
 			fail(err)
 		}
 		res.Scenarios["ssh-500"] = s
+	}
+	if want("executors-N") {
+		m, err := executorsBench(abs, 1)
+		if err != nil {
+			fail(err)
+		}
+		for k, v := range m {
+			res.Scenarios[k] = v
+		}
+	}
+	if want("fleet-1000") {
+		s, err := fleetBench(abs, []string{"--max-formulas", "50"}, *fleetAnsible)
+		if err != nil {
+			fail(err)
+		}
+		res.Scenarios["fleet-1000"] = s
 	}
 	if want("dev") || *only == "" {
 		d, err := devBench(abs)
@@ -302,12 +319,15 @@ func devBench(binDir string) (map[string]float64, error) {
 func printTable(r *results) {
 	fmt.Printf("\nmachine: %s\n", r.Machine)
 	fmt.Printf("%-12s %10s %17s %10s %10s %10s %10s  %s\n", "scenario", "wall (med)", "spread", "nodes/s", "ms/node", "p50 r->r", "p99 r->r", "target")
-	for _, name := range []string{"plan-100k", "chain-1000", "fanout-1000", "wide-1000", "ssh-500"} {
+	for _, name := range []string{"plan-100k", "chain-1000", "fanout-1000", "wide-1000", "ssh-500", "executors-1", "executors-2", "executors-4", "fleet-1000"} {
 		s, ok := r.Scenarios[name]
 		if !ok {
 			continue
 		}
 		fmt.Printf("%-12s %9.3fs %7.3f-%-7.3fs %10.0f %10.3f %9.2fms %9.2fms  %s\n", name, s.WallS, s.Min, s.Max, s.NodesPerS, s.PerNodeMS, s.ReadyP50MS, s.ReadyP99MS, s.Target)
+		if x, ok := s.RatioVsPeer["speedup_vs_1"]; ok {
+			fmt.Printf("  speed-up vs 1 executor: %.2fx\n", x)
+		}
 		for _, peer := range []string{"floor", "openssh", "ansible"} {
 			if p, ok := s.Peers[peer]; ok {
 				fmt.Printf("  vs %-8s %9.3fs %7.3f-%-7.3fs   gantry/%s = %.2fx\n", peer, p["wall_s"], p["min_s"], p["max_s"], peer, s.RatioVsPeer[peer])
@@ -335,7 +355,14 @@ func printTable(r *results) {
 
 func fmtMap(m map[string]float64) string {
 	var parts []string
-	for _, k := range serviceNames {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k != "nats-server" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %.1f", k, m[k]))
 	}
 	return strings.Join(parts, ", ")

@@ -120,6 +120,12 @@ func connectAs(url, seedFile string) (*nats.Conn, error) {
 var serviceNames = []string{"planner", "executor", "health-gate", "state-store"}
 
 func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
+	return startStackN(binDir, sshKey, knownHosts, 1, nil)
+}
+
+// startStackN starts nExec executor processes (named executor,
+// executor-2...), each with execArgs.
+func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string) (*stack, error) {
 	dir, err := os.MkdirTemp("", "gantry-bench-")
 	if err != nil {
 		return nil, err
@@ -160,12 +166,23 @@ func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
 		if pprof {
 			env = append(env[:len(env):len(env)], fmt.Sprintf("GANTRY_PPROF=127.0.0.1:%d", 6061+i))
 		}
-		p, err := startProc(name, logf, env, filepath.Join(binDir, name))
-		if err != nil {
-			s.close()
-			return nil, err
+		n := 1
+		var args []string
+		if name == "executor" {
+			n, args = nExec, execArgs
 		}
-		s.svcs = append(s.svcs, p)
+		for k := 0; k < n; k++ {
+			pname := name
+			if k > 0 {
+				pname = fmt.Sprintf("%s-%d", name, k+1)
+			}
+			p, err := startProc(pname, logf, env, append([]string{filepath.Join(binDir, name)}, args...)...)
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			s.svcs = append(s.svcs, p)
+		}
 	}
 	return s, nil
 }
