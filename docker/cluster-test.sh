@@ -140,6 +140,7 @@ done
 say "    100 marker lines, each node exactly once"
 "$bin/gantry" state --rebuild --check >"$work/check.txt" 2>&1 || { cat "$work/check.txt"; fail "projection differs from the stream"; }
 sed 's/^/    /' "$work/check.txt" | tail -5
+say "    restarts (docker RestartCount): $(for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker inspect -f '{{.Name}}={{.RestartCount}}/{{.State.Status}}' "$c"; done | sed 's#^/##; s#^gantry-cluster_##' | sort | tr '\n' ' ')"
 say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
 if [ -n "${KEEP:-}" ]; then
 	say "cluster-test PASS; KEEP=1: the stack is left up (make cluster-down removes it)"
