@@ -74,7 +74,6 @@ say "    meta leader: $(meta_leader)"
 {
 	echo "name: cluster-100"
 	echo "operation: create"
-	echo "retry: {max_attempts: 5, initial_interval: 500ms, max_interval: 3s, multiplier: 2}"
 	echo "hosts:"
 	for t in 1 2 3; do echo "  t$t: {address: target-$t:22, user: root}"; done
 	echo "formulas:"
@@ -84,7 +83,7 @@ say "    meta leader: $(meta_leader)"
 		echo "    nodes:"
 		for n in $(seq 0 9); do
 			echo "      - name: n$n"
-			echo "        run: sleep 0.$((3 + (f + n) % 7)) && mkdir -p /var/lib/wuji && echo f$f/n$n >> /var/lib/wuji/markers"
+			echo "        run: sleep 1.$((3 + (f + n) % 7)) && mkdir -p /var/lib/wuji && echo f$f/n$n >> /var/lib/wuji/markers"
 		done
 	done
 } >"$work/c100.yaml"
@@ -124,7 +123,7 @@ for _ in $(seq 240); do
 	sleep 1
 done
 say "4. run $id: $st, $done/100 nodes succeeded ($(awk -v a="$EPOCHREALTIME" -v b="$t_sub" 'BEGIN { printf "%.1f", a - b }') s after the restart)"
-[ "$st" = succeeded ] || fail "run ended $st"
+[ "$st" = succeeded ] || { "$bin/gantry" status "$id" 2>&1 | grep -iv "succeeded" | head -20; fail "run ended $st"; }
 sleep 2
 dups=0
 lines=0
