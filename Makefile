@@ -10,7 +10,7 @@ FUZZTIME ?= 2m
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 6
 
-.PHONY: tools all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test
+.PHONY: tools all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test
 
 all: build test
 
@@ -114,3 +114,20 @@ tidy:
 
 clean:
 	rm -rf $(BIN) build
+
+## --- the 3-node NATS cluster (docker-compose.cluster.yml, project gantry-cluster) ---
+CLUSTER_COMPOSE = COMPOSE_PROJECT_NAME=gantry-cluster $(COMPOSE) -f docker-compose.cluster.yml
+
+## cluster-up: three clustered nats-servers (R3 streams and KV), two replicas of every service, the targets.
+cluster-up: build images dev-keys
+	docker/cluster-conf.sh
+	$(CLUSTER_COMPOSE) up -d
+	$(BIN)/gantry ping --server nats://127.0.0.1:4322,nats://127.0.0.1:4323,nats://127.0.0.1:4324 --nkey dev/keys/nats/operator.nk --service gantry-planner --service gantry-state-store --wait 90s
+
+## cluster-down: stop and remove the cluster stack and its volumes.
+cluster-down:
+	$(CLUSTER_COMPOSE) down -v --remove-orphans
+
+## cluster-test: a 100-node run while the JetStream meta leader is stopped and one replica of each service killed.
+cluster-test: build tools dev-keys
+	COMPOSE="$(COMPOSE)" docker/cluster-test.sh

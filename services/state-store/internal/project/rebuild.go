@@ -9,9 +9,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -119,18 +121,48 @@ func (p *Projector) Skip(ctx context.Context, seq uint64) error {
 // RebuildReport says how the live projection compares with a replay.
 type RebuildReport = events.RebuildReport
 
+// noResponderTries and noResponderPause bound retryNoResponders.
+var (
+	noResponderTries = 10
+	noResponderPause = 500 * time.Millisecond
+)
+
+// retryNoResponders runs f again while it fails with no responders: on a
+// NATS cluster, the node a replica is connected to answers no JetStream API
+// request for a few seconds after it has started again (its JetStream is
+// still catching up), which is no reason to fail a rebuild or its check.
+func retryNoResponders(ctx context.Context, f func() error) error {
+	var err error
+	for i := 0; i < noResponderTries; i++ {
+		if err = f(); err == nil || !errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(noResponderPause):
+		}
+	}
+	return err
+}
+
 // Rebuild replays the stream up to the last event the live projector
 // handled, compares, and unless checkOnly replaces the live documents.
 // Events wait while it runs.
 func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, checkOnly bool) (*RebuildReport, error) {
 	// First catch up with the stream as it is now, so that the comparison
 	// is with what every state-store replica has written.
-	if err := p.CatchUp(ctx, js); err != nil {
+	if err := retryNoResponders(ctx, func() error { return p.CatchUp(ctx, js) }); err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	mem, first, err := Replay(ctx, js, p.applied)
+	var mem *MemStore
+	var first uint64
+	err := retryNoResponders(ctx, func() (err error) {
+		mem, first, err = Replay(ctx, js, p.applied)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# `make cluster-test`: gantry on a 3-node NATS cluster (docker-compose.cluster.yml,
+# project gantry-cluster: the `make up` stack is never touched).
+#   1. from nothing: down -v, cluster-up (R3 streams and KV, 2 replicas of
+#      every service), services answering
+#   2. a 100-node run (10 formulas x 10 nodes over the 3 targets; each node
+#      appends a marker line "<formula>/<node>" to /var/lib/wuji/markers on
+#      its target)
+#   3. mid-run: the JetStream meta leader (asked of each node's monitoring
+#      endpoint, /jsz: meta_cluster.leader) is stopped; one replica of each
+#      service is killed (docker kill); later the stopped node is started again
+#   4. the run succeeded; every node's marker line is on its target exactly
+#      once (no node ran again after success); `gantry state --rebuild --check`
+#      finds the projection equal to a rebuild from the event stream
+#   5. down -v
+# KEEP=1 leaves the stack up. Prints the timings of each step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=$root/bin
+if [ -z "${COMPOSE:-}" ]; then
+	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
+fi
+export COMPOSE_PROJECT_NAME=${CLUSTER_PROJECT_NAME:-gantry-cluster}
+COMPOSE="$COMPOSE -f $root/docker-compose.cluster.yml"
+export NATS_URL=nats://127.0.0.1:4322,nats://127.0.0.1:4323,nats://127.0.0.1:4324
+export NATS_NKEY=$root/dev/keys/nats/operator.nk
+work=$(mktemp -d)
+t0=$EPOCHREALTIME
+
+say() { printf '[%6ss] %s\n' "$(awk -v a="$EPOCHREALTIME" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')" "$*"; }
+fail() {
+	say "FAIL: $*"
+	$COMPOSE ps || true
+	$COMPOSE logs --no-color --tail 20 2>&1 | tail -150 || true
+	exit 1
+}
+cleanup() {
+	if [ -z "${KEEP:-}" ]; then $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+ids() { docker ps -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" --filter "label=com.docker.compose.service=$1"; }
+# meta_leader: the JetStream meta leader's server name, as a running node's /jsz says
+meta_leader() {
+	local p
+	for p in 8322 8323 8324; do
+		python3 - "$p" <<'PY' 2>/dev/null && return 0
+import json, sys, urllib.request
+d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/jsz", timeout=2))
+l = (d.get("meta_cluster") or {}).get("leader")
+if not l:
+    sys.exit(1)
+print(l)
+PY
+	done
+	return 1
+}
+status_of() { "$bin/gantry" status "$1" -o json 2>/dev/null | python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["status"], sum(1 for f in d["formulas"].values() for n in f["nodes"].values() if n["status"] == "succeeded"))' 2>/dev/null || echo "? ?"; }
+
+say "1. from nothing: $COMPOSE_PROJECT_NAME down -v, cluster-up"
+$COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
+docker/cluster-conf.sh >/dev/null
+$COMPOSE up -d 2>&1 | tail -2 | sed 's/^/    /'
+"$bin/gantry" ping --service gantry-planner --service gantry-state-store --wait 90s >/dev/null || fail "services not answering"
+say "    services up: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
+for p in 8322 8323 8324; do
+	python3 -c 'import json, sys, urllib.request; d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/varz", timeout=2)); print("   ", d["server_name"], d["version"], "routes", len(d.get("cluster", {}).get("urls") or []))' "$p"
+done
+say "    meta leader: $(meta_leader)"
+
+# The composition: 10 formulas x 10 nodes, formula f on target-(f%3+1); a
+# node sleeps 0.3 to 1 s, then appends its marker line.
+{
+	echo "name: cluster-100"
+	echo "operation: create"
+	echo "hosts:"
+	for t in 1 2 3; do echo "  t$t: {address: target-$t:22, user: root}"; done
+	echo "formulas:"
+	for f in $(seq 0 9); do
+		echo "  - id: f$f"
+		echo "    server: t$((f % 3 + 1))"
+		echo "    nodes:"
+		for n in $(seq 0 9); do
+			echo "      - name: n$n"
+			echo "        run: sleep 1.$((3 + (f + n) % 7)) && mkdir -p /var/lib/wuji && echo f$f/n$n >> /var/lib/wuji/markers"
+		done
+	done
+} >"$work/c100.yaml"
+
+say "2. submit the 100-node run"
+id=$("$bin/gantry" submit -q "$work/c100.yaml") || fail "submit"
+say "    workflow $id"
+for _ in $(seq 60); do
+	read -r st done <<<"$(status_of "$id")"
+	[ "${done:-0}" != "?" ] && [ "${done:-0}" -ge 15 ] && break
+	sleep 0.5
+done
+leader=$(meta_leader) || fail "no meta leader"
+say "3a. $done nodes done ($st): stop the meta leader $leader"
+t_stop=$EPOCHREALTIME
+$COMPOSE stop -t 1 "$leader" 2>&1 | grep -v '^$' | sed 's/^/    /' || true
+for _ in $(seq 60); do
+	nl=$(meta_leader) && [ "$nl" != "$leader" ] && break
+	sleep 0.5
+done
+say "    new meta leader: ${nl:-none} ($(awk -v a="$EPOCHREALTIME" -v b="$t_stop" 'BEGIN { printf "%.1f", a - b }') s after the stop); run: $(status_of "$id")"
+say "3b. docker kill one replica of each service"
+for s in planner executor health-gate state-store; do
+	c=$(ids $s | head -1)
+	[ -n "$c" ] || fail "no $s running"
+	docker kill "$c" >/dev/null
+	say "    killed $s $c"
+done
+sleep 5
+say "    run: $(status_of "$id")"
+say "3c. start $leader again"
+$COMPOSE start "$leader" 2>&1 | grep -v '^$' | sed 's/^/    /' || true
+t_sub=$EPOCHREALTIME
+for _ in $(seq 240); do
+	read -r st done <<<"$(status_of "$id")"
+	case $st in succeeded | failed | cancelled | stopped) break ;; esac
+	sleep 1
+done
+say "4. run $id: $st, $done/100 nodes succeeded ($(awk -v a="$EPOCHREALTIME" -v b="$t_sub" 'BEGIN { printf "%.1f", a - b }') s after the restart)"
+[ "$st" = succeeded ] || { "$bin/gantry" status "$id" 2>&1 | grep -iv "succeeded" | head -20; fail "run ended $st"; }
+sleep 2
+dups=0
+lines=0
+for t in 1 2 3; do
+	c=$(ids target-$t)
+	docker exec "$c" cat /var/lib/wuji/markers >"$work/markers-$t" || fail "no markers on target-$t"
+	lines=$((lines + $(wc -l <"$work/markers-$t")))
+	d=$(sort "$work/markers-$t" | uniq -d | wc -l)
+	dups=$((dups + d))
+	say "    target-$t: $(wc -l <"$work/markers-$t") marker lines, $(sort -u "$work/markers-$t" | wc -l) distinct, $d repeated"
+done
+[ "$lines" = 100 ] && [ "$dups" = 0 ] || fail "$lines marker lines, $dups repeated: a node ran twice or not at all"
+say "    100 marker lines, each node exactly once"
+"$bin/gantry" state --rebuild --check >"$work/check.txt" 2>&1 || { cat "$work/check.txt"; fail "projection differs from the stream"; }
+sed 's/^/    /' "$work/check.txt" | tail -5
+say "    restarts (docker RestartCount): $(for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker inspect -f '{{.Name}}={{.RestartCount}}/{{.State.Status}}' "$c"; done | sed 's#^/##; s#^gantry-cluster_##' | sort | tr '\n' ' ')"
+say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
+if [ -n "${KEEP:-}" ]; then
+	say "cluster-test PASS; KEEP=1: the stack is left up (make cluster-down removes it)"
+	exit 0
+fi
+say "5. down -v"
+$COMPOSE down -v --remove-orphans >/dev/null 2>&1
+say "cluster-test PASS"
