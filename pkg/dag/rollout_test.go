@@ -135,3 +135,19 @@ func decided(d dag.Decision) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Only a create runs instances in batches: a delete or check of the same
+// composition has no rollout to announce.
+func TestRolledOutOnlyInCreate(t *testing.T) {
+	p := rolloutPlan(t, 3, `{"batch":1}`, dag.OnFailureStop, false)
+	i, _ := p.Index("app-h2")
+	if !p.RolledOut(i) {
+		t.Fatalf("app-h2 of a create is not rolled out")
+	}
+	c := *p.Composition()
+	c.Operation = dag.OpDelete
+	d := dag.PlanLoaded(&c)
+	if i, _ := d.Index("app-h2"); d.RolledOut(i) {
+		t.Errorf("app-h2 of a delete is rolled out")
+	}
+}

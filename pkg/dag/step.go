@@ -424,6 +424,14 @@ func (s *RunState) Apply(d Decision) {
 	}
 }
 
+// RolledOut reports whether plan formula i runs in a rollout's batches in
+// this plan: an instance of a group formula with a rollout, in a create
+// (delete and check runs take instances in dependency order only).
+func (p *Plan) RolledOut(i int) bool {
+	in := p.Formulas[i].Instance
+	return in != nil && len(p.rollouts[in.Of]) > 0
+}
+
 // RolloutInstances lists the plan indexes of a rollout's instances (the
 // group formula's id as written), in host order.
 func (p *Plan) RolloutInstances(of string) []int { return p.rollouts[of] }

@@ -21,16 +21,18 @@ import (
 // rolloutStarts announces the batches a decision starts.
 func (e *Engine) rolloutStarts(ctx context.Context, r *run, d dag.Decision) {
 	for _, i := range d.Dispatch {
-		in := r.plan.Formulas[i].Instance
-		if in == nil || in.Batches == 0 {
+		if !r.plan.RolledOut(i) {
 			continue
 		}
 		e.rolloutEvent(ctx, r, i, events.RolloutBatchStarted, "")
 	}
 	stopped := map[string]bool{}
 	for _, b := range d.Blocked {
+		if !r.plan.RolledOut(b.Formula) {
+			continue
+		}
 		in := r.plan.Formulas[b.Formula].Instance
-		if in == nil || in.Batches == 0 || stopped[in.Of] {
+		if stopped[in.Of] {
 			continue
 		}
 		if why := rolloutStop(r, b.Formula); why != "" {
@@ -43,8 +45,7 @@ func (e *Engine) rolloutStarts(ctx context.Context, r *run, d dag.Decision) {
 // rolloutFinish announces the end of formula i's batch, if i was the last
 // of it to finish.
 func (e *Engine) rolloutFinish(ctx context.Context, r *run, i int) {
-	in := r.plan.Formulas[i].Instance
-	if in == nil || in.Batches == 0 || !r.state.Finished(i) {
+	if !r.plan.RolledOut(i) || !r.state.Finished(i) {
 		return
 	}
 	for _, k := range batchOf(r.plan, i) {
