@@ -37,7 +37,12 @@ func samples() map[string]events.Payload {
 			Formulas: map[events.FormulaState]int{dag.FormulaPending: 7, dag.FormulaRunning: 3}},
 		"workflow_accepted": &events.WorkflowEvent{Ref: wfRef(), Status: dag.WorkflowAccepted,
 			Run: events.Run{Attempt: 1, StartedAt: &t0}, Formulas: map[events.FormulaState]int{dag.FormulaPending: 10}, TotalNodes: 22,
-			RequestedBy: &events.Principal{Account: events.AccountClients, User: "UDZVM76T75GCTSNFSN4ZHGV7DX25HWTR2GMGKOX54JVTWJDM4GFMLFXJ", Name: "alice", Attested: true}},
+			RequestedBy: &events.Principal{Account: events.AccountClients, User: "UDZVM76T75GCTSNFSN4ZHGV7DX25HWTR2GMGKOX54JVTWJDM4GFMLFXJ", Name: "alice", Attested: true},
+			Graph: &events.Graph{Formulas: []events.GraphFormula{
+				{ID: "os-base", Host: "cp-0", Nodes: []events.GraphNode{{Name: "apt"}, {Name: "containerd", DependsOn: []string{"apt"}}}},
+				{ID: "app-web-1", Host: "web-1", Of: "app", Batch: 1, Batches: 2, Gate: true,
+					DependsOn: []dag.FormulaDep{{Formula: "os-base", Condition: dag.ConditionHealthy}}, Nodes: []events.GraphNode{{Name: "conf"}}},
+			}}},
 		"workflow_failed": &events.WorkflowEvent{Ref: wfRef(), Status: dag.WorkflowFailed,
 			Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t1, Error: "formula cp-containerd failed"}, Reason: "on_failure stop"},
 		"formula_blocked": &events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Formula = "worker-0-kubernetes"; r.Host = "worker-0"; return r }(),

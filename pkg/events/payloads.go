@@ -90,6 +90,9 @@ type WorkflowEvent struct {
 	// its formulas still running are being stopped (executors kill them);
 	// the workflow is cancelled once they have ended.
 	Cancelling bool `json:"cancelling,omitempty"`
+	// Graph, on accepted only, is the run's DAG without commands (absent
+	// for a plan too large; see Graph).
+	Graph *Graph `json:"graph,omitempty"`
 }
 
 // FormulaEvent is published on decky.<host>.lifecycle.

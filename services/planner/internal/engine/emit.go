@@ -106,6 +106,9 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 		ev.Formulas[r.state.Formula(i)]++
 		ev.TotalNodes += len(r.plan.Formulas[i].Nodes)
 	}
+	if st == dag.WorkflowAccepted {
+		ev.Graph = events.GraphOf(r.plan) // what viewers draw
+	}
 	e.Out.Emit(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
 }
 
