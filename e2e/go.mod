@@ -9,20 +9,23 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
-	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/executor v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/health-gate v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/planner v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/state-store v0.0.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect

@@ -188,6 +188,9 @@ type WorkflowSummary struct {
 	UpdatedAt  time.Time         `json:"updated_at"`
 	Formulas   int               `json:"formulas"`
 	Nodes      int               `json:"nodes"`
+	EndedAt    *time.Time        `json:"ended_at,omitempty"`
+	// SubmittedBy is who submitted it, as the server authenticated them.
+	SubmittedBy *Principal `json:"submitted_by,omitempty"`
 }
 
 // SubmitReply is the reply of workflow.submit and workflow.validate.

@@ -264,7 +264,8 @@ func (s *server) list(req micro.Request) {
 			continue
 		}
 		row := events.WorkflowSummary{WorkflowID: d.WorkflowID, Workflow: d.Workflow, Operation: d.Operation, Status: d.Status,
-			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Formulas: d.FormulaCount, Nodes: d.NodeCount}
+			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Formulas: d.FormulaCount, Nodes: d.NodeCount,
+			EndedAt: d.EndedAt, SubmittedBy: d.SubmittedBy}
 		rows = append(rows, row)
 	}
 	sort.Slice(rows, func(i, j int) bool {

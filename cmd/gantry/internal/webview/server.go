@@ -1,0 +1,280 @@
+// Package webview is gantry's web view: the list of workflows and, for
+// one workflow, its live DAG, fed by server-sent events from the NATS
+// streams. It only reads (GET only, no control verbs), through a Source
+// that a viewer's credentials suffice for.
+package webview
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed static
+var static embed.FS
+
+// Server serves the web view.
+type Server struct {
+	Src Source
+	Log *slog.Logger
+	// Lookback is how far back the streams are read for a workflow the
+	// state-store does not know yet (just accepted); 10 minutes when zero.
+	Lookback time.Duration
+	// Heartbeat is how often an idle event stream gets a comment, so that
+	// proxies keep it open; 15s when zero.
+	Heartbeat time.Duration
+}
+
+// csp keeps the page to its own script and styles: nothing inline,
+// nothing from elsewhere.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Handler is the web view's HTTP handler: GET only.
+func (s *Server) Handler() http.Handler {
+	files, _ := fs.Sub(static, "static")
+	mux := http.NewServeMux()
+	page := func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, files, "index.html")
+	}
+	mux.HandleFunc("GET /{$}", page)
+	mux.HandleFunc("GET /w/{id}", page)
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(files)))
+	mux.HandleFunc("GET /api/workflows", s.list)
+	mux.HandleFunc("GET /api/workflows/{id}/events", s.stream)
+	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	return secure(mux)
+}
+
+// secure refuses every method but GET and HEAD, and sets the headers that
+// keep the page to its own content.
+func secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "the web view only reads: GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			http.Error(w, "limit: want a number from 1 to 1000", http.StatusBadRequest)
+			return
+		}
+		limit = n
+	}
+	rows, err := s.Src.List(r.Context(), limit)
+	if err != nil {
+		s.log().Warn("web view: list", "err", err)
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(rows)
+}
+
+// stream is a workflow's page as server-sent events: "snapshot" once the
+// history is read, then "workflow", "formula", "node", "rollout" and
+// "line" as they change; "problem" when the streams cannot be read;
+// "missing" when there is no such workflow.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !dag.IsToken(id) {
+		http.Error(w, fmt.Sprintf("workflow id %q is not a token", id), http.StatusBadRequest)
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ctx := r.Context()
+	m := NewModel(id)
+	since := s.start(ctx, id, m)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s.follow(ctx, &sseWriter{w: w, fl: fl}, id, since, m)
+}
+
+// start seeds the model from the state-store and says from when to read
+// the streams.
+func (s *Server) start(ctx context.Context, id string, m *Model) time.Time {
+	lookback := s.Lookback
+	if lookback <= 0 {
+		lookback = 10 * time.Minute
+	}
+	doc, err := s.Src.Workflow(ctx, id)
+	switch {
+	case err == nil:
+		m.Seed(doc)
+		return doc.CreatedAt.Add(-time.Second)
+	case errors.Is(err, ErrNotFound):
+		// Just accepted, not yet seen by the state-store: its events are
+		// recent. Anything older that the state-store does not know is
+		// not a workflow.
+		return time.Now().Add(-lookback)
+	}
+	s.log().Warn("web view: state-store", "workflow_id", id, "err", err)
+	return time.Now().Add(-lookback)
+}
+
+func (s *Server) follow(ctx context.Context, sse *sseWriter, id string, since time.Time, m *Model) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := make(chan Item, 256)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Src.Follow(ctx, id, since, items) }()
+	beat := s.Heartbeat
+	if beat <= 0 {
+		beat = 15 * time.Second
+	}
+	tick := time.NewTicker(beat)
+	defer tick.Stop()
+	caught := false
+	for {
+		select {
+		case it := <-items:
+			var p Patch
+			switch {
+			case it.CaughtUp:
+				caught = true
+				snap := m.Snapshot()
+				if snap.Header.Status == "" {
+					sse.send("missing", map[string]string{"workflow_id": id, "message": "no workflow " + id + " (gantry list shows them)"})
+					return
+				}
+				if !sse.send("snapshot", snap) {
+					return
+				}
+				continue
+			case it.Event != nil:
+				p = m.ApplyEvent(it.Event)
+			case it.Line != nil:
+				p = m.ApplyLine(it.Line)
+			}
+			if caught && !sse.patch(&p) {
+				return
+			}
+		case err := <-errc:
+			if ctx.Err() == nil && err != nil {
+				s.log().Warn("web view: follow", "workflow_id", id, "err", err)
+				sse.send("problem", map[string]string{"message": err.Error()})
+			}
+			return
+		case <-tick.C:
+			if !sse.comment() {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sseWriter writes server-sent events.
+type sseWriter struct {
+	w  http.ResponseWriter
+	fl http.Flusher
+}
+
+// send writes one event; false when the client is gone.
+func (s *sseWriter) send(event string, v any) bool {
+	b, err := json.Marshal(v) // one line: newlines in strings are escaped
+	if err != nil {
+		return true
+	}
+	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+		return false
+	}
+	s.fl.Flush()
+	return true
+}
+
+func (s *sseWriter) comment() bool {
+	if _, err := fmt.Fprint(s.w, ": keep-alive\n\n"); err != nil {
+		return false
+	}
+	s.fl.Flush()
+	return true
+}
+
+func (s *sseWriter) patch(p *Patch) bool {
+	ok := true
+	if p.Header != nil {
+		ok = ok && s.send("workflow", p.Header)
+	}
+	for _, f := range p.Formulas {
+		ok = ok && s.send("formula", f)
+	}
+	for _, n := range p.Nodes {
+		ok = ok && s.send("node", n)
+	}
+	if p.Rollout != nil {
+		ok = ok && s.send("rollout", p.Rollout)
+	}
+	if p.Line != nil {
+		ok = ok && s.send("line", p.Line)
+	}
+	return ok
+}
+
+// Serve serves h on addr until ctx ends. ready, when not nil, gets the
+// address it listens on.
+func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("web view: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("web view: %w", err)
+	}
+	return nil
+}

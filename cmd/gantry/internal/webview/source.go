@@ -1,0 +1,201 @@
+package webview
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Source is what the web view reads: the state-store's list and
+// documents, and a workflow's events and output lines from the streams.
+// Every call is a read that a viewer may make.
+type Source interface {
+	List(ctx context.Context, limit int) ([]events.WorkflowSummary, error)
+	// Workflow is the state-store's document, or ErrNotFound.
+	Workflow(ctx context.Context, id string) (*Doc, error)
+	// Follow sends the events and output lines published since since,
+	// those of workflow id only, in stream order, then marks when it has
+	// sent all that the streams held (CaughtUp), then goes on with new
+	// ones until ctx ends. It returns why it stopped.
+	Follow(ctx context.Context, id string, since time.Time, out chan<- Item) error
+}
+
+// Item is one thing Follow sends: an event, an output line, or the mark
+// that the history has been sent.
+type Item struct {
+	Event    *events.Envelope
+	Line     *events.LogLine
+	CaughtUp bool
+}
+
+// ErrNotFound: no such workflow.
+var ErrNotFound = errors.New("no such workflow")
+
+// NATS is the Source over a NATS connection (a viewer's is enough).
+type NATS struct {
+	NC      *nats.Conn
+	Timeout time.Duration // of each request; 10s when zero
+}
+
+func (s *NATS) timeout() time.Duration {
+	if s.Timeout > 0 {
+		return s.Timeout
+	}
+	return 10 * time.Second
+}
+
+func (s *NATS) request(ctx context.Context, subject string, q, out any) error {
+	body, err := json.Marshal(q)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout())
+	defer cancel()
+	msg, err := s.NC.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("%s: no state-store answers: is it running?", subject)
+		}
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		if code == "404" {
+			return ErrNotFound
+		}
+		return fmt.Errorf("%s: %s", subject, msg.Header.Get(micro.ErrorHeader))
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		return fmt.Errorf("%s: bad reply: %w", subject, err)
+	}
+	return nil
+}
+
+// List is state.list.
+func (s *NATS) List(ctx context.Context, limit int) ([]events.WorkflowSummary, error) {
+	var rows []events.WorkflowSummary
+	err := s.request(ctx, events.StateList, events.ListQuery{Limit: limit}, &rows)
+	return rows, err
+}
+
+// Workflow is state.workflow.
+func (s *NATS) Workflow(ctx context.Context, id string) (*Doc, error) {
+	var d Doc
+	if err := s.request(ctx, events.StateWorkflow, events.WorkflowQuery{WorkflowID: id}, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// Follow reads the event stream and the log stream with ordered
+// consumers from since.
+func (s *NATS) Follow(ctx context.Context, id string, since time.Time, out chan<- Item) error {
+	js, err := jetstream.New(s.NC)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evs := []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth}
+	caught := make(chan struct{}, 2)
+	errs := make(chan error, 2)
+	go func() { errs <- s.read(ctx, js, events.StreamEvents, evs, since, id, out, caught) }()
+	go func() { errs <- s.read(ctx, js, events.StreamLogs, []string{events.AllLogs}, since, id, out, caught) }()
+	for n := 0; n < 2; {
+		select {
+		case <-caught:
+			n++
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	select {
+	case out <- Item{CaughtUp: true}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// read sends the messages of one stream that are about workflow id, and
+// signals caught once it has sent every one the stream held at the start.
+func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, filter []string, since time.Time, id string, out chan<- Item, caught chan<- struct{}) error {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filter, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", stream, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", stream, err)
+	}
+	signalled := false
+	signal := func() {
+		if !signalled {
+			signalled = true
+			caught <- struct{}{}
+		}
+	}
+	if info.NumPending == 0 {
+		signal()
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", stream, err)
+	}
+	defer msgs.Stop()
+	go func() { <-ctx.Done(); msgs.Stop() }()
+	for {
+		m, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("read %s: %w", stream, err)
+		}
+		if it, ok := itemOf(m.Data(), id); ok {
+			select {
+			case out <- it:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+			signal()
+		}
+	}
+}
+
+// itemOf decodes a stream message, and keeps it if it is about workflow id.
+func itemOf(data []byte, id string) (Item, bool) {
+	env, err := events.Parse(data)
+	if err != nil {
+		return Item{}, false
+	}
+	if env.Type == events.TypeLogLine {
+		var l events.LogLine
+		if events.DecodeData(env, &l) != nil || l.WorkflowID != id {
+			return Item{}, false
+		}
+		return Item{Line: &l}, true
+	}
+	if env.Subject != id && !strings.HasPrefix(env.Subject, id+"/") {
+		return Item{}, false
+	}
+	return Item{Event: env}, true
+}
