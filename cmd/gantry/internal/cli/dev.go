@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
 	"github.com/gantry-dev/gantry/pkg/busauth"
@@ -26,6 +27,7 @@ func newDevCmd() *cobra.Command {
 	var ssh hostexec.SSHConfig
 	var secretsDir string
 	var perHost int
+	var httpAddr string
 	allowLocal := true
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -35,7 +37,8 @@ local storage under --data-dir, plus the planner, executor, health-gate and
 state-store. Authentication is on: it writes an nkey seed per identity to
 <data-dir>/auth (operator, viewer and each service), runs each service as
 its own identity, and treats a client with no credentials as a viewer (it
-may watch, not submit or control). The gantry CLI on this machine finds the
+may watch, not submit or control). With --http ADDR it also serves the web
+view there (see gantry ui), connected as the viewer. The gantry CLI on this machine finds the
 operator's key by itself. It prints the NATS URL, then runs until
 interrupted, when it finishes the work in flight and stops.
 
@@ -75,6 +78,19 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if httpAddr != "" {
+				creds, nkey := keys.Credentials(events.Viewer)
+				vnc, err := natsconn.Connect(natsconn.Options{URL: ns.URL(), Creds: creds, NKey: nkey}, "gantry-dev-ui", log, false)
+				if err != nil {
+					return &exitError{code: ExitProblem, err: fmt.Errorf("web view: %w", err)}
+				}
+				defer vnc.Close()
+				wait, err := startWebView(ctx, out, "gantry dev", httpAddr, vnc, 10*time.Second, log)
+				if err != nil {
+					return err
+				}
+				defer func() { stop(); _ = wait() }()
+			}
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
 				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
@@ -89,6 +105,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	addSSHFlags(cmd, &ssh)
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	return cmd
 }

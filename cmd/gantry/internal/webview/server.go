@@ -254,18 +254,10 @@ func (s *sseWriter) patch(p *Patch) bool {
 	return ok
 }
 
-// Serve serves h on addr until ctx ends. ready, when not nil, gets the
-// address it listens on.
-func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr)) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("web view: %w", err)
-	}
+// Serve serves h on ln until ctx ends.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
-	if ready != nil {
-		ready(ln.Addr())
-	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

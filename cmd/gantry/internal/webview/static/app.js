@@ -84,6 +84,11 @@ function renderList(rows) {
   }
 }
 
+// shortKeys shortens the public nkeys (U + 55 characters) in s.
+function shortKeys(s) {
+  return s.replace(/\b([UA][A-Z2-7]{55})\b/g, (k) => k.slice(0, 8) + "…");
+}
+
 function who(p) {
   if (!p) return "–";
   if (!p.attested) return "unattested";
@@ -118,7 +123,17 @@ function openWorkflow(id) {
   renderLegend();
   connect();
   window.addEventListener("resize", () => scheduleEdges());
-  setInterval(() => { if (S.header && !S.header.ended_at) renderHeader(); }, 1000);
+  window.addEventListener("hashchange", () => {
+    const h = /^#(node|formula)=(.+)$/.exec(location.hash);
+    if (h) select(h[1], decodeURIComponent(h[2]));
+  });
+  // Running clocks tick.
+  setInterval(() => {
+    if (!S.header || S.header.ended_at) return;
+    renderHeader();
+    paintDag();
+    renderPanel();
+  }, 1000);
 }
 
 function connect() {
@@ -203,7 +218,8 @@ function renderHeader() {
   st.textContent = h.cancelling ? "cancelling" : h.status;
   st.dataset.state = h.status;
   $("wf-op").textContent = h.operation;
-  $("wf-by").textContent = h.submitted_by || "–";
+  $("wf-by").textContent = shortKeys(h.submitted_by || "–");
+  $("wf-by").title = h.submitted_by || "";
   $("wf-start").textContent = clock(h.created_at);
   $("wf-end").textContent = h.ended_at ? clock(h.ended_at) + " (" + duration(h.created_at, h.ended_at) + ")" : (h.created_at ? "running for " + duration(h.created_at) : "–");
   $("wf-gen").textContent = h.generation > 1 ? "retry " + (h.generation - 1) + " (run " + h.generation + ")" : "first run";
@@ -415,7 +431,7 @@ function paintDag() {
     const r = S.rollouts.get(ro.dataset.rollout);
     ro.hidden = !r;
     if (!r) continue;
-    let t = "rollout: batch " + r.batch + " of " + r.batches + " " + r.status.replace("_", " ") + " · " + r.failed + " failed (max " + r.max_failed + ")";
+    let t = "rollout: batch " + r.batch + " of " + r.batches + " " + r.status.replace("batch_", "") + " · " + r.failed + " failed (max " + r.max_failed + ")";
     if (r.status === "stopped") t = "rollout stopped: " + (r.reason || "");
     ro.textContent = t;
     ro.dataset.state = r.status;
@@ -432,13 +448,15 @@ function scheduleEdges() {
 }
 
 function drawEdges() {
-  const wrap = $("dag-wrap"), g = $("edges"), dag = $("dag");
+  const wrap = $("dag-wrap"), g = $("edges"), ng = $("nedges"), dag = $("dag");
   if (!S.units) return;
-  g.replaceChildren();
   const W = dag.scrollWidth, H = dag.scrollHeight;
-  g.setAttribute("width", W);
-  g.setAttribute("height", H);
-  g.setAttribute("viewBox", "0 0 " + W + " " + H);
+  for (const e of [g, ng]) {
+    e.replaceChildren();
+    e.setAttribute("width", W);
+    e.setAttribute("height", H);
+    e.setAttribute("viewBox", "0 0 " + W + " " + H);
+  }
   const defs = svg("defs");
   for (const k of ["done", "wait", "bad"]) {
     const m = svg("marker", { id: "arrow-" + k, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
@@ -485,7 +503,7 @@ function drawEdges() {
         if (y2 <= y1) continue;
         const dep = S.nodes.get(f.id + "/" + d);
         const k = dep ? kind(dep.status) : "wait";
-        g.append(svg("path", { d: `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`, class: "nedge " + k }));
+        ng.append(svg("path", { d: `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`, class: "nedge " + k }));
       }
     }
   }
@@ -504,11 +522,14 @@ function select(kind, key) {
 function renderPanel(force) {
   const p = $("panel");
   const sel = S.sel;
-  const sig = sel ? sel.kind + ":" + sel.key + ":" + JSON.stringify(sel.kind === "node" ? stripOutput(S.nodes.get(sel.key)) : S.formulas.get(sel.key)) : "none:" + S.nodes.size;
+  const item = sel && (sel.kind === "node" ? S.nodes.get(sel.key) : S.formulas.get(sel.key));
+  const ticking = item && (item.status === "running" || item.status === "gating") ? Math.floor(Date.now() / 1000) : 0;
+  const sig = sel ? sel.kind + ":" + sel.key + ":" + ticking + ":" + JSON.stringify(sel.kind === "node" ? stripOutput(item) : item) : "none:" + S.nodes.size;
   if (!force && p.dataset.sig === sig) return;
   p.dataset.sig = sig;
   const out = p.querySelector("pre.output");
   const stick = !out || out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+  const keep = out && out.dataset.node === (sel && sel.key) ? out.scrollTop : 0;
   p.replaceChildren();
   if (!sel) {
     p.append(el("h2", { text: "Details" }), el("p", { class: "hint", text: "Select a node or a formula to see its attempts, output and health gate." }));
@@ -517,7 +538,7 @@ function renderPanel(force) {
   if (sel.kind === "node") nodePanel(p, S.nodes.get(sel.key), sel.key);
   else formulaPanel(p, S.formulas.get(sel.key), sel.key);
   const o = p.querySelector("pre.output");
-  if (o && stick) o.scrollTop = o.scrollHeight;
+  if (o) o.scrollTop = stick ? o.scrollHeight : keep;
 }
 
 function stripOutput(n) {

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
+	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+func newUICmd() *cobra.Command {
+	var cf connFlags
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "ui --http ADDR",
+		Short: "Serve the web view: workflows and their live DAG",
+		Long: `ui serves the web view on --http ADDR (e.g. 127.0.0.1:8080): the list of
+workflows, and for each its DAG of formulas and nodes, coloured by state and
+updated live, with every node's attempts, output and health gate. It also
+serves /metrics (Prometheus) and /healthz.
+
+It only reads, so a viewer's credentials suffice (--creds or --nkey, or the
+NATS_* environment, or --context); with none, a ` + "`gantry dev`" + ` server takes it
+for a viewer. The web server answers GET only, offers no control verbs, and
+shows nothing its NATS identity could not read; it has no login of its own:
+bind it to 127.0.0.1 unless everyone who can reach ADDR may see the runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if addr == "" {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--http ADDR is required (e.g. --http 127.0.0.1:8080)")}
+			}
+			nc, err := cf.connectAs(false)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			wait, err := startWebView(ctx, cmd.OutOrStdout(), "gantry ui", addr, nc, cf.timeout, log)
+			if err != nil {
+				return err
+			}
+			return wait()
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringVar(&addr, "http", "", "address to serve the web view on, e.g. 127.0.0.1:8080")
+	return cmd
+}
+
+// startWebView listens on addr and serves the web view there, reading
+// through nc, until ctx ends; wait waits for that.
+func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats.Conn, timeout time.Duration, log *slog.Logger) (wait func() error, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("--http: %w", err)}
+	}
+	a := ln.Addr()
+	fmt.Fprintf(out, "%s: web view at http://%s/ (metrics at /metrics)\n", who, a)
+	if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		fmt.Fprintf(out, "%s: %s is reachable from other machines: anyone who can reach it sees the runs\n", who, a)
+	}
+	srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: timeout}, Log: log}
+	done := make(chan error, 1)
+	go func() { done <- webview.Serve(ctx, ln, srv.Handler()) }()
+	return func() error {
+		if err := <-done; err != nil {
+			return &exitError{code: ExitProblem, err: err}
+		}
+		return nil
+	}, nil
+}
+
+// connectAs is connect; asOperator picks the key of a `gantry dev` on this
+// machine when no credentials are given (else the server decides: a dev
+// server takes such a client for a viewer).
+func (c *connFlags) connectAs(asOperator bool) (*nats.Conn, error) {
+	if asOperator {
+		return c.connect()
+	}
+	o, err := c.opts.Resolved()
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, err: err}
+	}
+	nc, err := natsconn.Connect(o, "gantry-ui", quietLogger(), false)
+	if err != nil {
+		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("%w (is `gantry dev` running? set --server or NATS_URL, and --creds or --nkey)", err)}
+	}
+	return nc, nil
+}

@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// chromium is the browser the web view is tested in (Debian's chromium).
+const chromium = "/usr/bin/chromium"
+
+// webviewShot, when set, is where TestWebViewLive saves its screenshot
+// taken during the run (docs/webview.png is made this way).
+var webviewShot = os.Getenv("GANTRY_WEBVIEW_SCREENSHOT")
+
+// startUI runs `gantry ui` as the viewer against the stack and returns
+// its base URL.
+func startUI(t *testing.T, s *stack, bin string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "ui", "--http", "127.0.0.1:0", "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("gantry ui printed nothing: %v", err)
+	}
+	m := regexp.MustCompile(`web view at (http://[0-9.:]+)/`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("gantry ui: %q", line)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return m[1]
+}
+
+// browser starts headless Chromium for the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("%s: %v (install Debian's chromium: apt-get install chromium)", chromium, err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1500, 950), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// webviewComposition: a base formula on one host, a database formula
+// whose nodes report progress and print markup, and a group formula
+// rolled out over two hosts in batches of one. Every node sleeps a
+// little, so the page can be watched changing.
+func webviewComposition(s *stack) []byte {
+	h := s.fleet.Hosts
+	host := func(i int, role string) string {
+		labels := ""
+		if role != "" {
+			labels = `, "labels": {"role": "` + role + `"}`
+		}
+		return fmt.Sprintf(`%q: {"address": %q, "user": %q%s}`, h[i].Name, h[i].Addr, s.fleet.User, labels)
+	}
+	return []byte(`{"name": "webview", "hosts": {` + host(0, "") + `, ` + host(1, "web") + `, ` + host(2, "web") + `},
+	"groups": {"web": {"labels": {"role": "web"}}},
+	"formulas": [
+	  {"id": "base", "server": "` + h[0].Name + `", "nodes": [
+	    {"name": "packages", "run": "echo installing packages; sleep 1.2; echo done"},
+	    {"name": "users", "run": "echo adding users; sleep 1"}],
+	   "health_gate": {"check": "true", "timeout": "10s", "retries": 2}},
+	  {"id": "database", "server": "` + h[0].Name + `", "max_parallel": 2, "depends_on": [{"formula": "base", "condition": "healthy"}], "nodes": [
+	    {"name": "install", "run": "for p in 10 35 60 85 100; do echo PROGRESS: $p; echo step $p; sleep 0.5; done"},
+	    {"name": "config", "run": "echo '<script>window.__xss=1</script><img src=x onerror=window.__xss=2>'; echo warning: defaults used >&2; sleep 1.5"},
+	    {"name": "start", "depends_on": ["install", "config"], "run": "echo started; sleep 1"}]},
+	  {"id": "app", "group": "web", "rollout": {"batch": 1}, "depends_on": [{"formula": "database"}], "nodes": [
+	    {"name": "conf", "run": "echo port=8080 host={{ .Host }}; sleep 1"},
+	    {"name": "restart", "run": "sleep 0.8; echo restarted"}],
+	   "health_gate": {"check": "true", "timeout": "10s", "retries": 2}}
+	]}`)
+}
+
+// pageState reads, through CDP, the state of every node and formula on
+// the page, the workflow's, and whether the page is the one first loaded.
+type pageState struct {
+	Workflow string            `json:"workflow"`
+	Nodes    map[string]string `json:"nodes"`
+	Formulas map[string]string `json:"formulas"`
+	Marker   bool              `json:"marker"`
+	XSS      any               `json:"xss"`
+}
+
+const readPage = `(() => {
+  const nodes = {}, formulas = {};
+  for (const e of document.querySelectorAll("[data-node].node")) nodes[e.dataset.node] = e.dataset.state || "";
+  for (const e of document.querySelectorAll(".formula[data-formula]")) formulas[e.dataset.formula] = e.dataset.state || "";
+  const w = document.getElementById("wf-state");
+  return {workflow: (w && w.dataset.state) || "", nodes, formulas, marker: window.__marker === 42, xss: window.__xss === undefined ? null : window.__xss};
+})()`
+
+func readState(t *testing.T, ctx context.Context) pageState {
+	t.Helper()
+	ps, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](readPage))
+	if err != nil {
+		t.Fatalf("read the page: %v", err)
+	}
+	return ps
+}
+
+// The web view in a real browser: a page opened while a run goes shows
+// node states change without a reload, a page loaded after the run shows
+// what `gantry status` shows, output with markup is shown as text, and
+// the server answers nothing but GET.
+func TestWebViewLive(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 3})
+	bin := buildGantry(t)
+	base := startUI(t, s, bin)
+	ctx := browser(t)
+
+	r, code := s.submit(webviewComposition(s))
+	if code != "" || r.Status != "accepted" {
+		t.Fatalf("submit: %s %v", code, r.Errors)
+	}
+	id := r.WorkflowID
+	page := base + "/w/" + id + "#node=database%2Finstall"
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(tctx, chromedp.Navigate(page), chromedp.WaitVisible(`[data-node="base/packages"]`)); err != nil {
+		t.Fatalf("open %s: %v", page, err)
+	}
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[int](`window.__marker = 42`)); err != nil {
+		t.Fatal(err)
+	}
+
+	seen := map[string][]string{} // node -> the states it showed, in order
+	shot := false
+	start := time.Now()
+	var last pageState
+	for {
+		last = readState(t, tctx)
+		if !last.Marker {
+			t.Fatalf("the page was reloaded")
+		}
+		for n, st := range last.Nodes {
+			if h := seen[n]; len(h) == 0 || h[len(h)-1] != st {
+				seen[n] = append(seen[n], st)
+			}
+		}
+		if !shot && last.Nodes["app-host-1/conf"] == "running" {
+			time.Sleep(300 * time.Millisecond)
+			png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+			if err != nil {
+				t.Fatalf("screenshot: %v", err)
+			}
+			path := filepath.Join(t.TempDir(), "webview.png")
+			if webviewShot != "" {
+				path = webviewShot
+			}
+			if err := os.WriteFile(path, png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("screenshot during the run: %s (%d bytes)", path, len(png))
+			shot = true
+		}
+		if last.Workflow == "succeeded" || last.Workflow == "failed" {
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the page did not show the end of the run; last %+v", last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("states each node showed on the page, without a reload: %v", seen)
+	if last.Workflow != "succeeded" {
+		t.Fatalf("workflow %s on the page", last.Workflow)
+	}
+	if len(last.Nodes) != 9 || len(last.Formulas) != 4 {
+		t.Errorf("page shows %d nodes and %d formulas, want 9 and 4: %+v", len(last.Nodes), len(last.Formulas), last)
+	}
+	changed := 0
+	for n, h := range seen {
+		if h[len(h)-1] != "succeeded" {
+			t.Errorf("node %s ended %v on the page", n, h)
+		}
+		if len(h) > 1 && (h[0] == "pending" || h[0] == "running") {
+			changed++
+		}
+	}
+	if changed < 5 {
+		t.Errorf("only %d nodes were seen changing state live: %v", changed, seen)
+	}
+	if !shot {
+		t.Errorf("never saw app-host-1/conf running, to take the screenshot")
+	}
+
+	// Another node, chosen by the address's fragment: its output, which
+	// has markup, is shown as text.
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[string](`location.hash = "#node=database%2Fconfig"`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tctx, chromedp.WaitVisible(`#panel pre.output[data-node="database/config"]`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Output with markup is text: nothing ran, nothing was inserted.
+	text, err := chromedp.Run(tctx, chromedp.TextContent(`#panel pre.output`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll("#panel pre.output *:not(span), img").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.XSS != nil || imgs != 0 || !strings.Contains(text, "<script>window.__xss=1</script><img src=x onerror=window.__xss=2>") {
+		t.Errorf("markup in output: xss=%v, %d elements, text %q", last.XSS, imgs, text)
+	}
+	if !strings.Contains(text, "warning: defaults used") {
+		t.Errorf("stderr line missing from the output: %q", text)
+	}
+
+	// A late load shows what gantry status shows.
+	doc := s.wait(id, 30*time.Second)
+	if err := chromedp.Do(tctx, chromedp.Navigate(base+"/w/"+id), chromedp.WaitVisible(`#wf-state[data-state="succeeded"]`)); err != nil {
+		t.Fatalf("late load: %v", err)
+	}
+	late := readState(t, tctx)
+	for fid, f := range doc.Formulas {
+		if late.Formulas[fid] != string(f.Status) {
+			t.Errorf("late load: formula %s is %q on the page, %q in gantry status", fid, late.Formulas[fid], f.Status)
+		}
+		for n, nd := range f.Nodes {
+			if late.Nodes[fid+"/"+n] != string(nd.Status) {
+				t.Errorf("late load: node %s/%s is %q on the page, %q in gantry status", fid, n, late.Nodes[fid+"/"+n], nd.Status)
+			}
+		}
+	}
+	t.Logf("late load: workflow %s, formulas %v", late.Workflow, late.Formulas)
+
+	// The list shows it, with who submitted it.
+	if err := chromedp.Do(tctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`tr[data-workflow="`+id+`"]`)); err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	row, err := chromedp.Run(tctx, chromedp.Text(`tr[data-workflow="`+id+`"]`))
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if !strings.Contains(row, "webview") || !strings.Contains(row, "succeeded") || !strings.Contains(row, "operator") {
+		t.Errorf("list row: %q", row)
+	}
+
+	// GET only.
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+		req, _ := http.NewRequest(m, base+"/api/workflows", strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s /api/workflows: %s", m, resp.Status)
+		}
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "# TYPE") {
+		t.Errorf("/metrics: %s %.200s", resp.Status, b)
+	}
+	var rows []events.WorkflowSummary
+	resp, err = http.Get(base + "/api/workflows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&rows)
+	resp.Body.Close()
+	if len(rows) != 1 || rows[0].SubmittedBy == nil || rows[0].EndedAt == nil {
+		t.Errorf("/api/workflows: %+v", rows)
+	}
+}
