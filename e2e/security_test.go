@@ -106,6 +106,7 @@ func TestAttacksRefused(t *testing.T) {
 		{"dispatch work", []string{"pub", events.HostDispatch("me", ""), "{}"}},
 		{"remove the dispatch stream", []string{"stream", "rm", events.StreamDispatch, "-f"}},
 		{"purge the event stream", []string{"stream", "purge", events.StreamEvents, "-f"}},
+		{"purge the log stream", []string{"stream", "purge", events.StreamLogs, "-f"}},
 		{"remove the planner's consumer", []string{"consumer", "rm", events.StreamEvents, events.ConsumerPlanner, "-f"}},
 		{"write a node record", []string{"kv", "put", events.BucketNodes, "x", "{}"}},
 	}

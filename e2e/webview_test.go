@@ -109,6 +109,7 @@ type pageState struct {
 	Formulas map[string]string `json:"formulas"`
 	Marker   bool              `json:"marker"`
 	XSS      any               `json:"xss"`
+	Output   string            `json:"output"` // of the node in the panel
 }
 
 const readPage = `(() => {
@@ -116,7 +117,9 @@ const readPage = `(() => {
   for (const e of document.querySelectorAll("[data-node].node")) nodes[e.dataset.node] = e.dataset.state || "";
   for (const e of document.querySelectorAll(".formula[data-formula]")) formulas[e.dataset.formula] = e.dataset.state || "";
   const w = document.getElementById("wf-state");
-  return {workflow: (w && w.dataset.state) || "", nodes, formulas, marker: window.__marker === 42, xss: window.__xss === undefined ? null : window.__xss};
+  const out = document.querySelector("#panel pre.output");
+  return {workflow: (w && w.dataset.state) || "", nodes, formulas, marker: window.__marker === 42, xss: window.__xss === undefined ? null : window.__xss,
+    output: (out && out.textContent) || ""};
 })()`
 
 func readState(t *testing.T, ctx context.Context) pageState {
@@ -154,7 +157,7 @@ func TestWebViewLive(t *testing.T) {
 	}
 
 	seen := map[string][]string{} // node -> the states it showed, in order
-	shot := false
+	shot, liveOutput := false, false
 	start := time.Now()
 	var last pageState
 	for {
@@ -166,6 +169,11 @@ func TestWebViewLive(t *testing.T) {
 			if h := seen[n]; len(h) == 0 || h[len(h)-1] != st {
 				seen[n] = append(seen[n], st)
 			}
+		}
+		// Output lines come from the log stream while the node runs (its
+		// event's tails only come at its end).
+		if last.Nodes["database/install"] == "running" && strings.Contains(last.Output, "step 10") {
+			liveOutput = true
 		}
 		if !shot && last.Nodes["app-host-1/conf"] == "running" {
 			time.Sleep(300 * time.Millisecond)
@@ -209,6 +217,9 @@ func TestWebViewLive(t *testing.T) {
 	}
 	if changed < 5 {
 		t.Errorf("only %d nodes were seen changing state live: %v", changed, seen)
+	}
+	if !liveOutput {
+		t.Errorf("the panel never showed database/install's output while it ran")
 	}
 	if !shot {
 		t.Errorf("never saw app-host-1/conf running, to take the screenshot")

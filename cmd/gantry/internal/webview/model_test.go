@@ -1,0 +1,139 @@
+package webview_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+func apply(t *testing.T, m *webview.Model, items ...webview.Item) (last webview.Patch) {
+	t.Helper()
+	for _, it := range items {
+		switch {
+		case it.Event != nil:
+			last = m.ApplyEvent(it.Event)
+		case it.Line != nil:
+			last = m.ApplyLine(it.Line)
+		}
+	}
+	return last
+}
+
+func nodeOf(t *testing.T, m *webview.Model, key string) *webview.Node {
+	t.Helper()
+	for _, n := range m.Snapshot().Nodes {
+		if n.Formula+"/"+n.Name == key {
+			return n
+		}
+	}
+	t.Fatalf("no node %s", key)
+	return nil
+}
+
+func TestModelAttemptsAndRetries(t *testing.T) {
+	m := webview.NewModel(wfID)
+	one := 1
+	failed := &events.NodeEvent{Ref: ref("base", "h1", "a"), Status: dag.NodeFailed, WillRetry: true,
+		Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t0, ExitCode: &one, Error: "exit status 1"}, StderrTail: "boom\n"}
+	apply(t, m, accepted(t), node(t, "base", "a", dag.NodeRunning, 1), env(t, failed), node(t, "base", "a", dag.NodeRunning, 2), node(t, "base", "a", dag.NodeSucceeded, 2))
+	n := nodeOf(t, m, "base/a")
+	if n.Status != "succeeded" || len(n.Attempts) != 2 || n.Attempts[0].Status != "failed" || !n.Attempts[0].WillRetry ||
+		*n.Attempts[0].ExitCode != 1 || n.Attempts[1].Status != "succeeded" || *n.Attempts[1].ExitCode != 0 {
+		t.Errorf("node %+v", n)
+	}
+	// No log lines were read: the failed attempt's tail stands in.
+	if len(n.Output) != 1 || n.Output[0].Text != "boom" || n.Output[0].Stream != "stderr" {
+		t.Errorf("output %+v", n.Output)
+	}
+}
+
+func TestModelLinesReplaceTails(t *testing.T) {
+	m := webview.NewModel(wfID)
+	ok := &events.NodeEvent{Ref: ref("base", "h1", "a"), Status: dag.NodeSucceeded, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t0}, StdoutTail: "x\ny\n"}
+	apply(t, m, accepted(t), env(t, ok))
+	if out := nodeOf(t, m, "base/a").Output; len(out) != 2 {
+		t.Fatalf("tails: %+v", out)
+	}
+	p := apply(t, m, webview.Item{Line: &events.LogLine{Ref: ref("base", "h1", "a"), Attempt: 1, Stream: events.Stdout, Line: "x"}})
+	if len(p.Nodes) != 1 || len(p.Nodes[0].Output) != 1 {
+		t.Errorf("a line after tails should replace them in a node patch: %+v", p)
+	}
+	// A node whose lines were read keeps them over its event's tails.
+	m = webview.NewModel(wfID)
+	apply(t, m, accepted(t), webview.Item{Line: &events.LogLine{Ref: ref("base", "h1", "a"), Attempt: 1, Stream: events.Stdout, Line: "only"}}, env(t, ok))
+	if out := nodeOf(t, m, "base/a").Output; len(out) != 1 || out[0].Text != "only" {
+		t.Errorf("lines then tails: %+v", out)
+	}
+}
+
+func TestModelOutputBounded(t *testing.T) {
+	m := webview.NewModel(wfID)
+	apply(t, m, accepted(t))
+	for i := range webview.MaxOutputLines + 50 {
+		apply(t, m, webview.Item{Line: &events.LogLine{Ref: ref("base", "h1", "a"), Attempt: 1, Stream: events.Stdout, Seq: int64(i), Line: strings.Repeat("z", 5000)}})
+	}
+	out := nodeOf(t, m, "base/a").Output
+	if len(out) != webview.MaxOutputLines || len([]rune(out[0].Text)) > 1001 {
+		t.Errorf("%d lines, first %d runes", len(out), len([]rune(out[0].Text)))
+	}
+}
+
+func TestModelOlderGenerationIgnored(t *testing.T) {
+	m := webview.NewModel(wfID)
+	gen2 := ref("base", "h1", "a")
+	gen2.Generation = 2
+	late := ref("base", "h1", "a") // a generation-1 event delivered late
+	apply(t, m, accepted(t), env(t, &events.NodeEvent{Ref: gen2, Status: dag.NodeRunning, Run: events.Run{Attempt: 2, StartedAt: &t0}}),
+		env(t, &events.NodeEvent{Ref: late, Status: dag.NodeFailed, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t0}}))
+	if n := nodeOf(t, m, "base/a"); n.Status != "running" {
+		t.Errorf("a late event of run 1 overwrote run 2: %+v", n)
+	}
+}
+
+func TestModelProgress(t *testing.T) {
+	m := webview.NewModel(wfID)
+	apply(t, m, accepted(t), node(t, "base", "a", dag.NodeRunning, 1))
+	for _, c := range []struct {
+		data string
+		want int
+	}{
+		{`{"workflow_id":"` + wfID + `","formula":"base","node":"a","host":"h1","generation":1,"attempt":1,"percent":40}`, 40},
+		{`{"workflow_id":"` + wfID + `","formula":"base","node":"a","host":"h1","generation":1,"attempt":1,"percent":140}`, 40}, // out of range: ignored
+		{`{"workflow_id":"` + wfID + `","formula":"base","node":"a","host":"h1","generation":1,"attempt":1,"percent":75}`, 75},
+	} {
+		e := &events.Envelope{SpecVersion: events.SpecVersion, ID: "x", Source: "executor/1", Type: webview.TypeProgress, Subject: wfID + "/base/a", Data: json.RawMessage(c.data)}
+		m.ApplyEvent(e)
+		if n := nodeOf(t, m, "base/a"); n.Progress == nil || *n.Progress != c.want {
+			t.Errorf("after %s: progress %v, want %d", c.data, n.Progress, c.want)
+		}
+	}
+}
+
+func TestModelWithoutGraph(t *testing.T) {
+	// Events alone (no accepted event in the stream any more, no
+	// document): formulas and nodes appear as events name them.
+	m := webview.NewModel(wfID)
+	apply(t, m, env(t, &events.FormulaEvent{Ref: ref("x", "h9", ""), Status: dag.FormulaRunning, Run: events.Run{StartedAt: &t0}}),
+		node(t, "x", "n2", dag.NodeRunning, 1))
+	s := m.Snapshot()
+	if s.Header.Graph || len(s.Formulas) != 1 || s.Formulas[0].Host != "h9" || len(s.Nodes) != 1 || s.Nodes[0].Status != "running" {
+		t.Errorf("%+v", s)
+	}
+}
+
+func TestModelHealthGates(t *testing.T) {
+	m := webview.NewModel(wfID)
+	one, zero := 1, 0
+	apply(t, m, accepted(t),
+		env(t, &events.HealthEvent{Ref: ref("base", "h1", ""), Status: events.HealthFail, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t0, ExitCode: &one}, Retries: 3, OutputTail: "inactive"}),
+		env(t, &events.HealthEvent{Ref: ref("base", "h1", ""), Status: events.HealthPass, Run: events.Run{Attempt: 2, StartedAt: &t0, EndedAt: &t0, ExitCode: &zero}, Retries: 3}),
+		env(t, &events.HealthEvent{Ref: ref("base", "h1", ""), Status: events.HealthPass, Run: events.Run{Attempt: 2, StartedAt: &t0, EndedAt: &t0, ExitCode: &zero}, Retries: 3, Final: true}))
+	f := m.Snapshot().Formulas[0]
+	if len(f.Gates) != 3 || f.Gates[0].Output != "inactive" || !f.Gates[2].Final {
+		t.Errorf("gates %+v", f.Gates)
+	}
+}
