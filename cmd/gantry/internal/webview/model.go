@@ -183,6 +183,25 @@ type Doc struct {
 	Formulas map[string]*DocFormula `json:"formulas,omitempty"`
 }
 
+// Hosts are the hosts of the document's formulas, when it has every
+// formula of the workflow (FormulaCount); else none.
+func (d *Doc) Hosts() []string {
+	if len(d.Formulas) == 0 || len(d.Formulas) < d.FormulaCount {
+		return nil
+	}
+	var hosts []string
+	for _, f := range d.Formulas {
+		if f.Host == "" {
+			return nil
+		}
+		if !slices.Contains(hosts, f.Host) {
+			hosts = append(hosts, f.Host)
+		}
+	}
+	slices.Sort(hosts)
+	return hosts
+}
+
 // Seed fills the model from the state-store's document: what the page
 // shows if the events that built it have left the stream.
 func (m *Model) Seed(d *Doc) {

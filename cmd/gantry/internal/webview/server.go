@@ -123,18 +123,19 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	m := NewModel(id)
-	since := s.start(ctx, id, m)
+	since, hosts := s.start(ctx, id, m)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s.follow(ctx, &sseWriter{w: w, fl: fl}, id, since, m)
+	s.follow(ctx, &sseWriter{w: w, fl: fl}, id, since, hosts, m)
 }
 
 // start seeds the model from the state-store and says from when to read
-// the streams.
-func (s *Server) start(ctx context.Context, id string, m *Model) time.Time {
+// the streams, and the workflow's hosts when the state-store knows them
+// all (it has every formula once the plan's graph is in).
+func (s *Server) start(ctx context.Context, id string, m *Model) (time.Time, []string) {
 	lookback := s.Lookback
 	if lookback <= 0 {
 		lookback = 10 * time.Minute
@@ -143,23 +144,23 @@ func (s *Server) start(ctx context.Context, id string, m *Model) time.Time {
 	switch {
 	case err == nil:
 		m.Seed(doc)
-		return doc.CreatedAt.Add(-time.Second)
+		return doc.CreatedAt.Add(-time.Second), doc.Hosts()
 	case errors.Is(err, ErrNotFound):
 		// Just accepted, not yet seen by the state-store: its events are
 		// recent. Anything older that the state-store does not know is
 		// not a workflow.
-		return time.Now().Add(-lookback)
+		return time.Now().Add(-lookback), nil
 	}
 	s.log().Warn("web view: state-store", "workflow_id", id, "err", err)
-	return time.Now().Add(-lookback)
+	return time.Now().Add(-lookback), nil
 }
 
-func (s *Server) follow(ctx context.Context, sse *sseWriter, id string, since time.Time, m *Model) {
+func (s *Server) follow(ctx context.Context, sse *sseWriter, id string, since time.Time, hosts []string, m *Model) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	items := make(chan Item, 256)
 	errc := make(chan error, 1)
-	go func() { errc <- s.Src.Follow(ctx, id, since, items) }()
+	go func() { errc <- s.Src.Follow(ctx, id, since, hosts, items) }()
 	beat := s.Heartbeat
 	if beat <= 0 {
 		beat = 15 * time.Second

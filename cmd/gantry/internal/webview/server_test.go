@@ -26,6 +26,14 @@ type memSource struct {
 	history []webview.Item
 	live    chan webview.Item
 	since   time.Time
+	hosts   []string
+}
+
+// seen is what the last Follow was asked for.
+func (s *memSource) seen() (time.Time, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.since, s.hosts
 }
 
 func (s *memSource) List(context.Context, int) ([]events.WorkflowSummary, error) { return s.rows, nil }
@@ -37,9 +45,9 @@ func (s *memSource) Workflow(_ context.Context, id string) (*webview.Doc, error)
 	return s.doc, nil
 }
 
-func (s *memSource) Follow(ctx context.Context, id string, since time.Time, out chan<- webview.Item) error {
+func (s *memSource) Follow(ctx context.Context, id string, since time.Time, hosts []string, out chan<- webview.Item) error {
 	s.mu.Lock()
-	s.since = since
+	s.since, s.hosts = since, hosts
 	s.mu.Unlock()
 	for _, it := range append(s.history, webview.Item{CaughtUp: true}) {
 		out <- it
@@ -159,8 +167,8 @@ func TestStreamSnapshotThenPatches(t *testing.T) {
 	if len(snap.Nodes) != 4 || snap.Nodes[0].Status != "succeeded" || snap.Nodes[1].Status != "pending" || len(snap.Nodes[0].Output) != 1 || snap.Nodes[0].Output[0].Text != "hello" {
 		t.Errorf("nodes %+v", snap.Nodes)
 	}
-	if src.since.After(time.Now().Add(-59 * time.Minute)) {
-		t.Errorf("an unknown-to-the-state-store workflow is read from %v, want the lookback", src.since)
+	if since, _ := src.seen(); since.After(time.Now().Add(-59 * time.Minute)) {
+		t.Errorf("an unknown-to-the-state-store workflow is read from %v, want the lookback", since)
 	}
 
 	src.live <- node(t, "base", "b", dag.NodeRunning, 1)
@@ -203,8 +211,19 @@ func TestStreamSeedsFromStateStore(t *testing.T) {
 		snap.Nodes[0].Status != "succeeded" || snap.Nodes[0].Progress == nil || *snap.Nodes[0].Progress != 100 || len(snap.Nodes[0].Attempts) != 1 {
 		t.Errorf("snapshot %s", data)
 	}
-	if !src.since.Equal(t0.Add(-time.Second)) {
-		t.Errorf("read from %v, want just before the workflow was created", src.since)
+	since, hosts := src.seen()
+	if !since.Equal(t0.Add(-time.Second)) {
+		t.Errorf("read from %v, want just before the workflow was created", since)
+	}
+	if len(hosts) != 1 || hosts[0] != "h1" {
+		t.Errorf("hosts %v, want the document's [h1]", hosts)
+	}
+	doc.FormulaCount = 2 // one formula not yet in the document: every host is read
+	s2, done2 := open(t, srv, "/api/workflows/"+wfID+"/events")
+	defer done2()
+	s2.next(t)
+	if _, hosts := src.seen(); hosts != nil {
+		t.Errorf("hosts %v of a document without every formula, want none", hosts)
 	}
 }
 

@@ -24,8 +24,9 @@ type Source interface {
 	// Follow sends the events and output lines published since since,
 	// those of workflow id only, in stream order, then marks when it has
 	// sent all that the streams held (CaughtUp), then goes on with new
-	// ones until ctx ends. It returns why it stopped.
-	Follow(ctx context.Context, id string, since time.Time, out chan<- Item) error
+	// ones until ctx ends. It returns why it stopped. hosts, when not
+	// empty, are the workflow's hosts: only their subjects need reading.
+	Follow(ctx context.Context, id string, since time.Time, hosts []string, out chan<- Item) error
 }
 
 // Item is one thing Follow sends: an event, an output line, or the mark
@@ -96,7 +97,7 @@ func (s *NATS) Workflow(ctx context.Context, id string) (*Doc, error) {
 
 // Follow reads the event stream and the log stream with ordered
 // consumers from since.
-func (s *NATS) Follow(ctx context.Context, id string, since time.Time, out chan<- Item) error {
+func (s *NATS) Follow(ctx context.Context, id string, since time.Time, hosts []string, out chan<- Item) error {
 	js, err := jetstream.New(s.NC)
 	if err != nil {
 		return err
@@ -104,10 +105,18 @@ func (s *NATS) Follow(ctx context.Context, id string, since time.Time, out chan<
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	evs := []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth}
+	logs := []string{events.AllLogs}
+	if len(hosts) > 0 && len(hosts) <= maxHostFilters {
+		evs, logs = evs[:1], nil
+		for _, h := range hosts {
+			evs = append(evs, events.HostLifecycle(h), events.HostHealth(h))
+			logs = append(logs, events.HostLogs(h, "*"))
+		}
+	}
 	caught := make(chan struct{}, 2)
 	errs := make(chan error, 2)
 	go func() { errs <- s.read(ctx, js, events.StreamEvents, evs, since, id, out, caught) }()
-	go func() { errs <- s.read(ctx, js, events.StreamLogs, []string{events.AllLogs}, since, id, out, caught) }()
+	go func() { errs <- s.read(ctx, js, events.StreamLogs, logs, since, id, out, caught) }()
 	for n := 0; n < 2; {
 		select {
 		case <-caught:
@@ -130,6 +139,9 @@ func (s *NATS) Follow(ctx context.Context, id string, since time.Time, out chan<
 		return ctx.Err()
 	}
 }
+
+// maxHostFilters: a workflow with more hosts is read with wildcards.
+const maxHostFilters = 200
 
 // read sends the messages of one stream that are about workflow id, and
 // signals caught once it has sent every one the stream held at the start.
