@@ -312,3 +312,84 @@ func TestWebViewLive(t *testing.T) {
 		t.Errorf("/api/workflows: %+v", rows)
 	}
 }
+
+// gantry dev --http serves the web view (as the dev stack's viewer) with
+// its metrics, and a submitted run shows in its list.
+func TestWebViewDev(t *testing.T) {
+	bin := buildGantry(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "dev", "--port", "0", "--data-dir", filepath.Join(dir, "data"), "--http", "127.0.0.1:0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("gantry dev did not stop on SIGINT")
+		}
+	})
+	var natsURL, web string
+	sc := bufio.NewScanner(out)
+	for (natsURL == "" || web == "") && sc.Scan() {
+		line := sc.Text()
+		if m := regexp.MustCompile(`NATS with JetStream at (nats://[0-9.:]+)`).FindStringSubmatch(line); m != nil {
+			natsURL = m[1]
+		}
+		if m := regexp.MustCompile(`web view at (http://[0-9.:]+)/`).FindStringSubmatch(line); m != nil {
+			web = m[1]
+		}
+	}
+	if natsURL == "" || web == "" {
+		t.Fatalf("gantry dev printed no NATS URL or web view address; stderr:\n%s", stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	for _, p := range []string{"/healthz", "/metrics"} {
+		resp, err := http.Get(web + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %s", p, resp.Status)
+		}
+	}
+	doc := filepath.Join(dir, "one.yaml")
+	os.WriteFile(doc, []byte("name: one\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'echo hi'}]\n"), 0o644)
+	deadline := time.Now().Add(30 * time.Second)
+	for { // the CLI finds the dev operator's key; the services may still be starting
+		b, err := exec.Command(bin, "submit", doc, "--watch", "--server", natsURL).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(string(b), "no service answers") || time.Now().After(deadline) {
+			t.Fatalf("submit: %v\n%s", err, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for {
+		var rows []events.WorkflowSummary
+		resp, err := http.Get(web + "/api/workflows")
+		if err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&rows)
+			resp.Body.Close()
+		}
+		if len(rows) == 1 && rows[0].Workflow == "one" && rows[0].Status == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the web view's list: %+v (%v)", rows, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

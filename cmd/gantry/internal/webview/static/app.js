@@ -121,6 +121,8 @@ function openWorkflow(id) {
   const m = /^#(node|formula)=(.+)$/.exec(location.hash);
   if (m) S.sel = { kind: m[1], key: decodeURIComponent(m[2]) };
   renderLegend();
+  $("wf-state").hidden = true;
+  $("dag").replaceChildren(el("p", { class: "hint", text: "Reading the run's history…" }));
   connect();
   window.addEventListener("resize", () => scheduleEdges());
   window.addEventListener("hashchange", () => {
@@ -215,6 +217,7 @@ function renderHeader() {
   document.title = (h.workflow || h.workflow_id) + " · " + h.status + " · gantry";
   $("wf-name").textContent = h.workflow || h.workflow_id;
   const st = $("wf-state");
+  st.hidden = false;
   st.textContent = h.cancelling ? "cancelling" : h.status;
   st.dataset.state = h.status;
   $("wf-op").textContent = h.operation;
@@ -577,7 +580,7 @@ function nodePanel(p, n, key) {
     for (const a of n.attempts) {
       tb.append(el("tr", { "data-state": a.status },
         el("td", { text: a.n }),
-        el("td", {}, el("span", { class: "badge small", "data-state": a.status, text: a.status + (a.will_retry ? " (retrying)" : "") })),
+        el("td", {}, el("span", { class: "badge small", "data-state": a.status, text: a.status }), a.will_retry ? el("span", { class: "hint", text: " retried" }) : null),
         el("td", { text: clock(a.started_at) }),
         el("td", { text: a.started_at ? duration(a.started_at, a.ended_at) : "" }),
         el("td", { class: "num", text: a.exit_code === undefined || a.exit_code === null ? "" : a.exit_code }),
@@ -588,9 +591,18 @@ function nodePanel(p, n, key) {
   }
   p.append(el("h3", { text: "Output" }));
   const pre = el("pre", { class: "output", "data-node": key });
-  for (const l of n.output || []) pre.append(lineEl(l));
+  let prev = 0;
+  for (const l of n.output || []) {
+    if (prev && l.attempt !== prev) pre.append(sepEl(l.attempt));
+    prev = l.attempt;
+    pre.append(lineEl(l));
+  }
   if (!(n.output || []).length) pre.append(el("span", { class: "hint", text: "(no output yet)" }));
   p.append(pre);
+}
+
+function sepEl(attempt) {
+  return el("span", { class: "sep", text: "── attempt " + attempt + " ──\n" });
 }
 
 function lineEl(l) {
@@ -603,6 +615,9 @@ function appendLine(l) {
   const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
   const hint = pre.querySelector(".hint");
   if (hint) hint.remove();
+  const lines = pre.querySelectorAll(".line");
+  const last = lines[lines.length - 1];
+  if (last && Number(last.dataset.attempt) !== l.attempt) pre.append(sepEl(l.attempt));
   pre.append(lineEl(l));
   while (pre.childNodes.length > 200) pre.firstChild.remove();
   if (stick) pre.scrollTop = pre.scrollHeight;
