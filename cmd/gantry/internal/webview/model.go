@@ -348,15 +348,20 @@ func (m *Model) ApplyEvent(env *events.Envelope) Patch {
 }
 
 func (m *Model) applyWorkflow(env *events.Envelope, e *events.WorkflowEvent) Patch {
-	if e.Generation < m.h.Generation {
-		return Patch{}
-	}
 	h := &m.h
 	var p Patch
-	if e.Graph != nil && !h.Graph {
+	if e.Graph != nil && !h.Graph { // the plan's shape, whatever run this is
 		m.ApplyGraph(e.Graph)
-		p.Formulas = m.Snapshot().Formulas
-		p.Nodes = m.Snapshot().Nodes
+		snap := m.Snapshot()
+		p.Formulas, p.Nodes = snap.Formulas, snap.Nodes
+		for i, n := range p.Nodes {
+			out := *n
+			out.Output = nil
+			p.Nodes[i] = &out
+		}
+	}
+	if e.Generation < h.Generation {
+		return p
 	}
 	h.Workflow, h.Operation, h.Generation = e.Workflow, string(e.Operation), max(e.Generation, 1)
 	h.Status, h.Reason, h.Cancelling = string(e.Status), e.Reason, e.Cancelling
@@ -395,11 +400,10 @@ func (m *Model) applyFormula(e *events.FormulaEvent) Patch {
 func (m *Model) applyNode(e *events.NodeEvent) Patch {
 	m.formula(e.Formula, e.Host)
 	n := m.node(e.Formula, e.Node)
-	if e.Generation < n.gen {
-		return Patch{}
+	if e.Generation >= n.gen { // an older run's attempt is history: kept, but it says nothing of the node now
+		n.gen = e.Generation
+		n.Status, n.Blocker, n.Reason, n.Error, n.Check = string(e.Status), e.Blocker, e.Reason, e.Error, string(e.Check)
 	}
-	n.gen = e.Generation
-	n.Status, n.Blocker, n.Reason, n.Error, n.Check = string(e.Status), e.Blocker, e.Reason, e.Error, string(e.Check)
 	if e.Attempt > 0 {
 		a := n.attempt(e.Attempt)
 		a.Status, a.Error, a.WillRetry, a.Generation = string(e.Status), e.Error, e.WillRetry, e.Generation

@@ -89,8 +89,26 @@ func TestModelOlderGenerationIgnored(t *testing.T) {
 	late := ref("base", "h1", "a") // a generation-1 event delivered late
 	apply(t, m, accepted(t), env(t, &events.NodeEvent{Ref: gen2, Status: dag.NodeRunning, Run: events.Run{Attempt: 2, StartedAt: &t0}}),
 		env(t, &events.NodeEvent{Ref: late, Status: dag.NodeFailed, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t0}}))
-	if n := nodeOf(t, m, "base/a"); n.Status != "running" {
-		t.Errorf("a late event of run 1 overwrote run 2: %+v", n)
+	if n := nodeOf(t, m, "base/a"); n.Status != "running" || len(n.Attempts) != 2 || n.Attempts[0].Status != "failed" {
+		t.Errorf("a late event of run 1 overwrote run 2, or its attempt is missing: %+v", n)
+	}
+}
+
+// A retried workflow loaded late: the document is of run 2, the stream
+// replays run 1 first. The plan's shape and run 1's attempts still count.
+func TestModelRetriedLateLoad(t *testing.T) {
+	m := webview.NewModel(wfID)
+	m.Seed(&webview.Doc{WorkflowDoc: events.WorkflowDoc{WorkflowID: wfID, Workflow: "demo", Status: dag.WorkflowSucceeded, Generation: 2, CreatedAt: t0},
+		Formulas: map[string]*webview.DocFormula{"base": {FormulaDoc: events.FormulaDoc{Host: "h1", Status: dag.FormulaHealthy, Generation: 2},
+			Nodes: map[string]*webview.DocNode{"a": {NodeDoc: events.NodeDoc{Status: dag.NodeSucceeded, LastAttempt: 2, Generation: 2}}}}}})
+	one := 1
+	apply(t, m, accepted(t), env(t, &events.NodeEvent{Ref: ref("base", "h1", "a"), Status: dag.NodeFailed, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t0, ExitCode: &one}}))
+	s := m.Snapshot()
+	if !s.Header.Graph || s.Header.Status != "succeeded" || len(s.Formulas) != 3 {
+		t.Errorf("header %+v, %d formulas", s.Header, len(s.Formulas))
+	}
+	if n := nodeOf(t, m, "base/a"); n.Status != "succeeded" || len(n.Attempts) != 2 || n.Attempts[0].Status != "failed" {
+		t.Errorf("node %+v", n)
 	}
 }
 

@@ -5,6 +5,7 @@
 package webview
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -34,7 +36,16 @@ type Server struct {
 	// Heartbeat is how often an idle event stream gets a comment, so that
 	// proxies keep it open; 15s when zero.
 	Heartbeat time.Duration
+	// MaxStreams bounds the workflow pages served at once (each reads
+	// two streams); DefaultMaxStreams when zero. Others get 503.
+	MaxStreams int
+
+	once  sync.Once
+	slots chan struct{}
 }
+
+// DefaultMaxStreams is MaxStreams when not set.
+const DefaultMaxStreams = 64
 
 // csp keeps the page to its own script and styles: nothing inline,
 // nothing from elsewhere.
@@ -121,6 +132,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	s.once.Do(func() { s.slots = make(chan struct{}, cmp.Or(s.MaxStreams, DefaultMaxStreams)) })
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		metricRefused.Inc()
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many workflow pages open at once; try again later", http.StatusServiceUnavailable)
+		return
+	}
+	metricStreams.Inc()
+	defer metricStreams.Dec()
 	ctx := r.Context()
 	m := NewModel(id)
 	since, hosts := s.start(ctx, id, m)
@@ -224,6 +247,7 @@ func (s *sseWriter) send(event string, v any) bool {
 		return false
 	}
 	s.fl.Flush()
+	metricMessages.Inc()
 	return true
 }
 

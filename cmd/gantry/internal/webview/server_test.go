@@ -253,7 +253,7 @@ func TestOnlyGET(t *testing.T) {
 		{"GET", "/api/workflows", 200, `"workflow":"demo"`},
 		{"GET", "/api/workflows?limit=0", 400, "limit"},
 		{"GET", "/healthz", 200, "ok"},
-		{"GET", "/metrics", 200, "go_goroutines"},
+		{"GET", "/metrics", 200, "gantry_webview_streams"},
 		{"GET", "/api/workflows/a.b/events", 400, "not a token"},
 		{"GET", "/nothing", 404, ""},
 		{"POST", "/api/workflows", 405, "GET only"},
@@ -294,5 +294,40 @@ func TestPageSetsTextOnly(t *testing.T) {
 				t.Errorf("%s contains %s", path, bad)
 			}
 		}
+	}
+}
+
+func TestStreamsBounded(t *testing.T) {
+	src := &memSource{live: make(chan webview.Item), history: []webview.Item{accepted(t)}}
+	srv := httptest.NewServer((&webview.Server{Src: src, MaxStreams: 1}).Handler())
+	defer srv.Close()
+	s, done := open(t, srv, "/api/workflows/"+wfID+"/events")
+	if ev, _ := s.next(t); ev != "snapshot" {
+		t.Fatalf("first page: %s", ev)
+	}
+	resp, err := http.Get(srv.URL + "/api/workflows/" + wfID + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("second page over MaxStreams 1: %s", resp.Status)
+	}
+	done()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(srv.URL + "/api/workflows/" + wfID + "/events?probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := resp.StatusCode
+		resp.Body.Close()
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot of a closed page was not freed: %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,0 +1,23 @@
+package webview
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The web view's metrics, on the default registry (served at /metrics).
+var (
+	metricStreams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "gantry_webview_streams",
+		Help: "Workflow pages open in a browser: server-sent event streams being served.",
+	})
+	metricMessages = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gantry_webview_messages_sent_total",
+		Help: "Server-sent events written to browsers (snapshots and changes).",
+	})
+	metricRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gantry_webview_streams_refused_total",
+		Help: "Workflow pages refused because MaxStreams were already open.",
+	})
+)
+
+func init() {
+	prometheus.MustRegister(metricStreams, metricMessages, metricRefused)
+}
