@@ -70,7 +70,8 @@ func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats
 	if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
 		fmt.Fprintf(out, "%s: %s is reachable from other machines: anyone who can reach it sees the runs\n", who, a)
 	}
-	srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: timeout}, Log: log}
+	ta, _ := a.(*net.TCPAddr)
+	srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: timeout}, Log: log, LoopbackOnly: ta != nil && ta.IP.IsLoopback()}
 	done := make(chan error, 1)
 	go func() { done <- webview.Serve(ctx, ln, srv.Handler()) }()
 	return func() error {

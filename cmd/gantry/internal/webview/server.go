@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ type Server struct {
 	// Heartbeat is how often an idle event stream gets a comment, so that
 	// proxies keep it open; 15s when zero.
 	Heartbeat time.Duration
+	// LoopbackOnly refuses requests whose Host is not localhost or a
+	// loopback address: a server bound to loopback then cannot be read by
+	// a web page through DNS rebinding.
+	LoopbackOnly bool
 	// MaxStreams bounds the workflow pages served at once (each reads
 	// two streams); DefaultMaxStreams when zero. Others get 503.
 	MaxStreams int
@@ -68,16 +73,21 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	return secure(mux)
+	return secure(mux, s.LoopbackOnly)
 }
 
-// secure refuses every method but GET and HEAD, and sets the headers that
-// keep the page to its own content.
-func secure(next http.Handler) http.Handler {
+// secure refuses every method but GET and HEAD (and, with loopbackOnly,
+// any Host but a loopback one), and sets the headers that keep the page
+// to its own content.
+func secure(next http.Handler, loopbackOnly bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "the web view only reads: GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		if loopbackOnly && !loopbackHost(r.Host) {
+			http.Error(w, "this web view answers only requests for localhost or a loopback address", http.StatusMisdirectedRequest)
 			return
 		}
 		h := w.Header()
@@ -87,6 +97,20 @@ func secure(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// loopbackHost says whether a Host header names this machine's loopback.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (s *Server) log() *slog.Logger {

@@ -331,3 +331,22 @@ func TestStreamsBounded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestLoopbackOnly(t *testing.T) {
+	srv := httptest.NewServer((&webview.Server{Src: &memSource{}, LoopbackOnly: true}).Handler())
+	defer srv.Close()
+	for host, want := range map[string]int{"": 200, "localhost:8080": 200, "127.0.0.1": 200, "[::1]:80": 200, "evil.example:8080": 421, "10.0.0.1": 421} {
+		req, _ := http.NewRequest("GET", srv.URL+"/healthz", nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
