@@ -630,7 +630,7 @@ function formulaPanel(p, f, id) {
   }
   p.append(el("div", { class: "ptitle" }, el("h2", { text: f.id }), el("span", { class: "badge", "data-state": f.status, text: f.status })));
   p.append(kv([["host", f.host], ["instance of", f.of ? f.of + (f.batches ? " (batch " + f.batch + " of " + f.batches + ")" : "") : ""],
-    ["waits for", (f.depends_on || []).filter((d) => d.condition !== "rollout").map((d) => d.formula + " (" + d.condition + ")").join(", ")],
+    ["waits for", waitsFor(f)],
     ["started", clock(f.started_at)], ["ended", f.ended_at ? clock(f.ended_at) + " (" + duration(f.started_at, f.ended_at) + ")" : ""],
     ["blocked by", f.blocker], ["error", f.error], ["nodes", f.nodes.join(", ")]]));
   p.append(el("h3", { text: "Health gate" }));
@@ -650,6 +650,20 @@ function formulaPanel(p, f, id) {
   }
   t.append(tb);
   p.append(t);
+}
+
+// waitsFor lists a formula's prerequisites, a group's instances as one.
+function waitsFor(f) {
+  const seen = new Map();
+  for (const d of f.depends_on || []) {
+    if (d.condition === "rollout") continue; // the batch before: shown by the group
+    const df = S.formulas.get(d.formula);
+    const name = df && df.of ? df.of : d.formula;
+    const e = seen.get(name) || { n: 0, cond: d.condition, group: !!(df && df.of) };
+    e.n++;
+    seen.set(name, e);
+  }
+  return [...seen].map(([name, e]) => name + (e.group ? " (" + e.n + " instance" + (e.n === 1 ? "" : "s") + ", " + e.cond + ")" : " (" + e.cond + ")")).join(", ");
 }
 
 function renderLegend() {
