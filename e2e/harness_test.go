@@ -154,7 +154,11 @@ func (s *stack) submit(doc []byte) (events.SubmitReply, string) {
 		s.t.Fatalf("submit: %v", err)
 	}
 	var r events.SubmitReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
+	body, err := events.BodyOf(msg)
+	if err == nil {
+		err = json.Unmarshal(body, &r)
+	}
+	if err != nil {
 		s.t.Fatalf("submit reply %q: %v", msg.Data, err)
 	}
 	return r, msg.Header.Get(micro.ErrorCodeHeader)
@@ -186,7 +190,8 @@ func (s *stack) waitGen(id string, gen int, timeout time.Duration) *events.Workf
 		msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
 		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
 			var d events.WorkflowDoc
-			if json.Unmarshal(msg.Data, &d) == nil && d.Status.Terminal() && d.Generation >= gen {
+			body, _ := events.BodyOf(msg)
+			if json.Unmarshal(body, &d) == nil && d.Status.Terminal() && d.Generation >= gen {
 				return &d
 			}
 		}

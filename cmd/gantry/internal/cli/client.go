@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -84,7 +85,11 @@ func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, 
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	data, err := events.BodyOf(msg)
+	if err == nil {
+		err = json.Unmarshal(data, out)
+	}
+	if err != nil {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: bad reply: %w", subject, err)}
 	}
 	return nil
@@ -142,7 +147,11 @@ func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Du
 			}
 		}()
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, body)
+	req, err := requestMsg(subject, body)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := nc.RequestMsgWithContext(ctx, req)
 	if err != nil && errors.Is(context.Cause(ctx), errDenied) {
 		return nil, errDenied
 	}
@@ -150,4 +159,18 @@ func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Du
 		return nil, nats.ErrTimeout
 	}
 	return msg, err
+}
+
+// requestMsg is a request with body, compressed when large (a fleet's
+// composition), as the services' replies are.
+func requestMsg(subject string, body []byte) (*nats.Msg, error) {
+	data, packed, err := events.Pack(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: the request is %w", subject, err)
+	}
+	m := &nats.Msg{Subject: subject, Data: data}
+	if packed {
+		m.Header = nats.Header{events.EncodingHeader: {events.EncodingGzip}}
+	}
+	return m, nil
 }

@@ -99,6 +99,10 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	if err != nil {
 		return nil, err
 	}
+	if _, err := events.EncodeRecord(rec); errors.Is(err, events.ErrTooLarge) {
+		return &events.SubmitReply{Status: "rejected", Errors: []string{
+			"composition " + c.Name + " is too large to record: " + err.Error() + "; split it into several compositions (for example one per group or zone)"}}, nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r := &run{rec: rec, plan: plan, state: plan.NewRunState(), done: toSet(rec.AlreadyDone)}

@@ -127,17 +127,28 @@ func decode(req micro.Request, v any) bool {
 	if len(req.Data()) == 0 {
 		return true
 	}
-	if err := json.Unmarshal(req.Data(), v); err != nil {
+	data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+	if err == nil {
+		err = json.Unmarshal(data, v)
+	}
+	if err != nil {
 		_ = req.Error("400", "bad request body: "+err.Error(), nil)
 		return false
 	}
 	return true
 }
 
+// respond answers with v, compressed when large (a fleet's workflow
+// document); a reply that cannot fit in one message is an error that says
+// so, not a silence.
 func respond(req micro.Request, v any) {
-	b, err := json.Marshal(v)
+	b, packed, err := events.EncodeBody(v)
 	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		_ = req.Error("500", "reply: "+err.Error(), nil)
+		return
+	}
+	if packed {
+		_ = req.Respond(b, micro.WithHeaders(micro.Headers{events.EncodingHeader: {events.EncodingGzip}}))
 		return
 	}
 	_ = req.Respond(b)
