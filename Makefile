@@ -45,6 +45,7 @@ fuzz:
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventory$$' -fuzztime $(FUZZTIME) .
 	cd pkg/events && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
+	cd services/executor && $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/progress
 
 ## bench: the scenarios side by side with OpenSSH, Ansible and a raw Go loop (BENCH=name runs one); see docs/performance.md.
 bench: build services
