@@ -31,7 +31,14 @@ follows the newest run (generation): the end of an earlier one is shown but
 does not stop it. WORKFLOW_ID may be the start of an id (as gantry list
 prints them) when only one workflow's id starts so; an id no workflow has
 is an error at once. With --timeout, watch gives up (exit 3) when the
-workflow has not ended by then; without it, it waits as long as it takes.`,
+workflow has not ended by then; without it, it waits as long as it takes.
+
+A node's progress (the percent of a "PROGRESS: n" line it printed) shows
+as a line "HOST FORMULA/NODE n%". A summary of the nodes ("-- 3/10 nodes
+done, 2 running, 1 failed") follows the events: on a terminal as one line
+kept up to date under them; otherwise (CI logs, a pipe) printed when it has
+changed, at most every 10 seconds, and at the end. Ctrl-C stops the watch,
+not the workflow: it says how to follow or cancel it, and exits 130.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
@@ -135,8 +142,9 @@ func watchStart(ctx context.Context, nc *nats.Conn, id string, cf connFlags) (ti
 }
 
 // watchWorkflow reads the events of one workflow from the event stream,
-// starting at since, prints them, and returns when run generation gen (or a
-// later one) ends.
+// starting at since, prints them with a summary of its nodes, and returns
+// when run generation gen (or a later one) ends. Ctrl-C stops the watch,
+// not the workflow: it says so and exits with ExitInterrupted.
 func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
@@ -158,15 +166,18 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	}
 	go func() { <-ctx.Done(); msgs.Stop() }()
 	out := cmd.OutOrStdout()
+	var sum summary
+	status := newStatusLine(out)
 	changes := map[string]bool{} // nodes an operation: check run says would change
 	for {
 		m, err := msgs.Next()
 		if err != nil {
+			status.end(sum.String(), time.Now())
 			if errors.Is(context.Cause(ctx), errWatchTimeout) {
 				return &exitError{code: ExitProblem, err: fmt.Errorf("watch %s: %w after --timeout", id, errWatchTimeout)}
 			}
 			if ctx.Err() != nil {
-				return failed("watch interrupted")
+				return interrupted(id)
 			}
 			return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
 		}
@@ -177,7 +188,11 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		if node, ok := wouldChange(env); ok {
 			changes[node] = true
 		}
-		if st, g, done := printEvent(out, env); done && g >= gen {
+		sum.observe(env)
+		status.clear()
+		st, g, done := printEvent(out, env)
+		if done && g >= gen {
+			status.end(sum.String(), time.Now())
 			switch {
 			case st != dag.WorkflowSucceeded:
 				return failed("workflow %s %s", id, st)
@@ -186,7 +201,18 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			}
 			return nil
 		}
+		status.show(sum.String(), time.Now())
 	}
+}
+
+// ExitInterrupted is the exit code of a watch (or logs -f) stopped with
+// Ctrl-C, as a shell reports a command SIGINT ended.
+const ExitInterrupted = 130
+
+// interrupted is the error of a watch stopped with Ctrl-C: the workflow
+// goes on.
+func interrupted(id string) error {
+	return &exitError{code: ExitInterrupted, err: fmt.Errorf("workflow %s keeps running; gantry watch %s to follow it again, gantry cancel %s to stop it", id, id, id)}
 }
 
 // wouldChange says whether an event is a check run's verdict that its node
@@ -277,6 +303,12 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 			line += ": " + firstLine(e.Error)
 		}
 		fmt.Fprintln(w, line)
+	case events.FamilyProgress:
+		var e events.ProgressEvent
+		if events.DecodeData(env, &e) != nil {
+			return "", 0, false
+		}
+		fmt.Fprintf(w, "%s %-12s %-28s %d%%\n", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Percent)
 	case events.FamilyRollout:
 		var e events.RolloutEvent
 		if events.DecodeData(env, &e) != nil {
