@@ -14,9 +14,10 @@ BENCHCOUNT ?= 6
 
 all: build test
 
+# -buildvcs=auto: gantry version names the commit wherever git can tell it.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/gantry ./cmd/gantry
+	$(GO) build -buildvcs=auto -o $(BIN)/gantry ./cmd/gantry
 
 ## test: formatting, vet, and every test (fuzz seed corpora included).
 test: fmt-check vet

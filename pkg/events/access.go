@@ -135,14 +135,11 @@ type Import struct {
 	Multiple bool
 }
 
-// PeopleRead are the streams people may read with ordered consumers: the
-// events (gantry watch) and the output lines (gantry logs).
-var PeopleRead = []string{StreamEvents, StreamLogs}
-
 // ClientImports is everything people can reach: the events, logs and
 // health results as streams; the planner's and state-store's endpoints
 // (shared, for the audit); micro discovery; and the JetStream API calls
-// that reading the event and log streams and the run snapshots takes. Nothing
+// that reading the event and log streams (ordered consumers: the history
+// of what they could have watched live) and the run snapshots takes. Nothing
 // else of AccountServices is visible to them, in particular no dispatch
 // or gate work, no KV write and no stream or consumer management.
 func ClientImports() []Import {
@@ -157,8 +154,8 @@ func ClientImports() []Import {
 	}
 	im = append(im, Import{Subject: "$SRV.>", Service: true, Multiple: true})
 	im = append(im, Import{Subject: "$JS.API.INFO", Service: true})
-	for _, stream := range PeopleRead {
-		for _, s := range readerAPI(stream) {
+	for _, st := range []string{StreamEvents, StreamLogs} {
+		for _, s := range readerAPI(st) {
 			im = append(im, Import{Subject: s, Service: true, Multiple: strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT.")})
 		}
 	}
@@ -199,11 +196,10 @@ func peoplePermissions(id Identity) Permissions {
 			"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.CONSUMER.DELETE.>", "$JS.API.CONSUMER.DURABLE.>"},
 		SubscribeAllow: []string{id.InboxPrefix() + ".>", "decky.>", AllWorkflowLifecycle},
 	}
-	for _, s := range PeopleRead {
-		p.PublishAllow = append(p.PublishAllow, readerAPI(s)...)
-		p.PublishDeny = append(p.PublishDeny, durableDenies(s, "")...)
-	}
+	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamEvents)...)
+	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamLogs)...)
 	p.PublishAllow = append(p.PublishAllow, kvReadAPI(BucketRuns)...)
+	p.PublishDeny = append(p.PublishDeny, durableDenies(StreamEvents, "")...)
 	if id == Operator {
 		p.PublishAllow = append(p.PublishAllow, SubjectSubmit, SubjectValidate, StateRebuild)
 		for _, v := range []string{VerbCancel, VerbPause, VerbResume, VerbRetry} {
