@@ -36,7 +36,7 @@ func exitOf(t *testing.T, err error) int {
 // are not a percent) publishes three progress events, in order between its
 // running and succeeded events; gantry status shows the percent while it
 // runs, the workflow document keeps the last one; gantry watch prints them
-// with a summary; gantry logs prints every line, all of them plain output
+// with a summary (-o json: the events as JSON lines); gantry logs prints every line, all of them plain output
 // too, as an operator or a viewer, following the run with -f.
 func TestProgressLogsAndWatchOverSSH(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1})
@@ -110,6 +110,25 @@ func TestProgressLogsAndWatchOverSSH(t *testing.T) {
 	}
 	if exitOf(t, err) != 0 {
 		t.Errorf("watch: exit %v\n%s", err, out)
+	}
+	// watch -o json: every stdout line a CloudEvent, the summary on stderr
+	jw := s.gantryCmd(bin, events.Viewer, "watch", id, "-o", "json")
+	var jerr bytes.Buffer
+	jw.Stderr = &jerr
+	jout, err := jw.Output()
+	if err != nil || !strings.Contains(jerr.String(), "-- 2/2 nodes done, 0 running, 0 failed") {
+		t.Errorf("watch -o json: %v\nstderr:\n%s", err, jerr.String())
+	}
+	var types []string
+	for _, l := range strings.Split(strings.TrimSpace(string(jout)), "\n") {
+		env, err := events.Parse([]byte(l))
+		if err != nil {
+			t.Fatalf("watch -o json printed %q: %v", l, err)
+		}
+		types = append(types, string(env.Type))
+	}
+	if n := strings.Count(strings.Join(types, " "), "gantry.progress.update"); n != 3 || types[len(types)-1] != "gantry.workflow.succeeded" {
+		t.Errorf("watch -o json: %d progress events in %q", n, types)
 	}
 	select {
 	case err := <-followDone:

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 func newWatchCmd() *cobra.Command {
 	var cf connFlags
+	var output string
 	cmd := &cobra.Command{
 		Use:   "watch WORKFLOW_ID",
 		Short: "Stream a workflow's progress until it ends",
@@ -38,7 +40,10 @@ as a line "HOST FORMULA/NODE n%". A summary of the nodes ("-- 3/10 nodes
 done, 2 running, 1 failed") follows the events: on a terminal as one line
 kept up to date under them; otherwise (CI logs, a pipe) printed when it has
 changed, at most every 10 seconds, and at the end. Ctrl-C stops the watch,
-not the workflow: it says how to follow or cancel it, and exits 130.`,
+not the workflow: it says how to follow or cancel it, and exits 130.
+
+-o json prints each event as it is on the bus (a CloudEvent, one JSON
+object per line) and the summary on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
@@ -58,10 +63,11 @@ not the workflow: it says how to follow or cancel it, and exits 130.`,
 				cmd.SetContext(ctx)
 			}
 			since, gen := watchStart(ctx, nc, id, cf)
-			return watchWorkflow(cmd, nc, id, since, gen)
+			return watchWorkflow(cmd, nc, id, since, gen, output == "json")
 		},
 	}
 	cf.add(cmd)
+	outputFlag(cmd, &output, "text", "json")
 	return cmd
 }
 
@@ -145,7 +151,10 @@ func watchStart(ctx context.Context, nc *nats.Conn, id string, cf connFlags) (ti
 // starting at since, prints them with a summary of its nodes, and returns
 // when run generation gen (or a later one) ends. Ctrl-C stops the watch,
 // not the workflow: it says so and exits with ExitInterrupted.
-func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int) error {
+//
+// asJSON prints each event's CloudEvent as one line of JSON instead, and
+// the summary on stderr.
+func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
 	js, err := jetstream.New(nc)
@@ -168,6 +177,9 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	out := cmd.OutOrStdout()
 	var sum summary
 	status := newStatusLine(out)
+	if asJSON {
+		status = newStatusLine(cmd.ErrOrStderr())
+	}
 	changes := map[string]bool{} // nodes an operation: check run says would change
 	for {
 		m, err := msgs.Next()
@@ -190,7 +202,15 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		}
 		sum.observe(env)
 		status.clear()
-		st, g, done := printEvent(out, env)
+		var st dag.WorkflowState
+		var g int
+		var done bool
+		if asJSON {
+			st, g, done = workflowEnd(env)
+			fmt.Fprintf(out, "%s\n", bytes.TrimSpace(m.Data()))
+		} else {
+			st, g, done = printEvent(out, env)
+		}
 		if done && g >= gen {
 			status.end(sum.String(), time.Now())
 			switch {
@@ -213,6 +233,19 @@ const ExitInterrupted = 130
 // goes on.
 func interrupted(id string) error {
 	return &exitError{code: ExitInterrupted, err: fmt.Errorf("workflow %s keeps running; gantry watch %s to follow it again, gantry cancel %s to stop it", id, id, id)}
+}
+
+// workflowEnd says whether an event is the end of a workflow's run
+// generation, and its state.
+func workflowEnd(env *events.Envelope) (dag.WorkflowState, int, bool) {
+	if env.Type.Family() != events.FamilyWorkflow {
+		return "", 0, false
+	}
+	var e events.WorkflowEvent
+	if events.DecodeData(env, &e) != nil {
+		return "", 0, false
+	}
+	return e.Status, e.Generation, e.Status.Terminal()
 }
 
 // wouldChange says whether an event is a check run's verdict that its node
