@@ -14,9 +14,10 @@ BENCHCOUNT ?= 6
 
 all: build test
 
+# -buildvcs=auto: gantry version names the commit wherever git can tell it.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/gantry ./cmd/gantry
+	$(GO) build -buildvcs=auto -o $(BIN)/gantry ./cmd/gantry
 
 ## test: formatting, vet, and every test (fuzz seed corpora included).
 test: fmt-check vet
@@ -45,6 +46,7 @@ fuzz:
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventory$$' -fuzztime $(FUZZTIME) .
 	cd pkg/events && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
+	cd services/executor && $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/progress
 
 ## bench: the scenarios side by side with OpenSSH, Ansible and a raw Go loop (BENCH=name runs one); see docs/performance.md.
 bench: build services

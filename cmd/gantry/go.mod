@@ -3,6 +3,7 @@ module github.com/gantry-dev/gantry/cmd/gantry
 go 1.26.8
 
 require (
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
 	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
 	github.com/gantry-dev/gantry/pkg/composition v0.0.0
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
@@ -67,3 +68,5 @@ replace github.com/gantry-dev/gantry/services/planner => ../../services/planner
 replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
 
 replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth
+
+replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo

@@ -138,7 +138,8 @@ type Import struct {
 // ClientImports is everything people can reach: the events, logs and
 // health results as streams; the planner's and state-store's endpoints
 // (shared, for the audit); micro discovery; and the JetStream API calls
-// that reading the event stream and the run snapshots takes. Nothing
+// that reading the event and log streams (ordered consumers: the history
+// of what they could have watched live) and the run snapshots takes. Nothing
 // else of AccountServices is visible to them, in particular no dispatch
 // or gate work, no KV write and no stream or consumer management.
 func ClientImports() []Import {
@@ -153,8 +154,10 @@ func ClientImports() []Import {
 	}
 	im = append(im, Import{Subject: "$SRV.>", Service: true, Multiple: true})
 	im = append(im, Import{Subject: "$JS.API.INFO", Service: true})
-	for _, s := range readerAPI(StreamEvents) {
-		im = append(im, Import{Subject: s, Service: true, Multiple: strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT.")})
+	for _, st := range []string{StreamEvents, StreamLogs} {
+		for _, s := range readerAPI(st) {
+			im = append(im, Import{Subject: s, Service: true, Multiple: strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT.")})
+		}
 	}
 	for _, s := range kvReadAPI(BucketRuns) {
 		im = append(im, Import{Subject: s, Service: true})
@@ -194,6 +197,7 @@ func peoplePermissions(id Identity) Permissions {
 		SubscribeAllow: []string{id.InboxPrefix() + ".>", "decky.>", AllWorkflowLifecycle},
 	}
 	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamEvents)...)
+	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamLogs)...)
 	p.PublishAllow = append(p.PublishAllow, kvReadAPI(BucketRuns)...)
 	p.PublishDeny = append(p.PublishDeny, durableDenies(StreamEvents, "")...)
 	if id == Operator {

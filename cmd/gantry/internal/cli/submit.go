@@ -61,7 +61,7 @@ that would change.`,
 			if !watch {
 				return nil
 			}
-			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1)
+			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, false)
 		},
 	}
 	cf.add(cmd)

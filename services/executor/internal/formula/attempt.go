@@ -30,14 +30,17 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
 		return dag.NodeFailed, ev, false
 	}
+	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
+	sh.progress = &progressSink{sh: sh}
 	defer func() {
+		// The attempt's last progress is out before its outcome.
+		sh.progress.stop()
 		// The attempt ends before its slots are given back: the next
 		// holder's start is never before this end.
 		now := time.Now().UTC()
 		ev.EndedAt = &now
 		release()
 	}()
-	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	switch nr.d.Operation {
 	case dag.OpCheck:
 		return sh.check()
@@ -61,11 +64,12 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 
 // shell runs one attempt's scripts on the host and fills its event.
 type shell struct {
-	nr      *nodeRun
-	attempt int
-	record  func() error
-	ev      *events.NodeEvent
-	seq     atomic.Int64
+	nr       *nodeRun
+	attempt  int
+	record   func() error
+	ev       *events.NodeEvent
+	seq      atomic.Int64
+	progress *progressSink
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -106,10 +110,14 @@ func (nr *nodeRun) attemptID(attempt int, what string) string {
 const waitingPrefix = "gantry: waiting for "
 
 // line publishes an output line as it is printed. A wait for the host lock
-// is also announced as a node event, naming the workflow waited for.
+// is also announced as a node event, naming the workflow waited for; a
+// "PROGRESS: n" line of stdout, as a progress event too.
 func (sh *shell) line(s hostexec.Stream, line string) {
 	if holder, ok := strings.CutPrefix(line, waitingPrefix); ok && s == hostexec.Stderr {
 		sh.waiting(holder)
+	}
+	if s == hostexec.Stdout && sh.progress != nil {
+		sh.progress.line(line)
 	}
 	d := sh.nr.d
 	ll := &events.LogLine{Ref: d.Ref, Attempt: sh.attempt, Stream: events.Stream(s), Seq: sh.seq.Add(1), Line: line}
