@@ -89,7 +89,7 @@ func Uses(id Identity) Usage {
 	case Planner:
 		return Usage{
 			Publish:  []string{AllWorkflowLifecycle, AllHostLifecycle, AllDispatch, AllGate},
-			Serve:    []string{SubjectSubmit, SubjectValidate, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry},
+			Serve:    []string{SubjectSubmit, SubjectValidate, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry, StatusSubject(Planner)},
 			Streams:  []string{StreamEvents, StreamDispatch, StreamGates},
 			Consumes: []Durable{{StreamEvents, ConsumerPlanner}},
 			Read:     []string{BucketState, BucketNodes},
@@ -99,6 +99,7 @@ func Uses(id Identity) Usage {
 		return Usage{
 			Publish:   []string{AllHostLifecycle, AllLogs},
 			Subscribe: []string{AllWorkflowLifecycle},
+			Serve:     []string{StatusSubject(Executor)},
 			Streams:   []string{StreamEvents, StreamDispatch, StreamLogs},
 			Consumes:  []Durable{{StreamDispatch, ConsumerExecutor}},
 			Durables:  []string{StreamDispatch},
@@ -108,12 +109,13 @@ func Uses(id Identity) Usage {
 	case HealthGate:
 		return Usage{
 			Publish:  []string{AllHealth},
+			Serve:    []string{StatusSubject(HealthGate)},
 			Streams:  []string{StreamEvents, StreamGates},
 			Consumes: []Durable{{StreamGates, ConsumerHealthGate}},
 		}
 	case StateStore:
 		return Usage{
-			Serve:   []string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild},
+			Serve:   []string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild, StatusSubject(StateStore)},
 			Streams: []string{StreamEvents},
 			Follows: []string{StreamEvents},
 			Write:   []string{BucketState},
@@ -193,6 +195,9 @@ func peoplePermissions(id Identity) Permissions {
 			"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.CONSUMER.DELETE.>", "$JS.API.CONSUMER.DURABLE.>"},
 		SubscribeAllow: []string{id.InboxPrefix() + ".>", "decky.>", AllWorkflowLifecycle},
 	}
+	for _, id := range Services { // every status endpoint: read-only
+		p.PublishAllow = append(p.PublishAllow, StatusSubject(id))
+	}
 	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamEvents)...)
 	p.PublishAllow = append(p.PublishAllow, kvReadAPI(BucketRuns)...)
 	p.PublishDeny = append(p.PublishDeny, durableDenies(StreamEvents, "")...)
@@ -216,7 +221,7 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	p.SubscribeAllow = append(p.SubscribeAllow, u.Subscribe...)
 	if len(u.Serve) > 0 {
 		p.SubscribeAllow = append(p.SubscribeAllow, u.Serve...)
-		p.SubscribeAllow = append(p.SubscribeAllow, "$SRV.>") // micro discovery: ping, info, stats
+		p.SubscribeAllow = append(p.SubscribeAllow, discovery(id)...)
 	}
 	for _, s := range u.Streams {
 		p.PublishAllow = append(p.PublishAllow, streamEnsureAPI(s)...)
@@ -257,6 +262,17 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	p.PublishAllow = dedupe(p.PublishAllow)
 	p.PublishDeny = dedupe(p.PublishDeny)
 	return p
+}
+
+// discovery is what a micro service subscribes to: the discovery
+// requests to every service ($SRV.PING, .INFO, .STATS) and those to its
+// own name (and instance id), not another service's.
+func discovery(id Identity) []string {
+	var s []string
+	for _, verb := range []string{"PING", "INFO", "STATS"} {
+		s = append(s, "$SRV."+verb, "$SRV."+verb+"."+id.ServiceName(), "$SRV."+verb+"."+id.ServiceName()+".*")
+	}
+	return s
 }
 
 // KVStream is the stream behind a KV bucket.

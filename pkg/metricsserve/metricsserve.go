@@ -25,7 +25,7 @@ const Env = "GANTRY_METRICS_ADDR"
 const Path = "/metrics"
 
 // Usage is the help of --metrics.
-const Usage = "serve Prometheus metrics at http://ADDR" + Path + " (e.g. 127.0.0.1:9464; keep it on loopback or a private network) ($" + Env + "; default: off)"
+const Usage = "serve Prometheus metrics at http://ADDR" + Path + " (e.g. 127.0.0.1:9464; keep it on loopback or a private network) ($" + Env + "; default off)"
 
 // RegisterFlag adds --metrics ADDR to fs, defaulting to $GANTRY_METRICS_ADDR.
 func RegisterFlag(fs *flag.FlagSet, dst *string) {
