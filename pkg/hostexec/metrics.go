@@ -20,6 +20,12 @@ var (
 	}, []string{"result"})
 )
 
+func init() { // every result from 0
+	for _, r := range []string{"ok", "auth", "host_key", "timeout", "cancelled", "error"} {
+		sshDials.WithLabelValues(r)
+	}
+}
+
 // dialResult is the result label of a dial that returned err.
 func dialResult(err error) string {
 	switch {

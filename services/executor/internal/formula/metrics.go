@@ -26,6 +26,12 @@ var (
 	})
 )
 
+func init() { // every status from 0, so rates and alerts see it before it first happens
+	for _, st := range []dag.NodeState{dag.NodeSucceeded, dag.NodeFailed, dag.NodeSkipped, dag.NodeBlocked, dag.NodeCancelled} {
+		nodeResults.WithLabelValues(string(st))
+	}
+}
+
 // countNodes counts the final states of a formula run's nodes.
 func countNodes(states []dag.NodeState) {
 	for _, st := range states {

@@ -25,6 +25,12 @@ var (
 	})
 )
 
+func init() { // both verdicts from 0
+	for _, st := range []events.HealthStatus{events.HealthPass, events.HealthFail} {
+		gateResults.WithLabelValues(string(st))
+	}
+}
+
 type inProgress struct{ events.GateInProgress }
 
 // begin notes a gate being checked until the returned func is called.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -17,6 +18,12 @@ var workflowsActive = promauto.NewGauge(prometheus.GaugeOpts{
 	Name: "gantry_workflows_active",
 	Help: "Workflows accepted or running (or paused) that this planner instance has stepped and that have not ended.",
 })
+
+func init() { // every outcome from 0
+	for _, st := range []dag.WorkflowState{dag.WorkflowSucceeded, dag.WorkflowFailed, dag.WorkflowCancelled} {
+		workflowResults.WithLabelValues(string(st))
+	}
+}
 
 // settled notes, after a unit of work is stored, which of its runs are
 // active and which ended.
