@@ -10,7 +10,9 @@ import (
 // A workflow counts as active from its start until its end is stored,
 // and its outcome is counted once. Not parallel: the counter is global.
 func TestActiveAndOutcomeCounted(t *testing.T) {
-	count := func(st dag.WorkflowState) float64 { return testutil.ToFloat64(workflowResults.WithLabelValues(string(st))) }
+	count := func(st dag.WorkflowState) float64 {
+		return testutil.ToFloat64(workflowResults.WithLabelValues(string(st)))
+	}
 	failed, succeeded := count(dag.WorkflowFailed), count(dag.WorkflowSucceeded)
 	h := newHarness(t)
 	if err := h.submit(chain); err != nil {
