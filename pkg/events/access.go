@@ -138,8 +138,8 @@ type Import struct {
 }
 
 // ClientImports is everything people can reach: the events, logs and
-// health results as streams; the planner's and state-store's endpoints
-// (shared, for the audit); micro discovery; and the JetStream API calls
+// health results as streams; the services' endpoints, status ones
+// included (shared, for the audit); micro discovery; and the JetStream API calls
 // that reading the event stream and the run snapshots takes. Nothing
 // else of AccountServices is visible to them, in particular no dispatch
 // or gate work, no KV write and no stream or consumer management.
