@@ -28,12 +28,14 @@ require (
 )
 
 require (
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0 // indirect
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
-	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
+	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/gantry-dev/gantry/services/executor v0.0.0
 	github.com/gantry-dev/gantry/services/health-gate v0.0.0
 	github.com/gantry-dev/gantry/services/planner v0.0.0
@@ -70,3 +72,5 @@ replace github.com/gantry-dev/gantry/services/state-store => ../../services/stat
 replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth
 
 replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo
+
+replace github.com/gantry-dev/gantry/pkg/metricsserve => ../../pkg/metricsserve

@@ -13,9 +13,12 @@ require (
 )
 
 require (
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
+	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -42,3 +45,7 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../../services/heal
 replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
+
+replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo
+
+replace github.com/gantry-dev/gantry/pkg/metricsserve => ../../pkg/metricsserve

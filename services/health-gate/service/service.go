@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
@@ -54,6 +55,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
 	c := &gate.Checker{Hosts: hosts, Secrets: sec, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log}
+	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
+		Description: "gantry health-gate: checks formulas' health gates on their hosts", Status: func() any {
+			gates, n := c.Status()
+			return events.HealthGateStatus{Instance: cfg.Instance, GatesInProgress: n, Gates: gates}
+		}})
+	if err != nil {
+		return fmt.Errorf("health-gate: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
+	go consume.WatchLag(ctx, js, events.StreamGates, events.ConsumerHealthGate, 0, log)
 	log.Info("health-gate started", "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/planner/internal/api"
@@ -52,7 +53,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	for _, id := range failed {
 		go s.retry(id)
 	}
-	svc, err := api.Register(nc, e, log, s.start)
+	svc, err := api.Register(nc, events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance}, e, log, s.start)
 	if err != nil {
 		return fmt.Errorf("planner: micro: %w", err)
 	}
@@ -61,6 +62,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
+	go consume.WatchLag(ctx, js, events.StreamEvents, events.ConsumerPlanner, 0, log)
 	log.Info("planner started")
 	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})

@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/spf13/cobra"
@@ -26,6 +27,7 @@ func newDevCmd() *cobra.Command {
 	var ssh hostexec.SSHConfig
 	var secretsDir string
 	var perHost int
+	var metrics string
 	allowLocal := true
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -75,6 +77,11 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if addr, err := metricsserve.Start(ctx, metrics, log); err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			} else if addr != nil {
+				fmt.Fprintf(out, "  metrics: http://%s%s\n", addr, metricsserve.Path)
+			}
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
 				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
@@ -89,6 +96,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	addSSHFlags(cmd, &ssh)
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
+	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default $"+metricsserve.Env+", else off)")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	return cmd
 }

@@ -44,6 +44,7 @@ type Executor struct {
 	mu      sync.Mutex
 	sems    map[string]chan struct{}
 	running map[string]map[*context.CancelFunc]struct{} // workflow id -> cancels of its formulas in flight
+	nodes   map[*inFlight]struct{}                      // nodes in flight
 }
 
 // Record is what the executor keeps per node of a workflow in the
@@ -137,6 +138,7 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		return errors.Join(f.err, f.out.Flush(ctx))
 	}
 	st, why := f.outcome(states, failed)
+	countNodes(states)
 	f.log.Info("formula finished", "status", st, "nodes", len(f.pf.Nodes))
 	f.emitFormula(ctx, st, why)
 	// The outcome follows the node events in the stream; all are stored

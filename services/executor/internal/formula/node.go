@@ -32,7 +32,9 @@ type nodeRun struct {
 func (f *formulaRun) runNode(ctx context.Context, j int) dag.NodeState {
 	n := f.d.Nodes[j]
 	nr := &nodeRun{formulaRun: f, j: j, n: n, key: events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name), log: f.log.With("node", n.Name)}
+	done := f.x.nodeStarted(f.d, n.Name)
 	st, err := nr.run(ctx)
+	done(st)
 	if err != nil {
 		f.fail(fmt.Errorf("node %s: %w", n.Name, err))
 	}

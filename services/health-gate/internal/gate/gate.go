@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
@@ -28,6 +29,9 @@ type Checker struct {
 	// clock in tests. Sleep returns early with ctx's error.
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
+
+	mu    sync.Mutex
+	gates map[*inProgress]struct{} // being checked
 }
 
 // Runners gives the runner of a host (hostexec.Hosts; a scripted host in
@@ -113,6 +117,7 @@ func spread(span time.Duration, k, n int) time.Duration {
 // the last one as the verdict. Checks are read-only, so a redelivered gate
 // is simply checked again.
 func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
+	defer c.begin(g)()
 	r := c.start(g)
 	for attempt := 1; ; attempt++ {
 		if err := r.waitTurn(ctx, attempt); err != nil {
@@ -127,6 +132,7 @@ func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
 			return err
 		}
 		if ev.Final {
+			verdict(ev, r.c.now().Sub(r.begun))
 			return nil
 		}
 	}

@@ -16,16 +16,13 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// Version of the planner service.
-const Version = "0.1.0"
-
-// Register adds the planner service and its endpoints.
-func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        "gantry-planner",
-		Version:     Version,
-		Description: "gantry planner: validates, plans and accepts compositions, and controls runs",
-	})
+// Register adds the planner service (version and instance as spec says),
+// its status endpoint and its endpoints.
+func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
+	spec.ID = events.Planner
+	spec.Description = "gantry planner: validates, plans and accepts compositions, and controls runs"
+	spec.Status = func() any { return events.PlannerStatus{Instance: spec.Instance, WorkflowsActive: e.Active()} }
+	svc, err := events.AddService(nc, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -100,6 +100,7 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 	if st.Terminal() {
 		ev.EndedAt = &now
 		ev.Error = reason
+		e.ended = append(e.ended, st)
 	}
 	ev.Formulas = map[dag.FormulaState]int{}
 	for i := range r.plan.Formulas {

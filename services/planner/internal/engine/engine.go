@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/composition"
@@ -38,6 +39,12 @@ type Engine struct {
 	mu    sync.Mutex // one unit of work at a time
 	cache map[string]*run
 	dirty []*run // runs changed by the unit of work under way
+	// ended are the workflow ends the unit of work under way published:
+	// counted once it is stored.
+	ended []dag.WorkflowState
+	// active are the workflows not ended this engine has stepped.
+	active  map[string]bool
+	activeN atomic.Int64 // len(active), read without mu
 }
 
 type run struct {
@@ -288,12 +295,14 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 		r.dirty = false
 		e.dirty = e.dirty[1:]
+		e.settled(r)
 	}
+	e.countEnded()
 	return nil
 }
 
 func (e *Engine) forget(ctx context.Context) {
-	e.cache, e.dirty = nil, nil
+	e.cache, e.dirty, e.ended = nil, nil, nil
 	if err := e.Out.Flush(ctx); err != nil {
 		e.Log.Debug("events of a failed unit of work not stored", "err", err)
 	}

@@ -194,6 +194,14 @@ func (p *Projector) advance(seq uint64) {
 	}
 }
 
+// Applied is the stream sequence up to which every event is applied and
+// written.
+func (p *Projector) Applied() uint64 {
+	p.pos.Lock()
+	defer p.pos.Unlock()
+	return p.pos.seq
+}
+
 // Await returns once every event up to stream sequence seq is applied and
 // written, or with ctx's error.
 func (p *Projector) Await(ctx context.Context, seq uint64) error {
