@@ -9,9 +9,9 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
-	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
 
@@ -19,6 +19,7 @@ require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0 // indirect
+	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
 	github.com/gantry-dev/gantry/services/executor v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/health-gate v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/planner v0.0.0 // indirect
@@ -64,3 +65,5 @@ replace github.com/gantry-dev/gantry/services/planner => ../services/planner
 replace github.com/gantry-dev/gantry/services/state-store => ../services/state-store
 
 replace github.com/gantry-dev/gantry/pkg/busauth => ../pkg/busauth
+
+replace github.com/gantry-dev/gantry/pkg/tracing => ../pkg/tracing

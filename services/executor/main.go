@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/service"
 	"github.com/nats-io/nats.go"
 )
@@ -35,7 +36,11 @@ func main() {
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("executor")
 	cfg.Log = log
 	nf.InboxPrefix = events.Executor.InboxPrefix()
-	os.Exit(natsconn.Main("executor", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+	var flush func()
+	cfg.Tracer, flush = tracing.ForService("gantry-executor", log)
+	code := natsconn.Main("executor", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
-	}))
+	})
+	flush()
+	os.Exit(code)
 }

@@ -6,13 +6,14 @@ require (
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
-	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
 
 require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0 // indirect
+	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
@@ -44,3 +45,5 @@ replace github.com/gantry-dev/gantry/services/executor => ../../services/executo
 replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
+
+replace github.com/gantry-dev/gantry/pkg/tracing => ../../pkg/tracing

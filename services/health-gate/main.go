@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/health-gate/service"
 	"github.com/nats-io/nats.go"
 )
@@ -28,7 +29,11 @@ func main() {
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("health-gate")
 	cfg.Log = log
 	nf.InboxPrefix = events.HealthGate.InboxPrefix()
-	os.Exit(natsconn.Main("health-gate", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+	var flush func()
+	cfg.Tracer, flush = tracing.ForService("gantry-health-gate", log)
+	code := natsconn.Main("health-gate", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		return service.Run(ctx, nc, cfg)
-	}))
+	})
+	flush()
+	os.Exit(code)
 }

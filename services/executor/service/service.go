@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 	"github.com/nats-io/nats.go"
@@ -34,6 +35,8 @@ type Config struct {
 	// only the work of hosts without a zone.
 	Labels map[string]string
 	Log    *slog.Logger
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // ParseLabels reads --labels (GANTRY_EXECUTOR_LABELS): "zone=eu-1", or

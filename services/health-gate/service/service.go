@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/health-gate/internal/gate"
 	"github.com/nats-io/nats.go"
 )
@@ -23,6 +24,8 @@ type Config struct {
 	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
 	Concurrency int                  // gates checked at once (default 32)
 	Log         *slog.Logger
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // Run runs until ctx is cancelled, then finishes the gates in flight.

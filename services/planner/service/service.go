@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/planner/internal/api"
 	"github.com/gantry-dev/gantry/services/planner/internal/engine"
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,8 @@ type Config struct {
 	// Names names the public nkeys of known identities in audit records
 	// whose credentials carry no name (nkeys, unlike user JWTs).
 	Names map[string]string
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // Run runs the planner until ctx is cancelled.
@@ -43,7 +46,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e.Log, e.Names, e.Heal = log, cfg.Names, heal.Heal
+	e.Log, e.Names, e.Heal, e.Tracer = log, cfg.Names, heal.Heal, cfg.Tracer
 	failed, err := e.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)

@@ -33,6 +33,7 @@ func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id s
 		return func(req micro.Request) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
+			ctx = events.ExtractTrace(ctx, nats.Header(req.Headers())) // the submitter's trace, continued by the workflow
 			reply, err := e.Submit(ctx, req.Data(), validateOnly, principal(req))
 			if err != nil {
 				log.Error("submit failed", "err", err)
