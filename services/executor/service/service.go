@@ -116,6 +116,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Hosts:   hosts,
 		Records: records,
 		Secrets: sec,
+		Tracer:  cfg.Tracer,
 		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,

@@ -56,7 +56,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	defer hosts.Close()
 	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	c := &gate.Checker{Hosts: hosts, Secrets: sec, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log}
+	c := &gate.Checker{Hosts: hosts, Secrets: sec, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
 	log.Info("health-gate started", "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})
