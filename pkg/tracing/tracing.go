@@ -152,3 +152,6 @@ func randomSpanID() trace.SpanID {
 	}
 	return s
 }
+
+// NewSpanID is a random span id.
+func NewSpanID() trace.SpanID { return randomSpanID() }

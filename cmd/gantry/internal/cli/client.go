@@ -68,7 +68,12 @@ func (e *serviceError) Error() string { return e.Description }
 // request sends a request and decodes the reply into out. A micro error
 // reply comes back as *serviceError.
 func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, out any) error {
-	msg, err := requestOrDenied(nc, subject, body, timeout)
+	return requestWith(nc, subject, body, nil, timeout, out)
+}
+
+// requestWith is request with headers (the submit's trace context).
+func requestWith(nc *nats.Conn, subject string, body []byte, h nats.Header, timeout time.Duration, out any) error {
+	msg, err := requestOrDenied(nc, &nats.Msg{Subject: subject, Data: body, Header: h}, timeout)
 	if errors.Is(err, errDenied) {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: not allowed for this identity (the NATS server refused the request); connect as an operator with --creds or --nkey", subject)}
 	}
@@ -122,7 +127,8 @@ func watchDenials(nc *nats.Conn) {
 
 // requestOrDenied is nc.Request that returns errDenied as soon as the
 // server refuses the publish, instead of waiting out the timeout.
-func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Duration) (*nats.Msg, error) {
+func requestOrDenied(nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	subject := m.Subject
 	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, nats.ErrTimeout)
 	defer cancel()
 	ctx, deny := context.WithCancelCause(ctx)
@@ -142,7 +148,7 @@ func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Du
 			}
 		}()
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, body)
+	msg, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil && errors.Is(context.Cause(ctx), errDenied) {
 		return nil, errDenied
 	}

@@ -75,8 +75,13 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			tracers, flush, err := devstack.EnvTracers(ctx)
+			if err != nil {
+				return &exitError{code: ExitProblem, err: fmt.Errorf("trace export: %w", err)}
+			}
+			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log, Tracer: tracers}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
