@@ -113,3 +113,24 @@ func TestPublishCarriesTraceparent(t *testing.T) {
 		}
 	}
 }
+
+// The header cost per published message: nothing without a trace.
+func BenchmarkInjectTrace(b *testing.B) {
+	untraced := context.Background()
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	traced := trace.ContextWithSpanContext(untraced, sc)
+	b.Run("untraced", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if events.InjectTrace(untraced, nil) != nil {
+				b.Fatal("header")
+			}
+		}
+	})
+	b.Run("traced", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			events.InjectTrace(traced, nil)
+		}
+	})
+}

@@ -96,3 +96,21 @@ func TestFromEnvWithoutEndpointIsOff(t *testing.T) {
 	defer cancel()
 	_ = shutdown(ctx) // nothing pending: returns at once
 }
+
+// A disabled Tracer costs a nil check.
+func BenchmarkRecordDisabled(b *testing.B) {
+	var tr *tracing.Tracer
+	tid := tracing.NewTraceID()
+	b.ReportAllocs()
+	for b.Loop() {
+		tr.Record(context.Background(), tracing.Span{Name: "node", TraceID: tid})
+	}
+}
+
+func BenchmarkSpanID(b *testing.B) {
+	tid := tracing.NewTraceID()
+	b.ReportAllocs()
+	for b.Loop() {
+		tracing.SpanID(tid, "01a207d4-fdf2-7d7d-913f-04fe2e34ef3a", "1", "node", "base", "flaky")
+	}
+}
