@@ -2,6 +2,11 @@ package tracing_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +117,38 @@ func BenchmarkSpanID(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tracing.SpanID(tid, "01a207d4-fdf2-7d7d-913f-04fe2e34ef3a", "1", "node", "base", "flaky")
+	}
+}
+
+// With OTEL_EXPORTER_OTLP_ENDPOINT set, spans go to the collector over
+// OTLP/HTTP when the provider shuts down (or its batch is due).
+func TestFromEnvExportsOverOTLPHTTP(t *testing.T) {
+	got := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- fmt.Sprintf("%s %s %s %d", r.Method, r.URL.Path, r.Header.Get("Content-Type"), len(body))
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tr.Record(context.Background(), tracing.Span{Name: "workflow", TraceID: tracing.NewTraceID(), Start: now, End: now.Add(time.Second)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case req := <-got:
+		if !strings.HasPrefix(req, "POST /v1/traces application/x-protobuf ") || strings.HasSuffix(req, " 0") {
+			t.Fatalf("collector got %q", req)
+		}
+	default:
+		t.Fatal("nothing exported by shutdown")
 	}
 }
