@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +22,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // The submitter's trace (TRACEPARENT, as a CI job would set it) runs from
@@ -242,4 +249,71 @@ func spanTree(spans tracetest.SpanStubs) string {
 	}
 	walk("", 0)
 	return b.String()
+}
+
+// With OTEL_EXPORTER_OTLP_ENDPOINT set, gantry submit records its own
+// span at that collector (over OTLP/HTTP), and the workflow's span is its
+// child: the trace starts at the CLI.
+func TestSubmitSpanIsTheWorkflowsParent(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp, err := tracing.NewProvider(context.Background(), "gantry-planner", tracing.Version, exp, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner := tracing.New(tp)
+	s := newStack(t, stackOptions{tracer: func(svc string) *tracing.Tracer {
+		if svc == "gantry-planner" {
+			return planner
+		}
+		return nil
+	}})
+	var mu sync.Mutex
+	var cli []*tracepb.Span
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req collectorpb.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
+			http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				cli = append(cli, ss.Spans...)
+			}
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	file := filepath.Join(t.TempDir(), "one.yaml")
+	os.WriteFile(file, []byte("name: one\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'true'}]\n"), 0o644)
+	cmd := exec.Command(buildGantry(t), "submit", "-q", file, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator))
+	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "TRACEPARENT=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(string(out))
+	s.wait(id, 60*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(cli) != 1 || cli[0].Name != "gantry submit" {
+		t.Fatalf("the collector got %v, want the CLI's submit span", cli)
+	}
+	var wf *tracetest.SpanStub
+	for _, sp := range exp.GetSpans() {
+		if sp.Name == "workflow one" {
+			wf = &sp
+		}
+	}
+	if wf == nil {
+		t.Fatal("no workflow span")
+	}
+	if tid := wf.SpanContext.TraceID(); !bytes.Equal(tid[:], cli[0].TraceId) {
+		t.Errorf("workflow in trace %s, submit in %x", tid, cli[0].TraceId)
+	}
+	if pid := wf.Parent.SpanID(); !bytes.Equal(pid[:], cli[0].SpanId) {
+		t.Errorf("workflow span's parent %s, want the submit span %x", pid, cli[0].SpanId)
+	}
 }

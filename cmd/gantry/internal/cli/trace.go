@@ -78,7 +78,9 @@ func (st *submitTrace) end(workflowID string, err error) {
 		st.span.Err = err.Error()
 	}
 	st.tracer.Record(context.Background(), st.span)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// A collector that does not answer delays the submit by this much at
+	// most.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = st.flush(ctx)
 }
