@@ -94,8 +94,18 @@ func SpanID(t trace.TraceID, parts ...string) trace.SpanID {
 		h.Write([]byte(p))
 	}
 	var id trace.SpanID
-	binary.BigEndian.PutUint64(id[:], h.Sum64()|1) // never zero
+	binary.BigEndian.PutUint64(id[:], mix(h.Sum64())|1) // never zero
 	return id
+}
+
+// mix spreads every input bit over the id (the splitmix64 finalizer):
+// FNV alone leaves ids of "attempt 1" and "attempt 2" a few bits apart.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // Context is ctx carrying the span context of span id in the trace of
