@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -57,6 +58,8 @@ type stackOptions struct {
 	executors   []devstack.ExecutorOptions
 	perHost     int
 	maxFormulas int
+	// tracer gives the services their span recorders (none when nil).
+	tracer func(service string) *tracing.Tracer
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -94,7 +97,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
-		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas}
+		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer}
 	go func() { done <- devstack.Run(ctx, dcfg) }()
 	for _, eo := range o.executors {
 		go func() { done <- devstack.RunExecutor(ctx, dcfg, eo) }()

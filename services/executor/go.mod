@@ -16,6 +16,7 @@ require (
 require (
 	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
 	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
+	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect
@@ -52,3 +53,4 @@ replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
 replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo
 
 replace github.com/gantry-dev/gantry/pkg/metricsserve => ../../pkg/metricsserve
+replace github.com/gantry-dev/gantry/pkg/tracing => ../../pkg/tracing

@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/service"
 	"github.com/nats-io/nats.go"
 )
@@ -45,10 +46,14 @@ func main() {
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("executor")
 	cfg.Log = log
 	nf.InboxPrefix = events.Executor.InboxPrefix()
-	os.Exit(natsconn.Main("executor", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+	var flush func()
+	cfg.Tracer, flush = tracing.ForService("gantry-executor", log)
+	code := natsconn.Main("executor", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		if _, err := metricsserve.Start(ctx, metrics, log); err != nil {
 			return err
 		}
 		return service.Run(ctx, nc, cfg)
-	}))
+	})
+	flush()
+	os.Exit(code)
 }

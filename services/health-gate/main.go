@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/health-gate/service"
 	"github.com/nats-io/nats.go"
 )
@@ -38,10 +39,14 @@ func main() {
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("health-gate")
 	cfg.Log = log
 	nf.InboxPrefix = events.HealthGate.InboxPrefix()
-	os.Exit(natsconn.Main("health-gate", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+	var flush func()
+	cfg.Tracer, flush = tracing.ForService("gantry-health-gate", log)
+	code := natsconn.Main("health-gate", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		if _, err := metricsserve.Start(ctx, metrics, log); err != nil {
 			return err
 		}
 		return service.Run(ctx, nc, cfg)
-	}))
+	})
+	flush()
+	os.Exit(code)
 }

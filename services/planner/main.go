@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go"
 )
@@ -34,10 +35,14 @@ func main() {
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("planner")
 	cfg.Log = log
 	nf.InboxPrefix = events.Planner.InboxPrefix()
-	os.Exit(natsconn.Main("planner", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+	var flush func()
+	cfg.Tracer, flush = tracing.ForService("gantry-planner", log)
+	code := natsconn.Main("planner", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
 		if _, err := metricsserve.Start(ctx, metrics, log); err != nil {
 			return err
 		}
 		return service.Run(ctx, nc, cfg)
-	}))
+	})
+	flush()
+	os.Exit(code)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 	"github.com/nats-io/nats.go"
@@ -35,6 +36,8 @@ type Config struct {
 	// only the work of hosts without a zone.
 	Labels map[string]string
 	Log    *slog.Logger
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // ParseLabels reads --labels (GANTRY_EXECUTOR_LABELS): "zone=eu-1", or
@@ -123,6 +126,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Hosts:   hosts,
 		Records: records,
 		Secrets: sec,
+		Tracer:  cfg.Tracer,
 		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,

@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/planner/internal/api"
 	"github.com/gantry-dev/gantry/services/planner/internal/engine"
 	"github.com/nats-io/nats.go"
@@ -26,6 +27,8 @@ type Config struct {
 	// Names names the public nkeys of known identities in audit records
 	// whose credentials carry no name (nkeys, unlike user JWTs).
 	Names map[string]string
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // Run runs the planner until ctx is cancelled.
@@ -44,7 +47,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e.Log, e.Names, e.Heal = log, cfg.Names, heal.Heal
+	e.Log, e.Names, e.Heal, e.Tracer = log, cfg.Names, heal.Heal, cfg.Tracer
 	failed, err := e.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)

@@ -69,7 +69,12 @@ func (e *serviceError) Error() string { return e.Description }
 // request sends a request and decodes the reply into out. A micro error
 // reply comes back as *serviceError.
 func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, out any) error {
-	msg, err := requestOrDenied(nc, subject, body, timeout)
+	return requestWith(nc, subject, body, nil, timeout, out)
+}
+
+// requestWith is request with headers (the submit's trace context).
+func requestWith(nc *nats.Conn, subject string, body []byte, h nats.Header, timeout time.Duration, out any) error {
+	msg, err := requestOrDenied(nc, &nats.Msg{Subject: subject, Data: body, Header: h}, timeout)
 	if errors.Is(err, errDenied) {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: not allowed for this identity (the NATS server refused the request); connect as an operator with --creds or --nkey", subject)}
 	}
@@ -127,7 +132,8 @@ func watchDenials(nc *nats.Conn) {
 
 // requestOrDenied is nc.Request that returns errDenied as soon as the
 // server refuses the publish, instead of waiting out the timeout.
-func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Duration) (*nats.Msg, error) {
+func requestOrDenied(nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	subject := m.Subject
 	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, nats.ErrTimeout)
 	defer cancel()
 	ctx, deny := context.WithCancelCause(ctx)
@@ -147,11 +153,10 @@ func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Du
 			}
 		}()
 	}
-	req, err := requestMsg(subject, body)
-	if err != nil {
+	if err := packRequest(m); err != nil {
 		return nil, err
 	}
-	msg, err := nc.RequestMsgWithContext(ctx, req)
+	msg, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil && errors.Is(context.Cause(ctx), errDenied) {
 		return nil, errDenied
 	}
@@ -161,16 +166,19 @@ func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Du
 	return msg, err
 }
 
-// requestMsg is a request with body, compressed when large (a fleet's
-// composition), as the services' replies are.
-func requestMsg(subject string, body []byte) (*nats.Msg, error) {
-	data, packed, err := events.Pack(body)
+// packRequest compresses a large request body (a fleet's composition), as
+// the services' replies are.
+func packRequest(m *nats.Msg) error {
+	data, packed, err := events.Pack(m.Data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: the request is %w", subject, err)
+		return fmt.Errorf("%s: the request is %w", m.Subject, err)
 	}
-	m := &nats.Msg{Subject: subject, Data: data}
 	if packed {
-		m.Header = nats.Header{events.EncodingHeader: {events.EncodingGzip}}
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Data = data
+		m.Header.Set(events.EncodingHeader, events.EncodingGzip)
 	}
-	return m, nil
+	return nil
 }

@@ -82,8 +82,13 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			} else if addr != nil {
 				fmt.Fprintf(out, "  metrics: http://%s%s\n", addr, metricsserve.Path)
 			}
+			tracers, flush, err := devstack.EnvTracers(ctx)
+			if err != nil {
+				return &exitError{code: ExitProblem, err: fmt.Errorf("trace export: %w", err)}
+			}
+			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log, Tracer: tracers}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 )
 
 // attempt runs the node once, when the host has room: its check (create:
@@ -194,5 +195,6 @@ func (sh *shell) waiting(holder string) {
 	nr := sh.nr
 	n := nr.d.Nodes[nr.j]
 	ev.Ref, ev.Node, ev.Attempt, ev.SpecHash, ev.MaxAttempts, ev.Actor = nr.d.Ref, n.Name, sh.attempt, n.SpecHash, n.Retry.MaxAttempts, nr.x.Actor
-	nr.out.Emit(context.Background(), events.HostLifecycle(nr.d.Ref.Host), ev, msgID(nr.d.Ref, n.Name, "running-waiting", sh.attempt))
+	ctx := tracing.Context(context.Background(), nr.span, nr.nodeSpan(nr.j))
+	nr.out.Emit(ctx, events.HostLifecycle(nr.d.Ref.Host), ev, msgID(nr.d.Ref, n.Name, "running-waiting", sh.attempt))
 }

@@ -35,6 +35,7 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 				_ = req.Error("400", "bad request body: "+err.Error(), nil)
 				return
 			}
+			ctx = events.ExtractTrace(ctx, nats.Header(req.Headers())) // the submitter's trace, continued by the workflow
 			reply, err := e.Submit(ctx, data, validateOnly, principal(req))
 			if err != nil {
 				log.Error("submit failed", "err", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/google/uuid"
 )
 
@@ -35,6 +36,8 @@ type Engine struct {
 	Heal func(ctx context.Context) error
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Tracer records the workflow and formula spans (nil: none).
+	Tracer *tracing.Tracer
 
 	mu    sync.Mutex // one unit of work at a time
 	cache map[string]*run
@@ -56,6 +59,7 @@ type run struct {
 	snapRev uint64
 	done    map[string]bool
 	dirty   bool
+	started map[int]time.Time // formula dispatch times, for their spans (only when tracing)
 }
 
 func (e *Engine) now() time.Time {
@@ -139,7 +143,7 @@ func (e *Engine) newRecord(ctx context.Context, c *dag.Composition, plan *dag.Pl
 	}
 	now := e.now()
 	rec := &Record{ID: id.String(), Name: c.Name, Operation: c.Operation, Status: dag.WorkflowAccepted, Generation: 1,
-		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by}
+		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by, Trace: e.newTrace(ctx, now)}
 	if c.Operation == dag.OpCreate && !c.Reset {
 		if rec.AlreadyDone, err = e.alreadyDone(ctx, plan); err != nil {
 			return nil, err
