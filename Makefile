@@ -9,14 +9,20 @@ MODULE_DIRS := $(shell $(GO) list -m -f '{{.Dir}}' 2>/dev/null)
 FUZZTIME ?= 2m
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 6
+# VERSION is the build's version (pkg/buildinfo), what `nats micro ls` shows:
+# a semantic version; by default 0.1.0-dev with the commit as build metadata.
+GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+VERSION ?= 0.1.0-dev$(if $(GIT_REV),+$(GIT_REV))
+VERSION_FLAG := -X github.com/gantry-dev/gantry/pkg/buildinfo.version=$(VERSION)
 
 .PHONY: tools all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test
 
 all: build test
 
+# -buildvcs=auto: gantry version names the commit wherever git can tell it.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/gantry ./cmd/gantry
+	$(GO) build -buildvcs=auto -ldflags '$(VERSION_FLAG)' -o $(BIN)/gantry ./cmd/gantry
 
 ## test: formatting, vet, and every test (fuzz seed corpora included).
 test: fmt-check vet
@@ -31,7 +37,7 @@ fmt-check:
 ## services: each service's binary, and nats-server from the version pinned in pkg/natsembed/go.mod.
 services:
 	@mkdir -p $(BIN)
-	for s in planner executor health-gate state-store; do $(GO) build -o $(BIN)/$$s ./services/$$s || exit 1; done
+	for s in planner executor health-gate state-store; do $(GO) build -ldflags '$(VERSION_FLAG)' -o $(BIN)/$$s ./services/$$s || exit 1; done
 	cd pkg/natsembed && $(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 ## chaos: kill -9 every service (and nats-server) during a 200-node run over 5 sshd hosts.
@@ -45,6 +51,7 @@ fuzz:
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventory$$' -fuzztime $(FUZZTIME) .
 	cd pkg/events && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
+	cd services/executor && $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/progress
 
 ## bench: the scenarios side by side with OpenSSH, Ansible and a raw Go loop (BENCH=name runs one); see docs/performance.md.
 bench: build services
@@ -78,8 +85,8 @@ export TARGET_BASE
 ## linux-bins: static (CGO_ENABLED=0) binaries of the services, the CLI and nats-server for the images.
 linux-bins:
 	@mkdir -p $(LINUX_BIN)
-	for s in planner executor health-gate state-store; do CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w' -o $(LINUX_BIN)/$$s ./services/$$s || exit 1; done
-	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w' -o $(LINUX_BIN)/gantry ./cmd/gantry
+	for s in planner executor health-gate state-store; do CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w $(VERSION_FLAG)' -o $(LINUX_BIN)/$$s ./services/$$s || exit 1; done
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w $(VERSION_FLAG)' -o $(LINUX_BIN)/gantry ./cmd/gantry
 	cd pkg/natsembed && CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w' -o $(LINUX_BIN)/nats-server github.com/nats-io/nats-server/v2
 
 ## images: the FROM-scratch images of nats and the services, and the sshd target image, built here without a registry.

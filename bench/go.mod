@@ -13,6 +13,9 @@ require (
 )
 
 require (
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
+	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
+	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
@@ -48,3 +51,8 @@ replace github.com/gantry-dev/gantry/services/state-store => ../services/state-s
 replace github.com/gantry-dev/gantry/cmd/gantry => ../cmd/gantry
 
 replace github.com/gantry-dev/gantry/pkg/busauth => ../pkg/busauth
+
+replace github.com/gantry-dev/gantry/pkg/buildinfo => ../pkg/buildinfo
+
+replace github.com/gantry-dev/gantry/pkg/metricsserve => ../pkg/metricsserve
+replace github.com/gantry-dev/gantry/pkg/tracing => ../pkg/tracing

@@ -11,16 +11,48 @@ require (
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
-	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/nats-io/nats.go v1.55.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/proto/otlp v1.11.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
+	google.golang.org/grpc v1.83.2 // indirect
 )
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
-	github.com/chromedp/chromedp v0.23.0 // indirect
+	github.com/chromedp/chromedp v0.23.0
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
 	github.com/gantry-dev/gantry/pkg/consume v0.0.0 // indirect
+	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
+	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
 	github.com/gantry-dev/gantry/services/executor v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/health-gate v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/planner v0.0.0 // indirect
@@ -67,3 +99,9 @@ replace github.com/gantry-dev/gantry/services/planner => ../services/planner
 replace github.com/gantry-dev/gantry/services/state-store => ../services/state-store
 
 replace github.com/gantry-dev/gantry/pkg/busauth => ../pkg/busauth
+
+replace github.com/gantry-dev/gantry/pkg/buildinfo => ../pkg/buildinfo
+
+replace github.com/gantry-dev/gantry/pkg/metricsserve => ../pkg/metricsserve
+
+replace github.com/gantry-dev/gantry/pkg/tracing => ../pkg/tracing

@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -57,6 +58,8 @@ type stackOptions struct {
 	executors   []devstack.ExecutorOptions
 	perHost     int
 	maxFormulas int
+	// tracer gives the services their span recorders (none when nil).
+	tracer func(service string) *tracing.Tracer
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -94,7 +97,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
-		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas}
+		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer}
 	go func() { done <- devstack.Run(ctx, dcfg) }()
 	for _, eo := range o.executors {
 		go func() { done <- devstack.RunExecutor(ctx, dcfg, eo) }()
@@ -154,7 +157,11 @@ func (s *stack) submit(doc []byte) (events.SubmitReply, string) {
 		s.t.Fatalf("submit: %v", err)
 	}
 	var r events.SubmitReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
+	body, err := events.BodyOf(msg)
+	if err == nil {
+		err = json.Unmarshal(body, &r)
+	}
+	if err != nil {
 		s.t.Fatalf("submit reply %q: %v", msg.Data, err)
 	}
 	return r, msg.Header.Get(micro.ErrorCodeHeader)
@@ -186,7 +193,8 @@ func (s *stack) waitGen(id string, gen int, timeout time.Duration) *events.Workf
 		msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
 		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
 			var d events.WorkflowDoc
-			if json.Unmarshal(msg.Data, &d) == nil && d.Status.Terminal() && d.Generation >= gen {
+			body, _ := events.BodyOf(msg)
+			if json.Unmarshal(body, &d) == nil && d.Status.Terminal() && d.Generation >= gen {
 				return &d
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -34,7 +35,10 @@ type Event struct {
 	Subject   string
 	Stream    uint64 // stream sequence: the same on every redelivery
 	Delivered uint64 // 1 on first delivery
-	msg       jetstream.Msg
+	// Header is the message's NATS headers (the trace context travels in
+	// them: events.ExtractTrace).
+	Header nats.Header
+	msg    jetstream.Msg
 }
 
 // InProgress tells the server the handler is still working (a no-op for
@@ -475,7 +479,7 @@ func parse(msg jetstream.Msg, o Options) (*Event, msgLogger, bool) {
 		settle(msg, err, meta.NumDelivered, o.draining(), log, o)
 		return nil, log, false
 	}
-	return &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, msg: msg}, log, true
+	return &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, Header: msg.Headers(), msg: msg}, log, true
 }
 
 // handle runs one message through the handler (or, delivered again while

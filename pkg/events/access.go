@@ -89,7 +89,7 @@ func Uses(id Identity) Usage {
 	case Planner:
 		return Usage{
 			Publish:  []string{AllWorkflowLifecycle, AllHostLifecycle, AllDispatch, AllGate},
-			Serve:    []string{SubjectSubmit, SubjectValidate, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry},
+			Serve:    []string{SubjectSubmit, SubjectValidate, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry, StatusSubject(Planner)},
 			Streams:  []string{StreamEvents, StreamDispatch, StreamGates},
 			Consumes: []Durable{{StreamEvents, ConsumerPlanner}},
 			Read:     []string{BucketState, BucketNodes},
@@ -99,6 +99,7 @@ func Uses(id Identity) Usage {
 		return Usage{
 			Publish:   []string{AllHostLifecycle, AllLogs},
 			Subscribe: []string{AllWorkflowLifecycle},
+			Serve:     []string{StatusSubject(Executor)},
 			Streams:   []string{StreamEvents, StreamDispatch, StreamLogs},
 			Consumes:  []Durable{{StreamDispatch, ConsumerExecutor}},
 			Durables:  []string{StreamDispatch},
@@ -108,12 +109,13 @@ func Uses(id Identity) Usage {
 	case HealthGate:
 		return Usage{
 			Publish:  []string{AllHealth},
+			Serve:    []string{StatusSubject(HealthGate)},
 			Streams:  []string{StreamEvents, StreamGates},
 			Consumes: []Durable{{StreamGates, ConsumerHealthGate}},
 		}
 	case StateStore:
 		return Usage{
-			Serve:   []string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild},
+			Serve:   []string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild, StatusSubject(StateStore)},
 			Streams: []string{StreamEvents},
 			Follows: []string{StreamEvents},
 			Write:   []string{BucketState},
@@ -136,10 +138,11 @@ type Import struct {
 }
 
 // ClientImports is everything people can reach: the events, logs and
-// health results as streams; the planner's and state-store's endpoints
-// (shared, for the audit); micro discovery; and the JetStream API calls
-// that reading the event and log streams (ordered consumers: the history
-// of what they could have watched live) and the run snapshots takes. Nothing
+// health results as streams; the services' endpoints, status ones
+// included (shared, for the audit); micro discovery; and the JetStream API
+// calls that reading the event and log streams (ordered consumers: the
+// history of what they could have watched live) and the run snapshots
+// takes. Nothing
 // else of AccountServices is visible to them, in particular no dispatch
 // or gate work, no KV write and no stream or consumer management.
 func ClientImports() []Import {
@@ -196,6 +199,9 @@ func peoplePermissions(id Identity) Permissions {
 			"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.CONSUMER.DELETE.>", "$JS.API.CONSUMER.DURABLE.>"},
 		SubscribeAllow: []string{id.InboxPrefix() + ".>", "decky.>", AllWorkflowLifecycle},
 	}
+	for _, id := range Services { // every status endpoint: read-only
+		p.PublishAllow = append(p.PublishAllow, StatusSubject(id))
+	}
 	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamEvents)...)
 	p.PublishAllow = append(p.PublishAllow, readerAPI(StreamLogs)...)
 	p.PublishAllow = append(p.PublishAllow, kvReadAPI(BucketRuns)...)
@@ -220,7 +226,7 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	p.SubscribeAllow = append(p.SubscribeAllow, u.Subscribe...)
 	if len(u.Serve) > 0 {
 		p.SubscribeAllow = append(p.SubscribeAllow, u.Serve...)
-		p.SubscribeAllow = append(p.SubscribeAllow, "$SRV.>") // micro discovery: ping, info, stats
+		p.SubscribeAllow = append(p.SubscribeAllow, discovery(id)...)
 	}
 	for _, s := range u.Streams {
 		p.PublishAllow = append(p.PublishAllow, streamEnsureAPI(s)...)
@@ -261,6 +267,15 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	p.PublishAllow = dedupe(p.PublishAllow)
 	p.PublishDeny = dedupe(p.PublishDeny)
 	return p
+}
+
+// discovery is what a micro service subscribes to: the discovery
+// requests to every service ($SRV.PING, $SRV.INFO, $SRV.STATS: $SRV.*)
+// and those to its own name (and instance id), not another service's.
+// Three wildcards rather than nine subjects: a user JWT travels in the
+// CONNECT line, which nats-server bounds (max_control_line, 4 KiB).
+func discovery(id Identity) []string {
+	return []string{"$SRV.*", "$SRV.*." + id.ServiceName(), "$SRV.*." + id.ServiceName() + ".*"}
 }
 
 // KVStream is the stream behind a KV bucket.

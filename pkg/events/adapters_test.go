@@ -119,3 +119,102 @@ func streamMsgs(ctx context.Context, t *testing.T, js jetstream.JetStream) uint6
 	}
 	return info.State.Msgs
 }
+
+// The planner reads a composition's records on every host of the
+// state-store's per-host projection in one pass (a fleet is accepted in
+// one read, not one per host): a wildcard over hosts, nothing of another
+// composition, no deleted key.
+func TestEntriesAcrossHostsOnJetStream(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := natstest.Start(t)
+	jsStore, err := events.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := events.NewBucket[events.HostNode](ctx, jsStore, events.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]events.HostNode{}
+	for i := range 300 {
+		host := fmt.Sprintf("h%03d", i)
+		k := events.HostNodeKey(host, "web", "app-"+host, "conf")
+		want[k] = events.HostNode{Host: host, Workflow: "web", Node: "conf", Status: dag.NodeSucceeded}
+		if _, err := store.Put(ctx, k, want[k], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Put(ctx, events.HostNodeKey("h000", "other", "app", "conf"), events.HostNode{Workflow: "other"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	gone := events.HostNodeKey("h999", "web", "app-h999", "conf")
+	if _, err := store.Put(ctx, gone, events.HostNode{Workflow: "web"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.KV.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	jsPlanner, err := events.Open(ctx, ns.Connect(events.Planner), events.Planner, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := events.NewBucket[events.HostNode](ctx, jsPlanner, events.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := read.Entries(ctx, events.HostWorkflowPrefix("*", "web")+">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d records, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k].Host != v.Host || got[k].Status != v.Status {
+			t.Fatalf("%s: got %+v, want %+v", k, got[k], v)
+		}
+	}
+	none, err := read.Entries(ctx, events.HostWorkflowPrefix("*", "nothing")+">")
+	if err != nil || len(none) != 0 {
+		t.Fatalf("no records: %v %v", none, err)
+	}
+}
+
+func TestMemoryBucketFilters(t *testing.T) {
+	t.Parallel()
+	m := &events.MemoryBucket[string]{}
+	for _, k := range []string{"host.a.web.app.x", "host.b.web.app.y", "host.a.other.app.x", "host.a.web", "hostx.a.web.app.x"} {
+		m.Set(k, k)
+	}
+	for _, tc := range []struct {
+		filter string
+		want   []string
+	}{
+		{"", []string{"host.a.other.app.x", "host.a.web", "host.a.web.app.x", "host.b.web.app.y", "hostx.a.web.app.x"}},
+		{"host.*.web.>", []string{"host.a.web.app.x", "host.b.web.app.y"}},
+		{"host.a.>", []string{"host.a.other.app.x", "host.a.web", "host.a.web.app.x"}},
+		{"host.*.web", []string{"host.a.web"}},
+		{"host.a.web.app.x", []string{"host.a.web.app.x"}},
+		{"host.*.*.app.*", []string{"host.a.other.app.x", "host.a.web.app.x", "host.b.web.app.y"}},
+		{"host.c.>", nil},
+	} {
+		keys, err := m.Keys(context.Background(), tc.filter)
+		if err != nil || !slices.Equal(keys, tc.want) {
+			t.Errorf("Keys(%q) = %v %v, want %v", tc.filter, keys, err, tc.want)
+		}
+		if tc.filter == "" {
+			continue
+		}
+		entries, err := m.Entries(context.Background(), tc.filter)
+		if err != nil || len(entries) != len(tc.want) {
+			t.Errorf("Entries(%q) = %v %v, want %v", tc.filter, entries, err, tc.want)
+		}
+		for _, k := range tc.want {
+			if entries[k] != k {
+				t.Errorf("Entries(%q)[%s] = %q", tc.filter, k, entries[k])
+			}
+		}
+	}
+}

@@ -53,7 +53,7 @@ func (b Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 	if err != nil {
 		return v, 0, fmt.Errorf("read %s/%s: %w", b.KV.Bucket(), key, err)
 	}
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
+	if err := decodeRecord(e.Value(), &v); err != nil {
 		return v, e.Revision(), fmt.Errorf("%w: %s/%s: %w", ErrBadRecord, b.KV.Bucket(), key, err)
 	}
 	return v, e.Revision(), nil
@@ -63,7 +63,7 @@ func (b Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 // rev (ErrChanged when either finds something else). It returns the new
 // revision.
 func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
-	data, err := json.Marshal(v)
+	data, err := EncodeRecord(v)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s/%s: %w", b.KV.Bucket(), key, err)
 	}
@@ -97,6 +97,57 @@ func (b Bucket[T]) Keys(ctx context.Context, filter string) ([]string, error) {
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// Entries reads every record whose key matches filter (a KV subject
+// filter: "host.*.web.>"), in one pass over the bucket: a watch that
+// delivers the current values and ends, not a listing then a read per key.
+// Deleted keys are left out; a record that does not decode is an
+// ErrBadRecord naming its key.
+func (b Bucket[T]) Entries(ctx context.Context, filter string) (map[string]T, error) {
+	w, err := b.KV.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", b.KV.Bucket(), filter, err)
+	}
+	defer w.Stop()
+	out := map[string]T{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read %s %s: %w", b.KV.Bucket(), filter, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read %s %s: watch ended early", b.KV.Bucket(), filter)
+			}
+			if e == nil { // every current value has been delivered
+				return out, nil
+			}
+			var v T
+			if err := decodeRecord(e.Value(), &v); err != nil {
+				return nil, fmt.Errorf("%w: %s/%s: %w", ErrBadRecord, b.KV.Bucket(), e.Key(), err)
+			}
+			out[e.Key()] = v
+		}
+	}
+}
+
+// EncodeRecord is how a record is stored: JSON, compressed when large
+// (Pack), or an ErrTooLarge error.
+func EncodeRecord(v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	data, _, err = Pack(data)
+	return data, err
+}
+
+func decodeRecord(data []byte, v any) error {
+	data, err := Unpack(data)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
 }
 
 // MemoryBucket is Bucket in memory, for the services' use-case tests. Its
@@ -134,7 +185,7 @@ func (m *MemoryBucket[T]) Get(_ context.Context, key string) (T, uint64, error) 
 	if !ok {
 		return v, 0, fmt.Errorf("%s: %w", key, ErrNoRecord)
 	}
-	if err := json.Unmarshal(r.data, &v); err != nil {
+	if err := decodeRecord(r.data, &v); err != nil {
 		return v, r.rev, fmt.Errorf("%w: %s: %w", ErrBadRecord, key, err)
 	}
 	return v, r.rev, nil
@@ -150,7 +201,7 @@ func (m *MemoryBucket[T]) Put(_ context.Context, key string, v T, rev uint64) (u
 	if m.recs[key].rev != rev {
 		return 0, fmt.Errorf("write %s at revision %d: %w", key, rev, ErrChanged)
 	}
-	data, err := json.Marshal(v)
+	data, err := EncodeRecord(v)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", key, err)
 	}
@@ -169,15 +220,50 @@ func (m *MemoryBucket[T]) Keys(_ context.Context, filter string) ([]string, erro
 	if err := m.fail("keys", filter); err != nil {
 		return nil, err
 	}
-	prefix := strings.TrimSuffix(strings.TrimSuffix(filter, ">"), "*")
 	var keys []string
 	for k := range m.recs {
-		if strings.HasPrefix(k, prefix) {
+		if filter == "" || keyMatches(filter, k) {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
 	return keys, nil
+}
+
+// Entries reads every record whose key matches filter, as Bucket.Entries.
+func (m *MemoryBucket[T]) Entries(_ context.Context, filter string) (map[string]T, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fail("entries", filter); err != nil {
+		return nil, err
+	}
+	out := map[string]T{}
+	for k, r := range m.recs {
+		if !keyMatches(filter, k) {
+			continue
+		}
+		var v T
+		if err := decodeRecord(r.data, &v); err != nil {
+			return nil, fmt.Errorf("%w: memory/%s: %w", ErrBadRecord, k, err)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// keyMatches says whether a KV key matches a subject filter: "*" is one
+// token, a final ">" one or more.
+func keyMatches(filter, key string) bool {
+	ft, kt := strings.Split(filter, "."), strings.Split(key, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return i == len(ft)-1 && len(kt) > i
+		}
+		if i >= len(kt) || (f != "*" && f != kt[i]) {
+			return false
+		}
+	}
+	return len(ft) == len(kt)
 }
 
 // Set writes v at key whatever is there (a test's arrangement).

@@ -64,7 +64,8 @@ func samples() map[string]events.Payload {
 		"rollout_stopped": &events.RolloutEvent{Ref: events.Ref{WorkflowID: ref.WorkflowID, Workflow: ref.Workflow, Formula: "app", Operation: dag.OpCreate, Generation: 1},
 			Status: events.RolloutStopped, Batch: 2, Batches: 3, Instances: []string{"app-web-2"}, Failed: 1, MaxFailed: 0,
 			Reason: "rollout of app stopped after batch 2 of 3: 1 instance failed (app-web-2), max_failed 0", At: &t1},
-		"log_line": &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
+		"progress_update": &events.ProgressEvent{Ref: ref, Attempt: 2, Percent: 42},
+		"log_line":        &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
 		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
 			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"}, Priority: 90,
 			Limits: []dag.SlotLimit{{ID: "h-3f2a9c0d1e4b5a67", Name: "host cp-0", MaxParallel: 4}, {ID: "l-9a8b7c6d5e4f3a21", Name: "provider=hetzner", MaxParallel: 10}},
@@ -107,7 +108,7 @@ func TestDataCarriesContractFields(t *testing.T) {
 	required := []string{"workflow_id", "workflow", "formula", "host", "node", "operation", "status", "attempt", "started_at", "ended_at", "exit_code", "error"}
 	for name, p := range samples() {
 		switch p.(type) {
-		case *events.LogLine, *events.Dispatch, *events.GateRequest, *events.RolloutEvent:
+		case *events.LogLine, *events.Dispatch, *events.GateRequest, *events.RolloutEvent, *events.ProgressEvent:
 			continue // output and work messages, not state events
 		}
 		var data map[string]any
@@ -188,6 +189,8 @@ func newLike(p events.Payload) events.Payload {
 		return &events.GateRequest{}
 	case *events.RolloutEvent:
 		return &events.RolloutEvent{}
+	case *events.ProgressEvent:
+		return &events.ProgressEvent{}
 	}
 	panic("unknown payload")
 }
@@ -223,17 +226,20 @@ func TestDecodeDataRejectsBadPayloads(t *testing.T) {
 		p   events.Payload
 		msg string
 	}{
-		"node without node":    {&events.NodeEvent{Ref: fmlRef(), Status: dag.NodeRunning}, "node: missing"},
-		"bad host token":       {&events.NodeEvent{Ref: func() events.Ref { r := ref; r.Host = "a.b"; return r }(), Status: dag.NodeRunning}, `host "a.b" is not a token`},
-		"bad operation":        {&events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Operation = "zap"; return r }(), Status: dag.FormulaRunning}, "operation"},
-		"dispatch no nodes":    {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1}, "nodes: missing"},
-		"dispatch bad dep":     {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a", DependsOn: []string{"zz"}}}, Order: []string{"a"}}, `unknown node "zz"`},
-		"via without address":  {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.1:22", Via: []events.Jump{{User: "ops"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via[0].address"},
-		"local with via":       {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal, Via: []events.Jump{{Address: "10.0.0.1:22"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via"},
-		"dispatch bad limit":   {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}, Limits: []dag.SlotLimit{{ID: "a.b"}}}, `limits[0].id`},
-		"dispatch ssh no addr": {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}}, "host_spec.address"},
-		"gate without check":   {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}}, "gate needs"},
-		"log bad stream":       {&events.LogLine{Ref: ref, Stream: "stdin"}, `stream "stdin"`},
+		"node without node":     {&events.NodeEvent{Ref: fmlRef(), Status: dag.NodeRunning}, "node: missing"},
+		"bad host token":        {&events.NodeEvent{Ref: func() events.Ref { r := ref; r.Host = "a.b"; return r }(), Status: dag.NodeRunning}, `host "a.b" is not a token`},
+		"bad operation":         {&events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Operation = "zap"; return r }(), Status: dag.FormulaRunning}, "operation"},
+		"dispatch no nodes":     {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1}, "nodes: missing"},
+		"dispatch bad dep":      {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a", DependsOn: []string{"zz"}}}, Order: []string{"a"}}, `unknown node "zz"`},
+		"via without address":   {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.1:22", Via: []events.Jump{{User: "ops"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via[0].address"},
+		"local with via":        {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal, Via: []events.Jump{{Address: "10.0.0.1:22"}}}, Gate: dag.HealthGate{Check: "true", Timeout: 1, Retries: 1}}, "host_spec.via"},
+		"dispatch bad limit":    {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}, Limits: []dag.SlotLimit{{ID: "a.b"}}}, `limits[0].id`},
+		"dispatch ssh no addr":  {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a"}}, Order: []string{"a"}}, "host_spec.address"},
+		"gate without check":    {&events.GateRequest{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}}, "gate needs"},
+		"log bad stream":        {&events.LogLine{Ref: ref, Stream: "stdin"}, `stream "stdin"`},
+		"progress over 100":     {&events.ProgressEvent{Ref: ref, Attempt: 1, Percent: 150}, "percent 150 is not within 0-100"},
+		"progress negative":     {&events.ProgressEvent{Ref: ref, Attempt: 1, Percent: -1}, "percent -1"},
+		"progress without node": {&events.ProgressEvent{Ref: fmlRef(), Attempt: 1, Percent: 5}, "node: missing"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

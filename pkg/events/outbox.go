@@ -6,7 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxOutboxPending bounds the publishes an Outbox has in flight, well
@@ -28,14 +30,16 @@ type outgoing struct {
 	future  jetstream.PubAckFuture
 	subject string
 	data    []byte
+	header  nats.Header
 	msgID   string
 }
 
 // Outbox starts a unit of work's events.
 func (p *Publisher) Outbox() *Outbox { return &Outbox{pub: p} }
 
-// Emit publishes an event under Nats-Msg-Id msgID. A failure is reported
-// by the next Flush. Past MaxOutboxPending publishes in flight, Emit first
+// Emit publishes an event under Nats-Msg-Id msgID, with the trace
+// context of ctx in its headers (InjectTrace). A failure is reported by
+// the next Flush. Past MaxOutboxPending publishes in flight, Emit first
 // waits for them.
 func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID string) {
 	data, _, err := o.pub.encode(pl, msgID)
@@ -43,12 +47,13 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 		o.fail(err)
 		return
 	}
-	f, err := o.pub.JS.PublishAsync(subject, data, jetstream.WithMsgID(msgID))
+	h := InjectTrace(ctx, nil)
+	f, err := o.pub.JS.PublishMsgAsync(message(subject, data, h), jetstream.WithMsgID(msgID))
 	if err != nil {
 		f = nil // not sent: Flush sends it, in turn
 	}
 	o.mu.Lock()
-	o.pending = append(o.pending, outgoing{future: f, subject: subject, data: data, msgID: msgID})
+	o.pending = append(o.pending, outgoing{future: f, subject: subject, data: data, header: h, msgID: msgID})
 	full := len(o.pending) >= MaxOutboxPending
 	o.mu.Unlock()
 	if full {
@@ -84,7 +89,7 @@ func (o *Outbox) Flush(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if serr := o.pub.send(ctx, p.subject, p.data, p.msgID); serr != nil {
+			if serr := o.pub.send(ctx, p.subject, p.data, p.header, p.msgID); serr != nil {
 				err = fmt.Errorf("publish on %s: %w", p.subject, serr)
 			}
 		}
@@ -122,13 +127,15 @@ type Emitted struct {
 	Subject string
 	MsgID   string
 	Payload Payload
+	// Trace is the span context its headers would carry (invalid: none).
+	Trace trace.SpanContext
 }
 
 // Emit is Outbox.Emit.
-func (m *MemoryOutbox) Emit(_ context.Context, subject string, pl Payload, msgID string) {
+func (m *MemoryOutbox) Emit(ctx context.Context, subject string, pl Payload, msgID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.pending = append(m.pending, Emitted{Subject: subject, MsgID: msgID, Payload: pl})
+	m.pending = append(m.pending, Emitted{Subject: subject, MsgID: msgID, Payload: pl, Trace: trace.SpanContextFromContext(ctx)})
 }
 
 // Flush is Outbox.Flush.

@@ -167,6 +167,15 @@ type LogLine struct {
 	Line    string `json:"line"`
 }
 
+// ProgressEvent is published on decky.<host>.lifecycle when a running
+// node's attempt prints a line "PROGRESS: n" (n 0-100) on its stdout with a
+// percent other than the last one published (at most a few a second).
+type ProgressEvent struct {
+	Ref
+	Attempt int `json:"attempt"`
+	Percent int `json:"percent"` // 0-100
+}
+
 // HostSpec is how an executor or health-gate worker reaches a host.
 type HostSpec struct {
 	Transport dag.Transport `json:"transport"`
@@ -238,7 +247,8 @@ func (e *HealthEvent) EventType() Type {
 	}
 	return TypeHealthFailed
 }
-func (e *LogLine) EventType() Type { return TypeLogLine }
+func (e *LogLine) EventType() Type       { return TypeLogLine }
+func (e *ProgressEvent) EventType() Type { return TypeProgressUpdate }
 func (e *RolloutEvent) EventType() Type {
 	return Type(typePrefix + FamilyRollout + "." + string(e.Status))
 }
@@ -305,6 +315,14 @@ func (e *HealthEvent) Validate() error {
 func (e *LogLine) Validate() error {
 	return errors.Join(e.Ref.validate(true, true),
 		validState("stream", e.Stream == Stdout || e.Stream == Stderr, string(e.Stream)))
+}
+
+func (e *ProgressEvent) Validate() error {
+	errs := []error{e.Ref.validate(true, true), nonNegative("attempt", e.Attempt)}
+	if e.Percent < 0 || e.Percent > 100 {
+		errs = append(errs, fmt.Errorf("percent %d is not within 0-100", e.Percent))
+	}
+	return errors.Join(errs...)
 }
 
 func (e *RolloutEvent) Validate() error {

@@ -44,7 +44,7 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 	if err != nil {
 		return err
 	}
-	if err := p.send(ctx, subject, b, msgID); err != nil {
+	if err := p.send(ctx, subject, b, InjectTrace(ctx, nil), msgID); err != nil {
 		return fmt.Errorf("publish %s on %s: %w", typ, subject, err)
 	}
 	return nil
@@ -65,10 +65,10 @@ func (p *Publisher) encode(pl Payload, msgID string) ([]byte, Type, error) {
 
 // send stores an encoded event, retrying transient failures (and
 // re-creating a missing stream, with Heal) for a few seconds.
-func (p *Publisher) send(ctx context.Context, subject string, b []byte, msgID string) error {
+func (p *Publisher) send(ctx context.Context, subject string, b []byte, h nats.Header, msgID string) error {
 	delay := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		err := p.publishOnce(ctx, subject, b, msgID)
+		err := p.publishOnce(ctx, subject, b, h, msgID)
 		if err == nil || try == 8 || ctx.Err() != nil {
 			return err
 		}
@@ -91,15 +91,22 @@ func (p *Publisher) send(ctx context.Context, subject string, b []byte, msgID st
 // acknowledgement.
 const PublishTimeout = 5 * time.Second
 
-func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, msgID string) error {
+func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, h nats.Header, msgID string) error {
 	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
 	defer cancel()
-	_, err := p.JS.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
+	_, err := p.JS.PublishMsg(ctx, message(subject, b, h), jetstream.WithMsgID(msgID))
 	return err
 }
 
+// message is a NATS message; h may be nil (no headers besides the ones
+// the publish options add).
+func message(subject string, b []byte, h nats.Header) *nats.Msg {
+	return &nats.Msg{Subject: subject, Data: b, Header: h}
+}
+
 // Fire publishes without waiting for storage (output lines): a lost line
-// must never hold up or break the work that produced it.
+// must never hold up or break the work that produced it. Output lines
+// carry no trace context.
 func (p *Publisher) Fire(subject string, pl Payload) {
 	env, err := NewAt(uuid.NewString(), p.Source, p.now(), pl)
 	if err == nil {

@@ -100,6 +100,9 @@ type NodeDoc struct {
 	Transitions int           `json:"transitions"` // node events applied (each counted once)
 	Generation  int           `json:"generation,omitempty"`
 	LastSeq     uint64        `json:"last_seq,omitempty"` // stream sequence of the last event applied
+	// Progress is the last percent the node's current attempt reported
+	// (a "PROGRESS: n" line); a new attempt starts without one.
+	Progress int `json:"progress,omitempty"`
 }
 
 // HostNode is the per-host projection of one node of a composition across

@@ -88,13 +88,14 @@ const (
 	KindHealth            Kind = "health"
 	KindLogs              Kind = "logs"
 	KindState             Kind = "state"
+	KindStatus            Kind = "status"
 )
 
 // Subject is a parsed subject.
 type Subject struct {
 	Kind       Kind
 	WorkflowID string // workflow.<id>...
-	Verb       string // cancel, pause, resume, retry; or the state endpoint
+	Verb       string // cancel, pause, resume, retry; the state endpoint; or the service of a status
 	Host       string // decky.<host>...
 	Node       string // decky.<host>.logs.<node>
 	Zone       string // decky.<host>.dispatch.<zone> ("" for NoZone)
@@ -175,6 +176,13 @@ func ParseSubject(s string) (Subject, error) {
 			}
 		}
 		return bad("unknown state endpoint")
+	case "status":
+		for _, id := range Services {
+			if s == StatusSubject(id) {
+				return Subject{Kind: KindStatus, Verb: string(id)}, nil
+			}
+		}
+		return bad("unknown service status")
 	}
 	return bad("not a gantry subject")
 }

@@ -30,6 +30,8 @@ func TestSubjectsRoundTrip(t *testing.T) {
 		{events.StateList, events.Subject{Kind: events.KindState, Verb: "list"}},
 		{events.StateHost, events.Subject{Kind: events.KindState, Verb: "host"}},
 		{events.StateDrift, events.Subject{Kind: events.KindState, Verb: "drift"}},
+		{events.StatusSubject(events.Executor), events.Subject{Kind: events.KindStatus, Verb: "executor"}},
+		{events.StatusSubject(events.HealthGate), events.Subject{Kind: events.KindStatus, Verb: "health-gate"}},
 	}
 	for _, tc := range cases {
 		got, err := events.ParseSubject(tc.subject)
@@ -38,7 +40,7 @@ func TestSubjectsRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "workflow", "workflow.x", "workflow.X.lifecycle", "workflow.id.explode", "decky", "decky.cp-0",
-		"decky.CP.lifecycle", "decky.cp-0.logs", "decky.cp-0.logs.a.b", "decky.cp-0.logs.A", "decky.cp-0.nope", "state.nope", "other.thing", "decky.cp-0.lifecycle.x", "decky.cp-0.dispatch", "decky.cp-0.dispatch.EU", "decky.cp-0.dispatch.a.b"} {
+		"decky.CP.lifecycle", "decky.cp-0.logs", "decky.cp-0.logs.a.b", "decky.cp-0.logs.A", "decky.cp-0.nope", "state.nope", "status.nope", "status.operator", "other.thing", "decky.cp-0.lifecycle.x", "decky.cp-0.dispatch", "decky.cp-0.dispatch.EU", "decky.cp-0.dispatch.a.b"} {
 		if _, err := events.ParseSubject(bad); !errors.Is(err, events.ErrBadSubject) {
 			t.Errorf("ParseSubject(%q) err = %v, want ErrBadSubject", bad, err)
 		}

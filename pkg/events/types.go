@@ -18,6 +18,7 @@ const (
 	FamilyLog      = "log"      // LogLine
 	FamilyWork     = "work"     // Dispatch (formula-ready work), GateRequest
 	FamilyRollout  = "rollout"  // RolloutEvent
+	FamilyProgress = "progress" // ProgressEvent
 )
 
 // SchemaVersion is the version of every payload; it is in dataschema
@@ -42,6 +43,9 @@ const (
 	TypeRolloutBatchStarted  Type = "gantry.rollout.batch_started"
 	TypeRolloutBatchFinished Type = "gantry.rollout.batch_finished"
 	TypeRolloutStopped       Type = "gantry.rollout.stopped"
+	// A running node said how far it has got (a "PROGRESS: n" line of
+	// its stdout).
+	TypeProgressUpdate Type = "gantry.progress.update"
 )
 
 // WorkflowType is the type of a workflow lifecycle event in state s.
@@ -90,7 +94,7 @@ func (t Type) Known() bool {
 	}
 	switch t {
 	case TypeHealthAttempt, TypeHealthPassed, TypeHealthFailed, TypeLogLine, TypeDispatch, TypeGateRequest,
-		TypeRolloutBatchStarted, TypeRolloutBatchFinished, TypeRolloutStopped:
+		TypeRolloutBatchStarted, TypeRolloutBatchFinished, TypeRolloutStopped, TypeProgressUpdate:
 		return true
 	}
 	return false

@@ -4,6 +4,8 @@ go 1.26.8
 
 require golang.org/x/crypto v0.58.0
 
+require github.com/prometheus/client_golang v1.25.0 // indirect
+
 require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	golang.org/x/sys v0.49.0 // indirect

@@ -27,7 +27,7 @@ type HostsConfig struct {
 func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.SSH.RegisterFlags(fs)
 	allow, _ := strconv.ParseBool(os.Getenv("GANTRY_ALLOW_LOCAL"))
-	fs.BoolVar(&c.AllowLocal, "allow-local", allow, "run hosts with transport local: commands on this machine as this process's user ($GANTRY_ALLOW_LOCAL)")
+	fs.BoolVar(&c.AllowLocal, "allow-local", allow, "run hosts with transport local: commands on this machine as this process's user ($GANTRY_ALLOW_LOCAL; default false)")
 }
 
 // Hosts hands out runners by transport. The SSH pool is made on first use,

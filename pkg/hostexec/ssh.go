@@ -297,6 +297,27 @@ func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 	if c.client != nil {
 		return c.client, nil
 	}
+	cl, err := p.connect(ctx, c)
+	sshDials.WithLabelValues(dialResult(err)).Inc()
+	if err != nil {
+		return nil, err
+	}
+	c.client = cl
+	sshOpen.Inc()
+	go func(cl *ssh.Client) { // forget the connection once it dies
+		_ = cl.Wait()
+		sshOpen.Dec()
+		c.mu.Lock()
+		if c.client == cl {
+			c.client = nil
+		}
+		c.mu.Unlock()
+	}(c.client)
+	return c.client, nil
+}
+
+// connect dials and authenticates c's connection (c.mu held).
+func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 	address, user := c.address, c.user
 	signers, closeAgent, err := p.signers()
 	defer closeAgent()
@@ -350,16 +371,7 @@ func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 		}
 		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
 	}
-	c.client = ssh.NewClient(sc, chans, reqs)
-	go func(cl *ssh.Client) { // forget the connection once it dies
-		_ = cl.Wait()
-		c.mu.Lock()
-		if c.client == cl {
-			c.client = nil
-		}
-		c.mu.Unlock()
-	}(c.client)
-	return c.client, nil
+	return ssh.NewClient(sc, chans, reqs), nil
 }
 
 // dial opens the connection to c's address: directly, or as a channel

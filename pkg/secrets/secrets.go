@@ -183,5 +183,5 @@ func (m Map) Lookup(name string) (string, error) {
 // RegisterFlag adds --secrets-dir to a worker's flags, defaulting from
 // GANTRY_SECRETS_DIR.
 func RegisterFlag(fs *flag.FlagSet, dst *string) {
-	fs.StringVar(dst, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} ($GANTRY_SECRETS_DIR; none: such commands fail)")
+	fs.StringVar(dst, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} ($GANTRY_SECRETS_DIR; default none: such commands fail)")
 }

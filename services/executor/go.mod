@@ -8,16 +8,20 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
-	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
+	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
 
 require (
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
+	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
+	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
@@ -45,3 +49,8 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../../services/heal
 replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
+
+replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo
+
+replace github.com/gantry-dev/gantry/pkg/metricsserve => ../../pkg/metricsserve
+replace github.com/gantry-dev/gantry/pkg/tracing => ../../pkg/tracing

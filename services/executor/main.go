@@ -10,11 +10,17 @@ import (
 	"os"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/service"
 	"github.com/nats-io/nats.go"
 )
+
+const doc = `executor runs the formulas the planner dispatches on their hosts, over SSH (or
+locally with --allow-local), and publishes every node transition and output
+line. It is the NATS micro service gantry-executor (status on status.executor).`
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -25,8 +31,13 @@ func main() {
 	secrets.RegisterFlag(flag.CommandLine, &cfg.SecretsDir)
 	flag.IntVar(&cfg.MaxFormulas, "max-formulas", 64, "formulas running at once")
 	flag.IntVar(&cfg.PerHost, "per-host", 8, "nodes running at once per host without max_parallel, across all executors")
-	labels := flag.String("labels", os.Getenv("GANTRY_EXECUTOR_LABELS"), "zone=ZONE: take only the work of hosts labelled with that zone (default $GANTRY_EXECUTOR_LABELS; none: only hosts without a zone)")
-	flag.Parse()
+	labels := flag.String("labels", "", "zone=ZONE: take only the work of hosts labelled with that zone ($GANTRY_EXECUTOR_LABELS; default none: only hosts without a zone)")
+	var metrics string
+	metricsserve.RegisterFlag(flag.CommandLine, &metrics)
+	if err := natsconn.ParseService(flag.CommandLine, os.Args[1:], "executor", doc, map[string]string{"labels": "GANTRY_EXECUTOR_LABELS", "metrics": metricsserve.Env}); err != nil {
+		log.Error("bad flag", "err", err)
+		os.Exit(2)
+	}
 	var err error
 	if cfg.Labels, err = service.ParseLabels(*labels); err != nil {
 		log.Error("bad flag", "err", err)
@@ -35,7 +46,14 @@ func main() {
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("executor")
 	cfg.Log = log
 	nf.InboxPrefix = events.Executor.InboxPrefix()
-	os.Exit(natsconn.Main("executor", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+	var flush func()
+	cfg.Tracer, flush = tracing.ForService("gantry-executor", log)
+	code := natsconn.Main("executor", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+		if _, err := metricsserve.Start(ctx, metrics, log); err != nil {
+			return err
+		}
 		return service.Run(ctx, nc, cfg)
-	}))
+	})
+	flush()
+	os.Exit(code)
 }

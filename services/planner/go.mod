@@ -13,9 +13,21 @@ require (
 )
 
 require (
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
+	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -42,3 +54,8 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../../services/heal
 replace github.com/gantry-dev/gantry/services/state-store => ../../services/state-store
 
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
+
+replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo
+
+replace github.com/gantry-dev/gantry/pkg/metricsserve => ../../pkg/metricsserve
+replace github.com/gantry-dev/gantry/pkg/tracing => ../../pkg/tracing

@@ -10,21 +10,39 @@ import (
 	"os"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go"
 )
+
+const doc = `planner validates, plans and accepts compositions, steps each run on its
+events and answers the control requests. It is the NATS micro service
+gantry-planner (status on status.planner).`
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	var cfg service.Config
 	var nf natsconn.ServiceFlags
 	nf.Register(flag.CommandLine)
-	flag.Parse()
+	var metrics string
+	metricsserve.RegisterFlag(flag.CommandLine, &metrics)
+	if err := natsconn.ParseService(flag.CommandLine, os.Args[1:], "planner", doc, map[string]string{"metrics": metricsserve.Env}); err != nil {
+		log.Error("bad flag", "err", err)
+		os.Exit(2)
+	}
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("planner")
 	cfg.Log = log
 	nf.InboxPrefix = events.Planner.InboxPrefix()
-	os.Exit(natsconn.Main("planner", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+	var flush func()
+	cfg.Tracer, flush = tracing.ForService("gantry-planner", log)
+	code := natsconn.Main("planner", nf.Options, log, func(ctx context.Context, nc *nats.Conn) error {
+		if _, err := metricsserve.Start(ctx, metrics, log); err != nil {
+			return err
+		}
 		return service.Run(ctx, nc, cfg)
-	}))
+	})
+	flush()
+	os.Exit(code)
 }

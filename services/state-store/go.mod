@@ -17,12 +17,15 @@ require (
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
 
 require (
+	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
 	github.com/gantry-dev/gantry/pkg/composition v0.0.0
+	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
@@ -55,3 +58,7 @@ replace github.com/gantry-dev/gantry/services/health-gate => ../../services/heal
 replace github.com/gantry-dev/gantry/cmd/gantry => ../../cmd/gantry
 
 replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth
+
+replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo
+
+replace github.com/gantry-dev/gantry/pkg/metricsserve => ../../pkg/metricsserve

@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	executor "github.com/gantry-dev/gantry/services/executor/service"
 	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 	planner "github.com/gantry-dev/gantry/services/planner/service"
@@ -37,6 +39,43 @@ type Config struct {
 	// MaxFormulas is the executor's --max-formulas (default 64).
 	MaxFormulas int
 	Log         *slog.Logger
+	// Tracer gives each service ("gantry-planner", "gantry-executor",
+	// "gantry-health-gate") its span recorder; nil records none.
+	Tracer func(service string) *tracing.Tracer
+}
+
+func (c Config) tracer(service string) *tracing.Tracer {
+	if c.Tracer == nil {
+		return nil
+	}
+	return c.Tracer(service)
+}
+
+// EnvTracers are the services' tracers when OTEL_EXPORTER_OTLP_ENDPOINT is
+// set (one provider per service, so each has its service.name), and
+// flush, to call on the way out; with it unset, none.
+func EnvTracers(ctx context.Context) (func(service string) *tracing.Tracer, func(), error) {
+	if !tracing.Configured() {
+		return nil, func() {}, nil
+	}
+	tracers := map[string]*tracing.Tracer{}
+	var shutdowns []func(context.Context) error
+	for _, s := range []string{"gantry-planner", "gantry-executor", "gantry-health-gate"} {
+		t, shutdown, err := tracing.FromEnv(ctx, s, tracing.Version)
+		if err != nil {
+			return nil, nil, err
+		}
+		tracers[s] = t
+		shutdowns = append(shutdowns, shutdown)
+	}
+	flush := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range shutdowns {
+			_ = s(ctx)
+		}
+	}
+	return func(s string) *tracing.Tracer { return tracers[s] }, flush, nil
 }
 
 // ExecutorOptions are those of an extra executor (RunExecutor).
@@ -60,7 +99,7 @@ func RunExecutor(ctx context.Context, cfg Config, o ExecutorOptions) error {
 	}
 	defer func() { _ = nc.Drain() }()
 	return executor.Run(ctx, nc, executor.Config{Instance: fmt.Sprintf("executor/%s-dev-%d-%s", host, os.Getpid(), o.Name),
-		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log})
+		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log, Tracer: cfg.tracer("gantry-executor")})
 }
 
 // Run runs the four services, each on its own connection as its own
@@ -78,13 +117,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
 		}},
 		{"planner", func(ctx context.Context, nc *nats.Conn) error {
-			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names()})
+			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner")})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
-			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log})
+			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log, Tracer: cfg.tracer("gantry-executor")})
 		}},
 		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
-			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log})
+			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log, Tracer: cfg.tracer("gantry-health-gate")})
 		}},
 	}
 	ctx, cancel := context.WithCancel(ctx)

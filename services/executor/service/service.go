@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 	"github.com/nats-io/nats.go"
@@ -34,6 +36,8 @@ type Config struct {
 	// only the work of hosts without a zone.
 	Labels map[string]string
 	Log    *slog.Logger
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // ParseLabels reads --labels (GANTRY_EXECUTOR_LABELS): "zone=eu-1", or
@@ -60,6 +64,15 @@ func ParseLabels(s string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// status is the executor's status endpoint and micro stats.
+func status(x *formula.Executor, cfg Config, zone string) func() any {
+	return func() any {
+		formulas, nodes, total := x.Status()
+		return events.ExecutorStatus{Instance: cfg.Instance, Zone: zone, MaxFormulas: cfg.MaxFormulas,
+			RunningFormulas: formulas, RunningNodes: total, Nodes: nodes}
+	}
 }
 
 // Run runs the executor until ctx is cancelled, then finishes the formulas
@@ -113,6 +126,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Hosts:   hosts,
 		Records: records,
 		Secrets: sec,
+		Tracer:  cfg.Tracer,
 		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,
@@ -135,6 +149,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.Executor, Version: buildinfo.Version(), Instance: cfg.Instance,
+		Description: "gantry executor: runs dispatched formulas on their hosts", Status: status(x, cfg, zone)})
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
+	go consume.WatchLag(ctx, js, events.StreamDispatch, ccfg.Durable, 0, log)
 	log.Info("executor started", "max_formulas", cfg.MaxFormulas, "per_host", cfg.PerHost, "zone", zone, "consumer", ccfg.Durable,
 		"secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log,

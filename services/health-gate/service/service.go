@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/health-gate/internal/gate"
 	"github.com/nats-io/nats.go"
 )
@@ -23,6 +25,8 @@ type Config struct {
 	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
 	Concurrency int                  // gates checked at once (default 32)
 	Log         *slog.Logger
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // Run runs until ctx is cancelled, then finishes the gates in flight.
@@ -53,7 +57,17 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	defer hosts.Close()
 	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	c := &gate.Checker{Hosts: hosts, Secrets: sec, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log}
+	c := &gate.Checker{Hosts: hosts, Secrets: sec, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
+	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
+		Description: "gantry health-gate: checks formulas' health gates on their hosts", Status: func() any {
+			gates, n := c.Status()
+			return events.HealthGateStatus{Instance: cfg.Instance, GatesInProgress: n, Gates: gates}
+		}})
+	if err != nil {
+		return fmt.Errorf("health-gate: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
+	go consume.WatchLag(ctx, js, events.StreamGates, events.ConsumerHealthGate, 0, log)
 	log.Info("health-gate started", "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})

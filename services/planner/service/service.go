@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/planner/internal/api"
 	"github.com/gantry-dev/gantry/services/planner/internal/engine"
 	"github.com/nats-io/nats.go"
@@ -25,6 +27,8 @@ type Config struct {
 	// Names names the public nkeys of known identities in audit records
 	// whose credentials carry no name (nkeys, unlike user JWTs).
 	Names map[string]string
+	// Tracer records its spans (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // Run runs the planner until ctx is cancelled.
@@ -43,7 +47,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e.Log, e.Names, e.Heal = log, cfg.Names, heal.Heal
+	e.Log, e.Names, e.Heal, e.Tracer = log, cfg.Names, heal.Heal, cfg.Tracer
 	failed, err := e.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
@@ -52,7 +56,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	for _, id := range failed {
 		go s.retry(id)
 	}
-	svc, err := api.Register(nc, e, log, s.start)
+	svc, err := api.Register(nc, events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance}, e, log, s.start)
 	if err != nil {
 		return fmt.Errorf("planner: micro: %w", err)
 	}
@@ -61,6 +65,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
+	go consume.WatchLag(ctx, js, events.StreamEvents, events.ConsumerPlanner, 0, log)
 	log.Info("planner started")
 	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})

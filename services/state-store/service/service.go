@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
+	"github.com/gantry-dev/gantry/services/state-store/internal/lag"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,7 +43,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	heal := &events.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
 	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal}
-	svc, err := api.Register(nc, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
+	meter := &lag.Meter{Instance: cfg.Instance, Applied: p.Applied, LastSeq: func(ctx context.Context) (uint64, error) {
+		s, err := js.Stream(ctx, events.StreamEvents)
+		if err != nil {
+			return 0, err
+		}
+		return s.CachedInfo().State.LastSeq, nil
+	}}
+	go meter.Watch(ctx)
+	spec := events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Status: func() any { return meter.Status(ctx) }}
+	svc, err := api.Register(nc, spec, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
 	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })
 	if err != nil {

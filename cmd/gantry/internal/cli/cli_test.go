@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +141,42 @@ cp-0  other        os       new   pending    -          -             -         
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// gantry version and gantry --version print the version, the commit and
+// the Go version.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, errOut := run(t, args...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != ExitOK || errOut != "" || len(lines) != 3 || !strings.HasPrefix(lines[0], "gantry ") || !strings.HasPrefix(lines[1], "commit ") ||
+			!strings.HasPrefix(lines[2], runtime.Version()+" ") {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+}
+
+func TestRevisionOf(t *testing.T) {
+	t.Parallel()
+	bi := func(kv ...string) *debug.BuildInfo {
+		b := &debug.BuildInfo{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			b.Settings = append(b.Settings, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return b
+	}
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{bi(), "unknown"},
+		{bi("vcs.revision", "abc123", "vcs.modified", "false"), "abc123"},
+		{bi("vcs.revision", "abc123", "vcs.modified", "true"), "abc123-dirty"},
+	} {
+		if got := revisionOf(c.bi); got != c.want {
+			t.Errorf("revisionOf(%v) = %q, want %q", c.bi.Settings, got, c.want)
+		}
 	}
 }

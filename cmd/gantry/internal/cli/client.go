@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -68,7 +69,12 @@ func (e *serviceError) Error() string { return e.Description }
 // request sends a request and decodes the reply into out. A micro error
 // reply comes back as *serviceError.
 func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, out any) error {
-	msg, err := requestOrDenied(nc, subject, body, timeout)
+	return requestWith(nc, subject, body, nil, timeout, out)
+}
+
+// requestWith is request with headers (the submit's trace context).
+func requestWith(nc *nats.Conn, subject string, body []byte, h nats.Header, timeout time.Duration, out any) error {
+	msg, err := requestOrDenied(nc, &nats.Msg{Subject: subject, Data: body, Header: h}, timeout)
 	if errors.Is(err, errDenied) {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: not allowed for this identity (the NATS server refused the request); connect as an operator with --creds or --nkey", subject)}
 	}
@@ -84,7 +90,11 @@ func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, 
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	data, err := events.BodyOf(msg)
+	if err == nil {
+		err = json.Unmarshal(data, out)
+	}
+	if err != nil {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: bad reply: %w", subject, err)}
 	}
 	return nil
@@ -122,7 +132,8 @@ func watchDenials(nc *nats.Conn) {
 
 // requestOrDenied is nc.Request that returns errDenied as soon as the
 // server refuses the publish, instead of waiting out the timeout.
-func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Duration) (*nats.Msg, error) {
+func requestOrDenied(nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	subject := m.Subject
 	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, nats.ErrTimeout)
 	defer cancel()
 	ctx, deny := context.WithCancelCause(ctx)
@@ -142,7 +153,10 @@ func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Du
 			}
 		}()
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if err := packRequest(m); err != nil {
+		return nil, err
+	}
+	msg, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil && errors.Is(context.Cause(ctx), errDenied) {
 		return nil, errDenied
 	}
@@ -150,4 +164,21 @@ func requestOrDenied(nc *nats.Conn, subject string, body []byte, timeout time.Du
 		return nil, nats.ErrTimeout
 	}
 	return msg, err
+}
+
+// packRequest compresses a large request body (a fleet's composition), as
+// the services' replies are.
+func packRequest(m *nats.Msg) error {
+	data, packed, err := events.Pack(m.Data)
+	if err != nil {
+		return fmt.Errorf("%s: the request is %w", m.Subject, err)
+	}
+	if packed {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Data = data
+		m.Header.Set(events.EncodingHeader, events.EncodingGzip)
+	}
+	return nil
 }

@@ -46,7 +46,7 @@ func newControlCmd(verb string) *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (generation %d)\n", reply.WorkflowID, reply.Status, reply.Generation)
 			if watch && verb != events.VerbPause {
 				since, gen := watchStart(cmd.Context(), nc, args[0], cf)
-				return watchWorkflow(cmd, nc, args[0], since, max(gen, reply.Generation))
+				return watchWorkflow(cmd, nc, args[0], since, max(gen, reply.Generation), false)
 			}
 			return nil
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/spf13/cobra"
@@ -28,6 +29,7 @@ func newDevCmd() *cobra.Command {
 	var secretsDir string
 	var perHost int
 	var httpAddr string
+	var metrics string
 	allowLocal := true
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -91,8 +93,18 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 				}
 				defer func() { stop(); _ = wait() }()
 			}
+			if addr, err := metricsserve.Start(ctx, metrics, log); err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			} else if addr != nil {
+				fmt.Fprintf(out, "  metrics: http://%s%s\n", addr, metricsserve.Path)
+			}
+			tracers, flush, err := devstack.EnvTracers(ctx)
+			if err != nil {
+				return &exitError{code: ExitProblem, err: fmt.Errorf("trace export: %w", err)}
+			}
+			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log, Tracer: tracers}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -106,6 +118,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
+	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default $"+metricsserve.Env+", else off)")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	return cmd
 }

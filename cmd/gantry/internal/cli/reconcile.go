@@ -180,5 +180,5 @@ func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, path strin
 	if !watch {
 		return nil
 	}
-	return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1)
+	return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, false)
 }

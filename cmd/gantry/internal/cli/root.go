@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
 )
@@ -66,8 +67,11 @@ composition, runs every node on its host over SSH, holds dependents back
 until health gates pass, and publishes every transition on NATS.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildinfo.Version(),
 	}
-	root.AddCommand(newValidateCmd(), newPlanCmd(), newInventoryCmd(), newSubmitCmd(), newWatchCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDriftCmd(), newReconcileCmd(), newDevCmd(), newUICmd(), newPingCmd(), newAuthCmd(),
-		newControlCmd(events.VerbCancel), newControlCmd(events.VerbPause), newControlCmd(events.VerbResume), newControlCmd(events.VerbRetry))
+	// --version prints what gantry version does.
+	root.SetVersionTemplate(versionText())
+	root.AddCommand(newValidateCmd(), newPlanCmd(), newInventoryCmd(), newSubmitCmd(), newWatchCmd(), newLogsCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDriftCmd(), newReconcileCmd(), newDevCmd(), newUICmd(), newPingCmd(), newAuthCmd(),
+		newControlCmd(events.VerbCancel), newControlCmd(events.VerbPause), newControlCmd(events.VerbResume), newControlCmd(events.VerbRetry), newVersionCmd())
 	return root
 }

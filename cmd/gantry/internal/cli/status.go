@@ -121,6 +121,9 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			if nd.Check != "" {
 				detail = string(nd.Check)
 			}
+			if nd.Status == dag.NodeRunning && nd.Progress > 0 {
+				detail = strings.TrimSpace(fmt.Sprintf("%d%% %s", nd.Progress, detail))
+			}
 			fmt.Fprintf(tw, "\t\t%s\t%s\t%d\t%s\t%s\n", n, nd.Status, nd.Attempts, exit, detail)
 		}
 	}

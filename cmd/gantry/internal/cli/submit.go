@@ -25,7 +25,12 @@ rejected (exit 1; nothing is written or run); with --quiet only the id, for
 scripts: id=$(gantry submit -q FILE). With --watch it then streams
 the run until it ends, and exits non-zero unless it succeeded: 1 when it
 failed or was cancelled, 4 when an operation: check run found something
-that would change.`,
+that would change.
+
+The workflow is one OpenTelemetry trace. With OTEL_EXPORTER_OTLP_ENDPOINT
+set, submit records a "gantry submit" span there and the workflow's spans
+hang under it; TRACEPARENT (and TRACESTATE), when set, make the submit
+part of that trace instead of a new one.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := readComposition(cmd.ErrOrStderr(), args[0])
@@ -39,7 +44,9 @@ that would change.`,
 			defer nc.Close()
 			since := time.Now().Add(-time.Second)
 			var reply events.SubmitReply
-			err = request(nc, events.SubjectSubmit, data, cf.timeout, &reply)
+			tr := startSubmitTrace(cmd.ErrOrStderr())
+			err = requestWith(nc, events.SubjectSubmit, data, tr.header, cf.timeout, &reply)
+			tr.end(reply.WorkflowID, err)
 			var se *serviceError
 			if errors.As(err, &se) {
 				if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
@@ -61,7 +68,7 @@ that would change.`,
 			if !watch {
 				return nil
 			}
-			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1)
+			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, false)
 		},
 	}
 	cf.add(cmd)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 func newWatchCmd() *cobra.Command {
 	var cf connFlags
+	var output string
 	cmd := &cobra.Command{
 		Use:   "watch WORKFLOW_ID",
 		Short: "Stream a workflow's progress until it ends",
@@ -31,7 +33,17 @@ follows the newest run (generation): the end of an earlier one is shown but
 does not stop it. WORKFLOW_ID may be the start of an id (as gantry list
 prints them) when only one workflow's id starts so; an id no workflow has
 is an error at once. With --timeout, watch gives up (exit 3) when the
-workflow has not ended by then; without it, it waits as long as it takes.`,
+workflow has not ended by then; without it, it waits as long as it takes.
+
+A node's progress (the percent of a "PROGRESS: n" line it printed) shows
+as a line "HOST FORMULA/NODE n%". A summary of the nodes ("-- 3/10 nodes
+done, 2 running, 1 failed") follows the events: on a terminal as one line
+kept up to date under them; otherwise (CI logs, a pipe) printed when it has
+changed, at most every 10 seconds, and at the end. Ctrl-C stops the watch,
+not the workflow: it says how to follow or cancel it, and exits 130.
+
+-o json prints each event as it is on the bus (a CloudEvent, one JSON
+object per line) and the summary on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
@@ -51,10 +63,11 @@ workflow has not ended by then; without it, it waits as long as it takes.`,
 				cmd.SetContext(ctx)
 			}
 			since, gen := watchStart(ctx, nc, id, cf)
-			return watchWorkflow(cmd, nc, id, since, gen)
+			return watchWorkflow(cmd, nc, id, since, gen, output == "json")
 		},
 	}
 	cf.add(cmd)
+	outputFlag(cmd, &output, "text", "json")
 	return cmd
 }
 
@@ -135,9 +148,13 @@ func watchStart(ctx context.Context, nc *nats.Conn, id string, cf connFlags) (ti
 }
 
 // watchWorkflow reads the events of one workflow from the event stream,
-// starting at since, prints them, and returns when run generation gen (or a
-// later one) ends.
-func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int) error {
+// starting at since, prints them with a summary of its nodes, and returns
+// when run generation gen (or a later one) ends. Ctrl-C stops the watch,
+// not the workflow: it says so and exits with ExitInterrupted.
+//
+// asJSON prints each event's CloudEvent as one line of JSON instead, and
+// the summary on stderr.
+func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
 	js, err := jetstream.New(nc)
@@ -158,15 +175,21 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	}
 	go func() { <-ctx.Done(); msgs.Stop() }()
 	out := cmd.OutOrStdout()
+	var sum summary
+	status := newStatusLine(out)
+	if asJSON {
+		status = newStatusLine(cmd.ErrOrStderr())
+	}
 	changes := map[string]bool{} // nodes an operation: check run says would change
 	for {
 		m, err := msgs.Next()
 		if err != nil {
+			status.end(sum.String(), time.Now())
 			if errors.Is(context.Cause(ctx), errWatchTimeout) {
 				return &exitError{code: ExitProblem, err: fmt.Errorf("watch %s: %w after --timeout", id, errWatchTimeout)}
 			}
 			if ctx.Err() != nil {
-				return failed("watch interrupted")
+				return interrupted(id)
 			}
 			return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
 		}
@@ -177,7 +200,19 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		if node, ok := wouldChange(env); ok {
 			changes[node] = true
 		}
-		if st, g, done := printEvent(out, env); done && g >= gen {
+		sum.observe(env)
+		status.clear()
+		var st dag.WorkflowState
+		var g int
+		var done bool
+		if asJSON {
+			st, g, done = workflowEnd(env)
+			fmt.Fprintf(out, "%s\n", bytes.TrimSpace(m.Data()))
+		} else {
+			st, g, done = printEvent(out, env)
+		}
+		if done && g >= gen {
+			status.end(sum.String(), time.Now())
 			switch {
 			case st != dag.WorkflowSucceeded:
 				return failed("workflow %s %s", id, st)
@@ -186,7 +221,31 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			}
 			return nil
 		}
+		status.show(sum.String(), time.Now())
 	}
+}
+
+// ExitInterrupted is the exit code of a watch (or logs -f) stopped with
+// Ctrl-C, as a shell reports a command SIGINT ended.
+const ExitInterrupted = 130
+
+// interrupted is the error of a watch stopped with Ctrl-C: the workflow
+// goes on.
+func interrupted(id string) error {
+	return &exitError{code: ExitInterrupted, err: fmt.Errorf("workflow %s keeps running; gantry watch %s to follow it again, gantry cancel %s to stop it", id, id, id)}
+}
+
+// workflowEnd says whether an event is the end of a workflow's run
+// generation, and its state.
+func workflowEnd(env *events.Envelope) (dag.WorkflowState, int, bool) {
+	if env.Type.Family() != events.FamilyWorkflow {
+		return "", 0, false
+	}
+	var e events.WorkflowEvent
+	if events.DecodeData(env, &e) != nil {
+		return "", 0, false
+	}
+	return e.Status, e.Generation, e.Status.Terminal()
 }
 
 // wouldChange says whether an event is a check run's verdict that its node
@@ -277,6 +336,12 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 			line += ": " + firstLine(e.Error)
 		}
 		fmt.Fprintln(w, line)
+	case events.FamilyProgress:
+		var e events.ProgressEvent
+		if events.DecodeData(env, &e) != nil {
+			return "", 0, false
+		}
+		fmt.Fprintf(w, "%s %-12s %-28s %d%%\n", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Percent)
 	case events.FamilyRollout:
 		var e events.RolloutEvent
 		if events.DecodeData(env, &e) != nil {

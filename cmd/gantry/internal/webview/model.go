@@ -17,7 +17,7 @@ import (
 
 // TypeProgress is the event type of a node's progress report (payload
 // field percent).
-const TypeProgress events.Type = "gantry.progress.update"
+const TypeProgress = events.TypeProgressUpdate
 
 // Output bounds: lines kept per node, and per line.
 const (

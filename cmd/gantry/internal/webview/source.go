@@ -73,7 +73,11 @@ func (s *NATS) request(ctx context.Context, subject string, q, out any) error {
 		}
 		return fmt.Errorf("%s: %s", subject, msg.Header.Get(micro.ErrorHeader))
 	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	data, err := events.BodyOf(msg) // a large reply comes compressed
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("%s: bad reply: %w", subject, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 )
 
 // attempt runs the node once, when the host has room: its check (create:
@@ -30,14 +31,17 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
 		return dag.NodeFailed, ev, false
 	}
+	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
+	sh.progress = &progressSink{sh: sh}
 	defer func() {
+		// The attempt's last progress is out before its outcome.
+		sh.progress.stop()
 		// The attempt ends before its slots are given back: the next
 		// holder's start is never before this end.
 		now := time.Now().UTC()
 		ev.EndedAt = &now
 		release()
 	}()
-	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	switch nr.d.Operation {
 	case dag.OpCheck:
 		return sh.check()
@@ -61,11 +65,12 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 
 // shell runs one attempt's scripts on the host and fills its event.
 type shell struct {
-	nr      *nodeRun
-	attempt int
-	record  func() error
-	ev      *events.NodeEvent
-	seq     atomic.Int64
+	nr       *nodeRun
+	attempt  int
+	record   func() error
+	ev       *events.NodeEvent
+	seq      atomic.Int64
+	progress *progressSink
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -106,10 +111,14 @@ func (nr *nodeRun) attemptID(attempt int, what string) string {
 const waitingPrefix = "gantry: waiting for "
 
 // line publishes an output line as it is printed. A wait for the host lock
-// is also announced as a node event, naming the workflow waited for.
+// is also announced as a node event, naming the workflow waited for; a
+// "PROGRESS: n" line of stdout, as a progress event too.
 func (sh *shell) line(s hostexec.Stream, line string) {
 	if holder, ok := strings.CutPrefix(line, waitingPrefix); ok && s == hostexec.Stderr {
 		sh.waiting(holder)
+	}
+	if s == hostexec.Stdout && sh.progress != nil {
+		sh.progress.line(line)
 	}
 	d := sh.nr.d
 	ll := &events.LogLine{Ref: d.Ref, Attempt: sh.attempt, Stream: events.Stream(s), Seq: sh.seq.Add(1), Line: line}
@@ -186,5 +195,6 @@ func (sh *shell) waiting(holder string) {
 	nr := sh.nr
 	n := nr.d.Nodes[nr.j]
 	ev.Ref, ev.Node, ev.Attempt, ev.SpecHash, ev.MaxAttempts, ev.Actor = nr.d.Ref, n.Name, sh.attempt, n.SpecHash, n.Retry.MaxAttempts, nr.x.Actor
-	nr.out.Emit(context.Background(), events.HostLifecycle(nr.d.Ref.Host), ev, msgID(nr.d.Ref, n.Name, "running-waiting", sh.attempt))
+	ctx := tracing.Context(context.Background(), nr.span, nr.nodeSpan(nr.j))
+	nr.out.Emit(ctx, events.HostLifecycle(nr.d.Ref.Host), ev, msgID(nr.d.Ref, n.Name, "running-waiting", sh.attempt))
 }

@@ -20,7 +20,9 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Executor runs dispatched formulas.
@@ -40,10 +42,13 @@ type Executor struct {
 	// PerHost holds per host in this executor only.
 	Slots *slots.Manager
 	Log   *slog.Logger
+	// Tracer records node and attempt spans (nil: none).
+	Tracer *tracing.Tracer
 
 	mu      sync.Mutex
 	sems    map[string]chan struct{}
 	running map[string]map[*context.CancelFunc]struct{} // workflow id -> cancels of its formulas in flight
+	nodes   map[*inFlight]struct{}                      // nodes in flight
 }
 
 // Record is what the executor keeps per node of a workflow in the
@@ -101,17 +106,19 @@ func (x *Executor) Handle(ctx context.Context, ev *consume.Event) error {
 	if err := events.DecodeData(ev.Envelope, &d); err != nil {
 		return err
 	}
-	return x.Run(ctx, &d)
+	return x.Run(events.ExtractTrace(ctx, ev.Header), &d)
 }
 
 // Run runs a formula to its end and publishes its outcome. An error means
 // the outcome could not be recorded; the dispatch should be redelivered.
+// The span context in ctx (the dispatch's, the formula's span) is the
+// parent of the node spans.
 func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	pf, err := plannedFormula(d)
 	if err != nil {
 		return consume.Poison(err)
 	}
-	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), started: time.Now().UTC(),
+	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
 		log: x.Log.With("workflow_id", d.WorkflowID, "host", d.Ref.Host, "formula", d.Formula)}
 	skip, err := x.superseded(ctx, d)
 	if err != nil {
@@ -137,6 +144,7 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		return errors.Join(f.err, f.out.Flush(ctx))
 	}
 	st, why := f.outcome(states, failed)
+	countNodes(states)
 	f.log.Info("formula finished", "status", st, "nodes", len(f.pf.Nodes))
 	f.emitFormula(ctx, st, why)
 	// The outcome follows the node events in the stream; all are stored
@@ -156,6 +164,7 @@ type formulaRun struct {
 	slot    chan struct{}   // the host's capacity
 	stop    context.Context // done when the formula is cancelled: running nodes are killed
 	started time.Time
+	span    trace.SpanContext // the formula's span (invalid: untraced)
 	log     *slog.Logger
 	errMu   sync.Mutex
 	err     error // the first node outcome that could not be recorded
@@ -317,7 +326,7 @@ func (f *formulaRun) emitNode(ctx context.Context, j int, ev *events.NodeEvent, 
 	if ev.WillRetry {
 		what += "-retry"
 	}
-	f.out.Emit(ctx, events.HostLifecycle(f.d.Ref.Host), ev, msgID(f.d.Ref, n.Name, what, attempt))
+	f.out.Emit(tracing.Context(ctx, f.span, f.nodeSpan(j)), events.HostLifecycle(f.d.Ref.Host), ev, msgID(f.d.Ref, n.Name, what, attempt))
 }
 
 func (x *Executor) hostSlot(host string) chan struct{} {

@@ -25,6 +25,7 @@ type nodeRun struct {
 	rev   uint64
 	known bool
 	log   *slog.Logger
+	first time.Time // when this delivery's first attempt (or skip) started, for the node's span
 }
 
 // runNode runs node j through its attempts and returns its final state. A
@@ -32,10 +33,14 @@ type nodeRun struct {
 func (f *formulaRun) runNode(ctx context.Context, j int) dag.NodeState {
 	n := f.d.Nodes[j]
 	nr := &nodeRun{formulaRun: f, j: j, n: n, key: events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name), log: f.log.With("node", n.Name)}
+	done := f.x.nodeStarted(f.d, n.Name)
 	st, err := nr.run(ctx)
+	done(st)
 	if err != nil {
 		f.fail(fmt.Errorf("node %s: %w", n.Name, err))
+		return st
 	}
+	nr.recordNode(ctx, st)
 	return st
 }
 
@@ -119,6 +124,7 @@ func (nr *nodeRun) skip(ctx context.Context) (dag.NodeState, error) {
 	if err := nr.save(ctx, skipped); err != nil {
 		return dag.NodeFailed, err
 	}
+	nr.first = now
 	nr.emit(ctx, &events.NodeEvent{Status: dag.NodeSkipped, Run: events.Run{StartedAt: &now, EndedAt: &now}, Reason: "already succeeded with the same spec"}, skipped.Attempt)
 	return dag.NodeSkipped, nil
 }
@@ -224,6 +230,10 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	}
 	ev.WillRetry, ev.GenAttempt = retry, rec.GenAttempts
 	nr.emit(ctx, ev, rec.Attempt)
+	if nr.first.IsZero() {
+		nr.first = started
+	}
+	nr.recordAttempt(ctx, ev, rec.Attempt, started, ended)
 	nr.log.Info("node attempt", "status", final, "attempt", rec.Attempt, "will_retry", retry, "exit_code", ev.ExitCode)
 	return final, retry, nil
 }

@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"math/bits"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Checker runs health gates.
@@ -28,6 +31,11 @@ type Checker struct {
 	// clock in tests. Sleep returns early with ctx's error.
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Tracer records gate spans (nil: none).
+	Tracer *tracing.Tracer
+
+	mu    sync.Mutex
+	gates map[*inProgress]struct{} // being checked
 }
 
 // Runners gives the runner of a host (hostexec.Hosts; a scripted host in
@@ -63,7 +71,7 @@ func (c *Checker) Handle(ctx context.Context, ev *consume.Event) error {
 	if err := events.DecodeData(ev.Envelope, &g); err != nil {
 		return err
 	}
-	return c.Run(ctx, &g)
+	return c.Run(events.ExtractTrace(ctx, ev.Header), &g)
 }
 
 // MaxLastWindow caps the time the last check has to answer before the
@@ -111,9 +119,13 @@ func spread(span time.Duration, k, n int) time.Duration {
 // Run checks on the gate's schedule until a check passes, the checks are
 // used up, or the budget is spent, publishing each check as an attempt and
 // the last one as the verdict. Checks are read-only, so a redelivered gate
-// is simply checked again.
+// is simply checked again. The span context in ctx (the gate request's,
+// the formula's span) is the parent of the gate's span.
 func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
+	defer c.begin(g)()
 	r := c.start(g)
+	r.parent = trace.SpanContextFromContext(ctx)
+	ctx = tracing.Context(ctx, r.parent, r.spanID())
 	for attempt := 1; ; attempt++ {
 		if err := r.waitTurn(ctx, attempt); err != nil {
 			return err
@@ -126,7 +138,10 @@ func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
 		if err := r.publish(ctx, ev); err != nil {
 			return err
 		}
+		r.noteCheck(ev)
 		if ev.Final {
+			verdict(ev, r.c.now().Sub(r.begun))
+			r.record(ctx, ev)
 			return nil
 		}
 	}
@@ -144,6 +159,8 @@ type gateRun struct {
 	begun    time.Time
 	deadline time.Time
 	offsets  []time.Duration
+	parent   trace.SpanContext // the formula's span (invalid: untraced)
+	checks   []tracing.Event   // the checks made, for the gate's span
 }
 
 func (c *Checker) start(g *events.GateRequest) *gateRun {

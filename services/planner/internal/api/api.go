@@ -16,16 +16,13 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// Version of the planner service.
-const Version = "0.1.0"
-
-// Register adds the planner service and its endpoints.
-func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        "gantry-planner",
-		Version:     Version,
-		Description: "gantry planner: validates, plans and accepts compositions, and controls runs",
-	})
+// Register adds the planner service (version and instance as spec says),
+// its status endpoint and its endpoints.
+func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
+	spec.ID = events.Planner
+	spec.Description = "gantry planner: validates, plans and accepts compositions, and controls runs"
+	spec.Status = func() any { return events.PlannerStatus{Instance: spec.Instance, WorkflowsActive: e.Active()} }
+	svc, err := events.AddService(nc, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -33,18 +30,33 @@ func Register(nc *nats.Conn, e *engine.Engine, log *slog.Logger, start func(id s
 		return func(req micro.Request) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			reply, err := e.Submit(ctx, req.Data(), validateOnly, principal(req))
+			data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+			if err != nil {
+				_ = req.Error("400", "bad request body: "+err.Error(), nil)
+				return
+			}
+			ctx = events.ExtractTrace(ctx, nats.Header(req.Headers())) // the submitter's trace, continued by the workflow
+			reply, err := e.Submit(ctx, data, validateOnly, principal(req))
 			if err != nil {
 				log.Error("submit failed", "err", err)
 				_ = req.Error("500", "submit failed: "+err.Error(), nil)
 				return
 			}
-			body, _ := json.Marshal(reply)
 			if reply.Status == "rejected" {
+				body, _ := json.Marshal(reply)
 				_ = req.Error("400", "composition rejected: "+strconv.Itoa(len(reply.Errors))+" problem(s)", body)
 				return
 			}
-			_ = req.Respond(body)
+			body, packed, err := events.EncodeBody(reply)
+			if err != nil {
+				_ = req.Error("500", "reply: "+err.Error(), nil)
+				return
+			}
+			if packed {
+				_ = req.Respond(body, micro.WithHeaders(micro.Headers{events.EncodingHeader: {events.EncodingGzip}}))
+			} else {
+				_ = req.Respond(body)
+			}
 			if reply.Status == "accepted" {
 				start(reply.WorkflowID)
 			}

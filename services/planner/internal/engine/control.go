@@ -191,6 +191,9 @@ func (e *Engine) retry(ctx context.Context, r *run, by *events.Principal) error 
 
 // nextGeneration starts the retried run as a new generation.
 func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *events.Principal) error {
+	if r.rec.Status.Terminal() {
+		r.nextWorkflowSpan(e.now())
+	}
 	r.rec.Generation++
 	r.rec.Status = dag.WorkflowRunning
 	r.rec.CancelledBy = nil

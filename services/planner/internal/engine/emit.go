@@ -41,6 +41,8 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name],
 			NotRetried: r.notRetried(pf.ID, pn.Name)}
 	}
+	e.formulaStarted(r, i, e.now())
+	ctx = r.formulaCtx(ctx, i)
 	e.publishFormula(ctx, r, i, dag.FormulaReady, "")
 	e.Out.Emit(ctx, events.HostDispatch(pf.Server, c.Hosts[pf.Server].Zone()), d, e.msgID(r, pf.ID, "dispatch"))
 }
@@ -49,6 +51,7 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 func (e *Engine) gate(ctx context.Context, r *run, i int) {
 	pf := &r.plan.Formulas[i]
 	g := &events.GateRequest{Ref: e.ref(r, i), Host: hostSpec(r.rec.Composition, pf.Server), Gate: *pf.Gate}
+	ctx = r.formulaCtx(ctx, i)
 	e.publishFormula(ctx, r, i, dag.FormulaGating, "")
 	e.Out.Emit(ctx, events.HostGate(pf.Server), g, e.msgID(r, pf.ID, "gate"))
 }
@@ -61,6 +64,7 @@ func (e *Engine) stopFormula(ctx context.Context, r *run, b dag.Blocked, fs dag.
 		blocker = r.plan.Formulas[b.Blocker].ID
 	}
 	pf := &r.plan.Formulas[b.Formula]
+	ctx = r.formulaCtx(ctx, b.Formula)
 	for j := range pf.Nodes {
 		ev := &events.NodeEvent{Ref: e.ref(r, b.Formula), Status: ns, Blocker: blocker, SpecHash: pf.Nodes[j].SpecHash}
 		ev.Node = pf.Nodes[j].Name
@@ -88,7 +92,7 @@ func (e *Engine) formulaEvent(r *run, i int, st dag.FormulaState, blocker string
 
 func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.FormulaState, blocker string) {
 	ev := e.formulaEvent(r, i, st, blocker)
-	e.Out.Emit(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
+	e.Out.Emit(r.formulaCtx(ctx, i), events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
 }
 
 // publishWorkflow publishes a workflow transition; by is who asked for it
@@ -100,6 +104,7 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 	if st.Terminal() {
 		ev.EndedAt = &now
 		ev.Error = reason
+		e.ended = append(e.ended, st)
 	}
 	ev.Formulas = map[dag.FormulaState]int{}
 	for i := range r.plan.Formulas {
@@ -109,7 +114,10 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 	if st == dag.WorkflowAccepted {
 		ev.Graph = events.GraphOf(r.plan) // what viewers draw
 	}
-	e.Out.Emit(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
+	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
+	if st.Terminal() {
+		e.recordWorkflow(ctx, r, st, reason)
+	}
 }
 
 // cancelReason says why a node was cancelled before it started.
@@ -127,5 +135,5 @@ func (e *Engine) publishCancelling(ctx context.Context, r *run, n int) {
 	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
 		Status: dag.WorkflowRunning, Reason: fmt.Sprintf("cancelling by request: stopping %d running formula(s)", n),
 		Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}, RequestedBy: r.rec.CancelledBy, Cancelling: true}
-	e.Out.Emit(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", "cancelling", strconv.Itoa(r.rec.Requests)))
+	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", "cancelling", strconv.Itoa(r.rec.Requests)))
 }

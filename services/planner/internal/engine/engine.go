@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/google/uuid"
 )
 
@@ -34,10 +36,18 @@ type Engine struct {
 	Heal func(ctx context.Context) error
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Tracer records the workflow and formula spans (nil: none).
+	Tracer *tracing.Tracer
 
 	mu    sync.Mutex // one unit of work at a time
 	cache map[string]*run
 	dirty []*run // runs changed by the unit of work under way
+	// ended are the workflow ends the unit of work under way published:
+	// counted once it is stored.
+	ended []dag.WorkflowState
+	// active are the workflows not ended this engine has stepped.
+	active  map[string]bool
+	activeN atomic.Int64 // len(active), read without mu
 }
 
 type run struct {
@@ -49,6 +59,7 @@ type run struct {
 	snapRev uint64
 	done    map[string]bool
 	dirty   bool
+	started map[int]time.Time // formula dispatch times, for their spans (only when tracing)
 }
 
 func (e *Engine) now() time.Time {
@@ -99,6 +110,10 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	if err != nil {
 		return nil, err
 	}
+	if _, err := events.EncodeRecord(rec); errors.Is(err, events.ErrTooLarge) {
+		return &events.SubmitReply{Status: "rejected", Errors: []string{
+			"composition " + c.Name + " is too large to record: " + err.Error() + "; split it into several compositions (for example one per group or zone)"}}, nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r := &run{rec: rec, plan: plan, state: plan.NewRunState(), done: toSet(rec.AlreadyDone)}
@@ -128,7 +143,7 @@ func (e *Engine) newRecord(ctx context.Context, c *dag.Composition, plan *dag.Pl
 	}
 	now := e.now()
 	rec := &Record{ID: id.String(), Name: c.Name, Operation: c.Operation, Status: dag.WorkflowAccepted, Generation: 1,
-		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by}
+		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by, Trace: e.newTrace(ctx, now)}
 	if c.Operation == dag.OpCreate && !c.Reset {
 		if rec.AlreadyDone, err = e.alreadyDone(ctx, plan); err != nil {
 			return nil, err
@@ -284,12 +299,14 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 		r.dirty = false
 		e.dirty = e.dirty[1:]
+		e.settled(r)
 	}
+	e.countEnded()
 	return nil
 }
 
 func (e *Engine) forget(ctx context.Context) {
-	e.cache, e.dirty = nil, nil
+	e.cache, e.dirty, e.ended = nil, nil, nil
 	if err := e.Out.Flush(ctx); err != nil {
 		e.Log.Debug("events of a failed unit of work not stored", "err", err)
 	}

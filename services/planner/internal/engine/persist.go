@@ -121,59 +121,31 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 // alreadyDone lists the nodes the per-host projection records in place
 // for this composition (a create of it completed them, and nothing has
 // run them since) with the same spec hash; another composition's records
-// are its own. It lists the composition's keys on each host once and
-// reads only the nodes recorded there, so a fresh fleet costs one listing
-// per host rather than a read per node. A projection that cannot be read
-// fails the submission: skipping on a guess would be a lie either way.
+// are its own. It reads the composition's records on every host in one
+// pass, so accepting a fleet costs one read of the bucket, not one per
+// host or per node. A projection that cannot be read fails the
+// submission: skipping on a guess would be a lie either way. A projection
+// that is not there yet (the state-store has not created its bucket)
+// records nothing.
 func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) ([]string, error) {
-	recorded := map[string]map[string]bool{}
+	recorded, err := e.Hosts.Entries(ctx, events.HostWorkflowPrefix("*", p.Workflow)+">")
+	if events.IsMissing(err) {
+		e.Log.Warn("no per-host projection to read; nothing is skipped as already done", "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the per-host projection: %w", err)
+	}
 	var out []string
 	for i := range p.Formulas {
 		pf := &p.Formulas[i]
-		keys, ok := recorded[pf.Server]
-		if !ok {
-			var err error
-			if keys, err = e.hostKeys(ctx, pf.Server, p.Workflow); err != nil {
-				return nil, err
-			}
-			recorded[pf.Server] = keys
-		}
 		for j := range pf.Nodes {
 			pn := &pf.Nodes[j]
-			key := events.HostNodeKey(pf.Server, p.Workflow, pf.ID, pn.Name)
-			if !keys[key] {
-				continue
-			}
-			hn, _, err := e.Hosts.Get(ctx, key)
-			if errors.Is(err, events.ErrNoRecord) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("read the per-host projection: %w", err)
-			}
-			if hn.InPlace != nil && hn.InPlace.SpecHash == pn.SpecHash {
+			hn, ok := recorded[events.HostNodeKey(pf.Server, p.Workflow, pf.ID, pn.Name)]
+			if ok && hn.InPlace != nil && hn.InPlace.SpecHash == pn.SpecHash {
 				out = append(out, pf.ID+"/"+pn.Name)
 			}
 		}
 	}
 	return out, nil
-}
-
-// hostKeys lists the per-host projection's nodes of a composition on a
-// host. A projection that is not there (the state-store has not created
-// its bucket yet) records nothing.
-func (e *Engine) hostKeys(ctx context.Context, host, workflow string) (map[string]bool, error) {
-	keys, err := e.Hosts.Keys(ctx, events.HostWorkflowPrefix(host, workflow)+">")
-	if events.IsMissing(err) {
-		e.Log.Warn("no per-host projection to read; nothing is skipped as already done", "host", host, "err", err)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the per-host projection of %s: %w", host, err)
-	}
-	m := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		m[k] = true
-	}
-	return m, nil
 }

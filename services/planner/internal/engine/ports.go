@@ -29,10 +29,11 @@ type Reader[T any] interface {
 	Get(ctx context.Context, key string) (T, uint64, error)
 }
 
-// Lister reads and lists another service's records.
+// Lister reads another service's records, one or all of a KV filter.
 type Lister[T any] interface {
 	Reader[T]
-	Keys(ctx context.Context, filter string) ([]string, error)
+	// Entries reads every record whose key matches filter ("host.*.web.>").
+	Entries(ctx context.Context, filter string) (map[string]T, error)
 }
 
 // Emitter publishes the events a unit of work decides. Emit does not wait;

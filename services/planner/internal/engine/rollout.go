@@ -81,7 +81,7 @@ func (e *Engine) rolloutEvent(ctx context.Context, r *run, i int, st events.Roll
 	if st != events.RolloutStopped {
 		id = append(id, strconv.Itoa(in.Batch))
 	}
-	e.Out.Emit(ctx, events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, id...))
+	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, id...))
 }
 
 // rolloutStop says why instance i's rollout stopped ("" when it has not):

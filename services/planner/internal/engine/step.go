@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -17,7 +18,7 @@ func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 		}
 		switch f.Status { // the executor's transitions; the rest are the planner's own
 		case dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed, dag.FormulaCancelled:
-			return e.apply(ctx, f.Ref, f.Status)
+			return e.apply(ctx, f.Ref, f.Status, f.StartedAt)
 		}
 	case events.FamilyHealth:
 		var h events.HealthEvent
@@ -28,9 +29,9 @@ func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 			return nil
 		}
 		if h.Status == events.HealthPass {
-			return e.apply(ctx, h.Ref, dag.FormulaHealthy)
+			return e.apply(ctx, h.Ref, dag.FormulaHealthy, h.StartedAt)
 		}
-		return e.apply(ctx, h.Ref, dag.FormulaUnhealthy)
+		return e.apply(ctx, h.Ref, dag.FormulaUnhealthy, h.StartedAt)
 	}
 	// Node outcomes are the executor's records (gantry_nodes), read where
 	// needed (rollback); runs are stepped on formula outcomes.
@@ -38,11 +39,16 @@ func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 }
 
 // apply moves the formula an event is about to st, if the event is about a
-// known run's current generation.
-func (e *Engine) apply(ctx context.Context, ref events.Ref, st dag.FormulaState) error {
+// known run's current generation. started is when the event says the
+// work it reports began (for the formula's span, when this planner did
+// not see its dispatch).
+func (e *Engine) apply(ctx context.Context, ref events.Ref, st dag.FormulaState, started *time.Time) error {
 	r, i, ok, err := e.target(ctx, ref)
 	if !ok || err != nil {
 		return err
+	}
+	if started != nil {
+		e.formulaStarted(r, i, *started)
 	}
 	return e.transition(ctx, r, i, st)
 }
@@ -98,6 +104,9 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 	}
 	if err := r.state.SetFormula(i, st, -1); err != nil {
 		return consume.Poison(err)
+	}
+	if formulaFinal(r, i, st) {
+		e.recordFormula(ctx, r, i, st)
 	}
 	if r.rec.CancelledBy != nil {
 		return e.settleCancel(ctx, r) // nothing new starts, no gate is checked

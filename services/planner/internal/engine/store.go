@@ -43,6 +43,8 @@ type Record struct {
 	// stop what is retried).
 	Held    map[string][]string `json:"held,omitempty"`
 	Carried []string            `json:"carried,omitempty"`
+	// Trace is the workflow's trace (none when nothing traces it).
+	Trace *TraceRef `json:"trace,omitempty"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.

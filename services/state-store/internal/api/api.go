@@ -23,9 +23,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// Version of the state-store service.
-const Version = "0.1.0"
-
 // Rebuilder rebuilds (or, checkOnly, compares) the projection from the stream.
 type Rebuilder func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error)
 
@@ -33,16 +30,15 @@ type Rebuilder func(ctx context.Context, checkOnly bool) (*project.RebuildReport
 // the events stored before it; then it answers with what is there.
 const CatchUpWait = 2 * time.Second
 
-// Register adds the state-store service. catchUp returns once every event
+// Register adds the state-store service (version, instance and status as
+// spec says) and its endpoints. catchUp returns once every event
 // stored so far is projected: reads wait for it (at most CatchUpWait), so
 // that whoever saw an event on the stream (gantry watch) then reads its
 // effect.
-func Register(nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, rebuild Rebuilder, catchUp func(context.Context) error) (micro.Service, error) {
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        "gantry-state-store",
-		Version:     Version,
-		Description: "gantry state-store: workflow and per-host projections",
-	})
+func Register(nc *nats.Conn, spec events.ServiceSpec, kv jetstream.KeyValue, log *slog.Logger, rebuild Rebuilder, catchUp func(context.Context) error) (micro.Service, error) {
+	spec.ID = events.StateStore
+	spec.Description = "gantry state-store: workflow and per-host projections"
+	svc, err := events.AddService(nc, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -127,17 +123,28 @@ func decode(req micro.Request, v any) bool {
 	if len(req.Data()) == 0 {
 		return true
 	}
-	if err := json.Unmarshal(req.Data(), v); err != nil {
+	data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+	if err == nil {
+		err = json.Unmarshal(data, v)
+	}
+	if err != nil {
 		_ = req.Error("400", "bad request body: "+err.Error(), nil)
 		return false
 	}
 	return true
 }
 
+// respond answers with v, compressed when large (a fleet's workflow
+// document); a reply that cannot fit in one message is an error that says
+// so, not a silence.
 func respond(req micro.Request, v any) {
-	b, err := json.Marshal(v)
+	b, packed, err := events.EncodeBody(v)
 	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		_ = req.Error("500", "reply: "+err.Error(), nil)
+		return
+	}
+	if packed {
+		_ = req.Respond(b, micro.WithHeaders(micro.Headers{events.EncodingHeader: {events.EncodingGzip}}))
 		return
 	}
 	_ = req.Respond(b)

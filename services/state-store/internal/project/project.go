@@ -194,6 +194,14 @@ func (p *Projector) advance(seq uint64) {
 	}
 }
 
+// Applied is the stream sequence up to which every event is applied and
+// written.
+func (p *Projector) Applied() uint64 {
+	p.pos.Lock()
+	defer p.pos.Unlock()
+	return p.pos.seq
+}
+
 // Await returns once every event up to stream sequence seq is applied and
 // written, or with ctx's error.
 func (p *Projector) Await(ctx context.Context, seq uint64) error {
@@ -423,6 +431,12 @@ func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
 			return err
 		}
 		return p.health(ctx, ev, &h)
+	case events.FamilyProgress:
+		var e events.ProgressEvent
+		if err := events.DecodeData(ev.Envelope, &e); err != nil {
+			return err
+		}
+		return p.progress(ctx, ev, &e)
 	}
 	return nil
 }
@@ -632,7 +646,7 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 		// host lock, is the same attempt.)
 		n.Attempts++
 		n.LastAttempt = e.Attempt
-		n.StartedAt, n.EndedAt, n.ExitCode, n.Error = e.StartedAt, nil, nil, ""
+		n.StartedAt, n.EndedAt, n.ExitCode, n.Error, n.Progress = e.StartedAt, nil, nil, "", 0
 	}
 	if e.EndedAt != nil {
 		n.EndedAt = e.EndedAt
@@ -651,6 +665,22 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 	if e.SpecHash != "" {
 		n.SpecHash = e.SpecHash
 	}
+	return p.put(ctx, key, n, rev)
+}
+
+// progress keeps a node's last reported percent, of its current attempt
+// only: one of an earlier attempt or generation, or already applied, is
+// ignored. It is not a transition: the counts stay as they are.
+func (p *Projector) progress(ctx context.Context, ev *consume.Event, e *events.ProgressEvent) error {
+	key := NodeDocKey(e.WorkflowID, e.Formula, e.Node)
+	n, rev, err := get[events.NodeDoc](ctx, p, key, false)
+	if err != nil || n == nil {
+		return err // nothing of the node yet: its running comes first
+	}
+	if ev.Stream <= n.LastSeq || e.Generation != n.Generation || e.Attempt != n.LastAttempt {
+		return nil
+	}
+	n.LastSeq, n.Progress = ev.Stream, e.Percent
 	return p.put(ctx, key, n, rev)
 }
 

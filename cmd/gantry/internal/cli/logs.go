@@ -1,0 +1,299 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+func newLogsCmd() *cobra.Command {
+	var cf connFlags
+	var follow bool
+	var output string
+	cmd := &cobra.Command{
+		Use:   "logs WORKFLOW_ID [FORMULA/NODE]",
+		Short: "Print the output lines of a workflow's nodes",
+		Long: `logs prints the output lines of a workflow's nodes (of one node, with
+FORMULA/NODE), in the order they were published, each after its time, host,
+formula/node (#n for an attempt after the first) and stream (stdout or
+stderr). It prints what the log stream holds (lines are kept for 24 hours)
+and exits; with -f it then follows new lines until the workflow ends, or
+Ctrl-C (exit 130). -o json prints each line's LogLine (the payload of its
+gantry.log.line event) as one JSON object per line. WORKFLOW_ID may be the
+start of an id, as for watch. A workflow no one submitted, or a node the
+workflow does not have, is an error.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var sel nodeSel
+			if len(args) == 2 {
+				var err error
+				if sel, err = parseNodeSel(args[1]); err != nil {
+					return &exitError{code: ExitUsage, err: err}
+				}
+			}
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			if err != nil {
+				return err
+			}
+			var doc *events.WorkflowDoc
+			var d events.WorkflowDoc
+			if request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &d) == nil {
+				doc = &d
+			}
+			if err := sel.check(cmd.ErrOrStderr(), id, doc, follow); err != nil {
+				return err
+			}
+			since, gen := watchStart(cmd.Context(), nc, id, cf)
+			return printLogs(cmd, nc, logsQuery{id: id, sel: sel, doc: doc, since: since, gen: gen, follow: follow, json: output == "json"})
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow new lines until the workflow ends")
+	outputFlag(cmd, &output, "text", "json")
+	return cmd
+}
+
+// nodeSel is the FORMULA/NODE of gantry logs; empty: every node.
+type nodeSel struct{ formula, node string }
+
+func parseNodeSel(s string) (nodeSel, error) {
+	f, n, ok := strings.Cut(s, "/")
+	if !ok || !dag.IsToken(f) || !dag.IsToken(n) {
+		return nodeSel{}, fmt.Errorf("%q is not FORMULA/NODE (as gantry status lists them)", s)
+	}
+	return nodeSel{f, n}, nil
+}
+
+func (s nodeSel) all() bool { return s.formula == "" }
+
+func (s nodeSel) match(ll *events.LogLine) bool {
+	return s.all() || ll.Formula == s.formula && ll.Node == s.node
+}
+
+// check says whether the workflow has the node. Its document lists the
+// nodes that have started (or were blocked or cancelled): one it does not
+// list is an error once the workflow has ended; while it runs, logs -f
+// waits for the node to start, logs without -f says it has not.
+func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, follow bool) error {
+	if s.all() || doc == nil {
+		return nil
+	}
+	if f, ok := doc.Formulas[s.formula]; ok && f.Nodes[s.node] != nil {
+		return nil
+	}
+	var known []string
+	for fid, f := range doc.Formulas {
+		for n := range f.Nodes {
+			known = append(known, fid+"/"+n)
+		}
+	}
+	sort.Strings(known)
+	list := strings.Join(known[:min(len(known), 20)], ", ")
+	if len(known) > 20 {
+		list += fmt.Sprintf(" and %d more", len(known)-20)
+	}
+	if doc.Status.Terminal() {
+		return failed("workflow %s has no node %s/%s (its nodes: %s)", id, s.formula, s.node, list)
+	}
+	if !follow {
+		return failed("workflow %s has no node %s/%s that has started (so far: %s); logs -f waits for it", id, s.formula, s.node, list)
+	}
+	fmt.Fprintf(stderr, "gantry: node %s/%s of workflow %s has not started yet; waiting for it\n", s.formula, s.node, id)
+	return nil
+}
+
+// logsQuery is what gantry logs reads.
+type logsQuery struct {
+	id     string
+	sel    nodeSel
+	doc    *events.WorkflowDoc // nil: not projected yet
+	since  time.Time
+	gen    int
+	follow bool
+	json   bool
+}
+
+// subjects are the log subjects to read: the node's, the workflow's hosts'
+// when they are all known, else every host's.
+func (q logsQuery) subjects() []string {
+	if q.doc == nil {
+		return []string{events.AllLogs}
+	}
+	if !q.sel.all() {
+		if f, ok := q.doc.Formulas[q.sel.formula]; ok && f.Host != "" {
+			return []string{events.HostLogs(f.Host, q.sel.node)}
+		}
+		return []string{events.HostLogs("*", q.sel.node)}
+	}
+	if !q.doc.Status.Terminal() { // formulas not yet started have no host here
+		return []string{events.AllLogs}
+	}
+	var subs []string
+	for _, f := range q.doc.Formulas {
+		if s := events.HostLogs(f.Host, "*"); f.Host != "" && !slices.Contains(subs, s) {
+			subs = append(subs, s)
+		}
+	}
+	if len(subs) == 0 || len(subs) > 100 {
+		return []string{events.AllLogs}
+	}
+	sort.Strings(subs)
+	return subs
+}
+
+// logsPoll is how long logs waits for a line before it looks whether it
+// is done.
+const logsPoll = 250 * time.Millisecond
+
+// printLogs reads the log stream from q.since and prints the workflow's
+// lines until it has read all there are, and with q.follow, until the
+// workflow (run generation q.gen or later) has ended too.
+func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+	defer stop()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamLogs, jetstream.OrderedConsumerConfig{
+		FilterSubjects: q.subjects(),
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &q.since,
+	})
+	if err != nil {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
+	}
+	defer msgs.Stop()
+	ended := make(chan struct{})
+	if q.follow {
+		if err := awaitEnd(ctx, js, q, ended); err != nil {
+			return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
+		}
+	} else {
+		close(ended)
+		if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+			return nil // nothing at all
+		}
+	}
+	isEnded := func() bool {
+		select {
+		case <-ended:
+			return true
+		default:
+			return false
+		}
+	}
+	out := cmd.OutOrStdout()
+	var lastConsumerSeq uint64
+	for {
+		m, err := msgs.Next(jetstream.NextMaxWait(logsPoll))
+		switch {
+		case ctx.Err() != nil:
+			return &exitError{code: ExitInterrupted, err: errors.New("logs interrupted")}
+		case errors.Is(err, nats.ErrTimeout):
+			if isEnded() && caughtUp(ctx, cons, lastConsumerSeq) {
+				return nil
+			}
+			continue
+		case err != nil:
+			return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		lastConsumerSeq = meta.Sequence.Consumer
+		if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && ll.WorkflowID == q.id && q.sel.match(ll) {
+			if err := printLogLine(out, env, ll, q.json); err != nil {
+				return err
+			}
+		}
+		if meta.NumPending == 0 && isEnded() {
+			return nil
+		}
+	}
+}
+
+// caughtUp says whether the consumer has nothing more to deliver: nothing
+// pending on the server and its last delivery read.
+func caughtUp(ctx context.Context, cons jetstream.Consumer, lastSeq uint64) bool {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := cons.Info(ictx)
+	return err == nil && info.NumPending == 0 && info.Delivered.Consumer <= lastSeq
+}
+
+// awaitEnd closes ended once the workflow's run generation q.gen (or a
+// later one) has ended, read from the event stream.
+func awaitEnd(ctx context.Context, js jetstream.JetStream, q logsQuery, ended chan struct{}) error {
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.WorkflowLifecycle(q.id)},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &q.since,
+	})
+	if err != nil {
+		return err
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	go func() { <-ctx.Done(); msgs.Stop() }()
+	go func() {
+		for {
+			m, err := msgs.Next()
+			if err != nil {
+				return
+			}
+			_, e, err := events.Decode[events.WorkflowEvent](m.Data())
+			if err == nil && e.Status.Terminal() && e.Generation >= q.gen {
+				close(ended)
+				msgs.Stop()
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// printLogLine prints a line: "15:04:05.000 HOST FORMULA/NODE STREAM line"
+// or its LogLine as JSON.
+func printLogLine(w io.Writer, env *events.Envelope, ll *events.LogLine, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(ll)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	name := ll.Formula + "/" + ll.Node
+	if ll.Attempt > 1 {
+		name += fmt.Sprintf("#%d", ll.Attempt)
+	}
+	_, err := fmt.Fprintf(w, "%s %-12s %-28s %-6s %s\n", env.Time.Local().Format("15:04:05.000"), ll.Ref.Host, name, ll.Stream, ll.Line)
+	return err
+}

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+func envOf(t *testing.T, p events.Payload) *events.Envelope {
+	t.Helper()
+	env, err := events.NewAt("x", "test", time.Now(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// The summary counts the newest run's nodes: a failed attempt that will
+// be retried is running, blocked and cancelled nodes are done.
+func TestWatchSummary(t *testing.T) {
+	t.Parallel()
+	ref := func(node string, gen int) events.Ref {
+		return events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "f", Host: "h1", Node: node, Operation: dag.OpCreate, Generation: gen}
+	}
+	wf := ref("", 1)
+	wf.Formula, wf.Host = "", ""
+	var s summary
+	steps := []struct {
+		p    events.Payload
+		want string
+	}{
+		{&events.WorkflowEvent{Ref: wf, Status: dag.WorkflowAccepted, TotalNodes: 4}, "0/4 nodes done, 0 running, 0 failed"},
+		{&events.NodeEvent{Ref: ref("a", 1), Status: dag.NodeRunning}, "0/4 nodes done, 1 running, 0 failed"},
+		{&events.NodeEvent{Ref: ref("a", 1), Status: dag.NodeFailed, WillRetry: true}, "0/4 nodes done, 1 running, 0 failed"},
+		{&events.NodeEvent{Ref: ref("a", 1), Status: dag.NodeSucceeded}, "1/4 nodes done, 0 running, 0 failed"},
+		{&events.NodeEvent{Ref: ref("b", 1), Status: dag.NodeFailed}, "2/4 nodes done, 0 running, 1 failed"},
+		{&events.NodeEvent{Ref: ref("c", 1), Status: dag.NodeBlocked, Blocker: "b"}, "3/4 nodes done, 0 running, 1 failed"},
+		{&events.ProgressEvent{Ref: ref("d", 1), Attempt: 1, Percent: 5}, "3/4 nodes done, 0 running, 1 failed"},
+		// a retry: the new run's nodes only
+		{&events.NodeEvent{Ref: ref("b", 2), Status: dag.NodeRunning}, "0/4 nodes done, 1 running, 0 failed"},
+		{&events.NodeEvent{Ref: ref("c", 1), Status: dag.NodeCancelled}, "0/4 nodes done, 1 running, 0 failed"},
+	}
+	for i, st := range steps {
+		s.observe(envOf(t, st.p))
+		if got := s.String(); got != st.want {
+			t.Fatalf("step %d: %q, want %q", i, got, st.want)
+		}
+	}
+}
+
+// Not on a terminal, the summary is printed when it changed, at most every
+// interval, and at the end unless it was the last printed; on a terminal,
+// it is rewritten in place under the events and ends as a line.
+func TestWatchStatusLine(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	var b bytes.Buffer
+	l := &statusLine{w: &b, interval: 10 * time.Second}
+	l.show("a", t0)
+	l.show("a", t0.Add(11*time.Second)) // unchanged
+	l.show("b", t0.Add(12*time.Second))
+	l.show("c", t0.Add(13*time.Second)) // too soon
+	l.end("c", t0.Add(14*time.Second))
+	if got, want := b.String(), "-- a\n-- b\n-- c\n"; got != want {
+		t.Fatalf("not a terminal: %q, want %q", got, want)
+	}
+	b.Reset()
+	l.end("c", t0.Add(15*time.Second))
+	if b.Len() != 0 {
+		t.Fatalf("the same summary printed again: %q", b.String())
+	}
+	b.Reset()
+	l = &statusLine{w: &b, tty: true}
+	l.show("a", t0)
+	l.clear()
+	b.WriteString("event\n")
+	l.show("b", t0)
+	l.end("b", t0)
+	if got, want := b.String(), "-- a\r\033[Kevent\n-- b\r\033[K-- b\n"; got != want {
+		t.Fatalf("terminal: %q, want %q", got, want)
+	}
+}
+
+// A progress event prints as the node and its percent.
+func TestWatchPrintsProgress(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	printEvent(&b, envOf(t, &events.ProgressEvent{Ref: events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "web", Host: "h1", Node: "build", Operation: dag.OpCreate, Generation: 1}, Attempt: 1, Percent: 42}))
+	if !strings.Contains(b.String(), "web/build") || !strings.HasSuffix(b.String(), " 42%\n") || !strings.Contains(b.String(), "h1") {
+		t.Fatalf("printed %q", b.String())
+	}
+}
+
+// gantry status shows a running node's percent.
+func TestStatusShowsProgress(t *testing.T) {
+	t.Parallel()
+	doc := &events.WorkflowDoc{WorkflowID: "w1", Workflow: "w", Status: dag.WorkflowRunning, Formulas: map[string]*events.FormulaDoc{
+		"web": {Host: "h1", Status: dag.FormulaRunning, Nodes: map[string]*events.NodeDoc{
+			"build": {Status: dag.NodeRunning, Attempts: 1, Progress: 42},
+			"done":  {Status: dag.NodeSucceeded, Attempts: 1, Progress: 100},
+		}}}}
+	var b bytes.Buffer
+	if err := statusTable(&b, doc); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	var build, done string
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "build"):
+			build = l
+		case strings.Contains(l, "done"):
+			done = l
+		}
+	}
+	if !strings.HasSuffix(strings.TrimSpace(build), "42%") || strings.Contains(done, "100%") {
+		t.Fatalf("status:\n%s", b.String())
+	}
+}

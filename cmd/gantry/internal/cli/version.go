@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
+	"github.com/spf13/cobra"
+)
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print gantry's version, commit and Go version",
+		Long: `version prints the version of this gantry build (the one every service
+announces to NATS micro too), the commit it was built from (with "dirty"
+when it had uncommitted changes; "unknown" for a build without version
+control information) and the Go it was built with. gantry --version prints
+the same.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			printVersion(cmd.OutOrStdout())
+			return nil
+		},
+	}
+}
+
+// printVersion prints "gantry VERSION", "commit REV" and "go GOVERSION".
+func printVersion(w io.Writer) {
+	fmt.Fprintf(w, "gantry %s\ncommit %s\n%s %s/%s\n", buildinfo.Version(), revision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// versionText is what printVersion prints, for gantry --version.
+func versionText() string {
+	var b strings.Builder
+	printVersion(&b)
+	return b.String()
+}
+
+// revision is the VCS commit the build was made from, "-dirty" after it
+// for uncommitted changes, or "unknown".
+func revision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	return revisionOf(bi)
+}
+
+func revisionOf(bi *debug.BuildInfo) string {
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	switch {
+	case rev == "":
+		return "unknown"
+	case dirty:
+		return rev + "-dirty"
+	}
+	return rev
+}

@@ -1,0 +1,44 @@
+package hostexec
+
+import (
+	"context"
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// SSH connection metrics of every Pool in the process.
+var (
+	sshOpen = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "gantry_ssh_connections_open",
+		Help: "SSH connections open (pooled, one per user@host and path of jump hosts).",
+	})
+	sshDials = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "gantry_ssh_dials_total",
+		Help: "SSH connections dialed, by result: ok, auth (key refused), host_key (unknown or changed), timeout, cancelled, error (anything else: unreachable, refused).",
+	}, []string{"result"})
+)
+
+func init() { // every result from 0
+	for _, r := range []string{"ok", "auth", "host_key", "timeout", "cancelled", "error"} {
+		sshDials.WithLabelValues(r)
+	}
+}
+
+// dialResult is the result label of a dial that returned err.
+func dialResult(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrAuth):
+		return "auth"
+	case errors.Is(err, ErrHostKeyUnknown), errors.Is(err, ErrHostKeyChanged):
+		return "host_key"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrTimeout):
+		return "timeout"
+	case errors.Is(err, context.Canceled), errors.Is(err, ErrCancelled):
+		return "cancelled"
+	}
+	return "error"
+}

@@ -1,0 +1,70 @@
+// Package metricsserve serves the Prometheus metrics of a gantry process
+// (everything registered on prometheus.DefaultRegisterer) at /metrics on
+// the address of --metrics (GANTRY_METRICS_ADDR). Off unless an address
+// is given.
+package metricsserve
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Env is the environment variable --metrics defaults to.
+const Env = "GANTRY_METRICS_ADDR"
+
+// Path is where the metrics are served.
+const Path = "/metrics"
+
+// Usage is the help of --metrics.
+const Usage = "serve Prometheus metrics at http://ADDR" + Path + " (e.g. 127.0.0.1:9464; keep it on loopback or a private network) ($" + Env + "; default off)"
+
+// RegisterFlag adds --metrics ADDR to fs, defaulting to $GANTRY_METRICS_ADDR.
+func RegisterFlag(fs *flag.FlagSet, dst *string) {
+	fs.StringVar(dst, "metrics", os.Getenv(Env), Usage)
+}
+
+// Handler serves /metrics (and nothing else: 404).
+func Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(Path, promhttp.Handler())
+	return mux
+}
+
+// Start listens on addr and serves Handler until ctx ends. An empty addr
+// serves nothing and returns a nil address. A bad or busy address is an
+// error at once.
+func Start(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+Path)
+	return ln.Addr(), nil
+}

@@ -1,0 +1,76 @@
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// Configured says the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable names a collector.
+func Configured() bool {
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// NewProvider is a tracer provider for service (the service.name
+// resource, with service.version and whatever OTEL_RESOURCE_ATTRIBUTES
+// adds) exporting to exp; batch batches the exports (a test's in-memory
+// exporter wants them at once). Shut it down to flush.
+func NewProvider(ctx context.Context, service, version string, exp sdktrace.SpanExporter, batch bool) (*sdktrace.TracerProvider, error) {
+	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithAttributes(semconv.ServiceName(service), semconv.ServiceVersion(version)))
+	if err != nil {
+		return nil, fmt.Errorf("trace resource: %w", err)
+	}
+	export := sdktrace.WithSyncer(exp)
+	if batch {
+		export = sdktrace.WithBatcher(exp)
+	}
+	return sdktrace.NewTracerProvider(export, sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{})), nil
+}
+
+// FromEnv is the Tracer of service: exporting over OTLP/HTTP when
+// Configured (every standard OTEL_EXPORTER_OTLP_* variable applies:
+// endpoint, headers, timeout, TLS, compression), else nil (nothing is
+// recorded). shutdown flushes what is pending; call it on the way out.
+func FromEnv(ctx context.Context, service, version string) (t *Tracer, shutdown func(context.Context) error, err error) {
+	if !Configured() {
+		return nil, func(context.Context) error { return nil }, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	tp, err := NewProvider(ctx, service, version, exp, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return New(tp), tp.Shutdown, nil
+}
+
+// Version is gantry's version, the service.version of every span.
+const Version = "0.1.0"
+
+// ForService is FromEnv for a service's main: a configuration the
+// exporter refuses is logged and ends the process (exit 2); flush, called
+// on the way out, sends what is pending (within 5 seconds).
+func ForService(service string, log *slog.Logger) (t *Tracer, flush func()) {
+	t, shutdown, err := FromEnv(context.Background(), service, Version)
+	if err != nil {
+		log.Error("bad trace export settings", "err", err)
+		os.Exit(2)
+	}
+	return t, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Warn("spans not exported", "err", err)
+		}
+	}
+}
