@@ -110,6 +110,7 @@ type pageState struct {
 	Marker   bool              `json:"marker"`
 	XSS      any               `json:"xss"`
 	Output   string            `json:"output"` // of the node in the panel
+	Meta     string            `json:"meta"`   // what database/install's box says besides its name
 }
 
 const readPage = `(() => {
@@ -119,7 +120,8 @@ const readPage = `(() => {
   const w = document.getElementById("wf-state");
   const out = document.querySelector("#panel pre.output");
   return {workflow: (w && w.dataset.state) || "", nodes, formulas, marker: window.__marker === 42, xss: window.__xss === undefined ? null : window.__xss,
-    output: (out && out.textContent) || ""};
+    output: (out && out.textContent) || "",
+    meta: (document.querySelector('[data-node="database/install"] .nmeta') || {}).textContent || ""};
 })()`
 
 func readState(t *testing.T, ctx context.Context) pageState {
@@ -157,7 +159,7 @@ func TestWebViewLive(t *testing.T) {
 	}
 
 	seen := map[string][]string{} // node -> the states it showed, in order
-	shot, liveOutput := false, false
+	shot, liveOutput, progress := false, false, false
 	start := time.Now()
 	var last pageState
 	for {
@@ -175,8 +177,11 @@ func TestWebViewLive(t *testing.T) {
 		if last.Nodes["database/install"] == "running" && strings.Contains(last.Output, "step 10") {
 			liveOutput = true
 		}
-		if !shot && last.Nodes["app-host-1/conf"] == "running" {
-			time.Sleep(300 * time.Millisecond)
+		// PROGRESS: n lines become progress events: the box shows n%.
+		if last.Nodes["database/install"] == "running" && strings.HasSuffix(last.Meta, "%") {
+			progress = true
+		}
+		if !shot && last.Nodes["database/install"] == "running" && last.Meta == "60%" {
 			png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
 			if err != nil {
 				t.Fatalf("screenshot: %v", err)
@@ -218,11 +223,14 @@ func TestWebViewLive(t *testing.T) {
 	if changed < 5 {
 		t.Errorf("only %d nodes were seen changing state live: %v", changed, seen)
 	}
+	if !progress {
+		t.Errorf("database/install never showed its progress while it ran")
+	}
 	if !liveOutput {
 		t.Errorf("the panel never showed database/install's output while it ran")
 	}
 	if !shot {
-		t.Errorf("never saw app-host-1/conf running, to take the screenshot")
+		t.Errorf("never saw database/install at 60%%, to take the screenshot")
 	}
 
 	// Another node, chosen by the address's fragment: its output, which
