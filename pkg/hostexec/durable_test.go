@@ -164,8 +164,9 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 			if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrKill) {
 				t.Fatalf("err = %v, want ErrTimeout and a confirmed kill", err)
 			}
-			pid, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1.pid"))
-			if out, _ := exec.Command("sh", "-c", "kill -0 -"+strings.TrimSpace(string(pid))).CombinedOutput(); !strings.Contains(string(out), "No such process") {
+			run, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1.run"))
+			pid, _, _ := strings.Cut(string(run), "\n") // the supervisor's pid, then the exit status
+			if out, _ := exec.Command("sh", "-c", "kill -0 -"+pid).CombinedOutput(); !strings.Contains(string(out), "No such process") {
 				t.Fatalf("process group %s still there: %s", pid, out)
 			}
 			cmd.Timeout = 0
@@ -300,4 +301,32 @@ func TestOldAttemptsSweptOncePerDay(t *testing.T) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// An attempt started by an earlier version kept its pid and exit status in
+// <attempt>.pid and <attempt>.exit (its run file empty): running it again
+// reads its result from those and starts nothing.
+func TestDurableEarlierLayoutReadAgain(t *testing.T) {
+	for name, r := range runners(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			attempts := filepath.Join(dir, "attempts")
+			if err := os.MkdirAll(attempts, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for ext, body := range map[string]string{"run": "", "pid": "999999999\n", "out": "earlier\n", "err": "warned\n", "exit": "3\n"} {
+				if err := os.WriteFile(filepath.Join(attempts, "w1.1.f.n.1."+ext), []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ran := filepath.Join(dir, "ran")
+			res, err := r.Run(context.Background(), Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo >" + shellQuote(ran)})
+			if err != nil || res.ExitCode != 3 || res.Stdout != "earlier\n" || res.Stderr != "warned\n" {
+				t.Fatalf("read again: %+v %v", res, err)
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Fatal("the attempt ran again")
+			}
+		})
+	}
 }
