@@ -59,8 +59,10 @@ const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
 // line is pidMarker, the process group of the command (the supervisor's
 // session) and the attempt's directory (see marked). ex is the
 // environment's export lines: they come first, so GANTRY_ATTEMPTS may be
-// one of them.
-func superviseScript(attempt, lock, ex, script string) string {
+// one of them. held says the caller took the lock already and passes it
+// on fd 3 (transport local: see Local.Run): the script keeps it on fd 9
+// for the attempt, and drops it when it re-attaches instead.
+func superviseScript(attempt, lock, ex, script string, held bool) string {
 	q := shellQuote
 	// The attempt starts where its run file can be created with its pid
 	// (noclobber: an atomic create; echo is a builtin that a failed
@@ -79,15 +81,19 @@ func superviseScript(attempt, lock, ex, script string) string {
 	// Attempts started by an earlier version kept the pid and the exit
 	// status in <attempt>.pid and <attempt>.exit: re-attaching reads those
 	// too.
-	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
+	pre, drop := "", ""
+	if held && lock != "" {
+		pre, drop = "exec 9>&3 3>&-; ", "exec 9>&-; "
+	}
+	return pre + ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
 _gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
   [ -e "$_gb/.swept-` + sweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + sweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
   trap '' PIPE; printf '` + pidMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
-  { { ` + hostLock(lock) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
+  { { ` + hostLock(lock, held) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
-  _gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
+  ` + drop + `_gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
     tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd.out" & _gt=$!
@@ -107,13 +113,17 @@ exit ` + strconv.Itoa(lostExit) + `
 // hostLock is the shell that takes the host's lock named lock (when not
 // empty) on fd 9 for the rest of the attempt: one attempt holds it at a
 // time, on this host, whichever executor or workflow started it. One that
-// has to wait says for whom, on stderr.
-func hostLock(lock string) string {
+// has to wait says for whom, on stderr. held: the shell holds it on fd 9
+// already, and only says it is the holder.
+func hostLock(lock string, held bool) string {
 	if lock == "" {
 		return ""
 	}
 	dir := `"$_gb/../locks"`
 	l := dir + `/` + shellQuote(lock)
+	if held {
+		return `echo "${_gd##*/}" >` + l + `.holder; `
+	}
 	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && exec 9>>` + l + ` && { flock -n 9 || { read -r _gh 2>/dev/null <` + l + `.holder; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}" >` + l + `.holder; `
 }
 

@@ -89,6 +89,12 @@ type Command struct {
 // shellText is what the shell runs for cmd: the script with its
 // environment, or, for a durable command, the supervisor around it.
 func shellText(cmd Command, ex string) (string, error) {
+	return shellTextHeld(cmd, ex, false)
+}
+
+// shellTextHeld is shellText for a caller that may hold cmd's lock
+// already, on fd 3 (see superviseScript).
+func shellTextHeld(cmd Command, ex string, held bool) (string, error) {
 	if cmd.Attempt == "" {
 		return ex + "exec /bin/sh -c " + shellQuote(cmd.Script), nil
 	}
@@ -100,7 +106,7 @@ func shellText(cmd Command, ex string) (string, error) {
 			return "", fmt.Errorf("lock: %w", err)
 		}
 	}
-	return superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script), nil
+	return superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script, held), nil
 }
 
 // ErrNotStarted wraps a BeforeStart failure.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
@@ -161,6 +162,9 @@ type formulaRun struct {
 	errMu    sync.Mutex
 	err      error          // the first node outcome that could not be recorded
 	released sync.WaitGroup // slots being given back
+	// unstarted counts the nodes not started yet: once none is left, an
+	// ended node's slots go back at once instead of waiting for a next node.
+	unstarted atomic.Int32
 }
 
 // release gives a lease back without waiting; Run waits for it before the
@@ -196,6 +200,7 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 	// back before waiting for the next result.
 	var spare []*slots.Lease
 	defer func() { f.releaseAll(spare) }()
+	f.unstarted.Store(int32(len(f.pf.Nodes)))
 	failed, held := f.holdNodes(ctx, states)
 	if f.err != nil {
 		return states, failed // a held node's record could not be read: the redelivery decides
@@ -220,6 +225,7 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 			}
 			states[j] = dag.NodeRunning
 			running++
+			f.unstarted.Add(-1)
 			var handed *slots.Lease
 			if n := len(spare); n > 0 {
 				handed, spare = spare[n-1], spare[:n-1]

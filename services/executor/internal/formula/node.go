@@ -229,9 +229,10 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	switch {
 	case retry:
 		held.giveBackNow() // before the next attempt takes them again
-	case held.lease != nil:
-		// The node's last attempt: its lease goes to runNodes, which hands
-		// it to the next node it starts or gives it back.
+	case held.lease != nil && nr.unstarted.Load() > 0:
+		// The node's last attempt, and nodes may start after it: its lease
+		// goes to runNodes, which hands it to the next node it starts or
+		// gives it back.
 		nr.kept = held.lease
 	default:
 		nr.giveBack(held)
