@@ -76,7 +76,7 @@ type Ratio struct {
 }
 
 func main() {
-	only := flag.String("scenario", os.Getenv("BENCH"), "run one scenario (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
+	only := flag.String("scenario", os.Getenv("BENCH"), "run these scenarios only, comma-separated (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
 	runs := flag.Int("runs", 5, "runs per scenario")
 	sshRuns := flag.Int("ssh-runs", 3, "runs of ssh-500 and each peer")
 	ansibleRuns := flag.Int("ansible-runs", 1, "runs of the Ansible peer (slow)")
@@ -91,7 +91,7 @@ func main() {
 		_ = json.Unmarshal(b, res) // keep the other scenarios' last figures
 		res.When = time.Now().UTC().Format(time.RFC3339)
 	}
-	want := func(name string) bool { return *only == "" || *only == name }
+	want := func(name string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), name) }
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
