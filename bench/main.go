@@ -48,11 +48,14 @@ type Scenario struct {
 	// chain-1000: the process-start floor, measured between its runs
 	// (median ms per start of `true` through the Local runner), and the
 	// median link over it.
-	ProcessStartMS  float64  `json:"process_start_ms,omitempty"`
-	ProcessStartMin float64  `json:"process_start_min_ms,omitempty"`
-	ProcessStartMax float64  `json:"process_start_max_ms,omitempty"`
-	LinkVsStart     float64  `json:"link_vs_process_start,omitempty"`
-	PerRunDetails   []string `json:"-"`
+	ProcessStartMS  float64 `json:"process_start_ms,omitempty"`
+	ProcessStartMin float64 `json:"process_start_min_ms,omitempty"`
+	ProcessStartMax float64 `json:"process_start_max_ms,omitempty"`
+	LinkVsStart     float64 `json:"link_vs_process_start,omitempty"`
+	// The same command started as each node's is, as a durable attempt
+	// holding a host lock (its supervisor), without the rest of gantry.
+	DurableStartMS float64  `json:"durable_start_ms,omitempty"`
+	PerRunDetails  []string `json:"-"`
 }
 
 type results struct {
@@ -112,13 +115,17 @@ func main() {
 		if !want(sc.name) {
 			continue
 		}
-		var starts []float64
+		var starts, durables []float64
 		var after func() error
 		if sc.name == "chain-1000" {
 			after = func() error {
-				ms, err := processStart(processStarts)
-				starts = append(starts, ms)
-				fmt.Printf("  %s process start (%d, Local runner): %.3f ms median\n", sc.name, processStarts, ms)
+				ms, err := processStart(processStarts, false)
+				if err != nil {
+					return err
+				}
+				dms, err := processStart(processStarts/2, true)
+				starts, durables = append(starts, ms), append(durables, dms)
+				fmt.Printf("  %s process start (Local runner, median of %d): %.3f ms; as a durable attempt (%d): %.3f ms\n", sc.name, processStarts, ms, processStarts/2, dms)
 				return err
 			}
 		}
@@ -131,6 +138,7 @@ func main() {
 			s.ProcessStartMS = median(starts)
 			s.ProcessStartMin, s.ProcessStartMax = minMax(starts)
 			s.LinkVsStart = s.PerNodeMS / s.ProcessStartMS
+			s.DurableStartMS = median(durables)
 		}
 		res.Scenarios[sc.name] = s
 	}
@@ -219,12 +227,23 @@ const processStarts = 200
 // processStart is the floor under a chain link: it starts `true` n times
 // in a row the way the executor starts each node's process with transport
 // local (hostexec.Local: /bin/sh -c, its own process group, output
-// captured), and returns the median milliseconds per start.
-func processStart(n int) (float64, error) {
+// captured), and returns the median milliseconds per start. durable runs
+// it as each node's command runs: a durable attempt holding a host lock,
+// under its supervisor (attempt files in a temporary directory).
+func processStart(n int, durable bool) (float64, error) {
+	dir, err := os.MkdirTemp("", "gantry-bench-start-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
 	xs := make([]float64, 0, n)
-	for range n {
+	for i := range n {
+		cmd := hostexec.Command{Script: "true"}
+		if durable {
+			cmd.Attempt, cmd.Lock, cmd.Env = fmt.Sprintf("bench.%d", i), "bench.f.n", map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")}
+		}
 		start := time.Now()
-		res, err := hostexec.Local{}.Run(context.Background(), hostexec.Command{Script: "true"})
+		res, err := hostexec.Local{}.Run(context.Background(), cmd)
 		if err != nil || res.ExitCode != 0 {
 			return 0, fmt.Errorf("process start: exit %d: %v", res.ExitCode, err)
 		}
@@ -440,6 +459,9 @@ func printTable(r *results) {
 		}
 		if s.ProcessStartMS > 0 {
 			fmt.Printf("  vs process start %.3f ms %.3f-%.3f ms   link/process start = %.2fx\n", s.ProcessStartMS, s.ProcessStartMin, s.ProcessStartMax, s.LinkVsStart)
+			if s.DurableStartMS > 0 {
+				fmt.Printf("  vs durable start %.3f ms                link/durable start = %.2fx\n", s.DurableStartMS, s.PerNodeMS/s.DurableStartMS)
+			}
 		}
 		if len(s.LinkMS) > 0 {
 			keys := make([]string, 0, len(s.LinkMS))
