@@ -71,9 +71,10 @@ type Command struct {
 	// OnLine, when set, receives each output line as it is produced.
 	OnLine func(s Stream, line string)
 	// BeforeStart, when set, is called right before the process starts
-	// (after any connection is made). If it fails, nothing starts and Run
-	// returns its error. Callers record an attempt here, so that an
-	// attempt is counted exactly when a process was started.
+	// (after the host's connection is made; over SSH while the command's
+	// session opens on it). If it fails, nothing starts and Run returns
+	// its error. Callers record an attempt here, so that an attempt is
+	// counted exactly when a process was started.
 	BeforeStart func() error
 	// Attempt, when set, makes the command durable (see durable.go): it
 	// runs under a supervisor on the host that records its output and exit
