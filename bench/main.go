@@ -5,11 +5,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,31 +20,42 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/dag/dagtest"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/nats-io/nats.go"
 )
 
 // Scenario figures in results.json.
 type Scenario struct {
-	WallS         float64                       `json:"wall_s"` // median
-	Runs          []float64                     `json:"runs"`
-	Min           float64                       `json:"min_s"`
-	Max           float64                       `json:"max_s"`
-	Nodes         int                           `json:"nodes"`
-	NodesPerS     float64                       `json:"nodes_per_s"`
-	PerNodeMS     float64                       `json:"per_node_ms"`
-	ReadyP50MS    float64                       `json:"ready_to_running_p50_ms,omitempty"`
-	ReadyP99MS    float64                       `json:"ready_to_running_p99_ms,omitempty"`
-	PeakRSSMB     map[string]float64            `json:"peak_rss_mb,omitempty"`
-	CPUSeconds    map[string]float64            `json:"cpu_s,omitempty"`             // per process, all runs
-	LinkMS        map[string]float64            `json:"link_breakdown_ms,omitempty"` // chain: median of each segment of a link`
-	IdleRSSMB     map[string]float64            `json:"idle_rss_mb,omitempty"`
-	Peers         map[string]map[string]float64 `json:"peers,omitempty"`
-	RatioVsPeer   map[string]float64            `json:"ratio_vs_peer,omitempty"` // gantry wall / peer wall
-	Status        string                        `json:"status"`
-	Target        string                        `json:"target"`
-	Note          string                        `json:"note,omitempty"`
-	PerRunDetails []string                      `json:"-"`
+	WallS       float64                       `json:"wall_s"` // median
+	Runs        []float64                     `json:"runs"`
+	Min         float64                       `json:"min_s"`
+	Max         float64                       `json:"max_s"`
+	Nodes       int                           `json:"nodes"`
+	NodesPerS   float64                       `json:"nodes_per_s"`
+	PerNodeMS   float64                       `json:"per_node_ms"`
+	ReadyP50MS  float64                       `json:"ready_to_running_p50_ms,omitempty"`
+	ReadyP99MS  float64                       `json:"ready_to_running_p99_ms,omitempty"`
+	PeakRSSMB   map[string]float64            `json:"peak_rss_mb,omitempty"`
+	CPUSeconds  map[string]float64            `json:"cpu_s,omitempty"`             // per process, all runs
+	LinkMS      map[string]float64            `json:"link_breakdown_ms,omitempty"` // chain: median of each segment of a link`
+	IdleRSSMB   map[string]float64            `json:"idle_rss_mb,omitempty"`
+	Peers       map[string]map[string]float64 `json:"peers,omitempty"`
+	RatioVsPeer map[string]float64            `json:"ratio_vs_peer,omitempty"` // gantry wall / peer wall
+	Status      string                        `json:"status"`
+	Target      string                        `json:"target"`
+	Note        string                        `json:"note,omitempty"`
+	// chain-1000: the process-start floor, measured between its runs
+	// (median ms per start of `true` through the Local runner), and the
+	// median link over it.
+	ProcessStartMS  float64 `json:"process_start_ms,omitempty"`
+	ProcessStartMin float64 `json:"process_start_min_ms,omitempty"`
+	ProcessStartMax float64 `json:"process_start_max_ms,omitempty"`
+	LinkVsStart     float64 `json:"link_vs_process_start,omitempty"`
+	// The same command started as each node's is, as a durable attempt
+	// holding a host lock (its supervisor), without the rest of gantry.
+	DurableStartMS float64  `json:"durable_start_ms,omitempty"`
+	PerRunDetails  []string `json:"-"`
 }
 
 type results struct {
@@ -49,13 +63,27 @@ type results struct {
 	When      string               `json:"when"`
 	Scenarios map[string]*Scenario `json:"scenarios"`
 	DevMode   map[string]float64   `json:"gantry_dev,omitempty"`
+	// Ratios are the two ratios with a target, each of two figures
+	// measured in the same run of the bench (see ratios).
+	Ratios map[string]Ratio `json:"ratios,omitempty"`
+}
+
+// Ratio is gantry's figure over its floor, both measured in one run.
+type Ratio struct {
+	Gantry float64 `json:"gantry"`
+	Floor  float64 `json:"floor"`
+	Unit   string  `json:"unit"`
+	Ratio  float64 `json:"ratio"`
+	Target float64 `json:"target"` // at most
+	Met    bool    `json:"met"`
 }
 
 func main() {
-	only := flag.String("scenario", os.Getenv("BENCH"), "run one scenario (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
+	only := flag.String("scenario", os.Getenv("BENCH"), "run these scenarios only, comma-separated (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
 	runs := flag.Int("runs", 5, "runs per scenario")
 	sshRuns := flag.Int("ssh-runs", 3, "runs of ssh-500 and each peer")
 	ansibleRuns := flag.Int("ansible-runs", 1, "runs of the Ansible peer (slow)")
+	opensshRuns := flag.Int("openssh-runs", -1, "runs of the OpenSSH peer (default: -ssh-runs)")
 	fleetAnsible := flag.Int("fleet-ansible-hosts", 200, "hosts of fleet-1000 Ansible runs on (its time is scaled to 1,000)")
 	binDir := flag.String("bin", "bin", "where the service binaries and nats-server are")
 	out := flag.String("out", "bench/results.json", "results file")
@@ -66,7 +94,7 @@ func main() {
 		_ = json.Unmarshal(b, res) // keep the other scenarios' last figures
 		res.When = time.Now().UTC().Format(time.RFC3339)
 	}
-	want := func(name string) bool { return *only == "" || *only == name }
+	want := func(name string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), name) }
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -87,15 +115,38 @@ func main() {
 		if !want(sc.name) {
 			continue
 		}
-		s, err := workflowBench(abs, sc.name, sc.comp, *runs, "", "")
+		var starts, durables []float64
+		var after func() error
+		if sc.name == "chain-1000" {
+			after = func() error {
+				ms, err := processStart(processStarts, false)
+				if err != nil {
+					return err
+				}
+				dms, err := processStart(processStarts/2, true)
+				starts, durables = append(starts, ms), append(durables, dms)
+				fmt.Printf("  %s process start (Local runner, median of %d): %.3f ms; as a durable attempt (%d): %.3f ms\n", sc.name, processStarts, ms, processStarts/2, dms)
+				return err
+			}
+		}
+		s, err := workflowBench(abs, sc.name, sc.comp, *runs, "", "", after)
 		if err != nil {
 			fail(err)
 		}
 		s.Target = sc.target
+		if len(starts) > 0 {
+			s.ProcessStartMS = median(starts)
+			s.ProcessStartMin, s.ProcessStartMax = minMax(starts)
+			s.LinkVsStart = s.PerNodeMS / s.ProcessStartMS
+			s.DurableStartMS = median(durables)
+		}
 		res.Scenarios[sc.name] = s
 	}
 	if want("ssh-500") {
-		s, err := sshBench(abs, *sshRuns, *ansibleRuns)
+		if *opensshRuns < 0 {
+			*opensshRuns = *sshRuns
+		}
+		s, err := sshBench(abs, *sshRuns, *opensshRuns, *ansibleRuns)
 		if err != nil {
 			fail(err)
 		}
@@ -124,6 +175,7 @@ func main() {
 		}
 		res.DevMode = d
 	}
+	res.Ratios = ratios(res)
 	printTable(res)
 	b, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
@@ -168,8 +220,57 @@ func planBench(runs int) *Scenario {
 	return s
 }
 
-// workflowBench runs a composition `runs` times on one fresh stack.
-func workflowBench(binDir, name string, comp func() *dag.Composition, runs int, key, known string) (*Scenario, error) {
+// processStarts is how many processes processStart starts after each
+// chain-1000 run.
+const processStarts = 200
+
+// processStart is the floor under a chain link: it starts `true` n times
+// in a row the way the executor starts each node's process with transport
+// local (hostexec.Local: /bin/sh -c, its own process group, output
+// captured), and returns the median milliseconds per start. durable runs
+// it as each node's command runs: a durable attempt holding a host lock,
+// under its supervisor (attempt files in a temporary directory).
+func processStart(n int, durable bool) (float64, error) {
+	dir, err := os.MkdirTemp("", "gantry-bench-start-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	xs := make([]float64, 0, n)
+	for i := range n {
+		cmd := hostexec.Command{Script: "true"}
+		if durable {
+			cmd.Attempt, cmd.Lock, cmd.Env = fmt.Sprintf("bench.%d", i), "bench.f.n", map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")}
+		}
+		start := time.Now()
+		res, err := hostexec.Local{}.Run(context.Background(), cmd)
+		if err != nil || res.ExitCode != 0 {
+			return 0, fmt.Errorf("process start: exit %d: %v", res.ExitCode, err)
+		}
+		xs = append(xs, float64(time.Since(start).Microseconds())/1000)
+	}
+	return median(xs), nil
+}
+
+// ratios are the two figures with a target over their floors: ssh-500's
+// median wall over the raw x/crypto/ssh loop's (run after each of its
+// runs), and chain-1000's median link over the process start measured
+// after each of its runs.
+func ratios(r *results) map[string]Ratio {
+	out := map[string]Ratio{}
+	if s, ok := r.Scenarios["ssh-500"]; ok && s.Peers["floor"] != nil {
+		f := s.Peers["floor"]["wall_s"]
+		out["ssh-500 / raw loop"] = Ratio{Gantry: s.WallS, Floor: f, Unit: "s", Ratio: s.WallS / f, Target: 1.35, Met: s.WallS/f <= 1.35}
+	}
+	if s, ok := r.Scenarios["chain-1000"]; ok && s.ProcessStartMS > 0 {
+		out["chain-1000 link / process start"] = Ratio{Gantry: s.PerNodeMS, Floor: s.ProcessStartMS, Unit: "ms", Ratio: s.LinkVsStart, Target: 2, Met: s.LinkVsStart <= 2}
+	}
+	return out
+}
+
+// workflowBench runs a composition `runs` times on one fresh stack; after,
+// when not nil, runs after each of them (a floor measured between runs).
+func workflowBench(binDir, name string, comp func() *dag.Composition, runs int, key, known string, after func() error) (*Scenario, error) {
 	st, err := startStack(binDir, key, known)
 	if err != nil {
 		return nil, err
@@ -201,10 +302,15 @@ func workflowBench(binDir, name string, comp func() *dag.Composition, runs int, 
 		lats = append(lats, r.Latencies...)
 		s.Nodes = countNodes(c)
 		fmt.Printf("  %s run %d: %.3fs (%s)\n", name, i+1, r.Wall.Seconds(), r.Status)
+		if after != nil {
+			if err := after(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	_, s.PeakRSSMB = st.rssByService()
 	s.CPUSeconds = st.cpuByProcess()
-	if name == "chain-1000" {
+	if name == "chain-1000" || name == "ssh-500" {
 		s.LinkMS = lastBreakdown
 	}
 	s.WallS = median(s.Runs)
@@ -237,7 +343,7 @@ func waitServices(nc *nats.Conn) error {
 	return fmt.Errorf("services did not come up")
 }
 
-func sshBench(binDir string, runs, ansibleRuns int) (*Scenario, error) {
+func sshBench(binDir string, runs, opensshRuns, ansibleRuns int) (*Scenario, error) {
 	dir, _ := os.MkdirTemp("", "gantry-bench-ssh-")
 	defer os.RemoveAll(dir)
 	fleet, err := sshtest.Launch(dir, 5, sshtest.Options{})
@@ -245,7 +351,19 @@ func sshBench(binDir string, runs, ansibleRuns int) (*Scenario, error) {
 		return nil, err
 	}
 	defer fleet.Close()
-	s, err := workflowBench(binDir, "ssh-500", func() *dag.Composition { return ssh500(fleet) }, runs, fleet.KeyFile, fleet.KnownHosts)
+	// The raw loop runs after each gantry run, so both see the same
+	// machine (it is shared and its load changes).
+	var floors []float64
+	after := func() error {
+		d, err := floor(fleet)
+		if err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		floors = append(floors, d.Seconds())
+		fmt.Printf("  ssh-500 peer floor run %d: %.3fs\n", len(floors), d.Seconds())
+		return nil
+	}
+	s, err := workflowBench(binDir, "ssh-500", func() *dag.Composition { return ssh500(fleet) }, runs, fleet.KeyFile, fleet.KnownHosts, after)
 	if err != nil {
 		return nil, err
 	}
@@ -267,11 +385,13 @@ func sshBench(binDir string, runs, ansibleRuns int) (*Scenario, error) {
 		s.RatioVsPeer[name] = s.WallS / median(xs)
 		return nil
 	}
-	if err := peer("floor", runs, func() (time.Duration, error) { return floor(fleet) }); err != nil {
-		return nil, err
-	}
-	if err := peer("openssh", runs, func() (time.Duration, error) { return openssh(fleet, dir) }); err != nil {
-		return nil, err
+	lo, hi := minMax(floors)
+	s.Peers["floor"] = map[string]float64{"wall_s": median(floors), "min_s": lo, "max_s": hi, "runs": float64(len(floors))}
+	s.RatioVsPeer["floor"] = s.WallS / median(floors)
+	if opensshRuns > 0 {
+		if err := peer("openssh", opensshRuns, func() (time.Duration, error) { return openssh(fleet, dir) }); err != nil {
+			return nil, err
+		}
 	}
 	if ansibleRuns > 0 {
 		if err := peer("ansible", ansibleRuns, func() (time.Duration, error) { return ansible(fleet, dir) }); err != nil {
@@ -337,6 +457,12 @@ func printTable(r *results) {
 			fmt.Printf("  RSS MB idle %s; peak %s\n", fmtMap(s.IdleRSSMB), fmtMap(s.PeakRSSMB))
 			fmt.Printf("  CPU s (all runs) nats-server %.1f, %s\n", s.CPUSeconds["nats-server"], fmtMap(s.CPUSeconds))
 		}
+		if s.ProcessStartMS > 0 {
+			fmt.Printf("  vs process start %.3f ms %.3f-%.3f ms   link/process start = %.2fx\n", s.ProcessStartMS, s.ProcessStartMin, s.ProcessStartMax, s.LinkVsStart)
+			if s.DurableStartMS > 0 {
+				fmt.Printf("  vs durable start %.3f ms                link/durable start = %.2fx\n", s.DurableStartMS, s.PerNodeMS/s.DurableStartMS)
+			}
+		}
 		if len(s.LinkMS) > 0 {
 			keys := make([]string, 0, len(s.LinkMS))
 			for k := range s.LinkMS {
@@ -350,6 +476,14 @@ func printTable(r *results) {
 	}
 	if r.DevMode != nil {
 		fmt.Printf("gantry dev: idle RSS %.1f MB, peak %.1f MB, fanout-1000 %.3fs\n", r.DevMode["idle_rss_mb"], r.DevMode["peak_rss_mb"], r.DevMode["fanout_1000_wall_s"])
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Ratios)) {
+		x := r.Ratios[k]
+		met := "no"
+		if x.Met {
+			met = "yes"
+		}
+		fmt.Printf("ratio %-32s %8.3f%s / %.3f%s = %.2fx  (target <= %.2fx: %s)\n", k, x.Gantry, x.Unit, x.Floor, x.Unit, x.Ratio, x.Target, met)
 	}
 }
 

@@ -186,9 +186,22 @@ func breakdown(c *dag.Composition, ready, fRunning, nRunning, nDone, fDone map[s
 			segs[name] = append(segs[name], float64(b.Sub(a).Microseconds())/1000)
 		}
 	}
+	if len(c.Formulas) > 0 && len(c.Formulas[0].Nodes) > 1 {
+		// formulas of nodes run one after another (ssh-500): where a
+		// node's time goes
+		for _, f := range c.Formulas {
+			for j, n := range f.Nodes {
+				k := f.ID + "/" + n.Name
+				add("a node running->node succeeded", nRunning[k], nDone[k])
+				if j+1 < len(f.Nodes) {
+					add("b node succeeded->next node running", nDone[k], nRunning[f.ID+"/"+f.Nodes[j+1].Name])
+				}
+			}
+		}
+	}
 	for i, f := range c.Formulas {
 		if len(f.Nodes) != 1 {
-			return
+			break
 		}
 		k := f.ID + "/" + f.Nodes[0].Name
 		add("1 ready->formula running", ready[f.ID], fRunning[f.ID])

@@ -146,11 +146,12 @@ func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string
 	port := freePort()
 	s.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	// GANTRY_BENCH_PPROF=1 serves pprof: nats-server on 127.0.0.1:6065, the
-	// services on 6061-6064 in serviceNames order (see docs/performance.md).
-	pprof := os.Getenv("GANTRY_BENCH_PPROF") != ""
+	// services on 6061-6064 in serviceNames order (see docs/performance.md);
+	// GANTRY_BENCH_PPROF=<port> starts at that port instead of 6061.
+	pprof, pprofBase := pprofPorts()
 	natsArgs := []string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js")}
 	if pprof {
-		natsArgs = append(natsArgs, "--profile", "6065")
+		natsArgs = append(natsArgs, "--profile", strconv.Itoa(pprofBase+4))
 	}
 	if s.natsd, err = startProc("nats-server", logf, nil, append([]string{filepath.Join(binDir, "nats-server")}, natsArgs...)...); err != nil {
 		return nil, err
@@ -164,7 +165,7 @@ func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string
 	for i, name := range serviceNames {
 		env := append(env[:len(env):len(env)], "NATS_NKEY="+keys.SeedFile(events.Identity(name)))
 		if pprof {
-			env = append(env[:len(env):len(env)], fmt.Sprintf("GANTRY_PPROF=127.0.0.1:%d", 6061+i))
+			env = append(env[:len(env):len(env)], fmt.Sprintf("GANTRY_PPROF=127.0.0.1:%d", pprofBase+i))
 		}
 		n := 1
 		var args []string
@@ -185,6 +186,20 @@ func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string
 		}
 	}
 	return s, nil
+}
+
+// pprofPorts reads GANTRY_BENCH_PPROF: empty serves no pprof; a port
+// number (above 1024) is the first of the five ports; anything else means
+// 6061.
+func pprofPorts() (bool, int) {
+	v := os.Getenv("GANTRY_BENCH_PPROF")
+	if v == "" {
+		return false, 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 1024 && n < 65531 {
+		return true, n
+	}
+	return true, 6061
 }
 
 func (s *stack) close() {

@@ -243,3 +243,47 @@ func TestCancelWhileWaitingForASlot(t *testing.T) {
 		t.Error("the cancelled node ran")
 	}
 }
+
+// A formula's next node takes over the slot of the node that ended only
+// while nobody waits for it ahead: a priority-90 workflow that waits for
+// the host's one slot runs between the two nodes of a priority-50
+// formula, not after both.
+func TestWaiterGoesBeforeTheFormulasNextNode(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	h := s.fleet.Hosts[0]
+	host := map[string]dag.Host{"box": {Address: h.Addr, User: s.fleet.User, MaxParallel: 1}}
+	long := &dag.Composition{Name: "long", Reset: true, Priority: 50, Hosts: host,
+		Formulas: []dag.Formula{{ID: "job", Server: "box", Nodes: []dag.Node{{Name: "first", Run: "sleep 1.5"}, {Name: "second", Run: "sleep 0.2"}}}}}
+	high := &dag.Composition{Name: "high", Reset: true, Priority: 90, Hosts: host,
+		Formulas: []dag.Formula{{ID: "job", Server: "box", Nodes: []dag.Node{{Name: "work", Run: "sleep 0.2"}}}}}
+	longID := s.mustSubmit(long)
+	s.waitFor("the first node to run", 20*time.Second, func() bool { return index(s.events(longID), events.FamilyNode, "job", "first", "running") >= 0 })
+	highID := s.mustSubmit(high)
+	s.waitFor("the priority-90 node to wait", 20*time.Second, func() bool {
+		for _, e := range s.events(highID) {
+			if e.status == "running" && strings.HasPrefix(e.reason, "waiting for a slot of limit host box") {
+				return true
+			}
+		}
+		return false
+	})
+	for _, id := range []string{longID, highID} {
+		if d := s.wait(id, 30*time.Second); d.Status != dag.WorkflowSucceeded {
+			t.Fatalf("%s: %s", id, d.Status)
+		}
+	}
+	ls, hs := s.spans(long, longID), s.spans(high, highID)
+	if len(ls) != 2 || len(hs) != 1 {
+		t.Fatalf("spans %v %v", ls, hs)
+	}
+	second := ls[0]
+	if ls[1].start.After(second.start) {
+		second = ls[1]
+	}
+	if !hs[0].start.Before(second.start) {
+		t.Errorf("the priority-90 node started at %s, after the formula's second node at %s", hs[0].start.Format(time.StampMicro), second.start.Format(time.StampMicro))
+	}
+	if n := maxRunning(append(ls, hs...), func(span) bool { return true }); n != 1 {
+		t.Errorf("the host ran %d nodes at once, max_parallel 1", n)
+	}
+}

@@ -11,7 +11,9 @@ import (
 // Durable commands. A Command with an Attempt runs on its host under a
 // small shell supervisor, as Ansible's async wrapper does: the command's
 // output and, at the end, its exit status are kept in files on the host
-// (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>.{run,pid,out,err,exit}),
+// (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>.{run,out,err}: the
+// run file holds the supervisor's pid on its first line and, once the
+// command ended, its exit status on the second),
 // and the command lives in its own session, so it outlives the connection
 // that started it. Running the same Attempt again re-attaches: it waits
 // for the running command (streaming its output again from the start), or
@@ -22,8 +24,9 @@ import (
 //
 // The host needs a POSIX sh, flock, and GNU coreutils' tee -p and tail
 // --pid (Debian, Ubuntu, RHEL and their images have them). The common path
-// costs the host four program starts more than a plain command: two tee,
-// flock, and the command's own sh.
+// costs the host three program starts more than a plain command (two tee
+// and flock), two subshells for the output pipes and one for the command,
+// and three new files.
 
 // ErrLost: an attempt's command ended on the host without recording an
 // exit status (it was killed outside gantry, or the host restarted).
@@ -56,27 +59,41 @@ const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
 // line is pidMarker, the process group of the command (the supervisor's
 // session) and the attempt's directory (see marked). ex is the
 // environment's export lines: they come first, so GANTRY_ATTEMPTS may be
-// one of them.
-func superviseScript(attempt, lock, ex, script string) string {
+// one of them. held says the caller took the lock already and passes it
+// on fd 3 (transport local: see Local.Run): the script keeps it on fd 9
+// for the attempt, and drops it when it re-attaches instead.
+func superviseScript(attempt, lock, ex, script string, held bool) string {
 	q := shellQuote
-	// The attempt starts where its run file can be created (noclobber: an
-	// atomic create, and a shell builtin); anywhere else it re-attaches. The
-	// shell that starts it is its supervisor: a session leader (sshd) or a
-	// process group leader (transport local) without a terminal, so the end
-	// of the connection does not signal it. It records its pid and the exit
-	// status; tee -p keeps writing the output files when the connection is
-	// gone. The marker goes out from a subshell: if the connection is
-	// already gone, the write's SIGPIPE ends that subshell, not the
-	// supervisor (which must not ignore SIGPIPE itself: the command would
-	// inherit that).
-	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
-_gn() { (set -C; : >"$_gd.run") 2>/dev/null; }
+	// The attempt starts where its run file can be created with its pid
+	// (noclobber: an atomic create; echo is a builtin that a failed
+	// redirection does not end the shell for); anywhere else it re-attaches.
+	// The shell that starts it is its supervisor: a session leader (sshd)
+	// or a process group leader (transport local) without a terminal, so
+	// the end of the connection does not signal it. It appends the exit
+	// status to the run file; tee -p keeps writing the output files when
+	// the connection is gone. The marker is written with SIGPIPE ignored:
+	// if the connection is already gone, the write fails instead of ending
+	// the supervisor; the default comes back before anything is started
+	// (the command would inherit an ignored SIGPIPE). The command runs in
+	// a subshell of its own (a fork, no new program): eval'd there, an
+	// exit or exec in it ends that subshell only.
+	//
+	// Attempts started by an earlier version kept the pid and the exit
+	// status in <attempt>.pid and <attempt>.exit: re-attaching reads those
+	// too.
+	pre, drop := "", ""
+	if held && lock != "" {
+		pre, drop = "exec 9>&3 3>&-; ", "exec 9>&-; "
+	}
+	return pre + ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
+_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
   [ -e "$_gb/.swept-` + sweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + sweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
-  echo $$ >"$_gd.pid"; (printf '` + pidMarker + `%s %s\n' "$$" "$_gd") 2>/dev/null
-  { { ` + hostLock(lock) + `/bin/sh -c ` + q(script) + ` </dev/null 9>&-; echo $? >"$_gd.exit"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
+  trap '' PIPE; printf '` + pidMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
+  { { ` + hostLock(lock, held) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
-  _gp=; [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"
+  ` + drop + `_gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
     tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd.out" & _gt=$!
@@ -86,8 +103,8 @@ else
     cat "$_gd.out" 2>/dev/null; cat "$_gd.err" >&2 2>/dev/null
   fi
 fi
-_gi=0; while [ ! -s "$_gd.exit" ] && [ $_gi -lt 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
-[ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit" && exit "$_gx"
+_gi=0; until _ge || [ $_gi -ge 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
+_ge && exit "$_gx"
 echo "gantry: attempt ` + attempt + ` ended on this host without an exit status (killed outside gantry, or the host restarted)" >&2
 exit ` + strconv.Itoa(lostExit) + `
 `
@@ -96,13 +113,17 @@ exit ` + strconv.Itoa(lostExit) + `
 // hostLock is the shell that takes the host's lock named lock (when not
 // empty) on fd 9 for the rest of the attempt: one attempt holds it at a
 // time, on this host, whichever executor or workflow started it. One that
-// has to wait says for whom, on stderr.
-func hostLock(lock string) string {
+// has to wait says for whom, on stderr. held: the shell holds it on fd 9
+// already, and only says it is the holder.
+func hostLock(lock string, held bool) string {
 	if lock == "" {
 		return ""
 	}
 	dir := `"$_gb/../locks"`
 	l := dir + `/` + shellQuote(lock)
+	if held {
+		return `echo "${_gd##*/}" >` + l + `.holder; `
+	}
 	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && exec 9>>` + l + ` && { flock -n 9 || { read -r _gh 2>/dev/null <` + l + `.holder; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}" >` + l + `.holder; `
 }
 
@@ -119,7 +140,11 @@ s=143; if alive; then s=137; kill -KILL -$g 2>/dev/null; i=0; while [ $i -lt 20 
 if alive; then echo "still running"; exit 1; fi
 `)
 	if dir != "" {
-		b.WriteString(`d=` + shellQuote(dir) + `; [ -s "$d.exit" ] || echo $s >"$d.exit"
+		// the exit status goes where the attempt's supervisor keeps it: the
+		// run file's second line, or <attempt>.exit for one started by an
+		// earlier version (it has a .pid file)
+		b.WriteString(`d=` + shellQuote(dir) + `; if [ -e "$d.pid" ]; then [ -s "$d.exit" ] || echo $s >"$d.exit"
+else x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] || echo $s >>"$d.run"; fi
 `)
 	}
 	b.WriteString("echo gone\n")

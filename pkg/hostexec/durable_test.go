@@ -3,6 +3,7 @@ package hostexec
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,7 +104,7 @@ func TestDurableLocalReattach(t *testing.T) {
 	dir := t.TempDir()
 	cmd := durable(dir, "w1.1.f.n.1", nil)
 	ex, _ := exports(cmd.Env)
-	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script))
+	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script, false))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {
@@ -164,8 +165,9 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 			if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrKill) {
 				t.Fatalf("err = %v, want ErrTimeout and a confirmed kill", err)
 			}
-			pid, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1.pid"))
-			if out, _ := exec.Command("sh", "-c", "kill -0 -"+strings.TrimSpace(string(pid))).CombinedOutput(); !strings.Contains(string(out), "No such process") {
+			run, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1.run"))
+			pid, _, _ := strings.Cut(string(run), "\n") // the supervisor's pid, then the exit status
+			if out, _ := exec.Command("sh", "-c", "kill -0 -"+pid).CombinedOutput(); !strings.Contains(string(out), "No such process") {
 				t.Fatalf("process group %s still there: %s", pid, out)
 			}
 			cmd.Timeout = 0
@@ -232,7 +234,7 @@ func TestDurableSurvivesAClosedConnectionAtStart(t *testing.T) {
 	dir := t.TempDir()
 	cmd := durable(dir, "w1.1.f.n.1", nil)
 	ex, _ := exports(cmd.Env)
-	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script))
+	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script, false))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -300,4 +302,94 @@ func TestOldAttemptsSweptOncePerDay(t *testing.T) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// An attempt started by an earlier version kept its pid and exit status in
+// <attempt>.pid and <attempt>.exit (its run file empty): running it again
+// reads its result from those and starts nothing.
+func TestDurableEarlierLayoutReadAgain(t *testing.T) {
+	for name, r := range runners(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			attempts := filepath.Join(dir, "attempts")
+			if err := os.MkdirAll(attempts, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for ext, body := range map[string]string{"run": "", "pid": "999999999\n", "out": "earlier\n", "err": "warned\n", "exit": "3\n"} {
+				if err := os.WriteFile(filepath.Join(attempts, "w1.1.f.n.1."+ext), []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ran := filepath.Join(dir, "ran")
+			res, err := r.Run(context.Background(), Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo >" + shellQuote(ran)})
+			if err != nil || res.ExitCode != 3 || res.Stdout != "earlier\n" || res.Stderr != "warned\n" {
+				t.Fatalf("read again: %+v %v", res, err)
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Fatal("the attempt ran again")
+			}
+		})
+	}
+}
+
+// Locally the runner takes a free host lock itself and hands it to the
+// supervisor, which then starts no flock; a lock held elsewhere is still
+// waited for by the supervisor's flock, and the command runs only once it
+// is free.
+func TestLocalLockTakenWithoutFlock(t *testing.T) {
+	dir := t.TempDir()
+	bin, calls := filepath.Join(dir, "bin"), filepath.Join(dir, "flock-calls")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real, err := exec.LookPath("flock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := "#!/bin/sh\necho \"$*\" >>" + shellQuote(calls) + "\nexec " + shellQuote(real) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "flock"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	attempts := filepath.Join(dir, "attempts")
+	run := func(id, script string) Result {
+		t.Helper()
+		res, err := Local{}.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: script})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s: %+v %v", id, res, err)
+		}
+		return res
+	}
+	count := func() int {
+		b, _ := os.ReadFile(calls)
+		return strings.Count(string(b), "\n")
+	}
+	run("a.1", "true") // makes the directories: the supervisor takes the lock
+	if n := count(); n != 1 {
+		t.Fatalf("first attempt: %d flock calls, want 1", n)
+	}
+	run("a.2", "true")
+	if n := count(); n != 1 {
+		t.Fatalf("second attempt: %d flock calls, want none more", n)
+	}
+	holder, err := os.OpenFile(filepath.Join(dir, "locks", "c.f.n"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(holder.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now().Add(500 * time.Millisecond)
+	time.AfterFunc(500*time.Millisecond, func() { holder.Close() })
+	res := run("a.3", "date +%s.%N")
+	if !strings.Contains(res.Stderr, "gantry: waiting for") || count() != 3 {
+		t.Fatalf("a held lock: stderr %q, %d flock calls (want the waiting line, and flock -n then flock)", res.Stderr, count())
+	}
+	var sec, nsec int64
+	if _, err := fmt.Sscanf(strings.Replace(strings.TrimSpace(res.Stdout), ".", " ", 1), "%d %d", &sec, &nsec); err != nil {
+		t.Fatalf("stdout %q: %v", res.Stdout, err)
+	}
+	if ran := time.Unix(sec, nsec); ran.Before(released.Add(-50 * time.Millisecond)) {
+		t.Fatalf("the command ran at %s, before the lock was free at %s", ran, released)
+	}
 }

@@ -71,9 +71,10 @@ type Command struct {
 	// OnLine, when set, receives each output line as it is produced.
 	OnLine func(s Stream, line string)
 	// BeforeStart, when set, is called right before the process starts
-	// (after any connection is made). If it fails, nothing starts and Run
-	// returns its error. Callers record an attempt here, so that an
-	// attempt is counted exactly when a process was started.
+	// (after the host's connection is made; over SSH while the command's
+	// session opens on it). If it fails, nothing starts and Run returns
+	// its error. Callers record an attempt here, so that an attempt is
+	// counted exactly when a process was started.
 	BeforeStart func() error
 	// Attempt, when set, makes the command durable (see durable.go): it
 	// runs under a supervisor on the host that records its output and exit
@@ -89,6 +90,12 @@ type Command struct {
 // shellText is what the shell runs for cmd: the script with its
 // environment, or, for a durable command, the supervisor around it.
 func shellText(cmd Command, ex string) (string, error) {
+	return shellTextHeld(cmd, ex, false)
+}
+
+// shellTextHeld is shellText for a caller that may hold cmd's lock
+// already, on fd 3 (see superviseScript).
+func shellTextHeld(cmd Command, ex string, held bool) (string, error) {
 	if cmd.Attempt == "" {
 		return ex + "exec /bin/sh -c " + shellQuote(cmd.Script), nil
 	}
@@ -100,7 +107,7 @@ func shellText(cmd Command, ex string) (string, error) {
 			return "", fmt.Errorf("lock: %w", err)
 		}
 	}
-	return superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script), nil
+	return superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script, held), nil
 }
 
 // ErrNotStarted wraps a BeforeStart failure.

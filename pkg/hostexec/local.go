@@ -35,8 +35,16 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
 	text := ex + cmd.Script
+	var lock *os.File
 	if cmd.Attempt != "" {
-		if text, err = shellText(cmd, ex); err != nil {
+		if err := validAttempt(cmd.Attempt); err != nil {
+			return res, err
+		}
+		lock = takeLock(cmd)
+		if lock != nil {
+			defer lock.Close() // the command holds it from its start on
+		}
+		if text, err = shellTextHeld(cmd, ex, lock != nil); err != nil {
 			return res, err
 		}
 	}
@@ -53,11 +61,17 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	c.Env = localEnv(cmd.Secrets)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = KillGrace
+	if lock != nil {
+		c.ExtraFiles = []*os.File{lock} // fd 3
+	}
 	if err := beforeStart(cmd); err != nil {
 		return res, err
 	}
 	if err := c.Start(); err != nil {
 		return res, fmt.Errorf("start /bin/sh: %w", err)
+	}
+	if lock != nil {
+		lock.Close() // the command's copy holds it now
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- c.Wait() }()
@@ -91,6 +105,53 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	return res, nil
 }
 
+// takeLock takes a durable command's host lock here, without waiting, so
+// that its supervisor need not start flock (a program start per attempt):
+// an open file description locked with flock(2) that the command inherits
+// on fd 3 and holds until it ends, as flock(1) would. It returns nil when
+// the lock is held elsewhere (the supervisor then waits for it with flock
+// and says for whom), or cannot be taken here for any reason (the
+// supervisor takes it as without this); also when the attempts directory
+// is not the one the worker's environment names (a secret named
+// GANTRY_ATTEMPTS), or the locks directory is not there yet.
+func takeLock(cmd Command) *os.File {
+	if cmd.Lock == "" || validAttempt(cmd.Lock) != nil {
+		return nil
+	}
+	if _, ok := cmd.Secrets["GANTRY_ATTEMPTS"]; ok {
+		return nil
+	}
+	base := cmd.Env["GANTRY_ATTEMPTS"]
+	if base == "" {
+		home := homeDir()
+		if home == "" {
+			return nil
+		}
+		base = home + "/.gantry/attempts"
+	}
+	// not cleaned: ".." is resolved by the kernel, as the shell's is
+	f, err := os.OpenFile(base+"/../locks/"+cmd.Lock, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// homeDir is the HOME a local command gets (localEnv).
+func homeDir() string {
+	if home := os.Getenv("HOME"); home != "" {
+		return home
+	}
+	if u, err := user.Current(); err == nil {
+		return u.HomeDir
+	}
+	return ""
+}
+
 // defaultPath is a local command's PATH when the worker has none.
 const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
@@ -107,13 +168,7 @@ func localEnv(secrets map[string]string) []string {
 		path = defaultPath
 	}
 	env = append(env, "PATH="+path)
-	home := os.Getenv("HOME")
-	if home == "" {
-		if u, err := user.Current(); err == nil {
-			home = u.HomeDir
-		}
-	}
-	if home != "" {
+	if home := homeDir(); home != "" {
 		env = append(env, "HOME="+home)
 	}
 	for _, k := range []string{"LANG", "USER"} {

@@ -50,7 +50,7 @@ func withSecrets(t *testing.T, r Runner, cmd Command, check func(t *testing.T, r
 			}
 			check(t, res, lines)
 			if durable { // the attempt ran under the directory the environment named
-				if _, err := os.Stat(filepath.Join(dir, c.Attempt+".exit")); err != nil {
+				if _, err := os.Stat(filepath.Join(dir, c.Attempt+".run")); err != nil {
 					t.Fatalf("GANTRY_ATTEMPTS not honoured: %v", err)
 				}
 			}

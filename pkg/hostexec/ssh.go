@@ -603,6 +603,39 @@ func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Cl
 	}
 }
 
+// prepare opens the session the command will run in, once the host's
+// connection is there, and calls the command's BeforeStart (which records
+// the attempt) while the session opens: two round trips at once, to the
+// host and to wherever BeforeStart writes. Nothing starts before both are
+// done; when either fails, nothing starts and the session is closed.
+func (r *sshRunner) prepare(ctx context.Context, c *conn, cmd Command) (*ssh.Session, *ssh.Client, error) {
+	if _, err := r.pool.client(ctx, c); err != nil {
+		return nil, nil, err
+	}
+	type opened struct {
+		sess   *ssh.Session
+		client *ssh.Client
+		err    error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		sess, client, err := r.session(ctx, c)
+		ch <- opened{sess, client, err}
+	}()
+	berr := beforeStart(cmd)
+	o := <-ch
+	if berr != nil || o.err != nil {
+		if o.sess != nil {
+			_ = o.sess.Close()
+		}
+		if berr != nil {
+			return nil, nil, berr
+		}
+		return nil, nil, o.err
+	}
+	return o.sess, o.client, nil
+}
+
 // pidMarker starts the first stdout line of every remote command: the
 // shell sshd started is a session leader (sshd calls setsid), so its pid
 // is the process group of everything the command runs.
@@ -627,11 +660,22 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	}
 	defer func() { <-c.sem }()
 
-	var (
-		client *ssh.Client
-		sess   *ssh.Session
-	)
-	sess, client, err = r.session(rctx, c)
+	stdin := io.Reader(eofReader{})
+	if len(cmd.Secrets) > 0 {
+		// Before the environment: its exports, and a durable command's
+		// supervisor, come after the secrets are set.
+		ex = readSecrets + ex
+		stdin = strings.NewReader(secretLine(cmd.Secrets))
+	}
+	text, err := shellText(cmd, ex)
+	if err != nil {
+		return res, err
+	}
+	remote := "exec /bin/sh -c " + shellQuote(text)
+	if cmd.Attempt == "" {
+		remote = "printf '" + pidMarker + "%s\\n' \"$$\"; " + text
+	}
+	sess, client, err := r.prepare(rctx, c, cmd)
 	if err != nil {
 		return res, err
 	}
@@ -642,24 +686,7 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: markerSink(pgid), mask: mask}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	sess.Stdout, sess.Stderr = out, errOut
-	sess.Stdin = eofReader{}
-	if len(cmd.Secrets) > 0 {
-		// Before the environment: its exports, and a durable command's
-		// supervisor, come after the secrets are set.
-		ex = readSecrets + ex
-		sess.Stdin = strings.NewReader(secretLine(cmd.Secrets))
-	}
-	text, err := shellText(cmd, ex)
-	if err != nil {
-		return res, err
-	}
-	remote := "exec /bin/sh -c " + shellQuote(text)
-	if cmd.Attempt == "" {
-		remote = "printf '" + pidMarker + "%s\\n' \"$$\"; " + text
-	}
-	if err := beforeStart(cmd); err != nil {
-		return res, err
-	}
+	sess.Stdin = stdin
 	if err := sess.Start(remote); err != nil {
 		return res, fmt.Errorf("%w on %s: start: %w", ErrSession, r.address, err)
 	}

@@ -19,35 +19,43 @@ import (
 // attempt runs the node once, when the host has room: its check (create:
 // exit 0 means skipped; check: the verdict) and its command. record is
 // called right before a process starts. permanent says retrying cannot
-// help.
-func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool) {
+// help. The attempt has ended when it returns; slots are the slots it
+// held, which the caller gives back (while it records the outcome) or
+// hands over to the formula's next node (their free is nil when it held
+// none).
+func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool, slots hold) {
 	ev = &events.NodeEvent{}
-	release, err := nr.takeSlots(attempt)
+	slots, err := nr.takeSlots(attempt)
 	if err != nil {
 		if nr.stop.Err() != nil {
 			ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
-			return dag.NodeCancelled, ev, true
+			return dag.NodeCancelled, ev, true, hold{}
 		}
 		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
-		return dag.NodeFailed, ev, false
+		return dag.NodeFailed, ev, false, hold{}
 	}
 	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	sh.progress = &progressSink{sh: sh}
 	defer func() {
 		// The attempt's last progress is out before its outcome.
 		sh.progress.stop()
-		// The attempt ends before its slots are given back: the next
-		// holder's start is never before this end.
 		now := time.Now().UTC()
 		ev.EndedAt = &now
-		release()
 	}()
-	switch nr.d.Operation {
+	final, ev, permanent = sh.steps()
+	return final, ev, permanent, slots
+}
+
+// steps runs the attempt's scripts: a check node's command; or a create
+// node's check (exit 0 means skipped), then its command.
+func (sh *shell) steps() (dag.NodeState, *events.NodeEvent, bool) {
+	ev := sh.ev
+	switch sh.nr.d.Operation {
 	case dag.OpCheck:
 		return sh.check()
 	case dag.OpCreate:
-		if strings.TrimSpace(nr.n.Check) != "" {
-			res, err := sh.run("check", nr.n.Check)
+		if strings.TrimSpace(sh.nr.n.Check) != "" {
+			res, err := sh.run("check", sh.nr.n.Check)
 			if err != nil && isPermanent(err) {
 				sh.fill(res, err)
 				ev.Status = dag.NodeFailed

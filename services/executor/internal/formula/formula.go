@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
@@ -139,6 +140,7 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	}
 	f.emitFormula(ctx, dag.FormulaRunning, "")
 	states, failed := f.runNodes(ctx)
+	f.released.Wait() // every slot is back before the outcome
 	if f.err != nil {
 		// An outcome is unrecorded: the redelivery decides again.
 		return errors.Join(f.err, f.out.Flush(ctx))
@@ -156,23 +158,41 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 
 // formulaRun is one delivery of a dispatch being run.
 type formulaRun struct {
-	x       *Executor
-	d       *events.Dispatch
-	pf      *dag.PlannedFormula
-	out     Emitter
-	runner  hostexec.Runner
-	slot    chan struct{}   // the host's capacity
-	stop    context.Context // done when the formula is cancelled: running nodes are killed
-	started time.Time
-	span    trace.SpanContext // the formula's span (invalid: untraced)
-	log     *slog.Logger
-	errMu   sync.Mutex
-	err     error // the first node outcome that could not be recorded
+	x        *Executor
+	d        *events.Dispatch
+	pf       *dag.PlannedFormula
+	out      Emitter
+	runner   hostexec.Runner
+	slot     chan struct{}   // the host's capacity
+	stop     context.Context // done when the formula is cancelled: running nodes are killed
+	started  time.Time
+	span     trace.SpanContext // the formula's span (invalid: untraced)
+	log      *slog.Logger
+	errMu    sync.Mutex
+	err      error          // the first node outcome that could not be recorded
+	released sync.WaitGroup // slots being given back
+	// unstarted counts the nodes not started yet: once none is left, an
+	// ended node's slots go back at once instead of waiting for a next node.
+	unstarted atomic.Int32
+}
+
+// release gives a lease back without waiting; Run waits for it before the
+// formula's outcome.
+func (f *formulaRun) release(l *slots.Lease) {
+	f.released.Add(1)
+	go func() { defer f.released.Done(); l.Release() }()
+}
+
+func (f *formulaRun) releaseAll(ls []*slots.Lease) {
+	for _, l := range ls {
+		f.release(l)
+	}
 }
 
 type nodeResult struct {
 	index int
 	state dag.NodeState
+	kept  *slots.Lease // the slots its last attempt held, to hand over
 }
 
 // runNodes runs the nodes as dag.NodeStep says until none is left, and
@@ -184,6 +204,12 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 	}
 	results := make(chan nodeResult, len(f.pf.Nodes))
 	running := 0
+	// Leases of nodes that ended, handed to the nodes started next (a node
+	// of the same dispatch needs the same slots); any left over are given
+	// back before waiting for the next result.
+	var spare []*slots.Lease
+	defer func() { f.releaseAll(spare) }()
+	f.unstarted.Store(int32(len(f.pf.Nodes)))
 	failed, held := f.holdNodes(ctx, states)
 	if f.err != nil {
 		return states, failed // a held node's record could not be read: the redelivery decides
@@ -208,17 +234,27 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 			}
 			states[j] = dag.NodeRunning
 			running++
-			go func(j int) { results <- nodeResult{j, f.runNode(ctx, j)} }(j)
+			f.unstarted.Add(-1)
+			var handed *slots.Lease
+			if n := len(spare); n > 0 {
+				handed, spare = spare[n-1], spare[:n-1]
+			}
+			go func(j int) { results <- f.runNode(ctx, j, handed) }(j)
 		}
 		if again {
 			continue // step again: what the held nodes took is free
 		}
+		f.releaseAll(spare)
+		spare = nil
 		if step.Done && running == 0 {
 			return states, failed
 		}
 		r := <-results
 		running--
 		states[r.index] = r.state
+		if r.kept != nil {
+			spare = append(spare, r.kept)
+		}
 		if r.state == dag.NodeFailed {
 			failed = append(failed, f.pf.Nodes[r.index].Name)
 		}

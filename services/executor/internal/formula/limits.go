@@ -11,19 +11,35 @@ import (
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 )
 
+// hold is the slots an attempt holds: a lease of slots across executors,
+// or (lease nil) a slot of this executor's own per-host capacity.
+type hold struct {
+	lease *slots.Lease
+	free  func() // gives them back
+}
+
 // takeSlots waits until the attempt may start: a slot of each of the
 // dispatch's limits across executors (Executor.Slots), or, without a
-// slots manager, of this executor's own per-host capacity. A wait for a
-// limit is announced as a node event. It returns what gives them back, or
-// an error (nr.stop's when the node was cancelled while waiting).
-func (nr *nodeRun) takeSlots(attempt int) (func(), error) {
+// slots manager, of this executor's own per-host capacity. A lease handed
+// over by the formula's node that ended last is kept when nobody waits for
+// its slots ahead of this attempt (slots.Lease.Keep), else given back
+// first. A wait for a limit is announced as a node event. It returns the
+// slots, or an error (nr.stop's when the node was cancelled while waiting).
+func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
 	if nr.x.Slots == nil {
 		select {
 		case nr.slot <- struct{}{}:
-			return func() { <-nr.slot }, nil
+			return hold{free: func() { <-nr.slot }}, nil
 		case <-nr.stop.Done():
-			return nil, nr.stop.Err()
+			return hold{}, nr.stop.Err()
 		}
+	}
+	if l := nr.handed; l != nil {
+		nr.handed = nil
+		if nr.stop.Err() == nil && l.Keep() {
+			return hold{lease: l, free: l.Release}, nil
+		}
+		l.Release()
 	}
 	d := nr.d
 	limits := d.Limits
@@ -38,11 +54,11 @@ func (nr *nodeRun) takeSlots(attempt int) (func(), error) {
 	})
 	if err != nil {
 		if nr.stop.Err() != nil {
-			return nil, nr.stop.Err()
+			return hold{}, nr.stop.Err()
 		}
-		return nil, fmt.Errorf("cannot take a slot: %w", err)
+		return hold{}, fmt.Errorf("cannot take a slot: %w", err)
 	}
-	return lease.Release, nil
+	return hold{lease: lease, free: lease.Release}, nil
 }
 
 // waitingForSlot announces that the attempt waits for a slot of limit l.

@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 )
 
 // nodeRun is one node of a formula run and its record as this delivery
@@ -26,22 +27,37 @@ type nodeRun struct {
 	known bool
 	log   *slog.Logger
 	first time.Time // when this delivery's first attempt (or skip) started, for the node's span
+	// handed is the lease of the formula's node that ended last, for the
+	// first attempt to keep (takeSlots); kept is the lease this node's
+	// last attempt held, for runNodes to hand to the next node.
+	handed *slots.Lease
+	kept   *slots.Lease
+	// released are closed once the slots given back are back.
+	released []chan struct{}
 }
 
-// runNode runs node j through its attempts and returns its final state. A
-// state that could not be recorded is kept by f.fail.
-func (f *formulaRun) runNode(ctx context.Context, j int) dag.NodeState {
+// runNode runs node j through its attempts and returns its final state
+// and, when its last attempt ended holding a lease of slots, that lease
+// (handed: one to start with). A state that could not be recorded is kept
+// by f.fail.
+func (f *formulaRun) runNode(ctx context.Context, j int, handed *slots.Lease) nodeResult {
 	n := f.d.Nodes[j]
-	nr := &nodeRun{formulaRun: f, j: j, n: n, key: events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name), log: f.log.With("node", n.Name)}
-	done := f.x.nodeStarted(f.d, n.Name)
+	nr := &nodeRun{formulaRun: f, j: j, n: n, key: events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name), log: f.log.With("node", n.Name), handed: handed}
+	started := f.x.nodeStarted(f.d, n.Name)
 	st, err := nr.run(ctx)
-	done(st)
+	started(st)
+	for _, done := range nr.released {
+		<-done
+	}
 	if err != nil {
 		f.fail(fmt.Errorf("node %s: %w", n.Name, err))
-		return st
+	} else {
+		nr.recordNode(ctx, st)
 	}
-	nr.recordNode(ctx, st)
-	return st
+	if nr.handed != nil { // never used: nothing was attempted
+		f.release(nr.handed)
+	}
+	return nodeResult{index: j, state: st, kept: nr.kept}
 }
 
 func (nr *nodeRun) run(ctx context.Context) (dag.NodeState, error) {
@@ -204,8 +220,9 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: next.GenAttempts, Run: events.Run{StartedAt: &started}}, next.Attempt)
 		return nil
 	}
-	final, ev, permanent := nr.attempt(next.Attempt, record)
+	final, ev, permanent, held := nr.attempt(next.Attempt, record)
 	if recordErr != nil {
+		held.giveBackNow()                      // the node is decided again, or redelivered: maybe another attempt
 		return dag.NodeFailed, false, recordErr // nothing started; decided again (ErrChanged) or redelivered
 	}
 	rec := next
@@ -215,6 +232,17 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	}
 	ev.StartedAt, ev.EndedAt = &started, &ended
 	retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts && nr.stop.Err() == nil
+	switch {
+	case retry:
+		held.giveBackNow() // before the next attempt takes them again
+	case held.lease != nil && nr.unstarted.Load() > 0:
+		// The node's last attempt, and nodes may start after it: its lease
+		// goes to runNodes, which hands it to the next node it starts or
+		// gives it back.
+		nr.kept = held.lease
+	default:
+		nr.giveBack(held)
+	}
 	if !retry {
 		rec.Status, rec.ExitCode = final, ev.ExitCode
 		if err := nr.save(ctx, rec); err != nil {
@@ -236,6 +264,26 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	nr.recordAttempt(ctx, ev, rec.Attempt, started, ended)
 	nr.log.Info("node attempt", "status", final, "attempt", rec.Attempt, "will_retry", retry, "exit_code", ev.ExitCode)
 	return final, retry, nil
+}
+
+// giveBack gives an ended attempt's slots back while the caller goes on
+// (recording its outcome: two writes to different buckets, at once); it
+// is done before run returns, so before the next attempt or node of this
+// formula takes slots.
+func (nr *nodeRun) giveBack(h hold) {
+	if h.free == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); h.free() }()
+	nr.released = append(nr.released, done)
+}
+
+// giveBackNow gives the slots back and returns once they are.
+func (h hold) giveBackNow() {
+	if h.free != nil {
+		h.free()
+	}
 }
 
 func (nr *nodeRun) emit(ctx context.Context, ev *events.NodeEvent, attempt int) {

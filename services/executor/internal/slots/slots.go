@@ -79,10 +79,12 @@ type Request struct {
 
 // Lease is the slots an attempt holds.
 type Lease struct {
-	m    *Manager
-	held []held
-	stop chan struct{}
-	done chan struct{}
+	m      *Manager
+	held   []held
+	limits []string // the limit of each held key
+	prio   int
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 type held struct {
@@ -302,6 +304,7 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*Lease, error) {
 // full (or has a waiter ahead).
 func (m *Manager) try(ctx context.Context, limits []dag.SlotLimit, prio int, since time.Time, waits map[string]*held, val []byte) (*Lease, dag.SlotLimit, error) {
 	var got []held
+	var ids []string
 	giveBack := func() {
 		for i := len(got) - 1; i >= 0; i-- {
 			if err := m.Store.Delete(context.WithoutCancel(ctx), got[i].key, got[i].rev); err != nil {
@@ -335,6 +338,7 @@ func (m *Manager) try(ctx context.Context, limits []dag.SlotLimit, prio int, sin
 			}
 			m.saw(k, rev, false)
 			got = append(got, held{key: k, rev: rev, val: val})
+			ids = append(ids, l.ID)
 			took = true
 			break
 		}
@@ -343,7 +347,7 @@ func (m *Manager) try(ctx context.Context, limits []dag.SlotLimit, prio int, sin
 			return nil, l, nil
 		}
 	}
-	lease := &Lease{m: m, held: got, stop: make(chan struct{}), done: make(chan struct{})}
+	lease := &Lease{m: m, held: got, limits: ids, prio: prio, stop: make(chan struct{}), done: make(chan struct{})}
 	go lease.refresh()
 	return lease, dag.SlotLimit{}, nil
 }
@@ -392,6 +396,26 @@ func (l *Lease) refresh() {
 			}
 		}
 	}
+}
+
+// Keep says whether the lease may pass to the next attempt of the same
+// dispatch (the same limits and priority) without being given back and
+// taken again: none of its limits has a waiter that Acquire would let go
+// first (one of a higher priority, or of the same priority registered
+// until now), as far as this executor has seen, which is what Acquire
+// checks before it takes a free slot. The keys keep naming the attempt
+// that took them.
+func (l *Lease) Keep() bool {
+	if l == nil {
+		return false
+	}
+	now := time.Now()
+	for _, id := range l.limits {
+		if l.m.ahead(id, waitKey(id, l.prio, now, "~")) {
+			return false
+		}
+	}
+	return true
 }
 
 // Release gives the slots back, in reverse order.

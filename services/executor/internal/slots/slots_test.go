@@ -224,3 +224,59 @@ func waitFor(t *testing.T, ok func() bool) {
 	}
 	t.Fatal("condition not met within 5s")
 }
+
+// A lease may pass to the next attempt of the same dispatch while nobody
+// waits for its slots ahead of it; a waiter of the same or a higher
+// priority, registered since, makes it go back (the waiter goes first),
+// and a waiter of a lower priority does not.
+func TestLeaseKeep(t *testing.T) {
+	s := newStore(t, time.Second)
+	lim := dag.SlotLimit{ID: "one", Name: "one", MaxParallel: 1}
+	ctx := context.Background()
+	a := manager(s, "a", time.Second)
+	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}, Priority: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Keep() {
+		t.Fatal("nobody waits: the lease should be kept")
+	}
+	var nilLease *Lease
+	if nilLease.Keep() {
+		t.Fatal("no lease kept")
+	}
+	for _, c := range []struct {
+		prio int
+		keep bool
+	}{{10, true}, {50, false}, {90, false}} {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if w, err := manager(s, "b", time.Second).Acquire(wctx, Request{Limits: []dag.SlotLimit{lim}, Priority: c.prio}); err == nil {
+				w.Release()
+			}
+		}()
+		waitFor(t, func() bool { return len(a.keysWithPrefix("wait.one.")) == 1 })
+		if got := l.Keep(); got != c.keep {
+			t.Errorf("a waiter of priority %d: Keep = %v, want %v", c.prio, got, c.keep)
+		}
+		cancel()
+		<-done
+		waitFor(t, func() bool { return len(a.keysWithPrefix("wait.one.")) == 0 })
+	}
+	l.Release()
+}
+
+// keysWithPrefix are the keys as this manager last saw them (for tests).
+func (m *Manager) keysWithPrefix(prefix string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for k := range m.keys {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
