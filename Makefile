@@ -74,6 +74,10 @@ LINUX_BIN := $(BIN)/linux
 # (debootstrap + docker import) when it cannot be pulled.
 TARGET_BASE ?= gantry/debian-sshd-base:bookworm
 export TARGET_BASE
+# GANTRY_TAG: the tag of the images `make images` builds and the compose
+# files run (default dev), so two checkouts can keep their own images.
+GANTRY_TAG ?= dev
+export GANTRY_TAG
 
 ## linux-bins: static (CGO_ENABLED=0) binaries of the services, the CLI and nats-server for the images.
 linux-bins:
@@ -85,9 +89,9 @@ linux-bins:
 ## images: the FROM-scratch images of nats and the services, and the sshd target image, built here without a registry.
 images: linux-bins
 	docker/target-base.sh
-	docker build -q -f docker/nats.Dockerfile -t gantry/nats:dev $(LINUX_BIN) >/dev/null
-	for s in planner executor health-gate state-store; do docker build -q -f docker/service.Dockerfile --build-arg BIN=$$s -t gantry/$$s:dev $(LINUX_BIN) >/dev/null || exit 1; done
-	docker build -q -f docker/target.Dockerfile --build-arg TARGET_BASE=$(TARGET_BASE) -t gantry/target:dev docker >/dev/null
+	docker build -q -f docker/nats.Dockerfile -t gantry/nats:$(GANTRY_TAG) $(LINUX_BIN) >/dev/null
+	for s in planner executor health-gate state-store; do docker build -q -f docker/service.Dockerfile --build-arg BIN=$$s -t gantry/$$s:$(GANTRY_TAG) $(LINUX_BIN) >/dev/null || exit 1; done
+	docker build -q -f docker/target.Dockerfile --build-arg TARGET_BASE=$(TARGET_BASE) -t gantry/target:$(GANTRY_TAG) docker >/dev/null
 	@docker images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' 'gantry/*'
 
 ## dev-keys: user key, the targets' host keys and a known_hosts for the compose stack, and the NATS identities (dev/keys).
@@ -129,5 +133,5 @@ cluster-down:
 	$(CLUSTER_COMPOSE) down -v --remove-orphans
 
 ## cluster-test: a 100-node run while the JetStream meta leader is stopped and one replica of each service killed.
-cluster-test: build tools dev-keys
+cluster-test: build tools images dev-keys
 	COMPOSE="$(COMPOSE)" docker/cluster-test.sh

@@ -13,7 +13,12 @@
 #      once (no node ran again after success); `gantry state --rebuild --check`
 #      finds the projection equal to a rebuild from the event stream
 #   5. down -v
-# KEEP=1 leaves the stack up. Prints the timings of each step.
+# KEEP=1 leaves the stack up. Prints the timings of each step. When a check
+# fails, the evidence is kept in EVIDENCE_DIR (default
+# build/cluster-test/<date>): the workflow's events from the stream
+# (events.jsonl, and as `gantry watch` prints them), its status (the failed
+# nodes' errors), the node records, the attempt files and marker lines on
+# each target, and each service's and nats-server's logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -27,10 +32,44 @@ export NATS_URL=nats://127.0.0.1:4322,nats://127.0.0.1:4323,nats://127.0.0.1:432
 export NATS_NKEY=$root/dev/keys/nats/operator.nk
 work=$(mktemp -d)
 t0=$EPOCHREALTIME
+evidence=${EVIDENCE_DIR:-$root/build/cluster-test/$(date -u +%Y%m%dT%H%M%SZ)}
+id=
 
 say() { printf '[%6ss] %s\n' "$(awk -v a="$EPOCHREALTIME" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')" "$*"; }
+# keep_evidence: what a failure is read from, into $evidence.
+keep_evidence() {
+	mkdir -p "$evidence/logs" "$evidence/targets"
+	$COMPOSE ps >"$evidence/ps.txt" 2>&1 || true
+	for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do
+		n=$(docker inspect -f '{{.Name}}' "$c" | sed 's#^/##')
+		docker logs --timestamps "$c" >"$evidence/logs/$n.log" 2>&1 || true
+	done
+	if [ -n "$id" ]; then
+		echo "$id" >"$evidence/workflow_id"
+		"$bin/gantry" status "$id" >"$evidence/status.txt" 2>&1 || true
+		"$bin/gantry" status "$id" -o json >"$evidence/status.json" 2>&1 || true
+		timeout 30 "$bin/gantry" watch "$id" >"$evidence/watch.txt" 2>&1 || true
+		# every event of the stream, as stored (the state-store's identity reads all of it)
+		n=$("$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store stream info GANTRY_EVENTS --json 2>/dev/null |
+			python3 -c 'import json, sys; print(json.load(sys.stdin)["state"]["messages"])' 2>/dev/null || echo 0)
+		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store \
+			sub --stream GANTRY_EVENTS --all --raw --count "$n" '>' >"$evidence/events.jsonl" 2>"$evidence/events.err" || true
+		# the executor's node records (attempts, status) of the workflow
+		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/executor.nk" --inbox-prefix _INBOX_executor \
+			kv ls gantry_nodes 2>/dev/null | grep "^$id" | while read -r k; do
+			printf '%s %s\n' "$k" "$("$bin/nats" --nkey "$root/dev/keys/nats/executor.nk" --inbox-prefix _INBOX_executor kv get gantry_nodes "$k" --raw 2>/dev/null)"
+		done >"$evidence/node-records.txt" 2>&1 || true
+	fi
+	for t in 1 2 3; do
+		c=$(ids target-$t)
+		[ -n "$c" ] || continue
+		docker exec "$c" sh -c 'cat /var/lib/wuji/markers; echo; cd /root/.gantry/attempts 2>/dev/null && for f in *.exit; do echo "$f $(cat "$f")"; done; ls -la --time-style=full-iso /root/.gantry/attempts' >"$evidence/targets/target-$t.txt" 2>&1 || true
+	done
+	say "    evidence kept in $evidence"
+}
 fail() {
 	say "FAIL: $*"
+	keep_evidence
 	$COMPOSE ps || true
 	$COMPOSE logs --no-color --tail 20 2>&1 | tail -150 || true
 	exit 1

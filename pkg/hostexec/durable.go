@@ -65,7 +65,9 @@ func superviseScript(attempt, lock, ex, script string) string {
 	// process group leader (transport local) without a terminal, so the end
 	// of the connection does not signal it. It records its pid and the exit
 	// status; tee -p keeps writing the output files when the connection is
-	// gone. The marker goes out from a subshell: if the connection is
+	// gone. One that re-attaches right after another started the attempt
+	// waits (at most 5 s) for its pid, which the starter writes next, rather
+	// than take the attempt for lost. The marker goes out from a subshell: if the connection is
 	// already gone, the write's SIGPIPE ends that subshell, not the
 	// supervisor (which must not ignore SIGPIPE itself: the command would
 	// inherit that).
@@ -76,6 +78,7 @@ if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn
   echo $$ >"$_gd.pid"; (printf '` + pidMarker + `%s %s\n' "$$" "$_gd") 2>/dev/null
   { { ` + hostLock(lock) + `/bin/sh -c ` + q(script) + ` </dev/null 9>&-; echo $? >"$_gd.exit"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
+  _gi=0; while [ ! -s "$_gd.pid" ] && [ ! -s "$_gd.exit" ] && [ $_gi -lt 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
   _gp=; [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
