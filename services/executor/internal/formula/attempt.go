@@ -18,17 +18,17 @@ import (
 // attempt runs the node once, when the host has room: its check (create:
 // exit 0 means skipped; check: the verdict) and its command. record is
 // called right before a process starts. permanent says retrying cannot
-// help.
-func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool) {
+// help. busErr (ErrBus) says the bus failed before anything started: the
+// attempt did not happen and must not count.
+func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool, busErr error) {
 	ev = &events.NodeEvent{}
 	release, err := nr.takeSlots(attempt)
 	if err != nil {
 		if nr.stop.Err() != nil {
 			ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
-			return dag.NodeCancelled, ev, true
+			return dag.NodeCancelled, ev, true, nil
 		}
-		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
-		return dag.NodeFailed, ev, false
+		return dag.NodeFailed, ev, false, err
 	}
 	defer func() {
 		// The attempt ends before its slots are given back: the next
@@ -40,23 +40,25 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	switch nr.d.Operation {
 	case dag.OpCheck:
-		return sh.check()
+		final, ev, permanent = sh.check()
+		return final, ev, permanent, nil
 	case dag.OpCreate:
 		if strings.TrimSpace(nr.n.Check) != "" {
 			res, err := sh.run("check", nr.n.Check)
 			if err != nil && isPermanent(err) {
 				sh.fill(res, err)
 				ev.Status = dag.NodeFailed
-				return dag.NodeFailed, ev, true
+				return dag.NodeFailed, ev, true, nil
 			}
 			if err == nil && res.ExitCode == 0 {
 				sh.fill(res, nil)
 				ev.Status, ev.Reason = dag.NodeSkipped, "check passed"
-				return dag.NodeSkipped, ev, false
+				return dag.NodeSkipped, ev, false, nil
 			}
 		}
 	}
-	return sh.command()
+	final, ev, permanent = sh.command()
+	return final, ev, permanent, nil
 }
 
 // shell runs one attempt's scripts on the host and fills its event.
