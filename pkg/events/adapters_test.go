@@ -23,7 +23,7 @@ func TestBucketOnJetStream(t *testing.T) {
 	defer cancel()
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.Executor)
-	js, err := events.Open(ctx, nc, events.Executor, 1)
+	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestOutboxOnJetStream(t *testing.T) {
 	defer cancel()
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.Planner)
-	js, err := events.Open(ctx, nc, events.Planner, 1)
+	js, err := events.Open(ctx, nc, events.Planner, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ require (
 
 require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0 // indirect
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect

@@ -33,7 +33,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "planner", "instance", cfg.Instance)
-	js, err := events.Open(ctx, nc, events.Planner, cfg.Replicas)
+	js, err := events.Open(ctx, nc, events.Planner, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
