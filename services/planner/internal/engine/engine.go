@@ -35,9 +35,10 @@ type Engine struct {
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 
-	mu    sync.Mutex // one unit of work at a time
-	cache map[string]*run
-	dirty []*run // runs changed by the unit of work under way
+	mu      sync.Mutex // one unit of work at a time
+	cache   map[string]*run
+	dirty   []*run // runs changed by the unit of work under way
+	checked []*run // cached runs found current in the unit of work under way
 }
 
 type run struct {
@@ -49,6 +50,7 @@ type run struct {
 	snapRev uint64
 	done    map[string]bool
 	dirty   bool
+	checked bool // found current (or loaded) in this unit of work
 }
 
 func (e *Engine) now() time.Time {
@@ -257,6 +259,12 @@ func unusable(err error) bool {
 // may be ahead of what was saved) are forgotten and reloaded when next
 // needed.
 func (e *Engine) unit(ctx context.Context, fn func() error) (err error) {
+	defer func() {
+		for _, r := range e.checked {
+			r.checked = false
+		}
+		e.checked = nil
+	}()
 	defer func() {
 		if p := recover(); p != nil {
 			e.forget(ctx)
