@@ -13,7 +13,8 @@
 #      once (no node ran again after success); `gantry state --rebuild --check`
 #      finds the projection equal to a rebuild from the event stream
 #   5. down -v
-# KEEP=1 leaves the stack up. Prints the timings of each step. When a check
+# ATTEMPTS=N allows each node N attempts (default 1: any failed attempt
+# fails the run). KEEP=1 leaves the stack up. Prints the timings of each step. When a check
 # fails, the evidence is kept in EVIDENCE_DIR (default
 # build/cluster-test/<date>): the workflow's events from the stream
 # (events.jsonl, and as `gantry watch` prints them), its status (the failed
@@ -109,10 +110,11 @@ done
 say "    meta leader: $(meta_leader)"
 
 # The composition: 10 formulas x 10 nodes, formula f on target-(f%3+1); a
-# node sleeps 0.3 to 1 s, then appends its marker line.
+# node sleeps 1.3 to 1.9 s, then appends its marker line.
 {
 	echo "name: cluster-100"
 	echo "operation: create"
+	echo "retry: {max_attempts: ${ATTEMPTS:-1}, initial_interval: 500ms}"
 	echo "hosts:"
 	for t in 1 2 3; do echo "  t$t: {address: target-$t:22, user: root}"; done
 	echo "formulas:"
