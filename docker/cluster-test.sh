@@ -182,6 +182,10 @@ say "    100 marker lines, each node exactly once"
 sed 's/^/    /' "$work/check.txt" | tail -5
 say "    restarts (docker RestartCount): $(for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker inspect -f '{{.Name}}={{.RestartCount}}/{{.State.Status}}' "$c"; done | sed 's#^/##; s#^gantry-cluster_##' | sort | tr '\n' ' ')"
 say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
+# What the services' logs say they did about it (killed replicas' logs included).
+for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker logs "$c" 2>&1; done >"$work/all.log"
+n() { grep -c "$1" "$work/all.log" || true; }
+say "    logs: $(n 'cannot create the streams and buckets yet') start retries, $(grep '"formula finished"' "$work/all.log" | grep -c "$id" || true) formula runs (10 formulas), $(n 'handler failed; redelivering') handlers failed and redelivered, $(n 're-attaching to it') SSH re-attaches, $(n 'cannot take a slot yet') slot retries, $(n 'wrong last seq') projection write conflicts"
 if [ -n "${KEEP:-}" ]; then
 	say "cluster-test PASS; KEEP=1: the stack is left up (make cluster-down removes it)"
 	exit 0
