@@ -8,7 +8,9 @@
 #      its target)
 #   3. mid-run: the JetStream meta leader (asked of each node's monitoring
 #      endpoint, /jsz: meta_cluster.leader) is stopped; one replica of each
-#      service is killed (docker kill); later the stopped node is started again
+#      service is killed (docker kill; of the executors, the one whose log
+#      names the workflow most: the one running nodes); later the stopped
+#      node is started again
 #   4. the run succeeded; every node's marker line is on its target exactly
 #      once (no node ran again after success); `gantry state --rebuild --check`
 #      finds the projection equal to a rebuild from the event stream
@@ -146,9 +148,19 @@ for _ in $(seq 60); do
 	sleep 0.5
 done
 say "    new meta leader: ${nl:-none} ($(awk -v a="$EPOCHREALTIME" -v b="$t_stop" 'BEGIN { printf "%.1f", a - b }') s after the stop); run: $(status_of "$id")"
-say "3b. docker kill one replica of each service"
+# busiest SERVICE: the replica whose log names the workflow most often (the
+# executor running most of its nodes), else the first.
+busiest() {
+	local c best= most=-1 k
+	for c in $(ids "$1"); do
+		k=$(docker logs "$c" 2>&1 | grep -c "$id" || true)
+		if [ "$k" -gt "$most" ]; then best=$c most=$k; fi
+	done
+	echo "$best"
+}
+say "3b. docker kill one replica of each service (the executor running most of the nodes)"
 for s in planner executor health-gate state-store; do
-	c=$(ids $s | head -1)
+	c=$(busiest $s)
 	[ -n "$c" ] || fail "no $s running"
 	docker kill "$c" >/dev/null
 	say "    killed $s $c"
@@ -185,7 +197,7 @@ say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --fi
 # What the services' logs say they did about it (killed replicas' logs included).
 for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker logs "$c" 2>&1; done >"$work/all.log"
 n() { grep -c "$1" "$work/all.log" || true; }
-say "    logs: $(n 'cannot create the streams and buckets yet') start retries, $(grep '"formula finished"' "$work/all.log" | grep -c "$id" || true) formula runs (10 formulas), $(n 'handler failed; redelivering') handlers failed and redelivered, $(n 're-attaching to it') SSH re-attaches, $(n 'cannot take a slot yet') slot retries, $(n 'wrong last seq') projection write conflicts"
+say "    logs: $(n 'cannot create the streams and buckets yet') start retries, $(grep '"formula finished"' "$work/all.log" | grep -c "$id" || true) formula runs (10 formulas), $(n 'handler failed; redelivering') handlers failed and redelivered, $(n 'resuming an interrupted attempt') attempts resumed, $(n 're-attaching to it') SSH re-attaches, $(n 'cannot take a slot yet') slot retries, $(n 'wrong last seq') projection write conflicts"
 if [ -n "${KEEP:-}" ]; then
 	say "cluster-test PASS; KEEP=1: the stack is left up (make cluster-down removes it)"
 	exit 0

@@ -134,6 +134,9 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 	maxAttempts := max(nr.n.Retry.MaxAttempts, 1)
 	bo := nr.backoff()
 	interrupted := nr.rec.Status == dag.NodeRunning && nr.rec.Generation == nr.d.Generation && nr.rec.GenAttempts > 0
+	if interrupted {
+		nr.log.Info("resuming an interrupted attempt", "attempt", nr.rec.Attempt)
+	}
 	for interrupted || nr.rec.GenAttempts < maxAttempts {
 		next := nr.rec
 		if !interrupted {
