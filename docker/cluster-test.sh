@@ -198,6 +198,7 @@ say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --fi
 for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker logs "$c" 2>&1; done >"$work/all.log"
 n() { grep -c "$1" "$work/all.log" || true; }
 say "    logs: $(n 'cannot create the streams and buckets yet') start retries, $(grep '"formula finished"' "$work/all.log" | grep -c "$id" || true) formula runs (10 formulas), $(n 'handler failed; redelivering') handlers failed and redelivered, $(n 'resuming an interrupted attempt') attempts resumed, $(n 're-attaching to it') SSH re-attaches, $(n 'cannot take a slot yet') slot retries, $(n 'wrong last seq') projection write conflicts"
+grep -h -e 'cannot take a slot yet' -e 're-attaching to it' "$work/all.log" | head -3 | cut -c1-400 | sed 's/^/      /' || true
 if [ -n "${KEEP:-}" ]; then
 	say "cluster-test PASS; KEEP=1: the stack is left up (make cluster-down removes it)"
 	exit 0
