@@ -84,7 +84,17 @@ func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publishe
 	if err != nil {
 		return nil, err
 	}
-	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Hosts: hosts, Out: pub.Outbox()}, nil
+	// Another planner replica's writes, seen without a round trip.
+	workflowRevs, err := events.WatchRevisions(ctx, workflows.KV)
+	if err != nil {
+		return nil, err
+	}
+	runRevs, err := events.WatchRevisions(ctx, runs.KV)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Hosts: hosts, Out: pub.Outbox(),
+		WorkflowRevs: workflowRevs, RunRevs: runRevs}, nil
 }
 
 // starter starts accepted runs. A start that fails (a stream it needs

@@ -34,6 +34,10 @@ type Engine struct {
 	Heal func(ctx context.Context) error
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// WorkflowRevs and RunRevs follow the revisions of Workflows and Runs,
+	// so a run kept in memory is known to be current without reading it
+	// again; when nil, the records are read again instead.
+	WorkflowRevs, RunRevs Revisions
 
 	mu      sync.Mutex // one unit of work at a time
 	cache   map[string]*run

@@ -51,9 +51,19 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 
 // current says whether a cached run's records are still those saved last,
 // checked once per unit of work (a run this unit changed is ahead of its
-// records, and is current).
+// records, and is current). With watches of both buckets' revisions it
+// costs no round trip.
 func (e *Engine) current(ctx context.Context, r *run) (bool, error) {
 	if r.checked || r.dirty {
+		return true, nil
+	}
+	if e.WorkflowRevs != nil && e.RunRevs != nil {
+		if e.WorkflowRevs.Moved(r.rec.ID, r.recRev) || e.RunRevs.Moved(r.rec.ID, r.snapRev) {
+			e.Log.Debug("run changed by another planner; reloaded", "workflow_id", r.rec.ID)
+			return false, nil
+		}
+		r.checked = true
+		e.checked = append(e.checked, r)
 		return true, nil
 	}
 	_, recRev, err := e.Workflows.Get(ctx, r.rec.ID)

@@ -12,7 +12,20 @@ import (
 // replica of the planner service is: its own memory, the same KV buckets.
 func (h *harness) replica() *Engine {
 	e := h.e
-	return &Engine{Workflows: e.Workflows, Runs: e.Runs, Nodes: e.Nodes, Hosts: e.Hosts, Out: e.Out, Log: e.Log, Now: e.Now}
+	return &Engine{Workflows: e.Workflows, Runs: e.Runs, Nodes: e.Nodes, Hosts: e.Hosts, Out: e.Out, Log: e.Log, Now: e.Now,
+		WorkflowRevs: e.WorkflowRevs, RunRevs: e.RunRevs}
+}
+
+// Without watches of the revisions, the records are read again: the same
+// checks hold.
+func TestReplicaWithoutRevisionWatches(t *testing.T) {
+	for name, test := range map[string]func(*testing.T, *harness){"pause": testReplicaSeesAPause, "steps": testReplicaStepsTheSavedRun} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			h.e.WorkflowRevs, h.e.RunRevs = nil, nil
+			test(t, h)
+		})
+	}
 }
 
 // Two planner replicas share a workflow's events and control requests.
@@ -21,8 +34,9 @@ func (h *harness) replica() *Engine {
 // succeeds. Before, the other replica stepped its stale copy of the run
 // and dispatched b in the paused workflow (its snapshot write even went
 // through: a pause changes the workflow record, not the snapshot).
-func TestReplicaSeesAPauseMadeByAnother(t *testing.T) {
-	h := newHarness(t)
+func TestReplicaSeesAPauseMadeByAnother(t *testing.T) { testReplicaSeesAPause(t, newHarness(t)) }
+
+func testReplicaSeesAPause(t *testing.T, h *harness) {
 	if err := h.submit(chain); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +71,10 @@ func TestReplicaSeesAPauseMadeByAnother(t *testing.T) {
 // Under on_failure stop, x's failure handled by one replica means the
 // other dispatches nothing when a succeeds, and the run ends failed once.
 func TestReplicaStepsTheSavedRunNotItsOwnCopy(t *testing.T) {
-	h := newHarness(t)
+	testReplicaStepsTheSavedRun(t, newHarness(t))
+}
+
+func testReplicaStepsTheSavedRun(t *testing.T, h *harness) {
 	if err := h.submit(parallel); err != nil {
 		t.Fatal(err)
 	}
