@@ -119,3 +119,48 @@ func TestDispatchRunTwiceAtOnceRunsEachNodeOnce(t *testing.T) {
 		}
 	}
 }
+
+// Two planner replicas share a workflow's events and control requests, so
+// a pause is handled by one and the next formula's outcome, often, by the
+// other, which holds the run in memory from before the pause. Nothing may
+// become ready while the workflow is paused, whichever replica steps it.
+// Before, the other replica stepped its copy from before the pause and
+// dispatched the next formula.
+func TestPauseHoldsAcrossPlannerReplicas(t *testing.T) {
+	s := newStack(t, stackOptions{planners: []string{"b"}})
+	dir := t.TempDir()
+	const n = 8
+	c := &dag.Composition{Name: fmt.Sprintf("paused-%d", time.Now().UnixNano()%1e9), Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}}}
+	for i := range n {
+		f := dag.Formula{ID: fmt.Sprintf("f%d", i), Server: "me", Nodes: []dag.Node{{Name: "a", Run: fmt.Sprintf("sleep 0.4; touch %s/f%d", dir, i)}}}
+		if i > 0 {
+			f.DependsOn = []dag.FormulaDep{{Formula: fmt.Sprintf("f%d", i-1)}}
+		}
+		c.Formulas = append(c.Formulas, f)
+	}
+	id := s.mustSubmit(c)
+	done := func(i int) bool { _, err := os.Stat(fmt.Sprintf("%s/f%d", dir, i)); return err == nil }
+	for cycle := range 3 {
+		at := 1 + 2*cycle
+		s.waitFor(fmt.Sprintf("f%d to run", at), 30*time.Second, func() bool { return done(at) })
+		if body, code := s.control(id, events.VerbPause); code != "" {
+			t.Fatalf("pause: %s %s", code, body)
+		}
+		time.Sleep(1500 * time.Millisecond) // what ran finishes; nothing new may start
+		if body, code := s.control(id, events.VerbResume); code != "" {
+			t.Fatalf("resume: %s %s", code, body)
+		}
+	}
+	if d := s.wait(id, 60*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("workflow %s", d.Status)
+	}
+	paused := false
+	for _, e := range s.events(id) {
+		switch {
+		case e.typ.Family() == events.FamilyWorkflow:
+			paused = e.status == string(dag.WorkflowPaused)
+		case paused && e.typ.Family() == events.FamilyFormula && e.status == string(dag.FormulaReady):
+			t.Errorf("%s became ready while the workflow was paused", e.formula)
+		}
+	}
+}
