@@ -75,3 +75,31 @@ func TestEnsureWithRetry(t *testing.T) {
 		t.Fatalf("bounded retry: %v after %d tries in %s", err, tries, time.Since(start))
 	}
 }
+
+// A compare-and-set conflict is told apart from a failed write whichever
+// form the server gives it: a single server's 10071, a replicated
+// bucket's 10164 (raw, as KeyValue.Create passes it through after a
+// conflict on a deleted key's marker, or as the client maps it).
+func TestIsConflict(t *testing.T) {
+	t.Parallel()
+	single := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence, Description: "wrong last sequence: 7"}
+	replicated := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant, Description: "wrong last sequence"}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{single, true},
+		{replicated, true},
+		{fmt.Errorf("take a slot: %w", replicated), true},
+		{fmt.Errorf("%w: %w", replicated, jetstream.ErrKeyExists), true},
+		{fmt.Errorf("%w: %w", replicated, jetstream.ErrKeyRevisionMismatch), true},
+		{jetstream.ErrKeyExists, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008}, false},
+		{context.DeadlineExceeded, false},
+		{nil, false},
+	} {
+		if got := IsConflict(c.err); got != c.want {
+			t.Errorf("IsConflict(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
