@@ -121,12 +121,17 @@ clean:
 
 ## --- the 3-node NATS cluster (docker-compose.cluster.yml, project gantry-cluster) ---
 CLUSTER_COMPOSE = COMPOSE_PROJECT_NAME=gantry-cluster $(COMPOSE) -f docker-compose.cluster.yml
+# The host ports' leading digits: nats-1..3 on $(GANTRY_CLUSTER_PORTS)22..24,
+# their monitoring on $(GANTRY_CLUSTER_MONITOR_PORTS)22..24.
+GANTRY_CLUSTER_PORTS ?= 43
+GANTRY_CLUSTER_MONITOR_PORTS ?= 83
+export GANTRY_CLUSTER_PORTS GANTRY_CLUSTER_MONITOR_PORTS
 
 ## cluster-up: three clustered nats-servers (R3 streams and KV), two replicas of every service, the targets.
 cluster-up: build images dev-keys
 	docker/cluster-conf.sh
 	$(CLUSTER_COMPOSE) up -d
-	$(BIN)/gantry ping --server nats://127.0.0.1:4322,nats://127.0.0.1:4323,nats://127.0.0.1:4324 --nkey dev/keys/nats/operator.nk --service gantry-planner --service gantry-state-store --wait 90s
+	$(BIN)/gantry ping --server nats://127.0.0.1:$(GANTRY_CLUSTER_PORTS)22,nats://127.0.0.1:$(GANTRY_CLUSTER_PORTS)23,nats://127.0.0.1:$(GANTRY_CLUSTER_PORTS)24 --nkey dev/keys/nats/operator.nk --service gantry-planner --service gantry-state-store --wait 90s
 
 ## cluster-down: stop and remove the cluster stack and its volumes.
 cluster-down:

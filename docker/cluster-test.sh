@@ -31,7 +31,10 @@ if [ -z "${COMPOSE:-}" ]; then
 fi
 export COMPOSE_PROJECT_NAME=${CLUSTER_PROJECT_NAME:-gantry-cluster}
 COMPOSE="$COMPOSE -f $root/docker-compose.cluster.yml"
-export NATS_URL=nats://127.0.0.1:4322,nats://127.0.0.1:4323,nats://127.0.0.1:4324
+cp=${GANTRY_CLUSTER_PORTS:-43}        # nats-N's client port on the host: ${cp}22..24
+mp=${GANTRY_CLUSTER_MONITOR_PORTS:-83} # its monitoring port: ${mp}22..24
+export GANTRY_CLUSTER_PORTS=$cp GANTRY_CLUSTER_MONITOR_PORTS=$mp
+export NATS_URL=nats://127.0.0.1:${cp}22,nats://127.0.0.1:${cp}23,nats://127.0.0.1:${cp}24
 export NATS_NKEY=$root/dev/keys/nats/operator.nk
 work=$(mktemp -d)
 t0=$EPOCHREALTIME
@@ -86,7 +89,7 @@ ids() { docker ps -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT
 # meta_leader: the JetStream meta leader's server name, as a running node's /jsz says
 meta_leader() {
 	local p
-	for p in 8322 8323 8324; do
+	for p in "${mp}22" "${mp}23" "${mp}24"; do
 		python3 - "$p" <<'PY' 2>/dev/null && return 0
 import json, sys, urllib.request
 d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/jsz", timeout=2))
@@ -106,7 +109,7 @@ docker/cluster-conf.sh >/dev/null
 $COMPOSE up -d 2>&1 | tail -2 | sed 's/^/    /'
 "$bin/gantry" ping --service gantry-planner --service gantry-state-store --wait 90s >/dev/null || fail "services not answering"
 say "    services up: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
-for p in 8322 8323 8324; do
+for p in "${mp}22" "${mp}23" "${mp}24"; do
 	python3 -c 'import json, sys, urllib.request; d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/varz", timeout=2)); print("   ", d["server_name"], d["version"], "routes", len(d.get("cluster", {}).get("urls") or []))' "$p"
 done
 say "    meta leader: $(meta_leader)"
