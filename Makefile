@@ -81,6 +81,10 @@ LINUX_BIN := $(BIN)/linux
 # (debootstrap + docker import) when it cannot be pulled.
 TARGET_BASE ?= gantry/debian-sshd-base:bookworm
 export TARGET_BASE
+# GANTRY_TAG: the tag of the images `make images` builds and the compose
+# files run (default dev), so two checkouts can keep their own images.
+GANTRY_TAG ?= dev
+export GANTRY_TAG
 
 ## linux-bins: static (CGO_ENABLED=0) binaries of the services, the CLI and nats-server for the images.
 linux-bins:
@@ -92,9 +96,9 @@ linux-bins:
 ## images: the FROM-scratch images of nats and the services, and the sshd target image, built here without a registry.
 images: linux-bins
 	docker/target-base.sh
-	docker build -q -f docker/nats.Dockerfile -t gantry/nats:dev $(LINUX_BIN) >/dev/null
-	for s in planner executor health-gate state-store; do docker build -q -f docker/service.Dockerfile --build-arg BIN=$$s -t gantry/$$s:dev $(LINUX_BIN) >/dev/null || exit 1; done
-	docker build -q -f docker/target.Dockerfile --build-arg TARGET_BASE=$(TARGET_BASE) -t gantry/target:dev docker >/dev/null
+	docker build -q -f docker/nats.Dockerfile -t gantry/nats:$(GANTRY_TAG) $(LINUX_BIN) >/dev/null
+	for s in planner executor health-gate state-store; do docker build -q -f docker/service.Dockerfile --build-arg BIN=$$s -t gantry/$$s:$(GANTRY_TAG) $(LINUX_BIN) >/dev/null || exit 1; done
+	docker build -q -f docker/target.Dockerfile --build-arg TARGET_BASE=$(TARGET_BASE) -t gantry/target:$(GANTRY_TAG) docker >/dev/null
 	@docker images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' 'gantry/*'
 
 ## dev-keys: user key, the targets' host keys and a known_hosts for the compose stack, and the NATS identities (dev/keys).
@@ -124,17 +128,22 @@ clean:
 
 ## --- the 3-node NATS cluster (docker-compose.cluster.yml, project gantry-cluster) ---
 CLUSTER_COMPOSE = COMPOSE_PROJECT_NAME=gantry-cluster $(COMPOSE) -f docker-compose.cluster.yml
+# The host ports' leading digits: nats-1..3 on $(GANTRY_CLUSTER_PORTS)22..24,
+# their monitoring on $(GANTRY_CLUSTER_MONITOR_PORTS)22..24.
+GANTRY_CLUSTER_PORTS ?= 43
+GANTRY_CLUSTER_MONITOR_PORTS ?= 83
+export GANTRY_CLUSTER_PORTS GANTRY_CLUSTER_MONITOR_PORTS
 
 ## cluster-up: three clustered nats-servers (R3 streams and KV), two replicas of every service, the targets.
 cluster-up: build images dev-keys
 	docker/cluster-conf.sh
 	$(CLUSTER_COMPOSE) up -d
-	$(BIN)/gantry ping --server nats://127.0.0.1:4322,nats://127.0.0.1:4323,nats://127.0.0.1:4324 --nkey dev/keys/nats/operator.nk --service gantry-planner --service gantry-state-store --wait 90s
+	$(BIN)/gantry ping --server nats://127.0.0.1:$(GANTRY_CLUSTER_PORTS)22,nats://127.0.0.1:$(GANTRY_CLUSTER_PORTS)23,nats://127.0.0.1:$(GANTRY_CLUSTER_PORTS)24 --nkey dev/keys/nats/operator.nk --service gantry-planner --service gantry-state-store --wait 90s
 
 ## cluster-down: stop and remove the cluster stack and its volumes.
 cluster-down:
 	$(CLUSTER_COMPOSE) down -v --remove-orphans
 
 ## cluster-test: a 100-node run while the JetStream meta leader is stopped and one replica of each service killed.
-cluster-test: build tools dev-keys
+cluster-test: build tools images dev-keys
 	COMPOSE="$(COMPOSE)" docker/cluster-test.sh

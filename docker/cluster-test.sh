@@ -8,12 +8,20 @@
 #      its target)
 #   3. mid-run: the JetStream meta leader (asked of each node's monitoring
 #      endpoint, /jsz: meta_cluster.leader) is stopped; one replica of each
-#      service is killed (docker kill); later the stopped node is started again
+#      service is killed (docker kill; of the executors, the one whose log
+#      names the workflow most: the one running nodes); later the stopped
+#      node is started again
 #   4. the run succeeded; every node's marker line is on its target exactly
 #      once (no node ran again after success); `gantry state --rebuild --check`
 #      finds the projection equal to a rebuild from the event stream
 #   5. down -v
-# KEEP=1 leaves the stack up. Prints the timings of each step.
+# ATTEMPTS=N allows each node N attempts (default 1: any failed attempt
+# fails the run). KEEP=1 leaves the stack up. Prints the timings of each step. When a check
+# fails, the evidence is kept in EVIDENCE_DIR (default
+# build/cluster-test/<date>): the workflow's events from the stream
+# (events.jsonl, and as `gantry watch` prints them), its status (the failed
+# nodes' errors), the node records, the attempt files and marker lines on
+# each target, and each service's and nats-server's logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -23,14 +31,51 @@ if [ -z "${COMPOSE:-}" ]; then
 fi
 export COMPOSE_PROJECT_NAME=${CLUSTER_PROJECT_NAME:-gantry-cluster}
 COMPOSE="$COMPOSE -f $root/docker-compose.cluster.yml"
-export NATS_URL=nats://127.0.0.1:4322,nats://127.0.0.1:4323,nats://127.0.0.1:4324
+cp=${GANTRY_CLUSTER_PORTS:-43}        # nats-N's client port on the host: ${cp}22..24
+mp=${GANTRY_CLUSTER_MONITOR_PORTS:-83} # its monitoring port: ${mp}22..24
+export GANTRY_CLUSTER_PORTS=$cp GANTRY_CLUSTER_MONITOR_PORTS=$mp
+export NATS_URL=nats://127.0.0.1:${cp}22,nats://127.0.0.1:${cp}23,nats://127.0.0.1:${cp}24
 export NATS_NKEY=$root/dev/keys/nats/operator.nk
 work=$(mktemp -d)
 t0=$EPOCHREALTIME
+evidence=${EVIDENCE_DIR:-$root/build/cluster-test/$(date -u +%Y%m%dT%H%M%SZ)}
+id=
 
 say() { printf '[%6ss] %s\n' "$(awk -v a="$EPOCHREALTIME" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')" "$*"; }
+# keep_evidence: what a failure is read from, into $evidence.
+keep_evidence() {
+	mkdir -p "$evidence/logs" "$evidence/targets"
+	$COMPOSE ps >"$evidence/ps.txt" 2>&1 || true
+	for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do
+		n=$(docker inspect -f '{{.Name}}' "$c" | sed 's#^/##')
+		docker logs --timestamps "$c" >"$evidence/logs/$n.log" 2>&1 || true
+	done
+	if [ -n "$id" ]; then
+		echo "$id" >"$evidence/workflow_id"
+		"$bin/gantry" status "$id" >"$evidence/status.txt" 2>&1 || true
+		"$bin/gantry" status "$id" -o json >"$evidence/status.json" 2>&1 || true
+		timeout 30 "$bin/gantry" watch "$id" >"$evidence/watch.txt" 2>&1 || true
+		# every event of the stream, as stored (the state-store's identity reads all of it)
+		n=$("$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store stream info GANTRY_EVENTS --json 2>/dev/null |
+			python3 -c 'import json, sys; print(json.load(sys.stdin)["state"]["messages"])' 2>/dev/null || echo 0)
+		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store \
+			sub --stream GANTRY_EVENTS --all --raw --count "$n" '>' >"$evidence/events.jsonl" 2>"$evidence/events.err" || true
+		# the executor's node records (attempts, status) of the workflow
+		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/executor.nk" --inbox-prefix _INBOX_executor \
+			kv ls gantry_nodes 2>/dev/null | grep "^$id" | while read -r k; do
+			printf '%s %s\n' "$k" "$("$bin/nats" --nkey "$root/dev/keys/nats/executor.nk" --inbox-prefix _INBOX_executor kv get gantry_nodes "$k" --raw 2>/dev/null)"
+		done >"$evidence/node-records.txt" 2>&1 || true
+	fi
+	for t in 1 2 3; do
+		c=$(ids target-$t)
+		[ -n "$c" ] || continue
+		docker exec "$c" sh -c 'cat /var/lib/wuji/markers; echo; cd /root/.gantry/attempts 2>/dev/null && for f in *.exit; do echo "$f $(cat "$f")"; done; ls -la --time-style=full-iso /root/.gantry/attempts' >"$evidence/targets/target-$t.txt" 2>&1 || true
+	done
+	say "    evidence kept in $evidence"
+}
 fail() {
 	say "FAIL: $*"
+	keep_evidence
 	$COMPOSE ps || true
 	$COMPOSE logs --no-color --tail 20 2>&1 | tail -150 || true
 	exit 1
@@ -44,7 +89,7 @@ ids() { docker ps -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT
 # meta_leader: the JetStream meta leader's server name, as a running node's /jsz says
 meta_leader() {
 	local p
-	for p in 8322 8323 8324; do
+	for p in "${mp}22" "${mp}23" "${mp}24"; do
 		python3 - "$p" <<'PY' 2>/dev/null && return 0
 import json, sys, urllib.request
 d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/jsz", timeout=2))
@@ -64,16 +109,17 @@ docker/cluster-conf.sh >/dev/null
 $COMPOSE up -d 2>&1 | tail -2 | sed 's/^/    /'
 "$bin/gantry" ping --service gantry-planner --service gantry-state-store --wait 90s >/dev/null || fail "services not answering"
 say "    services up: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
-for p in 8322 8323 8324; do
+for p in "${mp}22" "${mp}23" "${mp}24"; do
 	python3 -c 'import json, sys, urllib.request; d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/varz", timeout=2)); print("   ", d["server_name"], d["version"], "routes", len(d.get("cluster", {}).get("urls") or []))' "$p"
 done
 say "    meta leader: $(meta_leader)"
 
 # The composition: 10 formulas x 10 nodes, formula f on target-(f%3+1); a
-# node sleeps 0.3 to 1 s, then appends its marker line.
+# node sleeps 1.3 to 1.9 s, then appends its marker line.
 {
 	echo "name: cluster-100"
 	echo "operation: create"
+	echo "retry: {max_attempts: ${ATTEMPTS:-1}, initial_interval: 500ms}"
 	echo "hosts:"
 	for t in 1 2 3; do echo "  t$t: {address: target-$t:22, user: root}"; done
 	echo "formulas:"
@@ -105,9 +151,19 @@ for _ in $(seq 60); do
 	sleep 0.5
 done
 say "    new meta leader: ${nl:-none} ($(awk -v a="$EPOCHREALTIME" -v b="$t_stop" 'BEGIN { printf "%.1f", a - b }') s after the stop); run: $(status_of "$id")"
-say "3b. docker kill one replica of each service"
+# busiest SERVICE: the replica whose log names the workflow most often (the
+# executor running most of its nodes), else the first.
+busiest() {
+	local c best= most=-1 k
+	for c in $(ids "$1"); do
+		k=$(docker logs "$c" 2>&1 | grep -c "$id" || true)
+		if [ "$k" -gt "$most" ]; then best=$c most=$k; fi
+	done
+	echo "$best"
+}
+say "3b. docker kill one replica of each service (the executor running most of the nodes)"
 for s in planner executor health-gate state-store; do
-	c=$(ids $s | head -1)
+	c=$(busiest $s)
 	[ -n "$c" ] || fail "no $s running"
 	docker kill "$c" >/dev/null
 	say "    killed $s $c"
@@ -141,6 +197,11 @@ say "    100 marker lines, each node exactly once"
 sed 's/^/    /' "$work/check.txt" | tail -5
 say "    restarts (docker RestartCount): $(for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker inspect -f '{{.Name}}={{.RestartCount}}/{{.State.Status}}' "$c"; done | sed 's#^/##; s#^gantry-cluster_##' | sort | tr '\n' ' ')"
 say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
+# What the services' logs say they did about it (killed replicas' logs included).
+for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker logs "$c" 2>&1; done >"$work/all.log"
+n() { grep -c "$1" "$work/all.log" || true; }
+say "    logs: $(n 'cannot create the streams and buckets yet') start retries, $(grep '"formula finished"' "$work/all.log" | grep -c "$id" || true) formula runs (10 formulas), $(n 'handler failed; redelivering') handlers failed and redelivered, $(n 'resuming an interrupted attempt') attempts resumed, $(n 're-attaching to it') SSH re-attaches, $(n 'cannot take a slot yet') slot retries, $(n 'wrong last seq') projection write conflicts"
+grep -h -e 'cannot take a slot yet' -e 're-attaching to it' "$work/all.log" | head -3 | cut -c1-400 | sed 's/^/      /' || true
 if [ -n "${KEEP:-}" ]; then
 	say "cluster-test PASS; KEEP=1: the stack is left up (make cluster-down removes it)"
 	exit 0

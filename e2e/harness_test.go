@@ -60,6 +60,9 @@ type stackOptions struct {
 	maxFormulas int
 	// tracer gives the services their span recorders (none when nil).
 	tracer func(service string) *tracing.Tracer
+	// planners are more planner replicas, by name, each on its own
+	// connection.
+	planners []string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -95,12 +98,15 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		ssh = hostexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1+len(o.executors))
+	done := make(chan error, 1+len(o.executors)+len(o.planners))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
 		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer}
 	go func() { done <- devstack.Run(ctx, dcfg) }()
 	for _, eo := range o.executors {
 		go func() { done <- devstack.RunExecutor(ctx, dcfg, eo) }()
+	}
+	for _, name := range o.planners {
+		go func() { done <- devstack.RunPlanner(ctx, dcfg, name) }()
 	}
 	// Requests as an operator would make them; streams and buckets are
 	// looked at as an administrator.
@@ -108,7 +114,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin, clientTLS...))
 	t.Cleanup(func() {
 		cancel()
-		for range 1 + len(o.executors) {
+		for range 1 + len(o.executors) + len(o.planners) {
 			select {
 			case err := <-done:
 				if err != nil {

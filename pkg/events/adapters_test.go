@@ -23,7 +23,7 @@ func TestBucketOnJetStream(t *testing.T) {
 	defer cancel()
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.Executor)
-	js, err := events.Open(ctx, nc, events.Executor, 1)
+	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestOutboxOnJetStream(t *testing.T) {
 	defer cancel()
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.Planner)
-	js, err := events.Open(ctx, nc, events.Planner, 1)
+	js, err := events.Open(ctx, nc, events.Planner, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestEntriesAcrossHostsOnJetStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ns := natstest.Start(t)
-	jsStore, err := events.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1)
+	jsStore, err := events.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestEntriesAcrossHostsOnJetStream(t *testing.T) {
 	if err := store.KV.Delete(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	jsPlanner, err := events.Open(ctx, ns.Connect(events.Planner), events.Planner, 1)
+	jsPlanner, err := events.Open(ctx, ns.Connect(events.Planner), events.Planner, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

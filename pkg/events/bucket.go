@@ -73,7 +73,7 @@ func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64
 	} else {
 		n, err = b.KV.Update(ctx, key, data, rev)
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if IsConflict(err) {
 		return 0, fmt.Errorf("write %s/%s at revision %d: %w", b.KV.Bucket(), key, rev, ErrChanged)
 	}
 	if err != nil {
@@ -148,6 +148,22 @@ func decodeRecord(data []byte, v any) error {
 		return err
 	}
 	return json.Unmarshal(data, v)
+}
+
+// IsConflict says whether a KV write failed a compare-and-set: a create
+// found the key, an update found another revision. A single nats-server
+// reports both as "wrong last sequence" (10071, which jetstream.ErrKeyExists
+// matches); a replicated (R3) bucket reports 10164, which the client maps
+// to ErrKeyExists on a plain create, to ErrKeyRevisionMismatch on an
+// update, and not at all on a create over a deleted key's marker that
+// another writer won. Taken for a failed write, such a conflict failed
+// nodes on a NATS cluster (a slot not taken, a record not re-read).
+func IsConflict(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // MemoryBucket is Bucket in memory, for the services' use-case tests. Its

@@ -26,7 +26,7 @@ func TestEnsureRacesOnAnEmptyServer(t *testing.T) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				if _, err := events.Open(ctx, nc, id, 1); err != nil {
+				if _, err := events.Open(ctx, nc, id, 1, nil); err != nil {
 					t.Errorf("round %d: %s: %v", round, id, err)
 				}
 			}()

@@ -28,6 +28,7 @@ require (
 )
 
 require (
+	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	go.opentelemetry.io/otel v1.47.0

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -205,16 +206,79 @@ func NodeKey(workflowID string, op dag.Operation, formula, node string) string {
 }
 
 // Open returns a JetStream handle on nc after Ensure: what every service
-// does first.
-func Open(ctx context.Context, nc *nats.Conn, id Identity, replicas int) (jetstream.JetStream, error) {
+// does first. While the server cannot create them yet (a fresh cluster
+// electing its leaders answers with timeouts, no responders or 5xx), it
+// tries again with a growing delay (0.5 s up to 10 s), logging each try,
+// for at most EnsureRetryFor; a refusal or a bad setting fails at once.
+func Open(ctx context.Context, nc *nats.Conn, id Identity, replicas int, log *slog.Logger) (jetstream.JetStream, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	if err := Ensure(ctx, js, id, replicas); err != nil {
-		return nil, refused(nc, id, err)
+	err = ensureWithRetry(ctx, func() error { return refused(nc, id, Ensure(ctx, js, id, replicas)) }, EnsureRetryFor, log)
+	if err != nil {
+		return nil, err
 	}
 	return js, nil
+}
+
+// EnsureRetryFor bounds how long Open tries to create a service's streams,
+// consumers and buckets while the server cannot yet.
+var EnsureRetryFor = 2 * time.Minute
+
+// ensureWithRetry runs ensure until it succeeds, fails for good (not
+// Transient), ctx ends, or retryFor has passed.
+func ensureWithRetry(ctx context.Context, ensure func() error, retryFor time.Duration, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 500*time.Millisecond, 10*time.Second, retryFor
+	bo.Reset()
+	start := time.Now()
+	for try := 1; ; try++ {
+		err := ensure()
+		if err == nil {
+			if try > 1 {
+				log.Info("streams and buckets ready", "tries", try, "waited", time.Since(start).Round(time.Millisecond).String())
+			}
+			return nil
+		}
+		if !Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		wait := bo.NextBackOff()
+		if wait == backoff.Stop {
+			return fmt.Errorf("streams and buckets not ready after %d tries in %s: %w", try, time.Since(start).Round(time.Second), err)
+		}
+		log.Warn("cannot create the streams and buckets yet; trying again", "err", err, "try", try, "retry_in", wait.Round(time.Millisecond).String())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Transient says whether err may go away by itself: the JetStream API did
+// not answer in time, had no responders, or answered with a server error
+// (a cluster without a meta leader yet, a stream whose replicas are being
+// placed). A refusal (permissions) or a bad request is not.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, ErrRefused) {
+		return false
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		return api.Code >= 500
+	}
+	for _, t := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, jetstream.ErrNoStreamResponse,
+		jetstream.ErrJetStreamNotEnabled, nats.ErrJetStreamNotEnabled, nats.ErrConnectionReconnecting} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrRefused wraps an error the NATS server's permissions caused.

@@ -73,7 +73,7 @@ func TestPublishCarriesTraceparent(t *testing.T) {
 	defer cancel()
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.Executor)
-	js, err := events.Open(ctx, nc, events.Executor, 1)
+	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

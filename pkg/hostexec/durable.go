@@ -76,7 +76,9 @@ func superviseScript(attempt, lock, ex, script string, held bool) string {
 	// the supervisor; the default comes back before anything is started
 	// (the command would inherit an ignored SIGPIPE). The command runs in
 	// a subshell of its own (a fork, no new program): eval'd there, an
-	// exit or exec in it ends that subshell only.
+	// exit or exec in it ends that subshell only. One that re-attaches
+	// right after another created the run file waits (at most 5 s) for the
+	// pid in it, rather than take the attempt for lost.
 	//
 	// Attempts started by an earlier version kept the pid and the exit
 	// status in <attempt>.pid and <attempt>.exit: re-attaching reads those
@@ -93,7 +95,8 @@ if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn
   trap '' PIPE; printf '` + pidMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
   { { ` + hostLock(lock, held) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
-  ` + drop + `_gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
+  ` + drop + `_gi=0; until { _gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
+  [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
     tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd.out" & _gt=$!

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,6 +98,50 @@ func TestDurableSSHReattach(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReattached(t, res, again, dir)
+}
+
+// A durable attempt whose connection ends while it runs (the connection
+// dropped under it, the worker still there) is re-attached on a new
+// connection: Run returns the command's own result, each output line is
+// handed on once, and the command runs once. Before, Run reported the
+// attempt failed ("the connection ended before the command reported an
+// exit status"), and a retry started the command a second time.
+func TestDurableReattachesAfterALostConnection(t *testing.T) {
+	t.Parallel()
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	dir := t.TempDir()
+	l := newLines("line1")
+	p := newPool(t, f, f.KnownHosts)
+	type ran struct {
+		res Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", l.on))
+		done <- ran{res, err}
+	}()
+	l.wait(t, "line1")
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.mu.Lock()
+		if c.client != nil {
+			_ = c.client.Close() // the connection ends; the pool stays
+		}
+		c.mu.Unlock()
+	}
+	p.mu.Unlock()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("a lost connection failed the attempt: %v", r.err)
+	}
+	checkReattached(t, r.res, l, dir)
+	l.mu.Lock()
+	got := strings.Join(l.got, ",")
+	l.mu.Unlock()
+	if got != "stdout:line1,stderr:warn,stdout:line2" && got != "stderr:warn,stdout:line1,stdout:line2" {
+		t.Fatalf("lines handed on: %s, want each once", got)
+	}
 }
 
 func TestDurableLocalReattach(t *testing.T) {
@@ -392,4 +437,52 @@ func TestLocalLockTakenWithoutFlock(t *testing.T) {
 	if ran := time.Unix(sec, nsec); ran.Before(released.Add(-50 * time.Millisecond)) {
 		t.Fatalf("the command ran at %s, before the lock was free at %s", ran, released)
 	}
+}
+
+// Two runs of one attempt started at the same moment (two executor
+// replicas given the same dispatch, both reaching the node together): one
+// starts the command, the other re-attaches to it, even when it looks
+// before the starter has written its pid; neither takes the attempt for
+// lost, and the command runs once.
+func TestDurableSimultaneousStarts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const attempts = 60
+	var wg sync.WaitGroup
+	errs := make(chan string, 2*attempts)
+	for i := range attempts {
+		id := "w1.1.create.f.n" + strings.Repeat("x", i%3) + "." + string(rune('a'+i%26)) + "." + filepath.Base(t.Name()) + "." + itoa(i)
+		cmd := Command{Attempt: id, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+			Script: `echo run >>` + shellQuote(filepath.Join(dir, "count."+itoa(i))) + `; sleep 0.5`}
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := Local{}.Run(context.Background(), cmd)
+				if err != nil || res.ExitCode != 0 {
+					errs <- id + ": " + errString(err) + " exit " + itoa(res.ExitCode) + " " + res.Stderr
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	for i := range attempts {
+		b, _ := os.ReadFile(filepath.Join(dir, "count."+itoa(i)))
+		if n := strings.Count(string(b), "run"); n != 1 {
+			t.Errorf("attempt %d ran %d times", i, n)
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func errString(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return err.Error()
 }

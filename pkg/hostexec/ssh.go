@@ -86,6 +86,7 @@ type Pool struct {
 	log       *slog.Logger
 	mu        sync.Mutex
 	conns     map[string]*conn
+	closed    bool // Close was called
 }
 
 type conn struct {
@@ -246,6 +247,7 @@ func (p *Pool) Runner(address, user string, via ...Jump) Runner {
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
+	p.closed = true
 	conns := p.conns
 	p.conns = map[string]*conn{}
 	p.mu.Unlock()
@@ -258,6 +260,14 @@ func (p *Pool) Close() {
 			_ = cl.Close()
 		}
 	}
+}
+
+// isClosed says whether Close was called (the worker is stopping: an
+// attempt is left to run on its host for the next one to re-attach to).
+func (p *Pool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // entry is the pooled connection to user@address through the jump hosts
@@ -641,7 +651,86 @@ func (r *sshRunner) prepare(ctx context.Context, c *conn, cmd Command) (*ssh.Ses
 // is the process group of everything the command runs.
 const pidMarker = "__gantry_pgid "
 
+// reattachTries bounds how often a durable attempt whose connection ended
+// before it reported an exit status is re-attached (reattachWait apart).
+var (
+	reattachTries = 5
+	reattachWait  = time.Second
+)
+
+// Run runs cmd. A durable command (cmd.Attempt set) whose connection ends
+// after it started, before it reported its exit status, goes on running on
+// the host: Run re-attaches to it on a new connection (the output lines
+// already handed to OnLine are not handed again) instead of reporting a
+// failure, which a retry would have answered with a second copy of the
+// command.
 func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
+	if cmd.Attempt == "" {
+		return r.run(ctx, cmd)
+	}
+	lc := &lineCount{on: cmd.OnLine, delivered: map[Stream]int{}}
+	first := cmd
+	first.OnLine = lc.first
+	res, err := r.run(ctx, first)
+	for try := 1; try <= reattachTries && errors.Is(err, errConnectionEnded) && !r.pool.isClosed(); try++ {
+		r.pool.log.Warn("connection ended while an attempt ran; re-attaching to it", "host", r.address, "attempt", cmd.Attempt, "try", try)
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(reattachWait):
+		}
+		again := cmd
+		again.BeforeStart = nil // it started: recorded already
+		again.OnLine = lc.again()
+		if cmd.Timeout > 0 {
+			again.Timeout = max(cmd.Timeout-time.Since(res.Started), time.Millisecond)
+		}
+		started := res.Started
+		res, err = r.run(ctx, again)
+		res.Started = started
+	}
+	return res, err
+}
+
+// lineCount hands a durable attempt's output lines to on once, across the
+// re-attaches that stream its output again from the start.
+type lineCount struct {
+	mu        sync.Mutex
+	on        func(Stream, string)
+	delivered map[Stream]int
+}
+
+func (l *lineCount) first(s Stream, line string) {
+	l.mu.Lock()
+	l.delivered[s]++
+	l.mu.Unlock()
+	if l.on != nil {
+		l.on(s, line)
+	}
+}
+
+// again is the OnLine of a re-attach: it skips the lines already handed on.
+func (l *lineCount) again() func(Stream, string) {
+	seen := map[Stream]int{}
+	return func(s Stream, line string) {
+		l.mu.Lock()
+		seen[s]++
+		fresh := seen[s] > l.delivered[s]
+		if fresh {
+			l.delivered[s]++
+		}
+		l.mu.Unlock()
+		if fresh && l.on != nil {
+			l.on(s, line)
+		}
+	}
+}
+
+// errConnectionEnded: the connection ended after the command started and
+// before it reported an exit status.
+var errConnectionEnded = errors.New("the connection ended before the command reported an exit status")
+
+func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
 	ex, err := exports(cmd.Env)
 	if err != nil {
@@ -736,7 +825,7 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 		}
 	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
 		r.pool.drop(c, client)
-		return res, fmt.Errorf("%w on %s: the connection ended before the command reported an exit status", ErrSession, r.address)
+		return res, fmt.Errorf("%w on %s: %w", ErrSession, r.address, errConnectionEnded)
 	default:
 		return res, fmt.Errorf("%w on %s: %w", ErrSession, r.address, werr)
 	}

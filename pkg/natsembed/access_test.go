@@ -392,7 +392,7 @@ func TestWrongIdentityIsNamed(t *testing.T) {
 	ns := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := events.Open(ctx, ns.Connect(events.Executor), events.Planner, 1)
+	_, err := events.Open(ctx, ns.Connect(events.Executor), events.Planner, 1, nil)
 	if !errors.Is(err, events.ErrRefused) || !strings.Contains(err.Error(), "planner identity") {
 		t.Fatalf("planner opened as the executor: %v", err)
 	}

@@ -16,6 +16,7 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0 // indirect
 	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
 	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect

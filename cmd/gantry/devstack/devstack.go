@@ -102,6 +102,22 @@ func RunExecutor(ctx context.Context, cfg Config, o ExecutorOptions) error {
 		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log, Tracer: cfg.tracer("gantry-executor")})
 }
 
+// RunPlanner runs one more planner on its own connection, as the planner
+// identity, until ctx ends: a second replica (tests of replicas).
+func RunPlanner(ctx context.Context, cfg Config, name string) error {
+	host, _ := os.Hostname()
+	id := events.Planner
+	c := cfg.Conn
+	c.Creds, c.NKey = cfg.Keys.Credentials(id)
+	c.InboxPrefix = id.InboxPrefix()
+	nc, err := natsconn.Connect(c, "gantry-dev-planner-"+name, cfg.Log, true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = nc.Drain() }()
+	return planner.Run(ctx, nc, planner.Config{Instance: fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name), Log: cfg.Log, Names: cfg.Keys.Names()})
+}
+
 // Run runs the four services, each on its own connection as its own
 // identity, until ctx ends or one fails.
 func Run(ctx context.Context, cfg Config) error {

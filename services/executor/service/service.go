@@ -92,7 +92,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", "executor", err)
 	}
-	js, err := events.Open(ctx, nc, events.Executor, cfg.Replicas)
+	js, err := events.Open(ctx, nc, events.Executor, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}

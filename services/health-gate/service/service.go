@@ -45,7 +45,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", "health-gate", err)
 	}
-	js, err := events.Open(ctx, nc, events.HealthGate, cfg.Replicas)
+	js, err := events.Open(ctx, nc, events.HealthGate, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}

@@ -37,7 +37,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "planner", "instance", cfg.Instance)
-	js, err := events.Open(ctx, nc, events.Planner, cfg.Replicas)
+	js, err := events.Open(ctx, nc, events.Planner, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
@@ -89,7 +89,17 @@ func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publishe
 	if err != nil {
 		return nil, err
 	}
-	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Hosts: hosts, Out: pub.Outbox()}, nil
+	// Another planner replica's writes, seen without a round trip.
+	workflowRevs, err := events.WatchRevisions(ctx, workflows.KV)
+	if err != nil {
+		return nil, err
+	}
+	runRevs, err := events.WatchRevisions(ctx, runs.KV)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Hosts: hosts, Out: pub.Outbox(),
+		WorkflowRevs: workflowRevs, RunRevs: runRevs}, nil
 }
 
 // starter starts accepted runs. A start that fails (a stream it needs

@@ -32,7 +32,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "state-store", "instance", cfg.Instance)
-	js, err := events.Open(ctx, nc, events.StateStore, cfg.Replicas)
+	js, err := events.Open(ctx, nc, events.StateStore, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}

@@ -56,12 +56,12 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.StateStore)
-	if _, err := events.Open(context.Background(), nc, events.StateStore, 1); err != nil {
+	if _, err := events.Open(context.Background(), nc, events.StateStore, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Events are published as the services that publish them would.
 	for _, id := range []events.Identity{events.Planner, events.Executor, events.HealthGate} {
-		if _, err := events.Open(context.Background(), ns.Connect(id), id, 1); err != nil {
+		if _, err := events.Open(context.Background(), ns.Connect(id), id, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

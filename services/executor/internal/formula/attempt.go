@@ -22,17 +22,17 @@ import (
 // help. The attempt has ended when it returns; slots are the slots it
 // held, which the caller gives back (while it records the outcome) or
 // hands over to the formula's next node (their free is nil when it held
-// none).
-func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool, slots hold) {
+// none). busErr (ErrBus) says the bus failed before anything started: the
+// attempt did not happen and must not count.
+func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool, slots hold, busErr error) {
 	ev = &events.NodeEvent{}
 	slots, err := nr.takeSlots(attempt)
 	if err != nil {
 		if nr.stop.Err() != nil {
 			ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"
-			return dag.NodeCancelled, ev, true, hold{}
+			return dag.NodeCancelled, ev, true, hold{}, nil
 		}
-		ev.Status, ev.Error = dag.NodeFailed, events.BoundError("nothing ran: "+err.Error())
-		return dag.NodeFailed, ev, false, hold{}
+		return dag.NodeFailed, ev, false, hold{}, err
 	}
 	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	sh.progress = &progressSink{sh: sh}
@@ -43,7 +43,7 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		ev.EndedAt = &now
 	}()
 	final, ev, permanent = sh.steps()
-	return final, ev, permanent, slots
+	return final, ev, permanent, slots, nil
 }
 
 // steps runs the attempt's scripts: a check node's command; or a create

@@ -255,10 +255,30 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 		if r.kept != nil {
 			spare = append(spare, r.kept)
 		}
+		if f.unrecorded() {
+			// An outcome could not be recorded: the dispatch is delivered
+			// again and decided from the records. Nothing more starts here,
+			// and no node is blocked or cancelled for it.
+			for ; running > 0; running-- {
+				r := <-results
+				states[r.index] = r.state
+				if r.kept != nil {
+					spare = append(spare, r.kept)
+				}
+			}
+			f.releaseAll(spare)
+			return states, failed
+		}
 		if r.state == dag.NodeFailed {
 			failed = append(failed, f.pf.Nodes[r.index].Name)
 		}
 	}
+}
+
+func (f *formulaRun) unrecorded() bool {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	return f.err != nil
 }
 
 func (f *formulaRun) cancelReason(failed []string) string {

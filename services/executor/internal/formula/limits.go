@@ -2,10 +2,13 @@ package formula
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
@@ -46,20 +49,47 @@ func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
 	if len(limits) == 0 { // a planner that sends none: the host's own limit
 		limits = []dag.SlotLimit{{ID: "n-" + strings.ReplaceAll(d.Ref.Host, "_", "-"), Name: "host " + d.Ref.Host}}
 	}
-	lease, err := nr.x.Slots.Acquire(nr.stop, slots.Request{
+	req := slots.Request{
 		Limits:   limits,
 		Priority: d.Priority,
 		Attempt:  strings.Join([]string{d.WorkflowID, strconv.Itoa(d.Generation), d.Formula, nr.n.Name, strconv.Itoa(attempt)}, "."),
 		Waiting:  func(l dag.SlotLimit, running int) { nr.waitingForSlot(attempt, l, running) },
-	})
-	if err != nil {
+	}
+	// The slots bucket may not answer for a while (a NATS node lost, its
+	// leaders being elected): that is gantry's trouble, not the node's, so
+	// the attempt waits and tries again rather than fail.
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, SlotRetryFor
+	bo.Reset()
+	for {
+		lease, err := nr.x.Slots.Acquire(nr.stop, req)
+		if err == nil {
+			return hold{lease: lease, free: lease.Release}, nil
+		}
 		if nr.stop.Err() != nil {
 			return hold{}, nr.stop.Err()
 		}
-		return hold{}, fmt.Errorf("cannot take a slot: %w", err)
+		wait := bo.NextBackOff()
+		if wait == backoff.Stop {
+			return hold{}, fmt.Errorf("%w: cannot take a slot for %s: %w", ErrBus, SlotRetryFor, err)
+		}
+		nr.log.Warn("cannot take a slot yet; trying again", "attempt", attempt, "err", err, "retry_in", wait)
+		select {
+		case <-nr.stop.Done():
+			return hold{}, nr.stop.Err()
+		case <-time.After(wait):
+		}
 	}
-	return hold{lease: lease, free: lease.Release}, nil
 }
+
+// SlotRetryFor is how long an attempt tries to take its slots while the
+// slots bucket fails, before the dispatch is given back for redelivery
+// (the attempt not counted).
+var SlotRetryFor = 2 * time.Minute
+
+// ErrBus: the bus failed before anything started on the host; the
+// dispatch is delivered again and the attempt does not count.
+var ErrBus = errors.New("nothing ran: the bus did not answer")
 
 // waitingForSlot announces that the attempt waits for a slot of limit l.
 func (nr *nodeRun) waitingForSlot(attempt int, l dag.SlotLimit, running int) {

@@ -156,6 +156,9 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 	maxAttempts := max(nr.n.Retry.MaxAttempts, 1)
 	bo := nr.backoff()
 	interrupted := nr.rec.Status == dag.NodeRunning && nr.rec.Generation == nr.d.Generation && nr.rec.GenAttempts > 0
+	if interrupted {
+		nr.log.Info("resuming an interrupted attempt", "attempt", nr.rec.Attempt)
+	}
 	for interrupted || nr.rec.GenAttempts < maxAttempts {
 		next := nr.rec
 		if !interrupted {
@@ -220,10 +223,13 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: next.GenAttempts, Run: events.Run{StartedAt: &started}}, next.Attempt)
 		return nil
 	}
-	final, ev, permanent, held := nr.attempt(next.Attempt, record)
+	final, ev, permanent, held, busErr := nr.attempt(next.Attempt, record)
 	if recordErr != nil {
 		held.giveBackNow()                      // the node is decided again, or redelivered: maybe another attempt
 		return dag.NodeFailed, false, recordErr // nothing started; decided again (ErrChanged) or redelivered
+	}
+	if busErr != nil {
+		return dag.NodeFailed, false, busErr // nothing started and nothing counted: redelivered
 	}
 	rec := next
 	ended := time.Now().UTC()
@@ -245,7 +251,7 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	}
 	if !retry {
 		rec.Status, rec.ExitCode = final, ev.ExitCode
-		if err := nr.save(ctx, rec); err != nil {
+		if err := nr.saveOutcome(ctx, rec); err != nil {
 			return dag.NodeFailed, false, err
 		}
 	} else {
@@ -284,6 +290,29 @@ func (h hold) giveBackNow() {
 	if h.free != nil {
 		h.free()
 	}
+}
+
+// saveOutcome records an attempt's outcome. Another executor given the
+// same dispatch (a redelivery while this one still ran it, as after a NATS
+// node is lost) may have re-attached to the same attempt meanwhile, writing
+// its record again as running: both wait for the one command on the host
+// and read its one exit status, so the outcome is written over that
+// record. A record that moved on otherwise (done, another attempt or
+// generation) is left as it is: ErrChanged, and the node is decided again
+// from it.
+func (nr *nodeRun) saveOutcome(ctx context.Context, rec Record) error {
+	for range 5 {
+		err := nr.save(ctx, rec)
+		if !errors.Is(err, events.ErrChanged) {
+			return err
+		}
+		cur, rev, gerr := nr.x.Records.Get(ctx, nr.key)
+		if gerr != nil || cur.Status != dag.NodeRunning || cur.Generation != rec.Generation || cur.Attempt != rec.Attempt {
+			return err
+		}
+		nr.rev, nr.known = rev, true
+	}
+	return fmt.Errorf("node record %s: %w under every try", nr.key, events.ErrChanged)
 }
 
 func (nr *nodeRun) emit(ctx context.Context, ev *events.NodeEvent, attempt int) {

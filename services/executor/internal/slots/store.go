@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -16,8 +17,8 @@ type KV struct{ KV jetstream.KeyValue }
 
 func (s KV) Create(ctx context.Context, key string, val []byte) (uint64, error) {
 	rev, err := s.KV.Create(ctx, key, val)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, ErrExists
+	if events.IsConflict(err) {
+		return 0, ErrExists // taken (on an R3 bucket, also the 10164 form)
 	}
 	return rev, err
 }
@@ -28,7 +29,7 @@ func (s KV) Update(ctx context.Context, key string, val []byte, rev uint64) (uin
 
 func (s KV) Delete(ctx context.Context, key string, rev uint64) error {
 	err := s.KV.Delete(ctx, key, jetstream.LastRevision(rev))
-	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence")) {
+	if err != nil && (events.IsConflict(err) || strings.Contains(err.Error(), "wrong last sequence")) {
 		return nil // no longer ours: expired and taken by another
 	}
 	return err

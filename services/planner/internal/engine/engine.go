@@ -38,10 +38,15 @@ type Engine struct {
 	Now func() time.Time
 	// Tracer records the workflow and formula spans (nil: none).
 	Tracer *tracing.Tracer
+	// WorkflowRevs and RunRevs follow the revisions of Workflows and Runs,
+	// so a run kept in memory is known to be current without reading it
+	// again; when nil, the records are read again instead.
+	WorkflowRevs, RunRevs Revisions
 
-	mu    sync.Mutex // one unit of work at a time
-	cache map[string]*run
-	dirty []*run // runs changed by the unit of work under way
+	mu      sync.Mutex // one unit of work at a time
+	cache   map[string]*run
+	dirty   []*run // runs changed by the unit of work under way
+	checked []*run // cached runs found current in the unit of work under way
 	// ended are the workflow ends the unit of work under way published:
 	// counted once it is stored.
 	ended []dag.WorkflowState
@@ -60,6 +65,7 @@ type run struct {
 	done    map[string]bool
 	dirty   bool
 	started map[int]time.Time // formula dispatch times, for their spans (only when tracing)
+	checked bool              // found current (or loaded) in this unit of work
 }
 
 func (e *Engine) now() time.Time {
@@ -272,6 +278,12 @@ func unusable(err error) bool {
 // may be ahead of what was saved) are forgotten and reloaded when next
 // needed.
 func (e *Engine) unit(ctx context.Context, fn func() error) (err error) {
+	defer func() {
+		for _, r := range e.checked {
+			r.checked = false
+		}
+		e.checked = nil
+	}()
 	defer func() {
 		if p := recover(); p != nil {
 			e.forget(ctx)

@@ -11,9 +11,22 @@ import (
 
 // load returns the run of a workflow from the cache, else from the stores.
 // It returns nil, nil for a workflow that does not exist.
+//
+// A run in memory is used only once its records are known to be those
+// saved last: another planner replica may have stepped it, or taken a
+// control request for it, since this one saved it. The first use of a
+// cached run in each unit of work reads both records again (two reads of
+// small records) and drops the copy when either moved on; without that,
+// a replica stepped its stale copy and acted on it (dispatching work in a
+// workflow another replica had paused, or after a failure that stopped
+// it) before its compare-and-set write found out.
 func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if r, ok := e.cache[id]; ok {
-		return r, nil
+		current, err := e.current(ctx, r)
+		if err != nil || current {
+			return r, err
+		}
+		delete(e.cache, id)
 	}
 	rec, recRev, err := e.Workflows.Get(ctx, id)
 	if errors.Is(err, events.ErrNoRecord) {
@@ -31,7 +44,43 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	}
 	r.carry()
 	e.cacheRun(r)
+	r.checked = true
+	e.checked = append(e.checked, r)
 	return r, nil
+}
+
+// current says whether a cached run's records are still those saved last,
+// checked once per unit of work (a run this unit changed is ahead of its
+// records, and is current). With watches of both buckets' revisions it
+// costs no round trip.
+func (e *Engine) current(ctx context.Context, r *run) (bool, error) {
+	if r.checked || r.dirty {
+		return true, nil
+	}
+	if e.WorkflowRevs != nil && e.RunRevs != nil {
+		if e.WorkflowRevs.Moved(r.rec.ID, r.recRev) || e.RunRevs.Moved(r.rec.ID, r.snapRev) {
+			e.Log.Debug("run changed by another planner; reloaded", "workflow_id", r.rec.ID)
+			return false, nil
+		}
+		r.checked = true
+		e.checked = append(e.checked, r)
+		return true, nil
+	}
+	_, recRev, err := e.Workflows.Get(ctx, r.rec.ID)
+	if err != nil && !errors.Is(err, events.ErrNoRecord) {
+		return false, fmt.Errorf("load workflow %s: %w", r.rec.ID, err)
+	}
+	_, snapRev, err := e.Runs.Get(ctx, r.rec.ID)
+	if err != nil && !errors.Is(err, events.ErrNoRecord) {
+		return false, fmt.Errorf("load run %s: %w", r.rec.ID, err)
+	}
+	if recRev != r.recRev || snapRev != r.snapRev {
+		e.Log.Debug("run changed by another planner; reloaded", "workflow_id", r.rec.ID)
+		return false, nil
+	}
+	r.checked = true
+	e.checked = append(e.checked, r)
+	return true, nil
 }
 
 // restore is the run state a snapshot holds.

@@ -24,6 +24,13 @@ type Records[T any] interface {
 	Keys(ctx context.Context, filter string) ([]string, error)
 }
 
+// Revisions says, without a round trip, whether a record has been written
+// at a revision after rev (by another planner replica): events.Revisions,
+// a watch of a bucket's revisions; events.MemoryBucket in tests.
+type Revisions interface {
+	Moved(key string, rev uint64) bool
+}
+
 // Reader reads another service's records.
 type Reader[T any] interface {
 	Get(ctx context.Context, key string) (T, uint64, error)
