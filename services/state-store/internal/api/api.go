@@ -45,7 +45,7 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, kv jetstream.KeyValue, log
 	s := &server{kv: kv, log: log, rebuild: rebuild, catchUp: catchUp}
 	g := svc.AddGroup("state")
 	for name, h := range map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift, "rebuild": s.rebuildHandler} {
-		if err := g.AddEndpoint(name, h); err != nil {
+		if err := g.AddEndpoint(name, events.OnlyRequests(h)); err != nil {
 			return nil, err
 		}
 	}
