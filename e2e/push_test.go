@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // TestViewerCannotControlThroughAPushConsumer: a viewer may read the
@@ -47,5 +52,26 @@ func TestViewerCannotControlThroughAPushConsumer(t *testing.T) {
 	}
 	if _, err := state.Get(ctx, stray); err != nil {
 		t.Errorf("a viewer's push consumer on %s rebuilt the projection: %s: %v", events.StateRebuild, stray, err)
+	}
+}
+
+// TestViewerQueryCannotInflateMuch: a query's body may come compressed,
+// but it may expand to MaxQueryBytes only: a viewer's 50 kB request does
+// not make the state-store inflate 50 MiB (valid JSON: spaces, then {}).
+func TestViewerQueryCannotInflateMuch(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	_, _ = zw.Write(bytes.Repeat([]byte(" "), 50<<20))
+	_, _ = zw.Write([]byte("{}"))
+	_ = zw.Close()
+	viewer := s.ns.Connect(events.Viewer)
+	msg := &nats.Msg{Subject: events.StateList, Data: buf.Bytes(), Header: nats.Header{events.EncodingHeader: {events.EncodingGzip}}}
+	reply, err := viewer.RequestMsg(msg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, desc := reply.Header.Get(micro.ErrorCodeHeader), reply.Header.Get(micro.ErrorHeader); code != "400" || !strings.Contains(desc, "expands past") {
+		t.Fatalf("a %d-byte body expanding to 50 MiB: %q %q, want 400 naming the bound", buf.Len(), code, desc)
 	}
 }

@@ -123,7 +123,7 @@ func decode(req micro.Request, v any) bool {
 	if len(req.Data()) == 0 {
 		return true
 	}
-	data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+	data, err := events.BodyAtMost(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())}, events.MaxQueryBytes)
 	if err == nil {
 		err = json.Unmarshal(data, v)
 	}
