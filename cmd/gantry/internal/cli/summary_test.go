@@ -150,3 +150,22 @@ func TestRunGeneration(t *testing.T) {
 		}
 	}
 }
+
+// TestLogLineEscapesControls: gantry logs prints a host's output with its
+// control characters escaped, so a line cannot drive the terminal.
+func TestLogLineEscapesControls(t *testing.T) {
+	env := &events.Envelope{Time: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)}
+	ll := &events.LogLine{Ref: events.Ref{Host: "h1", Formula: "f", Node: "n"}, Attempt: 1, Stream: events.Stdout,
+		Line: "a\tb \x1b]0;pwned\x07\x1b[2J\rdone \u00e9\u009b"}
+	var b strings.Builder
+	if err := printLogLine(&b, env, ll, false); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.ContainsAny(strings.TrimSuffix(out, "\n"), "\x1b\x07\r\u009b") {
+		t.Errorf("control characters printed raw: %q", out)
+	}
+	if want := `a` + "\t" + `b \x1b]0;pwned\x07\x1b[2J\x0ddone é\x9b`; !strings.HasSuffix(out, want+"\n") {
+		t.Errorf("line printed as %q, want it to end %q", out, want)
+	}
+}
