@@ -64,8 +64,15 @@ func Pack(data []byte) ([]byte, bool, error) {
 // IsPacked says whether data is compressed by Pack (a KV record).
 func IsPacked(data []byte) bool { return bytes.HasPrefix(data, gzipMagic) }
 
+// MaxQueryBytes bounds what the body of a query (state.*) may expand to:
+// a query is a few bytes, and whoever may read may send one, so a small
+// compressed body must not make the service inflate MaxUnpackedBytes.
+const MaxQueryBytes = 64 << 10
+
 // Unpack returns what Pack was given: data itself unless it is compressed.
-func Unpack(data []byte) ([]byte, error) {
+func Unpack(data []byte) ([]byte, error) { return unpack(data, MaxUnpackedBytes) }
+
+func unpack(data []byte, limit int) ([]byte, error) {
 	if !IsPacked(data) {
 		return data, nil
 	}
@@ -73,12 +80,12 @@ func Unpack(data []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compressed data: %w", err)
 	}
-	out, err := io.ReadAll(io.LimitReader(zr, MaxUnpackedBytes+1))
+	out, err := io.ReadAll(io.LimitReader(zr, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("compressed data: %w", err)
 	}
-	if len(out) > MaxUnpackedBytes {
-		return nil, fmt.Errorf("compressed data expands past %d bytes", MaxUnpackedBytes)
+	if len(out) > limit {
+		return nil, fmt.Errorf("compressed data expands past %d bytes", limit)
 	}
 	return out, nil
 }
@@ -96,12 +103,16 @@ func EncodeBody(v any) (data []byte, packed bool, err error) {
 
 // BodyOf is a message's body as it was before EncodeBody compressed it.
 // A body marked compressed that is not is an error.
-func BodyOf(msg *nats.Msg) ([]byte, error) {
+func BodyOf(msg *nats.Msg) ([]byte, error) { return BodyAtMost(msg, MaxUnpackedBytes) }
+
+// BodyAtMost is BodyOf for a body that may expand to limit bytes at most
+// (MaxQueryBytes for a query).
+func BodyAtMost(msg *nats.Msg, limit int) ([]byte, error) {
 	if msg.Header.Get(EncodingHeader) != EncodingGzip {
 		return msg.Data, nil
 	}
 	if !IsPacked(msg.Data) {
 		return nil, fmt.Errorf("body marked %s %s is not", EncodingHeader, EncodingGzip)
 	}
-	return Unpack(msg.Data)
+	return unpack(msg.Data, limit)
 }

@@ -94,3 +94,17 @@ func TestBodyOf(t *testing.T) {
 		t.Fatalf("plain: %q %v", body, err)
 	}
 }
+
+func TestBodyAtMost(t *testing.T) {
+	packed, ok, err := events.Pack(bytes.Repeat([]byte(" "), 200<<10))
+	if err != nil || !ok {
+		t.Fatalf("pack: %v %v", ok, err)
+	}
+	msg := &nats.Msg{Data: packed, Header: nats.Header{events.EncodingHeader: {events.EncodingGzip}}}
+	if _, err := events.BodyAtMost(msg, events.MaxQueryBytes); err == nil || !strings.Contains(err.Error(), "expands past") {
+		t.Errorf("200 KiB as a query: %v", err)
+	}
+	if b, err := events.BodyOf(msg); err != nil || len(b) != 200<<10 {
+		t.Errorf("200 KiB as a body: %d %v", len(b), err)
+	}
+}

@@ -107,14 +107,14 @@ func AddService(nc *nats.Conn, s ServiceSpec) (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("micro service %s: %w", s.ID.ServiceName(), err)
 	}
-	err = svc.AddEndpoint(StatusEndpoint, micro.HandlerFunc(func(req micro.Request) {
+	err = svc.AddEndpoint(StatusEndpoint, OnlyRequests(micro.HandlerFunc(func(req micro.Request) {
 		b, err := json.Marshal(s.Status())
 		if err != nil {
 			_ = req.Error("500", err.Error(), nil)
 			return
 		}
 		_ = req.Respond(b)
-	}), micro.WithEndpointSubject(StatusSubject(s.ID)))
+	})), micro.WithEndpointSubject(StatusSubject(s.ID)))
 	if err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("micro service %s: status endpoint: %w", s.ID.ServiceName(), err)

@@ -45,9 +45,13 @@ const (
 
 // Retention and delivery settings.
 const (
-	EventsMaxAge      = 30 * 24 * time.Hour
-	LogsMaxAge        = 24 * time.Hour
-	LogsMaxBytes      = 1 << 30
+	EventsMaxAge = 30 * 24 * time.Hour
+	LogsMaxAge   = 24 * time.Hour
+	LogsMaxBytes = 1 << 30
+	// LogsConsumerIdle is how long a consumer on the log stream may be
+	// idle before the server deletes it: people create them to read it
+	// (gantry logs, the web view), and one they leave behind goes.
+	LogsConsumerIdle  = time.Hour
 	DuplicateWindow   = 2 * time.Minute  // Nats-Msg-Id dedupe
 	WorkAckWait       = 10 * time.Second // InProgress every third of it keeps long work alive
 	EventAckWait      = 10 * time.Second
@@ -130,6 +134,9 @@ func Streams(replicas int) []jetstream.StreamConfig {
 			MaxMsgSize:  64 << 10,
 			Discard:     jetstream.DiscardOld,
 			Replicas:    replicas,
+			// No service pulls from it by name: every consumer is a
+			// reader's, and goes once idle.
+			ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: LogsConsumerIdle},
 		},
 	}
 }

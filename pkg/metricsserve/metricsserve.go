@@ -32,10 +32,11 @@ func RegisterFlag(fs *flag.FlagSet, dst *string) {
 	fs.StringVar(dst, "metrics", os.Getenv(Env), Usage)
 }
 
-// Handler serves /metrics (and nothing else: 404).
+// Handler serves GET /metrics (and nothing else: 404, or 405 for another
+// method).
 func Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(Path, promhttp.Handler())
+	mux.Handle("GET "+Path, promhttp.Handler()) // GET (and HEAD) only: it reads
 	return mux
 }
 

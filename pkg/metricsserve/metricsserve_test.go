@@ -52,3 +52,24 @@ func TestStartBadAddress(t *testing.T) {
 		t.Fatalf("err = %v, want one naming --metrics and the address", err)
 	}
 }
+
+// TestOnlyGET: the metrics endpoint only reads: other methods get 405.
+func TestOnlyGET(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := Start(ctx, "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		req, _ := http.NewRequest(m, "http://"+addr.String()+Path, strings.NewReader("x"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s %s: %d, want 405", m, Path, resp.StatusCode)
+		}
+	}
+}

@@ -30,8 +30,9 @@ func newLogsCmd() *cobra.Command {
 		Long: `logs prints the output lines of a workflow's nodes (of one node, with
 FORMULA/NODE), in the order they were published, each after its time, host,
 formula/node (#n for an attempt after the first) and stream (stdout or
-stderr). It prints what the log stream holds (lines are kept for 24 hours)
-and exits; with -f it then follows new lines until the workflow ends, or
+stderr), with control characters shown escaped (\x1b): a host's output
+cannot drive the terminal (-o json has them as JSON escapes). It prints
+what the log stream holds (lines are kept for 24 hours) and exits; with -f it then follows new lines until the workflow ends, or
 Ctrl-C (exit 130). -o json prints each line's LogLine (the payload of its
 gantry.log.line event) as one JSON object per line. WORKFLOW_ID may be the
 start of an id, as for watch. A workflow no one submitted, or a node the
@@ -294,6 +295,28 @@ func printLogLine(w io.Writer, env *events.Envelope, ll *events.LogLine, asJSON 
 	if ll.Attempt > 1 {
 		name += fmt.Sprintf("#%d", ll.Attempt)
 	}
-	_, err := fmt.Fprintf(w, "%s %-12s %-28s %-6s %s\n", env.Time.Local().Format("15:04:05.000"), ll.Ref.Host, name, ll.Stream, ll.Line)
+	_, err := fmt.Fprintf(w, "%s %-12s %-28s %-6s %s\n", env.Time.Local().Format("15:04:05.000"), ll.Ref.Host, name, ll.Stream, printable(ll.Line))
 	return err
+}
+
+// printable is a host's output line safe to print on a terminal: its
+// control characters (escape sequences that would move the cursor, set
+// the title or the clipboard) are shown escaped (\x1b), tabs kept.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, isControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if isControl(r) {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func isControl(r rune) bool {
+	return r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0))
 }

@@ -121,3 +121,51 @@ func TestStatusShowsProgress(t *testing.T) {
 		t.Fatalf("status:\n%s", b.String())
 	}
 }
+
+// TestRunGeneration: watch and logs read a run's generation from its
+// gantry_runs record, which the planner compresses when it is large (a
+// failed base blocking thousands of formulas).
+func TestRunGeneration(t *testing.T) {
+	big := events.RunSnapshot{Generation: 3, Formulas: strings.Repeat("f", 100_000)}
+	rec, err := events.EncodeRecord(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !events.IsPacked(rec) {
+		t.Fatalf("a %d-byte snapshot is stored plain", len(big.Formulas))
+	}
+	small, _ := events.EncodeRecord(events.RunSnapshot{Generation: 2})
+	for name, c := range map[string]struct {
+		rec  []byte
+		want int
+		ok   bool
+	}{
+		"plain":      {small, 2, true},
+		"compressed": {rec, 3, true},
+		"damaged":    {rec[:len(rec)/2], 0, false},
+		"not json":   {[]byte("nope"), 0, false},
+	} {
+		if g, ok := runGeneration(c.rec); g != c.want || ok != c.ok {
+			t.Errorf("%s: %d %v, want %d %v", name, g, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestLogLineEscapesControls: gantry logs prints a host's output with its
+// control characters escaped, so a line cannot drive the terminal.
+func TestLogLineEscapesControls(t *testing.T) {
+	env := &events.Envelope{Time: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)}
+	ll := &events.LogLine{Ref: events.Ref{Host: "h1", Formula: "f", Node: "n"}, Attempt: 1, Stream: events.Stdout,
+		Line: "a\tb \x1b]0;pwned\x07\x1b[2J\rdone \u00e9\u009b"}
+	var b strings.Builder
+	if err := printLogLine(&b, env, ll, false); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.ContainsAny(strings.TrimSuffix(out, "\n"), "\x1b\x07\r\u009b") {
+		t.Errorf("control characters printed raw: %q", out)
+	}
+	if want := `a` + "\t" + `b \x1b]0;pwned\x07\x1b[2J\x0ddone é\x9b`; !strings.HasSuffix(out, want+"\n") {
+		t.Errorf("line printed as %q, want it to end %q", out, want)
+	}
+}

@@ -137,14 +137,27 @@ func watchStart(ctx context.Context, nc *nats.Conn, id string, cf connFlags) (ti
 	if js, err := jetstream.New(nc); err == nil {
 		if kv, err := js.KeyValue(ctx, events.BucketRuns); err == nil {
 			if e, err := kv.Get(ctx, id); err == nil {
-				var run events.RunSnapshot
-				if json.Unmarshal(e.Value(), &run) == nil {
-					gen = max(gen, run.Generation)
+				if g, ok := runGeneration(e.Value()); ok {
+					gen = max(gen, g)
 				}
 			}
 		}
 	}
 	return since, gen
+}
+
+// runGeneration is the run generation of a gantry_runs record, plain or
+// compressed (a large fleet's snapshot is).
+func runGeneration(record []byte) (int, bool) {
+	data, err := events.Unpack(record)
+	if err != nil {
+		return 0, false
+	}
+	var run events.RunSnapshot
+	if json.Unmarshal(data, &run) != nil {
+		return 0, false
+	}
+	return run.Generation, true
 }
 
 // watchWorkflow reads the events of one workflow from the event stream,

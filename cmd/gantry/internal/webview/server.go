@@ -44,6 +44,11 @@ type Server struct {
 	// MaxStreams bounds the workflow pages served at once (each reads
 	// two streams); DefaultMaxStreams when zero. Others get 503.
 	MaxStreams int
+	// WriteTimeout bounds each write to a workflow page's event stream: a
+	// browser that stops reading (or a client that never reads) loses its
+	// stream, and its slot, once a write has waited this long;
+	// DefaultWriteTimeout when zero.
+	WriteTimeout time.Duration
 
 	once  sync.Once
 	slots chan struct{}
@@ -51,6 +56,9 @@ type Server struct {
 
 // DefaultMaxStreams is MaxStreams when not set.
 const DefaultMaxStreams = 64
+
+// DefaultWriteTimeout is WriteTimeout when not set.
+const DefaultWriteTimeout = 30 * time.Second
 
 // csp keeps the page to its own script and styles: nothing inline,
 // nothing from elsewhere.
@@ -176,7 +184,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s.follow(ctx, &sseWriter{w: w, fl: fl}, id, since, hosts, m)
+	s.follow(ctx, &sseWriter{w: w, fl: fl, rc: http.NewResponseController(w), timeout: cmp.Or(s.WriteTimeout, DefaultWriteTimeout)}, id, since, hosts, m)
 }
 
 // start seeds the model from the state-store and says from when to read
@@ -255,29 +263,41 @@ func (s *Server) follow(ctx context.Context, sse *sseWriter, id string, since ti
 	}
 }
 
-// sseWriter writes server-sent events.
+// sseWriter writes server-sent events, each write bounded by timeout.
 type sseWriter struct {
-	w  http.ResponseWriter
-	fl http.Flusher
+	w       http.ResponseWriter
+	fl      http.Flusher
+	rc      *http.ResponseController
+	timeout time.Duration
 }
 
-// send writes one event; false when the client is gone.
+// send writes one event; false when the client is gone or does not read.
 func (s *sseWriter) send(event string, v any) bool {
 	b, err := json.Marshal(v) // one line: newlines in strings are escaped
 	if err != nil {
 		return true
 	}
-	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+	if !s.write(func() error { _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, b); return err }) {
 		return false
 	}
-	s.fl.Flush()
 	metricMessages.Inc()
 	return true
 }
 
 func (s *sseWriter) comment() bool {
-	if _, err := fmt.Fprint(s.w, ": keep-alive\n\n"); err != nil {
+	return s.write(func() error { _, err := fmt.Fprint(s.w, ": keep-alive\n\n"); return err })
+}
+
+// write writes and flushes within the timeout.
+func (s *sseWriter) write(f func() error) bool {
+	if s.rc != nil && s.timeout > 0 {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout)) // unsupported: unbounded, as before
+	}
+	if err := f(); err != nil {
 		return false
+	}
+	if s.rc != nil {
+		return s.rc.Flush() == nil
 	}
 	s.fl.Flush()
 	return true

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -348,5 +350,59 @@ func TestLoopbackOnly(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
 		}
+	}
+}
+
+// TestStreamOfAClientThatDoesNotRead: a client that opens a workflow's
+// page and never reads loses it once a write has waited WriteTimeout, and
+// its slot is free again (it cannot hold the MaxStreams slots forever).
+func TestStreamOfAClientThatDoesNotRead(t *testing.T) {
+	src := &memSource{live: make(chan webview.Item), history: []webview.Item{accepted(t)}}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // output lines, as fast as the page takes them
+		line := strings.Repeat("x", 900)
+		for i := int64(1); ; i++ {
+			select {
+			case src.live <- webview.Item{Line: &events.LogLine{Ref: ref("base", "h1", "a"), Attempt: 1, Stream: events.Stdout, Seq: i, Line: line}}:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	srv := httptest.NewServer((&webview.Server{Src: src, MaxStreams: 1, WriteTimeout: 200 * time.Millisecond}).Handler())
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "GET /api/workflows/%s/events HTTP/1.1\r\nHost: localhost\r\n\r\n", wfID); err != nil {
+		t.Fatal(err)
+	}
+	// It never reads. The page's slot is freed once a write times out.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/workflows/"+wfID+"/events", nil)
+		resp, err = http.DefaultClient.Do(req)
+		code := 0
+		if err == nil {
+			code = resp.StatusCode
+			resp.Body.Close()
+		}
+		cancel()
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a client that does not read still holds the only slot after 20s: %d %v", code, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

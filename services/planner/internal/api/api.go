@@ -62,14 +62,14 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 			}
 		}
 	}
-	if err := svc.AddEndpoint("submit", submit(false), micro.WithEndpointSubject(events.SubjectSubmit)); err != nil {
+	if err := svc.AddEndpoint("submit", events.OnlyRequests(submit(false)), micro.WithEndpointSubject(events.SubjectSubmit)); err != nil {
 		return nil, err
 	}
-	if err := svc.AddEndpoint("validate", submit(true), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
+	if err := svc.AddEndpoint("validate", events.OnlyRequests(submit(true)), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
 		return nil, err
 	}
 	for _, verb := range []string{events.VerbCancel, events.VerbPause, events.VerbResume, events.VerbRetry} {
-		if err := svc.AddEndpoint(verb, control(e, log), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
+		if err := svc.AddEndpoint(verb, events.OnlyRequests(control(e, log)), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
 			return nil, err
 		}
 	}

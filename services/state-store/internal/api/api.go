@@ -45,7 +45,7 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, kv jetstream.KeyValue, log
 	s := &server{kv: kv, log: log, rebuild: rebuild, catchUp: catchUp}
 	g := svc.AddGroup("state")
 	for name, h := range map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift, "rebuild": s.rebuildHandler} {
-		if err := g.AddEndpoint(name, h); err != nil {
+		if err := g.AddEndpoint(name, events.OnlyRequests(h)); err != nil {
 			return nil, err
 		}
 	}
@@ -123,7 +123,7 @@ func decode(req micro.Request, v any) bool {
 	if len(req.Data()) == 0 {
 		return true
 	}
-	data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+	data, err := events.BodyAtMost(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())}, events.MaxQueryBytes)
 	if err == nil {
 		err = json.Unmarshal(data, v)
 	}
