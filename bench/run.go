@@ -57,7 +57,14 @@ func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*run
 		return nil, fmt.Errorf("submit rejected: %s", msg.Data)
 	}
 	var reply events.SubmitReply
-	json.Unmarshal(msg.Data, &reply)
+	data, err := events.BodyOf(msg) // a large plan comes compressed
+	if err == nil {
+		err = json.Unmarshal(data, &reply)
+	}
+	if err != nil || reply.WorkflowID == "" {
+		close(idSet)
+		return nil, fmt.Errorf("submit reply: %v (%d bytes)", err, len(msg.Data))
+	}
 	id = reply.WorkflowID
 	close(idSet)
 	var st dag.WorkflowState
