@@ -41,7 +41,10 @@ type SSHConfig struct {
 	DefaultUser           string        // when a host names none (default: $USER, else root)
 	MaxSessions           int           // sessions at once per connection (default 8; OpenSSH allows 10)
 	DialTimeout           time.Duration // default 10s
-	Logger                *slog.Logger
+	// Idle closes a connection that ran no session for that long
+	// (default DefaultSSHIdle; negative: never).
+	Idle   time.Duration
+	Logger *slog.Logger
 }
 
 // RegisterFlags adds the SSH flags a service takes, defaulting from
@@ -52,6 +55,7 @@ func (c *SSHConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
 	fs.BoolVar(&c.UseAgent, "ssh-agent", true, "also use the keys of the ssh-agent at $SSH_AUTH_SOCK")
 	fs.IntVar(&c.MaxSessions, "ssh-max-sessions", 8, "SSH sessions at once per host connection (sshd's MaxSessions is 10 by default)")
+	fs.DurationVar(&c.Idle, "ssh-idle", DefaultSSHIdle, "close a host's SSH connection after it ran nothing for this long (negative: keep it open)")
 }
 
 // DefaultKeyFiles are tried in order when no key file is given, as OpenSSH does.
@@ -86,7 +90,8 @@ type Pool struct {
 	log       *slog.Logger
 	mu        sync.Mutex
 	conns     map[string]*conn
-	closed    bool // Close was called
+	closed    bool          // Close was called
+	stop      chan struct{} // closed by Close: the idle reaper ends
 }
 
 type conn struct {
@@ -95,7 +100,8 @@ type conn struct {
 	sem     chan struct{}
 	address string // host:port
 	user    string
-	parent  *conn // the jump host it is reached through; nil: dialed directly
+	parent  *conn        // the jump host it is reached through; nil: dialed directly
+	used    atomic.Int64 // when it was last used (unix ns): idle ones are closed
 }
 
 // jumps is the user@address of each jump host on the way to c, the first
@@ -140,7 +146,10 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	if cfg.KnownHosts == "" {
 		cfg.KnownHosts = defKnown
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}}
+	if cfg.Idle == 0 {
+		cfg.Idle = DefaultSSHIdle
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, stop: make(chan struct{})}
 	if cfg.KeyFile != "" {
 		pem, err := os.ReadFile(cfg.KeyFile)
 		if err != nil {
@@ -169,6 +178,9 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 		if _, err := p.known.current(false); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.Idle > 0 {
+		go p.reapIdle(cfg.Idle, p.stop)
 	}
 	return p, nil
 }
@@ -247,6 +259,9 @@ func (p *Pool) Runner(address, user string, via ...Jump) Runner {
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stop)
+	}
 	p.closed = true
 	conns := p.conns
 	p.conns = map[string]*conn{}
@@ -313,6 +328,7 @@ func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 		return nil, err
 	}
 	c.client = cl
+	c.touch()
 	sshOpen.Inc()
 	go func(cl *ssh.Client) { // forget the connection once it dies
 		_ = cl.Wait()
@@ -747,7 +763,7 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	case <-rctx.Done():
 		return res, endErr(rctx)
 	}
-	defer func() { <-c.sem }()
+	defer func() { c.touch(); <-c.sem }()
 
 	stdin := io.Reader(eofReader{})
 	if len(cmd.Secrets) > 0 {
