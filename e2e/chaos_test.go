@@ -299,7 +299,7 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("submit: %v %s", err, msg.Data)
 	}
 	var reply events.SubmitReply
-	json.Unmarshal(msg.Data, &reply)
+	decodeReply(msg, &reply)
 	id := reply.WorkflowID
 	fmt.Printf("chaos: workflow %s: 200 nodes on 5 sshd hosts\n", id)
 	start := time.Now()
@@ -361,7 +361,7 @@ func TestChaos(t *testing.T) {
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
 		if m, err := nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second); err == nil && m.Header.Get(micro.ErrorCodeHeader) == "" {
-			if json.Unmarshal(m.Data, &doc) == nil && doc.Status.Terminal() {
+			if decodeReply(m, &doc) == nil && doc.Status.Terminal() {
 				break
 			}
 		}
@@ -469,7 +469,7 @@ func TestChaos(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if m, err := request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`)); err == nil {
-		json.Unmarshal(m.Data, &doc)
+		decodeReply(m, &doc)
 	}
 	differ := 0
 	for fid, f := range doc.Formulas {
@@ -500,7 +500,7 @@ func TestChaos(t *testing.T) {
 		UpTo      uint64   `json:"up_to"`
 		Differing []string `json:"differing"`
 	}
-	json.Unmarshal(m.Data, &rep)
+	decodeReply(m, &rep)
 	fmt.Printf("chaos: projection vs rebuild from %d events: %d documents, %d differ %v\n", rep.UpTo, rep.Keys, len(rep.Differing), rep.Differing)
 	if rep.Keys == 0 || len(rep.Differing) != 0 {
 		t.Errorf("projection differs from a rebuild: %v", rep.Differing)

@@ -31,7 +31,7 @@ func (s *stack) status(id string) *events.WorkflowDoc {
 		s.t.Fatal(err)
 	}
 	var d events.WorkflowDoc
-	json.Unmarshal(msg.Data, &d)
+	decodeReply(msg, &d)
 	return &d
 }
 

@@ -19,7 +19,7 @@ func (s *stack) drift(c *dag.Composition) events.DriftReport {
 		s.t.Fatalf("drift: %v %s", err, msg.Data)
 	}
 	var rep events.DriftReport
-	json.Unmarshal(msg.Data, &rep)
+	decodeReply(msg, &rep)
 	return rep
 }
 
@@ -35,7 +35,7 @@ func (s *stack) rebuild(checkOnly bool) (keys int, differing []string, rewritten
 		Differing []string `json:"differing"`
 		Rewritten bool     `json:"rewritten"`
 	}
-	json.Unmarshal(msg.Data, &rep)
+	decodeReply(msg, &rep)
 	return rep.Keys, rep.Differing, rep.Rewritten
 }
 

@@ -376,3 +376,13 @@ func markers(t *testing.T, h *sshtest.Host) map[string]int {
 	}
 	return m
 }
+
+// decodeReply decodes a reply's JSON body, compressed (a large plan or
+// document) or not.
+func decodeReply(msg *nats.Msg, v any) error {
+	body, err := events.BodyOf(msg)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(body, v)
+}

@@ -103,7 +103,7 @@ func (s *stack) rebuildReport(checkOnly bool) events.RebuildReport {
 		s.t.Fatalf("rebuild: %v %s %s", err, msg.Header.Get(micro.ErrorHeader), msg.Data)
 	}
 	var rep events.RebuildReport
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+	if err := decodeReply(msg, &rep); err != nil {
 		s.t.Fatal(err)
 	}
 	return rep

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -21,7 +20,7 @@ func (s *stack) hostDocs(host string) []map[string]any {
 		s.t.Fatalf("state.host %s: %v %s", host, err, msg.Data)
 	}
 	var docs []map[string]any
-	if err := json.Unmarshal(msg.Data, &docs); err != nil {
+	if err := decodeReply(msg, &docs); err != nil {
 		s.t.Fatalf("state.host %s: %v", host, err)
 	}
 	return docs

@@ -216,7 +216,7 @@ func TestAuditRecordsWhoAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r events.SubmitReply
-	if err := json.Unmarshal(reply.Data, &r); err != nil || r.Status != "accepted" {
+	if err := decodeReply(reply, &r); err != nil || r.Status != "accepted" {
 		t.Fatalf("submit: %s", reply.Data)
 	}
 	if _, code := s.control(r.WorkflowID, events.VerbPause); code != "" {
