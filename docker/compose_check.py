@@ -9,6 +9,7 @@
 
 DECKY and WORKFLOW are `nats sub --raw` captures: one CloudEvent per line.
 """
+import gzip
 import json
 import subprocess
 import sys
@@ -97,8 +98,12 @@ def events(decky, workflow, wid, composition):
 
 
 def doc(path):
-    with open(path) as f:
-        return json.load(f)
+    # A large reply comes gzip-compressed (Content-Encoding: gzip).
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data)
 
 
 def state(path, status):
