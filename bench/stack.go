@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -114,7 +115,16 @@ func connectAs(url, seedFile string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nats.Connect(url, opt)
+	// An ordered consumer deletes itself when the reader stops, which people
+	// may not do on the bus (the server removes it once idle): that refusal
+	// is expected, anything else is printed.
+	quiet := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "$JS.API.CONSUMER.DELETE.") {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "nats:", err)
+	})
+	return nats.Connect(url, opt, quiet)
 }
 
 var serviceNames = []string{"planner", "executor", "health-gate", "state-store"}
