@@ -26,6 +26,7 @@ build:
 
 ## test: formatting, vet, and every test (fuzz seed corpora included).
 test: fmt-check vet
+	@scripts/test-deps.sh
 	$(GO) test -count=1 $(MODULES)
 
 vet:
