@@ -29,6 +29,8 @@ type memSource struct {
 	live    chan webview.Item
 	since   time.Time
 	hosts   []string
+	// lifecycle are the workflow lifecycle events Lifecycle sends.
+	lifecycle chan webview.Item
 }
 
 // seen is what the last Follow was asked for.
@@ -57,6 +59,18 @@ func (s *memSource) Follow(ctx context.Context, id string, since time.Time, host
 	for {
 		select {
 		case it := <-s.live:
+			out <- it
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *memSource) Lifecycle(ctx context.Context, out chan<- webview.Item) error {
+	out <- webview.Item{CaughtUp: true}
+	for {
+		select {
+		case it := <-s.lifecycle:
 			out <- it
 		case <-ctx.Done():
 			return ctx.Err()
