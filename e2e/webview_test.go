@@ -33,7 +33,14 @@ var webviewShot = os.Getenv("GANTRY_WEBVIEW_SCREENSHOT")
 // its base URL.
 func startUI(t *testing.T, s *stack, bin string) string {
 	t.Helper()
-	cmd := exec.Command(bin, "ui", "--http", "127.0.0.1:0", "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer))
+	base, _ := startUIAt(t, s, bin, "127.0.0.1:0")
+	return base
+}
+
+// startUIAt runs `gantry ui` on addr; stop ends it.
+func startUIAt(t *testing.T, s *stack, bin, addr string) (base string, stop func()) {
+	t.Helper()
+	cmd := exec.Command(bin, "ui", "--http", addr, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +49,9 @@ func startUI(t *testing.T, s *stack, bin string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	t.Cleanup(stop)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("gantry ui printed nothing: %v", err)
@@ -52,7 +61,7 @@ func startUI(t *testing.T, s *stack, bin string) string {
 		t.Fatalf("gantry ui: %q", line)
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return m[1]
+	return m[1], stop
 }
 
 // browser starts headless Chromium for the test.
@@ -412,7 +421,7 @@ func TestWebViewDev(t *testing.T) {
 func TestWebViewListLive(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1})
 	bin := buildGantry(t)
-	base := startUI(t, s, bin)
+	base, stopUI := startUIAt(t, s, bin, "127.0.0.1:0")
 	ctx := browser(t)
 	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -457,7 +466,7 @@ func TestWebViewListLive(t *testing.T) {
 	  return {state: r ? r.dataset.state : "", text: r ? r.textContent : "", marker: window.__marker === 42}; })()`
 	var seen []string
 	var last rowState
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		rs, err := chromedp.Run(tctx, chromedp.Evaluate[rowState](read))
 		if err != nil {
@@ -486,8 +495,42 @@ func TestWebViewListLive(t *testing.T) {
 		t.Errorf("list row: %q", last.Text)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if requests["/api/workflows"] != 0 || requests["/api/workflows/events"] != 1 {
 		t.Errorf("the list page polled: requests %v (want one /api/workflows/events, no /api/workflows)", requests)
+	}
+	mu.Unlock()
+
+	// The stream drops (the server stops); a workflow runs meanwhile; the
+	// server comes back on the same address: the page, not reloaded,
+	// reconnects by itself and shows that workflow from the new snapshot.
+	stopUI()
+	r, code = s.submit([]byte(comp))
+	if code != "" || r.Status != "accepted" {
+		t.Fatalf("submit while the web view is down: %s %v", code, r.Errors)
+	}
+	s.wait(r.WorkflowID, 60*time.Second)
+	startUIAt(t, s, bin, strings.TrimPrefix(base, "http://"))
+	read = strings.ReplaceAll(read, id, r.WorkflowID)
+	for {
+		rs, err := chromedp.Run(tctx, chromedp.Evaluate[rowState](read))
+		if err != nil {
+			t.Fatalf("read the list: %v", err)
+		}
+		if !rs.Marker {
+			t.Fatalf("the list page was reloaded")
+		}
+		if rs.State == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the server came back, the row of %s: %+v", r.WorkflowID, rs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("requests of the page: %v", requests)
+	if requests["/api/workflows"] != 0 || requests["/api/workflows/events"] < 2 {
+		t.Errorf("after a reconnect: requests %v (want /api/workflows/events again, no /api/workflows)", requests)
 	}
 }
