@@ -2,6 +2,9 @@ package webview_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -113,5 +116,109 @@ func TestListStreamBounded(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %s", resp.Status)
+	}
+}
+
+// TestListStreamEndsOnAProblem: when the events cannot be read, the list
+// stream says so and ends (the browser reconnects, and a new stream has
+// a new snapshot).
+func TestListStreamEndsOnAProblem(t *testing.T) {
+	src := &memSource{lifecycle: make(chan webview.Item), lifecycleErr: make(chan error, 1)}
+	srv := httptest.NewServer((&webview.Server{Src: src}).Handler())
+	defer srv.Close()
+	s, done := open(t, srv, "/api/workflows/events")
+	defer done()
+	if ev, data := s.next(t); ev != "snapshot" || data != "[]" {
+		t.Fatalf("first: %s %s", ev, data)
+	}
+	src.lifecycleErr <- errors.New("read GANTRY_EVENTS: connection closed")
+	if ev, data := s.next(t); ev != "problem" || !strings.Contains(data, "connection closed") {
+		t.Fatalf("problem: %s %s", ev, data)
+	}
+	if s.sc.Scan() {
+		t.Fatalf("the stream goes on after a problem: %q", s.sc.Text())
+	}
+	src.rows = []events.WorkflowSummary{{WorkflowID: otherID, Status: dag.WorkflowSucceeded, CreatedAt: t0}}
+	s2, done2 := open(t, srv, "/api/workflows/events")
+	defer done2()
+	if ev, data := s2.next(t); ev != "snapshot" || !strings.Contains(data, otherID) {
+		t.Fatalf("after a reconnect: %s %s", ev, data)
+	}
+}
+
+// TestListStreamRetryOfAnOlderRun: a workflow beyond the list's rows that
+// runs again comes back with its state-store row (start, submitter).
+func TestListStreamRetryOfAnOlderRun(t *testing.T) {
+	doc := &webview.Doc{WorkflowDoc: events.WorkflowDoc{WorkflowID: wfID, Workflow: "demo", Operation: dag.OpCreate, Status: dag.WorkflowFailed,
+		CreatedAt: t0, UpdatedAt: t0.Add(time.Minute), FormulaCount: 3, NodeCount: 9, SubmittedBy: &events.Principal{Name: "carol", Attested: true}}}
+	src := &memSource{lifecycle: make(chan webview.Item), doc: doc}
+	srv := httptest.NewServer((&webview.Server{Src: src}).Handler())
+	defer srv.Close()
+	s, done := open(t, srv, "/api/workflows/events")
+	defer done()
+	if ev, _ := s.next(t); ev != "snapshot" {
+		t.Fatalf("first: %s", ev)
+	}
+	at := t0.Add(time.Hour)
+	src.lifecycle <- wfEvent(t, wfID, dag.WorkflowRunning, at)
+	ev, data := s.next(t)
+	r := rowOf(t, data)
+	if ev != "row" || r.Status != dag.WorkflowRunning || !r.CreatedAt.Equal(t0) || r.SubmittedBy == nil || r.SubmittedBy.Name != "carol" ||
+		r.Formulas != 3 || r.Nodes != 9 || r.EndedAt != nil {
+		t.Fatalf("retried run: %s %s", ev, data)
+	}
+}
+
+// TestListStreamOfAClientThatDoesNotRead: a list page whose client never
+// reads loses its stream, and its slot, once a write has waited
+// WriteTimeout.
+func TestListStreamOfAClientThatDoesNotRead(t *testing.T) {
+	src := &memSource{lifecycle: make(chan webview.Item)}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // a workflow changing state, as fast as the page takes it
+		for i := 1; ; i++ {
+			e := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: otherID, Workflow: "demo", Operation: dag.OpCreate, Generation: 1}, Status: dag.WorkflowRunning}
+			env, err := events.NewAt("00000000-0000-4000-8000-000000000003", "test/1", t0.Add(time.Duration(i)*time.Millisecond), e)
+			if err != nil {
+				return
+			}
+			b, _ := json.Marshal(env)
+			parsed, err := events.Parse(b)
+			if err != nil {
+				return
+			}
+			select {
+			case src.lifecycle <- webview.Item{Event: parsed}:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	srv := httptest.NewServer((&webview.Server{Src: src, MaxStreams: 1, WriteTimeout: 200 * time.Millisecond}).Handler())
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprint(conn, "GET /api/workflows/events HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(srv.URL + "/api/workflows/" + wfID + "/events?probe")
+		code := 0
+		if err == nil {
+			code = resp.StatusCode
+			resp.Body.Close()
+		}
+		if code != http.StatusServiceUnavailable && code != 0 {
+			return // the slot is free (the probe's workflow is missing: 200 then "missing")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a list client that does not read still holds the only slot after 20s: %d %v", code, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -29,8 +29,10 @@ type memSource struct {
 	live    chan webview.Item
 	since   time.Time
 	hosts   []string
-	// lifecycle are the workflow lifecycle events Lifecycle sends.
-	lifecycle chan webview.Item
+	// lifecycle are the workflow lifecycle events Lifecycle sends;
+	// lifecycleErr ends it with that error.
+	lifecycle    chan webview.Item
+	lifecycleErr chan error
 }
 
 // seen is what the last Follow was asked for.
@@ -72,6 +74,8 @@ func (s *memSource) Lifecycle(ctx context.Context, out chan<- webview.Item) erro
 		select {
 		case it := <-s.lifecycle:
 			out <- it
+		case err := <-s.lifecycleErr:
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
