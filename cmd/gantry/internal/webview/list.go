@@ -98,6 +98,9 @@ func (m *ListModel) Apply(env *events.Envelope) *events.WorkflowSummary {
 	}
 	out := *r
 	m.trim()
+	if !m.Knows(out.WorkflowID) {
+		return nil // older than every row the list keeps
+	}
 	return &out
 }
 

@@ -222,3 +222,24 @@ func TestListStreamOfAClientThatDoesNotRead(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestListModelKeepsTheNewest: the list keeps its limit of rows, the
+// newest; a change to a run older than all of them is not news.
+func TestListModelKeepsTheNewest(t *testing.T) {
+	m := webview.NewListModel(1)
+	m.Seed([]events.WorkflowSummary{{WorkflowID: wfID, Status: dag.WorkflowSucceeded, CreatedAt: t0, UpdatedAt: t0}})
+	m.Add(events.WorkflowSummary{WorkflowID: otherID, Status: dag.WorkflowFailed, CreatedAt: t0.Add(-time.Hour), UpdatedAt: t0.Add(-time.Hour)})
+	if r := m.Apply(wfEvent(t, otherID, dag.WorkflowRunning, t0.Add(time.Hour)).Event); r != nil {
+		t.Errorf("a change to a run older than the list: %+v", r)
+	}
+	if rows := m.Rows(); len(rows) != 1 || rows[0].WorkflowID != wfID {
+		t.Errorf("rows: %+v", rows)
+	}
+	const newer = "2d7e5c74-6a2e-4e73-9f2a-9c6f4a1b0c33"
+	if r := m.Apply(wfEvent(t, newer, dag.WorkflowAccepted, t0.Add(time.Hour)).Event); r == nil || r.WorkflowID != newer {
+		t.Fatalf("a new run: %+v", r)
+	}
+	if rows := m.Rows(); len(rows) != 1 || rows[0].WorkflowID != newer {
+		t.Errorf("rows after a new run: %+v", rows)
+	}
+}

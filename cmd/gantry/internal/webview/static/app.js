@@ -89,7 +89,8 @@ function openList() {
 
 function renderList() {
   const rows = [...L.rows.values()].sort((a, b) =>
-    (Date.parse(b.created_at) || 0) - (Date.parse(a.created_at) || 0) || (b.workflow_id < a.workflow_id ? -1 : 1)).slice(0, 100);
+    (Date.parse(b.created_at) || 0) - (Date.parse(a.created_at) || 0) || (b.workflow_id < a.workflow_id ? -1 : 1));
+  for (const r of rows.splice(100)) L.rows.delete(r.workflow_id); // the newest 100, as the server keeps
   const body = $("runs");
   body.replaceChildren();
   $("list-empty").hidden = rows.length > 0;
