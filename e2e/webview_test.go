@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
@@ -30,7 +33,14 @@ var webviewShot = os.Getenv("GANTRY_WEBVIEW_SCREENSHOT")
 // its base URL.
 func startUI(t *testing.T, s *stack, bin string) string {
 	t.Helper()
-	cmd := exec.Command(bin, "ui", "--http", "127.0.0.1:0", "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer))
+	base, _ := startUIAt(t, s, bin, "127.0.0.1:0")
+	return base
+}
+
+// startUIAt runs `gantry ui` on addr; stop ends it.
+func startUIAt(t *testing.T, s *stack, bin, addr string) (base string, stop func()) {
+	t.Helper()
+	cmd := exec.Command(bin, "ui", "--http", addr, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +49,9 @@ func startUI(t *testing.T, s *stack, bin string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	t.Cleanup(stop)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("gantry ui printed nothing: %v", err)
@@ -49,7 +61,7 @@ func startUI(t *testing.T, s *stack, bin string) string {
 		t.Fatalf("gantry ui: %q", line)
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return m[1]
+	return m[1], stop
 }
 
 // browser starts headless Chromium for the test.
@@ -399,5 +411,126 @@ func TestWebViewDev(t *testing.T) {
 			t.Fatalf("the web view's list: %+v (%v)", rows, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The list page in a real browser is live without polling: a workflow
+// submitted while it is open appears, and its state changes to
+// succeeded, without a reload, and the page never asks for the list
+// again (it has one stream, /api/workflows/events).
+func TestWebViewListLive(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	bin := buildGantry(t)
+	base, stopUI := startUIAt(t, s, bin, "127.0.0.1:0")
+	ctx := browser(t)
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	requests := map[string]int{} // path -> requests the page made
+	err := chromedp.Listen(tctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
+			if u, err := url.Parse(e.Request.URL); err == nil {
+				mu.Lock()
+				requests[u.Path]++
+				mu.Unlock()
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#conn[data-conn="live"]`)); err != nil {
+		t.Fatalf("open the list: %v", err)
+	}
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[int](`window.__marker = 42`)); err != nil {
+		t.Fatal(err)
+	}
+
+	h := s.fleet.Hosts[0]
+	comp := fmt.Sprintf(`{"name": "listlive", "hosts": {%q: {"address": %q, "user": %q}},
+	"formulas": [{"id": "base", "server": %q, "nodes": [{"name": "slow", "run": "sleep 2; echo done"}]}]}`, h.Name, h.Addr, s.fleet.User, h.Name)
+	r, code := s.submit([]byte(comp))
+	if code != "" || r.Status != "accepted" {
+		t.Fatalf("submit: %s %v", code, r.Errors)
+	}
+	id := r.WorkflowID
+
+	// Watch the row's state through CDP until it is succeeded.
+	type rowState struct {
+		State  string `json:"state"`
+		Text   string `json:"text"`
+		Marker bool   `json:"marker"`
+	}
+	read := `(() => { const r = document.querySelector('tr[data-workflow="` + id + `"]');
+	  return {state: r ? r.dataset.state : "", text: r ? r.textContent : "", marker: window.__marker === 42}; })()`
+	var seen []string
+	var last rowState
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		rs, err := chromedp.Run(tctx, chromedp.Evaluate[rowState](read))
+		if err != nil {
+			t.Fatalf("read the list: %v", err)
+		}
+		last = rs
+		if !rs.Marker {
+			t.Fatalf("the list page was reloaded")
+		}
+		if rs.State != "" && (len(seen) == 0 || seen[len(seen)-1] != rs.State) {
+			seen = append(seen, rs.State)
+		}
+		if rs.State == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the row of %s: states seen %v, last %+v", id, seen, rs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("row states seen without a reload: %v", seen)
+	if len(seen) < 2 {
+		t.Errorf("the row showed no state before succeeded: %v (it should appear while the run goes)", seen)
+	}
+	if !strings.Contains(last.Text, "listlive") || !strings.Contains(last.Text, "operator") {
+		t.Errorf("list row: %q", last.Text)
+	}
+	mu.Lock()
+	if requests["/api/workflows"] != 0 || requests["/api/workflows/events"] != 1 {
+		t.Errorf("the list page polled: requests %v (want one /api/workflows/events, no /api/workflows)", requests)
+	}
+	mu.Unlock()
+
+	// The stream drops (the server stops); a workflow runs meanwhile; the
+	// server comes back on the same address: the page, not reloaded,
+	// reconnects by itself and shows that workflow from the new snapshot.
+	stopUI()
+	r, code = s.submit([]byte(comp))
+	if code != "" || r.Status != "accepted" {
+		t.Fatalf("submit while the web view is down: %s %v", code, r.Errors)
+	}
+	s.wait(r.WorkflowID, 60*time.Second)
+	startUIAt(t, s, bin, strings.TrimPrefix(base, "http://"))
+	read = strings.ReplaceAll(read, id, r.WorkflowID)
+	for {
+		rs, err := chromedp.Run(tctx, chromedp.Evaluate[rowState](read))
+		if err != nil {
+			t.Fatalf("read the list: %v", err)
+		}
+		if !rs.Marker {
+			t.Fatalf("the list page was reloaded")
+		}
+		if rs.State == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the server came back, the row of %s: %+v", r.WorkflowID, rs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("requests of the page: %v", requests)
+	if requests["/api/workflows"] != 0 || requests["/api/workflows/events"] < 2 {
+		t.Errorf("after a reconnect: requests %v (want /api/workflows/events again, no /api/workflows)", requests)
 	}
 }

@@ -6,7 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 var (
 	metricStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "gantry_webview_streams",
-		Help: "Workflow pages open in a browser: server-sent event streams being served.",
+		Help: "Pages open in a browser, workflow and list pages: server-sent event streams being served.",
 	})
 	metricMessages = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "gantry_webview_messages_sent_total",
@@ -14,7 +14,7 @@ var (
 	})
 	metricRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "gantry_webview_streams_refused_total",
-		Help: "Workflow pages refused because MaxStreams were already open.",
+		Help: "Pages (workflow or list) refused because MaxStreams were already open.",
 	})
 )
 

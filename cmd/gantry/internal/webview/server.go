@@ -41,8 +41,9 @@ type Server struct {
 	// loopback address: a server bound to loopback then cannot be read by
 	// a web page through DNS rebinding.
 	LoopbackOnly bool
-	// MaxStreams bounds the workflow pages served at once (each reads
-	// two streams); DefaultMaxStreams when zero. Others get 503.
+	// MaxStreams bounds the pages served live at once, workflow pages
+	// (each reads two streams) and list pages (one) together;
+	// DefaultMaxStreams when zero. Others get 503.
 	MaxStreams int
 	// WriteTimeout bounds each write to a workflow page's event stream: a
 	// browser that stops reading (or a client that never reads) loses its
@@ -75,6 +76,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /w/{id}", page)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(files)))
 	mux.HandleFunc("GET /api/workflows", s.list)
+	mux.HandleFunc("GET /api/workflows/events", s.listStream)
 	mux.HandleFunc("GET /api/workflows/{id}/events", s.stream)
 	mux.Handle("GET /metrics", promhttp.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -128,15 +130,24 @@ func (s *Server) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// listLimit reads ?limit=N: 100 when absent.
+func listLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 100, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		http.Error(w, "limit: want a number from 1 to 1000", http.StatusBadRequest)
+		return 0, false
+	}
+	return n, true
+}
+
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	limit := 100
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			http.Error(w, "limit: want a number from 1 to 1000", http.StatusBadRequest)
-			return
-		}
-		limit = n
+	limit, ok := listLimit(w, r)
+	if !ok {
+		return
 	}
 	rows, err := s.Src.List(r.Context(), limit)
 	if err != nil {
@@ -164,27 +175,46 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	s.once.Do(func() { s.slots = make(chan struct{}, cmp.Or(s.MaxStreams, DefaultMaxStreams)) })
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		metricRefused.Inc()
-		w.Header().Set("Retry-After", "10")
-		http.Error(w, "too many workflow pages open at once; try again later", http.StatusServiceUnavailable)
+	release, ok := s.acquire(w)
+	if !ok {
 		return
 	}
-	metricStreams.Inc()
-	defer metricStreams.Dec()
+	defer release()
 	ctx := r.Context()
 	m := NewModel(id)
 	since, hosts := s.start(ctx, id, m)
+	s.follow(ctx, s.newSSE(w, fl), id, since, hosts, m)
+}
+
+// acquire takes one of the MaxStreams slots, or answers 503.
+func (s *Server) acquire(w http.ResponseWriter) (func(), bool) {
+	s.once.Do(func() { s.slots = make(chan struct{}, cmp.Or(s.MaxStreams, DefaultMaxStreams)) })
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		metricRefused.Inc()
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many pages open at once; try again later", http.StatusServiceUnavailable)
+		return nil, false
+	}
+	metricStreams.Inc()
+	return func() { metricStreams.Dec(); <-s.slots }, true
+}
+
+func (s *Server) newSSE(w http.ResponseWriter, fl http.Flusher) *sseWriter {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s.follow(ctx, &sseWriter{w: w, fl: fl, rc: http.NewResponseController(w), timeout: cmp.Or(s.WriteTimeout, DefaultWriteTimeout)}, id, since, hosts, m)
+	return &sseWriter{w: w, fl: fl, rc: http.NewResponseController(w), timeout: cmp.Or(s.WriteTimeout, DefaultWriteTimeout)}
+}
+
+func (s *Server) heartbeat() time.Duration {
+	if s.Heartbeat > 0 {
+		return s.Heartbeat
+	}
+	return 15 * time.Second
 }
 
 // start seeds the model from the state-store and says from when to read
@@ -216,11 +246,7 @@ func (s *Server) follow(ctx context.Context, sse *sseWriter, id string, since ti
 	items := make(chan Item, 256)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Src.Follow(ctx, id, since, hosts, items) }()
-	beat := s.Heartbeat
-	if beat <= 0 {
-		beat = 15 * time.Second
-	}
-	tick := time.NewTicker(beat)
+	tick := time.NewTicker(s.heartbeat())
 	defer tick.Stop()
 	caught := false
 	for {
@@ -282,6 +308,11 @@ func (s *sseWriter) send(event string, v any) bool {
 	}
 	metricMessages.Inc()
 	return true
+}
+
+// retry tells the browser how long to wait before it reconnects.
+func (s *sseWriter) retry(d time.Duration) bool {
+	return s.write(func() error { _, err := fmt.Fprintf(s.w, "retry: %d\n\n", d.Milliseconds()); return err })
 }
 
 func (s *sseWriter) comment() bool {

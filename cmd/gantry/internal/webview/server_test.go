@@ -29,6 +29,10 @@ type memSource struct {
 	live    chan webview.Item
 	since   time.Time
 	hosts   []string
+	// lifecycle are the workflow lifecycle events Lifecycle sends;
+	// lifecycleErr ends it with that error.
+	lifecycle    chan webview.Item
+	lifecycleErr chan error
 }
 
 // seen is what the last Follow was asked for.
@@ -58,6 +62,20 @@ func (s *memSource) Follow(ctx context.Context, id string, since time.Time, host
 		select {
 		case it := <-s.live:
 			out <- it
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *memSource) Lifecycle(ctx context.Context, out chan<- webview.Item) error {
+	out <- webview.Item{CaughtUp: true}
+	for {
+		select {
+		case it := <-s.lifecycle:
+			out <- it
+		case err := <-s.lifecycleErr:
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		}

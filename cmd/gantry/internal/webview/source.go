@@ -27,6 +27,10 @@ type Source interface {
 	// ones until ctx ends. It returns why it stopped. hosts, when not
 	// empty, are the workflow's hosts: only their subjects need reading.
 	Follow(ctx context.Context, id string, since time.Time, hosts []string, out chan<- Item) error
+	// Lifecycle sends every workflow's lifecycle events published from
+	// now on: first the mark that it reads (CaughtUp), then the events
+	// in stream order until ctx ends. It returns why it stopped.
+	Lifecycle(ctx context.Context, out chan<- Item) error
 }
 
 // Item is one thing Follow sends: an event, an output line, or the mark
@@ -141,6 +145,52 @@ func (s *NATS) Follow(ctx context.Context, id string, since time.Time, hosts []s
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// Lifecycle reads workflow.*.lifecycle on the event stream with an
+// ordered consumer that delivers only new events.
+func (s *NATS) Lifecycle(ctx context.Context, out chan<- Item) error {
+	js, err := jetstream.New(s.NC)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.AllWorkflowLifecycle}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", events.StreamEvents, err)
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", events.StreamEvents, err)
+	}
+	defer msgs.Stop()
+	go func() { <-ctx.Done(); msgs.Stop() }()
+	select {
+	case out <- Item{CaughtUp: true}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		m, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("read %s: %w", events.StreamEvents, err)
+		}
+		env, err := events.Parse(m.Data())
+		if err != nil {
+			continue
+		}
+		select {
+		case out <- Item{Event: env}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

@@ -51,20 +51,46 @@ function setConn(state, text) {
 
 // ---------- the list of workflows ----------
 
-let listTimer = null;
+// The list is live: a snapshot of state.list, then a row per workflow
+// that appears or changes, over server-sent events. EventSource
+// reconnects by itself when the stream drops (the server gets a new
+// snapshot); when the server refused it (503, 502), openList tries again.
+const L = { rows: new Map(), es: null, timer: null };
 
-async function loadList() {
-  try {
-    const r = await fetch("/api/workflows", { cache: "no-store" });
-    if (!r.ok) throw new Error(await r.text());
-    renderList(await r.json());
-    setConn("live", "connected");
-  } catch (e) {
-    setConn("down", "cannot read workflows: " + e.message);
-  }
+function openList() {
+  setConn("connecting", "connecting…");
+  const es = new EventSource("/api/workflows/events");
+  L.es = es;
+  const on = (name, fn) => es.addEventListener(name, (ev) => {
+    let d;
+    try { d = JSON.parse(ev.data); } catch (_) { return; }
+    fn(d);
+  });
+  on("snapshot", (rows) => {
+    L.rows = new Map(rows.map((r) => [r.workflow_id, r]));
+    renderList();
+    setConn("live", "live");
+  });
+  on("row", (r) => {
+    L.rows.set(r.workflow_id, r);
+    renderList();
+  });
+  on("problem", (d) => setConn("down", d.message));
+  es.onerror = () => {
+    if (es.readyState !== EventSource.CLOSED) {
+      setConn("connecting", "reconnecting…");
+      return;
+    }
+    setConn("down", "cannot read workflows; trying again…");
+    clearTimeout(L.timer);
+    L.timer = setTimeout(openList, 5000);
+  };
 }
 
-function renderList(rows) {
+function renderList() {
+  const rows = [...L.rows.values()].sort((a, b) =>
+    (Date.parse(b.created_at) || 0) - (Date.parse(a.created_at) || 0) || (b.workflow_id < a.workflow_id ? -1 : 1));
+  for (const r of rows.splice(100)) L.rows.delete(r.workflow_id); // the newest 100, as the server keeps
   const body = $("runs");
   body.replaceChildren();
   $("list-empty").hidden = rows.length > 0;
@@ -685,6 +711,5 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("list-view").hidden = false;
   $("crumbs").replaceChildren(el("span", { text: "workflows" }));
-  loadList();
-  listTimer = setInterval(loadList, 3000);
+  openList();
 });
