@@ -139,12 +139,7 @@ func (s *Server) listStream(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return
-	}
-	release, ok := s.acquire(w)
+	fl, release, ok := s.beginStream(w)
 	if !ok {
 		return
 	}

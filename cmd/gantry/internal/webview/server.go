@@ -170,12 +170,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("workflow id %q is not a token", id), http.StatusBadRequest)
 		return
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return
-	}
-	release, ok := s.acquire(w)
+	fl, release, ok := s.beginStream(w)
 	if !ok {
 		return
 	}
@@ -184,6 +179,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	m := NewModel(id)
 	since, hosts := s.start(ctx, id, m)
 	s.follow(ctx, s.newSSE(w, fl), id, since, hosts, m)
+}
+
+// beginStream takes a stream slot for w (acquire) once w can stream; it
+// has answered the request when ok is false.
+func (s *Server) beginStream(w http.ResponseWriter) (http.Flusher, func(), bool) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return nil, nil, false
+	}
+	release, ok := s.acquire(w)
+	return fl, release, ok
 }
 
 // acquire takes one of the MaxStreams slots, or answers 503.
