@@ -98,9 +98,10 @@ else
   ` + drop + `_gi=0; until { _gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
   [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
-  if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
-    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd.out" & _gt=$!
-    tail -c +1 -s 0.1 -f --pid="$_gp" "$_gd.err" >&2
+  if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null && ! _ge; then
+    ( until _ge || ! kill -0 "$_gp" 2>/dev/null; do sleep 0.1; done ) & _gw=$!
+    tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.out" & _gt=$!
+    tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.err" >&2
     wait $_gt
   else
     cat "$_gd.out" 2>/dev/null; cat "$_gd.err" >&2 2>/dev/null
@@ -137,6 +138,12 @@ func hostLock(lock string, held bool) string {
 func killScript(pgid int, dir string) string {
 	g := strconv.Itoa(pgid)
 	var b strings.Builder
+	if dir != "" {
+		// An attempt that recorded its exit status has ended: its group
+		// (a host agent's) may run another attempt by now.
+		b.WriteString(`d=` + shellQuote(dir) + `; x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] && { echo gone; exit 0; }
+`)
+	}
 	b.WriteString(`g=` + g + `; alive() { kill -0 -$g 2>/dev/null; }
 kill -TERM -$g 2>/dev/null; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done
 s=143; if alive; then s=137; kill -KILL -$g 2>/dev/null; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done; fi

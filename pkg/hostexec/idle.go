@@ -53,6 +53,11 @@ func (p *Pool) closeIdle(before time.Time) {
 		c.mu.Unlock()
 	}
 	for _, c := range conns {
+		if c.used.Load() < before.UnixNano() {
+			c.closeIdleAgents()
+		}
+	}
+	for _, c := range conns {
 		if carrying[c] || !c.mu.TryLock() { // TryLock fails while it dials
 			continue
 		}
@@ -63,5 +68,18 @@ func (p *Pool) closeIdle(before time.Time) {
 			_ = cl.Close()
 		}
 		c.mu.Unlock()
+	}
+}
+
+// closeIdleAgents ends c's idle host agents, freeing their slots.
+func (c *conn) closeIdleAgents() {
+	for {
+		select {
+		case a := <-c.idle:
+			a.close()
+			<-c.sem
+		default:
+			return
+		}
 	}
 }

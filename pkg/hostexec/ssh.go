@@ -98,7 +98,8 @@ type conn struct {
 	mu      sync.Mutex // held while dialing
 	client  *ssh.Client
 	sem     chan struct{}
-	address string // host:port
+	idle    chan *hostAgent // idle host agents, each holding a slot of sem
+	address string          // host:port
 	user    string
 	parent  *conn        // the jump host it is reached through; nil: dialed directly
 	used    atomic.Int64 // when it was last used (unix ns): idle ones are closed
@@ -302,7 +303,7 @@ func (p *Pool) entry(address, user string, via []Jump) *conn {
 		key += user + "@" + address
 		c, ok := p.conns[key]
 		if !ok {
-			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), address: address, user: user, parent: parent}
+			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), idle: make(chan *hostAgent, p.cfg.MaxSessions), address: address, user: user, parent: parent}
 			p.conns[key] = c
 		}
 		parent = c
@@ -687,7 +688,7 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	lc := &lineCount{on: cmd.OnLine, delivered: map[Stream]int{}}
 	first := cmd
 	first.OnLine = lc.first
-	res, err := r.run(ctx, first)
+	res, err := r.runDurable(ctx, first)
 	for try := 1; try <= reattachTries && errors.Is(err, errConnectionEnded) && !r.pool.isClosed(); try++ {
 		r.pool.log.Warn("connection ended while an attempt ran; re-attaching to it", "host", r.address, "attempt", cmd.Attempt, "try", try)
 		select {
@@ -746,6 +747,43 @@ func (l *lineCount) again() func(Stream, string) {
 // before it reported an exit status.
 var errConnectionEnded = errors.New("the connection ended before the command reported an exit status")
 
+// runDurable runs a durable command in a host agent (agent.go), or in a
+// session of its own: when its attempts directory is a secret, when the
+// attempt exists on the host already (it re-attaches), or when no agent
+// answers.
+func (r *sshRunner) runDurable(ctx context.Context, cmd Command) (Result, error) {
+	if !usesAgent(cmd) {
+		return r.run(ctx, cmd)
+	}
+	res := Result{ExitCode: -1, Started: time.Now()}
+	if _, err := shellText(cmd, ""); err != nil { // checks the attempt and lock ids
+		return res, err
+	}
+	ex, err := exports(cmd.Env)
+	if err != nil {
+		return res, err
+	}
+	if err := checkSecrets(cmd); err != nil {
+		return res, err
+	}
+	rctx, cancel := runContext(ctx, cmd.Timeout)
+	defer cancel()
+	c := r.pool.entry(r.address, r.user, r.via)
+	if _, err := r.pool.client(rctx, c); err != nil {
+		return res, err
+	}
+	res, err = r.runInAgent(rctx, c, cmd, ex)
+	for try := 0; try < 2 && errors.Is(err, errAgentGone); try++ {
+		cmd.BeforeStart = nil // called: the attempt is recorded
+		res, err = r.runInAgent(rctx, c, cmd, ex)
+	}
+	if errors.Is(err, errExists) || errors.Is(err, errAgentGone) {
+		cmd.BeforeStart, cmd.Timeout = nil, 0 // rctx bounds it
+		return r.run(rctx, cmd)
+	}
+	return res, err
+}
+
 func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
 	ex, err := exports(cmd.Env)
@@ -758,10 +796,8 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
 	c := r.pool.entry(r.address, r.user, r.via)
-	select { // stay within MaxSessions on this connection
-	case c.sem <- struct{}{}:
-	case <-rctx.Done():
-		return res, endErr(rctx)
+	if err := c.acquire(rctx); err != nil { // stay within MaxSessions on this connection
+		return res, err
 	}
 	defer func() { c.touch(); <-c.sem }()
 

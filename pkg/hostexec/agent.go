@@ -1,0 +1,573 @@
+package hostexec
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Host agents. Over SSH a durable attempt runs in a host agent: a small
+// shell loop (agentScript) in a session of its own that runs one attempt
+// after another, as Mitogen does for Ansible. An attempt then costs the
+// host what its supervision needs (a subshell and, with a lock, flock)
+// rather than a new sshd session and shell, the cost a plain `ssh host
+// cmd` pays per command. Each agent holds one of its connection's session
+// slots; idle agents wait in the connection's pool and give their slot up
+// to a plain session that needs one.
+//
+// An agent keeps every guarantee of the session supervisor (durable.go):
+// it claims the attempt with the same atomic create of its run file, the
+// command's output goes to the attempt's files on the host, and its exit
+// status is recorded in the run file. The agent is its session's leader,
+// so the process group recorded is the agent's: a kill ends the agent with
+// the attempt, and the pool starts a new one. An agent whose connection
+// ends goes on with its attempt, records it, and exits; Run re-attaches to
+// the attempt through a session, as for the session supervisor.
+//
+// Output is not piped through a tee: a command that ends within
+// followAfter sends its output back with its exit status (one cat per
+// non-empty stream). One that runs longer is followed live from its files
+// by a follow session (followScript), whose tails the agent ends when the
+// attempt ends.
+
+// followAfter is how long an attempt runs before its output is followed
+// live from its files on the host.
+var followAfter = 150 * time.Millisecond
+
+// agentMarker starts an agent's first line: its pid, which is the process
+// group of every attempt it runs.
+const agentMarker = "__gantry_agent "
+
+// agentScript is the agent: it reads requests on stdin, each a line
+// "<n> <header>" followed by n lines of text. The header (shell
+// assignments the client writes) sets _ga (the attempt), _gk (the lock,
+// or empty), _gb (the attempts directory), _gz (the request's nonce) and
+// _gw (today's sweep stamp). The text is the command's environment and
+// script, run in a subshell with the output going to the attempt's files.
+// The agent answers "S <pgid> <dir>" once the attempt is claimed and
+// started, or "R" when the attempt exists already (the client
+// re-attaches); once the attempt ended, it sends the output the client
+// does not follow, then "<nonce> <exit status>" on stdout and "<nonce>"
+// on stderr, each on a line of its own after a newline. Writes to a
+// connection that is gone fail without ending the agent (SIGPIPE
+// ignored; the command gets the default back).
+const agentScript = `trap '' PIPE
+_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+printf '` + agentMarker + `%s\n' "$$"
+while IFS= read -r _gq; do
+  _gl=${_gq%% *}; _gh=${_gq#* }; _gt=; _gi=0
+  while [ "$_gi" -lt "$_gl" ] && IFS= read -r _gr; do _gt="$_gt$_gr
+"; _gi=$((_gi+1)); done
+  [ "$_gi" -eq "$_gl" ] || exit 0
+  _gk=; eval "$_gh"; _gd="$_gb/$_ga"
+  if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
+    [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
+    printf 'S %s %s\n' "$$" "$_gd"
+    if [ -n "$_gk" ]; then { [ -d "$_gb/../locks" ] || mkdir -p "$_gb/../locks"; } && exec 9>>"$_gb/../locks/$_gk" && { flock -n 9 || { read -r _gx 2>/dev/null <"$_gb/../locks/$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }; } && echo "$_ga" >"$_gb/../locks/$_gk.holder"; fi 2>>"$_gd.err"
+    ( trap - PIPE; unset _gq _gh _gz; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
+    _gx=$?
+    echo "$_gx" >>"$_gd.run"
+    exec 9>&-
+    _gf=; _gy=; [ -e "$_gd.f" ] && read -r _gf _gy <"$_gd.f" 2>/dev/null
+    [ -n "$_gf" ] && kill "$_gf" 2>/dev/null
+    [ "$_gy" = "$_gz" ] || { [ -s "$_gd.out" ] && cat "$_gd.out"; [ -s "$_gd.err" ] && cat "$_gd.err" >&2; }
+    printf '\n%s %s\n' "$_gz" "$_gx"; printf '\n%s\n' "$_gz" >&2
+  else
+    printf 'R\n'
+  fi
+  unset _gt _gr
+done
+`
+
+// followScript streams an attempt's output files (dir) from the start
+// until the attempt ends: its exit status is recorded, or the process
+// group pgid is gone. The waiter it writes to <dir>.f, with the nonce of
+// the request it follows, is ended by the agent at once when the attempt
+// ends; without it (the agent was killed), the waiter notices within a
+// second.
+func followScript(dir string, pgid int, nonce string) string {
+	return `echo ` + followMarker + `; _gd=` + shellQuote(dir) + `; _gp=` + strconv.Itoa(pgid) + `
+_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ]; }
+( until _ge || ! kill -0 "$_gp" 2>/dev/null; do sleep 1; done ) & _gw=$!
+echo "$_gw ` + nonce + `" >"$_gd.f"
+_ge && kill "$_gw" 2>/dev/null
+tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.out" & _gt=$!
+tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.err" >&2
+wait $_gt
+`
+}
+
+// agent is a running host agent, idle or running one attempt.
+type hostAgent struct {
+	client *ssh.Client
+	sess   *ssh.Session
+	in     io.WriteCloser
+	out    *bufio.Reader
+	errs   *bufio.Reader
+	pgid   int
+}
+
+func (a *hostAgent) close() { _ = a.sess.Close() }
+
+// startAgent starts an agent on c's connection client (its slot taken).
+func (r *sshRunner) startAgent(ctx context.Context, c *conn) (*hostAgent, error) {
+	sess, client, err := r.session(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	a := &hostAgent{client: client, sess: sess}
+	in, err1 := sess.StdinPipe()
+	out, err2 := sess.StdoutPipe()
+	errs, err3 := sess.StderrPipe()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		a.close()
+		return nil, fmt.Errorf("%w on %s: agent: %w", ErrSession, r.address, err)
+	}
+	a.in, a.out, a.errs = in, bufio.NewReaderSize(out, 64<<10), bufio.NewReaderSize(errs, 64<<10)
+	if err := sess.Start("exec /bin/sh -c " + shellQuote(agentScript)); err != nil {
+		a.close()
+		return nil, fmt.Errorf("%w on %s: start the agent: %w", ErrSession, r.address, err)
+	}
+	type first struct {
+		line string
+		err  error
+	}
+	ch := make(chan first, 1)
+	go func() {
+		l, err := a.out.ReadString('\n')
+		ch <- first{l, err}
+	}()
+	select {
+	case f := <-ch:
+		pid, ok := strings.CutPrefix(strings.TrimSpace(f.line), strings.TrimSpace(agentMarker))
+		n, perr := strconv.Atoi(strings.TrimSpace(pid))
+		if f.err != nil || !ok || perr != nil || n <= 1 {
+			a.close()
+			return nil, fmt.Errorf("%w on %s: the agent did not start: %q %v", ErrSession, r.address, f.line, f.err)
+		}
+		a.pgid = n
+		return a, nil
+	case <-ctx.Done():
+		a.close()
+		return nil, endErr(ctx)
+	}
+}
+
+// takeAgent returns an idle agent of c's live connection, or starts one
+// in a free slot.
+func (r *sshRunner) takeAgent(ctx context.Context, c *conn) (*hostAgent, error) {
+	for {
+		select { // an idle one first
+		case a := <-c.idle:
+			if c.usable(a) {
+				return a, nil
+			}
+			continue
+		default:
+		}
+		select {
+		case a := <-c.idle:
+			if c.usable(a) {
+				return a, nil
+			}
+		case c.sem <- struct{}{}:
+			a, err := r.startAgent(ctx, c)
+			if err != nil {
+				<-c.sem
+				return nil, err
+			}
+			return a, nil
+		case <-ctx.Done():
+			return nil, endErr(ctx)
+		}
+	}
+}
+
+// usable says whether a runs on c's live connection; one that does not is
+// ended, and its slot freed.
+func (c *conn) usable(a *hostAgent) bool {
+	if c.current() == a.client {
+		return true
+	}
+	a.close()
+	<-c.sem
+	return false
+}
+
+// putAgent returns an agent to the pool, its slot with it.
+func (c *conn) putAgent(a *hostAgent) {
+	c.touch()
+	c.idle <- a // never blocks: every agent holds one of the cap(c.sem) slots
+}
+
+// dropAgent ends an agent and frees its slot.
+func (c *conn) dropAgent(a *hostAgent) {
+	a.close()
+	c.touch()
+	<-c.sem
+}
+
+// acquire takes a session slot for a plain session: a free one, or one an
+// idle agent gives up.
+func (c *conn) acquire(ctx context.Context) error {
+	select {
+	case c.sem <- struct{}{}:
+		return nil
+	case a := <-c.idle:
+		a.close() // its slot is the caller's now
+		return nil
+	case <-ctx.Done():
+		return endErr(ctx)
+	}
+}
+
+// current is c's live client (nil: none).
+func (c *conn) current() *ssh.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.client
+}
+
+// agentRequest is the request that runs cmd (its text: secrets, then the
+// environment, then the script) in an agent, and its nonce.
+func agentRequest(cmd Command, ex string) (req, nonce string, err error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", err
+	}
+	nonce = hex.EncodeToString(b[:])
+	sec, err := exports(cmd.Secrets)
+	if err != nil {
+		return "", "", err
+	}
+	base := `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
+	if v := cmd.Env["GANTRY_ATTEMPTS"]; v != "" {
+		base = shellQuote(v)
+	}
+	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gb=" + base + "; _gz=" + nonce + "; _gw=" + sweepDay()
+	text := sec + ex + "eval " + shellQuote(cmd.Script) + "\n"
+	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, nil
+}
+
+// usesAgent says whether cmd runs in an agent: a durable command whose
+// attempts directory is not a secret.
+func usesAgent(cmd Command) bool {
+	_, secret := cmd.Secrets["GANTRY_ATTEMPTS"]
+	return cmd.Attempt != "" && !secret
+}
+
+// errExists: the attempt was started before (the agent answered "R").
+var errExists = errors.New("the attempt exists on the host")
+
+// errAgentGone: the agent ended before it answered a request; nothing of
+// the attempt is known to have started.
+var errAgentGone = errors.New("the agent ended before it answered")
+
+// runInAgent runs the durable cmd in an agent of c. It returns errExists
+// when the attempt was started before (re-attach to it through a
+// session), errAgentGone when the agent ended without answering, and
+// errConnectionEnded when it ended after starting the attempt.
+func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex string) (Result, error) {
+	res := Result{ExitCode: -1, Started: time.Now()}
+	req, nonce, err := agentRequest(cmd, ex)
+	if err != nil {
+		return res, err
+	}
+	a, err := r.takeAgent(rctx, c)
+	if err != nil {
+		return res, err
+	}
+	if err := beforeStart(cmd); err != nil {
+		c.putAgent(a)
+		return res, err
+	}
+	if _, err := io.WriteString(a.in, req); err != nil {
+		c.dropAgent(a)
+		return res, errAgentGone
+	}
+	started, err := a.out.ReadString('\n')
+	switch {
+	case err != nil:
+		c.dropAgent(a)
+		return res, errAgentGone
+	case started == "R\n":
+		c.putAgent(a)
+		return res, errExists
+	case !strings.HasPrefix(started, "S "):
+		c.dropAgent(a)
+		return res, fmt.Errorf("%w on %s: the agent answered %q", ErrSession, r.address, started)
+	}
+	m := marked{pgid: a.pgid}
+	m.dir = strings.TrimSpace(strings.SplitN(started, " ", 3)[2])
+	mask := newMasker(cmd.Secrets)
+	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
+	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
+	code, werr := r.awaitAgent(rctx, c, a, m, nonce, out, errOut)
+	out.flush()
+	errOut.flush()
+	res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
+	if werr != nil {
+		return res, werr
+	}
+	c.putAgent(a)
+	res.ExitCode = code
+	return res, nil
+}
+
+// ending is where an attempt's output goes once the agent sends it at
+// the attempt's end: straight to the output when no follow session was
+// started, else into a buffer, used only if the follow session never ran
+// (the agent sends the output unless the follow session told it that it
+// streams it).
+type ending struct {
+	mu        sync.Mutex
+	ended     bool // the agent sent something after the start: the attempt ended
+	following bool // a follow session was started
+	bufs      map[*output]*bytes.Buffer
+}
+
+// to returns where o's share of the agent's answer goes.
+func (e *ending) to(o *output) io.Writer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ended = true
+	if !e.following {
+		return o
+	}
+	if e.bufs == nil {
+		e.bufs = map[*output]*bytes.Buffer{}
+	}
+	if e.bufs[o] == nil {
+		e.bufs[o] = &bytes.Buffer{}
+	}
+	return e.bufs[o]
+}
+
+// follow says whether a follow session may start: not once the attempt
+// ended.
+func (e *ending) follow() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.ended {
+		e.following = true
+	}
+	return e.following
+}
+
+// settle hands the buffered answer on when the follow session did not run.
+func (e *ending) settle(ran bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for o, b := range e.bufs {
+		if !ran {
+			_, _ = o.Write(b.Bytes())
+		}
+	}
+	e.bufs = nil
+}
+
+// awaitAgent waits for the agent's answer to an attempt it started: its
+// output (or a follow session's) and exit status. On timeout or cancel it
+// kills the attempt's process group, the agent with it.
+func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m marked, nonce string, out, errOut *output) (int, error) {
+	type answer struct {
+		code int
+		err  error
+	}
+	e := &ending{}
+	stdout, stderr := make(chan answer, 1), make(chan error, 1)
+	go func() {
+		code, err := readUntil(a.out, nonce+" ", func() io.Writer { return e.to(out) })
+		stdout <- answer{code, err}
+	}()
+	go func() {
+		_, err := readUntil(a.errs, nonce, func() io.Writer { return e.to(errOut) })
+		stderr <- err
+	}()
+	var fol *follower
+	timer := time.NewTimer(followAfter)
+	defer timer.Stop()
+	var got answer
+	for waiting := true; waiting; {
+		select {
+		case got = <-stdout:
+			waiting = false
+		case <-timer.C:
+			if e.follow() {
+				fol = r.startFollow(rctx, c, m, nonce, out, errOut)
+			}
+		case <-rctx.Done():
+			kerr := r.killRemote(a.client, m)
+			c.dropAgent(a)
+			fol.end()
+			return -1, errors.Join(endErr(rctx), kerr)
+		}
+	}
+	if got.err == nil {
+		select {
+		case got.err = <-stderr:
+		case <-rctx.Done():
+			got.err = endErr(rctx)
+		}
+	}
+	e.settle(fol.end())
+	if got.err != nil {
+		c.dropAgent(a)
+		if errors.Is(got.err, io.ErrUnexpectedEOF) {
+			return -1, fmt.Errorf("%w on %s: %w", ErrSession, r.address, errConnectionEnded)
+		}
+		return -1, got.err
+	}
+	return got.code, nil
+}
+
+// readUntil copies what the agent sends on one stream at an attempt's
+// end to dst() (called at the first byte), up to the line
+// "<newline><sentinel>[exit status]", and returns the exit status after
+// the sentinel (stdout's).
+func readUntil(r *bufio.Reader, sentinel string, dst func() io.Writer) (int, error) {
+	var held []byte // the last line read: the newline before the sentinel ends it
+	var o io.Writer
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return -1, err
+		}
+		if o == nil {
+			o = dst()
+		}
+		if rest, ok := bytes.CutPrefix(line, []byte(sentinel)); ok && held != nil {
+			if len(held) > 1 {
+				_, _ = o.Write(held[:len(held)-1])
+			}
+			code := 0
+			if s := strings.TrimSpace(string(rest)); s != "" {
+				if code, err = strconv.Atoi(s); err != nil {
+					return -1, fmt.Errorf("the agent's exit status %q: %w", s, err)
+				}
+			}
+			return code, nil
+		}
+		if held != nil {
+			_, _ = o.Write(held)
+		}
+		held = line
+	}
+}
+
+// followMarker is a follow session's first stdout line: it runs, and the
+// agent will not send the attempt's output.
+const followMarker = "__gantry_follow"
+
+// follower is a follow session streaming an attempt's output.
+type follower struct {
+	done    chan struct{}
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	started bool // its session opened: it is waited for
+	ran     bool // its script ran (its marker came)
+}
+
+// startFollow starts a follow session for the attempt m in a slot of its
+// own, waiting for one while the attempt runs.
+func (r *sshRunner) startFollow(ctx context.Context, c *conn, m marked, nonce string, out, errOut *output) *follower {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &follower{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(f.done)
+		if err := c.acquire(ctx); err != nil {
+			return
+		}
+		defer func() { c.touch(); <-c.sem }()
+		f.mu.Lock()
+		if ctx.Err() != nil {
+			f.mu.Unlock()
+			return
+		}
+		f.started = true
+		f.mu.Unlock()
+		sess, _, err := r.session(ctx, c)
+		if err != nil {
+			return
+		}
+		defer sess.Close()
+		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
+		defer stop()
+		sess.Stdout = &markedOut{marker: followMarker + "\n", dst: out, seen: func() { f.mu.Lock(); f.ran = true; f.mu.Unlock() }}
+		sess.Stderr, sess.Stdin = errOut, eofReader{}
+		if err := sess.Run("exec /bin/sh -c " + shellQuote(followScript(m.dir, m.pgid, nonce))); err != nil {
+			r.pool.log.Debug("following an attempt's output ended", "host", r.address, "err", err)
+		}
+	}()
+	return f
+}
+
+// end waits for the follow session to stream the rest of the output (it
+// ends once the attempt ended; at most a few seconds), or stops it when
+// its session has not opened yet, and says whether its script ran.
+func (f *follower) end() (ran bool) {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	if !f.started {
+		f.cancel()
+	}
+	f.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-time.After(5 * time.Second):
+		f.cancel()
+		<-f.done
+	}
+	f.cancel()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ran
+}
+
+// markedOut passes a stream on to dst, less its first line when that is
+// marker (seen is called then).
+type markedOut struct {
+	marker string
+	dst    io.Writer
+	seen   func()
+	head   []byte
+	passed bool
+}
+
+func (m *markedOut) Write(p []byte) (int, error) {
+	if m.passed {
+		return m.dst.Write(p)
+	}
+	n := len(p)
+	m.head = append(m.head, p...)
+	if len(m.head) < len(m.marker) && strings.HasPrefix(m.marker, string(m.head)) {
+		return n, nil
+	}
+	m.passed = true
+	rest := m.head
+	if bytes.HasPrefix(rest, []byte(m.marker)) {
+		m.seen()
+		rest = rest[len(m.marker):]
+	}
+	m.head = nil
+	if len(rest) > 0 {
+		_, _ = m.dst.Write(rest)
+	}
+	return n, nil
+}
