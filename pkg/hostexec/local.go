@@ -25,6 +25,18 @@ const KillGrace = 2 * time.Second
 
 func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
+	if cmd.Attempt != "" {
+		if err := validAttempt(cmd.Attempt); err != nil {
+			return res, err
+		}
+		if base, ok := attemptsBase(cmd); ok {
+			res, err := runLocalAttempt(ctx, cmd, base)
+			if !errors.Is(err, errClaimed) {
+				return res, err
+			}
+			cmd.BeforeStart = nil // called: the supervisor's script re-attaches
+		}
+	}
 	ex, err := exports(cmd.Env)
 	if err != nil {
 		return res, err
