@@ -134,7 +134,7 @@ func (r *sshRunner) startAgent(ctx context.Context, c *conn) (*hostAgent, error)
 		a.close()
 		return nil, fmt.Errorf("%w on %s: agent: %w", ErrSession, r.address, err)
 	}
-	a.in, a.out, a.errs = in, bufio.NewReaderSize(out, 64<<10), bufio.NewReaderSize(errs, 64<<10)
+	a.in, a.out, a.errs = in, bufio.NewReader(out), bufio.NewReader(errs)
 	if err := sess.Start("exec /bin/sh -c " + shellQuote(agentScript)); err != nil {
 		a.close()
 		return nil, fmt.Errorf("%w on %s: start the agent: %w", ErrSession, r.address, err)
