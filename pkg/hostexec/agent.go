@@ -77,7 +77,7 @@ while IFS= read -r _gq; do
     [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
     if [ -n "$_gk" ]; then { [ -d "$_gb/../locks" ] || mkdir -p "$_gb/../locks"; } && exec 9>>"$_gb/../locks/$_gk" && { flock -n 9 || { read -r _gx 2>/dev/null <"$_gb/../locks/$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }; } && echo "$_ga" >"$_gb/../locks/$_gk.holder"; fi 2>>"$_gd.err"
-    ( trap - PIPE; unset _gq _gh _gz _gv; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
+    ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
     _gx=$?
     echo "$_gx" >>"$_gd.run"
     exec 9>&-
@@ -255,20 +255,29 @@ func agentRequest(cmd Command, ex string) (req, nonce, token string, err error) 
 	if err != nil {
 		return "", "", "", err
 	}
-	base := `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
-	if v := cmd.Env["GANTRY_ATTEMPTS"]; v != "" {
-		base = shellQuote(v)
+	// the directory superviseScript finds once cmd.Env is exported (a
+	// re-attach looks there): HOME and GANTRY_ATTEMPTS may be in it
+	home := `"$HOME"`
+	if h, ok := cmd.Env["HOME"]; ok {
+		home = shellQuote(h)
 	}
-	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gb=" + base + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
+	base := `"${GANTRY_ATTEMPTS:-$_gH/.gantry/attempts}"`
+	if v, ok := cmd.Env["GANTRY_ATTEMPTS"]; ok && v != "" {
+		base = shellQuote(v)
+	} else if ok {
+		base = `"$_gH/.gantry/attempts"`
+	}
+	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gH=" + home + "; _gb=" + base + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
 	text := sec + ex + "eval " + shellQuote(cmd.Script) + "\n"
 	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, token, nil
 }
 
 // usesAgent says whether cmd runs in an agent: a durable command whose
-// attempts directory is not a secret.
+// attempts directory is not a secret (nor HOME, which it defaults from).
 func usesAgent(cmd Command) bool {
 	_, secret := cmd.Secrets["GANTRY_ATTEMPTS"]
-	return cmd.Attempt != "" && !secret
+	_, secretHome := cmd.Secrets["HOME"]
+	return cmd.Attempt != "" && !secret && !secretHome
 }
 
 // errExists: the attempt was started before (the agent answered "R").
