@@ -52,7 +52,9 @@ const agentMarker = "__gantry_agent "
 // agentScript is the agent: it reads requests on stdin, each a line
 // "<n> <header>" followed by n lines of text. The header (shell
 // assignments the client writes) sets _ga (the attempt), _gk (the lock,
-// or empty), _gb (the attempts directory), _gz (the request's nonce) and
+// or empty), _gb (the attempts directory), _gz (the request's nonce), _gv
+// (the token a follow session of the request writes: not the nonce, which
+// the command must not learn) and
 // _gw (today's sweep stamp). The text is the command's environment and
 // script, run in a subshell with the output going to the attempt's files.
 // The agent answers "S <pgid> <dir>" once the attempt is claimed and
@@ -75,13 +77,13 @@ while IFS= read -r _gq; do
     [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
     if [ -n "$_gk" ]; then { [ -d "$_gb/../locks" ] || mkdir -p "$_gb/../locks"; } && exec 9>>"$_gb/../locks/$_gk" && { flock -n 9 || { read -r _gx 2>/dev/null <"$_gb/../locks/$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }; } && echo "$_ga" >"$_gb/../locks/$_gk.holder"; fi 2>>"$_gd.err"
-    ( trap - PIPE; unset _gq _gh _gz; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
+    ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
     _gx=$?
     echo "$_gx" >>"$_gd.run"
     exec 9>&-
     _gf=; _gy=; [ -e "$_gd.f" ] && read -r _gf _gy <"$_gd.f" 2>/dev/null
     [ -n "$_gf" ] && kill "$_gf" 2>/dev/null
-    [ "$_gy" = "$_gz" ] || { [ -s "$_gd.out" ] && cat "$_gd.out"; [ -s "$_gd.err" ] && cat "$_gd.err" >&2; }
+    [ "$_gy" = "$_gv" ] || { [ -s "$_gd.out" ] && cat "$_gd.out"; [ -s "$_gd.err" ] && cat "$_gd.err" >&2; }
     printf '\n%s %s\n' "$_gz" "$_gx"; printf '\n%s\n' "$_gz" >&2
   else
     printf 'R\n'
@@ -92,15 +94,16 @@ done
 
 // followScript streams an attempt's output files (dir) from the start
 // until the attempt ends: its exit status is recorded, or the process
-// group pgid is gone. The waiter it writes to <dir>.f, with the nonce of
-// the request it follows, is ended by the agent at once when the attempt
+// group pgid is gone. The waiter it writes to <dir>.f, with the follow
+// token of the request it follows, is ended by the agent at once when the attempt
 // ends; without it (the agent was killed), the waiter notices within a
-// second.
-func followScript(dir string, pgid int, nonce string) string {
+// second. token is the request's follow token (never its nonce: the
+// command can read this script's argv and the file).
+func followScript(dir string, pgid int, token string) string {
 	return `echo ` + followMarker + `; _gd=` + shellQuote(dir) + `; _gp=` + strconv.Itoa(pgid) + `
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ]; }
 ( until _ge || ! kill -0 "$_gp" 2>/dev/null; do sleep 1; done ) & _gw=$!
-echo "$_gw ` + nonce + `" >"$_gd.f"
+echo "$_gw ` + token + `" >"$_gd.f"
 _ge && kill "$_gw" 2>/dev/null
 tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.out" & _gt=$!
 tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.err" >&2
@@ -240,31 +243,41 @@ func (c *conn) current() *ssh.Client {
 }
 
 // agentRequest is the request that runs cmd (its text: secrets, then the
-// environment, then the script) in an agent, and its nonce.
-func agentRequest(cmd Command, ex string) (req, nonce string, err error) {
-	var b [16]byte
+// environment, then the script) in an agent, its nonce and its follow
+// token.
+func agentRequest(cmd Command, ex string) (req, nonce, token string, err error) {
+	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	nonce = hex.EncodeToString(b[:])
+	nonce, token = hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
 	sec, err := exports(cmd.Secrets)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	base := `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
-	if v := cmd.Env["GANTRY_ATTEMPTS"]; v != "" {
+	// the directory superviseScript finds once cmd.Env is exported (a
+	// re-attach looks there): HOME and GANTRY_ATTEMPTS may be in it
+	home := `"$HOME"`
+	if h, ok := cmd.Env["HOME"]; ok {
+		home = shellQuote(h)
+	}
+	base := `"${GANTRY_ATTEMPTS:-$_gH/.gantry/attempts}"`
+	if v, ok := cmd.Env["GANTRY_ATTEMPTS"]; ok && v != "" {
 		base = shellQuote(v)
+	} else if ok {
+		base = `"$_gH/.gantry/attempts"`
 	}
-	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gb=" + base + "; _gz=" + nonce + "; _gw=" + sweepDay()
+	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gH=" + home + "; _gb=" + base + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
 	text := sec + ex + "eval " + shellQuote(cmd.Script) + "\n"
-	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, nil
+	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, token, nil
 }
 
 // usesAgent says whether cmd runs in an agent: a durable command whose
-// attempts directory is not a secret.
+// attempts directory is not a secret (nor HOME, which it defaults from).
 func usesAgent(cmd Command) bool {
 	_, secret := cmd.Secrets["GANTRY_ATTEMPTS"]
-	return cmd.Attempt != "" && !secret
+	_, secretHome := cmd.Secrets["HOME"]
+	return cmd.Attempt != "" && !secret && !secretHome
 }
 
 // errExists: the attempt was started before (the agent answered "R").
@@ -280,7 +293,7 @@ var errAgentGone = errors.New("the agent ended before it answered")
 // errConnectionEnded when it ended after starting the attempt.
 func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex string) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	req, nonce, err := agentRequest(cmd, ex)
+	req, nonce, token, err := agentRequest(cmd, ex)
 	if err != nil {
 		return res, err
 	}
@@ -313,7 +326,7 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 	mask := newMasker(cmd.Secrets)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
-	code, werr := r.awaitAgent(rctx, c, a, m, nonce, out, errOut)
+	code, werr := r.awaitAgent(rctx, c, a, m, nonce, token, out, errOut)
 	out.flush()
 	errOut.flush()
 	res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
@@ -380,7 +393,7 @@ func (e *ending) settle(ran bool) {
 // awaitAgent waits for the agent's answer to an attempt it started: its
 // output (or a follow session's) and exit status. On timeout or cancel it
 // kills the attempt's process group, the agent with it.
-func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m marked, nonce string, out, errOut *output) (int, error) {
+func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m marked, nonce, token string, out, errOut *output) (int, error) {
 	type answer struct {
 		code int
 		err  error
@@ -405,7 +418,7 @@ func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m ma
 			waiting = false
 		case <-timer.C:
 			if e.follow() {
-				fol = r.startFollow(rctx, c, m, nonce, out, errOut)
+				fol = r.startFollow(rctx, c, m, token, out, errOut)
 			}
 		case <-rctx.Done():
 			kerr := r.killRemote(a.client, m)
@@ -484,7 +497,7 @@ type follower struct {
 
 // startFollow starts a follow session for the attempt m in a slot of its
 // own, waiting for one while the attempt runs.
-func (r *sshRunner) startFollow(ctx context.Context, c *conn, m marked, nonce string, out, errOut *output) *follower {
+func (r *sshRunner) startFollow(ctx context.Context, c *conn, m marked, token string, out, errOut *output) *follower {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &follower{done: make(chan struct{}), cancel: cancel}
 	go func() {
@@ -509,7 +522,7 @@ func (r *sshRunner) startFollow(ctx context.Context, c *conn, m marked, nonce st
 		defer stop()
 		sess.Stdout = &markedOut{marker: followMarker + "\n", dst: out, seen: func() { f.mu.Lock(); f.ran = true; f.mu.Unlock() }}
 		sess.Stderr, sess.Stdin = errOut, eofReader{}
-		if err := sess.Run("exec /bin/sh -c " + shellQuote(followScript(m.dir, m.pgid, nonce))); err != nil {
+		if err := sess.Run("exec /bin/sh -c " + shellQuote(followScript(m.dir, m.pgid, token))); err != nil {
 			r.pool.log.Debug("following an attempt's output ended", "host", r.address, "err", err)
 		}
 	}()

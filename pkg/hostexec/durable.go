@@ -144,9 +144,25 @@ func killScript(pgid int, dir string) string {
 		b.WriteString(`d=` + shellQuote(dir) + `; x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] && { echo gone; exit 0; }
 `)
 	}
-	b.WriteString(`g=` + g + `; alive() { kill -0 -$g 2>/dev/null; }
-kill -TERM -$g 2>/dev/null; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done
-s=143; if alive; then s=137; kill -KILL -$g 2>/dev/null; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done; fi
+	b.WriteString(`g=` + g + `; alive() { kill -0 -$g 2>/dev/null; }; sig() { kill -$1 -$g 2>/dev/null; }
+`)
+	if dir != "" {
+		// A host agent's group also holds what the attempts it ran before
+		// left running in the background: of the group, the attempt's are
+		// its leader and what started with or after the leader's oldest
+		// child (the attempt's subshell, or the flock it waits in). With no
+		// child (a session supervisor's group is the attempt's alone), the
+		// whole group.
+		b.WriteString(`_gs() { l=; { read -r l <"$1"; } 2>/dev/null; l=${l##*) }; set -- $l; _gpp=$2 _gpg=$3 _gst=${20}; [ -n "$_gst" ]; }
+t=; for f in /proc/[0-9]*/stat; do _gs "$f" && [ "$_gpp" = "$g" ] && [ "$_gpg" = "$g" ] && { [ -z "$t" ] || [ "$_gst" -lt "$t" ]; } && t=$_gst; done
+if [ -n "$t" ]; then
+  targets() { kill -0 $g 2>/dev/null && echo $g; for f in /proc/[0-9]*/stat; do p=${f#/proc/}; p=${p%/stat}; [ "$p" != "$g" ] && _gs "$f" && [ "$_gpg" = "$g" ] && [ "$_gst" -ge "$t" ] && echo $p; done; }
+  alive() { [ -n "$(targets)" ]; }; sig() { kill -$1 $(targets) 2>/dev/null; }
+fi
+`)
+	}
+	b.WriteString(`sig TERM; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done
+s=143; if alive; then s=137; sig KILL; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done; fi
 if alive; then echo "still running"; exit 1; fi
 `)
 	if dir != "" {

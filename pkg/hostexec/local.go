@@ -130,16 +130,9 @@ func takeLock(cmd Command) *os.File {
 	if cmd.Lock == "" || validAttempt(cmd.Lock) != nil {
 		return nil
 	}
-	if _, ok := cmd.Secrets["GANTRY_ATTEMPTS"]; ok {
+	base, ok := attemptsBase(cmd)
+	if !ok {
 		return nil
-	}
-	base := cmd.Env["GANTRY_ATTEMPTS"]
-	if base == "" {
-		home := homeDir()
-		if home == "" {
-			return nil
-		}
-		base = home + "/.gantry/attempts"
 	}
 	// not cleaned: ".." is resolved by the kernel, as the shell's is
 	f, err := os.OpenFile(base+"/../locks/"+cmd.Lock, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)

@@ -27,17 +27,23 @@ import (
 
 // attemptsBase is the directory of cmd's attempt files, as the supervisor
 // script's shell would find it, and false when the worker cannot know it
-// (it is a secret, or there is no home directory).
+// (it is a secret, or there is no home directory). The command's Env may
+// set GANTRY_ATTEMPTS or HOME: the shell exports it first.
 func attemptsBase(cmd Command) (string, bool) {
-	if _, ok := cmd.Secrets["GANTRY_ATTEMPTS"]; ok {
+	_, secret := cmd.Secrets["GANTRY_ATTEMPTS"]
+	_, secretHome := cmd.Secrets["HOME"]
+	if secret || secretHome {
 		return "", false
 	}
 	if base := cmd.Env["GANTRY_ATTEMPTS"]; base != "" {
 		return base, true
 	}
-	home := homeDir()
-	if home == "" {
-		return "", false
+	home, ok := cmd.Env["HOME"]
+	if !ok {
+		home = homeDir()
+		if home == "" {
+			return "", false
+		}
 	}
 	return home + "/.gantry/attempts", true
 }
