@@ -152,12 +152,19 @@ func killScript(pgid int, dir string) string {
 		// its leader and what started with or after the leader's oldest
 		// child (the attempt's subshell, or the flock it waits in). With no
 		// child (a session supervisor's group is the attempt's alone), the
-		// whole group.
+		// whole group. Start times count clock ticks (10 ms): of the
+		// members that started in the same tick as that child, only those
+		// whose parent is in the group are the attempt's (an earlier
+		// attempt's leftover was orphaned when its subshell ended). Those
+		// are listed once, before any signal orphans the attempt's own;
+		// members that start later are added at each step.
 		b.WriteString(`_gs() { l=; { read -r l <"$1"; } 2>/dev/null; l=${l##*) }; set -- $l; _gpp=$2 _gpg=$3 _gst=${20}; [ -n "$_gst" ]; }
 t=; for f in /proc/[0-9]*/stat; do _gs "$f" && [ "$_gpp" = "$g" ] && [ "$_gpg" = "$g" ] && { [ -z "$t" ] || [ "$_gst" -lt "$t" ]; } && t=$_gst; done
 if [ -n "$t" ]; then
-  targets() { kill -0 $g 2>/dev/null && echo $g; for f in /proc/[0-9]*/stat; do p=${f#/proc/}; p=${p%/stat}; [ "$p" != "$g" ] && _gs "$f" && [ "$_gpg" = "$g" ] && [ "$_gst" -ge "$t" ] && echo $p; done; }
-  alive() { [ -n "$(targets)" ]; }; sig() { kill -$1 $(targets) 2>/dev/null; }
+  members() { for f in /proc/[0-9]*/stat; do p=${f#/proc/}; p=${p%/stat}; { [ "$p" != "$g" ] && _gs "$f" && [ "$_gpg" = "$g" ]; } || continue; if [ "$_gst" -gt "$t" ]; then echo $p; elif [ "$1" = all ] && [ "$_gst" -eq "$t" ] && _gs "/proc/$_gpp/stat" && [ "$_gpg" = "$g" ]; then echo $p; fi; done; }
+  T="$g $(members all)"
+  targets() { echo $T; members later; }
+  alive() { for p in $(targets); do kill -0 $p 2>/dev/null && return 0; done; return 1; }; sig() { kill -$1 $(targets) 2>/dev/null; }
 fi
 `)
 	}
