@@ -163,6 +163,16 @@ func exports(env map[string]string) (string, error) {
 	return b.String(), nil
 }
 
+// checkedExports is the export lines of cmd's Env, once its names and its
+// secrets are checked.
+func checkedExports(cmd Command) (string, error) {
+	ex, err := exports(cmd.Env)
+	if err != nil {
+		return "", err
+	}
+	return ex, checkSecrets(cmd)
+}
+
 // checkSecrets checks a command's secrets. Its errors name the variable,
 // never the value.
 func checkSecrets(cmd Command) error {

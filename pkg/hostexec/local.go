@@ -37,11 +37,8 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 			cmd.BeforeStart = nil // called: the supervisor's script re-attaches
 		}
 	}
-	ex, err := exports(cmd.Env)
+	ex, err := checkedExports(cmd)
 	if err != nil {
-		return res, err
-	}
-	if err := checkSecrets(cmd); err != nil {
 		return res, err
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)

@@ -116,11 +116,8 @@ func localAttemptScript(cmd Command, ex, run string, held bool) string {
 // having started nothing, when the attempt was started before.
 func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	ex, err := exports(cmd.Env)
+	ex, err := checkedExports(cmd)
 	if err != nil {
-		return res, err
-	}
-	if err := checkSecrets(cmd); err != nil {
 		return res, err
 	}
 	if cmd.Lock != "" {

@@ -759,11 +759,8 @@ func (r *sshRunner) runDurable(ctx context.Context, cmd Command) (Result, error)
 	if _, err := shellText(cmd, ""); err != nil { // checks the attempt and lock ids
 		return res, err
 	}
-	ex, err := exports(cmd.Env)
+	ex, err := checkedExports(cmd)
 	if err != nil {
-		return res, err
-	}
-	if err := checkSecrets(cmd); err != nil {
 		return res, err
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
@@ -786,11 +783,8 @@ func (r *sshRunner) runDurable(ctx context.Context, cmd Command) (Result, error)
 
 func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	ex, err := exports(cmd.Env)
+	ex, err := checkedExports(cmd)
 	if err != nil {
-		return res, err
-	}
-	if err := checkSecrets(cmd); err != nil {
 		return res, err
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
