@@ -280,14 +280,11 @@ func usesAgent(cmd Command) bool {
 	return cmd.Attempt != "" && !secret && !secretHome
 }
 
-// errExists: the attempt was started before (the agent answered "R").
-var errExists = errors.New("the attempt exists on the host")
-
 // errAgentGone: the agent ended before it answered a request; nothing of
 // the attempt is known to have started.
 var errAgentGone = errors.New("the agent ended before it answered")
 
-// runInAgent runs the durable cmd in an agent of c. It returns errExists
+// runInAgent runs the durable cmd in an agent of c. It returns errClaimed
 // when the attempt was started before (re-attach to it through a
 // session), errAgentGone when the agent ended without answering, and
 // errConnectionEnded when it ended after starting the attempt.
@@ -316,7 +313,7 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 		return res, errAgentGone
 	case started == "R\n":
 		c.putAgent(a)
-		return res, errExists
+		return res, errClaimed
 	case !strings.HasPrefix(started, "S "):
 		c.dropAgent(a)
 		return res, fmt.Errorf("%w on %s: the agent answered %q", ErrSession, r.address, started)

@@ -48,7 +48,8 @@ func attemptsBase(cmd Command) (string, bool) {
 	return home + "/.gantry/attempts", true
 }
 
-// errClaimed: the attempt's run file exists (it started before).
+// errClaimed: the attempt's run file exists (it started before; over SSH,
+// the agent answered "R").
 var errClaimed = errors.New("the attempt was started before")
 
 // claimAttempt creates the attempt's run file, and the directories when

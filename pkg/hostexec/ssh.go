@@ -774,7 +774,7 @@ func (r *sshRunner) runDurable(ctx context.Context, cmd Command) (Result, error)
 		cmd.BeforeStart = nil // called: the attempt is recorded
 		res, err = r.runInAgent(rctx, c, cmd, ex)
 	}
-	if errors.Is(err, errExists) || errors.Is(err, errAgentGone) {
+	if errors.Is(err, errClaimed) || errors.Is(err, errAgentGone) {
 		cmd.BeforeStart, cmd.Timeout = nil, 0 // rctx bounds it
 		return r.run(rctx, cmd)
 	}
