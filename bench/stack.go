@@ -163,6 +163,11 @@ func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string
 	if pprof {
 		natsArgs = append(natsArgs, "--profile", strconv.Itoa(pprofBase+4))
 	}
+	// GANTRY_BENCH_MONITOR=<port> serves nats-server's monitoring
+	// endpoints (/varz, /jsz, /connz) on 127.0.0.1:<port>.
+	if m := os.Getenv("GANTRY_BENCH_MONITOR"); m != "" {
+		natsArgs = append(natsArgs, "-m", m)
+	}
 	if s.natsd, err = startProc("nats-server", logf, nil, append([]string{filepath.Join(binDir, "nats-server")}, natsArgs...)...); err != nil {
 		return nil, err
 	}

@@ -136,12 +136,24 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	runFile.Close() // the shell writes it
 	sweepLocal(base)
 	dir := base + "/" + cmd.Attempt
-	outFile, err1 := os.OpenFile(dir+".out", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	errFile, err2 := os.OpenFile(dir+".err", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err := errors.Join(err1, err2); err != nil {
+	outFile, errFile, err := attemptFiles(dir)
+	if err != nil {
+		return res, err
+	}
+	if w := takeWarm(localEnv(nil), cmd.Lock != ""); w != nil {
 		outFile.Close()
 		errFile.Close()
-		return res, fmt.Errorf("attempt output files: %w", err)
+		err := w.hand(cmd, base, dir, ex)
+		if !errors.Is(err, errWarmLost) {
+			if err != nil {
+				return res, err
+			}
+			return waitLocalAttempt(ctx, cmd, w.cmd, dir, res)
+		}
+		// nothing started: the attempt goes the cold way, claimed as it is
+		if outFile, errFile, err = attemptFiles(dir); err != nil {
+			return res, err
+		}
 	}
 	lock := takeLock(cmd)
 	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
@@ -162,6 +174,18 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 		return res, fmt.Errorf("start /bin/sh: %w", err)
 	}
 	return waitLocalAttempt(ctx, cmd, c, dir, res)
+}
+
+// attemptFiles opens (or creates) the attempt's output files, to append.
+func attemptFiles(dir string) (out, errs *os.File, err error) {
+	out, err1 := os.OpenFile(dir+".out", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	errs, err2 := os.OpenFile(dir+".err", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err := errors.Join(err1, err2); err != nil {
+		out.Close()
+		errs.Close()
+		return nil, nil, fmt.Errorf("attempt output files: %w", err)
+	}
+	return out, errs, nil
 }
 
 // waitLocalAttempt follows the attempt's output files until its shell

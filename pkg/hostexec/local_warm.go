@@ -1,0 +1,245 @@
+package hostexec
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Warm shells. Most of a local durable attempt's time went into starting
+// its supervising /bin/sh (an exec, the dynamic loader, the shell's own
+// start), which a chain of nodes pays once per link. So the worker starts
+// the supervising shells ahead of need: a warm shell is a /bin/sh in a
+// process group of its own, its environment the worker's (localEnv), that
+// waits on a pipe for one attempt. The attempt then costs the shell a
+// subshell, as an attempt in a host agent does over SSH.
+//
+// A warm shell supervises exactly as the shell localAttemptScript starts
+// does: the worker claims the attempt and makes its files first; the
+// shell appends the command's output to them, records its pid (the process
+// group) once it may start, runs the command in a subshell, records the
+// exit status and exits with it, outliving the worker.
+//
+// The host lock must be held by the shell, so that it holds while the
+// command runs even if the worker dies. The shell opens the lock file on
+// its fd 9 and says so; the worker takes that descriptor's open file
+// description with pidfd_getfd(2) and locks it with flock(2), so the
+// shell's descriptor holds the lock. The worker then tells the shell
+// "held". When the lock is taken by someone else, or pidfd_getfd is not
+// allowed here, it says "wait", and the shell takes the lock itself with
+// flock(1), announcing the wait as the cold path does.
+//
+// Anything that goes wrong before the shell is told to start (it died, it
+// did not answer) costs the warm shell, not the attempt: it is killed and
+// the attempt goes the cold way, with the claim already made.
+//
+// A warm shell is /bin/sh reading its script from its stdin, a pipe only
+// the worker writes (the command's secrets travel there as exports, not in
+// the shell's environment), so that it reads the script in blocks rather
+// than byte by byte as the read builtin does. The worker writes the script
+// in two parts: warmPrelude, then, once the worker has taken the lock or
+// found it held, warmRest.
+
+// warmPrelude names the attempt, sends the shell's output to the
+// attempt's files, opens the lock file on fd 9 and answers "L" on fd 3;
+// the shell then waits for more script.
+func warmPrelude(attempt, dir, lockPath string) string {
+	s := "_ga=" + attempt + "; _gd=" + shellQuote(dir) + "\nexec >>\"$_gd.out\" 2>>\"$_gd.err\"\n"
+	if lockPath != "" {
+		s += "_gk=" + shellQuote(lockPath) + "; exec 9>>\"$_gk\"\n"
+	}
+	return s + "echo L >&3\n"
+}
+
+// warmRest records the pid, waits for the lock when the worker could not
+// take it, runs the command in a subshell and records its exit status.
+func warmRest(cmd Command, ex string, lock, held bool) string {
+	sec, _ := exports(cmd.Secrets) // checked by checkedExports
+	var b strings.Builder
+	b.WriteString("exec 3>&-\necho $$ >>\"$_gd.run\"\n")
+	if lock {
+		if !held {
+			b.WriteString(`flock -n 9 || { read -r _gx 2>/dev/null <"$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }` + "\n")
+		}
+		b.WriteString(`echo "$_ga" >"$_gk.holder"` + "\n")
+	}
+	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.Script) + "\n) </dev/null 9>&-\n")
+	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n")
+	return b.String()
+}
+
+// warmShells is how many warm shells the worker keeps ready.
+const warmShells = 4
+
+// warmShell is a started shell waiting for its attempt.
+type warmShell struct {
+	cmd *exec.Cmd
+	in  *os.File      // its stdin
+	ans *bufio.Reader // its fd 3
+	af  *os.File
+	env []string // the environment it was started with
+}
+
+// warmPool holds the worker's warm shells.
+var warmPool struct {
+	mu      sync.Mutex
+	idle    []*warmShell
+	filling bool
+	noPidfd atomic.Bool // pidfd_getfd is refused here: attempts with a lock go the cold way
+}
+
+// takeWarm returns a warm shell started with env, or nil; either way it
+// makes sure the pool fills up again.
+func takeWarm(env []string, lock bool) *warmShell {
+	if lock && warmPool.noPidfd.Load() {
+		return nil
+	}
+	warmPool.mu.Lock()
+	var w *warmShell
+	var stale []*warmShell
+	for len(warmPool.idle) > 0 && w == nil {
+		n := len(warmPool.idle) - 1
+		c := warmPool.idle[n]
+		warmPool.idle = warmPool.idle[:n]
+		if slices.Equal(c.env, env) {
+			w = c
+		} else {
+			stale = append(stale, c) // the worker's environment changed since
+		}
+	}
+	fill := !warmPool.filling
+	warmPool.filling = true
+	warmPool.mu.Unlock()
+	for _, c := range stale {
+		c.discard()
+	}
+	if fill {
+		go fillWarm(env)
+	}
+	return w
+}
+
+// fillWarm starts warm shells until the pool holds warmShells.
+func fillWarm(env []string) {
+	defer func() {
+		warmPool.mu.Lock()
+		warmPool.filling = false
+		warmPool.mu.Unlock()
+	}()
+	for {
+		warmPool.mu.Lock()
+		n := len(warmPool.idle)
+		warmPool.mu.Unlock()
+		if n >= warmShells {
+			return
+		}
+		w, err := startWarm(env)
+		if err != nil {
+			return // the next attempt tries again; this one goes the cold way
+		}
+		warmPool.mu.Lock()
+		warmPool.idle = append(warmPool.idle, w)
+		warmPool.mu.Unlock()
+	}
+}
+
+// startWarm starts a warm shell with env.
+func startWarm(env []string) (*warmShell, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	ansR, ansW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	c := exec.Command("/bin/sh")
+	c.Env, c.Stdin, c.ExtraFiles = env, inR, []*os.File{ansW} // fd 3
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = c.Start()
+	inR.Close()
+	ansW.Close()
+	if err != nil {
+		inW.Close()
+		ansR.Close()
+		return nil, err
+	}
+	return &warmShell{cmd: c, in: inW, ans: bufio.NewReader(ansR), af: ansR, env: env}, nil
+}
+
+// discard ends a warm shell that was never told to start: with its stdin
+// closed it exits without running anything.
+func (w *warmShell) discard() {
+	w.in.Close()
+	w.af.Close()
+	_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	go func() { _ = w.cmd.Wait() }()
+}
+
+// errWarmLost: the warm shell could not be handed the attempt; nothing
+// of it started.
+var errWarmLost = errors.New("the warm shell did not take the attempt")
+
+// warmAnswer bounds the wait for a warm shell's "L".
+const warmAnswer = 5 * time.Second
+
+// hand gives the attempt to the warm shell and, once it holds the lock
+// file open, takes the lock for it (or leaves that to it). It returns
+// errWarmLost when the shell was not told to start; then it is discarded
+// and nothing of the attempt started.
+func (w *warmShell) hand(cmd Command, base, dir, ex string) error {
+	lockPath := ""
+	if cmd.Lock != "" {
+		lockPath = base + "/../locks/" + cmd.Lock
+	}
+	if _, err := io.WriteString(w.in, warmPrelude(cmd.Attempt, dir, lockPath)); err != nil {
+		w.discard()
+		return fmt.Errorf("%w: %w", errWarmLost, err)
+	}
+	_ = w.af.SetReadDeadline(time.Now().Add(warmAnswer))
+	if l, err := w.ans.ReadString('\n'); err != nil || l != "L\n" {
+		w.discard()
+		return fmt.Errorf("%w: it answered %q: %v", errWarmLost, l, err)
+	}
+	held := lockPath != "" && lockFor(w.cmd.Process.Pid)
+	w.af.Close()
+	_, err := io.WriteString(w.in, warmRest(cmd, ex, lockPath != "", held))
+	w.in.Close()
+	if err != nil {
+		// the shell is gone: what it read of the rest, if anything, was
+		// cut short, and a cut command list does not run
+		return fmt.Errorf("%w on this machine: the attempt's shell ended: %w", ErrSession, err)
+	}
+	return nil
+}
+
+// lockFor takes the host lock on the shell pid's fd 9 without waiting,
+// and says whether it did; the shell's descriptor holds it from then on.
+func lockFor(pid int) bool {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		warmPool.noPidfd.Store(true)
+		return false
+	}
+	defer unix.Close(pidfd)
+	fd, err := unix.PidfdGetfd(pidfd, 9, 0)
+	if err != nil {
+		warmPool.noPidfd.Store(true)
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil
+}

@@ -1,0 +1,212 @@
+package hostexec
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// warmPids waits until the pool holds a warm shell started with the
+// worker's environment of now, and returns the pids of those it holds.
+func warmPids(t *testing.T) []int {
+	t.Helper()
+	env := localEnv(nil)
+	for range 500 {
+		warmPool.mu.Lock()
+		var pids []int
+		for _, w := range warmPool.idle {
+			if slices.Equal(w.env, env) {
+				pids = append(pids, w.cmd.Process.Pid)
+			}
+		}
+		warmPool.mu.Unlock()
+		if len(pids) > 0 {
+			return pids
+		}
+		if w := takeWarm(env, false); w != nil { // not one yet: starts filling
+			warmPool.mu.Lock()
+			warmPool.idle = append(warmPool.idle, w)
+			warmPool.mu.Unlock()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no warm shell was started in 5 s")
+	return nil
+}
+
+// supervisorPid is the pid an attempt's run file records first.
+func supervisorPid(t *testing.T, base, attempt string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(base, attempt+".run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(first)
+	if err != nil {
+		t.Fatalf("run file %q: %v", b, err)
+	}
+	return pid
+}
+
+// A local durable attempt runs in a shell started before it was asked
+// for: its supervisor's pid is one of the warm shells waiting beforehand.
+// It gets its environment, secrets and output as a cold shell gives
+// them, and records its exit status.
+func TestWarmShellRunsTheAttempt(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "attempts")
+	waiting := warmPids(t)
+	lines := newLines()
+	res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.on,
+		Env: map[string]string{"GANTRY_ATTEMPTS": base, "MINE": "it's mine"}, Secrets: map[string]string{"TOKEN": "s3cret value"},
+		Script: `echo "$MINE"; echo "$TOKEN" >&2; exit 3`})
+	if err != nil || res.ExitCode != 3 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if res.Stdout != "it's mine\n" || res.Stderr != "***\n" { // the secret masked
+		t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+	if got := strings.Join(slices.Sorted(slices.Values(lines.got)), ","); got != "stderr:***,stdout:it's mine" {
+		t.Fatalf("lines %s (the secret masked)", got)
+	}
+	if pid := supervisorPid(t, base, "w.1.create.f.n.1.run"); !slices.Contains(waiting, pid) {
+		t.Fatalf("supervisor %d is not one of the warm shells %v", pid, waiting)
+	}
+	run, _ := os.ReadFile(filepath.Join(base, "w.1.create.f.n.1.run.run"))
+	if n := strings.Split(strings.TrimSpace(string(run)), "\n"); len(n) != 2 || n[1] != "3" {
+		t.Fatalf("run file %q: want the pid, then 3", run)
+	}
+	holder, _ := os.ReadFile(filepath.Join(dir, "locks", "c.f.n.holder"))
+	if string(holder) != "w.1.create.f.n.1.run\n" {
+		t.Fatalf("holder %q", holder)
+	}
+}
+
+// The host lock of an attempt in a warm shell is the shell's: while the
+// command runs nobody else can take it, though the worker holds no
+// descriptor of the lock file, so it would hold if the worker died.
+func TestWarmShellHoldsTheLock(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "attempts")
+	if err := os.MkdirAll(filepath.Join(dir, "locks"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	waiting := warmPids(t)
+	gate := filepath.Join(dir, "gate")
+	started := newLines("running")
+	done := make(chan Result, 1)
+	go func() {
+		res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.on,
+			Env:    map[string]string{"GANTRY_ATTEMPTS": base},
+			Script: `echo running; while [ ! -e ` + shellQuote(gate) + ` ]; do sleep 0.02; done`})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	started.wait(t, "running")
+	lockFile := filepath.Join(dir, "locks", "c.f.n")
+	if own := openedHere(t, lockFile); own {
+		t.Fatal("the worker keeps a descriptor of the lock file")
+	}
+	f, err := os.OpenFile(lockFile, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("flock while the command runs: %v, want EWOULDBLOCK", err)
+	}
+	if pid := supervisorPid(t, base, "w.1.create.f.n.1.run"); !slices.Contains(waiting, pid) {
+		t.Fatalf("supervisor %d is not one of the warm shells %v", pid, waiting)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("flock once the attempt ended: %v", err)
+	}
+}
+
+// openedHere says whether this process has path open.
+func openedHere(t *testing.T, path string) bool {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && l == path {
+			return true
+		}
+	}
+	return false
+}
+
+// A warm shell whose attempt never comes to it (the worker's environment
+// changed since it started) is ended without running anything, and the
+// attempt runs with the environment of now.
+func TestWarmShellOfAnOldEnvironmentIsNotUsed(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "attempts")
+	old := warmPids(t)
+	t.Setenv("LANG", "C.warm-test")
+	res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo "$LANG"`})
+	if err != nil || res.Stdout != "C.warm-test\n" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if pid := supervisorPid(t, base, "w.1.create.f.n.1.run"); slices.Contains(old, pid) {
+		t.Fatalf("the attempt ran in warm shell %d, started with the old environment", pid)
+	}
+	for _, pid := range old {
+		gone := false
+		for range 200 {
+			if syscall.Kill(pid, 0) != nil {
+				gone = true
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !gone {
+			t.Fatalf("warm shell %d of the old environment is still there", pid)
+		}
+	}
+}
+
+// A warm shell that cannot take the attempt (here: the locks directory is
+// missing, so it cannot open the lock file and exits) costs nothing but
+// itself: the attempt, claimed already, runs the cold way, once.
+func TestWarmShellLostAttemptRunsCold(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "attempts")
+	if err := os.MkdirAll(base, 0o700); err != nil { // no locks directory beside it
+		t.Fatal(err)
+	}
+	waiting := warmPids(t)
+	count := filepath.Join(dir, "count")
+	res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
+		Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo ran >>` + shellQuote(count)})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if b, _ := os.ReadFile(count); string(b) != "ran\n" {
+		t.Fatalf("the command ran %q times", b)
+	}
+	if pid := supervisorPid(t, base, "w.1.create.f.n.1.run"); slices.Contains(waiting, pid) {
+		t.Fatalf("supervisor %d is a warm shell, which could not open the lock file", pid)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "locks", "c.f.n.holder")); err != nil {
+		t.Fatalf("the cold shell took the lock: %v", err)
+	}
+}
