@@ -130,9 +130,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:   cfg.Instance,
 		PerHost: cfg.PerHost,
-		Slots:   &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Log: log},
+		Slots:   &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
 		Log:     log,
 	}
+	defer x.Slots.GiveBackLingering()
 	// A cancelled (or cancelling) workflow's running nodes are killed here.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
 		env, err := events.Parse(m.Data)

@@ -55,7 +55,13 @@ type Manager struct {
 	PerHost  int           // max of a limit whose MaxParallel is 0 (default 8)
 	TTL      time.Duration // the store's TTL: keys are refreshed every TTL/3 (default events.SlotTTL)
 	MaxPoll  time.Duration // longest wait between looks when nothing changes (default 2s)
-	Log      *slog.Logger
+	// Linger is how long the slots of an ended attempt stay taken for this
+	// executor's next attempt of the same limits, which then takes them
+	// without a write (0: they are given back at once). Lingering slots
+	// are given back as soon as anyone waits for one of their limits, so
+	// they never keep a waiter waiting.
+	Linger time.Duration
+	Log    *slog.Logger
 
 	once    sync.Once
 	mu      sync.Mutex
@@ -65,6 +71,7 @@ type Manager struct {
 	ready   chan struct{}     // closed once the watch has caught up
 	err     error             // the watch could not start
 	seq     uint64
+	parked  map[string][]*Lease // lingering leases, by their limits (limitsKey)
 }
 
 // Request is what one attempt asks for.
@@ -85,6 +92,7 @@ type Lease struct {
 	prio   int
 	stop   chan struct{}
 	done   chan struct{}
+	parks  int // how often it was parked (under m.mu): a lingering lease's turn
 }
 
 type held struct {
@@ -237,6 +245,9 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*Lease, error) {
 	prio := r.Priority
 	if prio == 0 {
 		prio = dag.DefaultPriority
+	}
+	if l := m.takeParked(limits, prio); l != nil {
+		return l, nil
 	}
 	m.mu.Lock()
 	m.seq++
@@ -418,11 +429,21 @@ func (l *Lease) Keep() bool {
 	return true
 }
 
-// Release gives the slots back, in reverse order.
+// Release gives the slots back, in reverse order; with Linger, and
+// nobody waiting for them, they linger for this executor's next attempt
+// of the same limits first.
 func (l *Lease) Release() {
 	if l == nil {
 		return
 	}
+	if l.m.Linger > 0 && l.Keep() {
+		l.m.park(l)
+		return
+	}
+	l.release()
+}
+
+func (l *Lease) release() {
 	close(l.stop)
 	<-l.done
 	for i := len(l.held) - 1; i >= 0; i-- {
@@ -434,6 +455,114 @@ func (l *Lease) Release() {
 		cancel()
 		l.m.saw(h.key, 0, true)
 	}
+}
+
+// DefaultLinger is the executor's Linger: well above the time between one
+// node's end and the next node's start on its host in a chain of formulas
+// (a few milliseconds), well below anything a waiter would notice.
+const DefaultLinger = 100 * time.Millisecond
+
+// GiveBackLingering gives back every lingering lease now (the executor
+// stops).
+func (m *Manager) GiveBackLingering() {
+	m.mu.Lock()
+	var all []*Lease
+	for key, ls := range m.parked {
+		all = append(all, ls...)
+		delete(m.parked, key)
+	}
+	for _, l := range all {
+		l.parks++ // their lingering ends
+	}
+	m.mu.Unlock()
+	for _, l := range all {
+		l.release()
+	}
+}
+
+// limitsKey names a set of limits (sorted by ID).
+func limitsKey(ids []string) string { return strings.Join(ids, "\x00") }
+
+// park keeps l for Linger, refreshed as while it ran, and gives it back
+// then, or as soon as a waiter for one of its limits shows up, unless
+// takeParked took it meanwhile.
+func (m *Manager) park(l *Lease) {
+	key := limitsKey(l.limits)
+	m.mu.Lock()
+	if m.parked == nil {
+		m.parked = map[string][]*Lease{}
+	}
+	m.parked[key] = append(m.parked[key], l)
+	l.parks++
+	turn := l.parks
+	m.mu.Unlock()
+	go func() {
+		t := time.NewTimer(m.Linger)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+			case <-m.changes():
+				if l.Keep() {
+					continue
+				}
+			}
+			if m.unpark(key, l, turn) {
+				l.release()
+			}
+			return
+		}
+	}()
+}
+
+// unpark takes l out of the lingering leases, if it is still there in the
+// same turn.
+func (m *Manager) unpark(key string, l *Lease, turn int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l.parks != turn {
+		return false
+	}
+	i := slices.Index(m.parked[key], l)
+	if i < 0 {
+		return false
+	}
+	m.parked[key] = slices.Delete(m.parked[key], i, i+1)
+	return true
+}
+
+// takeParked returns a lingering lease of exactly these limits, when no
+// waiter Acquire would let go first waits for any of them.
+func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
+	ids := make([]string, len(limits))
+	for i, l := range limits {
+		ids[i] = l.ID
+	}
+	key := limitsKey(ids)
+	m.mu.Lock()
+	n := len(m.parked[key])
+	if n == 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	l := m.parked[key][n-1]
+	m.mu.Unlock()
+	now := time.Now()
+	for _, id := range ids {
+		if m.ahead(id, waitKey(id, prio, now, "~")) {
+			return nil // it is given back for the waiter
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := slices.Index(m.parked[key], l)
+	if i < 0 {
+		return nil // given back meanwhile
+	}
+	m.parked[key] = slices.Delete(m.parked[key], i, i+1)
+	l.parks++ // its lingering ends
+	l.prio = prio
+	return l
 }
 
 // Keys are the keys the lease holds (for tests).

@@ -280,3 +280,74 @@ func (m *Manager) keysWithPrefix(prefix string) []string {
 	}
 	return out
 }
+
+// With Linger, the slots of an ended attempt stay taken for the next
+// attempt of the same limits here, which takes them without a write; left
+// alone they are given back once Linger has passed.
+func TestLingerHandsSlotsToTheNextAttempt(t *testing.T) {
+	s := newStore(t, time.Second)
+	m := manager(s, "a", time.Second)
+	m.Linger = 300 * time.Millisecond
+	host := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
+	ctx := context.Background()
+	l, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	writes := s.Writes()
+	again, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != l || s.Writes() != writes {
+		t.Fatalf("the next attempt took its slot with %d writes (same lease: %v), want the lingering one and none", s.Writes()-writes, again == l)
+	}
+	if k := s.Keys("slot."); len(k) != 1 {
+		t.Fatalf("slots held: %v", k)
+	}
+	again.Release()
+	deadline := time.Now().Add(3 * time.Second)
+	for len(s.Keys("slot.")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lingering slot was not given back: %v", s.Keys("slot."))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A lingering slot never keeps a waiter waiting: another executor that
+// needs it gets it long before Linger has passed, and slots of other
+// limits are not lent.
+func TestLingerYieldsToAWaiter(t *testing.T) {
+	s := newStore(t, time.Second)
+	a, b := manager(s, "a", time.Second), manager(s, "b", time.Second)
+	a.Linger = time.Minute
+	host := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
+	other := dag.SlotLimit{ID: "h-2", Name: "host 2", MaxParallel: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if o, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{other}, Attempt: "2"}); err != nil || o == l {
+		t.Fatalf("another limit's attempt got the lingering lease (%v) or %v", o == l, err)
+	}
+	start := time.Now()
+	got, err := b.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the waiter waited %s for a lingering slot", waited)
+	}
+	if k := got.Keys(); len(k) != 1 || k[0] != SlotKey("h-1", 0) {
+		t.Fatalf("keys %v", k)
+	}
+	got.Release()
+	if again, _ := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "4"}); again == l {
+		t.Fatal("the lease given up for the waiter was lent again")
+	}
+}

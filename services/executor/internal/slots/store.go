@@ -207,3 +207,10 @@ func (m *Memory) ExpireAll(prefix string) {
 	m.mu.Unlock()
 	m.expire()
 }
+
+// Writes counts the writes so far: creates, updates, deletes and expiries.
+func (m *Memory) Writes() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rev
+}
