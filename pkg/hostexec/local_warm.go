@@ -226,6 +226,10 @@ func (w *warmShell) hand(cmd Command, base, dir, ex string) error {
 	return nil
 }
 
+// pidfdGetfd is pidfd_getfd(2) (a test makes it fail, as a kernel or a
+// seccomp profile that refuses it does).
+var pidfdGetfd = unix.PidfdGetfd
+
 // lockFor takes the host lock on the shell pid's fd 9 without waiting,
 // and says whether it did; the shell's descriptor holds it from then on.
 func lockFor(pid int) bool {
@@ -235,7 +239,7 @@ func lockFor(pid int) bool {
 		return false
 	}
 	defer unix.Close(pidfd)
-	fd, err := unix.PidfdGetfd(pidfd, 9, 0)
+	fd, err := pidfdGetfd(pidfd, 9, 0)
 	if err != nil {
 		warmPool.noPidfd.Store(true)
 		return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // warmPids waits until the pool holds a warm shell started with the
@@ -208,5 +211,55 @@ func TestWarmShellLostAttemptRunsCold(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "locks", "c.f.n.holder")); err != nil {
 		t.Fatalf("the cold shell took the lock: %v", err)
+	}
+}
+
+// Where pidfd_getfd is refused (an old kernel, a seccomp profile), the
+// warm shell takes the lock itself with flock(1), and attempts with a lock
+// go the cold way from then on; each runs once, holding the lock.
+func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
+	dir := t.TempDir()
+	bin, calls := filepath.Join(dir, "bin"), filepath.Join(dir, "flock-calls")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real, err := exec.LookPath("flock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := "#!/bin/sh\necho \"$*\" >>" + shellQuote(calls) + "\nexec " + shellQuote(real) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "flock"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	pidfdGetfd = func(int, int, int) (int, error) { return -1, syscall.EPERM }
+	defer func() { pidfdGetfd = unix.PidfdGetfd; warmPool.noPidfd.Store(false) }()
+	base := filepath.Join(dir, "attempts")
+	if err := os.MkdirAll(filepath.Join(dir, "locks"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	waiting := warmPids(t)
+	count := filepath.Join(dir, "count")
+	for i, want := range []struct {
+		warm  bool
+		flock string
+	}{{true, "-n 9\n"}, {false, ""}} { // the cold way: the worker locks and hands the file over
+		id := "w.1.create.f.n." + strconv.Itoa(i+1) + ".run"
+		res, err := Local{}.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base},
+			Script: `echo ran >>` + shellQuote(count)})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("attempt %d: %+v %v", i+1, res, err)
+		}
+		if pid := supervisorPid(t, base, id); slices.Contains(waiting, pid) != want.warm {
+			t.Fatalf("attempt %d ran in a warm shell: %v, want %v", i+1, !want.warm, want.warm)
+		}
+		b, _ := os.ReadFile(calls)
+		if string(b) != want.flock {
+			t.Fatalf("attempt %d: flock calls %q, want %q", i+1, b, want.flock)
+		}
+		_ = os.Remove(calls)
+	}
+	if b, _ := os.ReadFile(count); string(b) != "ran\nran\n" {
+		t.Fatalf("the commands ran %q", b)
 	}
 }
