@@ -52,24 +52,31 @@ func attemptsBase(cmd Command) (string, bool) {
 // the agent answered "R").
 var errClaimed = errors.New("the attempt was started before")
 
-// claimAttempt creates the attempt's run file, and the directories when
-// they are missing. It returns errClaimed when the file exists.
-func claimAttempt(base, attempt string) (*os.File, error) {
+// claimAttempt creates the attempt's run file (a spare renamed into
+// place, or a new file), and the directories when they are missing. It
+// returns errClaimed when the file exists.
+func claimAttempt(base, attempt string) error {
 	path := base + "/" + attempt + ".run"
+	if placed, err := placeSpare(base, path); placed {
+		if errors.Is(err, fs.ErrExist) {
+			return errClaimed
+		}
+		return err
+	}
 	for try := 0; ; try++ {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 		switch {
 		case err == nil:
-			return f, nil
+			return f.Close()
 		case errors.Is(err, fs.ErrExist):
-			return nil, errClaimed
+			return errClaimed
 		case errors.Is(err, fs.ErrNotExist) && try == 0:
 			// not cleaned: ".." is resolved by the kernel, as the shell's is
 			if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
-				return nil, fmt.Errorf("attempts directory: %w", err)
+				return fmt.Errorf("attempts directory: %w", err)
 			}
 		default:
-			return nil, fmt.Errorf("record the attempt: %w", err)
+			return fmt.Errorf("record the attempt: %w", err)
 		}
 	}
 }
@@ -129,17 +136,16 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	if err := beforeStart(cmd); err != nil {
 		return res, err
 	}
-	runFile, err := claimAttempt(base, cmd.Attempt)
-	if err != nil {
+	if err := claimAttempt(base, cmd.Attempt); err != nil {
 		return res, err
 	}
-	runFile.Close() // the shell writes it
 	sweepLocal(base)
 	dir := base + "/" + cmd.Attempt
-	outFile, errFile, err := attemptFiles(dir)
+	outFile, errFile, err := attemptFiles(base, dir)
 	if err != nil {
 		return res, err
 	}
+	defer refill(base)()
 	if w := takeWarm(localEnv(nil), cmd.Lock != ""); w != nil {
 		outFile.Close()
 		errFile.Close()
@@ -151,7 +157,7 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 			return waitLocalAttempt(ctx, cmd, w.cmd, dir, res)
 		}
 		// nothing started: the attempt goes the cold way, claimed as it is
-		if outFile, errFile, err = attemptFiles(dir); err != nil {
+		if outFile, errFile, err = attemptFiles(base, dir); err != nil {
 			return res, err
 		}
 	}
@@ -176,8 +182,16 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	return waitLocalAttempt(ctx, cmd, c, dir, res)
 }
 
-// attemptFiles opens (or creates) the attempt's output files, to append.
-func attemptFiles(dir string) (out, errs *os.File, err error) {
+// attemptFiles opens the attempt's output files, to append: spares of
+// base renamed into place, or new files (or, when a name is taken, what is
+// there).
+func attemptFiles(base, dir string) (out, errs *os.File, err error) {
+	now := time.Now()
+	for _, name := range []string{dir + ".out", dir + ".err"} {
+		if placed, err := placeSpare(base, name); placed && err == nil {
+			_ = os.Chtimes(name, now, now) // a spare may have waited: the sweep goes by the time it was used
+		}
+	}
 	out, err1 := os.OpenFile(dir+".out", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	errs, err2 := os.OpenFile(dir+".err", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err := errors.Join(err1, err2); err != nil {
