@@ -540,12 +540,17 @@ func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	}
 	key := limitsKey(ids)
 	m.mu.Lock()
-	n := len(m.parked[key])
-	if n == 0 {
+	// one whose slots are all within these limits' maxima (a limit of the
+	// same ID may have a smaller max now: another composition's, or changed)
+	i := len(m.parked[key]) - 1
+	for i >= 0 && !m.withinMax(m.parked[key][i], limits) {
+		i--
+	}
+	if i < 0 {
 		m.mu.Unlock()
 		return nil
 	}
-	l := m.parked[key][n-1]
+	l := m.parked[key][i]
 	m.mu.Unlock()
 	now := time.Now()
 	for _, id := range ids {
@@ -555,7 +560,7 @@ func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i := slices.Index(m.parked[key], l)
+	i = slices.Index(m.parked[key], l)
 	if i < 0 {
 		return nil // given back meanwhile
 	}
@@ -563,6 +568,18 @@ func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	l.parks++ // its lingering ends
 	l.prio = prio
 	return l
+}
+
+// withinMax says whether every slot l holds is one Acquire could take
+// under limits (of l's limits, in the same order).
+func (m *Manager) withinMax(l *Lease, limits []dag.SlotLimit) bool {
+	for j, h := range l.held {
+		i, err := strconv.Atoi(strings.TrimPrefix(h.key, "slot."+limits[j].ID+"."))
+		if err != nil || i >= m.max(limits[j]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Keys are the keys the lease holds (for tests).
