@@ -436,7 +436,7 @@ func (l *Lease) Release() {
 	if l == nil {
 		return
 	}
-	if l.m.Linger > 0 && l.Keep() {
+	if l.m.Linger > 0 && !l.m.waited(l.limits) {
 		l.m.park(l)
 		return
 	}
@@ -480,6 +480,18 @@ func (m *Manager) GiveBackLingering() {
 	}
 }
 
+// waited says whether anyone waits for one of the limits ids, whatever
+// its priority: a lingering lease is given back to it, as it would have
+// been had it not lingered.
+func (m *Manager) waited(ids []string) bool {
+	for _, id := range ids {
+		if m.ahead(id, "wait."+id+".~") { // after every waiter's key
+			return true
+		}
+	}
+	return false
+}
+
 // limitsKey names a set of limits (sorted by ID).
 func limitsKey(ids []string) string { return strings.Join(ids, "\x00") }
 
@@ -503,7 +515,7 @@ func (m *Manager) park(l *Lease) {
 			select {
 			case <-t.C:
 			case <-m.changes():
-				if l.Keep() {
+				if !m.waited(l.limits) {
 					continue
 				}
 			}
@@ -531,8 +543,8 @@ func (m *Manager) unpark(key string, l *Lease, turn int) bool {
 	return true
 }
 
-// takeParked returns a lingering lease of exactly these limits, when no
-// waiter Acquire would let go first waits for any of them.
+// takeParked returns a lingering lease of exactly these limits, when
+// nobody waits for any of them.
 func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	ids := make([]string, len(limits))
 	for i, l := range limits {
@@ -552,11 +564,8 @@ func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	}
 	l := m.parked[key][i]
 	m.mu.Unlock()
-	now := time.Now()
-	for _, id := range ids {
-		if m.ahead(id, waitKey(id, prio, now, "~")) {
-			return nil // it is given back for the waiter
-		}
+	if m.waited(ids) {
+		return nil // it is given back for the waiter
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
