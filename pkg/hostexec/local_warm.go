@@ -51,15 +51,17 @@ import (
 // in two parts: warmPrelude, then, once the worker has taken the lock or
 // found it held, warmRest.
 
-// warmPrelude names the attempt, sends the shell's output to the
-// attempt's files, opens the lock file on fd 9 and answers "L" on fd 3;
-// the shell then waits for more script.
+// warmPrelude names the attempt, opens the lock file on fd 9, sends the
+// shell's output to the attempt's files and answers "L" on fd 3; the shell
+// then waits for more script. The lock file is opened first: a shell that
+// cannot open it says so on its own stderr, not in the attempt's files
+// (the attempt then runs the cold way).
 func warmPrelude(attempt, dir, lockPath string) string {
-	s := "_ga=" + attempt + "; _gd=" + shellQuote(dir) + "\nexec >>\"$_gd.out\" 2>>\"$_gd.err\"\n"
+	s := "_ga=" + attempt + "; _gd=" + shellQuote(dir) + "\n"
 	if lockPath != "" {
 		s += "_gk=" + shellQuote(lockPath) + "; exec 9>>\"$_gk\"\n"
 	}
-	return s + "echo L >&3\n"
+	return s + "exec >>\"$_gd.out\" 2>>\"$_gd.err\"\necho L >&3\n"
 }
 
 // warmRest records the pid, waits for the lock when the worker could not

@@ -206,6 +206,9 @@ func TestWarmShellLostAttemptRunsCold(t *testing.T) {
 	if b, _ := os.ReadFile(count); string(b) != "ran\n" {
 		t.Fatalf("the command ran %q times", b)
 	}
+	if res.Stderr != "" { // nothing of the warm shell that did not run it
+		t.Fatalf("stderr %q", res.Stderr)
+	}
 	if pid := supervisorPid(t, base, "w.1.create.f.n.1.run"); slices.Contains(waiting, pid) {
 		t.Fatalf("supervisor %d is a warm shell, which could not open the lock file", pid)
 	}
