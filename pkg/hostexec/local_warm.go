@@ -66,10 +66,13 @@ func warmPrelude(attempt, dir, lockPath string) string {
 
 // warmRest records the pid, waits for the lock when the worker could not
 // take it, runs the command in a subshell and records its exit status.
+// It is one compound command: the shell runs none of it until it has read
+// all of it, so a script cut short (the worker died writing it) runs
+// nothing, rather than the command without recording its exit status.
 func warmRest(cmd Command, ex string, lock, held bool) string {
 	sec, _ := exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
-	b.WriteString("exec 3>&-\necho $$ >>\"$_gd.run\"\n")
+	b.WriteString("{\nexec 3>&-\necho $$ >>\"$_gd.run\"\n")
 	if lock {
 		if !held {
 			b.WriteString(`flock -n 9 || { read -r _gx 2>/dev/null <"$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }` + "\n")
@@ -77,7 +80,7 @@ func warmRest(cmd Command, ex string, lock, held bool) string {
 		b.WriteString(`echo "$_ga" >"$_gk.holder"` + "\n")
 	}
 	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.Script) + "\n) </dev/null 9>&-\n")
-	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n")
+	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n}\n")
 	return b.String()
 }
 

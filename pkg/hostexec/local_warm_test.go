@@ -266,3 +266,40 @@ func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
 		t.Fatalf("the commands ran %q", b)
 	}
 }
+
+// The worker may die while it writes a warm shell's script, which the
+// shell then reads cut short. A cut script runs nothing, or runs the
+// command and records its exit status: never the command without its
+// status, which a re-attach would report as lost (and the step would be
+// run again).
+func TestWarmShellCutScript(t *testing.T) {
+	dir := t.TempDir()
+	att, ran := filepath.Join(dir, "w.1"), filepath.Join(dir, "ran")
+	rest := warmRest(Command{Attempt: "w.1", Secrets: map[string]string{"TOKEN": "s3cret"}, Script: "echo ran >>" + shellQuote(ran)}, "export A='a'; ", false, false)
+	for cut := range len(rest) {
+		for _, p := range []string{ran, att + ".run", att + ".out", att + ".err"} {
+			_ = os.Remove(p)
+		}
+		w, err := startWarm(localEnv(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.in.WriteString(warmPrelude("w.1", att, "")); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := w.ans.ReadString('\n'); err != nil || l != "L\n" {
+			t.Fatalf("answer %q %v", l, err)
+		}
+		w.af.Close()
+		_, _ = w.in.WriteString(rest[:cut])
+		w.in.Close() // the worker died here
+		_ = w.cmd.Wait()
+		if _, err := os.Stat(ran); err != nil {
+			continue // nothing ran
+		}
+		run, _ := os.ReadFile(att + ".run")
+		if n := strings.Split(strings.TrimSpace(string(run)), "\n"); len(n) != 2 {
+			t.Errorf("cut before %q: the command ran, and the run file is %q", rest[cut:], run)
+		}
+	}
+}
