@@ -226,6 +226,7 @@ func (w *warmShell) hand(cmd Command, base, dir, ex string) error {
 	if err != nil {
 		// the shell is gone: what it read of the rest, if anything, was
 		// cut short, and a cut command list does not run
+		go func() { _ = w.cmd.Wait() }() // reap it
 		return fmt.Errorf("%w on this machine: the attempt's shell ended: %w", ErrSession, err)
 	}
 	return nil

@@ -303,3 +303,42 @@ func TestWarmShellCutScript(t *testing.T) {
 		}
 	}
 }
+
+// A warm shell that dies after it answered, before it was told the rest
+// of its script, fails the attempt (ErrSession) and is reaped: no zombie
+// is left in the worker.
+func TestWarmShellDeadAfterAnswerIsReaped(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "attempts")
+	if err := os.MkdirAll(filepath.Join(dir, "locks"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	shell := 0
+	pidfdGetfd = func(pidfd, _, _ int) (int, error) { // the shell is killed here, and has ended
+		fdinfo, _ := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
+		for l := range strings.SplitSeq(string(fdinfo), "\n") {
+			if v, ok := strings.CutPrefix(l, "Pid:"); ok {
+				shell, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		var info unix.Siginfo
+		_ = unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		return -1, syscall.EPERM
+	}
+	defer func() { pidfdGetfd = unix.PidfdGetfd; warmPool.noPidfd.Store(false) }()
+	warmPids(t)
+	_, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
+		Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo ran`})
+	if !errors.Is(err, ErrSession) || shell == 0 {
+		t.Fatalf("%v (shell %d), want ErrSession", err, shell)
+	}
+	for range 200 {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(shell)); err != nil {
+			return // reaped
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(shell) + "/stat")
+	t.Fatalf("the warm shell %d is left unreaped: %s", shell, stat)
+}
