@@ -51,23 +51,28 @@ import (
 // in two parts: warmPrelude, then, once the worker has taken the lock or
 // found it held, warmRest.
 
-// warmPrelude names the attempt, sends the shell's output to the
-// attempt's files, opens the lock file on fd 9 and answers "L" on fd 3;
-// the shell then waits for more script.
+// warmPrelude names the attempt, opens the lock file on fd 9, sends the
+// shell's output to the attempt's files and answers "L" on fd 3; the shell
+// then waits for more script. The lock file is opened first: a shell that
+// cannot open it says so on its own stderr, not in the attempt's files
+// (the attempt then runs the cold way).
 func warmPrelude(attempt, dir, lockPath string) string {
-	s := "_ga=" + attempt + "; _gd=" + shellQuote(dir) + "\nexec >>\"$_gd.out\" 2>>\"$_gd.err\"\n"
+	s := "_ga=" + attempt + "; _gd=" + shellQuote(dir) + "\n"
 	if lockPath != "" {
 		s += "_gk=" + shellQuote(lockPath) + "; exec 9>>\"$_gk\"\n"
 	}
-	return s + "echo L >&3\n"
+	return s + "exec >>\"$_gd.out\" 2>>\"$_gd.err\"\necho L >&3\n"
 }
 
 // warmRest records the pid, waits for the lock when the worker could not
 // take it, runs the command in a subshell and records its exit status.
+// It is one compound command: the shell runs none of it until it has read
+// all of it, so a script cut short (the worker died writing it) runs
+// nothing, rather than the command without recording its exit status.
 func warmRest(cmd Command, ex string, lock, held bool) string {
 	sec, _ := exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
-	b.WriteString("exec 3>&-\necho $$ >>\"$_gd.run\"\n")
+	b.WriteString("{\nexec 3>&-\necho $$ >>\"$_gd.run\"\n")
 	if lock {
 		if !held {
 			b.WriteString(`flock -n 9 || { read -r _gx 2>/dev/null <"$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }` + "\n")
@@ -75,7 +80,7 @@ func warmRest(cmd Command, ex string, lock, held bool) string {
 		b.WriteString(`echo "$_ga" >"$_gk.holder"` + "\n")
 	}
 	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.Script) + "\n) </dev/null 9>&-\n")
-	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n")
+	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n}\n")
 	return b.String()
 }
 
@@ -221,6 +226,7 @@ func (w *warmShell) hand(cmd Command, base, dir, ex string) error {
 	if err != nil {
 		// the shell is gone: what it read of the rest, if anything, was
 		// cut short, and a cut command list does not run
+		go func() { _ = w.cmd.Wait() }() // reap it
 		return fmt.Errorf("%w on this machine: the attempt's shell ended: %w", ErrSession, err)
 	}
 	return nil

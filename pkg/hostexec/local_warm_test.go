@@ -207,6 +207,9 @@ func TestWarmShellLostAttemptRunsCold(t *testing.T) {
 	if b, _ := os.ReadFile(count); string(b) != "ran\n" {
 		t.Fatalf("the command ran %q times", b)
 	}
+	if res.Stderr != "" { // nothing of the warm shell that did not run it
+		t.Fatalf("stderr %q", res.Stderr)
+	}
 	if pid := supervisorPid(t, base, "w.1.create.f.n.1.run"); slices.Contains(waiting, pid) {
 		t.Fatalf("supervisor %d is a warm shell, which could not open the lock file", pid)
 	}
@@ -263,4 +266,80 @@ func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
 	if b, _ := os.ReadFile(count); string(b) != "ran\nran\n" {
 		t.Fatalf("the commands ran %q", b)
 	}
+}
+
+// The worker may die while it writes a warm shell's script, which the
+// shell then reads cut short. A cut script runs nothing, or runs the
+// command and records its exit status: never the command without its
+// status, which a re-attach would report as lost (and the step would be
+// run again).
+func TestWarmShellCutScript(t *testing.T) {
+	dir := t.TempDir()
+	att, ran := filepath.Join(dir, "w.1"), filepath.Join(dir, "ran")
+	rest := warmRest(Command{Attempt: "w.1", Secrets: map[string]string{"TOKEN": "s3cret"}, Script: "echo ran >>" + shellQuote(ran)}, "export A='a'; ", false, false)
+	for cut := range len(rest) {
+		for _, p := range []string{ran, att + ".run", att + ".out", att + ".err"} {
+			_ = os.Remove(p)
+		}
+		w, err := startWarm(localEnv(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.in.WriteString(warmPrelude("w.1", att, "")); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := w.ans.ReadString('\n'); err != nil || l != "L\n" {
+			t.Fatalf("answer %q %v", l, err)
+		}
+		w.af.Close()
+		_, _ = w.in.WriteString(rest[:cut])
+		w.in.Close() // the worker died here
+		_ = w.cmd.Wait()
+		if _, err := os.Stat(ran); err != nil {
+			continue // nothing ran
+		}
+		run, _ := os.ReadFile(att + ".run")
+		if n := strings.Split(strings.TrimSpace(string(run)), "\n"); len(n) != 2 {
+			t.Errorf("cut before %q: the command ran, and the run file is %q", rest[cut:], run)
+		}
+	}
+}
+
+// A warm shell that dies after it answered, before it was told the rest
+// of its script, fails the attempt (ErrSession) and is reaped: no zombie
+// is left in the worker.
+func TestWarmShellDeadAfterAnswerIsReaped(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "attempts")
+	if err := os.MkdirAll(filepath.Join(dir, "locks"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	shell := 0
+	pidfdGetfd = func(pidfd, _, _ int) (int, error) { // the shell is killed here, and has ended
+		fdinfo, _ := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
+		for l := range strings.SplitSeq(string(fdinfo), "\n") {
+			if v, ok := strings.CutPrefix(l, "Pid:"); ok {
+				shell, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		var info unix.Siginfo
+		_ = unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		return -1, syscall.EPERM
+	}
+	defer func() { pidfdGetfd = unix.PidfdGetfd; warmPool.noPidfd.Store(false) }()
+	warmPids(t)
+	_, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
+		Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo ran`})
+	if !errors.Is(err, ErrSession) || shell == 0 {
+		t.Fatalf("%v (shell %d), want ErrSession", err, shell)
+	}
+	for range 200 {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(shell)); err != nil {
+			return // reaped
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(shell) + "/stat")
+	t.Fatalf("the warm shell %d is left unreaped: %s", shell, stat)
 }

@@ -436,7 +436,7 @@ func (l *Lease) Release() {
 	if l == nil {
 		return
 	}
-	if l.m.Linger > 0 && l.Keep() {
+	if l.m.Linger > 0 && !l.m.waited(l.limits) {
 		l.m.park(l)
 		return
 	}
@@ -480,6 +480,18 @@ func (m *Manager) GiveBackLingering() {
 	}
 }
 
+// waited says whether anyone waits for one of the limits ids, whatever
+// its priority: a lingering lease is given back to it, as it would have
+// been had it not lingered.
+func (m *Manager) waited(ids []string) bool {
+	for _, id := range ids {
+		if m.ahead(id, "wait."+id+".~") { // after every waiter's key
+			return true
+		}
+	}
+	return false
+}
+
 // limitsKey names a set of limits (sorted by ID).
 func limitsKey(ids []string) string { return strings.Join(ids, "\x00") }
 
@@ -503,7 +515,7 @@ func (m *Manager) park(l *Lease) {
 			select {
 			case <-t.C:
 			case <-m.changes():
-				if l.Keep() {
+				if !m.waited(l.limits) {
 					continue
 				}
 			}
@@ -531,8 +543,8 @@ func (m *Manager) unpark(key string, l *Lease, turn int) bool {
 	return true
 }
 
-// takeParked returns a lingering lease of exactly these limits, when no
-// waiter Acquire would let go first waits for any of them.
+// takeParked returns a lingering lease of exactly these limits, when
+// nobody waits for any of them.
 func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	ids := make([]string, len(limits))
 	for i, l := range limits {
@@ -540,22 +552,24 @@ func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	}
 	key := limitsKey(ids)
 	m.mu.Lock()
-	n := len(m.parked[key])
-	if n == 0 {
+	// one whose slots are all within these limits' maxima (a limit of the
+	// same ID may have a smaller max now: another composition's, or changed)
+	i := len(m.parked[key]) - 1
+	for i >= 0 && !m.withinMax(m.parked[key][i], limits) {
+		i--
+	}
+	if i < 0 {
 		m.mu.Unlock()
 		return nil
 	}
-	l := m.parked[key][n-1]
+	l := m.parked[key][i]
 	m.mu.Unlock()
-	now := time.Now()
-	for _, id := range ids {
-		if m.ahead(id, waitKey(id, prio, now, "~")) {
-			return nil // it is given back for the waiter
-		}
+	if m.waited(ids) {
+		return nil // it is given back for the waiter
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i := slices.Index(m.parked[key], l)
+	i = slices.Index(m.parked[key], l)
 	if i < 0 {
 		return nil // given back meanwhile
 	}
@@ -563,6 +577,18 @@ func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	l.parks++ // its lingering ends
 	l.prio = prio
 	return l
+}
+
+// withinMax says whether every slot l holds is one Acquire could take
+// under limits (of l's limits, in the same order).
+func (m *Manager) withinMax(l *Lease, limits []dag.SlotLimit) bool {
+	for j, h := range l.held {
+		i, err := strconv.Atoi(strings.TrimPrefix(h.key, "slot."+limits[j].ID+"."))
+		if err != nil || i >= m.max(limits[j]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Keys are the keys the lease holds (for tests).

@@ -351,3 +351,58 @@ func TestLingerYieldsToAWaiter(t *testing.T) {
 		t.Fatal("the lease given up for the waiter was lent again")
 	}
 }
+
+// A lingering slot is given back to a waiter of a lower priority too: it
+// would have had the slot at once had it not lingered, so lingering must
+// not keep it waiting (nor a chain of this executor's attempts starve it).
+func TestLingerYieldsToALowerPriorityWaiter(t *testing.T) {
+	s := newStore(t, time.Second)
+	a, b := manager(s, "a", time.Second), manager(s, "b", time.Second)
+	a.Linger = time.Minute
+	host := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Priority: 80, Attempt: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	start := time.Now()
+	got, err := b.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Priority: 10, Attempt: "2"})
+	if err != nil {
+		t.Fatalf("the lower-priority waiter did not get the lingering slot after %s: %v", time.Since(start), err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the waiter waited %s for a lingering slot", waited)
+	}
+	got.Release()
+}
+
+// A lingering lease holds the slots it took under its limits' maxima of
+// then: an attempt whose limit of the same ID has a smaller max (another
+// composition's, or the composition changed) does not take it when that
+// would put it beyond its max.
+func TestLingerRespectsTheTakersMax(t *testing.T) {
+	s := newStore(t, time.Second)
+	a, b := manager(s, "a", time.Second), manager(s, "b", time.Second)
+	a.Linger = time.Minute
+	two := dag.SlotLimit{ID: "l-web", Name: "role=web", MaxParallel: 2}
+	one := dag.SlotLimit{ID: "l-web", Name: "role=web", MaxParallel: 1}
+	ctx := context.Background()
+	other, err := b.Acquire(ctx, Request{Limits: []dag.SlotLimit{two}, Attempt: "b1"}) // slot 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{two}, Attempt: "a1"}) // slot 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	got, err := a.Acquire(short, Request{Limits: []dag.SlotLimit{one}, Attempt: "a2"})
+	if err == nil {
+		t.Fatalf("an attempt of max 1 started while another holds the limit, with keys %v", got.Keys())
+	}
+}
