@@ -198,8 +198,10 @@ func (w *warmShell) discard() {
 // of it started.
 var errWarmLost = errors.New("the warm shell did not take the attempt")
 
-// warmAnswer bounds the wait for a warm shell's "L".
-const warmAnswer = 5 * time.Second
+// warmAnswer bounds the wait for a warm shell's "L" (it comes within a
+// millisecond or so): well inside the 5 s a re-attach waits for the pid of
+// an attempt claimed elsewhere.
+const warmAnswer = 2 * time.Second
 
 // hand gives the attempt to the warm shell and, once it holds the lock
 // file open, takes the lock for it (or leaves that to it). It returns
@@ -232,6 +234,14 @@ func (w *warmShell) hand(cmd Command, base, dir, ex string) error {
 	return nil
 }
 
+// refused turns lock attempts cold when err says this kernel or its
+// seccomp profile refuses pidfds, not when the shell just ended (ESRCH).
+func refused(err error) {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOSYS) {
+		warmPool.noPidfd.Store(true)
+	}
+}
+
 // pidfdGetfd is pidfd_getfd(2) (a test makes it fail, as a kernel or a
 // seccomp profile that refuses it does).
 var pidfdGetfd = unix.PidfdGetfd
@@ -241,13 +251,13 @@ var pidfdGetfd = unix.PidfdGetfd
 func lockFor(pid int) bool {
 	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		warmPool.noPidfd.Store(true)
+		refused(err)
 		return false
 	}
 	defer unix.Close(pidfd)
 	fd, err := pidfdGetfd(pidfd, 9, 0)
 	if err != nil {
-		warmPool.noPidfd.Store(true)
+		refused(err)
 		return false
 	}
 	defer unix.Close(fd)
