@@ -145,7 +145,6 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	if err != nil {
 		return res, err
 	}
-	defer refill(base)()
 	if w := takeWarm(localEnv(nil), cmd.Lock != ""); w != nil {
 		outFile.Close()
 		errFile.Close()

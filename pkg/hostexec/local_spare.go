@@ -1,10 +1,9 @@
 package hostexec
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -13,34 +12,36 @@ import (
 // Spare files. A local attempt needs three new files (.run, .out, .err)
 // before its command may start, and a new file costs the filesystem an
 // inode: on the benchmark machine's ext4 0.1-0.9 ms each, depending on the
-// directory, against 15-20 µs to rename a file into it. So the worker
-// makes empty files ahead of need in <attempts>/.spare and renames them
-// into place. The run file is renamed with renameat2(RENAME_NOREPLACE),
-// which fails when the name exists, as the exclusive create it replaces
-// does: the claim stays atomic. Where a rename cannot be done (a
-// filesystem without RENAME_NOREPLACE, a spare swept meanwhile), the file
-// is created as before.
-//
-// An attempt that takes spares makes new ones while its command runs, and
-// waits for them before it returns (nothing of it writes in the attempts
-// directory after that): a chain of short commands pays the difference
-// when making them takes longer than the command.
+// directory, against 15-20 µs to give an existing inode a name. So the
+// worker makes the inodes ahead of need, in the background: unnamed files
+// (O_TMPFILE) in the attempts directory, held open, and links one in
+// (linkat through /proc/self/fd) when an attempt needs a file. linkat
+// fails when the name exists, as the exclusive create it replaces does, so
+// the claim stays atomic. An unnamed file leaves nothing behind: it is
+// gone when the worker closes it or dies, and it is in no directory
+// listing. Where that cannot be done (a filesystem without O_TMPFILE, no
+// /proc), files are created as before.
 
 // sparesPerDir is how many spare files the worker keeps per attempts
 // directory: three attempts' worth.
 const sparesPerDir = 9
 
+// spareDirs bounds the attempts directories the worker keeps spares for
+// (a worker has one; commands may name others).
+const spareDirs = 4
+
 // spareDir is the spare files of one attempts directory.
 type spareDir struct {
 	mu      sync.Mutex
-	names   []string // spare files ready, under <base>/.spare
+	files   []*os.File // unnamed files, ready
 	filling bool
-	off     bool // renames cannot be done here: files are created
+	off     bool // cannot be done here: files are created
 }
 
 var spares struct {
-	mu   sync.Mutex
-	dirs map[string]*spareDir
+	mu    sync.Mutex
+	dirs  map[string]*spareDir
+	order []string // oldest first
 }
 
 func spareDirOf(base string) *spareDir {
@@ -51,16 +52,24 @@ func spareDirOf(base string) *spareDir {
 	}
 	d := spares.dirs[base]
 	if d == nil {
+		if len(spares.order) >= spareDirs { // the oldest gives its files up
+			old := spares.order[0]
+			spares.order = spares.order[1:]
+			spares.dirs[old].stop()
+			delete(spares.dirs, old)
+		}
 		d = &spareDir{}
 		spares.dirs[base] = d
+		spares.order = append(spares.order, base)
 	}
 	return d
 }
 
-// placeSpare renames a spare file of base to dst without replacing
-// anything. It returns fs.ErrExist when dst
-// exists, and false when it placed nothing for another reason (no spare,
-// or renames cannot be done here): then the caller creates dst.
+// placeSpare gives a spare file of base the name dst, never replacing
+// anything, and starts making more in the background. It returns
+// os.ErrExist when dst exists, and false when it placed nothing for
+// another reason (no spare ready, or it cannot be done here): then the
+// caller creates dst.
 func placeSpare(base, dst string) (bool, error) {
 	d := spareDirOf(base)
 	d.mu.Lock()
@@ -68,85 +77,82 @@ func placeSpare(base, dst string) (bool, error) {
 		d.mu.Unlock()
 		return false, nil
 	}
-	var name string
-	if n := len(d.names); n > 0 {
-		name, d.names = d.names[n-1], d.names[:n-1]
+	var f *os.File
+	if n := len(d.files); n > 0 {
+		f, d.files = d.files[n-1], d.files[:n-1]
 	}
+	fill := !d.filling
+	d.filling = true
 	d.mu.Unlock()
-	if name == "" {
+	if fill {
+		go d.fill(base)
+	}
+	if f == nil {
 		return false, nil
 	}
-	err := unix.Renameat2(unix.AT_FDCWD, name, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+	err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
 	switch {
 	case err == nil:
+		f.Close()
 		return true, nil
 	case errors.Is(err, unix.EEXIST):
-		d.give(name) // still a spare
+		d.give(f) // still a spare
 		return true, os.ErrExist
-	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EXDEV):
-		d.mu.Lock()
-		d.off = true
-		d.mu.Unlock()
 	}
+	f.Close()
+	d.stop()
 	return false, nil
 }
 
-func (d *spareDir) give(name string) {
+func (d *spareDir) give(f *os.File) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.names = append(d.names, name)
-}
-
-// refill starts making base's spare files, unless that is under way, and
-// returns what waits until it is done.
-func refill(base string) (wait func()) {
-	d := spareDirOf(base)
-	d.mu.Lock()
-	if d.filling || d.off || len(d.names) >= sparesPerDir {
-		d.mu.Unlock()
-		return func() {}
+	if d.off {
+		f.Close()
+		return
 	}
-	d.filling = true
-	d.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		d.fill(base)
-	}()
-	return func() { <-done }
+	d.files = append(d.files, f)
 }
 
-// fill makes spare files until there are sparesPerDir.
+// stop gives up spares here: they cannot be linked in.
+func (d *spareDir) stop() {
+	d.mu.Lock()
+	d.off = true
+	d.mu.Unlock()
+	d.closeAll()
+}
+
+func (d *spareDir) closeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, f := range d.files {
+		f.Close()
+	}
+	d.files = nil
+}
+
+// fill makes unnamed files in base until there are sparesPerDir.
 func (d *spareDir) fill(base string) {
 	defer func() {
 		d.mu.Lock()
 		d.filling = false
 		d.mu.Unlock()
 	}()
-	dir := base + "/.spare"
 	for {
 		d.mu.Lock()
-		n, off := len(d.names), d.off
+		n, off := len(d.files), d.off
 		d.mu.Unlock()
 		if n >= sparesPerDir || off {
 			return
 		}
-		var b [12]byte
-		if _, err := rand.Read(b[:]); err != nil {
+		fd, err := unix.Open(base, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+		switch {
+		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EISDIR), errors.Is(err, unix.EINVAL):
+			d.stop() // no O_TMPFILE on this filesystem
 			return
+		case err != nil:
+			return // the directory is gone, or full: the next attempt tries again
 		}
-		name := dir + "/" + hex.EncodeToString(b[:])
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, os.ErrNotExist) {
-			if os.Mkdir(dir, 0o700) != nil {
-				return
-			}
-			f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		}
-		if err != nil {
-			return // the next attempt tries again; this one creates its files
-		}
-		f.Close()
-		d.give(name)
+		d.give(os.NewFile(uintptr(fd), base+"/(spare)"))
 	}
 }

@@ -4,32 +4,49 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// inodes maps the inode of each file in dir to its name.
-func inodes(t *testing.T, dir string) map[uint64]string {
+// spareInodes waits until base has sparesPerDir spare files ready (or
+// more: one given back while more were made) and returns their inodes.
+func spareInodes(t *testing.T, base string) []uint64 {
 	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	out := map[uint64]string{}
-	for _, e := range es {
-		fi, err := os.Stat(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
+	d := spareDirOf(base)
+	for range 500 {
+		d.mu.Lock()
+		var ino []uint64
+		for _, f := range d.files {
+			fi, err := f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ino = append(ino, fi.Sys().(*syscall.Stat_t).Ino)
 		}
-		out[fi.Sys().(*syscall.Stat_t).Ino] = e.Name()
+		d.mu.Unlock()
+		if len(ino) >= sparesPerDir {
+			return ino
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return out
+	t.Fatalf("no %d spare files in 5 s", sparesPerDir)
+	return nil
 }
 
-// A local attempt's files are spare files made ahead of need, renamed into
-// place; the attempt makes new spares while its command runs and returns
-// once they are made, so nothing writes in the attempts directory after.
+func inodeOf(t *testing.T, path string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// A local attempt's files are spare files made ahead of need: unnamed
+// files of its attempts directory, linked in when it starts. They leave
+// nothing else in the directory.
 func TestAttemptFilesAreSpares(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "attempts")
 	run := func(id string) {
@@ -39,34 +56,36 @@ func TestAttemptFilesAreSpares(t *testing.T) {
 			t.Fatalf("%s: %+v %v", id, res, err)
 		}
 	}
-	run("w.1.create.f.n.1.run") // no spares yet: its files are created, and it makes spares
-	spare := inodes(t, filepath.Join(base, ".spare"))
-	if len(spare) != sparesPerDir {
-		t.Fatalf("%d spare files after the first attempt, want %d", len(spare), sparesPerDir)
-	}
+	run("w.1.create.f.n.1.run") // no spares yet: its files are created, and spares are made
+	spare := spareInodes(t, base)
 	run("w.1.create.f.n.2.run")
 	for _, suffix := range []string{".run", ".out", ".err"} {
-		fi, err := os.Stat(filepath.Join(base, "w.1.create.f.n.2.run"+suffix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := spare[fi.Sys().(*syscall.Stat_t).Ino]; !ok {
+		name := filepath.Join(base, "w.1.create.f.n.2.run"+suffix)
+		if !slices.Contains(spare, inodeOf(t, name)) {
 			t.Fatalf("%s is not one of the spare files", suffix)
 		}
-		if time.Since(fi.ModTime()) > time.Minute {
+		if fi, _ := os.Stat(name); time.Since(fi.ModTime()) > time.Minute {
 			t.Fatalf("%s keeps its spare's time %s", suffix, fi.ModTime())
 		}
 	}
-	after := inodes(t, filepath.Join(base, ".spare"))
-	time.Sleep(50 * time.Millisecond)
-	if later := inodes(t, filepath.Join(base, ".spare")); len(after) != sparesPerDir || len(later) != len(after) {
-		t.Fatalf("spares: %d when the attempt returned, %d later; want %d both times", len(after), len(later), sparesPerDir)
+	es, err := os.ReadDir(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	want := []string{".swept-" + sweepDay(), "w.1.create.f.n.1.run.err", "w.1.create.f.n.1.run.out", "w.1.create.f.n.1.run.run",
+		"w.1.create.f.n.2.run.err", "w.1.create.f.n.2.run.out", "w.1.create.f.n.2.run.run"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("attempts directory %q, want %q", names, want)
 	}
 }
 
-// Renaming a spare into place claims the attempt only when its run file
-// is not there: an attempt started before is never replaced, and the
-// spare is kept.
+// Linking a spare in claims the attempt only when its run file is not
+// there: an attempt started before is never replaced, and the spare is
+// kept.
 func TestSpareNeverReplacesAClaim(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "attempts")
 	if _, err := (Local{}).Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil {
@@ -76,21 +95,23 @@ func TestSpareNeverReplacesAClaim(t *testing.T) {
 	if err := os.WriteFile(run, []byte("123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	before := inodes(t, filepath.Join(base, ".spare"))
+	before := spareInodes(t, base)
 	if err := claimAttempt(base, "w.1.create.f.n.2.run"); err != errClaimed {
 		t.Fatalf("claim over an existing run file: %v, want errClaimed", err)
 	}
 	if b, _ := os.ReadFile(run); string(b) != "123\n" {
 		t.Fatalf("run file now %q", b)
 	}
-	d := spareDirOf(base)
-	d.mu.Lock()
-	kept := len(d.names)
-	d.mu.Unlock()
-	if after := inodes(t, filepath.Join(base, ".spare")); len(after) != len(before) || kept != len(before) {
-		t.Fatalf("spares %d on disk and %d in hand after the refused claim, want %d", len(after), kept, len(before))
+	after := spareInodes(t, base)
+	for _, ino := range before {
+		if !slices.Contains(after, ino) {
+			t.Fatalf("spares %v after the refused claim, want all of %v", after, before)
+		}
 	}
 	if err := claimAttempt(base, "w.1.create.f.n.3.run"); err != nil {
 		t.Fatalf("a free attempt: %v", err)
+	}
+	if !slices.Contains(before, inodeOf(t, filepath.Join(base, "w.1.create.f.n.3.run.run"))) {
+		t.Fatal("the free attempt's run file is not a spare")
 	}
 }
