@@ -136,6 +136,9 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	if err := beforeStart(cmd); err != nil {
 		return res, err
 	}
+	// What the next attempts take is made once this one ended, so that
+	// making it does not compete with this one for the machine.
+	defer replenish(base)
 	if err := claimAttempt(base, cmd.Attempt); err != nil {
 		return res, err
 	}
@@ -179,6 +182,13 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 		return res, fmt.Errorf("start /bin/sh: %w", err)
 	}
 	return waitLocalAttempt(ctx, cmd, c, dir, res)
+}
+
+// replenish makes warm shells and spare files for the next attempts, in
+// the background.
+func replenish(base string) {
+	refillWarm(localEnv(nil))
+	refillSpares(base)
 }
 
 // attemptFiles opens the attempt's output files, to append: spares of

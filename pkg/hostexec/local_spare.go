@@ -66,7 +66,7 @@ func spareDirOf(base string) *spareDir {
 }
 
 // placeSpare gives a spare file of base the name dst, never replacing
-// anything, and starts making more in the background. It returns
+// anything. It returns
 // os.ErrExist when dst exists, and false when it placed nothing for
 // another reason (no spare ready, or it cannot be done here): then the
 // caller creates dst.
@@ -81,12 +81,7 @@ func placeSpare(base, dst string) (bool, error) {
 	if n := len(d.files); n > 0 {
 		f, d.files = d.files[n-1], d.files[:n-1]
 	}
-	fill := !d.filling
-	d.filling = true
 	d.mu.Unlock()
-	if fill {
-		go d.fill(base)
-	}
 	if f == nil {
 		return false, nil
 	}
@@ -129,6 +124,21 @@ func (d *spareDir) closeAll() {
 		f.Close()
 	}
 	d.files = nil
+}
+
+// refillSpares starts making base's spare files in the background, unless
+// that is under way.
+func refillSpares(base string) {
+	d := spareDirOf(base)
+	d.mu.Lock()
+	fill := !d.filling && !d.off && len(d.files) < sparesPerDir
+	if fill {
+		d.filling = true
+	}
+	d.mu.Unlock()
+	if fill {
+		go d.fill(base)
+	}
 }
 
 // fill makes unnamed files in base until there are sparesPerDir.

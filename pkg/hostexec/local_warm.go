@@ -104,8 +104,8 @@ var warmPool struct {
 	noPidfd atomic.Bool // pidfd_getfd is refused here: attempts with a lock go the cold way
 }
 
-// takeWarm returns a warm shell started with env, or nil; either way it
-// makes sure the pool fills up again.
+// takeWarm returns a warm shell started with env, or nil. The pool fills
+// up again once the attempt ended (replenish).
 func takeWarm(env []string, lock bool) *warmShell {
 	if lock && warmPool.noPidfd.Load() {
 		return nil
@@ -123,25 +123,46 @@ func takeWarm(env []string, lock bool) *warmShell {
 			stale = append(stale, c) // the worker's environment changed since
 		}
 	}
-	fill := !warmPool.filling
-	warmPool.filling = true
 	warmPool.mu.Unlock()
 	for _, c := range stale {
 		c.discard()
 	}
-	if fill {
-		go fillWarm(env)
-	}
 	return w
 }
 
-// fillWarm starts warm shells until the pool holds warmShells.
+// refillWarm starts filling the pool with shells of env, unless that is
+// under way.
+func refillWarm(env []string) {
+	warmPool.mu.Lock()
+	fill := !warmPool.filling
+	warmPool.filling = true
+	warmPool.mu.Unlock()
+	if fill {
+		go fillWarm(env)
+	}
+}
+
+// fillWarm ends the pool's shells of another environment, then starts
+// shells of env until the pool holds warmShells.
 func fillWarm(env []string) {
 	defer func() {
 		warmPool.mu.Lock()
 		warmPool.filling = false
 		warmPool.mu.Unlock()
 	}()
+	warmPool.mu.Lock()
+	var stale []*warmShell
+	warmPool.idle = slices.DeleteFunc(warmPool.idle, func(w *warmShell) bool {
+		if slices.Equal(w.env, env) {
+			return false
+		}
+		stale = append(stale, w)
+		return true
+	})
+	warmPool.mu.Unlock()
+	for _, w := range stale {
+		w.discard()
+	}
 	for {
 		warmPool.mu.Lock()
 		n := len(warmPool.idle)

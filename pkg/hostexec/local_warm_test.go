@@ -33,11 +33,7 @@ func warmPids(t *testing.T) []int {
 		if len(pids) > 0 {
 			return pids
 		}
-		if w := takeWarm(env, false); w != nil { // not one yet: starts filling
-			warmPool.mu.Lock()
-			warmPool.idle = append(warmPool.idle, w)
-			warmPool.mu.Unlock()
-		}
+		refillWarm(env) // not one yet
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("no warm shell was started in 5 s")
