@@ -377,12 +377,10 @@ func TestDurableEarlierLayoutReadAgain(t *testing.T) {
 	}
 }
 
-// Locally the runner takes a free host lock itself and hands it to the
-// supervisor, which then starts no flock; a lock held elsewhere is still
-// waited for by the supervisor's flock, and the command runs only once it
-// is free.
-func TestLocalLockTakenWithoutFlock(t *testing.T) {
-	dir := t.TempDir()
+// countFlock puts a flock first on PATH that notes its arguments in the
+// file it returns, then runs the real one.
+func countFlock(t *testing.T, dir string) (calls string) {
+	t.Helper()
 	bin, calls := filepath.Join(dir, "bin"), filepath.Join(dir, "flock-calls")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
@@ -396,6 +394,16 @@ func TestLocalLockTakenWithoutFlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	return calls
+}
+
+// Locally the runner takes a free host lock itself and hands it to the
+// supervisor, which then starts no flock; a lock held elsewhere is still
+// waited for by the supervisor's flock, and the command runs only once it
+// is free.
+func TestLocalLockTakenWithoutFlock(t *testing.T) {
+	dir := t.TempDir()
+	calls := countFlock(t, dir)
 	attempts := filepath.Join(dir, "attempts")
 	run := func(id, script string) Result {
 		t.Helper()

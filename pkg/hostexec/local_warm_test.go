@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -219,19 +218,7 @@ func TestWarmShellLostAttemptRunsCold(t *testing.T) {
 // go the cold way from then on; each runs once, holding the lock.
 func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
 	dir := t.TempDir()
-	bin, calls := filepath.Join(dir, "bin"), filepath.Join(dir, "flock-calls")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	real, err := exec.LookPath("flock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := "#!/bin/sh\necho \"$*\" >>" + shellQuote(calls) + "\nexec " + shellQuote(real) + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "flock"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	calls := countFlock(t, dir)
 	pidfdGetfd = func(int, int, int) (int, error) { return -1, syscall.EPERM }
 	defer func() { pidfdGetfd = unix.PidfdGetfd; warmPool.noPidfd.Store(false) }()
 	base := filepath.Join(dir, "attempts")
