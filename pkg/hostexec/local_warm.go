@@ -105,28 +105,20 @@ var warmPool struct {
 }
 
 // takeWarm returns a warm shell started with env, or nil. The pool fills
-// up again once the attempt ended (replenish).
+// up again, and shells of another environment are ended, once the attempt
+// ended (replenish).
 func takeWarm(env []string, lock bool) *warmShell {
 	if lock && warmPool.noPidfd.Load() {
 		return nil
 	}
 	warmPool.mu.Lock()
-	var w *warmShell
-	var stale []*warmShell
-	for len(warmPool.idle) > 0 && w == nil {
-		n := len(warmPool.idle) - 1
-		c := warmPool.idle[n]
-		warmPool.idle = warmPool.idle[:n]
-		if slices.Equal(c.env, env) {
-			w = c
-		} else {
-			stale = append(stale, c) // the worker's environment changed since
-		}
+	defer warmPool.mu.Unlock()
+	i := slices.IndexFunc(warmPool.idle, func(w *warmShell) bool { return slices.Equal(w.env, env) })
+	if i < 0 {
+		return nil
 	}
-	warmPool.mu.Unlock()
-	for _, c := range stale {
-		c.discard()
-	}
+	w := warmPool.idle[i]
+	warmPool.idle = slices.Delete(warmPool.idle, i, i+1)
 	return w
 }
 
