@@ -144,13 +144,10 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	}
 	sweepLocal(base)
 	dir := base + "/" + cmd.Attempt
-	outFile, errFile, err := attemptFiles(base, dir)
-	if err != nil {
+	if err := makeOutputFiles(base, dir); err != nil {
 		return res, err
 	}
 	if w := takeWarm(localEnv(nil), cmd.Lock != ""); w != nil {
-		outFile.Close()
-		errFile.Close()
 		err := w.hand(cmd, base, dir, ex)
 		if !errors.Is(err, errWarmLost) {
 			if err != nil {
@@ -159,9 +156,10 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 			return waitLocalAttempt(ctx, cmd, w.cmd, dir, res)
 		}
 		// nothing started: the attempt goes the cold way, claimed as it is
-		if outFile, errFile, err = attemptFiles(base, dir); err != nil {
-			return res, err
-		}
+	}
+	outFile, errFile, err := openOutputFiles(dir)
+	if err != nil {
+		return res, err
 	}
 	lock := takeLock(cmd)
 	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
@@ -191,18 +189,30 @@ func replenish(base string) {
 	refillSpares(base)
 }
 
-// attemptFiles opens the attempt's output files, to append: spares of
-// base renamed into place, or new files (or, when a name is taken, what is
-// there).
-func attemptFiles(base, dir string) (out, errs *os.File, err error) {
+// makeOutputFiles makes the attempt's output files: spares of base
+// linked in, or new files (when a name is taken, what is there stays).
+func makeOutputFiles(base, dir string) error {
 	now := time.Now()
 	for _, name := range []string{dir + ".out", dir + ".err"} {
-		if placed, err := placeSpare(base, name); placed && err == nil {
+		placed, err := placeSpare(base, name)
+		switch {
+		case placed && err == nil:
 			_ = os.Chtimes(name, now, now) // a spare may have waited: the sweep goes by the time it was used
+		case !placed:
+			f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+			if err != nil {
+				return fmt.Errorf("attempt output files: %w", err)
+			}
+			f.Close()
 		}
 	}
-	out, err1 := os.OpenFile(dir+".out", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	errs, err2 := os.OpenFile(dir+".err", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	return nil
+}
+
+// openOutputFiles opens the attempt's output files, to append.
+func openOutputFiles(dir string) (out, errs *os.File, err error) {
+	out, err1 := os.OpenFile(dir+".out", os.O_WRONLY|os.O_APPEND, 0)
+	errs, err2 := os.OpenFile(dir+".err", os.O_WRONLY|os.O_APPEND, 0)
 	if err := errors.Join(err1, err2); err != nil {
 		out.Close()
 		errs.Close()
