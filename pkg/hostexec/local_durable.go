@@ -192,13 +192,8 @@ func replenish(base string) {
 // makeOutputFiles makes the attempt's output files: spares of base
 // linked in, or new files (when a name is taken, what is there stays).
 func makeOutputFiles(base, dir string) error {
-	now := time.Now()
 	for _, name := range []string{dir + ".out", dir + ".err"} {
-		placed, err := placeSpare(base, name)
-		switch {
-		case placed && err == nil:
-			_ = os.Chtimes(name, now, now) // a spare may have waited: the sweep goes by the time it was used
-		case !placed:
+		if placed, _ := placeSpare(base, name); !placed {
 			f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 			if err != nil {
 				return fmt.Errorf("attempt output files: %w", err)

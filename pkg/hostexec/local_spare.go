@@ -85,7 +85,15 @@ func placeSpare(base, dst string) (bool, error) {
 	if f == nil {
 		return false, nil
 	}
-	err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+	fd := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	// A spare may have waited longer than the sweep's 7 days: it gets the
+	// time it is used before it has a name, or the sweep that follows the
+	// claim (here or in another process) removes it.
+	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+	err := unix.UtimesNanoAt(unix.AT_FDCWD, fd, now, 0)
+	if err == nil {
+		err = unix.Linkat(unix.AT_FDCWD, fd, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+	}
 	switch {
 	case err == nil:
 		f.Close()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -113,5 +114,43 @@ func TestSpareNeverReplacesAClaim(t *testing.T) {
 	}
 	if !slices.Contains(before, inodeOf(t, filepath.Join(base, "w.1.create.f.n.3.run.run"))) {
 		t.Fatal("the free attempt's run file is not a spare")
+	}
+}
+
+// A spare that waited longer than the sweep's 7 days gives the attempt a
+// run file of the time it is claimed: the day's sweep, right after the
+// claim, does not remove the claim (the attempt could then be claimed,
+// and started, a second time).
+func TestOldSpareClaimSurvivesTheSweep(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "attempts")
+	if _, err := (Local{}).Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	spareInodes(t, base)
+	old := time.Now().Add(-8 * 24 * time.Hour)
+	d := spareDirOf(base)
+	d.mu.Lock()
+	for _, f := range d.files { // the spares waited 8 days
+		if err := os.Chtimes("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), old, old); err != nil {
+			d.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	d.mu.Unlock()
+	stamps, _ := filepath.Glob(base + "/.swept-*")
+	for _, p := range stamps { // a new day: the next attempt sweeps
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := claimAttempt(base, "w.1.create.f.n.2.run"); err != nil {
+		t.Fatal(err)
+	}
+	sweepLocal(base) // as runLocalAttempt does after the claim
+	if _, err := os.Stat(filepath.Join(base, "w.1.create.f.n.2.run.run")); err != nil {
+		t.Fatalf("the claim was swept: %v", err)
+	}
+	if err := claimAttempt(base, "w.1.create.f.n.2.run"); err != errClaimed {
+		t.Fatalf("second claim of the attempt: %v, want errClaimed", err)
 	}
 }
