@@ -3,6 +3,7 @@ package hostexec
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 
@@ -103,7 +104,10 @@ func placeSpare(base, dst string) (bool, error) {
 		return true, os.ErrExist
 	}
 	f.Close()
-	d.stop()
+	if _, serr := os.Stat(filepath.Dir(dst)); serr != nil {
+		return false, nil // the directory is gone (it is made again): spares go on
+	}
+	d.stop() // no /proc, another filesystem, no space: files are created
 	return false, nil
 }
 

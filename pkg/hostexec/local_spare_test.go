@@ -154,3 +154,26 @@ func TestOldSpareClaimSurvivesTheSweep(t *testing.T) {
 		t.Fatalf("second claim of the attempt: %v, want errClaimed", err)
 	}
 }
+
+// An attempts directory removed while the worker holds spares of it is
+// made again by the next attempt, and spares go on there.
+func TestSparesGoOnInARemadeDirectory(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "attempts")
+	run := func(id string) {
+		t.Helper()
+		if res, err := (Local{}).Run(context.Background(), Command{Attempt: id, Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s: %+v %v", id, res, err)
+		}
+	}
+	run("w.1.create.f.n.1.run")
+	spareInodes(t, base)
+	if err := os.RemoveAll(base); err != nil {
+		t.Fatal(err)
+	}
+	run("w.1.create.f.n.2.run")
+	spare := spareInodes(t, base)
+	run("w.1.create.f.n.3.run")
+	if !slices.Contains(spare, inodeOf(t, filepath.Join(base, "w.1.create.f.n.3.run.run"))) {
+		t.Fatal("after the directory was made again, the attempt's run file is not a spare")
+	}
+}
