@@ -52,9 +52,9 @@ func attemptsBase(cmd Command) (string, bool) {
 // the agent answered "R").
 var errClaimed = errors.New("the attempt was started before")
 
-// claimAttempt creates the attempt's run file (a spare renamed into
-// place, or a new file), and the directories when they are missing. It
-// returns errClaimed when the file exists.
+// claimAttempt creates the attempt's run file (a spare linked in, or a
+// new file), and the directories when they are missing. It returns
+// errClaimed when the file exists.
 func claimAttempt(base, attempt string) error {
 	path := base + "/" + attempt + ".run"
 	if placed, err := placeSpare(base, path); placed {

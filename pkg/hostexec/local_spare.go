@@ -67,10 +67,9 @@ func spareDirOf(base string) *spareDir {
 }
 
 // placeSpare gives a spare file of base the name dst, never replacing
-// anything. It returns
-// os.ErrExist when dst exists, and false when it placed nothing for
-// another reason (no spare ready, or it cannot be done here): then the
-// caller creates dst.
+// anything. It returns os.ErrExist when dst exists, and false when it
+// placed nothing for another reason (no spare ready, or it cannot be done
+// here): then the caller creates dst.
 func placeSpare(base, dst string) (bool, error) {
 	d := spareDirOf(base)
 	d.mu.Lock()
@@ -121,17 +120,12 @@ func (d *spareDir) give(f *os.File) {
 	d.files = append(d.files, f)
 }
 
-// stop gives up spares here: they cannot be linked in.
+// stop gives up spares here (they cannot be linked in, or the directory
+// was evicted) and closes those made.
 func (d *spareDir) stop() {
 	d.mu.Lock()
-	d.off = true
-	d.mu.Unlock()
-	d.closeAll()
-}
-
-func (d *spareDir) closeAll() {
-	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.off = true
 	for _, f := range d.files {
 		f.Close()
 	}

@@ -35,10 +35,10 @@ import (
 // command runs even if the worker dies. The shell opens the lock file on
 // its fd 9 and says so; the worker takes that descriptor's open file
 // description with pidfd_getfd(2) and locks it with flock(2), so the
-// shell's descriptor holds the lock. The worker then tells the shell
-// "held". When the lock is taken by someone else, or pidfd_getfd is not
-// allowed here, it says "wait", and the shell takes the lock itself with
-// flock(1), announcing the wait as the cold path does.
+// shell's descriptor holds the lock. When the lock is taken by someone
+// else, or pidfd_getfd is not allowed here, the rest of the script has the
+// shell take the lock itself with flock(1), announcing the wait as the
+// cold path does.
 //
 // Anything that goes wrong before the shell is told to start (it died, it
 // did not answer) costs the warm shell, not the attempt: it is killed and
