@@ -54,8 +54,11 @@ type Scenario struct {
 	LinkVsStart     float64 `json:"link_vs_process_start,omitempty"`
 	// The same command started as each node's is, as a durable attempt
 	// holding a host lock (its supervisor), without the rest of gantry.
-	DurableStartMS float64  `json:"durable_start_ms,omitempty"`
-	PerRunDetails  []string `json:"-"`
+	DurableStartMS float64 `json:"durable_start_ms,omitempty"`
+	// The bus floor (busfloor.go), measured between its runs: ms per link
+	// of the least loop of each shape, by messages stored per link.
+	BusFloorMS    map[string]float64 `json:"bus_floor_ms,omitempty"`
+	PerRunDetails []string           `json:"-"`
 }
 
 type results struct {
@@ -116,6 +119,7 @@ func main() {
 			continue
 		}
 		var starts, durables []float64
+		floors := map[string][]float64{}
 		var after func() error
 		if sc.name == "chain-1000" {
 			after = func() error {
@@ -124,9 +128,21 @@ func main() {
 					return err
 				}
 				dms, err := processStart(processStarts/2, true)
+				if err != nil {
+					return err
+				}
 				starts, durables = append(starts, ms), append(durables, dms)
 				fmt.Printf("  %s process start (Local runner, median of %d): %.3f ms; as a durable attempt (%d, each %s after the last): %.3f ms\n", sc.name, processStarts, ms, processStarts/2, durablePause, dms)
-				return err
+				for _, f := range busFloorShapes {
+					ms, err := busFloor(abs, f)
+					if err != nil {
+						return err
+					}
+					k := f.key()
+					floors[k] = append(floors[k], ms)
+					fmt.Printf("  %s bus floor, %s: %.3f ms per link\n", sc.name, k, ms)
+				}
+				return nil
 			}
 		}
 		s, err := workflowBench(abs, sc.name, sc.comp, *runs, "", "", after)
@@ -139,6 +155,10 @@ func main() {
 			s.ProcessStartMin, s.ProcessStartMax = minMax(starts)
 			s.LinkVsStart = s.PerNodeMS / s.ProcessStartMS
 			s.DurableStartMS = median(durables)
+			s.BusFloorMS = map[string]float64{}
+			for k, xs := range floors {
+				s.BusFloorMS[k] = median(xs)
+			}
 		}
 		res.Scenarios[sc.name] = s
 	}
@@ -478,6 +498,11 @@ func printTable(r *results) {
 			fmt.Printf("  vs process start %.3f ms %.3f-%.3f ms   link/process start = %.2fx\n", s.ProcessStartMS, s.ProcessStartMin, s.ProcessStartMax, s.LinkVsStart)
 			if s.DurableStartMS > 0 {
 				fmt.Printf("  vs durable start %.3f ms                link/durable start = %.2fx\n", s.DurableStartMS, s.PerNodeMS/s.DurableStartMS)
+			}
+			for _, f := range busFloorShapes {
+				if ms, ok := s.BusFloorMS[f.key()]; ok {
+					fmt.Printf("  vs bus floor, %-26s %.3f ms = %.2fx process start; link/bus floor = %.2fx\n", f.key()+":", ms, ms/s.ProcessStartMS, s.PerNodeMS/ms)
+				}
 			}
 		}
 		if len(s.LinkMS) > 0 {

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The bus floor is the least a chain link can cost on this machine with a
+// JetStream bus between the one who decides and the one who runs: a loop
+// of busFloorLinks links, each a dispatch stored in a stream, read by a
+// pull consumer, `true` started through the Local runner (as the process
+// start floor does), an outcome stored and read by a second pull consumer,
+// whose handler stores the next dispatch. It has none of gantry's work:
+// no lifecycle events, no projection, no run state, no limits, no JSON
+// beyond a few bytes, one process for both sides.
+//
+// A guarantee of gantry's needs each of three messages stored in turn: the
+// dispatch (an accepted run is not lost), a record before the process
+// starts (a crash after the start does not run the step a second time)
+// and the outcome (no success is reported that did not happen). The rest
+// of what gantry stores per link (its lifecycle events, the run state, the
+// node record after the outcome, the state-store's projection: 13
+// messages per chain link in all) need not be waited for one by one.
+const busFloorLinks = 1000
+
+// floorShape is what the loop stores per link.
+type floorShape struct {
+	record bool // a record before the process starts
+	// more messages stored per link: published before the outcome without
+	// waiting, all of them stored before the dispatch is acked.
+	more int
+}
+
+// stored is how many messages the shape stores per link.
+func (f floorShape) stored() int {
+	n := 2 + f.more
+	if f.record {
+		n++
+	}
+	return n
+}
+
+// busFloorShapes are the shapes bench measures: the least loop, the least
+// with gantry's guarantees, and that with as many messages as gantry
+// stores per link.
+var busFloorShapes = []floorShape{{}, {record: true}, {record: true, more: 10}}
+
+// busFloor starts its own nats-server (binDir's, file storage in a
+// temporary directory, a random password) and returns the ms per link of
+// the loop of shape f (wall time over links, as chain-1000's).
+func busFloor(binDir string, f floorShape) (float64, error) {
+	dir, err := os.MkdirTemp("", "gantry-bench-busfloor-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	pass, err := randomHex(16)
+	if err != nil {
+		return 0, err
+	}
+	port := freePort()
+	logf, err := os.Create(filepath.Join(dir, "nats.log"))
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	natsd, err := startProc("nats-server", logf, nil, filepath.Join(binDir, "nats-server"),
+		"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"), "--user", "bench", "--pass", pass)
+	if err != nil {
+		return 0, err
+	}
+	defer natsd.stop()
+	if err := waitPort(port); err != nil {
+		return 0, err
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return floorLoop(ctx, url, nats.UserInfo("bench", pass), f)
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// floorSide is one side of the loop: its own connection, as the planner
+// and the executor each have theirs.
+type floorSide struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func connectSide(url string, auth nats.Option) (*floorSide, error) {
+	nc, err := nats.Connect(url, auth)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &floorSide{nc: nc, js: js}, nil
+}
+
+// consumer makes a stream of subject prefix name (file storage) and a
+// durable pull consumer of it that acks each message explicitly.
+func (s *floorSide) consumer(ctx context.Context, name string) (jetstream.Consumer, error) {
+	if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return s.js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy})
+}
+
+// floorLoop runs busFloorLinks links and returns the ms per link.
+func floorLoop(ctx context.Context, url string, auth nats.Option, f floorShape) (float64, error) {
+	decider, err := connectSide(url, auth)
+	if err != nil {
+		return 0, err
+	}
+	defer decider.nc.Close()
+	runner, err := connectSide(url, auth)
+	if err != nil {
+		return 0, err
+	}
+	defer runner.nc.Close()
+	dispatches, err := runner.consumer(ctx, "DISPATCH")
+	if err != nil {
+		return 0, err
+	}
+	outcomes, err := decider.consumer(ctx, "OUTCOME")
+	if err != nil {
+		return 0, err
+	}
+	for _, name := range []string{"RECORD", "MORE"} {
+		if _, err := runner.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+			return 0, fmt.Errorf("stream %s: %w", name, err)
+		}
+	}
+	fail := make(chan error, 2)
+	run, err := dispatches.Consume(func(m jetstream.Msg) {
+		if err := runLink(ctx, runner.js, m, f); err != nil {
+			fail <- err
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer run.Stop()
+	links := 0
+	done := make(chan struct{})
+	decide, err := outcomes.Consume(func(m jetstream.Msg) {
+		links++
+		if err := m.Ack(); err != nil {
+			fail <- err
+			return
+		}
+		if links == busFloorLinks {
+			close(done)
+			return
+		}
+		if _, err := decider.js.Publish(ctx, "DISPATCH.node", []byte(strconv.Itoa(links))); err != nil {
+			fail <- err
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer decide.Stop()
+	start := time.Now()
+	if _, err := decider.js.Publish(ctx, "DISPATCH.node", []byte("0")); err != nil {
+		return 0, err
+	}
+	select {
+	case <-done:
+		return float64(time.Since(start).Microseconds()) / 1000 / busFloorLinks, nil
+	case err := <-fail:
+		return 0, fmt.Errorf("bus floor: %w", err)
+	case <-ctx.Done():
+		return 0, fmt.Errorf("bus floor: stopped after %d of %d links: %w", links, busFloorLinks, ctx.Err())
+	}
+}
+
+// runLink is the runner's side of a link: the record (when asked for),
+// the process, the more messages, the outcome, then the dispatch's ack
+// once all are stored.
+func runLink(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, f floorShape) error {
+	if f.record {
+		if _, err := js.Publish(ctx, "RECORD.node", m.Data()); err != nil {
+			return err
+		}
+	}
+	res, err := hostexec.Local{}.Run(ctx, hostexec.Command{Script: "true"})
+	if err == nil && res.ExitCode != 0 {
+		err = errors.New("true exited " + strconv.Itoa(res.ExitCode))
+	}
+	if err != nil {
+		return err
+	}
+	for range f.more {
+		if _, err := js.PublishAsync("MORE.node", m.Data()); err != nil {
+			return err
+		}
+	}
+	if _, err := js.Publish(ctx, "OUTCOME.node", m.Data()); err != nil {
+		return err
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return m.Ack()
+}
+
+// key names the shape in bench's output and results.json.
+func (f floorShape) key() string {
+	return fmt.Sprintf("%d stored, %d waited for", f.stored(), f.stored()-f.more)
+}
