@@ -40,6 +40,10 @@ type floorShape struct {
 	// more messages stored per link: published before the outcome without
 	// waiting, all of them stored before the dispatch is acked.
 	more int
+	// durable runs `true` as each node's command runs: a durable attempt
+	// holding a host lock, its files beside the executor's (as the durable
+	// start does), not a bare process.
+	durable bool
 }
 
 // stored is how many messages the shape stores per link.
@@ -52,9 +56,9 @@ func (f floorShape) stored() int {
 }
 
 // busFloorShapes are the shapes bench measures: the least loop, the least
-// with gantry's guarantees, and that with as many messages as gantry
-// stores per link.
-var busFloorShapes = []floorShape{{}, {record: true}, {record: true, more: 10}}
+// with gantry's guarantees, that with as many messages as gantry stores
+// per link, and that with the command run as gantry runs it.
+var busFloorShapes = []floorShape{{}, {record: true}, {record: true, more: 10}, {record: true, more: 10, durable: true}}
 
 // busFloor starts its own nats-server (binDir's, file storage in a
 // temporary directory, a random password) and returns the ms per link of
@@ -87,7 +91,21 @@ func busFloor(binDir string, f floorShape) (float64, error) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return floorLoop(ctx, url, nats.UserInfo("bench", pass), f)
+	attempts := ""
+	if f.durable {
+		// beside the executor's own attempt files, as processStart's
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return 0, err
+		}
+		adir, err := os.MkdirTemp(home, ".gantry-bench-floor-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(adir)
+		attempts = filepath.Join(adir, "attempts")
+	}
+	return floorLoop(ctx, url, nats.UserInfo("bench", pass), floorRun{f, attempts})
 }
 
 func randomHex(n int) (string, error) {
@@ -127,8 +145,15 @@ func (s *floorSide) consumer(ctx context.Context, name string) (jetstream.Consum
 	return s.js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy})
 }
 
+// floorRun is a shape to run, with the attempts directory of its durable
+// attempts.
+type floorRun struct {
+	floorShape
+	attempts string
+}
+
 // floorLoop runs busFloorLinks links and returns the ms per link.
-func floorLoop(ctx context.Context, url string, auth nats.Option, f floorShape) (float64, error) {
+func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (float64, error) {
 	decider, err := connectSide(url, auth)
 	if err != nil {
 		return 0, err
@@ -199,13 +224,17 @@ func floorLoop(ctx context.Context, url string, auth nats.Option, f floorShape) 
 // runLink is the runner's side of a link: the record (when asked for),
 // the process, the more messages, the outcome, then the dispatch's ack
 // once all are stored.
-func runLink(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, f floorShape) error {
+func runLink(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, f floorRun) error {
 	if f.record {
 		if _, err := js.Publish(ctx, "RECORD.node", m.Data()); err != nil {
 			return err
 		}
 	}
-	res, err := hostexec.Local{}.Run(ctx, hostexec.Command{Script: "true"})
+	cmd := hostexec.Command{Script: "true"}
+	if f.durable {
+		cmd.Attempt, cmd.Lock, cmd.Env = "floor."+string(m.Data()), "floor.f.n", map[string]string{"GANTRY_ATTEMPTS": f.attempts}
+	}
+	res, err := hostexec.Local{}.Run(ctx, cmd)
 	if err == nil && res.ExitCode != 0 {
 		err = errors.New("true exited " + strconv.Itoa(res.ExitCode))
 	}
@@ -230,5 +259,9 @@ func runLink(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, f flo
 
 // key names the shape in bench's output and results.json.
 func (f floorShape) key() string {
-	return fmt.Sprintf("%d stored, %d waited for", f.stored(), f.stored()-f.more)
+	k := fmt.Sprintf("%d stored, %d waited for", f.stored(), f.stored()-f.more)
+	if f.durable {
+		k += ", durable"
+	}
+	return k
 }

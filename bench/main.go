@@ -501,7 +501,7 @@ func printTable(r *results) {
 			}
 			for _, f := range busFloorShapes {
 				if ms, ok := s.BusFloorMS[f.key()]; ok {
-					fmt.Printf("  vs bus floor, %-26s %.3f ms = %.2fx process start; link/bus floor = %.2fx\n", f.key()+":", ms, ms/s.ProcessStartMS, s.PerNodeMS/ms)
+					fmt.Printf("  vs bus floor, %-35s %.3f ms = %.2fx process start; link/bus floor = %.2fx\n", f.key()+":", ms, ms/s.ProcessStartMS, s.PerNodeMS/ms)
 				}
 			}
 		}
