@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
@@ -105,7 +107,7 @@ func busFloor(binDir string, f floorShape) (float64, error) {
 		defer os.RemoveAll(adir)
 		attempts = filepath.Join(adir, "attempts")
 	}
-	return floorLoop(ctx, url, nats.UserInfo("bench", pass), floorRun{f, attempts})
+	return floorLoop(ctx, url, nats.UserInfo("bench", pass), floorRun{f, attempts, busFloorLinks})
 }
 
 func randomHex(n int) (string, error) {
@@ -146,13 +148,14 @@ func (s *floorSide) consumer(ctx context.Context, name string) (jetstream.Consum
 }
 
 // floorRun is a shape to run, with the attempts directory of its durable
-// attempts.
+// attempts, and how many links.
 type floorRun struct {
 	floorShape
 	attempts string
+	links    int
 }
 
-// floorLoop runs busFloorLinks links and returns the ms per link.
+// floorLoop runs f.links links and returns the ms per link.
 func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (float64, error) {
 	decider, err := connectSide(url, auth)
 	if err != nil {
@@ -177,30 +180,44 @@ func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (f
 			return 0, fmt.Errorf("stream %s: %w", name, err)
 		}
 	}
-	fail := make(chan error, 2)
+	fail := make(chan error, 1)
+	report := func(err error) { // the first error ends the loop
+		select {
+		case fail <- err:
+		default:
+		}
+	}
+	// ran is closed once the last link's messages are all stored and its
+	// dispatch acked: the loop ends there.
+	ran, last, once := make(chan struct{}), strconv.Itoa(f.links-1), sync.Once{}
 	run, err := dispatches.Consume(func(m jetstream.Msg) {
 		if err := runLink(ctx, runner.js, m, f); err != nil {
-			fail <- err
+			report(err)
+		} else if string(m.Data()) == last {
+			once.Do(func() { close(ran) })
 		}
 	})
 	if err != nil {
 		return 0, err
 	}
 	defer run.Stop()
-	links := 0
+	var ended atomic.Int64
 	done := make(chan struct{})
 	decide, err := outcomes.Consume(func(m jetstream.Msg) {
-		links++
+		n := ended.Add(1)
 		if err := m.Ack(); err != nil {
-			fail <- err
+			report(err)
 			return
 		}
-		if links == busFloorLinks {
+		if n == int64(f.links) {
 			close(done)
 			return
 		}
-		if _, err := decider.js.Publish(ctx, "DISPATCH.node", []byte(strconv.Itoa(links))); err != nil {
-			fail <- err
+		if n > int64(f.links) {
+			return
+		}
+		if _, err := decider.js.Publish(ctx, "DISPATCH.node", []byte(strconv.FormatInt(n, 10))); err != nil {
+			report(err)
 		}
 	})
 	if err != nil {
@@ -213,11 +230,18 @@ func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (f
 	}
 	select {
 	case <-done:
-		return float64(time.Since(start).Microseconds()) / 1000 / busFloorLinks, nil
 	case err := <-fail:
 		return 0, fmt.Errorf("bus floor: %w", err)
 	case <-ctx.Done():
-		return 0, fmt.Errorf("bus floor: stopped after %d of %d links: %w", links, busFloorLinks, ctx.Err())
+		return 0, fmt.Errorf("bus floor: stopped after %d of %d links: %w", ended.Load(), f.links, ctx.Err())
+	}
+	select {
+	case <-ran:
+		return float64(time.Since(start).Microseconds()) / 1000 / float64(f.links), nil
+	case err := <-fail:
+		return 0, fmt.Errorf("bus floor: %w", err)
+	case <-ctx.Done():
+		return 0, fmt.Errorf("bus floor: stopped after %d of %d links: %w", ended.Load(), f.links, ctx.Err())
 	}
 }
 

@@ -7,14 +7,29 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	golang.org/x/crypto v0.58.0
 )
 
 require (
-	github.com/gantry-dev/gantry/pkg/buildinfo v0.0.0
-	github.com/gantry-dev/gantry/pkg/metricsserve v0.0.0
-	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+require (
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
@@ -55,4 +70,5 @@ replace github.com/gantry-dev/gantry/pkg/busauth => ../pkg/busauth
 replace github.com/gantry-dev/gantry/pkg/buildinfo => ../pkg/buildinfo
 
 replace github.com/gantry-dev/gantry/pkg/metricsserve => ../pkg/metricsserve
+
 replace github.com/gantry-dev/gantry/pkg/tracing => ../pkg/tracing
