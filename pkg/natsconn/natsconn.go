@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -206,9 +207,75 @@ func Connect(o Options, name string, log *slog.Logger, retry bool) (*nats.Conn, 
 	}
 	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(o.URL), err)
+		return nil, &connectError{url: o.URL, err: err}
 	}
 	return nc, nil
+}
+
+// connectError is a failed connection to url. Its message has url's
+// passwords and tokens replaced by ***: nats.go quotes the whole URL when
+// it cannot parse it (a typo in the port is enough).
+type connectError struct {
+	url string
+	err error
+}
+
+func (e *connectError) Error() string {
+	return scrub(fmt.Sprintf("connect to NATS at %s: %v", Redact(e.url), e.err), e.url)
+}
+
+func (e *connectError) Unwrap() error { return e.err }
+
+// scrub replaces in msg each of the comma-separated urls, as written and
+// as Go quotes it, by its redacted form, then whatever is left of their
+// passwords and tokens by ***.
+func scrub(msg, urls string) string {
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, quotedInner(u), Redact(u))
+		msg = strings.ReplaceAll(msg, u, Redact(u))
+		for _, s := range secretsOf(u) {
+			msg = strings.ReplaceAll(msg, s, "***")
+		}
+	}
+	return msg
+}
+
+// secretsOf returns the password (or the token) in u's userinfo as
+// written, unescaped and quoted, whether or not u parses.
+func secretsOf(u string) []string {
+	at := strings.LastIndex(u, "@")
+	if at < 0 {
+		return nil
+	}
+	info := u[:at]
+	if i := strings.Index(info, "://"); i >= 0 {
+		info = info[i+3:]
+	}
+	secret := info
+	if i := strings.Index(info, ":"); i >= 0 {
+		secret = info[i+1:]
+	}
+	forms := []string{secret, quotedInner(secret)}
+	if s, err := url.PathUnescape(secret); err == nil {
+		forms = append(forms, s, quotedInner(s))
+	}
+	var out []string
+	for _, f := range forms {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// quotedInner is s as %q writes it, without the quotes.
+func quotedInner(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // ServiceFlags are the flags every service takes.

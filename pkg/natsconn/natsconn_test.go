@@ -151,3 +151,32 @@ func TestResolvedPrecedence(t *testing.T) {
 		t.Errorf("cert without key: %v", err)
 	}
 }
+
+// TestConnectErrorHidesThePassword: nats.go quotes the whole URL when it
+// cannot parse it (a typo in the port is enough), so the error of a
+// connection must be scrubbed, not only the URL gantry puts in front.
+func TestConnectErrorHidesThePassword(t *testing.T) {
+	for _, tc := range []struct{ url, secret string }{
+		{"nats://u:hunter2pw@127.0.0.1:notaport", "hunter2pw"},
+		{"nats://u:hunter2 pw@127.0.0.1:29998", "hunter2 pw"},
+		{"nats://tok3nsecret@127.0.0.1:bad", "tok3nsecret"},
+		{`nats://u:pa"ss\word@127.0.0.1:x`, `pa"ss\word`},
+		{"nats://u:pa%40ss@127.0.0.1:x", "pa@ss"},
+		{"nats://a:first-pw@127.0.0.1:1,nats://b:second-pw@127.0.0.1:bad", "second-pw"},
+	} {
+		_, err := natsconn.Connect(natsconn.Options{URL: tc.url}, "test", nil, false)
+		if err == nil {
+			t.Fatalf("%s: connected", tc.url)
+		}
+		msg := err.Error()
+		quoted := strconv.Quote(tc.secret)
+		for _, leak := range []string{tc.secret, strings.ReplaceAll(tc.secret, "@", "%40"), quoted[1 : len(quoted)-1], "first-pw"} {
+			if strings.Contains(msg, leak) {
+				t.Errorf("connect to %s: the error shows %q: %s", tc.url, leak, msg)
+			}
+		}
+		if !strings.Contains(msg, "127.0.0.1") {
+			t.Errorf("connect to %s: the error no longer names the server: %s", tc.url, msg)
+		}
+	}
+}
