@@ -1,12 +1,10 @@
 package dag
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"text/template"
-	"text/template/parse"
 )
 
 // Fleets. Hosts carry labels and vars; groups select hosts by label or by
@@ -123,15 +121,16 @@ func expand(c *Composition, ps *problems) {
 	}
 	instances := make(map[string][]string) // group formula id -> instance ids
 	var out []Formula
+	rd := newRenderer()
 	for i := range c.Formulas {
 		f := c.Formulas[i]
 		p := indexPath("formulas", i)
 		if f.Group == "" {
-			renderFormula(c, &f, p, ps)
+			renderFormula(c, &f, p, rd, ps)
 			out = append(out, f)
 			continue
 		}
-		made := fanOut(c, f, p, ps)
+		made := fanOut(c, f, p, rd, ps)
 		for _, m := range made {
 			instances[f.ID] = append(instances[f.ID], m.ID)
 		}
@@ -170,7 +169,7 @@ func expandedNodes(c *Composition) int {
 }
 
 // fanOut makes the instances of group formula f, in batches.
-func fanOut(c *Composition, f Formula, p string, ps *problems) []Formula {
+func fanOut(c *Composition, f Formula, p string, rd *renderer, ps *problems) []Formula {
 	hosts := groupHosts(c, c.Groups[f.Group])
 	size, maxFailed := len(hosts), 0
 	if r := f.Rollout; r != nil {
@@ -198,7 +197,7 @@ func fanOut(c *Composition, f Formula, p string, ps *problems) []Formula {
 			g := *f.HealthGate
 			m.HealthGate = &g
 		}
-		renderFormula(c, &m, p, ps)
+		renderFormula(c, &m, p, rd, ps)
 		made = append(made, m)
 	}
 	return made
@@ -241,23 +240,22 @@ type TemplateData struct {
 	Vars    map[string]string // the composition's vars, overridden by the host's
 }
 
-// templateFuncs are the functions templates may call besides text/template's.
-var templateFuncs = template.FuncMap{"shq": shellQuoteTemplate}
-
-// shellQuoteTemplate quotes a value for a POSIX shell: {{ shq .Vars.x }}.
-func shellQuoteTemplate(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // renderFormula renders every template of a formula for its server.
-func renderFormula(c *Composition, f *Formula, p string, ps *problems) {
+func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *problems) {
 	h, ok := c.Hosts[f.Server]
 	if !ok {
 		return // reported by validation
 	}
 	data := templateData(c, f.Server, h)
 	r := func(s *string, path string) bool {
-		out, err := render(*s, data)
+		out, err := rd.render(*s, data)
+		if errors.Is(err, errStepsSpent) {
+			if !rd.reported {
+				rd.reported = true // once: every template after it fails the same way
+				ps.add(path, 0, CodeTemplate, "%v", err)
+			}
+			return false
+		}
 		if err != nil {
 			where := ""
 			if f.Instance != nil {
@@ -326,87 +324,3 @@ func templateData(c *Composition, name string, h Host) TemplateData {
 	return TemplateData{Host: name, Address: addr, Labels: labels, Vars: vars}
 }
 
-// render executes s as a template; text without "{{" is returned as is.
-// A missing variable is an error, not "<no value>".
-func render(s string, data TemplateData) (string, error) {
-	if !strings.Contains(s, "{{") {
-		return s, nil
-	}
-	t, err := template.New("").Funcs(templateFuncs).Option("missingkey=error").Parse(s)
-	if err != nil {
-		return "", fmt.Errorf("template: %s", strings.TrimPrefix(err.Error(), "template: :"))
-	}
-	if err := boundedLoops(t.Tree.Root); err != nil {
-		return "", err
-	}
-	b := &limitedBuffer{max: MaxRendered}
-	if err := t.Execute(b, data); err != nil {
-		return "", fmt.Errorf("template: %s", cleanExecErr(err.Error()))
-	}
-	return b.String(), nil
-}
-
-// MaxRendered bounds what one command template may render to.
-const MaxRendered = 256 << 10
-
-// limitedBuffer fails a write past max bytes.
-type limitedBuffer struct {
-	bytes.Buffer
-	max int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > b.max {
-		return 0, fmt.Errorf("renders to more than %d bytes", b.max)
-	}
-	return b.Buffer.Write(p)
-}
-
-// boundedLoops refuses range over a number ({{ range 1000000000 }}): a
-// template loops only over the composition's own data.
-func boundedLoops(n parse.Node) error {
-	switch n := n.(type) {
-	case *parse.ListNode:
-		if n == nil {
-			return nil
-		}
-		for _, c := range n.Nodes {
-			if err := boundedLoops(c); err != nil {
-				return err
-			}
-		}
-	case *parse.RangeNode:
-		for _, c := range n.Pipe.Cmds {
-			for _, a := range c.Args {
-				if _, num := a.(*parse.NumberNode); num {
-					return fmt.Errorf("template: range over a number is not allowed (range over .Vars or .Labels)")
-				}
-			}
-		}
-		if err := boundedLoops(n.List); err != nil {
-			return err
-		}
-		return boundedLoops(n.ElseList)
-	case *parse.IfNode:
-		if err := boundedLoops(n.List); err != nil {
-			return err
-		}
-		return boundedLoops(n.ElseList)
-	case *parse.WithNode:
-		if err := boundedLoops(n.List); err != nil {
-			return err
-		}
-		return boundedLoops(n.ElseList)
-	}
-	return nil
-}
-
-// cleanExecErr drops text/template's position prefix (": executing \"\" at
-// <.Vars.x>: ") down to what went wrong and where.
-func cleanExecErr(s string) string {
-	s = strings.TrimPrefix(s, "template: ")
-	if i := strings.Index(s, "executing \"\" at "); i >= 0 {
-		s = s[i+len("executing \"\" at "):]
-	}
-	return s
-}
