@@ -323,4 +323,3 @@ func templateData(c *Composition, name string, h Host) TemplateData {
 	}
 	return TemplateData{Host: name, Address: addr, Labels: labels, Vars: vars}
 }
-
