@@ -55,13 +55,20 @@ func (id Identity) Account() string {
 }
 
 // InboxPrefix is the prefix of an identity's reply subjects. Services each
-// get their own, so one service cannot read another's replies.
+// get their own, so one service cannot read another's replies. Operators
+// get theirs too: the replies to what only they may do (a submit's plan
+// holds every rendered command) never reach a viewer. Viewers keep the
+// _INBOX that nats tools use by default, and so may operators for their
+// other requests (PeopleInbox).
 func (id Identity) InboxPrefix() string {
-	if slices.Contains(People, id) {
-		return "_INBOX"
+	if id == Viewer {
+		return PeopleInbox
 	}
 	return "_INBOX_" + strings.ReplaceAll(string(id), "-", "_")
 }
+
+// PeopleInbox is the reply prefix every person may subscribe to.
+const PeopleInbox = "_INBOX"
 
 // Durable names a durable consumer on a stream.
 type Durable struct{ Stream, Name string }
@@ -197,7 +204,7 @@ func peoplePermissions(id Identity) Permissions {
 		PublishDeny: []string{"decky.>", AllWorkflowLifecycle, "$KV.>", "$JS.ACK.>",
 			"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>",
 			"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.CONSUMER.DELETE.>", "$JS.API.CONSUMER.DURABLE.>"},
-		SubscribeAllow: []string{id.InboxPrefix() + ".>", "decky.>", AllWorkflowLifecycle},
+		SubscribeAllow: dedupe([]string{PeopleInbox + ".>", id.InboxPrefix() + ".>", "decky.>", AllWorkflowLifecycle}),
 	}
 	for _, id := range Services { // every status endpoint: read-only
 		p.PublishAllow = append(p.PublishAllow, StatusSubject(id))

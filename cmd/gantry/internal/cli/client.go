@@ -35,10 +35,25 @@ func (c *connFlags) add(cmd *cobra.Command) {
 // connect connects with the flags, the nats CLI's environment and
 // context; with no credentials at all, to a `gantry dev` on this machine
 // as its operator.
-func (c *connFlags) connect() (*nats.Conn, error) {
+func (c *connFlags) connect() (*nats.Conn, error) { return c.dial("") }
+
+// connectOperator is connect for what only an operator may do (submit,
+// control, rebuild): its replies come to the operator's own inbox prefix,
+// which a viewer may not subscribe to, so no viewer reads a plan's
+// commands. A prefix the flags' context names is kept.
+func (c *connFlags) connectOperator() (*nats.Conn, error) {
+	return c.dial(events.Operator.InboxPrefix())
+}
+
+// dial connects; inbox is the reply prefix when the context names none
+// ("": the nats default).
+func (c *connFlags) dial(inbox string) (*nats.Conn, error) {
 	o, err := c.opts.Resolved()
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, err: err}
+	}
+	if o.InboxPrefix == "" {
+		o.InboxPrefix = inbox
 	}
 	if !o.HasCredentials() {
 		o.NKey = devOperatorKey(o.URL)

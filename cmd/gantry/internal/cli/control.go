@@ -25,7 +25,7 @@ func newControlCmd(verb string) *cobra.Command {
 		Short: controlHelp[verb],
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, err := cf.connect()
+			nc, err := cf.connectOperator()
 			if err != nil {
 				return err
 			}

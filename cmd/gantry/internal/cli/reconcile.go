@@ -44,7 +44,11 @@ reconcile chooses what runs.`,
 			if err != nil {
 				return err
 			}
-			nc, err := cf.connect()
+			connect := cf.connectOperator // it submits
+			if dryRun {
+				connect = cf.connect
+			}
+			nc, err := connect()
 			if err != nil {
 				return err
 			}

@@ -192,7 +192,11 @@ spec than the one shown). CHECK is what the last operation: check run found
 nothing else.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, err := cf.connect()
+			connect := cf.connect
+			if rebuild || check {
+				connect = cf.connectOperator
+			}
+			nc, err := connect()
 			if err != nil {
 				return err
 			}

@@ -37,7 +37,7 @@ part of that trace instead of a new one.`,
 			if err != nil {
 				return err
 			}
-			nc, err := cf.connect()
+			nc, err := cf.connectOperator()
 			if err != nil {
 				return err
 			}
