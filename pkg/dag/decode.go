@@ -1,7 +1,9 @@
 package dag
 
 import (
+	"errors"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -116,6 +118,10 @@ func (d *decoder) integer(dst *int) func(*Value, string) {
 			return
 		}
 		n, err := strconv.ParseInt(v.Scalar, 10, 32)
+		if errors.Is(err, strconv.ErrRange) {
+			d.ps.add(path, v.Line, CodeValue, "%s is out of range: a whole number from %d to %d", v.Scalar, math.MinInt32, math.MaxInt32)
+			return
+		}
 		if err != nil {
 			d.ps.add(path, v.Line, CodeType, "expected a whole number, got %s", v.Scalar)
 			return
@@ -138,6 +144,10 @@ func (d *decoder) float(dst *float64) func(*Value, string) {
 	}
 }
 
+// durationShape is a duration as time.ParseDuration reads it: when one of
+// this shape does not parse, it is too long.
+var durationShape = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
 func (d *decoder) duration(dst *Duration) func(*Value, string) {
 	return func(v *Value, path string) {
 		if v.Kind != KindString {
@@ -145,6 +155,10 @@ func (d *decoder) duration(dst *Duration) func(*Value, string) {
 			return
 		}
 		t, err := time.ParseDuration(strings.TrimSpace(v.Scalar))
+		if err != nil && durationShape.MatchString(strings.TrimSpace(v.Scalar)) {
+			d.ps.add(path, v.Line, CodeValue, "duration %q is too long: at most %s", v.Scalar, time.Duration(math.MaxInt64).Truncate(time.Hour))
+			return
+		}
 		if err != nil {
 			d.ps.add(path, v.Line, CodeValue, "bad duration %q: use a number and a unit (ms, s, m, h), like \"90s\" or \"10m\"", v.Scalar)
 			return

@@ -38,8 +38,11 @@ func main() {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)
 	}
-	var err error
-	if cfg.Labels, err = service.ParseLabels(*labels); err != nil {
+	err := service.CheckCounts(cfg.MaxFormulas, cfg.PerHost)
+	if err == nil {
+		cfg.Labels, err = service.ParseLabels(*labels)
+	}
+	if err != nil {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)
 	}

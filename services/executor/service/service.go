@@ -6,6 +6,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -64,6 +65,19 @@ func ParseLabels(s string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// CheckCounts names each of --max-formulas and --per-host that is not a
+// count of at least 1.
+func CheckCounts(maxFormulas, perHost int) error {
+	var errs []error
+	if maxFormulas < 1 {
+		errs = append(errs, fmt.Errorf("--max-formulas %d: at least 1 formula at once", maxFormulas))
+	}
+	if perHost < 1 {
+		errs = append(errs, fmt.Errorf("--per-host %d: at least 1 node at once on a host", perHost))
+	}
+	return errors.Join(errs...)
 }
 
 // status is the executor's status endpoint and micro stats.

@@ -180,3 +180,22 @@ func TestRevisionOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDevFlagsNamedWhenBad: a port out of range or a per-host count below
+// 1 is a usage error naming the flag, before anything starts.
+func TestDevFlagsNamedWhenBad(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dev", "--port", "99999"}, "--port 99999: a TCP port is 1 to 65535"},
+		{[]string{"dev", "--port", "-1"}, "--port -1: a TCP port is 1 to 65535"},
+		{[]string{"dev", "--per-host", "-3"}, "--per-host -3: at least 1"},
+		{[]string{"dev", "--per-host", "0"}, "--per-host 0: at least 1"},
+	} {
+		code, _, errOut := run(t, append(tc.args, "--data-dir", t.TempDir())...)
+		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("gantry %s: exit %d, %q; want %d and %q", strings.Join(tc.args, " "), code, errOut, ExitUsage, tc.want)
+		}
+	}
+}

@@ -53,6 +53,12 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--log-level: %w", err)}
 			}
+			if port < 0 || port > 65535 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--port %d: a TCP port is 1 to 65535 (0 picks a free one)", port)}
+			}
+			if perHost < 1 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--per-host %d: at least 1 node at once on a host", perHost)}
+			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			if dataDir == "" {
 				dataDir = defaultDataDir()
