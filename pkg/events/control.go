@@ -2,9 +2,13 @@ package events
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 )
+
+// ErrBadControl: a control request's body is not one.
+var ErrBadControl = errors.New("bad control request")
 
 // ControlRequest is the body of a control request on
 // workflow.<id>.<verb>. An empty body is the zero request.
@@ -21,10 +25,10 @@ func ParseControlRequest(verb string, body []byte) (ControlRequest, error) {
 		return req, nil
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return req, fmt.Errorf("%w: control request: %w", ErrMalformed, err)
+		return req, fmt.Errorf("%w: the body is not JSON like {\"nodes\":[\"formula/node\"]}: %w", ErrBadControl, err)
 	}
 	if len(req.Nodes) > 0 && verb != VerbRetry {
-		return req, fmt.Errorf("%w: control request: nodes apply to retry only, not %s", ErrMalformed, verb)
+		return req, fmt.Errorf("%w: nodes apply to retry only, not %s", ErrBadControl, verb)
 	}
 	return req, nil
 }
