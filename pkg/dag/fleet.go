@@ -1,8 +1,6 @@
 package dag
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 )
@@ -249,23 +247,12 @@ func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *probl
 	data := templateData(c, f.Server, h)
 	r := func(s *string, path string) bool {
 		out, err := rd.render(*s, data)
-		if errors.Is(err, errStepsSpent) {
-			if !rd.reported {
-				rd.reported = true // once: every template after it fails the same way
-				ps.add(path, 0, CodeTemplate, "%v", err)
-			}
-			return false
+		if err == nil {
+			*s = out
+			return true
 		}
-		if err != nil {
-			where := ""
-			if f.Instance != nil {
-				where = fmt.Sprintf(" (for host %s)", f.Server)
-			}
-			ps.add(path, 0, CodeTemplate, "%v%s", err, where)
-			return false
-		}
-		*s = out
-		return true
+		rd.report(ps, path, f, err)
+		return false
 	}
 	for j := range f.Nodes {
 		n := &f.Nodes[j]

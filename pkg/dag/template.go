@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/bits"
 	"reflect"
 	"strconv"
 	"strings"
@@ -15,27 +16,44 @@ import (
 // (TemplateData). Anyone who may send a composition (a viewer asking for
 // drift too) makes the planner or the state-store render it, so what a
 // composition's templates may cost is bounded: one template renders to at
-// most MaxRendered bytes; all of a composition's templates together run at
-// most MaxTemplateSteps steps; a template loops only over the
-// composition's own data (a map or a list), never over a number; and
-// templates may not define or call other templates, which would let a
-// few lines call each other 2^40 times.
+// most MaxRendered bytes; all of a composition's templates together render
+// at most MaxRenderedTotal bytes and run at most MaxTemplateSteps steps; a
+// template loops only over the composition's own data (a map), never over
+// a number; and templates may not define or call other templates, which
+// would let a few lines call each other 2^40 times. Every function a
+// template may call is gantry's (templateFuncs), so each charges for the
+// bytes it reads or makes before it does the work, and none makes more
+// than MaxRendered bytes.
 
-// MaxRendered bounds what one command template may render to.
+// MaxRendered bounds what one command template may render to, and what
+// one function call in a template may return.
 const MaxRendered = 256 << 10
+
+// MaxRenderedTotal bounds what all of one composition's templates render
+// to together.
+const MaxRenderedTotal = 128 << 20
 
 // MaxTemplateSteps bounds the work of rendering all of one composition's
 // templates. A step is a node of a template run once (an action, a piece
-// of text), a node of a loop's body run once more, or 64 bytes that a
-// function returns; going over a map costs a step more per key (its keys
-// are sorted first). A fleet of 10,000 hosts, 10 nodes each, with a few
-// actions per command takes about a million; 5 million take a second or
-// two on a slow machine.
-const MaxTemplateSteps = 5_000_000
+// of text, an argument), a node of a loop's body run once more, a key of
+// a map a loop goes over, or 128 bytes that a function reads or makes or
+// a template writes. A step costs about the same whatever the data:
+// 20,000,000 take a few seconds on a slow machine. A fleet of 5,000
+// hosts, 5 nodes each, each node writing an env file from 30 vars in a
+// loop, takes about 14,000,000.
+const MaxTemplateSteps = 20_000_000
+
+// Bytes count as steps by what is done with them: made (formatted into a
+// new string), written to the rendered command, or compared and hashed.
+const (
+	madePerStep     = 32
+	writtenPerStep  = 128
+	comparedPerStep = 256
+)
 
 // errStepsSpent: the composition's templates took more than
 // MaxTemplateSteps steps.
-var errStepsSpent = fmt.Errorf("template: rendering this composition's templates takes more than %d steps (a loop over large vars, or long templates on many hosts): make them simpler", MaxTemplateSteps)
+var errStepsSpent = fmt.Errorf("template: rendering this composition's templates takes more than %d steps or %d MiB (a loop over large vars, or long templates on many hosts): make them simpler", MaxTemplateSteps, MaxRenderedTotal>>20)
 
 // loopFunc is the function the renderer puts at the end of every range
 // pipeline: it checks what the range goes over and charges its steps.
@@ -46,7 +64,12 @@ const loopFunc = "gantry_loop"
 type renderer struct {
 	parsed   map[string]*parsedTemplate
 	steps    int  // steps left
+	bytes    int  // bytes left to render
 	reported bool // errStepsSpent was reported
+	// failed holds the paths with a template problem reported: a group
+	// formula's instances share their paths, and one problem a path is
+	// enough.
+	failed map[string]bool
 }
 
 type parsedTemplate struct {
@@ -56,7 +79,7 @@ type parsedTemplate struct {
 }
 
 func newRenderer() *renderer {
-	return &renderer{parsed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps}
+	return &renderer{parsed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal, failed: map[string]bool{}}
 }
 
 func (r *renderer) spend(n int) error {
@@ -65,6 +88,41 @@ func (r *renderer) spend(n int) error {
 		return errStepsSpent
 	}
 	return nil
+}
+
+// spendBytes charges n bytes, perStep of them a step.
+func (r *renderer) spendBytes(n, perStep int) error { return r.spend(n/perStep + 1) }
+
+// made charges a function's result of n bytes before it is made: more
+// than MaxRendered is refused.
+func (r *renderer) made(what string, n int) error {
+	if n > MaxRendered {
+		return fmt.Errorf("%s would make more than %d bytes", what, MaxRendered)
+	}
+	return r.spendBytes(n, madePerStep)
+}
+
+// maxProblemText bounds the text of a template problem (an error quoting
+// a long var name would be as long).
+const maxProblemText = 512
+
+// report adds err, rendering the template at path of formula f, to ps:
+// once a path (a group formula's instances share theirs), and the steps
+// spent once a composition.
+func (r *renderer) report(ps *problems, path string, f *Formula, err error) {
+	spent := errors.Is(err, errStepsSpent)
+	if r.failed[path] || (spent && r.reported) {
+		return
+	}
+	r.failed[path], r.reported = true, r.reported || spent
+	msg := err.Error()
+	if len(msg) > maxProblemText {
+		msg = strings.ToValidUTF8(msg[:maxProblemText], "") + "…"
+	}
+	if f.Instance != nil {
+		msg += fmt.Sprintf(" (for host %s)", f.Server)
+	}
+	ps.add(path, 0, CodeTemplate, "%s", msg)
 }
 
 // render executes s as a template; text without "{{" is returned as is.
@@ -80,7 +138,7 @@ func (r *renderer) render(s string, data TemplateData) (string, error) {
 	if err := r.spend(pt.nodes); err != nil {
 		return "", err
 	}
-	b := &limitedBuffer{max: MaxRendered}
+	b := &limitedBuffer{max: MaxRendered, r: r}
 	if err := pt.t.Execute(b, data); err != nil {
 		if errors.Is(err, errStepsSpent) {
 			return "", errStepsSpent
@@ -109,34 +167,38 @@ func (r *renderer) parse(s string) *parsedTemplate {
 	return pt
 }
 
-// funcs are the functions templates may call: shq, and text/template's
-// own, those that make text charged for what they make.
+// funcs are the functions templates may call: shq, gantry_loop, and in
+// place of text/template's own, those that read or make text in
+// proportion to their arguments, each charging for it first (funcs.go).
 func (r *renderer) funcs() template.FuncMap {
-	made := func(s string) (string, error) { return s, r.spend(len(s)/64 + 1) }
 	return template.FuncMap{
-		loopFunc:   r.loop,
-		"shq":      func(s string) (string, error) { return made(shellQuoteTemplate(s)) },
-		"printf":   func(f string, a ...any) (string, error) { return made(fmt.Sprintf(f, a...)) },
-		"print":    func(a ...any) (string, error) { return made(fmt.Sprint(a...)) },
-		"println":  func(a ...any) (string, error) { return made(fmt.Sprintln(a...)) },
-		"html":     func(a ...any) (string, error) { return made(template.HTMLEscaper(a...)) },
-		"js":       func(a ...any) (string, error) { return made(template.JSEscaper(a...)) },
-		"urlquery": func(a ...any) (string, error) { return made(template.URLQueryEscaper(a...)) },
+		loopFunc: r.loop, "shq": r.shq, "index": r.index,
+		"printf": r.printf, "print": r.print, "println": r.println,
+		"html": r.escaper("html", 6, template.HTMLEscaper), "js": r.escaper("js", 6, template.JSEscaper),
+		"urlquery": r.escaper("urlquery", 3, template.URLQueryEscaper),
+		"eq":       r.eq, "ne": r.ne, "lt": r.lt, "le": r.le, "gt": r.gt, "ge": r.ge,
 	}
 }
 
-// loop lets a range go over a map or a list (of the composition's data),
-// charging each element's run of the body; anything else, a number above
-// all (text/template would count up to it), is refused.
+// loop lets a range go over a map (of the composition's data), charging
+// each key's run of the body, and the sorting of the keys that
+// text/template does each time: about log2(keys) comparisons a key. Anything
+// else, a number above all (text/template would count up to it), is
+// refused.
 func (r *renderer) loop(body int, v any) (any, error) {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Invalid:
 		return v, nil // nothing to go over
 	case reflect.Map:
-		return v, r.spend(rv.Len() * (body + 2))
-	case reflect.Slice, reflect.Array:
-		return v, r.spend(rv.Len() * (body + 1))
+		n, logN, keyBytes := rv.Len(), bits.Len(uint(rv.Len())), 0
+		for it := rv.MapRange(); it.Next(); {
+			keyBytes += sizeOf(it.Key())
+		}
+		if err := r.spend(n * (body + 2 + logN)); err != nil {
+			return nil, err
+		}
+		return v, r.spendBytes(keyBytes*logN, comparedPerStep)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		return nil, errors.New("range over a number is not allowed (range over .Vars or .Labels)")
@@ -149,15 +211,24 @@ func shellQuoteTemplate(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// limitedBuffer fails a write past max bytes.
+// limitedBuffer fails a write past max bytes, and charges r for every
+// byte.
 type limitedBuffer struct {
 	bytes.Buffer
 	max int
+	r   *renderer
 }
 
 func (b *limitedBuffer) Write(p []byte) (int, error) {
 	if b.Len()+len(p) > b.max {
 		return 0, fmt.Errorf("renders to more than %d bytes", b.max)
+	}
+	b.r.bytes -= len(p)
+	if b.r.bytes < 0 {
+		return 0, errStepsSpent
+	}
+	if err := b.r.spendBytes(len(p), writtenPerStep); err != nil {
+		return 0, err
 	}
 	return b.Buffer.Write(p)
 }
@@ -182,15 +253,14 @@ func guardLoops(n parse.Node) (int, error) {
 		}
 		return steps, nil
 	case *parse.ActionNode:
-		return 1 + pipeSteps(n.Pipe), nil
+		steps, err := pipeSteps(n.Pipe)
+		return 1 + steps, err
 	case *parse.TemplateNode:
 		return 0, errors.New("template: calling a template ({{ template }}) is not allowed: write the command out")
 	case *parse.RangeNode:
-		for _, c := range n.Pipe.Cmds {
-			for _, a := range c.Args {
-				if _, num := a.(*parse.NumberNode); num {
-					return 0, errors.New("template: range over a number is not allowed (range over .Vars or .Labels)")
-				}
+		if c := n.Pipe.Cmds; len(c) == 1 && len(c[0].Args) == 1 {
+			if _, num := c[0].Args[0].(*parse.NumberNode); num {
+				return 0, errors.New("template: range over a number is not allowed (range over .Vars or .Labels)")
 			}
 		}
 		body, err := guardLoops(n.List)
@@ -201,8 +271,9 @@ func guardLoops(n parse.Node) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+		steps, err := pipeSteps(n.Pipe)
 		n.Pipe.Cmds = append(n.Pipe.Cmds, loopCommand(n.Pos, body))
-		return 1 + pipeSteps(n.Pipe) + els, nil
+		return 1 + steps + els, err
 	case *parse.IfNode:
 		return branchSteps(n.Pipe, n.List, n.ElseList)
 	case *parse.WithNode:
@@ -220,18 +291,54 @@ func branchSteps(pipe *parse.PipeNode, list, elseList *parse.ListNode) (int, err
 	if err != nil {
 		return 0, err
 	}
-	return 1 + pipeSteps(pipe) + a + b, nil
+	steps, err := pipeSteps(pipe)
+	return 1 + steps + a + b, err
 }
 
-func pipeSteps(p *parse.PipeNode) int {
+// maxTemplateName bounds a field or variable name in a template: an
+// error naming a longer one would cost more than the steps charge.
+const maxTemplateName = 256
+
+// pipeSteps is a step per argument, and one per comparedPerStep bytes of
+// a literal or a field name (hashed to look it up). A name longer than
+// maxTemplateName is refused.
+func pipeSteps(p *parse.PipeNode) (int, error) {
 	if p == nil {
-		return 0
+		return 0, nil
 	}
 	n := 0
 	for _, c := range p.Cmds {
-		n += len(c.Args)
+		for _, a := range c.Args {
+			for _, name := range names(a) {
+				if len(name) > maxTemplateName {
+					return 0, fmt.Errorf("template: a name of %d bytes (%.20s…): at most %d", len(name), name, maxTemplateName)
+				}
+			}
+			n += 1 + len(a.String())/comparedPerStep
+		}
 	}
-	return n
+	return n, nil
+}
+
+// names are the field and variable names an argument uses.
+func names(a parse.Node) []string {
+	switch a := a.(type) {
+	case *parse.FieldNode:
+		return a.Ident
+	case *parse.VariableNode:
+		return a.Ident
+	case *parse.ChainNode:
+		return a.Field
+	case *parse.PipeNode:
+		var out []string
+		for _, c := range a.Cmds {
+			for _, x := range c.Args {
+				out = append(out, names(x)...)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // loopCommand is `| gantry_loop <body>` at the end of a range pipeline.
@@ -242,12 +349,23 @@ func loopCommand(pos parse.Pos, body int) *parse.CommandNode {
 	}}
 }
 
+// maxContext bounds the action an execution error quotes.
+const maxContext = 64
+
 // cleanExecErr drops text/template's position prefix (": executing \"\" at
 // <.Vars.x>: ") down to what went wrong and where.
 func cleanExecErr(s string) string {
 	s = strings.TrimPrefix(s, "template: ")
 	if i := strings.Index(s, "executing \"\" at "); i >= 0 {
 		s = s[i+len("executing \"\" at "):]
+	}
+	if j := strings.Index(s, ">: "); strings.HasPrefix(s, "<") && j > maxContext {
+		s = strings.ToValidUTF8(s[:maxContext], "") + "…" + s[j:] // the action, cut: the reason follows it
+	}
+	if i := strings.Index(s, "<"+loopFunc+" "); i >= 0 {
+		if j := strings.Index(s[i:], ">: "); j >= 0 {
+			s = s[:i] + s[i+j+3:]
+		}
 	}
 	return strings.Replace(s, "error calling "+loopFunc+": ", "", 1)
 }

@@ -48,7 +48,8 @@ func TestTemplateCostIsBounded(t *testing.T) {
 		{"a template call", `{{ template "x" }}echo`, 1, "calling a template"},
 		{"block", `{{ block "x" . }}echo{{ end }}`, 1, "define and block are not allowed"},
 		{"nested loops over the vars", `{{ range .Vars }}{{ range $.Vars }}{{ range $.Vars }}{{ end }}{{ end }}{{ end }}echo`, 2000, "takes more than"},
-		{"printf in nested loops", `{{ range .Vars }}{{ range $.Vars }}{{ $x := printf "%999999s" "" }}{{ end }}{{ end }}echo`, 200, "takes more than"},
+		{"printf in nested loops", `{{ range .Vars }}{{ range $.Vars }}{{ $x := printf "%99999s" "" }}{{ end }}{{ end }}echo`, 200, "takes more than"},
+		{"a printf of a gigabyte", `{{ $a := printf "%999999d%999999d%999999d" 1 2 3 }}echo`, 1, "printf would make more than 262144 bytes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,11 +105,14 @@ func TestTemplateBudgetIsReportedOnce(t *testing.T) {
 }
 
 // TestTemplatesStillRender: loops over the vars and labels, conditions,
-// printf and shq render as before.
+// comparisons, index and the text functions render as text/template's
+// own do.
 func TestTemplatesStillRender(t *testing.T) {
-	run := `{{ range $k, $v := .Vars }}{{ $k }}={{ shq $v }} {{ end }}{{ if eq .Host "h" }}{{ printf "%s!" .Host }}{{ end }}{{ range .Labels }}never{{ else }} none{{ end }}`
+	run := `{{ range $k, $v := .Vars }}{{ $k }}={{ shq $v }} {{ end }}{{ if eq .Host "a" "h" }}{{ printf "%s!" .Host }}{{ end }}{{ range .Labels }}never{{ else }} none{{ end }}` +
+		` {{ index .Vars "v1" }}{{ if ne .Vars.v0 "y" }} ne{{ end }}{{ if lt 1 2 }} lt{{ end }}{{ if ge (len .Vars) 2 }} ge{{ end }}` +
+		`{{ if gt "b" "a" }} gt{{ end }}{{ if le 2.5 2.5 }} le{{ end }} {{ index .Host 0 }} {{ html "<a>" }} {{ js "'" }} {{ urlquery "a b" }} {{ print 1 "x" }}`
 	c := loadFleet(t, templateDoc(2, run))
-	if got, want := c.Formulas[0].Nodes[0].Run, `v0='x' v1='x' h! none`; got != want {
+	if got, want := c.Formulas[0].Nodes[0].Run, `v0='x' v1='x' h! none x ne lt ge gt le 104 &lt;a&gt; \' a+b 1x`; got != want {
 		t.Errorf("rendered %q, want %q", got, want)
 	}
 }
@@ -131,6 +135,106 @@ func TestLargeFleetRendersWithinTheSteps(t *testing.T) {
 		t.Fatalf("%d formulas", len(c.Formulas))
 	}
 	if got := c.Formulas[9999].Nodes[4].Run; got != "echo h9999 example.com:8099 'z3' 4" {
+		t.Errorf("rendered %q", got)
+	}
+}
+
+// varsDoc is templateDoc with the vars given as raw JSON members.
+func varsDoc(vars []string, run string) string {
+	return `{"name":"t","vars":{` + strings.Join(vars, ",") + `},"hosts":{"h":{"transport":"local"}},` +
+		`"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":` + fmt.Sprintf("%q", run) + `}]}]}`
+}
+
+// groupDoc is a composition of n hosts in one group, whose formula's one
+// node runs run and checks check.
+func groupDoc(n int, run, check string) string {
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf(`"h%d":{"transport":"local","labels":{"r":"x"}}`, i)
+	}
+	return `{"name":"t","vars":{"b":"c"},"hosts":{` + strings.Join(hosts, ",") + `},"groups":{"g":{"labels":{"r":"x"}}},` +
+		`"formulas":[{"id":"f","group":"g","nodes":[{"name":"n","run":` + fmt.Sprintf("%q", run) + `,"check":` + fmt.Sprintf("%q", check) + `}]}]}`
+}
+
+// TestTemplateDataCostIsBounded: what a step does is charged by the bytes
+// it compares, sorts, makes or writes, so long vars cannot make a step
+// cost milliseconds, one call cannot make gigabytes, and many hosts
+// cannot make gigabytes of commands. Each took from 9 s to minutes, or
+// gigabytes of memory, with steps counted alike.
+func TestTemplateDataCostIsBounded(t *testing.T) {
+	long := strings.Repeat("a", 300<<10)
+	eqVars := []string{`"x":"` + long + `"`, `"y":"` + long[1:] + `b"`}
+	for i := range 40 {
+		eqVars = append(eqVars, fmt.Sprintf(`"v%d":"1"`, i))
+	}
+	nest := func(d int) string { return strings.Repeat(`{{ range $.Vars }}`, d) + strings.Repeat(`{{ end }}`, d) }
+	cases := []struct {
+		name, doc, path, msg string
+	}{
+		{"comparing long vars in nested loops", varsDoc(eqVars, `{{ $x := .Vars.x }}{{ $y := .Vars.y }}{{ range .Vars }}{{ range $.Vars }}{{ if eq $x`+strings.Repeat(" $y", 200)+` }}{{ end }}{{ end }}{{ end }}echo`),
+			"formulas[0].nodes[0].run", "takes more than"},
+		{"sorting long keys in nested loops", varsDoc([]string{`"` + long + `1":"1"`, `"` + long + `2":"2"`}, nest(20)+"echo"),
+			"formulas[0].nodes[0].run", "takes more than"},
+		{"print of a long var 3000 times", varsDoc([]string{`"x":"` + long + `"`}, `{{ $x := .Vars.x }}{{ $a := print`+strings.Repeat(" $x", 3000)+` }}echo`),
+			"formulas[0].nodes[0].run", "print would make more than 262144 bytes"},
+		{"printf of a thousand widths", varsDoc([]string{`"a":"b"`}, `{{ $a := printf "`+strings.Repeat("%999999d", 1000)+`"`+strings.Repeat(" 1", 1000)+` }}echo`),
+			"formulas[0].nodes[0].run", "printf would make more than 262144 bytes"},
+		{"a long command on 11,000 hosts", groupDoc(11000, long[:240<<10]+"{{ .Host }}", long[:240<<10]+"{{ .Vars.b }}"),
+			"*", "takes more than 20000000 steps or 128 MiB"},
+		{"a long name", groupDoc(3000, "{{ .Vars."+long+" }}", "true"),
+			"formulas[0].nodes[0].run", "template: a name of 307200 bytes"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { _, err := dag.ParseJSONComposition([]byte(tc.doc)); done <- err }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("still rendering after a minute")
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			ps := problemsOf(t, err)
+			if len(ps) != 1 {
+				t.Errorf("%d problems, want 1:\n%.2000s", len(ps), fmtProblems(ps))
+			}
+			for _, p := range ps {
+				if (tc.path == "*" || p.Path == tc.path) && p.Code == dag.CodeTemplate && strings.Contains(p.Message, tc.msg) {
+					if len(p.Message) > 1024 {
+						t.Errorf("a problem of %d bytes", len(p.Message))
+					}
+					return
+				}
+			}
+			t.Errorf("no template problem %q at %s in:\n%.2000s", tc.msg, tc.path, fmtProblems(ps))
+		})
+	}
+}
+
+// TestFleetEnvFilesRender: a fleet of 5,000 hosts whose 5 nodes each
+// write an env file from 30 vars in a loop stays within the steps.
+func TestFleetEnvFilesRender(t *testing.T) {
+	vars := make([]string, 30)
+	for i := range vars {
+		vars[i] = fmt.Sprintf(`"var_%d":"value-%d"`, i, i)
+	}
+	hosts := make([]string, 5000)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf(`"h%d":{"transport":"local","labels":{"r":"x"}}`, i)
+	}
+	nodes := make([]string, 5)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf(`{"name":"n%d","run":%q}`, i, `cat > /etc/app.env <<'EOF'
+{{ range $k, $v := .Vars }}export {{ $k }}={{ shq $v }}
+{{ end }}EOF`)
+	}
+	doc := `{"name":"t","vars":{` + strings.Join(vars, ",") + `},"hosts":{` + strings.Join(hosts, ",") + `},"groups":{"g":{"labels":{"r":"x"}}},` +
+		`"formulas":[{"id":"f","group":"g","nodes":[` + strings.Join(nodes, ",") + `]}]}`
+	c := loadFleet(t, doc)
+	if got := c.Formulas[0].Nodes[0].Run; !strings.Contains(got, "export var_9='value-9'\n") {
 		t.Errorf("rendered %q", got)
 	}
 }
