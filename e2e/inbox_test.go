@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -77,5 +78,29 @@ func TestViewerCannotReadAnOperatorsPlan(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the server did not refuse the viewer's subscription to %s; refusals: %q", want, refused)
+	}
+}
+
+// TestViewerOperatorCommandRefusedAtOnce: a viewer running what only an
+// operator may do (reconcile reads drift first, on the operator's inbox
+// prefix, which the server refuses) is told so at once, not after the
+// timeout.
+func TestViewerOperatorCommandRefusedAtOnce(t *testing.T) {
+	bin := buildGantry(t)
+	s := newStack(t, stackOptions{})
+	c := &dag.Composition{Name: "rec", Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+		Formulas: []dag.Formula{{ID: "a", Server: "me", Nodes: []dag.Node{{Name: "n", Run: "true"}}}}}
+	file := writeJSON(t, filepath.Join(t.TempDir(), "rec.json"), c)
+	for _, args := range [][]string{{"reconcile", file}, {"state", "--rebuild", "--check"}, {"cancel", "01a20000-0000-7000-8000-000000000000"}} {
+		start := time.Now()
+		cmd := exec.Command(bin, append(args, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer), "--timeout", "20s")...)
+		out, err := cmd.CombinedOutput()
+		took := time.Since(start)
+		if err == nil {
+			t.Errorf("gantry %s as a viewer passed:\n%s", strings.Join(args, " "), out)
+		}
+		if !strings.Contains(string(out), "not allowed for this identity") || took > 10*time.Second {
+			t.Errorf("gantry %s as a viewer: after %v:\n%s", strings.Join(args, " "), took.Round(time.Millisecond), out)
+		}
 	}
 }

@@ -146,7 +146,7 @@ func (d *decoder) float(dst *float64) func(*Value, string) {
 
 // durationShape is a duration as time.ParseDuration reads it: when one of
 // this shape does not parse, it is too long.
-var durationShape = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+var durationShape = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func (d *decoder) duration(dst *Duration) func(*Value, string) {
 	return func(v *Value, path string) {

@@ -109,6 +109,8 @@ func TestValidationErrors(t *testing.T) {
 			[]want{{"formulas[0].nodes[0].timeout", dag.CodeValue, `bad duration "10 minutes"`}}},
 		{"duration too long", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","timeout":"99999999999h"}]}`),
 			[]want{{"formulas[0].nodes[0].timeout", dag.CodeValue, `duration "99999999999h" is too long: at most 2562047h`}}},
+		{"duration of a unit alone", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","timeout":".s"}]}`),
+			[]want{{"formulas[0].nodes[0].timeout", dag.CodeValue, `bad duration ".s"`}}},
 		{"retry max_attempts out of range", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","retry":{"max_attempts":9223372036854775807}`, 1),
 			[]want{{"retry.max_attempts", dag.CodeValue, "9223372036854775807 is out of range"}}},
 		{"duration as number", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","timeout":600}]}`),

@@ -148,12 +148,15 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 // redacted.
 func Redact(u string) string {
 	parts := strings.Split(u, ",")
+	creds := strings.Contains(u, "@")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		pu, err := url.Parse(p)
 		switch {
 		case err != nil && strings.Contains(p, "@"):
 			parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
+		case err != nil && creds:
+			parts[i] = "***" // maybe the start of a password with a comma in it
 		case err != nil || pu.User == nil:
 			parts[i] = p
 		default:
@@ -221,6 +224,12 @@ type connectError struct {
 }
 
 func (e *connectError) Error() string {
+	var bad *url.Error
+	if errors.As(e.err, &bad) && strings.Contains(e.url, "@") {
+		// what url.Parse quotes may be a piece of the password (one with a
+		// comma is cut in two), so none of it is shown
+		return fmt.Sprintf("connect to NATS at %s: the URL does not parse (the reason is not shown: it would quote the URL, password and all)", Redact(e.url))
+	}
 	return scrub(fmt.Sprintf("connect to NATS at %s: %v", Redact(e.url), e.err), e.url)
 }
 

@@ -24,6 +24,7 @@ func TestRedact(t *testing.T) {
 		"nats://a:p1@n1:4222,nats://b:p2@n2:4222":        "nats://a:***@n1:4222,nats://b:***@n2:4222",
 		"tls://bob:pa%40ss@nats.example.com:4443":        "tls://bob:***@nats.example.com:4443",
 		"not a url :// with:password@host and % escapes": "***@host and % escapes",
+		"nats://alice:S3c,retPW@127.0.0.1:4222":          "***,***@127.0.0.1:4222",
 	} {
 		got := natsconn.Redact(in)
 		if got != want {
@@ -163,6 +164,8 @@ func TestConnectErrorHidesThePassword(t *testing.T) {
 		{`nats://u:pa"ss\word@127.0.0.1:x`, `pa"ss\word`},
 		{"nats://u:pa%40ss@127.0.0.1:x", "pa@ss"},
 		{"nats://a:first-pw@127.0.0.1:1,nats://b:second-pw@127.0.0.1:bad", "second-pw"},
+		{"nats://alice:S3c,retPW@127.0.0.1:34817", "S3c"},
+		{"nats://alice:S3c,retPW@127.0.0.1:34817", "retPW"},
 	} {
 		_, err := natsconn.Connect(natsconn.Options{URL: tc.url}, "test", nil, false)
 		if err == nil {

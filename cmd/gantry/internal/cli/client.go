@@ -149,6 +149,12 @@ func watchDenials(nc *nats.Conn) {
 // server refuses the publish, instead of waiting out the timeout.
 func requestOrDenied(nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
 	subject := m.Subject
+	// The reply's subscription may be refused too (a viewer on an
+	// operator's inbox prefix): the request then never gets its answer.
+	inbox := nc.Opts.InboxPrefix
+	if inbox == "" {
+		inbox = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
+	}
 	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, nats.ErrTimeout)
 	defer cancel()
 	ctx, deny := context.WithCancelCause(ctx)
@@ -158,7 +164,7 @@ func requestOrDenied(nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.M
 			for {
 				select {
 				case err := <-v.(chan error):
-					if strings.Contains(err.Error(), `"`+subject+`"`) {
+					if msg := err.Error(); strings.Contains(msg, `"`+subject+`"`) || strings.Contains(msg, `"`+inbox+`.`) {
 						deny(errDenied)
 						return
 					}

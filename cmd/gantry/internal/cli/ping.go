@@ -64,7 +64,7 @@ func ping(ctx context.Context, cf *connFlags, services []string) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("%w: JetStream at %s: %w", errNotReady, nc.ConnectedUrl(), err)
+		return fmt.Errorf("%w: JetStream at %s: %w", errNotReady, nc.ConnectedUrlRedacted(), err)
 	}
 	for _, s := range services {
 		if _, err := nc.RequestWithContext(ctx, "$SRV.PING."+s, nil); err != nil {
