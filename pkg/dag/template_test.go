@@ -53,23 +53,7 @@ func TestTemplateCostIsBounded(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			done := make(chan error, 1)
-			go func() { _, err := dag.ParseJSONComposition([]byte(templateDoc(tc.vars, tc.run))); done <- err }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(time.Minute):
-				t.Fatal("still rendering after a minute")
-			}
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, p := range problemsOf(t, err) {
-				if p.Path == "formulas[0].nodes[0].run" && p.Code == dag.CodeTemplate && strings.Contains(p.Message, tc.msg) {
-					return
-				}
-			}
-			t.Errorf("no template problem %q at formulas[0].nodes[0].run in:\n%s", tc.msg, fmtProblems(problemsOf(t, err)))
+			refusedWithin(t, templateDoc(tc.vars, tc.run), "formulas[0].nodes[0].run", tc.msg)
 		})
 	}
 }
@@ -185,32 +169,7 @@ func TestTemplateDataCostIsBounded(t *testing.T) {
 			"formulas[0].nodes[0].run", "template: a name of 307200 bytes"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			done := make(chan error, 1)
-			go func() { _, err := dag.ParseJSONComposition([]byte(tc.doc)); done <- err }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(time.Minute):
-				t.Fatal("still rendering after a minute")
-			}
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			ps := problemsOf(t, err)
-			if len(ps) != 1 {
-				t.Errorf("%d problems, want 1:\n%.2000s", len(ps), fmtProblems(ps))
-			}
-			for _, p := range ps {
-				if (tc.path == "*" || p.Path == tc.path) && p.Code == dag.CodeTemplate && strings.Contains(p.Message, tc.msg) {
-					if len(p.Message) > 1024 {
-						t.Errorf("a problem of %d bytes", len(p.Message))
-					}
-					return
-				}
-			}
-			t.Errorf("no template problem %q at %s in:\n%.2000s", tc.msg, tc.path, fmtProblems(ps))
-		})
+		t.Run(tc.name, func(t *testing.T) { refusedWithin(t, tc.doc, tc.path, tc.msg) })
 	}
 }
 
@@ -237,4 +196,34 @@ func TestFleetEnvFilesRender(t *testing.T) {
 	if got := c.Formulas[0].Nodes[0].Run; !strings.Contains(got, "export var_9='value-9'\n") {
 		t.Errorf("rendered %q", got)
 	}
+}
+
+// refusedWithin loads doc, which must be refused within a minute with one
+// short template problem at path ("*": any) saying msg.
+func refusedWithin(t *testing.T, doc, path, msg string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { _, err := dag.ParseJSONComposition([]byte(doc)); done <- err }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("still rendering after a minute")
+	}
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	ps := problemsOf(t, err)
+	if len(ps) != 1 {
+		t.Errorf("%d problems, want 1:\n%.2000s", len(ps), fmtProblems(ps))
+	}
+	for _, p := range ps {
+		if (path == "*" || p.Path == path) && p.Code == dag.CodeTemplate && strings.Contains(p.Message, msg) {
+			if len(p.Message) > 1024 {
+				t.Errorf("a problem of %d bytes", len(p.Message))
+			}
+			return
+		}
+	}
+	t.Errorf("no template problem %q at %s in:\n%.2000s", msg, path, fmtProblems(ps))
 }
