@@ -1,6 +1,7 @@
 package dag
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -113,8 +114,14 @@ func GroupHosts(c *Composition, name string) []string { return groupHosts(c, c.G
 // place. Problems are reported with the path of the formula as written
 // and the host they concern.
 func expand(c *Composition, ps *problems) {
-	if n := expandedNodes(c); n > MaxExpandedNodes {
-		ps.add("formulas", 0, CodeTooLarge, "the groups fan out into %d nodes, more than %d: split the composition", n, MaxExpandedNodes)
+	hostsOf := groupHostsOnce(c)
+	nodes, env := expandedSize(c, hostsOf)
+	if nodes > MaxExpandedNodes {
+		ps.add("formulas", 0, CodeTooLarge, "the groups fan out into %d nodes, more than %d: split the composition", nodes, MaxExpandedNodes)
+		return
+	}
+	if env > MaxExpandedEnv {
+		ps.add("formulas", 0, CodeTooLarge, "the groups fan out into %d env values, more than %d: split the composition", env, MaxExpandedEnv)
 		return
 	}
 	instances := make(map[string][]string) // group formula id -> instance ids
@@ -128,7 +135,7 @@ func expand(c *Composition, ps *problems) {
 			out = append(out, f)
 			continue
 		}
-		made := fanOut(c, f, p, rd, ps)
+		made := fanOut(c, f, p, hostsOf(f.Group), rd, ps)
 		for _, m := range made {
 			instances[f.ID] = append(instances[f.ID], m.ID)
 		}
@@ -154,21 +161,43 @@ func expand(c *Composition, ps *problems) {
 // document naming large groups must not make a plan no one can run.
 const MaxExpandedNodes = 200_000
 
-func expandedNodes(c *Composition) int {
-	n := 0
+// MaxExpandedEnv bounds the env values (each node's and gate's, on each
+// host) a composition fans out into: each instance has its own.
+const MaxExpandedEnv = 2_000_000
+
+// expandedSize is how many nodes and env values c fans out into.
+func expandedSize(c *Composition, hostsOf func(string) []string) (nodes, env int) {
 	for _, f := range c.Formulas {
 		k := 1
 		if f.Group != "" {
-			k = len(groupHosts(c, c.Groups[f.Group]))
+			k = len(hostsOf(f.Group))
 		}
-		n += k * len(f.Nodes)
+		nodes += k * len(f.Nodes)
+		for _, n := range f.Nodes {
+			env += k * len(n.Env)
+		}
+		if f.HealthGate != nil {
+			env += k * len(f.HealthGate.Env)
+		}
 	}
-	return n
+	return nodes, env
+}
+
+// groupHostsOnce is groupHosts of c, each group's listed and sorted once.
+func groupHostsOnce(c *Composition) func(group string) []string {
+	seen := map[string][]string{}
+	return func(group string) []string {
+		hosts, ok := seen[group]
+		if !ok {
+			hosts = groupHosts(c, c.Groups[group])
+			seen[group] = hosts
+		}
+		return hosts
+	}
 }
 
 // fanOut makes the instances of group formula f, in batches.
-func fanOut(c *Composition, f Formula, p string, rd *renderer, ps *problems) []Formula {
-	hosts := groupHosts(c, c.Groups[f.Group])
+func fanOut(c *Composition, f Formula, p string, hosts []string, rd *renderer, ps *problems) []Formula {
 	size, maxFailed := len(hosts), 0
 	if r := f.Rollout; r != nil {
 		size, maxFailed = max(r.Batch.Of(len(hosts)), 1), r.MaxFailed.Of(len(hosts))
@@ -232,11 +261,23 @@ func expandTargets(targets []string, instances map[string][]string) []string {
 
 // TemplateData is what a command template sees: the host it runs on.
 type TemplateData struct {
-	Host    string            // the host's name in the composition
-	Address string            // its address (host:port), or "" for transport local
-	Labels  map[string]string // its labels
-	Vars    map[string]string // the composition's vars, overridden by the host's
+	Host    string      // the host's name in the composition
+	Address string      // its address (host:port), or "" for transport local
+	Labels  TemplateMap // its labels
+	Vars    TemplateMap // the composition's vars, overridden by the host's
 }
+
+// String is what printing the whole of it ({{ . }}) gives: its host, not
+// every var (which would cost a template more than its steps charge).
+func (d TemplateData) String() string { return "<host " + d.Host + ">" }
+
+// TemplateMap is the labels or vars a template sees. Its entries are
+// reached by name (.Vars.port), index or range.
+type TemplateMap map[string]string
+
+// String is what printing the whole map ({{ .Vars }}) gives: how many
+// entries it has, not the entries.
+func (m TemplateMap) String() string { return fmt.Sprintf("<%d entries>", len(m)) }
 
 // renderFormula renders every template of a formula for its server.
 func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *problems) {
@@ -244,7 +285,11 @@ func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *probl
 	if !ok {
 		return // reported by validation
 	}
-	data := templateData(c, f.Server, h)
+	data, err := rd.data(c, f.Server, h)
+	if err != nil {
+		rd.report(ps, p, f, err)
+		return
+	}
 	r := func(s *string, path string) bool {
 		out, err := rd.render(*s, data)
 		if err == nil {
@@ -291,12 +336,18 @@ func renderEnv(env map[string]EnvValue, p string, r func(*string, string) bool, 
 }
 
 func templateData(c *Composition, name string, h Host) TemplateData {
-	vars := make(map[string]string, len(c.Vars)+len(h.Vars))
-	for k, v := range c.Vars {
-		vars[k] = v
+	vars := TemplateMap(c.Vars) // shared, read only
+	if len(h.Vars) > 0 {
+		vars = make(TemplateMap, len(c.Vars)+len(h.Vars))
+		for k, v := range c.Vars {
+			vars[k] = v
+		}
+		for k, v := range h.Vars {
+			vars[k] = v
+		}
 	}
-	for k, v := range h.Vars {
-		vars[k] = v
+	if vars == nil {
+		vars = TemplateMap{}
 	}
 	labels := h.Labels
 	if labels == nil {
@@ -308,5 +359,5 @@ func templateData(c *Composition, name string, h Host) TemplateData {
 			addr = a
 		}
 	}
-	return TemplateData{Host: name, Address: addr, Labels: labels, Vars: vars}
+	return TemplateData{Host: name, Address: addr, Labels: TemplateMap(labels), Vars: vars}
 }

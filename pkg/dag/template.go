@@ -38,10 +38,23 @@ const MaxRenderedTotal = 128 << 20
 // of text, an argument), a node of a loop's body run once more, a key of
 // a map a loop goes over, or 128 bytes that a function reads or makes or
 // a template writes. A step costs about the same whatever the data:
-// 20,000,000 take a few seconds on a slow machine. A fleet of 5,000
+// 30,000,000 take two or three seconds on a slow machine. A fleet of 5,000
 // hosts, 5 nodes each, each node writing an env file from 30 vars in a
 // loop, takes about 14,000,000.
-const MaxTemplateSteps = 20_000_000
+const MaxTemplateSteps = 30_000_000
+
+// renderSteps is what running a template costs besides its nodes, and
+// callSteps what calling a function does (reflection), in steps.
+const (
+	renderSteps = 20
+	callSteps   = 10
+	// nestedSteps is what a parenthesized pipeline costs besides its
+	// calls: evaluating it as an argument goes through text/template's
+	// whole pipeline machinery again.
+	nestedSteps = 30
+	// copySteps is what copying a var into a host's own vars costs.
+	copySteps = 10
+)
 
 // Bytes count as steps by what is done with them: made (formatted into a
 // new string), written to the rendered command, or compared and hashed.
@@ -70,6 +83,24 @@ type renderer struct {
 	// formula's instances share their paths, and one problem a path is
 	// enough.
 	failed map[string]bool
+	hosts  map[string]TemplateData // each host's, made once
+}
+
+// data is what the templates of host name see, made once a host. A host
+// with vars of its own gets a copy of the composition's with its own over
+// them, charged copySteps an entry; the others share the composition's.
+func (r *renderer) data(c *Composition, name string, h Host) (TemplateData, error) {
+	if d, ok := r.hosts[name]; ok {
+		return d, nil
+	}
+	if len(h.Vars) > 0 {
+		if err := r.spend(copySteps * (len(c.Vars) + len(h.Vars))); err != nil {
+			return TemplateData{}, err
+		}
+	}
+	d := templateData(c, name, h)
+	r.hosts[name] = d
+	return d, nil
 }
 
 type parsedTemplate struct {
@@ -79,7 +110,8 @@ type parsedTemplate struct {
 }
 
 func newRenderer() *renderer {
-	return &renderer{parsed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal, failed: map[string]bool{}}
+	return &renderer{parsed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal,
+		failed: map[string]bool{}, hosts: map[string]TemplateData{}}
 }
 
 func (r *renderer) spend(n int) error {
@@ -135,7 +167,7 @@ func (r *renderer) render(s string, data TemplateData) (string, error) {
 	if pt.err != nil {
 		return "", pt.err
 	}
-	if err := r.spend(pt.nodes); err != nil {
+	if err := r.spend(renderSteps + pt.nodes); err != nil {
 		return "", err
 	}
 	b := &limitedBuffer{max: MaxRendered, r: r}
@@ -299,20 +331,34 @@ func branchSteps(pipe *parse.PipeNode, list, elseList *parse.ListNode) (int, err
 // error naming a longer one would cost more than the steps charge.
 const maxTemplateName = 256
 
-// pipeSteps is a step per argument, and one per comparedPerStep bytes of
-// a literal or a field name (hashed to look it up). A name longer than
-// maxTemplateName is refused.
+// pipeSteps is a step per argument, callSteps per function called (in
+// nested pipelines too), and one per comparedPerStep bytes of a literal or
+// a field name (hashed to look it up). A name longer than maxTemplateName
+// is refused.
 func pipeSteps(p *parse.PipeNode) (int, error) {
 	if p == nil {
 		return 0, nil
 	}
 	n := 0
 	for _, c := range p.Cmds {
+		if len(c.Args) > 0 {
+			if _, call := c.Args[0].(*parse.IdentifierNode); call {
+				n += callSteps
+			}
+		}
 		for _, a := range c.Args {
 			for _, name := range names(a) {
 				if len(name) > maxTemplateName {
 					return 0, fmt.Errorf("template: a name of %d bytes (%.20s…): at most %d", len(name), name, maxTemplateName)
 				}
+			}
+			if inner, ok := a.(*parse.PipeNode); ok {
+				steps, err := pipeSteps(inner)
+				if err != nil {
+					return 0, err
+				}
+				n += nestedSteps + steps
+				continue
 			}
 			n += 1 + len(a.String())/comparedPerStep
 		}
@@ -329,14 +375,6 @@ func names(a parse.Node) []string {
 		return a.Ident
 	case *parse.ChainNode:
 		return a.Field
-	case *parse.PipeNode:
-		var out []string
-		for _, c := range a.Cmds {
-			for _, x := range c.Args {
-				out = append(out, names(x)...)
-			}
-		}
-		return out
 	}
 	return nil
 }

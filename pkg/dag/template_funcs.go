@@ -54,31 +54,37 @@ func (r *renderer) escaper(name string, grow int, escape func(...any) string) fu
 	}
 }
 
-// fmtWidthMax is the largest width or precision fmt takes.
+// fmtWidthMax is the largest width or precision fmt takes; it prints
+// %!(BADWIDTH) for a larger one.
 const fmtWidthMax = 1_000_000
 
-// printfSize is at least what fmt.Sprintf(format, args...) makes: the
-// format, each argument, and every width or precision in the format (or
-// taken from the arguments with *).
+// printfSize is at least what fmt.Sprintf(format, args...) makes: every
+// verb (each % of the format) may print the largest argument, grown as %x,
+// %q or %U grow it, padded to the largest width or precision in the format
+// or taken from the arguments with *.
 func printfSize(format string, args []any) int {
-	n := len(format) + argsSize(args) + 32*len(args)
-	num := 0
+	most, width, num := 0, 0, 0
+	for _, a := range args {
+		most = max(most, sizeOf(reflect.ValueOf(a)))
+		if v := reflect.ValueOf(a); v.CanInt() && strings.Contains(format, "*") && v.Int() <= fmtWidthMax && v.Int() >= -fmtWidthMax {
+			width = max(width, int(max(v.Int(), -v.Int())))
+		}
+	}
 	for i := 0; i <= len(format); i++ {
 		if i < len(format) && format[i] >= '0' && format[i] <= '9' {
-			num = min(num*10+int(format[i]-'0'), fmtWidthMax)
+			num = min(num*10+int(format[i]-'0'), fmtWidthMax+1)
 			continue
 		}
-		n += num
+		if num <= fmtWidthMax {
+			width = max(width, num)
+		}
 		num = 0
 	}
-	if strings.Contains(format, "*") {
-		for _, a := range args {
-			if v := reflect.ValueOf(a); v.CanInt() {
-				n += int(min(max(v.Int(), -v.Int()), fmtWidthMax))
-			}
-		}
+	grow := 1
+	if strings.ContainsAny(format, "xXqU") {
+		grow = 6
 	}
-	return n
+	return len(format) + strings.Count(format, "%")*(most*grow+width+32)
 }
 
 func argsSize(args []any) int {
@@ -89,8 +95,14 @@ func argsSize(args []any) int {
 	return n
 }
 
-// sizeOf is about how many bytes fmt prints of v.
+// sizeOf is about how many bytes fmt prints of v (a Stringer's String,
+// which TemplateData and TemplateMap are).
 func sizeOf(v reflect.Value) int {
+	if v.IsValid() && v.CanInterface() {
+		if s, ok := v.Interface().(fmt.Stringer); ok && v.Kind() != reflect.Pointer {
+			return len(s.String())
+		}
+	}
 	switch v.Kind() {
 	case reflect.String:
 		return v.Len()
@@ -104,6 +116,12 @@ func sizeOf(v reflect.Value) int {
 		n := 2
 		for i := range v.Len() {
 			n += sizeOf(v.Index(i)) + 1
+		}
+		return n
+	case reflect.Struct:
+		n := 2
+		for i := range v.NumField() {
+			n += sizeOf(v.Field(i)) + 1
 		}
 		return n
 	case reflect.Interface, reflect.Pointer:

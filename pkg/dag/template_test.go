@@ -92,11 +92,11 @@ func TestTemplateBudgetIsReportedOnce(t *testing.T) {
 // comparisons, index and the text functions render as text/template's
 // own do.
 func TestTemplatesStillRender(t *testing.T) {
-	run := `{{ range $k, $v := .Vars }}{{ $k }}={{ shq $v }} {{ end }}{{ if eq .Host "a" "h" }}{{ printf "%s!" .Host }}{{ end }}{{ range .Labels }}never{{ else }} none{{ end }}` +
+	run := `{{ . }} {{ .Vars }} {{ printf "%v" .Labels }} {{ range $k, $v := .Vars }}{{ $k }}={{ shq $v }} {{ end }}{{ if eq .Host "a" "h" }}{{ printf "%s!" .Host }}{{ end }}{{ range .Labels }}never{{ else }} none{{ end }}` +
 		` {{ index .Vars "v1" }}{{ if ne .Vars.v0 "y" }} ne{{ end }}{{ if lt 1 2 }} lt{{ end }}{{ if ge (len .Vars) 2 }} ge{{ end }}` +
 		`{{ if gt "b" "a" }} gt{{ end }}{{ if le 2.5 2.5 }} le{{ end }} {{ index .Host 0 }} {{ html "<a>" }} {{ js "'" }} {{ urlquery "a b" }} {{ print 1 "x" }}`
 	c := loadFleet(t, templateDoc(2, run))
-	if got, want := c.Formulas[0].Nodes[0].Run, `v0='x' v1='x' h! none x ne lt ge gt le 104 &lt;a&gt; \' a+b 1x`; got != want {
+	if got, want := c.Formulas[0].Nodes[0].Run, `<host h> <2 entries> <0 entries> v0='x' v1='x' h! none x ne lt ge gt le 104 &lt;a&gt; \' a+b 1x`; got != want {
 		t.Errorf("rendered %q, want %q", got, want)
 	}
 }
@@ -164,9 +164,15 @@ func TestTemplateDataCostIsBounded(t *testing.T) {
 		{"printf of a thousand widths", varsDoc([]string{`"a":"b"`}, `{{ $a := printf "`+strings.Repeat("%999999d", 1000)+`"`+strings.Repeat(" 1", 1000)+` }}echo`),
 			"formulas[0].nodes[0].run", "printf would make more than 262144 bytes"},
 		{"a long command on 11,000 hosts", groupDoc(11000, long[:240<<10]+"{{ .Host }}", long[:240<<10]+"{{ .Vars.b }}"),
-			"*", "takes more than 20000000 steps or 128 MiB"},
+			"*", "steps or 128 MiB"},
 		{"a long name", groupDoc(3000, "{{ .Vars."+long+" }}", "true"),
 			"formulas[0].nodes[0].run", "template: a name of 307200 bytes"},
+		{"a hex dump over the cap", varsDoc([]string{`"x":"` + long[:250<<10] + `"`}, `{{ $y := printf "% #x" .Vars.x }}{{ len $y }}`),
+			"formulas[0].nodes[0].run", "printf would make more than 262144 bytes"},
+		{"nested calls on many hosts", groupDoc(18000, "{{ "+strings.Repeat("(not ", 5000)+"1"+strings.Repeat(")", 5000)+" }}", "true"),
+			"formulas[0].nodes[0].run", "steps or 128 MiB"},
+		{"a pipeline of calls on many hosts", groupDoc(2000, "{{ 1"+strings.Repeat(" | not", 20000)+" }}", "true"),
+			"formulas[0].nodes[0].run", "steps or 128 MiB"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { refusedWithin(t, tc.doc, tc.path, tc.msg) })
@@ -226,4 +232,24 @@ func refusedWithin(t *testing.T, doc, path, msg string) {
 		}
 	}
 	t.Errorf("no template problem %q at %s in:\n%.2000s", msg, path, fmtProblems(ps))
+}
+
+// TestEnvFanOutBounded: env values are copied for every instance, so a
+// composition fanning out into more than MaxExpandedEnv of them is refused
+// before anything is made.
+func TestEnvFanOutBounded(t *testing.T) {
+	env := make([]string, 3000)
+	for i := range env {
+		env[i] = fmt.Sprintf(`"E%d":"v"`, i)
+	}
+	hosts := make([]string, 1000)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf(`"h%d":{"transport":"local","labels":{"r":"x"}}`, i)
+	}
+	doc := `{"name":"t","hosts":{` + strings.Join(hosts, ",") + `},"groups":{"g":{"labels":{"r":"x"}}},` +
+		`"formulas":[{"id":"f","group":"g","nodes":[{"name":"n","run":"true","env":{` + strings.Join(env, ",") + `}}]}]}`
+	_, err := dag.ParseJSONComposition([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "fan out into 3000000 env values, more than 2000000") {
+		t.Fatalf("error %v", err)
+	}
 }

@@ -77,6 +77,8 @@ func validate(c *Composition, ps *problems) {
 type validator struct {
 	c  *Composition
 	ps *problems
+	// hostsOf lists a group's hosts, each group once (nil: not yet made)
+	hostsOf func(group string) []string
 }
 
 func (v *validator) bad(path string, code Code, format string, args ...any) {
@@ -374,7 +376,10 @@ func (v *validator) isInstance(id string) bool {
 		if f.Group == "" || !strings.HasPrefix(id, f.ID+"-") {
 			continue
 		}
-		if g, ok := v.c.Groups[f.Group]; ok && slices.Contains(groupHosts(v.c, g), strings.TrimPrefix(id, f.ID+"-")) {
+		if v.hostsOf == nil {
+			v.hostsOf = groupHostsOnce(v.c)
+		}
+		if _, ok := v.c.Groups[f.Group]; ok && slices.Contains(v.hostsOf(f.Group), strings.TrimPrefix(id, f.ID+"-")) {
 			return true
 		}
 	}
