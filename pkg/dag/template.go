@@ -35,12 +35,12 @@ const MaxRenderedTotal = 128 << 20
 
 // MaxTemplateSteps bounds the work of rendering all of one composition's
 // templates. A step is a node of a template run once (an action, a piece
-// of text, an argument), a node of a loop's body run once more, a key of
-// a map a loop goes over, or 128 bytes that a function reads or makes or
-// a template writes. A step costs about the same whatever the data:
-// 30,000,000 take two or three seconds on a slow machine. A fleet of 5,000
-// hosts, 5 nodes each, each node writing an env file from 30 vars in a
-// loop, takes about 14,000,000.
+// of text, an argument), a node of a loop's body run once more, a key of a
+// map a loop goes over; a function call, a nested pipeline, a copied var
+// and bytes cost the steps below. A step costs about the same whatever the
+// data: 30,000,000 take two or three seconds on a slow machine. A fleet of
+// 5,000 hosts, 5 nodes each, each node writing an env file from 30 vars in
+// a loop, takes 24,000,000.
 const MaxTemplateSteps = 30_000_000
 
 // renderSteps is what running a template costs besides its nodes, and
