@@ -383,7 +383,7 @@ func indexOne(item, index reflect.Value) (reflect.Value, error) {
 		}
 		return reflect.Zero(item.Type().Elem()), nil
 	case reflect.Invalid:
-		panic("unreachable")
+		return reflect.Value{}, errors.New("index of untyped nil")
 	}
 	return reflect.Value{}, fmt.Errorf("can't index item of type %s", item.Type())
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,10 +152,7 @@ func requestOrDenied(nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.M
 	subject := m.Subject
 	// The reply's subscription may be refused too (a viewer on an
 	// operator's inbox prefix): the request then never gets its answer.
-	inbox := nc.Opts.InboxPrefix
-	if inbox == "" {
-		inbox = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
-	}
+	inbox := cmp.Or(nc.Opts.InboxPrefix, strings.TrimSuffix(nats.InboxPrefix, "."))
 	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, nats.ErrTimeout)
 	defer cancel()
 	ctx, deny := context.WithCancelCause(ctx)
