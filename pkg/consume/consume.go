@@ -479,6 +479,10 @@ func parse(msg jetstream.Msg, o Options) (*Event, msgLogger, bool) {
 		settle(msg, err, meta.NumDelivered, o.draining(), log, o)
 		return nil, log, false
 	}
+	if !admit(o, msg.Subject(), meta.Sequence.Stream, env) {
+		_ = msg.TermWithReason("refused: not from where its type comes")
+		return nil, log, false
+	}
 	return &Event{Envelope: env, Subject: msg.Subject(), Stream: meta.Sequence.Stream, Delivered: meta.NumDelivered, Header: msg.Headers(), msg: msg}, log, true
 }
 

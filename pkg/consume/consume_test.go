@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func setup(t *testing.T, ackWait time.Duration) (jetstream.JetStream, jetstream.Consumer) {
@@ -26,7 +28,7 @@ func setup(t *testing.T, ackWait time.Duration) (jetstream.JetStream, jetstream.
 	nc := natstest.Start(t).Connect(busauth.Admin)
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"decky.>"}}); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := js.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10})
@@ -82,9 +84,9 @@ func TestAdapter(t *testing.T) {
 			NakDelay: func(uint64) time.Duration { return 50 * time.Millisecond }})
 	}()
 	for _, n := range []string{"slow", "poison", "panics", "flaky", "ok"} {
-		publishEvent(t, js, "t."+n, n)
+		publishEvent(t, js, "decky.h.lifecycle", n)
 	}
-	js.Publish(context.Background(), "t.garbage", []byte("not an event"))
+	js.Publish(context.Background(), "decky.h.lifecycle", []byte("not an event"))
 	time.Sleep(4 * time.Second)
 	cancel()
 	if err := <-done; err != nil {
@@ -123,7 +125,7 @@ func TestDrainFinishesInFlight(t *testing.T) {
 		finished.Add(1)
 		return nil
 	}
-	publishEvent(t, js, "t.a", "a")
+	publishEvent(t, js, "decky.h.lifecycle", "a")
 	if err := consume.Run(ctx, cons, handler, consume.Options{Name: "t", Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +185,9 @@ func TestRunBatch(t *testing.T) {
 	}
 	names = append(names, "poison", "panics", "last")
 	for _, n := range names {
-		publishEvent(t, js, "t."+n, n)
+		publishEvent(t, js, "decky.h.lifecycle", n)
 	}
-	js.Publish(context.Background(), "t.garbage", []byte("not an event"))
+	js.Publish(context.Background(), "decky.h.lifecycle", []byte("not an event"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -247,7 +249,7 @@ func TestRunBatch(t *testing.T) {
 func TestFollow(t *testing.T) {
 	js, _ := setup(t, time.Second)
 	for i := 1; i <= 5; i++ {
-		publishEvent(t, js, "t.a", "n"+strconv.Itoa(i))
+		publishEvent(t, js, "decky.h.lifecycle", "n"+strconv.Itoa(i))
 	}
 	type batch struct {
 		nodes []string
@@ -294,11 +296,11 @@ func TestFollow(t *testing.T) {
 	}
 	// Trickling in, 5 ms apart: the linger makes them one or two batches.
 	nodes, batches = nil, 0
-	if _, err := js.Publish(context.Background(), "t.a", []byte("not an event")); err != nil {
+	if _, err := js.Publish(context.Background(), "decky.h.lifecycle", []byte("not an event")); err != nil {
 		t.Fatal(err)
 	}
 	for i := 6; i <= 15; i++ {
-		publishEvent(t, js, "t.a", "n"+strconv.Itoa(i))
+		publishEvent(t, js, "decky.h.lifecycle", "n"+strconv.Itoa(i))
 		time.Sleep(5 * time.Millisecond)
 	}
 	collect(16)
@@ -357,14 +359,14 @@ func TestRunRepairsDeletedConsumer(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	publishEvent(t, js, "t.a", "n1")
+	publishEvent(t, js, "decky.h.lifecycle", "n1")
 	waitUntil("the first event", func() bool { return count() == 1 })
 	if err := js.DeleteConsumer(context.Background(), "T", "c"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil("a repair", func() bool { return repairs.Load() > 0 })
 	for _, n := range []string{"n2", "n3", "n4"} {
-		publishEvent(t, js, "t.a", n)
+		publishEvent(t, js, "decky.h.lifecycle", n)
 	}
 	waitUntil("every event after the repair", func() bool { return count() == 4 })
 	cancel()
@@ -419,7 +421,7 @@ func TestRunSharesRedeliveryInFlight(t *testing.T) {
 		}
 		return i
 	}
-	publishEvent(t, js, "t.a", "slow")
+	publishEvent(t, js, "decky.h.lifecycle", "slow")
 	waitUntil("the handler to start", func() bool { return calls.Load() == 1 })
 	if err := js.DeleteConsumer(context.Background(), "T", "c"); err != nil {
 		t.Fatal(err)
@@ -439,5 +441,49 @@ func TestRunSharesRedeliveryInFlight(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An event that did not come the way its type comes (here a node's
+// transition on a health subject, and one about another host than its
+// subject's) is never handled: it is terminated and counted.
+func TestMisroutedEventsRefused(t *testing.T) {
+	js, cons := setup(t, time.Second)
+	var mu sync.Mutex
+	var handled []string
+	handler := func(ctx context.Context, ev *consume.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, ev.Subject)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- consume.Run(ctx, cons, handler, consume.Options{Name: "refusing", Logger: quiet}) }()
+	publishEvent(t, js, "decky.h.health", "forged")
+	publishEvent(t, js, "decky.other.lifecycle", "elsewhere")
+	publishEvent(t, js, "decky.h.lifecycle", "real")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(handled, []string{"decky.h.lifecycle"}) {
+		t.Errorf("handled %v, want only the event on its own host's lifecycle", handled)
+	}
+	if got := testutil.ToFloat64(consume.RefusedTotal.WithLabelValues("refusing", string(events.NodeType(dag.NodeRunning)))); got != 2 {
+		t.Errorf("refused counter %v, want 2", got)
 	}
 }

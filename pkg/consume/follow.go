@@ -64,6 +64,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream string, from uin
 				o.Logger.Error("skipping an event that does not parse", "consumer", o.Name, "subject", msg.Subject(), "stream_seq", last, "err", err)
 				continue
 			}
+			if !admit(o, msg.Subject(), last, env) {
+				continue
+			}
 			evs = append(evs, &Event{Envelope: env, Subject: msg.Subject(), Stream: last, Delivered: meta.NumDelivered, Header: msg.Headers()})
 		}
 		if last > 0 && hctx.Err() == nil {

@@ -154,6 +154,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		if err != nil || env.Type.Family() != events.FamilyWorkflow {
 			return
 		}
+		if err := events.Admit(m.Subject, env); err != nil {
+			log.Warn("event refused: not from where its type comes", "security", true, "subject", m.Subject, "type", string(env.Type), "err", err)
+			return
+		}
 		var w events.WorkflowEvent
 		if events.DecodeData(env, &w) == nil && (w.Status == dag.WorkflowCancelled || w.Cancelling) {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)

@@ -227,7 +227,7 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 			continue
 		}
 		lastConsumerSeq = meta.Sequence.Consumer
-		if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && ll.WorkflowID == q.id && q.sel.match(ll) {
+		if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && events.Admit(m.Subject(), env) == nil && ll.WorkflowID == q.id && q.sel.match(ll) {
 			if err := printLogLine(out, env, ll, q.json); err != nil {
 				return err
 			}
@@ -269,8 +269,8 @@ func awaitEnd(ctx context.Context, js jetstream.JetStream, q logsQuery, ended ch
 			if err != nil {
 				return
 			}
-			_, e, err := events.Decode[events.WorkflowEvent](m.Data())
-			if err == nil && e.Status.Terminal() && e.Generation >= q.gen {
+			env, e, err := events.Decode[events.WorkflowEvent](m.Data())
+			if err == nil && events.Admit(m.Subject(), env) == nil && e.Status.Terminal() && e.Generation >= q.gen {
 				close(ended)
 				msgs.Stop()
 				return

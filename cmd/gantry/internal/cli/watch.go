@@ -210,6 +210,10 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		if err != nil || !strings.HasPrefix(env.Subject, id) {
 			continue
 		}
+		if err := events.Admit(m.Subject(), env); err != nil {
+			refused(cmd.ErrOrStderr(), err) // forged or misrouted: never shown as news
+			continue
+		}
 		if node, ok := wouldChange(env); ok {
 			changes[node] = true
 		}
@@ -393,4 +397,11 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// refused says on stderr that an event was dropped because it did not
+// come the way its type comes (events.Admit): someone published it where
+// it does not belong.
+func refused(w io.Writer, err error) {
+	fmt.Fprintf(w, "gantry: warning: %v (dropped)\n", err)
 }

@@ -16,8 +16,12 @@ var (
 		Name: "gantry_webview_streams_refused_total",
 		Help: "Pages (workflow or list) refused because MaxStreams were already open.",
 	})
+	refusedEvents = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gantry_webview_events_refused_total",
+		Help: "Events not drawn because they did not come the way their type comes (a forged or misrouted message).",
+	})
 )
 
 func init() {
-	prometheus.MustRegister(metricStreams, metricMessages, metricRefused)
+	prometheus.MustRegister(metricStreams, metricMessages, metricRefused, refusedEvents)
 }

@@ -183,7 +183,7 @@ func (s *NATS) Lifecycle(ctx context.Context, out chan<- Item) error {
 			return fmt.Errorf("read %s: %w", events.StreamEvents, err)
 		}
 		env, err := events.Parse(m.Data())
-		if err != nil {
+		if err != nil || !admitted(m.Subject(), env) {
 			continue
 		}
 		select {
@@ -234,7 +234,7 @@ func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, 
 			}
 			return fmt.Errorf("read %s: %w", stream, err)
 		}
-		if it, ok := itemOf(m.Data(), id); ok {
+		if it, ok := itemOf(m.Subject(), m.Data(), id); ok {
 			select {
 			case out <- it:
 			case <-ctx.Done():
@@ -248,9 +248,9 @@ func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, 
 }
 
 // itemOf decodes a stream message, and keeps it if it is about workflow id.
-func itemOf(data []byte, id string) (Item, bool) {
+func itemOf(subject string, data []byte, id string) (Item, bool) {
 	env, err := events.Parse(data)
-	if err != nil {
+	if err != nil || !admitted(subject, env) {
 		return Item{}, false
 	}
 	if env.Type == events.TypeLogLine {
@@ -264,4 +264,14 @@ func itemOf(data []byte, id string) (Item, bool) {
 		return Item{}, false
 	}
 	return Item{Event: env}, true
+}
+
+// admitted applies events.Admit: an event that did not come the way its
+// type comes (forged, or misrouted) is never drawn, and is counted.
+func admitted(subject string, env *events.Envelope) bool {
+	if events.Admit(subject, env) != nil {
+		refusedEvents.Inc()
+		return false
+	}
+	return true
 }

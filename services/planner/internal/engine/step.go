@@ -72,6 +72,11 @@ func (e *Engine) target(ctx context.Context, ref events.Ref) (*run, int, bool, e
 		e.Log.Warn("event for an unknown formula ignored", "workflow_id", ref.WorkflowID, "formula", ref.Formula)
 		return nil, 0, false, nil
 	}
+	if server := r.plan.Formulas[i].Server; ref.Host != server {
+		e.Log.Warn("event refused: about another host than its formula's", "security", true, "workflow_id", ref.WorkflowID,
+			"formula", ref.Formula, "host", ref.Host, "formula_host", server)
+		return nil, 0, false, nil
+	}
 	return r, i, true, nil
 }
 

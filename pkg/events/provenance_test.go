@@ -1,0 +1,118 @@
+package events_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// knownTypes is every type this version defines.
+func knownTypes() []events.Type {
+	var ts []events.Type
+	for _, s := range []dag.WorkflowState{dag.WorkflowAccepted, dag.WorkflowRunning, dag.WorkflowPaused, dag.WorkflowSucceeded, dag.WorkflowFailed, dag.WorkflowCancelled} {
+		ts = append(ts, events.WorkflowType(s))
+	}
+	for _, s := range []dag.FormulaState{dag.FormulaReady, dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaGating, dag.FormulaHealthy,
+		dag.FormulaUnhealthy, dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled} {
+		ts = append(ts, events.FormulaType(s))
+	}
+	for _, s := range []dag.NodeState{dag.NodeRunning, dag.NodeSucceeded, dag.NodeFailed, dag.NodeSkipped, dag.NodeBlocked, dag.NodeCancelled} {
+		ts = append(ts, events.NodeType(s))
+	}
+	return append(ts, events.TypeHealthAttempt, events.TypeHealthPassed, events.TypeHealthFailed, events.TypeLogLine,
+		events.TypeDispatch, events.TypeGateRequest, events.TypeRolloutBatchStarted, events.TypeRolloutBatchFinished,
+		events.TypeRolloutStopped, events.TypeProgressUpdate)
+}
+
+// Every type has an origin whose producers may publish where it travels,
+// and the types a subject alone cannot bind to their sender are exactly
+// the planner's or an executor's own on decky.<host>.lifecycle, where both
+// publish.
+func TestEveryTypeHasAnOrigin(t *testing.T) {
+	for _, typ := range knownTypes() {
+		o, ok := events.OriginOf(typ)
+		if !ok {
+			t.Errorf("%s: no origin", typ)
+			continue
+		}
+		pubs := events.Publishers(o.Kind)
+		for _, id := range o.By {
+			if !slices.Contains(pubs, id) {
+				t.Errorf("%s: produced by %s, which may not publish on %s subjects (only %v)", typ, id, o.Kind, pubs)
+			}
+		}
+		// Only on decky.<host>.lifecycle may another identity than a
+		// type's producer publish.
+		want := o.Kind != events.KindHostLifecycle || len(o.By) == 2
+		if got := events.SenderBound(typ); got != want {
+			t.Errorf("%s on %s: SenderBound %v, want %v (publishers %v, producers %v)", typ, o.Kind, got, want, pubs, o.By)
+		}
+	}
+	if _, ok := events.OriginOf("gantry.node.pending"); ok {
+		t.Error("gantry.node.pending has an origin: nobody produces it")
+	}
+	// Only the planner publishes where a workflow's state is told.
+	if got := events.Publishers(events.KindWorkflowLifecycle); !slices.Equal(got, []events.Identity{events.Planner}) {
+		t.Errorf("workflow lifecycle publishers %v, want only the planner", got)
+	}
+	if got := events.Publishers(events.KindHealth); !slices.Equal(got, []events.Identity{events.HealthGate}) {
+		t.Errorf("health publishers %v, want only the health-gate", got)
+	}
+}
+
+func envelope(t *testing.T, p events.Payload) *events.Envelope {
+	t.Helper()
+	env, err := events.New("test/1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func TestAdmit(t *testing.T) {
+	ref := events.Ref{WorkflowID: "wf1", Workflow: "w", Formula: "f", Host: "h1", Operation: dag.OpCreate, Generation: 1}
+	node := ref
+	node.Node = "n"
+	formula := &events.FormulaEvent{Ref: ref, Status: dag.FormulaSucceeded}
+	workflow := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: "wf1", Workflow: "w", Operation: dag.OpCreate, Generation: 1}, Status: dag.WorkflowSucceeded}
+	health := &events.HealthEvent{Ref: ref, Status: events.HealthPass, Final: true}
+	line := &events.LogLine{Ref: node, Stream: events.Stdout, Seq: 1, Line: "x"}
+	cases := []struct {
+		name    string
+		subject string
+		p       events.Payload
+		refused string // "" admitted; else in the error
+	}{
+		{"formula on its host's lifecycle", "decky.h1.lifecycle", formula, ""},
+		{"workflow on its lifecycle", "workflow.wf1.lifecycle", workflow, ""},
+		{"health on its host's health", "decky.h1.health", health, ""},
+		{"log line on its node's logs", "decky.h1.logs.n", line, ""},
+		{"formula success on a health subject", "decky.h1.health", formula, "comes only on host_lifecycle"},
+		{"workflow success on a health subject", "decky.h1.health", workflow, "comes only on workflow_lifecycle"},
+		{"workflow success on a host lifecycle", "decky.h1.lifecycle", workflow, "comes only on workflow_lifecycle"},
+		{"health verdict on a lifecycle subject", "decky.h1.lifecycle", health, "comes only on health"},
+		{"formula about another host", "decky.h2.lifecycle", formula, `about host "h1"`},
+		{"health about another host", "decky.h2.health", health, `about host "h1"`},
+		{"workflow about another workflow", "workflow.wf2.lifecycle", workflow, `about workflow "wf1"`},
+		{"log line of another node", "decky.h1.logs.m", line, `about node "n"`},
+		{"dispatch on a lifecycle subject", "decky.h1.lifecycle", &events.Dispatch{Ref: ref}, "comes only on dispatch"},
+		{"not a gantry subject", "foo.bar", formula, "not a gantry subject"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := events.Admit(c.subject, envelope(t, c.p))
+			switch {
+			case c.refused == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.refused != "" && err == nil:
+				t.Fatal("admitted")
+			case c.refused != "" && (!errors.Is(err, events.ErrNotAdmitted) || !strings.Contains(err.Error(), c.refused)):
+				t.Fatalf("error %q, want ErrNotAdmitted naming %q", err, c.refused)
+			}
+		})
+	}
+}
