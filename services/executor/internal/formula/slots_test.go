@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 )
 
@@ -105,5 +106,59 @@ func TestUnrecordedOutcomeGivesTheKeptSlotsBackOnce(t *testing.T) {
 				t.Fatalf("the slots manager logged %q", e)
 			}
 		})
+	}
+}
+
+// movedRecords is a node records bucket in which, as a's outcome is
+// written, another executor given the same dispatch again has just moved
+// a's record on to an attempt of its own (running): the outcome's write
+// finds the record changed, and the node is decided again from it.
+type movedRecords struct {
+	*events.MemoryBucket[Record]
+	mu    sync.Mutex
+	moved bool
+}
+
+func (r *movedRecords) Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error) {
+	r.mu.Lock()
+	move := !r.moved && strings.HasSuffix(key, ".a") && v.Status == dag.NodeSucceeded
+	r.moved = r.moved || move
+	r.mu.Unlock()
+	if move {
+		cur, curRev, err := r.MemoryBucket.Get(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		cur.Attempt++
+		cur.GenAttempts++
+		if _, err := r.MemoryBucket.Put(ctx, key, cur, curRev); err != nil {
+			return 0, err
+		}
+	}
+	return r.MemoryBucket.Put(ctx, key, v, rev)
+}
+
+// A node whose outcome finds its record moved on is decided again from
+// it; when that makes another attempt, the lease its last attempt kept
+// for the next node goes to that attempt (or back), never left held: it
+// was dropped and refreshed for as long as the executor ran, its slot
+// taken from every executor.
+func TestChangedOutcomeLeavesNoSlotHeld(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	recs := &movedRecords{MemoryBucket: h.records}
+	h.x.Records = recs
+	store := &countedSlots{Memory: slots.NewMemory(time.Minute)}
+	defer store.Close()
+	h.x.Slots = &slots.Manager{Store: store, Executor: "executor/test"}
+	d := dispatch(dag.OpCreate, 1, node("a", "run-a", 1), node("b", "run-b", 1, "a"))
+	if err := h.x.Run(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.record(dag.OpCreate, "b"); r.Status != dag.NodeSucceeded {
+		t.Fatalf("b: %+v\n%s", r, strings.Join(h.stored(), "\n"))
+	}
+	if k := store.Keys("slot."); len(k) != 0 {
+		t.Fatalf("slots still held after the run: %v", k)
 	}
 }
