@@ -206,7 +206,8 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 	running := 0
 	// Leases of nodes that ended, handed to the nodes started next (a node
 	// of the same dispatch needs the same slots); any left over are given
-	// back before waiting for the next result.
+	// back before waiting for the next result, or on return. Each is given
+	// back once: whatever is released leaves spare.
 	var spare []*slots.Lease
 	defer func() { f.releaseAll(spare) }()
 	f.unstarted.Store(int32(len(f.pf.Nodes)))
@@ -266,8 +267,7 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 					spare = append(spare, r.kept)
 				}
 			}
-			f.releaseAll(spare)
-			return states, failed
+			return states, failed // spare is given back on return
 		}
 		if r.state == dag.NodeFailed {
 			failed = append(failed, f.pf.Nodes[r.index].Name)

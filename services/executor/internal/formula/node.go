@@ -71,6 +71,15 @@ func (nr *nodeRun) run(ctx context.Context) (dag.NodeState, error) {
 		if !errors.Is(err, events.ErrChanged) {
 			return st, err
 		}
+		// The lease an attempt kept for the next node goes to the
+		// attempts decided now, as a lease handed over does (or back at
+		// the end): it must not be left held, refreshed, for good.
+		if nr.kept != nil {
+			if nr.handed != nil { // cannot be: an attempt took the handed one first
+				nr.release(nr.handed)
+			}
+			nr.handed, nr.kept = nr.kept, nil
+		}
 		if err := nr.read(ctx); err != nil {
 			return dag.NodeFailed, err
 		}

@@ -71,7 +71,7 @@ type Manager struct {
 	ready   chan struct{}     // closed once the watch has caught up
 	err     error             // the watch could not start
 	seq     uint64
-	parked  map[string][]*Lease // lingering leases, by their limits (limitsKey)
+	parked  map[string][]*slotSet // lingering slots, by their limits (limitsKey)
 }
 
 // Request is what one attempt asks for.
@@ -84,15 +84,32 @@ type Request struct {
 	Waiting func(l dag.SlotLimit, running int)
 }
 
-// Lease is the slots an attempt holds.
+// Lease is the slots an attempt holds: its handle on them, good for one
+// Release. Lingering slots that the next attempt takes come to it under a
+// Lease of its own, so a Release through the first attempt's Lease (again)
+// never gives back the slots of the attempt that holds them now.
 type Lease struct {
+	m    *Manager
+	set  *slotSet
+	prio int
+	gone bool // Release was called (under m.mu): the slots are not this lease's any more
+}
+
+// slotSet is slots taken together by one Acquire, refreshed until they
+// are given back; lingering, they pass from lease to lease. Exactly one
+// owner at a time gives them back: the lease holding them (Release), or,
+// while they linger, whichever takes them out of Manager.parked first
+// (unpark, takeParked, GiveBackLingering).
+type slotSet struct {
 	m      *Manager
 	held   []held
 	limits []string // the limit of each held key
-	prio   int
 	stop   chan struct{}
 	done   chan struct{}
-	parks  int // how often it was parked (under m.mu): a lingering lease's turn
+	given  sync.Once // giveBack's work
+	// under m.mu:
+	lingering bool          // in m.parked
+	left      chan struct{} // closed when it stops lingering (taken or given back)
 }
 
 type held struct {
@@ -199,6 +216,10 @@ func (m *Manager) running(id string) int {
 func (m *Manager) ahead(id string, mine string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.aheadLocked(id, mine)
+}
+
+func (m *Manager) aheadLocked(id string, mine string) bool {
 	prefix := "wait." + id + "."
 	for k := range m.keys {
 		if strings.HasPrefix(k, prefix) && k < mine {
@@ -358,9 +379,9 @@ func (m *Manager) try(ctx context.Context, limits []dag.SlotLimit, prio int, sin
 			return nil, l, nil
 		}
 	}
-	lease := &Lease{m: m, held: got, limits: ids, prio: prio, stop: make(chan struct{}), done: make(chan struct{})}
-	go lease.refresh()
-	return lease, dag.SlotLimit{}, nil
+	set := &slotSet{m: m, held: got, limits: ids, stop: make(chan struct{}), done: make(chan struct{})}
+	go set.refresh()
+	return &Lease{m: m, set: set, prio: prio}, dag.SlotLimit{}, nil
 }
 
 // create creates key: over its delete marker, when the watch has shown
@@ -379,26 +400,27 @@ func (m *Manager) create(ctx context.Context, key string, val []byte) (uint64, e
 	return m.Store.Create(ctx, key, val)
 }
 
-// refresh writes the held keys again every TTL/3 until Release.
-func (l *Lease) refresh() {
-	defer close(l.done)
-	t := time.NewTicker(l.m.ttl() / 3)
+// refresh writes the held keys again every TTL/3 until they are given
+// back.
+func (s *slotSet) refresh() {
+	defer close(s.done)
+	t := time.NewTicker(s.m.ttl() / 3)
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-s.stop:
 			return
 		case <-t.C:
 		}
-		for i := range l.held {
-			h := &l.held[i]
-			ctx, cancel := context.WithTimeout(context.Background(), l.m.ttl()/3)
-			rev, err := l.m.Store.Update(ctx, h.key, h.val, h.rev)
+		for i := range s.held {
+			h := &s.held[i]
+			ctx, cancel := context.WithTimeout(context.Background(), s.m.ttl()/3)
+			rev, err := s.m.Store.Update(ctx, h.key, h.val, h.rev)
 			if err != nil {
 				// Expired (a long pause) or the store lost it: take it again
 				// if it is free; the node runs on either way.
-				if rev, err = l.m.Store.Create(ctx, h.key, h.val); err != nil {
-					l.m.log().Warn("cannot refresh a slot", "key", h.key, "err", err)
+				if rev, err = s.m.Store.Create(ctx, h.key, h.val); err != nil {
+					s.m.log().Warn("cannot refresh a slot", "key", h.key, "err", err)
 				}
 			}
 			cancel()
@@ -420,9 +442,15 @@ func (l *Lease) Keep() bool {
 	if l == nil {
 		return false
 	}
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l.gone {
+		return false
+	}
 	now := time.Now()
-	for _, id := range l.limits {
-		if l.m.ahead(id, waitKey(id, l.prio, now, "~")) {
+	for _, id := range l.set.limits {
+		if m.aheadLocked(id, waitKey(id, l.prio, now, "~")) {
 			return false
 		}
 	}
@@ -431,29 +459,51 @@ func (l *Lease) Keep() bool {
 
 // Release gives the slots back, in reverse order; with Linger, and
 // nobody waiting for them, they linger for this executor's next attempt
-// of the same limits first.
+// of the same limits first. A lease is released once: a second Release
+// (a caller's bug) is logged and does nothing, whoever holds the slots
+// by then.
 func (l *Lease) Release() {
 	if l == nil {
 		return
 	}
-	if l.m.Linger > 0 && !l.m.waited(l.limits) {
-		l.m.park(l)
+	m, s := l.m, l.set
+	m.mu.Lock()
+	if l.gone {
+		m.mu.Unlock()
+		m.log().Error("a lease of slots released twice; the second Release is ignored", "keys", l.Keys())
 		return
 	}
-	l.release()
+	l.gone = true
+	if m.Linger > 0 && !m.waitedLocked(s.limits) {
+		m.parkLocked(s)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	s.giveBack()
 }
 
-func (l *Lease) release() {
-	close(l.stop)
-	<-l.done
-	for i := len(l.held) - 1; i >= 0; i-- {
-		h := l.held[i]
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := l.m.Store.Delete(ctx, h.key, h.rev); err != nil {
-			l.m.log().Warn("cannot give a slot back; it expires", "key", h.key, "err", err)
+// giveBack stops refreshing the slots and deletes their keys. Its caller
+// is their one owner (see slotSet), so it runs once; a second call is a
+// bug, logged, and does nothing.
+func (s *slotSet) giveBack() {
+	first := false
+	s.given.Do(func() {
+		first = true
+		close(s.stop)
+		<-s.done
+		for i := len(s.held) - 1; i >= 0; i-- {
+			h := s.held[i]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := s.m.Store.Delete(ctx, h.key, h.rev); err != nil {
+				s.m.log().Warn("cannot give a slot back; it expires", "key", h.key, "err", err)
+			}
+			cancel()
+			s.m.saw(h.key, 0, true)
 		}
-		cancel()
-		l.m.saw(h.key, 0, true)
+	})
+	if !first {
+		s.m.log().Error("slots given back twice; the second time is ignored", "keys", s.keys())
 	}
 }
 
@@ -466,17 +516,16 @@ const DefaultLinger = 100 * time.Millisecond
 // stops).
 func (m *Manager) GiveBackLingering() {
 	m.mu.Lock()
-	var all []*Lease
-	for key, ls := range m.parked {
-		all = append(all, ls...)
-		delete(m.parked, key)
+	var all []*slotSet
+	for _, ss := range m.parked {
+		all = append(all, ss...)
 	}
-	for _, l := range all {
-		l.parks++ // their lingering ends
+	for _, s := range all {
+		m.unparkLocked(s)
 	}
 	m.mu.Unlock()
-	for _, l := range all {
-		l.release()
+	for _, s := range all {
+		s.giveBack()
 	}
 }
 
@@ -484,8 +533,14 @@ func (m *Manager) GiveBackLingering() {
 // its priority: a lingering lease is given back to it, as it would have
 // been had it not lingered.
 func (m *Manager) waited(ids []string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.waitedLocked(ids)
+}
+
+func (m *Manager) waitedLocked(ids []string) bool {
 	for _, id := range ids {
-		if m.ahead(id, "wait."+id+".~") { // after every waiter's key
+		if m.aheadLocked(id, "wait."+id+".~") { // after every waiter's key
 			return true
 		}
 	}
@@ -495,56 +550,72 @@ func (m *Manager) waited(ids []string) bool {
 // limitsKey names a set of limits (sorted by ID).
 func limitsKey(ids []string) string { return strings.Join(ids, "\x00") }
 
-// park keeps l for Linger, refreshed as while it ran, and gives it back
-// then, or as soon as a waiter for one of its limits shows up, unless
-// takeParked took it meanwhile.
-func (m *Manager) park(l *Lease) {
-	key := limitsKey(l.limits)
-	m.mu.Lock()
-	if m.parked == nil {
-		m.parked = map[string][]*Lease{}
+// parkLocked keeps s for Linger, refreshed as while it ran, and gives it
+// back then, or as soon as a waiter for one of its limits shows up, unless
+// takeParked or GiveBackLingering took it meanwhile. Its caller holds
+// m.mu, and gave up its lease on s.
+func (m *Manager) parkLocked(s *slotSet) {
+	if s.lingering { // cannot be: only a lease not released yet parks, and a lingering set has none
+		m.log().Error("slots parked twice; the second time is ignored", "keys", s.keys())
+		return
 	}
-	m.parked[key] = append(m.parked[key], l)
-	l.parks++
-	turn := l.parks
-	m.mu.Unlock()
+	key := limitsKey(s.limits)
+	if m.parked == nil {
+		m.parked = map[string][]*slotSet{}
+	}
+	m.parked[key] = append(m.parked[key], s)
+	s.lingering = true
+	left := make(chan struct{})
+	s.left = left
 	go func() {
 		t := time.NewTimer(m.Linger)
 		defer t.Stop()
 		for {
 			select {
+			case <-left:
+				return // taken, or given back by GiveBackLingering
 			case <-t.C:
 			case <-m.changes():
-				if !m.waited(l.limits) {
+				if !m.waited(s.limits) {
 					continue
 				}
 			}
-			if m.unpark(key, l, turn) {
-				l.release()
+			if m.unpark(s, left) {
+				s.giveBack()
 			}
 			return
 		}
 	}()
 }
 
-// unpark takes l out of the lingering leases, if it is still there in the
-// same turn.
-func (m *Manager) unpark(key string, l *Lease, turn int) bool {
+// unpark takes s out of the lingering slots if it still lingers since it
+// was parked with left: the caller owns it then, to give it back.
+func (m *Manager) unpark(s *slotSet, left chan struct{}) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if l.parks != turn {
+	if !s.lingering || s.left != left {
 		return false
 	}
-	i := slices.Index(m.parked[key], l)
-	if i < 0 {
-		return false
-	}
-	m.parked[key] = slices.Delete(m.parked[key], i, i+1)
+	m.unparkLocked(s)
 	return true
 }
 
-// takeParked returns a lingering lease of exactly these limits, when
-// nobody waits for any of them.
+// unparkLocked takes lingering s out of m.parked (under m.mu) and ends
+// its lingering: the caller owns it.
+func (m *Manager) unparkLocked(s *slotSet) {
+	key := limitsKey(s.limits)
+	if i := slices.Index(m.parked[key], s); i >= 0 {
+		m.parked[key] = slices.Delete(m.parked[key], i, i+1)
+	}
+	if len(m.parked[key]) == 0 {
+		delete(m.parked, key)
+	}
+	s.lingering = false
+	close(s.left)
+}
+
+// takeParked returns, under a new lease, lingering slots of exactly these
+// limits, when nobody waits for any of them.
 func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	ids := make([]string, len(limits))
 	for i, l := range limits {
@@ -552,37 +623,25 @@ func (m *Manager) takeParked(limits []dag.SlotLimit, prio int) *Lease {
 	}
 	key := limitsKey(ids)
 	m.mu.Lock()
-	// one whose slots are all within these limits' maxima (a limit of the
-	// same ID may have a smaller max now: another composition's, or changed)
-	i := len(m.parked[key]) - 1
-	for i >= 0 && !m.withinMax(m.parked[key][i], limits) {
-		i--
-	}
-	if i < 0 {
-		m.mu.Unlock()
-		return nil
-	}
-	l := m.parked[key][i]
-	m.mu.Unlock()
-	if m.waited(ids) {
-		return nil // it is given back for the waiter
-	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	i = slices.Index(m.parked[key], l)
-	if i < 0 {
-		return nil // given back meanwhile
+	if len(m.parked[key]) == 0 || m.waitedLocked(ids) {
+		return nil // none, or it is given back for the waiter
 	}
-	m.parked[key] = slices.Delete(m.parked[key], i, i+1)
-	l.parks++ // its lingering ends
-	l.prio = prio
-	return l
+	// slots all within these limits' maxima (a limit of the same ID may
+	// have a smaller max now: another composition's, or changed)
+	for i := len(m.parked[key]) - 1; i >= 0; i-- {
+		if s := m.parked[key][i]; m.withinMax(s, limits) {
+			m.unparkLocked(s)
+			return &Lease{m: m, set: s, prio: prio}
+		}
+	}
+	return nil
 }
 
-// withinMax says whether every slot l holds is one Acquire could take
-// under limits (of l's limits, in the same order).
-func (m *Manager) withinMax(l *Lease, limits []dag.SlotLimit) bool {
-	for j, h := range l.held {
+// withinMax says whether every slot s holds is one Acquire could take
+// under limits (of s's limits, in the same order).
+func (m *Manager) withinMax(s *slotSet, limits []dag.SlotLimit) bool {
+	for j, h := range s.held {
 		i, err := strconv.Atoi(strings.TrimPrefix(h.key, "slot."+limits[j].ID+"."))
 		if err != nil || i >= m.max(limits[j]) {
 			return false
@@ -592,9 +651,11 @@ func (m *Manager) withinMax(l *Lease, limits []dag.SlotLimit) bool {
 }
 
 // Keys are the keys the lease holds (for tests).
-func (l *Lease) Keys() []string {
-	out := make([]string, len(l.held))
-	for i, h := range l.held {
+func (l *Lease) Keys() []string { return l.set.keys() }
+
+func (s *slotSet) keys() []string {
+	out := make([]string, len(s.held))
+	for i, h := range s.held {
 		out[i] = h.key
 	}
 	return out

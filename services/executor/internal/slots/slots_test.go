@@ -189,8 +189,8 @@ func TestDeadHolderExpires(t *testing.T) {
 	if len(s.Keys("slot.one.")) != 1 {
 		t.Fatal("a refreshed slot expired")
 	}
-	close(live.stop) // the holder dies: no refresh, no release
-	<-live.done
+	close(live.set.stop) // the holder dies: no refresh, no release
+	<-live.set.done
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*ttl)
 	defer cancel()
@@ -300,8 +300,8 @@ func TestLingerHandsSlotsToTheNextAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again != l || s.Writes() != writes {
-		t.Fatalf("the next attempt took its slot with %d writes (same lease: %v), want the lingering one and none", s.Writes()-writes, again == l)
+	if again.set != l.set || s.Writes() != writes {
+		t.Fatalf("the next attempt took its slot with %d writes (same slots: %v), want the lingering ones and none", s.Writes()-writes, again.set == l.set)
 	}
 	if k := s.Keys("slot."); len(k) != 1 {
 		t.Fatalf("slots held: %v", k)
@@ -332,8 +332,8 @@ func TestLingerYieldsToAWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release()
-	if o, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{other}, Attempt: "2"}); err != nil || o == l {
-		t.Fatalf("another limit's attempt got the lingering lease (%v) or %v", o == l, err)
+	if o, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{other}, Attempt: "2"}); err != nil || o.set == l.set {
+		t.Fatalf("another limit's attempt got the lingering lease (%v) or %v", err == nil && o.set == l.set, err)
 	}
 	start := time.Now()
 	got, err := b.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "3"})
@@ -347,7 +347,7 @@ func TestLingerYieldsToAWaiter(t *testing.T) {
 		t.Fatalf("keys %v", k)
 	}
 	got.Release()
-	if again, _ := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "4"}); again == l {
+	if again, _ := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "4"}); again != nil && again.set == l.set {
 		t.Fatal("the lease given up for the waiter was lent again")
 	}
 }
