@@ -61,7 +61,11 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			if dataDir == "" {
-				dataDir = defaultDataDir()
+				d, err := defaultDataDir()
+				if err != nil {
+					return &exitError{code: ExitProblem, err: fmt.Errorf("data dir: %w (or give --data-dir)", err)}
+				}
+				dataDir = d
 			}
 			if err := os.MkdirAll(dataDir, 0o755); err != nil {
 				return &exitError{code: ExitProblem, err: err}
@@ -137,12 +141,20 @@ func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
 	cmd.Flags().BoolVar(&c.UseAgent, "ssh-agent", true, "also offer the keys of the ssh-agent at $SSH_AUTH_SOCK")
 }
 
-func defaultDataDir() string {
+// defaultDataDir is dev's data directory when --data-dir is not given.
+// With no home directory it is gantry-dev-<uid> under the shared temporary
+// directory, which it makes, or accepts only as this user's own (0700, not
+// a symlink): the operator's key is written there.
+func defaultDataDir() (string, error) {
 	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
-		return filepath.Join(x, "gantry", "dev")
+		return filepath.Join(x, "gantry", "dev"), nil
 	}
 	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".local", "share", "gantry", "dev")
+		return filepath.Join(h, ".local", "share", "gantry", "dev"), nil
 	}
-	return filepath.Join(os.TempDir(), "gantry-dev")
+	d := filepath.Join(os.TempDir(), "gantry-dev-"+uidString())
+	if err := privateDir(d); err != nil {
+		return "", err
+	}
+	return d, nil
 }

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDevDataDirInSharedTemp: with no home directory, `gantry dev` keeps
+// its data, the operator's key among it, under the shared temporary
+// directory. Another local user may have made that directory first: dev
+// refuses a symlink or someone else's directory, and tightens its own to
+// 0700, before it writes a key. The trap is set at the per-user name and at
+// the shared name gantry-dev that dev used before. dev runs with a
+// --metrics address that cannot listen, so it stops right after writing
+// its keys and starting NATS (on loopback).
+func TestDevDataDirInSharedTemp(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		root     bool
+		setup    func(t *testing.T, dir, other string)
+		wantCode int
+		wantErr  string
+		check    func(t *testing.T, dir, other string)
+	}{
+		{
+			name:     "symlink at the data dir is refused",
+			setup:    func(t *testing.T, dir, other string) { must(t, os.Symlink(other, dir)) },
+			wantCode: ExitProblem,
+			wantErr:  "is a symlink",
+			check: func(t *testing.T, dir, other string) {
+				if ents, _ := os.ReadDir(other); len(ents) != 0 {
+					t.Errorf("wrote through the symlink into %s: %v", other, ents)
+				}
+			},
+		},
+		{
+			name: "data dir owned by another user is refused",
+			root: true,
+			setup: func(t *testing.T, dir, other string) {
+				mustMkdir(t, dir)
+				must(t, os.Chmod(dir, 0o777))
+				must(t, os.Chown(dir, nobody, nobody))
+			},
+			wantCode: ExitProblem,
+			wantErr:  "owned by uid 65534, not you",
+			check: func(t *testing.T, dir, other string) {
+				for _, d := range []string{dir, filepath.Join(filepath.Dir(dir), "gantry-dev")} {
+					if _, err := os.Lstat(filepath.Join(d, "auth")); err == nil {
+						t.Errorf("wrote keys in %s, which uid %d owns", d, nobody)
+					}
+				}
+			},
+		},
+		{
+			name: "our 0777 data dir is tightened to 0700",
+			setup: func(t *testing.T, dir, other string) {
+				mustMkdir(t, dir)
+				must(t, os.Chmod(dir, 0o777))
+			},
+			wantCode: ExitUsage, // the --metrics address
+			wantErr:  "--metrics",
+			check: func(t *testing.T, dir, other string) {
+				wantMode(t, dir, 0o700)
+				wantRegular(t, filepath.Join(dir, "auth", "operator.nk"))
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root {
+				needRoot(t)
+			}
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
+			t.Setenv("HOME", "")
+			t.Setenv("XDG_DATA_HOME", "")
+			t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+			other := t.TempDir()
+			must(t, os.Chmod(other, 0o777))
+			dir := filepath.Join(tmp, "gantry-dev-"+uidString())
+			for _, d := range []string{dir, filepath.Join(tmp, "gantry-dev")} {
+				tc.setup(t, d, other)
+			}
+			code, _, errOut := run(t, "dev", "--port", "0", "--metrics", "127.0.0.1:99999", "--log-level", "error")
+			if code != tc.wantCode || !strings.Contains(errOut, tc.wantErr) {
+				t.Errorf("gantry dev: exit %d, %q; want %d and %q", code, errOut, tc.wantCode, tc.wantErr)
+			}
+			if tc.wantCode == ExitProblem && !strings.Contains(errOut, dir) {
+				t.Errorf("gantry dev: %q does not name %s", errOut, dir)
+			}
+			tc.check(t, dir, other)
+		})
+	}
+}
