@@ -39,7 +39,7 @@ func validateFile(stdout, stderr io.Writer, file string) bool {
 		printProblems(stderr, file, err)
 		return false
 	}
-	fmt.Fprintf(stdout, "%s: valid: %s\n", file, plan)
+	linef(stdout, "%s: valid: %s", file, plan)
 	return true
 }
 
@@ -53,11 +53,12 @@ func loadPlan(file string) (*dag.Plan, error) {
 }
 
 // printProblems prints every problem as "file:line: path: message", the
-// form editors and CI logs link to.
+// form editors and CI logs link to, with control characters of what it
+// quotes shown escaped.
 func printProblems(w io.Writer, file string, err error) {
 	var inv *dag.InvalidError
 	if !errors.As(err, &inv) {
-		fmt.Fprintf(w, "%s: %v\n", file, err)
+		linef(w, "%s: %v", file, err)
 		return
 	}
 	for _, p := range inv.Problems {
@@ -72,7 +73,7 @@ func printProblems(w io.Writer, file string, err error) {
 		if path == "" {
 			path = "(document)"
 		}
-		fmt.Fprintf(w, "%s: %s: %s\n", loc, path, p.Message)
+		linef(w, "%s: %s: %s", loc, path, p.Message)
 	}
-	fmt.Fprintf(w, "%s: %d problem(s)\n", file, len(inv.Problems))
+	linef(w, "%s: %d problem(s)", file, len(inv.Problems))
 }
