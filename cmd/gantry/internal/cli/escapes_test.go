@@ -137,6 +137,40 @@ func TestLogLineEscapesHost(t *testing.T) {
 	}
 }
 
+// TestPlanAndValidateEscapeTheComposition: plan (text and mermaid) shows a
+// command and a gate check with control characters escaped, and validate
+// the name of a file the composition names.
+func TestPlanAndValidateEscapeTheComposition(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := filepath.Join(dir, "c.yaml")
+	os.WriteFile(c, []byte(`name: wf
+hosts: {h1: {transport: local}}
+formulas:
+  - id: a
+    server: h1
+    nodes: [{name: n, run: "echo \e[2K\e[1A\e]0;pwned\a \u009b2J"}]
+    health_gate: {check: "true \e[2K\e[1A\e]0;pwned\a", timeout: 10s, retries: 1}
+`), 0o644)
+	for _, format := range []string{"text", "mermaid", "dot"} {
+		code, out, errOut := run(t, "plan", c, "--format", format)
+		if code != ExitOK {
+			t.Fatalf("plan --format %s: exit %d\n%s", format, code, errOut)
+		}
+		assertTermSafe(t, "plan --format "+format, out, format == "text")
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("name: wf\ninventory: \"inv\\e[2K\\e[1A\\e]0;pwned\\a.yaml\"\n"), 0o644)
+	for _, args := range [][]string{{"validate", bad}, {"plan", bad}, {"submit", bad, "--server", "nats://127.0.0.1:1"}, {"drift", bad, "--server", "nats://127.0.0.1:1"}} {
+		code, out, errOut := run(t, args...)
+		cmd := args[0]
+		if code != ExitFailed {
+			t.Errorf("%s: exit %d\n%s", cmd, code, errOut)
+		}
+		assertTermSafe(t, cmd, out+errOut, true)
+	}
+}
+
 // TestInventoryEscapesHostVars: inventory shows addresses, users, jump
 // hosts and variables with control characters escaped, C1 ones too.
 func TestInventoryEscapesHostVars(t *testing.T) {
