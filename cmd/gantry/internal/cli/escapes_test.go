@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -329,5 +331,77 @@ func TestWatchStreamEscapesHostText(t *testing.T) {
 	assertTermSafe(t, "watch", out+errOut, true)
 	if n := strings.Count(out, shown); n != 3 {
 		t.Errorf("want the error, the stderr line and the reason shown escaped (3), got %d:\n%s", n, out)
+	}
+}
+
+// TestJSONOutputEscapesC1: -o json prints what hosts said as JSON escapes,
+// the C1 controls (which encoding/json leaves as they are) and bytes that
+// are not UTF-8 (which a message on the bus may hold) too.
+func TestJSONOutputEscapesC1(t *testing.T) {
+	t.Parallel()
+	const c1 = "x\u009b2J\x7f"
+	now := time.Now()
+	dir := t.TempDir()
+	comp := filepath.Join(dir, "c.yaml")
+	os.WriteFile(comp, []byte("name: wf\nhosts: {h1: {transport: local}}\nformulas:\n  - id: a\n    server: h1\n    nodes: [{name: n, run: \"echo \\u009b2J\"}]\n"), 0o644)
+	inv := filepath.Join(dir, "inv.yaml")
+	os.WriteFile(inv, []byte("all:\n  hosts:\n    h1: {ansible_host: \"10.0.0.1\\u009b2J\"}\n"), 0o644)
+	url, nc := fakeBus(t, map[string]answer{
+		events.StateList:     {body: []events.WorkflowSummary{{WorkflowID: "w1", Workflow: c1, CreatedAt: now}}},
+		events.StateWorkflow: {body: events.WorkflowDoc{WorkflowID: "w1", Workflow: "w", Error: c1, CreatedAt: now.Add(-time.Minute), Generation: 1}},
+		events.StateHost:     {body: []events.HostNode{{Host: "h1", Node: "n", Formula: "a", Check: &events.HostCheck{Error: c1}}}},
+		events.StateDrift:    {body: events.DriftReport{Workflow: "wf", Items: []events.DriftItem{{Host: "h1", Formula: "a", Node: "n", Drift: events.DriftMissing, HaveStatus: c1}}}},
+	})
+	outs := map[string]string{}
+	for _, args := range [][]string{{"list"}, {"status", "w1"}, {"state"}, {"drift", comp}} {
+		_, out, errOut := run(t, append(args, "-o", "json", "--server", url, "--timeout", "5s")...)
+		outs[args[0]+" -o json"] = out + errOut
+	}
+	_, out, errOut := run(t, "plan", comp, "--format", "json")
+	outs["plan --format json"] = out + errOut
+	_, out, errOut = run(t, "inventory", inv, "-o", "json")
+	outs["inventory -o json"] = out + errOut
+	var b strings.Builder
+	if err := printLogLine(&b, &events.Envelope{Time: now}, &events.LogLine{Ref: events.Ref{Host: "h1", Formula: "a", Node: "n"}, Attempt: 1, Stream: events.Stdout, Line: c1}, true); err != nil {
+		t.Fatal(err)
+	}
+	outs["logs -o json"] = b.String()
+
+	// watch -o json prints each event as the bus has it: one holding a C1
+	// control and a byte that is not UTF-8.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, events.Streams(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	wf := events.Ref{WorkflowID: "w1", Workflow: "w", Operation: dag.OpCreate, Generation: 1}
+	msg, _, err := events.Marshal("test", &events.WorkflowEvent{Ref: wf, Status: dag.WorkflowFailed, Reason: "MARK"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg = bytes.Replace(msg, []byte("MARK"), []byte("x\u009b2J \x9b2J"), 1)
+	if _, err := js.Publish(ctx, events.WorkflowLifecycle("w1"), msg); err != nil {
+		t.Fatal(err)
+	}
+	_, out, errOut = run(t, "watch", "w1", "-o", "json", "--server", url, "--timeout", "10s")
+	outs["watch -o json"] = out
+	if !strings.Contains(out, `"reason":"x\u009b2J \ufffd2J"`) {
+		t.Errorf("watch -o json: the reason is not as JSON escapes: %s%s", out, errOut)
+	}
+
+	for what, out := range outs {
+		assertTermSafe(t, what, out, false)
+		if !strings.Contains(out, `\u009b`) {
+			t.Errorf("%s: no C1 control escaped in %q", what, out)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if strings.HasPrefix(l, "{") && strings.HasSuffix(l, "}") && !json.Valid([]byte(l)) {
+				t.Errorf("%s: not JSON: %s", what, l)
+			}
+		}
 	}
 }

@@ -290,7 +290,7 @@ func printLogLine(w io.Writer, env *events.Envelope, ll *events.LogLine, asJSON 
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
+		_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
 		return err
 	}
 	name := ll.Formula + "/" + ll.Node

@@ -36,10 +36,15 @@ func stateErr(err error) error {
 	return err
 }
 
+// printJSON prints v as indented JSON, safe on a terminal (see
+// termsafe.JSON).
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
+	return err
 }
 
 // linef writes a line formatted as fmt.Sprintf does, with control

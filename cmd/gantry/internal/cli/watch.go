@@ -46,7 +46,8 @@ hosts said (errors, reasons, a failed node's last line of stderr) is shown
 with control characters escaped (\x1b), as gantry logs shows output.
 
 -o json prints each event as it is on the bus (a CloudEvent, one JSON
-object per line) and the summary on stderr.`,
+object per line; DEL, C1 controls and bytes that are not UTF-8 as JSON
+escapes) and the summary on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
@@ -223,7 +224,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		var done bool
 		if asJSON {
 			st, g, done = workflowEnd(env)
-			fmt.Fprintf(out, "%s\n", bytes.TrimSpace(m.Data()))
+			fmt.Fprintf(out, "%s\n", termsafe.JSON(bytes.TrimSpace(m.Data())))
 		} else {
 			st, g, done = printEvent(out, env)
 		}

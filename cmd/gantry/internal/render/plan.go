@@ -23,11 +23,15 @@ var Renderers = map[string]Renderer{
 	"mermaid": Mermaid,
 }
 
-// JSON writes the plan as indented JSON.
+// JSON writes the plan as indented JSON, safe on a terminal (see
+// termsafe.JSON).
 func JSON(w io.Writer, p *dag.Plan) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(p)
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
+	return err
 }
 
 // Text writes the plan for people: levels, formulas with their

@@ -14,6 +14,7 @@
 package termsafe
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -91,4 +92,51 @@ func hex(b *strings.Builder, prefix string, r rune, digits int) {
 	for d := digits - 1; d >= 0; d-- {
 		b.WriteByte(hexDigits[(r>>(4*d))&0xf])
 	}
+}
+
+// JSON is a JSON text made safe to print on a terminal, the value it
+// encodes unchanged. encoding/json escapes the C0 controls but leaves DEL
+// and the C1 controls as they are, and a message from the bus may hold
+// bytes that are not UTF-8 (a Go decoder reads each as U+FFFD): in a JSON
+// text these are only ever inside strings, where JSON shows them as
+// \u007f, \u009b and \ufffd. js must be JSON (as an encoder writes it, or
+// as a decoder accepted it).
+func JSON(js []byte) []byte {
+	if jsonSafe(js) {
+		return js
+	}
+	b := make([]byte, 0, len(js)+16)
+	for i := 0; i < len(js); {
+		r, size := utf8.DecodeRune(js[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, `\ufffd`...)
+		case r == 0x7f || r >= 0x80 && IsControl(r):
+			b = fmt.Appendf(b, `\u%04x`, r)
+		default:
+			b = append(b, js[i:i+size]...)
+		}
+		i += size
+	}
+	return b
+}
+
+// jsonSafe says whether js has neither DEL, a C1 control nor a byte that
+// is not UTF-8.
+func jsonSafe(js []byte) bool {
+	for i := 0; i < len(js); {
+		if js[i] < utf8.RuneSelf {
+			if js[i] == 0x7f {
+				return false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(js[i:])
+		if r == utf8.RuneError && size == 1 || IsControl(r) {
+			return false
+		}
+		i += size
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package termsafe
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -67,6 +68,55 @@ func TestEscapeEveryByte(t *testing.T) {
 			}
 		}
 	}
+}
+
+// JSON keeps what a JSON text says and makes it printable: DEL, C1
+// controls and bytes that are not UTF-8 (which encoding/json leaves, or a
+// message from the bus may hold) become JSON escapes.
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, in, want string }{
+		{"plain", `{"a":"b","n":1}`, `{"a":"b","n":1}`},
+		{"UTF-8 kept", `{"a":"café ✓ \u001b"}`, `{"a":"café ✓ \u001b"}`},
+		{"C1", "{\"a\":\"x\u009b2J\u0080\"}", `{"a":"x\u009b2J\u0080"}`},
+		{"DEL", "[\"a\x7f\"]", `["a\u007f"]`},
+		{"not UTF-8", "[\"caf\xe9 \x9b2J\"]", `["caf\ufffd \ufffd2J"]`},
+		{"whitespace kept", "{\n\t\"a\": 1\r\n}", "{\n\t\"a\": 1\r\n}"},
+	} {
+		got := string(JSON([]byte(c.in)))
+		if got != c.want {
+			t.Errorf("%s: JSON(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+		if !printable(got, "\t\n\r") {
+			t.Errorf("%s: %q still drives a terminal", c.name, got)
+		}
+		var before, after any
+		if err := json.Unmarshal([]byte(c.in), &before); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := json.Unmarshal([]byte(got), &after); err != nil {
+			t.Fatalf("%s: %q is not JSON: %v", c.name, got, err)
+		}
+		if b, a := mustMarshal(t, before), mustMarshal(t, after); b != a {
+			t.Errorf("%s: the value changed: %s, then %s", c.name, b, a)
+		}
+	}
+	// encoding/json's output, whatever the string
+	for c := 0; c < 256; c++ {
+		in := mustMarshal(t, map[string]string{"s": "é" + string([]byte{byte(c)}) + string(rune(c)) + "x"})
+		if out := JSON([]byte(in)); !printable(string(out), "") {
+			t.Errorf("JSON(%q) = %q", in, out)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // printable says whether out is UTF-8 with no control character but those in
