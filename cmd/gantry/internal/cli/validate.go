@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/spf13/cobra"
@@ -58,7 +59,7 @@ func loadPlan(file string) (*dag.Plan, error) {
 func printProblems(w io.Writer, file string, err error) {
 	var inv *dag.InvalidError
 	if !errors.As(err, &inv) {
-		linef(w, "%s: %v", file, err)
+		fmt.Fprintf(w, "%s: %s\n", termsafe.Line(file), termsafe.Lines(err.Error(), "  "))
 		return
 	}
 	for _, p := range inv.Problems {

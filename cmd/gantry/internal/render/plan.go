@@ -51,7 +51,7 @@ func Text(w io.Writer, p *dag.Plan) error {
 			line("not selected: %s", strings.Join(p.NotSelected, ", "))
 		}
 	}
-	fmt.Fprintf(&b, "on_failure: %s\n", p.OnFailure)
+	line("on_failure: %s", p.OnFailure)
 	for l, level := range p.Levels {
 		fmt.Fprintf(&b, "\nlevel %d\n", l)
 		for _, i := range level {
