@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
@@ -43,7 +42,7 @@ func newControlCmd(verb string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (generation %d)\n", reply.WorkflowID, reply.Status, reply.Generation)
+			linef(cmd.OutOrStdout(), "%s: %s (generation %d)", reply.WorkflowID, reply.Status, reply.Generation)
 			if watch && verb != events.VerbPause {
 				since, gen := watchStart(cmd.Context(), nc, args[0], cf)
 				return watchWorkflow(cmd, nc, args[0], since, max(gen, reply.Generation), false)

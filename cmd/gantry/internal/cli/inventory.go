@@ -41,6 +41,9 @@ and exits 1 when the inventory cannot be used.`,
 	return cmd
 }
 
+// printInventory prints the hosts and groups of an inventory as tables,
+// what it says (addresses, users, variables) with control characters
+// shown escaped.
 func printInventory(w io.Writer, inv *composition.Inventory) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tADDRESS\tUSER\tTRANSPORT\tVIA\tVARS")
@@ -54,7 +57,7 @@ func printInventory(w io.Writer, inv *composition.Inventory) error {
 		if tr == "" {
 			tr = dag.TransportSSH
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, dash(h.Address), dash(h.User), tr, dash(h.Via), dash(strings.Join(vars, " ")))
+		row(tw, name, dash(h.Address), dash(h.User), string(tr), dash(h.Via), dash(strings.Join(vars, " ")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -63,7 +66,7 @@ func printInventory(w io.Writer, inv *composition.Inventory) error {
 		fmt.Fprintln(w)
 		fmt.Fprintln(tw, "GROUP\tHOSTS")
 		for _, name := range sortedNames(inv.Groups) {
-			fmt.Fprintf(tw, "%s\t%s\n", name, strings.Join(inv.Groups[name].Hosts, ", "))
+			row(tw, name, strings.Join(inv.Groups[name].Hosts, ", "))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -30,8 +31,9 @@ func newLogsCmd() *cobra.Command {
 		Long: `logs prints the output lines of a workflow's nodes (of one node, with
 FORMULA/NODE), in the order they were published, each after its time, host,
 formula/node (#n for an attempt after the first) and stream (stdout or
-stderr), with control characters shown escaped (\x1b): a host's output
-cannot drive the terminal (-o json has them as JSON escapes). It prints
+stderr), with control characters shown escaped (\x1b; \u009b for a C1
+control, \xff for a byte that is not UTF-8): a host's output cannot drive
+the terminal (-o json has them as JSON escapes). It prints
 what the log stream holds (lines are kept for 24 hours) and exits; with -f it then follows new lines until the workflow ends, or
 Ctrl-C (exit 130). -o json prints each line's LogLine (the payload of its
 gantry.log.line event) as one JSON object per line. WORKFLOW_ID may be the
@@ -118,7 +120,7 @@ func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, fol
 	if !follow {
 		return failed("workflow %s has no node %s/%s that has started (so far: %s); logs -f waits for it", id, s.formula, s.node, list)
 	}
-	fmt.Fprintf(stderr, "gantry: node %s/%s of workflow %s has not started yet; waiting for it\n", s.formula, s.node, id)
+	linef(stderr, "gantry: node %s/%s of workflow %s has not started yet; waiting for it", s.formula, s.node, id)
 	return nil
 }
 
@@ -288,35 +290,16 @@ func printLogLine(w io.Writer, env *events.Envelope, ll *events.LogLine, asJSON 
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
+		_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
 		return err
 	}
 	name := ll.Formula + "/" + ll.Node
 	if ll.Attempt > 1 {
 		name += fmt.Sprintf("#%d", ll.Attempt)
 	}
-	_, err := fmt.Fprintf(w, "%s %-12s %-28s %-6s %s\n", env.Time.Local().Format("15:04:05.000"), ll.Ref.Host, name, ll.Stream, printable(ll.Line))
+	// A host's output line, and its name, with control characters (escape
+	// sequences that would move the cursor, set the title or the
+	// clipboard) shown escaped (\x1b), tabs kept.
+	_, err := fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("%s %-12s %-28s %-6s %s", env.Time.Local().Format("15:04:05.000"), ll.Ref.Host, name, ll.Stream, ll.Line)))
 	return err
-}
-
-// printable is a host's output line safe to print on a terminal: its
-// control characters (escape sequences that would move the cursor, set
-// the title or the clipboard) are shown escaped (\x1b), tabs kept.
-func printable(s string) string {
-	if !strings.ContainsFunc(s, isControl) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if isControl(r) {
-			fmt.Fprintf(&b, "\\x%02x", r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-func isControl(r rune) bool {
-	return r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0))
 }

@@ -87,7 +87,7 @@ func reconcilable(cmd *cobra.Command, path string, data []byte) (*dag.Value, err
 		var inv *dag.InvalidError
 		if errors.As(err, &inv) {
 			for _, m := range inv.Messages() {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", path, m)
+				linef(cmd.ErrOrStderr(), "%s: %s", path, m)
 			}
 			return failed("%s is not a valid composition", path)
 		}
@@ -118,13 +118,13 @@ func reconcilable(cmd *cobra.Command, path string, data []byte) (*dag.Value, err
 // returns the missing and changed nodes ("formula/node (drift)") and the
 // formulas that hold them, in report order.
 func printDrift(out io.Writer, rep *events.DriftReport) (drifted, targets []string) {
-	fmt.Fprintf(out, "drift of %s: %d ok, %d changed, %d missing, %d orphaned\n", rep.Workflow,
+	linef(out, "drift of %s: %d ok, %d changed, %d missing, %d orphaned", rep.Workflow,
 		rep.Counts[events.DriftOK], rep.Counts[events.DriftChanged], rep.Counts[events.DriftMissing], rep.Counts[events.DriftOrphaned])
 	var orphaned []string
 	for _, it := range rep.Items {
 		switch it.Drift {
 		case events.DriftMissing, events.DriftChanged:
-			fmt.Fprintf(out, "  %-8s %s %s/%s\n", it.Drift, it.Host, it.Formula, it.Node)
+			linef(out, "  %-8s %s %s/%s", it.Drift, it.Host, it.Formula, it.Node)
 			drifted = append(drifted, fmt.Sprintf("%s/%s (%s on %s)", it.Formula, it.Node, it.Drift, it.Host))
 			if !slices.Contains(targets, it.Formula) {
 				targets = append(targets, it.Formula)
@@ -134,7 +134,7 @@ func printDrift(out io.Writer, rep *events.DriftReport) (drifted, targets []stri
 		}
 	}
 	for _, o := range orphaned {
-		fmt.Fprintf(out, "  orphaned %s\n", o)
+		linef(out, "  orphaned %s", o)
 	}
 	if len(orphaned) > 0 {
 		fmt.Fprintf(out, "orphaned: not in the composition any more; run a delete to remove them (%d left as they are)\n", len(orphaned))
@@ -154,8 +154,8 @@ func printDryRun(out io.Writer, path string, body []byte, drifted, targets []str
 	for i := range p.Formulas {
 		ids[i] = p.Formulas[i].ID
 	}
-	fmt.Fprintf(out, "would run: %s\n", strings.Join(drifted, ", "))
-	fmt.Fprintf(out, "with targets %s: formulas %s (nodes already in place with the same spec are skipped; health gates are checked)\n",
+	linef(out, "would run: %s", strings.Join(drifted, ", "))
+	linef(out, "with targets %s: formulas %s (nodes already in place with the same spec are skipped; health gates are checked)",
 		strings.Join(targets, ", "), strings.Join(ids, ", "))
 	fmt.Fprintln(out, "dry run: nothing was submitted")
 	return nil
@@ -171,7 +171,7 @@ func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, path strin
 	if errors.As(err, &se) {
 		if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
 			for _, m := range reply.Errors {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", path, m)
+				linef(cmd.ErrOrStderr(), "%s: %s", path, m)
 			}
 			return failed("%s with targets %s rejected: %d problem(s); nothing was run", path, strings.Join(targets, ", "), len(reply.Errors))
 		}
@@ -180,7 +180,8 @@ func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, path strin
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "reconciling with targets %s\naccepted %s (%s)\n", strings.Join(targets, ", "), reply.WorkflowID, reply.Plan)
+	linef(cmd.OutOrStdout(), "reconciling with targets %s", strings.Join(targets, ", "))
+	linef(cmd.OutOrStdout(), "accepted %s (%s)", reply.WorkflowID, reply.Plan)
 	if !watch {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
@@ -48,14 +49,21 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.code != ExitFailed || ee.err.Error() != "" {
-			fmt.Fprintln(stderr, "gantry:", ee.err)
+			printError(stderr, ee.err)
 		}
 		return ee.code
 	}
 	// Anything else cobra returns is a usage problem: unknown command or flag.
-	fmt.Fprintln(stderr, "gantry:", err)
+	printError(stderr, err)
 	fmt.Fprintln(stderr, "Run 'gantry --help' for usage.")
 	return ExitUsage
+}
+
+// printError prints err as "gantry: ...". An error may quote what a host,
+// a service or a composition said: its control characters are shown
+// escaped, and a line after the first is indented.
+func printError(stderr io.Writer, err error) {
+	fmt.Fprintln(stderr, "gantry:", termsafe.Lines(err.Error(), "  "))
 }
 
 func newRoot() *cobra.Command {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -35,10 +36,36 @@ func stateErr(err error) error {
 	return err
 }
 
+// printJSON prints v as indented JSON, safe on a terminal (see
+// termsafe.JSON).
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
+	return err
+}
+
+// linef writes a line formatted as fmt.Sprintf does, with control
+// characters shown escaped (newlines too): a line that quotes what a host,
+// a service or a composition said cannot drive the terminal, nor pass for
+// more lines than one.
+func linef(w io.Writer, format string, args ...any) {
+	fmt.Fprintln(w, termsafe.Line(fmt.Sprintf(format, args...)))
+}
+
+// row writes a row of a table (a text/tabwriter): its cells between tabs,
+// each with control characters, tabs too, shown escaped: a host's name or
+// error can neither drive the terminal nor move the columns.
+func row(w io.Writer, cells ...string) {
+	for i, c := range cells {
+		if i > 0 {
+			io.WriteString(w, "\t")
+		}
+		io.WriteString(w, termsafe.Cell(c))
+	}
+	io.WriteString(w, "\n")
 }
 
 func newStatusCmd() *cobra.Command {
@@ -73,16 +100,20 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
+// statusTable prints a workflow document: its state, error, submitter and
+// control requests, and a row per formula and node. What hosts and the bus
+// said is shown with control characters escaped; the workflow's error keeps
+// its lines, indented.
 func statusTable(w io.Writer, d *events.WorkflowDoc) error {
-	fmt.Fprintf(w, "workflow %s (%s)  %s  %s\n", d.Workflow, d.WorkflowID, d.Operation, strings.ToUpper(string(d.Status)))
+	fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("workflow %s (%s)  %s  %s", d.Workflow, d.WorkflowID, d.Operation, strings.ToUpper(string(d.Status)))))
 	if d.Error != "" {
-		fmt.Fprintf(w, "  %s\n", d.Error)
+		fmt.Fprintf(w, "  %s\n", termsafe.Lines(d.Error, "    "))
 	}
 	if d.SubmittedBy != nil {
-		fmt.Fprintf(w, "  submitted by %s\n", d.SubmittedBy)
+		fmt.Fprintf(w, "  submitted by %s\n", termsafe.Line(d.SubmittedBy.String()))
 	}
 	for _, r := range d.Requests {
-		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), r.Reason, r.By)
+		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.String()))
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FORMULA\tHOST\tNODE\tSTATUS\tATTEMPTS\tEXIT\tDETAIL")
@@ -102,7 +133,7 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 		if f.Health != nil {
 			detail = strings.TrimSpace(detail + " health " + string(f.Health.Status) + " after " + strconv.Itoa(f.Health.Attempts))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t\t%s\t\t\t%s\n", id, f.Host, f.Status, detail)
+		row(tw, id, f.Host, "", string(f.Status), "", "", detail)
 		names := make([]string, 0, len(f.Nodes))
 		for n := range f.Nodes {
 			names = append(names, n)
@@ -124,7 +155,7 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			if nd.Status == dag.NodeRunning && nd.Progress > 0 {
 				detail = strings.TrimSpace(fmt.Sprintf("%d%% %s", nd.Progress, detail))
 			}
-			fmt.Fprintf(tw, "\t\t%s\t%s\t%d\t%s\t%s\n", n, nd.Status, nd.Attempts, exit, detail)
+			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, detail)
 		}
 	}
 	return tw.Flush()
@@ -164,7 +195,7 @@ func newListCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "WORKFLOW_ID\tNAME\tOPERATION\tSTATUS\tFORMULAS\tNODES\tCREATED")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.WorkflowID, r.Workflow, r.Operation, r.Status, r.Formulas, r.Nodes, r.CreatedAt.Local().Format(time.DateTime))
+				row(tw, r.WorkflowID, r.Workflow, string(r.Operation), string(r.Status), strconv.Itoa(r.Formulas), strconv.Itoa(r.Nodes), r.CreatedAt.Local().Format(time.DateTime))
 			}
 			return tw.Flush()
 		},
@@ -234,7 +265,7 @@ func printHostNodes(w io.Writer, nodes []events.HostNode) error {
 		if n.EndedAt != nil {
 			ended = n.EndedAt.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Host, orDash(n.Workflow), n.Formula, n.Node, n.Status, orDash(string(n.Operation)),
+		row(tw, n.Host, orDash(n.Workflow), n.Formula, n.Node, string(n.Status), orDash(string(n.Operation)),
 			orDash(shortSpec(n.SpecHash)), ended, inPlaceText(n), checkText(n.Check), orDash(n.WorkflowID))
 	}
 	return tw.Flush()
@@ -292,13 +323,13 @@ func rebuildState(cmd *cobra.Command, nc *nats.Conn, cf connFlags, checkOnly boo
 	}
 	for _, k := range rep.Differing {
 		if kept[k] {
-			fmt.Fprintf(out, "  %s (kept)\n", k)
+			fmt.Fprintf(out, "  %s (kept)\n", termsafe.Line(k))
 		} else {
-			fmt.Fprintf(out, "  %s\n", k)
+			fmt.Fprintf(out, "  %s\n", termsafe.Line(k))
 		}
 	}
 	if rep.Lost != "" {
-		fmt.Fprintf(out, "not rebuilt: %s (%d documents)\n", rep.Lost, len(rep.Kept))
+		fmt.Fprintf(out, "not rebuilt: %s (%d documents)\n", termsafe.Line(rep.Lost), len(rep.Kept))
 	}
 	switch {
 	case rep.Rewritten:
@@ -339,7 +370,7 @@ are not reported. It exits 0 when everything is ok and 1 when anything drifted.`
 				var reply events.SubmitReply
 				if errors.As(err, &se) && json.Unmarshal(se.Body, &reply) == nil && len(reply.Errors) > 0 {
 					for _, m := range reply.Errors {
-						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", args[0], m)
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", termsafe.Line(args[0]), termsafe.Line(m))
 					}
 					return failed("%s is not a valid composition", args[0])
 				}
@@ -353,10 +384,10 @@ are not reported. It exits 0 when everything is ok and 1 when anything drifted.`
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "HOST\tFORMULA\tNODE\tDRIFT\tRECORDED\tWORKFLOW")
 				for _, it := range rep.Items {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.Host, it.Formula, it.Node, it.Drift, it.HaveStatus, it.WorkflowID)
+					row(tw, it.Host, it.Formula, it.Node, it.Drift, it.HaveStatus, it.WorkflowID)
 				}
 				tw.Flush()
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d ok, %d changed, %d missing, %d orphaned\n", rep.Workflow,
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d ok, %d changed, %d missing, %d orphaned\n", termsafe.Line(rep.Workflow),
 					rep.Counts[events.DriftOK], rep.Counts[events.DriftChanged], rep.Counts[events.DriftMissing], rep.Counts[events.DriftOrphaned])
 			}
 			if len(rep.Items) != rep.Counts[events.DriftOK] {

@@ -51,7 +51,7 @@ part of that trace instead of a new one.`,
 			if errors.As(err, &se) {
 				if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
 					for _, m := range reply.Errors {
-						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", args[0], m)
+						linef(cmd.ErrOrStderr(), "%s: %s", args[0], m)
 					}
 					return failed("%s rejected: %d problem(s); nothing was run", args[0], len(reply.Errors))
 				}
@@ -61,9 +61,9 @@ part of that trace instead of a new one.`,
 				return err
 			}
 			if quiet {
-				fmt.Fprintln(cmd.OutOrStdout(), reply.WorkflowID)
+				linef(cmd.OutOrStdout(), "%s", reply.WorkflowID)
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "accepted %s (%s)\n", reply.WorkflowID, reply.Plan)
+				linef(cmd.OutOrStdout(), "accepted %s (%s)", reply.WorkflowID, reply.Plan)
 			}
 			if !watch {
 				return nil

@@ -165,7 +165,7 @@ func TestLogLineEscapesControls(t *testing.T) {
 	if strings.ContainsAny(strings.TrimSuffix(out, "\n"), "\x1b\x07\r\u009b") {
 		t.Errorf("control characters printed raw: %q", out)
 	}
-	if want := `a` + "\t" + `b \x1b]0;pwned\x07\x1b[2J\x0ddone é\x9b`; !strings.HasSuffix(out, want+"\n") {
+	if want := `a` + "\t" + `b \x1b]0;pwned\x07\x1b[2J\x0ddone é\u009b`; !strings.HasSuffix(out, want+"\n") {
 		t.Errorf("line printed as %q, want it to end %q", out, want)
 	}
 }

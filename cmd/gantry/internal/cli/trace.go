@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"time"
@@ -44,7 +43,7 @@ func startSubmitTrace(stderr io.Writer) *submitTrace {
 	st := &submitTrace{}
 	tr, flush, err := tracing.FromEnv(context.Background(), "gantry-cli", tracing.Version)
 	if err != nil {
-		fmt.Fprintf(stderr, "gantry: no trace of this submit: %v\n", err)
+		linef(stderr, "gantry: no trace of this submit: %v", err)
 	}
 	span := parent
 	if tr.Enabled() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/spf13/cobra"
@@ -39,7 +40,7 @@ func validateFile(stdout, stderr io.Writer, file string) bool {
 		printProblems(stderr, file, err)
 		return false
 	}
-	fmt.Fprintf(stdout, "%s: valid: %s\n", file, plan)
+	linef(stdout, "%s: valid: %s", file, plan)
 	return true
 }
 
@@ -53,11 +54,12 @@ func loadPlan(file string) (*dag.Plan, error) {
 }
 
 // printProblems prints every problem as "file:line: path: message", the
-// form editors and CI logs link to.
+// form editors and CI logs link to, with control characters of what it
+// quotes shown escaped.
 func printProblems(w io.Writer, file string, err error) {
 	var inv *dag.InvalidError
 	if !errors.As(err, &inv) {
-		fmt.Fprintf(w, "%s: %v\n", file, err)
+		fmt.Fprintf(w, "%s: %s\n", termsafe.Line(file), termsafe.Lines(err.Error(), "  "))
 		return
 	}
 	for _, p := range inv.Problems {
@@ -72,7 +74,7 @@ func printProblems(w io.Writer, file string, err error) {
 		if path == "" {
 			path = "(document)"
 		}
-		fmt.Fprintf(w, "%s: %s: %s\n", loc, path, p.Message)
+		linef(w, "%s: %s: %s", loc, path, p.Message)
 	}
-	fmt.Fprintf(w, "%s: %d problem(s)\n", file, len(inv.Problems))
+	linef(w, "%s: %d problem(s)", file, len(inv.Problems))
 }

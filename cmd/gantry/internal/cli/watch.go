@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -40,10 +41,13 @@ as a line "HOST FORMULA/NODE n%". A summary of the nodes ("-- 3/10 nodes
 done, 2 running, 1 failed") follows the events: on a terminal as one line
 kept up to date under them; otherwise (CI logs, a pipe) printed when it has
 changed, at most every 10 seconds, and at the end. Ctrl-C stops the watch,
-not the workflow: it says how to follow or cancel it, and exits 130.
+not the workflow: it says how to follow or cancel it, and exits 130. What
+hosts said (errors, reasons, a failed node's last line of stderr) is shown
+with control characters escaped (\x1b), as gantry logs shows output.
 
 -o json prints each event as it is on the bus (a CloudEvent, one JSON
-object per line) and the summary on stderr.`,
+object per line; DEL, C1 controls and bytes that are not UTF-8 as JSON
+escapes) and the summary on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
@@ -224,7 +228,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		var done bool
 		if asJSON {
 			st, g, done = workflowEnd(env)
-			fmt.Fprintf(out, "%s\n", bytes.TrimSpace(m.Data()))
+			fmt.Fprintf(out, "%s\n", termsafe.JSON(bytes.TrimSpace(m.Data())))
 		} else {
 			st, g, done = printEvent(out, env)
 		}
@@ -278,7 +282,9 @@ func wouldChange(env *events.Envelope) (string, bool) {
 	return e.Formula + "/" + e.Node, true
 }
 
-// printEvent prints one event as a line; done is set for the end of a
+// printEvent prints one event as a line (a failed node's last line of
+// stderr under it), what hosts and the bus said (errors, reasons, output)
+// with control characters escaped; done is set for the end of a
 // workflow's run generation gen.
 func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen int, done bool) {
 	ts := env.Time.Local().Format("15:04:05.000")
@@ -295,7 +301,7 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		if e.Reason != "" {
 			line += ": " + e.Reason
 		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, termsafe.Line(line))
 		return e.Status, e.Generation, e.Status.Terminal()
 	case events.FamilyFormula:
 		var e events.FormulaEvent
@@ -309,7 +315,7 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		if e.Error != "" {
 			line += ": " + e.Error
 		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, termsafe.Line(line))
 	case events.FamilyNode:
 		var e events.NodeEvent
 		if events.DecodeData(env, &e) != nil {
@@ -335,8 +341,9 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		if e.Error != "" {
 			line += ": " + firstLine(e.Error)
 		}
+		line = termsafe.Line(line)
 		if e.Status == dag.NodeFailed && e.StderrTail != "" {
-			line += "\n      stderr: " + firstLine(lastLine(e.StderrTail))
+			line += "\n      stderr: " + termsafe.Line(firstLine(lastLine(e.StderrTail)))
 		}
 		fmt.Fprintln(w, line)
 	case events.FamilyHealth:
@@ -352,19 +359,19 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		if e.Error != "" && e.Final {
 			line += ": " + firstLine(e.Error)
 		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, termsafe.Line(line))
 	case events.FamilyProgress:
 		var e events.ProgressEvent
 		if events.DecodeData(env, &e) != nil {
 			return "", 0, false
 		}
-		fmt.Fprintf(w, "%s %-12s %-28s %d%%\n", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Percent)
+		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("%s %-12s %-28s %d%%", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Percent)))
 	case events.FamilyRollout:
 		var e events.RolloutEvent
 		if events.DecodeData(env, &e) != nil {
 			return "", 0, false
 		}
-		fmt.Fprintln(w, rolloutLine(ts, &e))
+		fmt.Fprintln(w, termsafe.Line(rolloutLine(ts, &e)))
 	}
 	return "", 0, false
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/dag"
 )
 
@@ -21,25 +23,35 @@ var Renderers = map[string]Renderer{
 	"mermaid": Mermaid,
 }
 
-// JSON writes the plan as indented JSON.
+// JSON writes the plan as indented JSON, safe on a terminal (see
+// termsafe.JSON).
 func JSON(w io.Writer, p *dag.Plan) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(p)
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
+	return err
 }
 
 // Text writes the plan for people: levels, formulas with their
-// prerequisites and gates, and each formula's node order.
+// prerequisites and gates, and each formula's node order. What the
+// composition says (names, commands, checks) is shown with control
+// characters escaped (see termsafe): a plan cannot drive the terminal.
 func Text(w io.Writer, p *dag.Plan) error {
 	var b strings.Builder
-	fmt.Fprintln(&b, p)
+	line := func(format string, args ...any) {
+		b.WriteString(termsafe.Line(fmt.Sprintf(format, args...)))
+		b.WriteString("\n")
+	}
+	line("%s", p)
 	if len(p.Targets) > 0 {
-		fmt.Fprintf(&b, "targets: %s\n", strings.Join(p.Targets, ", "))
+		line("targets: %s", strings.Join(p.Targets, ", "))
 		if len(p.NotSelected) > 0 {
-			fmt.Fprintf(&b, "not selected: %s\n", strings.Join(p.NotSelected, ", "))
+			line("not selected: %s", strings.Join(p.NotSelected, ", "))
 		}
 	}
-	fmt.Fprintf(&b, "on_failure: %s\n", p.OnFailure)
+	line("on_failure: %s", p.OnFailure)
 	for l, level := range p.Levels {
 		fmt.Fprintf(&b, "\nlevel %d\n", l)
 		for _, i := range level {
@@ -48,33 +60,31 @@ func Text(w io.Writer, p *dag.Plan) error {
 			if f.Target {
 				mark = " [target]"
 			}
-			fmt.Fprintf(&b, "  %s on %s%s%s", f.ID, f.Server, instanceText(f), mark)
+			parallel := ""
 			if f.MaxParallel > 1 {
-				fmt.Fprintf(&b, " (up to %d nodes at once)", f.MaxParallel)
+				parallel = fmt.Sprintf(" (up to %d nodes at once)", f.MaxParallel)
 			}
-			b.WriteString("\n")
+			line("  %s on %s%s%s%s", f.ID, f.Server, instanceText(f), mark, parallel)
 			if len(f.DependsOn) > 0 {
 				deps := make([]string, len(f.DependsOn))
 				for k, d := range f.DependsOn {
 					deps[k] = fmt.Sprintf("%s %s", d.Formula, d.Condition)
 				}
-				fmt.Fprintf(&b, "    after: %s\n", strings.Join(deps, ", "))
+				line("    after: %s", strings.Join(deps, ", "))
 			}
 			for k, j := range f.NodeOrder {
 				n := &f.Nodes[j]
-				fmt.Fprintf(&b, "    %d. %s", k+1, n.Name)
+				after, run := "", " -- nothing to run for "+string(p.Operation)
 				if len(n.DependsOn) > 0 {
-					fmt.Fprintf(&b, " (after %s)", strings.Join(n.DependsOn, ", "))
+					after = fmt.Sprintf(" (after %s)", strings.Join(n.DependsOn, ", "))
 				}
-				if n.Command == "" {
-					b.WriteString(" -- nothing to run for " + string(p.Operation))
-				} else {
-					b.WriteString(": " + oneLine(n.Command, 100))
+				if n.Command != "" {
+					run = ": " + oneLine(n.Command, 100)
 				}
-				b.WriteString("\n")
+				line("    %d. %s%s%s", k+1, n.Name, after, run)
 			}
 			if g := f.Gate; g != nil {
-				fmt.Fprintf(&b, "    gate: %s (%s, %d retries)\n", oneLine(g.Check, 60), g.Timeout, g.Retries)
+				line("    gate: %s (%s, %d retries)", oneLine(g.Check, 60), g.Timeout, g.Retries)
 			}
 		}
 	}
@@ -94,10 +104,17 @@ func instanceText(f *dag.PlannedFormula) string {
 	return " (" + in.Of + ")"
 }
 
+// oneLine is s on one line of at most n bytes: its runs of white space
+// made one space, its control characters shown escaped, and cut (at a
+// rune) with "..." when longer.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = termsafe.Line(strings.Join(strings.Fields(s), " "))
 	if len(s) > n {
-		s = s[:n-3] + "..."
+		cut := n - 3
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }
@@ -110,7 +127,7 @@ func Dot(w io.Writer, p *dag.Plan) error {
 	fmt.Fprintf(&b, "digraph %q {\n  compound=true;\n  rankdir=TB;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n", p.Workflow)
 	for i := range p.Formulas {
 		f := &p.Formulas[i]
-		fmt.Fprintf(&b, "  subgraph \"cluster_%s\" {\n    label=%q;\n", f.ID, f.ID+" @ "+f.Server+instanceText(f))
+		fmt.Fprintf(&b, "  subgraph %q {\n    label=%q;\n", "cluster_"+f.ID, f.ID+" @ "+f.Server+instanceText(f))
 		if f.Gate != nil {
 			fmt.Fprintf(&b, "    peripheries=2; tooltip=%q;\n", "health gate: "+oneLine(f.Gate.Check, 80))
 		}
@@ -137,8 +154,8 @@ func Dot(w io.Writer, p *dag.Plan) error {
 			if d.Condition == dag.ConditionHealthy {
 				style = ", style=bold"
 			}
-			fmt.Fprintf(&b, "  %q -> %q [ltail=\"cluster_%s\", lhead=\"cluster_%s\", label=%q%s];\n",
-				from.ID+"/"+last, f.ID+"/"+first, from.ID, f.ID, string(d.Condition), style)
+			fmt.Fprintf(&b, "  %q -> %q [ltail=%q, lhead=%q, label=%q%s];\n",
+				from.ID+"/"+last, f.ID+"/"+first, "cluster_"+from.ID, "cluster_"+f.ID, string(d.Condition), style)
 		}
 	}
 	b.WriteString("}\n")
@@ -180,6 +197,8 @@ func Mermaid(w io.Writer, p *dag.Plan) error {
 	return err
 }
 
+// mermaidText is s for a Mermaid label: quotes and angle brackets as
+// entities, control characters shown escaped.
 func mermaidText(s string) string {
-	return strings.NewReplacer(`"`, "#quot;", "<", "#lt;", ">", "#gt;").Replace(s)
+	return strings.NewReplacer(`"`, "#quot;", "<", "#lt;", ">", "#gt;").Replace(termsafe.Line(s))
 }
