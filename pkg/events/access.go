@@ -99,7 +99,7 @@ func Uses(id Identity) Usage {
 			Serve:    []string{SubjectSubmit, SubjectValidate, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry, StatusSubject(Planner)},
 			Streams:  []string{StreamEvents, StreamDispatch, StreamGates},
 			Consumes: []Durable{{StreamEvents, ConsumerPlanner}},
-			Read:     []string{BucketState, BucketNodes},
+			Read:     []string{BucketNodes},
 			Write:    []string{BucketWorkflows, BucketRuns},
 		}
 	case Executor:

@@ -120,51 +120,55 @@ func streamMsgs(ctx context.Context, t *testing.T, js jetstream.JetStream) uint6
 	return info.State.Msgs
 }
 
-// The planner reads a composition's records on every host of the
-// state-store's per-host projection in one pass (a fleet is accepted in
-// one read, not one per host): a wildcard over hosts, nothing of another
-// composition, no deleted key.
-func TestEntriesAcrossHostsOnJetStream(t *testing.T) {
+// The planner reads the executor's node records of a past workflow in one
+// pass (a fleet's run is read in one watch, not one read per node): every
+// record of that workflow, nothing of another, no deleted key, and a
+// record that does not decode reported by key without failing the read.
+func TestEntriesOfAWorkflowOnJetStream(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ns := natstest.Start(t)
-	jsStore, err := events.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1, nil)
+	jsExec, err := events.Open(ctx, ns.Connect(events.Executor), events.Executor, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := events.NewBucket[events.HostNode](ctx, jsStore, events.BucketState)
+	store, err := events.NewBucket[events.NodeRecord](ctx, jsExec, events.BucketNodes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]events.HostNode{}
+	const id, other = "0197a000-0000-7000-8000-000000000001", "0197a000-0000-7000-8000-000000000002"
+	want := map[string]events.NodeRecord{}
 	for i := range 300 {
-		host := fmt.Sprintf("h%03d", i)
-		k := events.HostNodeKey(host, "web", "app-"+host, "conf")
-		want[k] = events.HostNode{Host: host, Workflow: "web", Node: "conf", Status: dag.NodeSucceeded}
+		k := events.NodeKey(id, dag.OpCreate, fmt.Sprintf("app-h%03d", i), "conf")
+		want[k] = events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 1, SpecHash: fmt.Sprint("sha256:", i)}
 		if _, err := store.Put(ctx, k, want[k], 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := store.Put(ctx, events.HostNodeKey("h000", "other", "app", "conf"), events.HostNode{Workflow: "other"}, 0); err != nil {
+	if _, err := store.Put(ctx, events.NodeKey(other, dag.OpCreate, "app-h000", "conf"), events.NodeRecord{Status: dag.NodeFailed}, 0); err != nil {
 		t.Fatal(err)
 	}
-	gone := events.HostNodeKey("h999", "web", "app-h999", "conf")
-	if _, err := store.Put(ctx, gone, events.HostNode{Workflow: "web"}, 0); err != nil {
+	gone := events.NodeKey(id, dag.OpDelete, "app-h000", "conf")
+	if _, err := store.Put(ctx, gone, events.NodeRecord{Status: dag.NodeSucceeded}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.KV.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	damaged := events.NodeKey(id, dag.OpCreate, "app-h999", "conf")
+	if _, err := store.KV.Put(ctx, damaged, []byte("\x00 not a record")); err != nil {
 		t.Fatal(err)
 	}
 	jsPlanner, err := events.Open(ctx, ns.Connect(events.Planner), events.Planner, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	read, err := events.NewBucket[events.HostNode](ctx, jsPlanner, events.BucketState)
+	read, err := events.NewBucket[events.NodeRecord](ctx, jsPlanner, events.BucketNodes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := read.Entries(ctx, events.HostWorkflowPrefix("*", "web")+">")
+	got, bad, err := read.Entries(ctx, id+".>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,32 +176,37 @@ func TestEntriesAcrossHostsOnJetStream(t *testing.T) {
 		t.Fatalf("read %d records, want %d", len(got), len(want))
 	}
 	for k, v := range want {
-		if got[k].Host != v.Host || got[k].Status != v.Status {
+		if got[k] != v {
 			t.Fatalf("%s: got %+v, want %+v", k, got[k], v)
 		}
 	}
-	none, err := read.Entries(ctx, events.HostWorkflowPrefix("*", "nothing")+">")
-	if err != nil || len(none) != 0 {
-		t.Fatalf("no records: %v %v", none, err)
+	if len(bad) != 1 || !errors.Is(bad[damaged], events.ErrBadRecord) {
+		t.Fatalf("damaged records %v, want %s only", bad, damaged)
+	}
+	none, bad, err := read.Entries(ctx, "0197a000-0000-7000-8000-000000000003.>")
+	if err != nil || len(none) != 0 || len(bad) != 0 {
+		t.Fatalf("no records: %v %v %v", none, bad, err)
 	}
 }
 
 func TestMemoryBucketFilters(t *testing.T) {
 	t.Parallel()
 	m := &events.MemoryBucket[string]{}
-	for _, k := range []string{"host.a.web.app.x", "host.b.web.app.y", "host.a.other.app.x", "host.a.web", "hostx.a.web.app.x"} {
+	for _, k := range []string{"host.a.web.app.x", "host.b.web.app.y", "host.a.other.app.x", "host.a.web", "hostx.a.web.app.x", "solo"} {
 		m.Set(k, k)
 	}
+	m.SetRaw("host.b.web.app.z", []byte("\x00 not a record"))
 	for _, tc := range []struct {
 		filter string
 		want   []string
 	}{
-		{"", []string{"host.a.other.app.x", "host.a.web", "host.a.web.app.x", "host.b.web.app.y", "hostx.a.web.app.x"}},
-		{"host.*.web.>", []string{"host.a.web.app.x", "host.b.web.app.y"}},
+		{"", []string{"host.a.other.app.x", "host.a.web", "host.a.web.app.x", "host.b.web.app.y", "host.b.web.app.z", "hostx.a.web.app.x", "solo"}},
+		{"*", []string{"solo"}},
+		{"host.*.web.>", []string{"host.a.web.app.x", "host.b.web.app.y", "host.b.web.app.z"}},
 		{"host.a.>", []string{"host.a.other.app.x", "host.a.web", "host.a.web.app.x"}},
 		{"host.*.web", []string{"host.a.web"}},
 		{"host.a.web.app.x", []string{"host.a.web.app.x"}},
-		{"host.*.*.app.*", []string{"host.a.other.app.x", "host.a.web.app.x", "host.b.web.app.y"}},
+		{"host.*.*.app.*", []string{"host.a.other.app.x", "host.a.web.app.x", "host.b.web.app.y", "host.b.web.app.z"}},
 		{"host.c.>", nil},
 	} {
 		keys, err := m.Keys(context.Background(), tc.filter)
@@ -207,12 +216,17 @@ func TestMemoryBucketFilters(t *testing.T) {
 		if tc.filter == "" {
 			continue
 		}
-		entries, err := m.Entries(context.Background(), tc.filter)
-		if err != nil || len(entries) != len(tc.want) {
-			t.Errorf("Entries(%q) = %v %v, want %v", tc.filter, entries, err, tc.want)
+		// The damaged record is reported apart, not read, and fails nothing.
+		entries, bad, err := m.Entries(context.Background(), tc.filter)
+		if err != nil || len(entries)+len(bad) != len(tc.want) {
+			t.Errorf("Entries(%q) = %v %v %v, want %v", tc.filter, entries, bad, err, tc.want)
 		}
 		for _, k := range tc.want {
-			if entries[k] != k {
+			if k == "host.b.web.app.z" {
+				if !errors.Is(bad[k], events.ErrBadRecord) {
+					t.Errorf("Entries(%q): %s reported %v", tc.filter, k, bad[k])
+				}
+			} else if entries[k] != k {
 				t.Errorf("Entries(%q)[%s] = %q", tc.filter, k, entries[k])
 			}
 		}

@@ -100,33 +100,39 @@ func (b Bucket[T]) Keys(ctx context.Context, filter string) ([]string, error) {
 }
 
 // Entries reads every record whose key matches filter (a KV subject
-// filter: "host.*.web.>"), in one pass over the bucket: a watch that
+// filter: "<workflow id>.>"), in one pass over the bucket: a watch that
 // delivers the current values and ends, not a listing then a read per key.
-// Deleted keys are left out; a record that does not decode is an
-// ErrBadRecord naming its key.
-func (b Bucket[T]) Entries(ctx context.Context, filter string) (map[string]T, error) {
+// Deleted keys are left out. A record that does not decode does not fail
+// the read: it is left out of the records and returned in bad, by key, as
+// an ErrBadRecord, for the caller to decide without it (one damaged record
+// must not make every read of its neighbours fail).
+func (b Bucket[T]) Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error) {
 	w, err := b.KV.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("read %s %s: %w", b.KV.Bucket(), filter, err)
+		return nil, nil, fmt.Errorf("read %s %s: %w", b.KV.Bucket(), filter, err)
 	}
 	defer w.Stop()
-	out := map[string]T{}
+	recs = map[string]T{}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("read %s %s: %w", b.KV.Bucket(), filter, ctx.Err())
+			return nil, nil, fmt.Errorf("read %s %s: %w", b.KV.Bucket(), filter, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("read %s %s: watch ended early", b.KV.Bucket(), filter)
+				return nil, nil, fmt.Errorf("read %s %s: watch ended early", b.KV.Bucket(), filter)
 			}
 			if e == nil { // every current value has been delivered
-				return out, nil
+				return recs, bad, nil
 			}
 			var v T
 			if err := decodeRecord(e.Value(), &v); err != nil {
-				return nil, fmt.Errorf("%w: %s/%s: %w", ErrBadRecord, b.KV.Bucket(), e.Key(), err)
+				if bad == nil {
+					bad = map[string]error{}
+				}
+				bad[e.Key()] = fmt.Errorf("%w: %s/%s: %w", ErrBadRecord, b.KV.Bucket(), e.Key(), err)
+				continue
 			}
-			out[e.Key()] = v
+			recs[e.Key()] = v
 		}
 	}
 }
@@ -247,24 +253,28 @@ func (m *MemoryBucket[T]) Keys(_ context.Context, filter string) ([]string, erro
 }
 
 // Entries reads every record whose key matches filter, as Bucket.Entries.
-func (m *MemoryBucket[T]) Entries(_ context.Context, filter string) (map[string]T, error) {
+func (m *MemoryBucket[T]) Entries(_ context.Context, filter string) (recs map[string]T, bad map[string]error, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.fail("entries", filter); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string]T{}
+	recs = map[string]T{}
 	for k, r := range m.recs {
 		if !keyMatches(filter, k) {
 			continue
 		}
 		var v T
 		if err := decodeRecord(r.data, &v); err != nil {
-			return nil, fmt.Errorf("%w: memory/%s: %w", ErrBadRecord, k, err)
+			if bad == nil {
+				bad = map[string]error{}
+			}
+			bad[k] = fmt.Errorf("%w: memory/%s: %w", ErrBadRecord, k, err)
+			continue
 		}
-		out[k] = v
+		recs[k] = v
 	}
-	return out, nil
+	return recs, bad, nil
 }
 
 // keyMatches says whether a KV key matches a subject filter: "*" is one

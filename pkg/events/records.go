@@ -32,7 +32,8 @@ type RunSnapshot struct {
 // gantry_nodes (under NodeKey). It is written before each attempt and
 // after the outcome, so after a crash the next delivery knows how many
 // attempts were made and that a succeeded node must not run again. The
-// planner reads Status.
+// planner reads Status and SpecHash: a record of a past run of the
+// composition is what it skips as already done.
 type NodeRecord struct {
 	Status      dag.NodeState `json:"status"`
 	Attempt     int           `json:"attempt"`      // attempts made in all generations

@@ -14,8 +14,10 @@ const MaxHostLog = 50
 
 // HostNodeKey is where the per-host projection keeps a node of a
 // composition (workflow: the composition's name) on a host, in the
-// gantry_state bucket: the state-store writes it, the planner reads it (to
-// skip what the composition has already done). Each composition has its
+// gantry_state bucket: the state-store writes it, and it is what status,
+// state and drift report. The planner never reads it: what it skips as
+// already done comes from the executors' node records (NodeRecord), so
+// the state-store cannot change what runs. Each composition has its
 // own records, so two that use the same formula ids never overwrite each
 // other's. Every part is a token (no dots), so the key splits one way.
 // The rest of the bucket's layout is the state-store's own.
@@ -134,8 +136,9 @@ type HostNode struct {
 // (succeeded, or skipped: its check passed or it was already done), as
 // long as nothing has run the node since: a create or delete that starts
 // it again, fails or deletes it removes InPlace; a node blocked or
-// cancelled before it started keeps it. It is what the planner skips as
-// already done and what drift calls ok.
+// cancelled before it started keeps it. It is what drift calls ok; the
+// planner decides the same from the executors' node records of the
+// composition's runs (the planner's engine, alreadyDone), not from this.
 type InPlace struct {
 	Status     dag.NodeState `json:"status"` // succeeded or skipped
 	SpecHash   string        `json:"spec_hash"`

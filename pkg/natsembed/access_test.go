@@ -262,7 +262,7 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 		{"delete from gantry_nodes", only(events.Executor), "$KV.gantry_nodes.probe", kvDelete(events.BucketNodes)},
 		{"delete from gantry_state", only(events.StateStore), "$KV.gantry_state.probe", kvDelete(events.BucketState)},
 		{"read gantry_runs", only(events.Planner, events.Executor, events.Operator, events.Viewer), "$JS.API.STREAM.INFO.KV_gantry_runs", kvGet(events.BucketRuns)},
-		{"read gantry_state", only(events.Planner, events.StateStore), "$JS.API.STREAM.INFO.KV_gantry_state", kvGet(events.BucketState)},
+		{"read gantry_state", only(events.StateStore), "$JS.API.STREAM.INFO.KV_gantry_state", kvGet(events.BucketState)},
 		{"create a stream", nil, "$JS.API.STREAM.CREATE.EVIL", func(ctx context.Context, c *client) error {
 			_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
 			return err

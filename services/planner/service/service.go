@@ -85,10 +85,6 @@ func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publishe
 	if err != nil {
 		return nil, err
 	}
-	hosts, err := events.NewBucket[events.HostNode](ctx, js, events.BucketState)
-	if err != nil {
-		return nil, err
-	}
 	// Another planner replica's writes, seen without a round trip.
 	workflowRevs, err := events.WatchRevisions(ctx, workflows.KV)
 	if err != nil {
@@ -98,7 +94,7 @@ func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publishe
 	if err != nil {
 		return nil, err
 	}
-	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Hosts: hosts, Out: pub.Outbox(),
+	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Out: pub.Outbox(),
 		WorkflowRevs: workflowRevs, RunRevs: runRevs}, nil
 }
 

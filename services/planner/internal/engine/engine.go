@@ -23,12 +23,15 @@ import (
 
 // Engine plans and steps workflows.
 type Engine struct {
-	Workflows Records[Record]           // gantry_workflows: accepted workflows
-	Runs      Records[Snapshot]         // gantry_runs: run states (the executor reads them)
-	Nodes     Reader[events.NodeRecord] // gantry_nodes: the executor's node records
-	Hosts     Lister[events.HostNode]   // gantry_state host.*: the state-store's per-host projection
-	Out       Emitter
-	Log       *slog.Logger
+	Workflows Records[Record]   // gantry_workflows: accepted workflows
+	Runs      Records[Snapshot] // gantry_runs: run states (the executor reads them)
+	// Nodes are the executors' node records (gantry_nodes): what a past
+	// run of a composition did is what a submission skips as already
+	// done. The state-store's projection (gantry_state) is not read:
+	// whoever can write it changes what is reported, never what runs.
+	Nodes Lister[events.NodeRecord]
+	Out   Emitter
+	Log   *slog.Logger
 	// Names names known public nkeys in audit records (see named).
 	Names map[string]string
 	// Heal, when set, re-creates a stream or bucket a request found
@@ -125,6 +128,11 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	r := &run{rec: rec, plan: plan, state: plan.NewRunState(), done: toSet(rec.AlreadyDone)}
 	r.snap = Snapshot{Generation: 1, Status: dag.WorkflowAccepted}
 	r.captureSnapshot()
+	// Listed among its composition's runs before it exists, so no later
+	// submission of the composition decides what is done without it.
+	if err := e.remember(ctx, rec); err != nil {
+		return nil, err
+	}
 	if r.snapRev, err = e.Runs.Put(ctx, rec.ID, r.snap, 0); err != nil {
 		return nil, fmt.Errorf("persist run %s: %w", rec.ID, err)
 	}
@@ -151,7 +159,7 @@ func (e *Engine) newRecord(ctx context.Context, c *dag.Composition, plan *dag.Pl
 	rec := &Record{ID: id.String(), Name: c.Name, Operation: c.Operation, Status: dag.WorkflowAccepted, Generation: 1,
 		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by, Trace: e.newTrace(ctx, now)}
 	if c.Operation == dag.OpCreate && !c.Reset {
-		if rec.AlreadyDone, err = e.alreadyDone(ctx, plan); err != nil {
+		if rec.AlreadyDone, err = e.alreadyDone(ctx, rec.ID, plan); err != nil {
 			return nil, err
 		}
 	}
@@ -202,17 +210,29 @@ func (e *Engine) begin(ctx context.Context, r *run) error {
 // It returns the workflows that could not be resumed now (Start them
 // again).
 func (e *Engine) Resume(ctx context.Context) (failed []string, err error) {
-	ids, err := e.Workflows.Keys(ctx, "")
+	ids, err := e.Workflows.Keys(ctx, workflowKeys)
 	if err != nil {
 		return nil, fmt.Errorf("list workflows: %w", err)
+	}
+	listed, err := e.listed(ctx)
+	if err != nil {
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, id := range ids {
 		err := e.unit(ctx, func() error {
 			r, err := e.load(ctx, id)
-			if err != nil || r == nil || r.rec.Status.Terminal() || r.rec.Status == dag.WorkflowPaused {
+			if err != nil || r == nil {
 				return err
+			}
+			if !listed[id] { // accepted before runs were listed by composition
+				if err := e.remember(ctx, r.rec); err != nil {
+					e.Log.Warn("cannot list the workflow among its composition's runs", "workflow_id", id, "err", err)
+				}
+			}
+			if r.rec.Status.Terminal() || r.rec.Status == dag.WorkflowPaused {
+				return nil
 			}
 			e.Log.Info("resuming workflow", "workflow_id", id, "status", r.rec.Status)
 			return e.advance(ctx, r)

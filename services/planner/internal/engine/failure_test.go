@@ -98,41 +98,35 @@ func TestRollbackReadErrorIsNotNone(t *testing.T) {
 	wantStored(t, h, "workflow running: rolling back after formula b failed: deleting 1 formulas", "a ready", "dispatch a delete g2")
 }
 
-func TestAlreadyDoneFromTheHostProjection(t *testing.T) {
+func TestSubmitFailsWhenThePastRunsCannotBeRead(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	// Learn the spec hash of a/x from a validation.
-	reply, err := h.e.Submit(context.Background(), []byte(chain), true, operator)
-	must(t, err)
-	hash, yhash := reply.Plan.Formulas[0].Nodes[0].SpecHash, reply.Plan.Formulas[1].Nodes[0].SpecHash
-	// chain's a/x was created, then blocked in a later run: still in place.
-	h.hosts.Set(events.HostNodeKey("h1", "chain", "a", "x"), events.HostNode{Host: "h1", Workflow: "chain", Formula: "a", Node: "x", Status: dag.NodeBlocked, Operation: dag.OpCreate, SpecHash: hash,
-		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: hash}})
-	h.hosts.Set(events.HostNodeKey("h1", "chain", "b", "y"), events.HostNode{Host: "h1", Workflow: "chain", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: "other",
-		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "other"}})
-	// Another composition with the same ids has b/y as chain wants it: its
-	// record is its own, not chain's.
-	h.hosts.Set(events.HostNodeKey("h1", "other", "b", "y"), events.HostNode{Host: "h1", Workflow: "other", Formula: "b", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate, SpecHash: yhash,
-		InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: yhash}})
 	must(t, h.submit(chain))
-	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip x")
-	must(t, h.formula("a", 1, dag.FormulaSucceeded))
-	wantStored(t, h, "b ready", "dispatch b create g1") // chain's record has another spec: runs again
+	first := h.id
+	for name, fail := range map[string]func(){
+		"node records": func() { h.nodes.Fail = func(op, key string) error { return errors.New("timeout") } },
+		"runs listed":  func() { h.workflows.Fail = func(op, key string) error { return failOn(op, "keys", "timeout") } },
+		"run record": func() {
+			h.workflows.Fail = func(op, key string) error { return failOn(op+key, "get"+first, "timeout") }
+		},
+	} {
+		fail()
+		if err := h.submit(chain); err == nil || !strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("%s: err %v", name, err)
+		}
+		h.nodes.Fail, h.workflows.Fail = nil, nil
+		if keys, _ := h.workflows.Keys(context.Background(), workflowKeys); len(keys) != 1 {
+			t.Fatalf("%s: a refused submission wrote %v", name, keys)
+		}
+	}
+	must(t, h.submit(chain))
 }
 
-func TestSubmitFailsWhenTheHostProjectionCannotBeRead(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	h.hosts.Fail = func(op, key string) error { return errors.New("timeout") }
-	if err := h.submit(chain); err == nil || !strings.Contains(err.Error(), "per-host projection") {
-		t.Fatalf("err %v", err)
+func failOn(got, want, msg string) error {
+	if got == want {
+		return errors.New(msg)
 	}
-	if keys, _ := h.workflows.Keys(context.Background(), ""); len(keys) != 0 {
-		t.Fatalf("a refused submission wrote %v", keys)
-	}
-	// A projection that does not exist yet records nothing: the run goes on.
-	h.hosts.Fail = func(op, key string) error { return jetstreamStreamNotFound }
-	must(t, h.submit(chain))
+	return nil
 }
 
 // A batch whose events cannot all be recorded is redelivered whole, and

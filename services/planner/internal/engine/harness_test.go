@@ -21,11 +21,14 @@ type harness struct {
 	workflows *events.MemoryBucket[Record]
 	runs      *events.MemoryBucket[Snapshot]
 	nodes     *events.MemoryBucket[events.NodeRecord]
-	hosts     *events.MemoryBucket[events.HostNode]
-	out       *events.MemoryOutbox
-	seen      int    // events stored before the current step
-	seq       uint64 // stream sequence of the events handled
-	id        string // the workflow submitted last
+	// hosts is the state-store's per-host projection (gantry_state): what
+	// a test writes there as a thief of the state-store's credential
+	// would; the engine is not given it.
+	hosts *events.MemoryBucket[events.HostNode]
+	out   *events.MemoryOutbox
+	seen  int    // events stored before the current step
+	seq   uint64 // stream sequence of the events handled
+	id    string // the workflow submitted last
 }
 
 var operator = events.Principal{Name: "operator", Attested: true}
@@ -33,7 +36,7 @@ var operator = events.Principal{Name: "operator", Attested: true}
 func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, workflows: &events.MemoryBucket[Record]{}, runs: &events.MemoryBucket[Snapshot]{},
 		nodes: &events.MemoryBucket[events.NodeRecord]{}, hosts: &events.MemoryBucket[events.HostNode]{}, out: &events.MemoryOutbox{}}
-	h.e = &Engine{Workflows: h.workflows, Runs: h.runs, Nodes: h.nodes, Hosts: h.hosts, Out: h.out, WorkflowRevs: h.workflows, RunRevs: h.runs,
+	h.e = &Engine{Workflows: h.workflows, Runs: h.runs, Nodes: h.nodes, Out: h.out, WorkflowRevs: h.workflows, RunRevs: h.runs,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
 	return h
 }
@@ -41,7 +44,7 @@ func newHarness(t *testing.T) *harness {
 // fresh is the engine after a restart: the same stores, nothing in memory.
 func (h *harness) fresh() {
 	old := h.e
-	h.e = &Engine{Workflows: old.Workflows, Runs: old.Runs, Nodes: old.Nodes, Hosts: old.Hosts, Out: old.Out, Log: old.Log, Now: old.Now,
+	h.e = &Engine{Workflows: old.Workflows, Runs: old.Runs, Nodes: old.Nodes, Out: old.Out, Log: old.Log, Now: old.Now,
 		WorkflowRevs: old.WorkflowRevs, RunRevs: old.RunRevs}
 }
 

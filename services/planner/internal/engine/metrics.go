@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -19,10 +20,27 @@ var workflowsActive = promauto.NewGauge(prometheus.GaugeOpts{
 	Help: "Workflows accepted or running (or paused) that this planner instance has stepped and that have not ended.",
 })
 
+// recordsIgnored counts records the planner could not decode while
+// deciding what a submission skips as already done: each is ignored (the
+// nodes it could have decided run) and logged.
+var recordsIgnored = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gantry_planner_records_ignored_total",
+	Help: "Records that did not decode, ignored when deciding what a submission skips as already done (the nodes run), by bucket.",
+}, []string{"bucket"})
+
 func init() { // every outcome from 0
 	for _, st := range []dag.WorkflowState{dag.WorkflowSucceeded, dag.WorkflowFailed, dag.WorkflowCancelled} {
 		workflowResults.WithLabelValues(string(st))
 	}
+	for _, b := range []string{events.BucketNodes, events.BucketWorkflows} {
+		recordsIgnored.WithLabelValues(b)
+	}
+}
+
+// ignored reports a record of bucket left out of planning.
+func (e *Engine) ignored(bucket, msg string, args ...any) {
+	recordsIgnored.WithLabelValues(bucket).Inc()
+	e.Log.Warn(msg, append(args, "bucket", bucket)...)
 }
 
 // settled notes, after a unit of work is stored, which of its runs are

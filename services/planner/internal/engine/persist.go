@@ -166,35 +166,3 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 	r.recRev = rev
 	return nil
 }
-
-// alreadyDone lists the nodes the per-host projection records in place
-// for this composition (a create of it completed them, and nothing has
-// run them since) with the same spec hash; another composition's records
-// are its own. It reads the composition's records on every host in one
-// pass, so accepting a fleet costs one read of the bucket, not one per
-// host or per node. A projection that cannot be read fails the
-// submission: skipping on a guess would be a lie either way. A projection
-// that is not there yet (the state-store has not created its bucket)
-// records nothing.
-func (e *Engine) alreadyDone(ctx context.Context, p *dag.Plan) ([]string, error) {
-	recorded, err := e.Hosts.Entries(ctx, events.HostWorkflowPrefix("*", p.Workflow)+">")
-	if events.IsMissing(err) {
-		e.Log.Warn("no per-host projection to read; nothing is skipped as already done", "err", err)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the per-host projection: %w", err)
-	}
-	var out []string
-	for i := range p.Formulas {
-		pf := &p.Formulas[i]
-		for j := range pf.Nodes {
-			pn := &pf.Nodes[j]
-			hn, ok := recorded[events.HostNodeKey(pf.Server, p.Workflow, pf.ID, pn.Name)]
-			if ok && hn.InPlace != nil && hn.InPlace.SpecHash == pn.SpecHash {
-				out = append(out, pf.ID+"/"+pn.Name)
-			}
-		}
-	}
-	return out, nil
-}

@@ -39,8 +39,10 @@ type Reader[T any] interface {
 // Lister reads another service's records, one or all of a KV filter.
 type Lister[T any] interface {
 	Reader[T]
-	// Entries reads every record whose key matches filter ("host.*.web.>").
-	Entries(ctx context.Context, filter string) (map[string]T, error)
+	// Entries reads every record whose key matches filter ("<workflow
+	// id>.>"); a record that does not decode is left out and returned in
+	// bad, by key (events.ErrBadRecord), without failing the read.
+	Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error)
 }
 
 // Emitter publishes the events a unit of work decides. Emit does not wait;

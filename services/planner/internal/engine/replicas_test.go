@@ -12,7 +12,7 @@ import (
 // replica of the planner service is: its own memory, the same KV buckets.
 func (h *harness) replica() *Engine {
 	e := h.e
-	return &Engine{Workflows: e.Workflows, Runs: e.Runs, Nodes: e.Nodes, Hosts: e.Hosts, Out: e.Out, Log: e.Log, Now: e.Now,
+	return &Engine{Workflows: e.Workflows, Runs: e.Runs, Nodes: e.Nodes, Out: e.Out, Log: e.Log, Now: e.Now,
 		WorkflowRevs: e.WorkflowRevs, RunRevs: e.RunRevs}
 }
 

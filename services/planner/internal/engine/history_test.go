@@ -1,0 +1,216 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// chainOnH2 is chain with a on another host.
+var chainOnH2 = strings.Replace(strings.Replace(chain, "hosts: {h1: {transport: local}}", "hosts: {h1: {transport: local}, h2: {transport: local}}", 1),
+	"  - id: a\n    server: h1", "  - id: a\n    server: h2", 1)
+
+// chainDelete deletes what chain created.
+var chainDelete = strings.Replace(chain, "name: chain\n", "name: chain\noperation: delete\n", 1)
+
+// otherChain is chain under another name: the same formula ids and specs.
+var otherChain = strings.Replace(chain, "name: chain\n", "name: other\n", 1)
+
+// specs are the spec hashes of chain's nodes, by "formula/node".
+func specs(t *testing.T, h *harness, yaml string) map[string]string {
+	t.Helper()
+	reply, err := h.e.Submit(context.Background(), []byte(yaml), true, operator)
+	must(t, err)
+	m := map[string]string{}
+	for _, f := range reply.Plan.Formulas {
+		for _, n := range f.Nodes {
+			m[f.ID+"/"+n.Name] = n.SpecHash
+		}
+	}
+	return m
+}
+
+// ran submits yaml and records, as the executor does, what each node
+// did ("a/x": state, in the workflow's operation), with the spec hash the
+// plan gives it unless spec names another.
+func ran(t *testing.T, h *harness, yaml string, did map[string]dag.NodeState, spec map[string]string) string {
+	t.Helper()
+	must(t, h.submit(yaml))
+	rec, _, err := h.workflows.Get(context.Background(), h.id)
+	must(t, err)
+	hashes := specs(t, h, yaml)
+	for k, st := range did {
+		f, n, _ := strings.Cut(k, "/")
+		hash := hashes[k]
+		if s, ok := spec[k]; ok {
+			hash = s
+		}
+		h.nodes.Set(events.NodeKey(h.id, rec.Operation, f, n), events.NodeRecord{Status: st, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: hash})
+	}
+	return h.id
+}
+
+// What a create of chain skips, after the runs before it, by the rule of
+// the per-host projection's in_place (drift's ok), decided from the
+// executors' records of the composition's own runs.
+func TestAlreadyDoneFromThePastRuns(t *testing.T) {
+	t.Parallel()
+	ok, failed, skipped := dag.NodeSucceeded, dag.NodeFailed, dag.NodeSkipped
+	type past struct {
+		yaml string
+		did  map[string]dag.NodeState
+		spec map[string]string
+	}
+	cases := map[string]struct {
+		runs []past
+		yaml string // submitted last (chain when "")
+		skip string // what its dispatch of a skips
+	}{
+		"nothing ran": {},
+		"created":     {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+		"skipped as done, or its check passed, is done": {runs: []past{{chain, map[string]dag.NodeState{"a/x": skipped}, nil}}, skip: "x"},
+		"failed":                     {runs: []past{{chain, map[string]dag.NodeState{"a/x": failed}, nil}}},
+		"running":                    {runs: []past{{chain, map[string]dag.NodeState{"a/x": dag.NodeRunning}, nil}}},
+		"cancelled between attempts": {runs: []past{{chain, map[string]dag.NodeState{"a/x": dag.NodeCancelled}, nil}}},
+		"created with another spec":  {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, map[string]string{"a/x": "sha256:old"}}}},
+		"created, then a run that did not reach it": {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, nil, nil}}, skip: "x"},
+		"created, then failed":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": failed}, nil}}},
+		"failed, then created":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+		"created, then deleted":                     {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": ok}, nil}}},
+		"created, then a delete of it failed":       {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": failed}, nil}}},
+		"another composition with the same ids":     {runs: []past{{otherChain, map[string]dag.NodeState{"a/x": ok}, nil}}},
+		"created on another host":                   {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainOnH2},
+		"created on this host, then on another":     {runs: []past{{chainOnH2, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainOnH2, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			for _, r := range tc.runs {
+				ran(t, h, r.yaml, r.did, r.spec)
+			}
+			h.stored()
+			yaml := tc.yaml
+			if yaml == "" {
+				yaml = chain
+			}
+			must(t, h.submit(yaml))
+			want := "dispatch a create g1"
+			if tc.skip != "" {
+				want += " skip " + tc.skip
+			}
+			wantStored(t, h, "workflow accepted", "workflow running", "a ready", want)
+		})
+	}
+}
+
+// A rollback's delete, recorded in the same workflow, undoes its create.
+func TestAlreadyDoneNotWhatARollbackDeleted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := ran(t, h, rollback, map[string]dag.NodeState{"a/x": dag.NodeSucceeded, "a/keep": dag.NodeSucceeded}, nil)
+	h.nodes.Set(events.NodeKey(id, dag.OpDelete, "a", "x"), events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 1, Generation: 2, GenAttempts: 1})
+	h.stored()
+	must(t, h.submit(rollback))
+	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip keep")
+}
+
+// A run listed among the composition's but never accepted (its record
+// was not written) is no run; a check run is not listed.
+func TestAlreadyDoneListsOnlyAcceptedCreatesAndDeletes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ran(t, h, chain, map[string]dag.NodeState{"a/x": dag.NodeSucceeded}, nil)
+	h.workflows.Set(historyKey("chain", "ffffffff-ffff-7fff-bfff-ffffffffffff"), Record{ID: "ffffffff-ffff-7fff-bfff-ffffffffffff", Name: "chain", Operation: dag.OpCreate})
+	check := ran(t, h, strings.Replace(chain, "name: chain\n", "name: chain\noperation: check\n", 1), nil, nil)
+	if _, _, err := h.workflows.Get(context.Background(), historyKey("chain", check)); err == nil {
+		t.Fatal("a check run is listed among the composition's runs")
+	}
+	h.stored()
+	must(t, h.submit(chain))
+	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip x")
+	if keys, _ := h.workflows.Keys(context.Background(), historyPrefix("chain")+"*"); len(keys) != 3 {
+		t.Fatalf("listed %v, want the two creates and the unaccepted one", keys)
+	}
+}
+
+// A node record or a run record that does not decode skips nothing, fails
+// no submission, and is reported: a warning naming the workflow, host and
+// node, and gantry_planner_records_ignored_total. Not parallel: the
+// counter is global.
+func TestDamagedRecordsAreReportedAndSkipNothing(t *testing.T) {
+	count := func(bucket string) float64 { return testutil.ToFloat64(recordsIgnored.WithLabelValues(bucket)) }
+	nodesBefore, workflowsBefore := count(events.BucketNodes), count(events.BucketWorkflows)
+	h := newHarness(t)
+	var logs bytes.Buffer
+	h.e.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	first := ran(t, h, chain, map[string]dag.NodeState{"a/x": dag.NodeSucceeded, "b/y": dag.NodeSucceeded}, nil)
+	h.nodes.SetRaw(events.NodeKey(first, dag.OpCreate, "a", "x"), []byte("\x00 not a record"))
+	h.stored()
+	must(t, h.submit(chain))
+	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1")
+	if got := h.e.cache[h.id].rec.AlreadyDone; len(got) != 1 || got[0] != "b/y" {
+		t.Fatalf("already done %v, want b/y (its record is fine)", got)
+	}
+	for _, want := range []string{`"level":"WARN"`, `"workflow_id":"` + first + `"`, `"host":"h1"`, `"formula":"a"`, `"node":"x"`, `"reason":"record does not decode`, `"bucket":"gantry_nodes"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %s in the log:\n%s", want, logs.String())
+		}
+	}
+	if d := count(events.BucketNodes) - nodesBefore; d != 1 {
+		t.Errorf("ignored node records +%g, want +1", d)
+	}
+	// The newest run's own record damaged: what it did is unknown, so
+	// nothing older decides what it may have touched.
+	h.workflows.SetRaw(h.id, []byte("\x00 not a record"))
+	h.stored()
+	reply, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
+	if err != nil || reply.Status != "accepted" {
+		t.Fatalf("submit with a damaged run record: %v %+v", err, reply)
+	}
+	rec, _, err := h.workflows.Get(context.Background(), reply.WorkflowID)
+	must(t, err)
+	if len(rec.AlreadyDone) != 0 {
+		t.Fatalf("already done %v after a damaged run record, want nothing", rec.AlreadyDone)
+	}
+	if d := count(events.BucketWorkflows) - workflowsBefore; d != 1 {
+		t.Errorf("ignored workflow records +%g, want +1", d)
+	}
+}
+
+// Runs accepted before the planner listed them by composition are listed
+// when a planner starts (Resume reads every workflow anyway), so the
+// first submission after an upgrade skips what they did.
+func TestResumeListsRunsAcceptedBeforeTheLists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	old := newHarness(t)
+	id := ran(t, old, chain, map[string]dag.NodeState{"a/x": dag.NodeSucceeded}, nil)
+	must(t, old.formula("a", 1, dag.FormulaSucceeded))
+	// The same stores without the list: as an older planner left them.
+	h := newHarness(t)
+	rec, _, err := old.workflows.Get(ctx, id)
+	must(t, err)
+	snap, _, err := old.runs.Get(ctx, id)
+	must(t, err)
+	h.workflows.Set(id, rec)
+	h.runs.Set(id, snap)
+	h.nodes = old.nodes
+	h.e.Nodes = old.nodes
+	h.fresh()
+	if failed, err := h.e.Resume(ctx); err != nil || len(failed) != 0 {
+		t.Fatalf("resume: %v %v", failed, err)
+	}
+	if _, _, err := h.workflows.Get(ctx, historyKey("chain", id)); err != nil {
+		t.Fatalf("not listed after a start: %v", err)
+	}
+	h.stored()
+	must(t, h.submit(chain))
+	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip x")
+}
