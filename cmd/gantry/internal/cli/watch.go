@@ -410,5 +410,5 @@ func lastLine(s string) string {
 // come the way its type comes (events.Admit): someone published it where
 // it does not belong.
 func refused(w io.Writer, err error) {
-	fmt.Fprintf(w, "gantry: warning: %v (dropped)\n", err)
+	fmt.Fprintf(w, "gantry: warning: %s (dropped)\n", termsafe.Line(err.Error()))
 }
