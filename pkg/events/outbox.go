@@ -48,6 +48,7 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 		return
 	}
 	h := InjectTrace(ctx, nil)
+	msgID = o.pub.wireID(subject, msgID)
 	f, err := o.pub.JS.PublishMsgAsync(message(subject, data, h), jetstream.WithMsgID(msgID))
 	if err != nil {
 		f = nil // not sent: Flush sends it, in turn

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,6 +29,9 @@ type Publisher struct {
 	// Heal, when set, re-creates the stream a publish found missing
 	// (Healer.Heal), and the publish is tried again.
 	Heal func(ctx context.Context) error
+
+	keyOnce sync.Once
+	key     []byte // what message ids are keyed with (idKey)
 }
 
 func (p *Publisher) now() time.Time {
@@ -44,7 +48,7 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 	if err != nil {
 		return err
 	}
-	if err := p.send(ctx, subject, b, InjectTrace(ctx, nil), msgID); err != nil {
+	if err := p.send(ctx, subject, b, InjectTrace(ctx, nil), p.wireID(subject, msgID)); err != nil {
 		return fmt.Errorf("publish %s on %s: %w", typ, subject, err)
 	}
 	return nil
