@@ -18,6 +18,10 @@ var (
 		Name: "gantry_ssh_dials_total",
 		Help: "SSH connections dialed, by result: ok, auth (key refused), host_key (unknown or changed), timeout, cancelled, error (anything else: unreachable, refused).",
 	}, []string{"result"})
+	sshKeepaliveClosed = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "gantry_ssh_keepalive_closed_total",
+		Help: "SSH connections closed because their host stopped answering keepalives.",
+	})
 )
 
 func init() { // every result from 0

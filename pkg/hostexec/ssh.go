@@ -38,9 +38,16 @@ type SSHConfig struct {
 	// InsecureIgnoreHostKey connects to hosts whatever their key. Only an
 	// operator's explicit choice may set it.
 	InsecureIgnoreHostKey bool
-	DefaultUser           string        // when a host names none (default: $USER, else root)
-	MaxSessions           int           // sessions at once per connection (default 8; OpenSSH allows 10)
-	DialTimeout           time.Duration // default 10s
+	DefaultUser           string // when a host names none (default: $USER, else root)
+	MaxSessions           int    // sessions at once per connection (default 8; OpenSSH allows 10)
+	// ConnectTimeout bounds setting up one hop's connection: TCP, the
+	// server's banner, key exchange and authentication together
+	// (default DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// Keepalive is how often an open connection is asked whether its
+	// peer is still there; after KeepaliveMissed intervals with no answer
+	// it is closed (default DefaultKeepalive; negative: never asked).
+	Keepalive time.Duration
 	// Idle closes a connection that ran no session for that long
 	// (default DefaultSSHIdle; negative: never).
 	Idle   time.Duration
@@ -56,6 +63,25 @@ func (c *SSHConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.UseAgent, "ssh-agent", true, "also use the keys of the ssh-agent at $SSH_AUTH_SOCK")
 	fs.IntVar(&c.MaxSessions, "ssh-max-sessions", 8, "SSH sessions at once per host connection (sshd's MaxSessions is 10 by default)")
 	fs.DurationVar(&c.Idle, "ssh-idle", DefaultSSHIdle, "close a host's SSH connection after it ran nothing for this long (negative: keep it open)")
+	c.RegisterConnectFlags(fs)
+}
+
+// DefaultConnectTimeout is --ssh-connect-timeout's default.
+const DefaultConnectTimeout = 15 * time.Second
+
+// DefaultKeepalive is --ssh-keepalive's default: a peer that stopped
+// answering is found within (KeepaliveMissed+1) of it, a minute.
+const DefaultKeepalive = 15 * time.Second
+
+// KeepaliveMissed is how many keepalive intervals may pass without an
+// answer before a connection is given up as dead, as OpenSSH's
+// ServerAliveCountMax.
+const KeepaliveMissed = 3
+
+// RegisterConnectFlags adds --ssh-connect-timeout and --ssh-keepalive.
+func (c *SSHConfig) RegisterConnectFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.ConnectTimeout, "ssh-connect-timeout", DefaultConnectTimeout, "bound on setting up each hop's SSH connection: TCP, banner, key exchange and authentication")
+	fs.DurationVar(&c.Keepalive, "ssh-keepalive", DefaultKeepalive, "ask open SSH connections this often whether the host still answers; 3 unanswered in a row close it (negative: never)")
 }
 
 // DefaultKeyFiles are tried in order when no key file is given, as OpenSSH does.
@@ -90,13 +116,15 @@ type Pool struct {
 	log       *slog.Logger
 	mu        sync.Mutex
 	conns     map[string]*conn
-	closed    bool          // Close was called
-	stop      chan struct{} // closed by Close: the idle reaper ends
+	dials     map[*dialing]struct{} // connections being set up: Close stops them
+	closed    bool                  // Close was called
+	stop      chan struct{}         // closed by Close: the idle reaper ends
 }
 
 type conn struct {
-	mu      sync.Mutex // held while dialing
-	client  *ssh.Client
+	mu      sync.Mutex  // guards client and dial
+	client  *ssh.Client // the live connection, nil when none
+	dial    *dialing    // the connection being set up, nil when none
 	sem     chan struct{}
 	idle    chan *hostAgent // idle host agents, each holding a slot of sem
 	address string          // host:port
@@ -128,8 +156,11 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 8
 	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 10 * time.Second
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.Keepalive == 0 {
+		cfg.Keepalive = DefaultKeepalive
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -150,7 +181,7 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	if cfg.Idle == 0 {
 		cfg.Idle = DefaultSSHIdle
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, stop: make(chan struct{})}
+	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, dials: map[*dialing]struct{}{}, stop: make(chan struct{})}
 	if cfg.KeyFile != "" {
 		pem, err := os.ReadFile(cfg.KeyFile)
 		if err != nil {
@@ -266,6 +297,9 @@ func (p *Pool) Close() {
 	p.closed = true
 	conns := p.conns
 	p.conns = map[string]*conn{}
+	for d := range p.dials {
+		d.cancel()
+	}
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.mu.Lock()
@@ -316,22 +350,79 @@ func (p *Pool) entry(address, user string, via []Jump) *conn {
 }
 
 // client returns the live connection, dialing if there is none (and, for
-// a host behind a jump host, the jump host's first if it has none).
+// a host behind a jump host, the jump host's first if it has none). Every
+// caller waits for the same dial, each only as long as its own ctx: a
+// cancelled node stops waiting at once. The dial itself is bounded by
+// ConnectTimeout, and ends early when the pool closes.
 func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.client != nil {
-		return c.client, nil
+	if cl := c.client; cl != nil {
+		c.mu.Unlock()
+		return cl, nil
 	}
+	d := c.dial
+	if d == nil {
+		base, cancel := context.WithCancel(context.Background())
+		d = &dialing{done: make(chan struct{}), cancel: cancel}
+		c.dial = d
+		p.mu.Lock()
+		p.dials[d] = struct{}{}
+		p.mu.Unlock()
+		go p.setUp(base, c, d)
+	}
+	c.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.client, d.err
+	case <-ctx.Done():
+		return nil, endErr(ctx)
+	}
+}
+
+// dialing is a connection being set up; done is closed when client or
+// err is set. cancel stops it (the pool closes).
+type dialing struct {
+	done   chan struct{}
+	client *ssh.Client
+	err    error
+	cancel context.CancelFunc
+}
+
+// setUp dials c's connection for d and makes it c's live one; Close
+// cancels base. A hop behind a jump host gets its whole ConnectTimeout
+// once the jump host's connection is up (which has its own).
+func (p *Pool) setUp(base context.Context, c *conn, d *dialing) {
+	defer func() {
+		p.mu.Lock()
+		delete(p.dials, d)
+		p.mu.Unlock()
+		d.cancel()
+	}()
+	if c.parent != nil {
+		_, _ = p.client(base, c.parent) // its error is dial's to report
+	}
+	ctx, cancel := context.WithTimeout(base, p.cfg.ConnectTimeout)
+	defer cancel()
 	cl, err := p.connect(ctx, c)
 	sshDials.WithLabelValues(dialResult(err)).Inc()
-	if err != nil {
-		return nil, err
+	if err == nil && base.Err() != nil { // the pool closed meanwhile
+		_ = cl.Close()
+		cl, err = nil, fmt.Errorf("%w to %s: stopped while setting up the connection", ErrConnect, c.address)
 	}
-	c.client = cl
-	c.touch()
+	c.mu.Lock()
+	c.dial = nil
+	if err == nil {
+		c.client = cl
+		c.touch()
+	}
+	c.mu.Unlock()
+	d.client, d.err = cl, err
+	close(d.done)
+	if err != nil {
+		return
+	}
 	sshOpen.Inc()
-	go func(cl *ssh.Client) { // forget the connection once it dies
+	go func() { // forget the connection once it dies
 		_ = cl.Wait()
 		sshOpen.Dec()
 		c.mu.Lock()
@@ -339,11 +430,13 @@ func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 			c.client = nil
 		}
 		c.mu.Unlock()
-	}(c.client)
-	return c.client, nil
+	}()
+	go p.keepAlive(c, cl)
 }
 
-// connect dials and authenticates c's connection (c.mu held).
+// connect dials and authenticates c's connection within ctx's deadline
+// (ConnectTimeout): a host that accepts TCP and says nothing, or stalls
+// in key exchange or authentication, fails with the phase named.
 func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 	address, user := c.address, c.user
 	signers, closeAgent, err := p.signers()
@@ -363,6 +456,7 @@ func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 		}
 	}
 	var keyErr error
+	var ph handshake
 	cfg := &ssh.ClientConfig{
 		User: user,
 		// One publickey method offering every key: the client tries each
@@ -370,6 +464,7 @@ func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 		// tried after the first one's keys were refused.
 		Auth: []ssh.AuthMethod{ssh.PublicKeys(signers...)},
 		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
+			ph.keyed.Store(true)
 			err := hostKey(host, remote, key)
 			var ke *knownhosts.KeyError
 			if errors.As(err, &ke) {
@@ -378,7 +473,6 @@ func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 			}
 			return err
 		},
-		Timeout: p.cfg.DialTimeout,
 	}
 	nc, err := p.dial(ctx, c)
 	if err != nil {
@@ -387,18 +481,109 @@ func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 	if known != nil {
 		cfg.HostKeyAlgorithms = hostKeyAlgorithms(known, address, nc.RemoteAddr())
 	}
-	sc, chans, reqs, err := ssh.NewClientConn(nc, address, cfg)
-	if err != nil {
+	// The handshake gets what is left of ctx: the connection is closed
+	// the moment ctx ends (a channel through a jump host has no deadlines).
+	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
+	ph.Conn = nc
+	sc, chans, reqs, err := ssh.NewClientConn(&ph, address, cfg)
+	if !stop() || err != nil {
 		_ = nc.Close()
-		if keyErr != nil {
+		switch {
+		case keyErr != nil:
 			return nil, keyErr
-		}
-		if strings.Contains(err.Error(), "unable to authenticate") {
+		case ctx.Err() != nil:
+			return nil, p.setUpTimedOut(ctx, c, &ph)
+		case strings.Contains(err.Error(), "unable to authenticate"):
 			return nil, fmt.Errorf("%w as %s@%s: %w", ErrAuth, user, address, err)
 		}
 		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
 	}
 	return ssh.NewClient(sc, chans, reqs), nil
+}
+
+// keepAlive asks cl every Keepalive whether its peer is still there
+// (OpenSSH's keepalive@openssh.com; any answer, even a refusal, will do),
+// and closes it once KeepaliveMissed intervals passed without one: the
+// sessions on it end, and the next use dials again. It ends with the
+// connection.
+func (p *Pool) keepAlive(c *conn, cl *ssh.Client) {
+	iv := p.cfg.Keepalive
+	if iv < 0 {
+		return
+	}
+	dead := make(chan struct{})
+	go func() { _ = cl.Wait(); close(dead) }()
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-dead:
+			return
+		case <-t.C:
+		}
+		if silent := time.Since(time.Unix(0, last.Load())); silent > time.Duration(KeepaliveMissed)*iv {
+			p.log.Warn("closing an SSH connection whose host stopped answering", "host", c.address, "user", c.user, "silent_for", silent.Round(time.Millisecond).String())
+			sshKeepaliveClosed.Inc()
+			_ = cl.Close()
+			return
+		}
+		go func() {
+			if _, _, err := cl.SendRequest("keepalive@openssh.com", true, nil); err == nil {
+				last.Store(time.Now().UnixNano())
+			}
+		}()
+	}
+}
+
+// handshake is a connection being set up, noting how far it got: any
+// byte from the server (its banner), and its host key (key exchange done).
+type handshake struct {
+	net.Conn
+	heard atomic.Bool
+	keyed atomic.Bool
+}
+
+func (h *handshake) Read(b []byte) (int, error) {
+	n, err := h.Conn.Read(b)
+	if n > 0 {
+		h.heard.Store(true)
+	}
+	return n, err
+}
+
+// setUpTimedOut names the phase a set-up that ran out of time (or was
+// stopped) was in: "no SSH banner from 10.0.0.5:22 within 15s".
+func (p *Pool) setUpTimedOut(ctx context.Context, c *conn, h *handshake) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("%w to %s: stopped while setting up the connection", ErrConnect, c.address)
+	}
+	var what string
+	switch {
+	case !h.heard.Load():
+		what = "no SSH banner from " + c.address
+	case !h.keyed.Load():
+		what = "SSH key exchange with " + c.address + " not done"
+	default:
+		what = "SSH authentication as " + c.user + "@" + c.address + " not done"
+	}
+	return &setUpTimeout{fmt.Sprintf("%s: %s within %s%s", ErrConnect, what, p.cfg.ConnectTimeout, via(c))}
+}
+
+// setUpTimeout is a connection set-up that ran out of time: an ErrConnect
+// and a context.DeadlineExceeded, said in the words of its phase.
+type setUpTimeout struct{ msg string }
+
+func (e *setUpTimeout) Error() string   { return e.msg }
+func (e *setUpTimeout) Unwrap() []error { return []error{ErrConnect, context.DeadlineExceeded} }
+
+// via says which jump hosts a hop is reached through, if any.
+func via(c *conn) string {
+	if j := c.jumps(); len(j) > 0 {
+		return " (through " + strings.Join(j, ", ") + ")"
+	}
+	return ""
 }
 
 // dial opens the connection to c's address: directly, or as a channel
@@ -407,9 +592,12 @@ func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 // as a direct one is; a jump host that refuses to forward is not.
 func (p *Pool) dial(ctx context.Context, c *conn) (net.Conn, error) {
 	if c.parent == nil {
-		d := net.Dialer{Timeout: p.cfg.DialTimeout}
+		var d net.Dialer
 		nc, err := d.DialContext(ctx, "tcp", c.address)
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, &setUpTimeout{fmt.Sprintf("%s: no TCP connection to %s within %s%s", ErrConnect, c.address, p.cfg.ConnectTimeout, via(c))}
+			}
 			return nil, fmt.Errorf("%w to %s: %w", ErrConnect, c.address, err)
 		}
 		return nc, nil
@@ -421,7 +609,7 @@ func (p *Pool) dial(ctx context.Context, c *conn) (net.Conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("jump host %s, on the way to %s: %w", jump, c.address, err)
 		}
-		dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+		dctx, cancel := context.WithTimeout(ctx, p.cfg.ConnectTimeout)
 		nc, err := jc.DialContext(dctx, "tcp", c.address)
 		timedOut := dctx.Err() != nil
 		cancel()
@@ -531,7 +719,7 @@ func (p *Pool) signers() (_ []ssh.Signer, closeAgent func(), _ error) {
 		return signers, closeAgent, nil
 	}
 	agentErr := func() error {
-		ac, err := net.DialTimeout("unix", p.agentSock, p.cfg.DialTimeout)
+		ac, err := net.DialTimeout("unix", p.agentSock, p.cfg.ConnectTimeout)
 		if err != nil {
 			return err
 		}

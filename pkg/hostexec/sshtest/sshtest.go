@@ -248,6 +248,29 @@ func (h *Host) Stop() {
 	h.cmd = nil
 }
 
+// Freeze stops the host's sshd and everything below it (SIGSTOP), as a
+// hung host: TCP is still accepted by the kernel, nothing answers. thaw
+// (SIGCONT) undoes it; the test's end does too.
+func (h *Host) Freeze() (thaw func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd == nil {
+		return func() {}
+	}
+	pids := append([]int{h.cmd.Process.Pid}, descendants(h.cmd.Process.Pid)...)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+		})
+	}
+}
+
 // descendants lists the processes below pid, from /proc.
 func descendants(pid int) []int {
 	children := map[int][]int{}

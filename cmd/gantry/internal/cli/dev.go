@@ -139,6 +139,8 @@ func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
 	cmd.Flags().StringVar(&c.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file (default $GANTRY_KNOWN_HOSTS, else ~/.ssh/known_hosts)")
 	cmd.Flags().BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
 	cmd.Flags().BoolVar(&c.UseAgent, "ssh-agent", true, "also offer the keys of the ssh-agent at $SSH_AUTH_SOCK")
+	cmd.Flags().DurationVar(&c.ConnectTimeout, "ssh-connect-timeout", hostexec.DefaultConnectTimeout, "bound on setting up each hop's SSH connection: TCP, banner, key exchange and authentication")
+	cmd.Flags().DurationVar(&c.Keepalive, "ssh-keepalive", hostexec.DefaultKeepalive, "ask open SSH connections this often whether the host still answers; 3 unanswered in a row close it (negative: never)")
 }
 
 // defaultDataDir is dev's data directory when --data-dir is not given.
