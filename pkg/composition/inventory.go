@@ -76,7 +76,7 @@ func ReadInventory(name string, data []byte) (*Inventory, error) {
 		}
 		return nil, withFile(err, name)
 	}
-	r := invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}}
+	r := invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}, listed: map[[2]string]bool{}}
 	r.read(root)
 	inv := r.resolve()
 	if len(r.problems) > 0 {
@@ -152,6 +152,7 @@ type invReader struct {
 	groupOrder []string
 	hosts      map[string]*invHost
 	hostOrder  []string
+	listed     map[[2]string]bool // host, group: the host is listed in it
 	problems   []dag.Problem
 }
 
@@ -281,7 +282,8 @@ func (r *invReader) readHost(g *invGroup, name, key string, val *dag.Value, hpat
 			}
 		}
 	}
-	if !slices.Contains(h.groups, g.name) {
+	if !r.listed[[2]string{name, g.name}] {
+		r.listed[[2]string{name, g.name}] = true
 		h.groups = append(h.groups, g.name)
 		g.hosts = append(g.hosts, name)
 	}
