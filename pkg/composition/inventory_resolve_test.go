@@ -85,6 +85,56 @@ func TestInventoryDenseIsTheReference(t *testing.T) {
 	}
 }
 
+// TestInventoryDense resolves 700 groups, each a child of all before it:
+// each host is in its group and every group before it, with its own
+// group's v, and each group has the hosts of the groups after it, and it takes about as many steps as there are hosts in
+// groups and links between groups, not their product (the reference took
+// over a minute of CPU).
+func TestInventoryDense(t *testing.T) {
+	const n = 700
+	doc := denseInventory(n)
+	if len(doc) > dag.DefaultMaxBytes {
+		t.Fatalf("%d bytes", len(doc))
+	}
+	r := readFor(t, doc)
+	inv := r.resolve()
+	if len(r.problems) > 0 {
+		t.Fatal(lines(r.sorted()))
+	}
+	if len(inv.Hosts) != 3*n || len(inv.Groups) != n {
+		t.Fatalf("%d hosts, %d groups", len(inv.Hosts), len(inv.Groups))
+	}
+	for i := range n {
+		g := inv.Groups[denseName(i)].Hosts
+		if len(g) != 3*(n-i) {
+			t.Fatalf("group %d: %d hosts", i, len(g))
+		}
+		for _, x := range []string{"a", "b", "c"} {
+			h := inv.Hosts[fmt.Sprintf("h%d-%s", i, x)]
+			want := map[string]string{"v": fmt.Sprint(i)}
+			for j := range min(i+1, 7) {
+				// w(j%7) is set by the groups j, j+7, ...: the last of them at or above i wins.
+				k := j + (i-j)/7*7
+				want[fmt.Sprintf("w%d", k%7)] = fmt.Sprintf("g%d", k)
+			}
+			if x == "c" {
+				want["own"] = "y"
+			}
+			if !reflect.DeepEqual(h.Vars, want) {
+				t.Fatalf("host h%d-%s: %v, want %v", i, x, h.Vars, want)
+			}
+		}
+	}
+	links, memberships := n*(n-1)/2, 0
+	for _, g := range inv.Groups {
+		memberships += len(g.Hosts)
+	}
+	t.Logf("%d links, %d hosts in groups: %d steps", links, memberships, r.steps)
+	if r.steps > 4*(links+memberships) {
+		t.Errorf("%d steps for %d links and %d hosts in groups", r.steps, links, memberships)
+	}
+}
+
 func BenchmarkInventoryDense(b *testing.B) {
 	doc := denseInventory(700)
 	b.SetBytes(int64(len(doc)))
