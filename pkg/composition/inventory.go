@@ -158,7 +158,8 @@ type invReader struct {
 	hostOrder  []string
 	listed     map[[2]string]bool // host, group: the host is listed in it
 	problems   []dag.Problem
-	steps      int                 // of resolving the groups (see resolve)
+	steps      int                 // of resolving the groups
+	tooLarge   bool                // steps are over maxResolveSteps
 	byAddress  map[string][]string // ansible_host: the first two hosts with it
 }
 
@@ -362,6 +363,45 @@ var (
 	varPriority   = "ansible_group_priority"
 )
 
+// maxResolveSteps bounds the work of resolving an inventory's groups:
+// what 1 MiB of groups and hosts comes to can be far more (a range of
+// 100,000 hosts in a group with 30 variables is 3,000,000 variables of
+// hosts; a chain of 5,000 groups with a host each is 12,500,000 hosts in
+// groups). A step is a host put in one of its groups or one above them, a
+// group met on the way up from a group that has hosts, and a group's
+// variable merged once for all the hosts listed in the same groups; a
+// variable of a host is hostVarSteps. The work is shared so that the steps
+// follow what the hosts and groups come to, not the ways between the
+// groups: 700 groups, each a child of all before it, with 3 hosts and 2
+// variables each (800 kB: 244,650 links, 736,050 hosts in groups) take
+// 2,141,371 steps (TestInventoryDense). 30,000,000 take one or two seconds
+// (100,000 hosts with 29 variables each; a chain of 5,400 groups with a
+// host each goes over).
+const maxResolveSteps = 30_000_000
+
+// hostVarSteps is what a variable of a host costs, in steps: making the
+// host's map of them costs about ten times what the other steps do.
+const hostVarSteps = 10
+
+// maxGroupCycles bounds the cycles of groups reported one by one. Past
+// it, one problem says there are more, and the rest are cut without a
+// word each, so that the rest of the inventory is still checked.
+const maxGroupCycles = 100
+
+// spend counts steps of resolving the groups; past maxResolveSteps it
+// reports the inventory too large, once, and returns false.
+func (r *invReader) spend(steps int) bool {
+	r.steps += steps
+	if r.steps <= maxResolveSteps {
+		return true
+	}
+	if !r.tooLarge {
+		r.tooLarge = true
+		r.fail("", r.groups["all"].line, dag.CodeTooLarge, "resolving the inventory takes more than %d steps (a step is a host in one of its groups or a group above them, or a group variable merged; a host's variable is %d): use fewer hosts, variables or levels of groups, or split the inventory", maxResolveSteps, hostVarSteps)
+	}
+	return false
+}
+
 // hostSet is what hosts listed in the same groups share.
 type hostSet struct {
 	groups []int32           // those groups and their ancestors, all included
@@ -371,10 +411,8 @@ type hostSet struct {
 // resolve makes the hosts and groups. The work is shared where it can be
 // (hosts listed in the same groups share those groups' ancestors and
 // merged variables; a group with hosts takes the ancestors found of the
-// groups with hosts above it whole), and counted in r.steps: a host put
-// in one of its groups or one above them, a group met on the way up from a
-// group that has hosts, a group's variable merged, a host's variable.
-// TestInventoryDense holds them to what the hosts and groups come to.
+// groups with hosts above it whole), and counted in steps (see
+// maxResolveSteps).
 func (r *invReader) resolve() *Inventory {
 	r.ordered()
 	inv := &Inventory{Hosts: map[string]dag.Host{}, Groups: map[string]dag.Group{}}
@@ -415,7 +453,9 @@ func (r *invReader) resolve() *Inventory {
 	for _, g := range order {
 		if g == all || len(gs[g].hosts) > 0 {
 			a.of[g] = a.up(g)
-			r.steps += a.spend()
+			if !r.spend(a.spend()) {
+				return inv
+			}
 		}
 	}
 	// A host is in the groups it is listed in, in all and in all their
@@ -450,7 +490,9 @@ func (r *invReader) resolve() *Inventory {
 				merges += len(gs[g].vars)
 			}
 			sets[string(key)] = s
-			r.steps += a.spend() + merges
+			if !r.spend(a.spend() + merges) {
+				return inv
+			}
 		}
 		setOf[i] = s
 	}
@@ -465,7 +507,9 @@ func (r *invReader) resolve() *Inventory {
 		for _, g := range setOf[i].groups {
 			members[g] = append(members[g], r.hostOrder[i])
 		}
-		r.steps += len(setOf[i].groups)
+		if !r.spend(len(setOf[i].groups)) {
+			return inv
+		}
 	}
 	merged := make(map[string]map[string]invVar, len(r.hostOrder))
 	for i, name := range r.hostOrder {
@@ -479,7 +523,9 @@ func (r *invReader) resolve() *Inventory {
 			}
 		}
 		merged[name] = vars
-		r.steps += len(vars)
+		if !r.spend(hostVarSteps * len(vars)) {
+			return inv
+		}
 	}
 	jumps := map[string]invVar{}
 	for _, name := range r.hostOrder {
@@ -612,7 +658,8 @@ func (r *invReader) ordered() {
 // document, depths follows parents left over until one repeats (every
 // group left over has a parent left over), reports that cycle, cuts it
 // and goes on ordering from there, which leaves over what ordering again
-// from the start would.
+// from the start would. Past maxGroupCycles cycles, it says so once and
+// cuts the rest at links that close them in one depth-first walk.
 func (r *invReader) depths() {
 	n := len(r.groupOrder)
 	gs := make([]*invGroup, n)
@@ -665,12 +712,21 @@ walks:
 			for next[cur] < len(ps) && indeg[r.groups[ps[next[cur]]].idx] == 0 {
 				next[cur]++
 			}
-			if next[cur] == len(ps) {
-				break walks // not reached: see above
+			if next[cur] == len(ps) { // not reached: see above
+				r.cutRest(gs, indeg, &queue)
+				order()
+				break walks
 			}
 			cur = r.groups[ps[next[cur]]].idx
 		}
-		_, child := r.cycleLink(chain[at[cur]:])
+		parent, child := r.cycleLink(chain[at[cur]:])
+		if walk > maxGroupCycles {
+			link := parent.childAt[child]
+			r.fail(link.path, link.line, dag.CodeTooLarge, "more than %d cycles of groups: the rest are not reported", maxGroupCycles)
+			r.cutRest(gs, indeg, &queue)
+			order()
+			break
+		}
 		r.cutCycle(chain[at[cur]:])
 		c := r.groups[child].idx
 		if indeg[c]--; indeg[c] == 0 {
@@ -708,6 +764,68 @@ func (r *invReader) cutCycle(up []string) {
 	r.fail(link.path, link.line, dag.CodeCycle, "group %s is a child of itself: %s", child, strings.Join(names, " -> "))
 	parent.children = slices.DeleteFunc(parent.children, func(c string) bool { return c == child })
 	r.groups[child].parents = slices.DeleteFunc(r.groups[child].parents, func(p string) bool { return p == parent.name })
+}
+
+// cutRest cuts, without a word, every cycle among the groups left over
+// (indeg above 0): at each link back up in a depth-first walk down from
+// them, then queues those with no parent left over.
+func (r *invReader) cutRest(gs []*invGroup, indeg []int, queue *[]int32) {
+	const (
+		unseen = iota
+		below  // on the way down
+		done
+	)
+	state := make([]uint8, len(gs))
+	type frame struct {
+		g    int32
+		next int // its child to go down to next
+	}
+	var stack []frame
+	var links [][2]int32 // parent, child
+	for s := range gs {
+		if indeg[s] == 0 || state[s] != unseen {
+			continue
+		}
+		state[s] = below
+		stack = append(stack[:0], frame{g: int32(s)})
+		for len(stack) > 0 {
+			f := &stack[len(stack)-1]
+			children := gs[f.g].children
+			if f.next == len(children) {
+				state[f.g] = done
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			c := r.groups[children[f.next]].idx
+			f.next++
+			switch state[c] {
+			case unseen:
+				state[c] = below
+				stack = append(stack, frame{g: c})
+			case below:
+				links = append(links, [2]int32{f.g, c})
+			}
+		}
+	}
+	cut := make(map[[2]int32]bool, len(links))
+	for _, l := range links {
+		cut[l] = true
+	}
+	filtered := make([]uint8, len(gs)) // 1: its children, 2: its parents
+	for _, l := range links {
+		p, c := gs[l[0]], gs[l[1]]
+		if filtered[p.idx]&1 == 0 {
+			filtered[p.idx] |= 1
+			p.children = slices.DeleteFunc(p.children, func(name string) bool { return cut[[2]int32{p.idx, r.groups[name].idx}] })
+		}
+		if filtered[c.idx]&2 == 0 {
+			filtered[c.idx] |= 2
+			c.parents = slices.DeleteFunc(c.parents, func(name string) bool { return cut[[2]int32{r.groups[name].idx, c.idx}] })
+		}
+		if indeg[c.idx]--; indeg[c.idx] == 0 {
+			*queue = append(*queue, c.idx)
+		}
+	}
 }
 
 // first returns the one of names (a variable and its older spellings) set

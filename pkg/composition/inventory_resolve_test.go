@@ -2,6 +2,7 @@ package composition
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -344,8 +345,9 @@ func TestInventoryIsTheReference(t *testing.T) {
 }
 
 // FuzzInventoryReference: any bytes resolve as the reference resolves
-// them (those with many groups or hosts are left out: the reference would
-// take too long).
+// them, but those the reference would take too long on (many groups or
+// hosts) and those resolve refuses for a limit the reference has not
+// (maxResolveSteps, maxGroupCycles).
 func FuzzInventoryReference(f *testing.F) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 10 {
@@ -364,6 +366,9 @@ func FuzzInventoryReference(f *testing.F) {
 			return // the reference would take too long
 		}
 		got := r.resolve()
+		if r.tooLarge || slices.ContainsFunc(r.problems, func(p dag.Problem) bool { return strings.Contains(p.Message, "cycles of groups") }) {
+			return // bounded, unlike the reference
+		}
 		ref.read(root)
 		want := ref.refResolve()
 		if !reflect.DeepEqual(got, want) {
@@ -371,6 +376,77 @@ func FuzzInventoryReference(f *testing.F) {
 		}
 		if gp, wp := r.sorted(), ref.sorted(); !reflect.DeepEqual(gp, wp) && (len(gp) > 0 || len(wp) > 0) {
 			t.Fatalf("resolve's problems:\n%s\nthe reference's:\n%s", lines(gp), lines(wp))
+		}
+	})
+}
+
+// TestInventoryTooLarge: what the groups come to is bounded: a chain of
+// 8,000 groups, each with a host (32,000,000 hosts in groups), is refused
+// with the limit named (and 100,000 hosts with 29 variables each are
+// not); past maxGroupCycles cycles of groups, one problem says there are
+// more, while the rest of the inventory is still checked.
+func TestInventoryTooLarge(t *testing.T) {
+	t.Run("steps", func(t *testing.T) {
+		var b strings.Builder
+		for i := range 8000 {
+			fmt.Fprintf(&b, "g%d: {hosts: {h%d: }, children: {g%d: }}\n", i, i, i+1)
+		}
+		_, err := ReadInventory("inventory.yaml", []byte(b.String()))
+		var bad *dag.InvalidError
+		if !errors.As(err, &bad) || len(bad.Problems) != 1 || bad.Problems[0].Code != dag.CodeTooLarge ||
+			!strings.Contains(bad.Problems[0].Message, fmt.Sprintf("more than %d steps", maxResolveSteps)) {
+			t.Fatalf("%v", err)
+		}
+	})
+	t.Run("a range of 100,000 hosts with 29 variables each fits", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("about a second and 350 MB")
+		}
+		var b strings.Builder
+		b.WriteString("web:\n  hosts: {\"h[0:99999]\": }\n  vars: {")
+		for i := range 29 {
+			fmt.Fprintf(&b, "v%d: %d, ", i, i)
+		}
+		b.WriteString("}\n")
+		inv, err := ReadInventory("inventory.yaml", []byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(inv.Hosts) != 100000 || len(inv.Hosts["h99999"].Vars) != 29 {
+			t.Errorf("%d hosts, %v", len(inv.Hosts), inv.Hosts["h99999"])
+		}
+	})
+	t.Run("cycles", func(t *testing.T) {
+		// 300 groups, each a child of every other: 44,850 cycles of two.
+		var b strings.Builder
+		b.WriteString("all:\n  vars: {ansible_password: x}\n  hosts: {h: }\n")
+		for i := range 300 {
+			fmt.Fprintf(&b, "%s:\n  hosts: {h%d: }\n  children: {", denseName(i), i)
+			for j := range 300 {
+				if j != i {
+					b.WriteString(denseName(j) + ",")
+				}
+			}
+			b.WriteString("}\n")
+		}
+		_, err := ReadInventory("inventory.yaml", []byte(b.String()))
+		var bad *dag.InvalidError
+		if !errors.As(err, &bad) {
+			t.Fatal(err)
+		}
+		cycles, tooMany, password := 0, 0, 0
+		for _, p := range bad.Problems {
+			switch {
+			case p.Code == dag.CodeCycle:
+				cycles++
+			case p.Code == dag.CodeTooLarge && p.Message == "more than 100 cycles of groups: the rest are not reported":
+				tooMany++
+			case strings.HasPrefix(p.Message, "ansible_password"):
+				password++
+			}
+		}
+		if cycles != maxGroupCycles || tooMany != 1 || password != 1 || len(bad.Problems) != maxGroupCycles+2 {
+			t.Errorf("%d cycles, %d over the limit, %d passwords:\n%s", cycles, tooMany, password, lines(bad.Problems))
 		}
 	})
 }
