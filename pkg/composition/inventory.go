@@ -1,9 +1,12 @@
 package composition
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -76,7 +79,7 @@ func ReadInventory(name string, data []byte) (*Inventory, error) {
 		}
 		return nil, withFile(err, name)
 	}
-	r := invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}}
+	r := invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}, listed: map[[2]string]bool{}}
 	r.read(root)
 	inv := r.resolve()
 	if len(r.problems) > 0 {
@@ -136,6 +139,7 @@ type invGroup struct {
 	parents  []string
 	depth    int
 	priority int
+	idx      int32 // its place in groupOrder
 }
 
 type invHost struct {
@@ -152,7 +156,11 @@ type invReader struct {
 	groupOrder []string
 	hosts      map[string]*invHost
 	hostOrder  []string
+	listed     map[[2]string]bool // host, group: the host is listed in it
 	problems   []dag.Problem
+	steps      int                 // of resolving the groups
+	tooLarge   bool                // steps are over maxResolveSteps
+	byAddress  map[string][]string // ansible_host: the first two hosts with it
 }
 
 func (r *invReader) fail(path string, line int, code dag.Code, format string, args ...any) {
@@ -181,7 +189,7 @@ func (r *invReader) read(root *dag.Value) {
 func (r *invReader) group(name string, at source) *invGroup {
 	g := r.groups[name]
 	if g == nil {
-		g = &invGroup{name: name, source: at, vars: map[string]invVar{}, childAt: map[string]source{}}
+		g = &invGroup{name: name, idx: int32(len(r.groupOrder)), source: at, vars: map[string]invVar{}, childAt: map[string]source{}}
 		r.groups[name] = g
 		r.groupOrder = append(r.groupOrder, name)
 	}
@@ -281,7 +289,8 @@ func (r *invReader) readHost(g *invGroup, name, key string, val *dag.Value, hpat
 			}
 		}
 	}
-	if !slices.Contains(h.groups, g.name) {
+	if !r.listed[[2]string{name, g.name}] {
+		r.listed[[2]string{name, g.name}] = true
 		h.groups = append(h.groups, g.name)
 		g.hosts = append(g.hosts, name)
 	}
@@ -354,63 +363,169 @@ var (
 	varPriority   = "ansible_group_priority"
 )
 
+// maxResolveSteps bounds the work of resolving an inventory's groups:
+// what 1 MiB of groups and hosts comes to can be far more (a range of
+// 100,000 hosts in a group with 30 variables is 3,000,000 variables of
+// hosts; a chain of 5,000 groups with a host each is 12,500,000 hosts in
+// groups). A step is a host put in one of its groups or one above them, a
+// group met on the way up from a group that has hosts, and a group's
+// variable merged once for all the hosts listed in the same groups; a
+// variable of a host is hostVarSteps. The work is shared so that the steps
+// follow what the hosts and groups come to, not the ways between the
+// groups: 700 groups, each a child of all before it, with 3 hosts and 2
+// variables each (800 kB: 244,650 links, 736,050 hosts in groups) take
+// 2,141,371 steps (TestInventoryDense). 30,000,000 take one or two seconds
+// (100,000 hosts with 29 variables each; a chain of 5,400 groups with a
+// host each goes over).
+const maxResolveSteps = 30_000_000
+
+// hostVarSteps is what a variable of a host costs, in steps: making the
+// host's map of them costs about ten times what the other steps do.
+const hostVarSteps = 10
+
+// maxGroupCycles bounds the cycles of groups reported one by one. Past
+// it, one problem says there are more, and the rest are cut without a
+// word each, so that the rest of the inventory is still checked.
+const maxGroupCycles = 100
+
+// spend counts steps of resolving the groups; past maxResolveSteps it
+// reports the inventory too large, once, and returns false.
+func (r *invReader) spend(steps int) bool {
+	r.steps += steps
+	if r.steps <= maxResolveSteps {
+		return true
+	}
+	if !r.tooLarge {
+		r.tooLarge = true
+		r.fail("", r.groups["all"].line, dag.CodeTooLarge, "resolving the inventory takes more than %d steps (a step is a host in one of its groups or a group above them, or a group variable merged; a host's variable is %d): use fewer hosts, variables or levels of groups, or split the inventory", maxResolveSteps, hostVarSteps)
+	}
+	return false
+}
+
+// hostSet is what hosts listed in the same groups share.
+type hostSet struct {
+	groups []int32           // those groups and their ancestors, all included
+	vars   map[string]invVar // the variables of groups, merged
+}
+
+// resolve makes the hosts and groups. The work is shared where it can be
+// (hosts listed in the same groups share those groups' ancestors and
+// merged variables; a group with hosts takes the ancestors found of the
+// groups with hosts above it whole), and counted in steps (see
+// maxResolveSteps).
 func (r *invReader) resolve() *Inventory {
 	r.ordered()
-	// A host is in the groups it is listed in and in all their ancestors.
-	ancestors := make(map[string][]string, len(r.groups))
-	var up func(name string) []string
-	up = func(name string) []string {
-		if a, ok := ancestors[name]; ok {
-			return a
-		}
-		ancestors[name] = nil // under way: a cycle left (there is none) ends here
-		set := []string{name}
-		for _, p := range r.groups[name].parents {
-			for _, a := range up(p) {
-				if !slices.Contains(set, a) {
-					set = append(set, a)
-				}
-			}
-		}
-		ancestors[name] = set
-		return set
-	}
 	inv := &Inventory{Hosts: map[string]dag.Host{}, Groups: map[string]dag.Group{}}
-	members := map[string][]string{}
-	merged := map[string]map[string]invVar{}
-	for _, name := range r.hostOrder {
-		h := r.hosts[name]
-		var in []string
-		for _, g := range append([]string{"all"}, h.groups...) {
-			for _, a := range up(g) {
-				if !slices.Contains(in, a) {
-					in = append(in, a)
-				}
+	if len(r.hostOrder) == 0 {
+		return inv
+	}
+	n := len(r.groupOrder)
+	gs := make([]*invGroup, n)
+	for i, name := range r.groupOrder {
+		gs[i] = r.groups[name]
+	}
+	// The order in which a host's groups' variables are merged: by depth,
+	// ansible_group_priority, then name. As every group is deeper than
+	// its parents, it is also an order from all down.
+	order := make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		ga, gb := gs[a], gs[b]
+		return cmp.Or(cmp.Compare(ga.depth, gb.depth), cmp.Compare(ga.priority, gb.priority), strings.Compare(ga.name, gb.name))
+	})
+	rank := make([]int, n) // a group's place in order
+	for i, g := range order {
+		rank[g] = i
+	}
+	parents := make([][]int32, n) // each group's, in order
+	for _, p := range order {
+		for _, c := range gs[p].children {
+			ci := r.groups[c].idx
+			parents[ci] = append(parents[ci], p)
+		}
+	}
+	// The ancestors of each group that has hosts, and of all, from all
+	// down: each from those of the groups with hosts above it.
+	all := r.groups["all"].idx
+	a := ancestry{parents: parents, of: make([][]int32, n), mark: make([]uint32, n)}
+	for _, g := range order {
+		if g == all || len(gs[g].hosts) > 0 {
+			a.of[g] = a.up(g)
+			if !r.spend(a.spend()) {
+				return inv
 			}
 		}
-		sort.Slice(in, func(i, j int) bool {
-			a, b := r.groups[in[i]], r.groups[in[j]]
-			if a.depth != b.depth {
-				return a.depth < b.depth
+	}
+	// A host is in the groups it is listed in, in all and in all their
+	// ancestors, and has their variables merged in order, the later
+	// winning: hosts listed in the same groups share both.
+	sets := map[string]*hostSet{}
+	setOf := make([]*hostSet, len(r.hostOrder))
+	var in []int32
+	var key []byte
+	for i, name := range r.hostOrder {
+		in = append(in[:0], all)
+		for _, g := range r.hosts[name].groups {
+			in = append(in, r.groups[g].idx)
+		}
+		slices.SortFunc(in, func(x, y int32) int { return cmp.Compare(rank[y], rank[x]) }) // the last in order first
+		in = slices.Compact(in)
+		key = key[:0]
+		for _, g := range in {
+			key = binary.LittleEndian.AppendUint32(key, uint32(g))
+		}
+		s := sets[string(key)]
+		if s == nil {
+			s = &hostSet{groups: a.union(in), vars: map[string]invVar{}}
+			merges := 0
+			for _, g := range s.groups {
+				for k, v := range gs[g].vars {
+					if w, ok := s.vars[k]; !ok || w.rank < rank[g] {
+						v.rank = rank[g]
+						s.vars[k] = v
+					}
+				}
+				merges += len(gs[g].vars)
 			}
-			if a.priority != b.priority {
-				return a.priority < b.priority
+			sets[string(key)] = s
+			if !r.spend(a.spend() + merges) {
+				return inv
 			}
-			return a.name < b.name
-		})
-		vars := map[string]invVar{}
-		for i, g := range in {
-			members[g] = append(members[g], name)
-			for k, v := range r.groups[g].vars {
-				v.rank = i
+		}
+		setOf[i] = s
+	}
+	// Each group's hosts, sorted: hosts are taken by name.
+	byName := make([]int, len(r.hostOrder))
+	for i := range byName {
+		byName[i] = i
+	}
+	sort.Slice(byName, func(i, j int) bool { return r.hostOrder[byName[i]] < r.hostOrder[byName[j]] })
+	members := make([][]string, n)
+	for _, i := range byName {
+		for _, g := range setOf[i].groups {
+			members[g] = append(members[g], r.hostOrder[i])
+		}
+		if !r.spend(len(setOf[i].groups)) {
+			return inv
+		}
+	}
+	merged := make(map[string]map[string]invVar, len(r.hostOrder))
+	for i, name := range r.hostOrder {
+		h, vars := r.hosts[name], setOf[i].vars
+		if len(h.vars) > 0 {
+			vars = make(map[string]invVar, len(vars)+len(h.vars))
+			maps.Copy(vars, setOf[i].vars)
+			for k, v := range h.vars {
+				v.rank = n // above every group's
 				vars[k] = v
 			}
 		}
-		for k, v := range h.vars {
-			v.rank = len(in)
-			vars[k] = v
-		}
 		merged[name] = vars
+		if !r.spend(hostVarSteps * len(vars)) {
+			return inv
+		}
 	}
 	jumps := map[string]invVar{}
 	for _, name := range r.hostOrder {
@@ -428,15 +543,96 @@ func (r *invReader) resolve() *Inventory {
 		}
 	}
 	r.viaCycles(inv.Hosts)
-	for _, g := range r.groupOrder {
-		if g == "all" || g == "ungrouped" || len(members[g]) == 0 {
+	for i, g := range r.groupOrder {
+		if g == "all" || g == "ungrouped" || len(members[i]) == 0 {
 			continue
 		}
-		hosts := slices.Clone(members[g])
-		sort.Strings(hosts)
-		inv.Groups[g] = dag.Group{Hosts: hosts}
+		inv.Groups[g] = dag.Group{Hosts: members[i]}
 	}
 	return inv
+}
+
+// ancestry finds groups' ancestors: of holds those found, each group's
+// first.
+type ancestry struct {
+	parents [][]int32 // each group's, in merge order
+	of      [][]int32
+	mark    []uint32 // stamp of the last search that met a group
+	stamp   uint32
+	stack   []int32
+	steps   int // since spend
+}
+
+// spend returns the steps taken since it was last called.
+func (a *ancestry) spend() int {
+	s := a.steps
+	a.steps = 0
+	return s
+}
+
+// up returns g and its ancestors, g first. It walks up from g but takes
+// the ancestors found of a group on the way whole, and goes up through
+// the parents last in merge order first, whose ancestors hold most of the
+// others': a group of which every earlier group is a parent costs as
+// many steps as it has parents and ancestors.
+func (a *ancestry) up(g int32) []int32 {
+	a.stamp++
+	var out []int32
+	a.stack = append(a.stack[:0], g)
+	for len(a.stack) > 0 {
+		x := a.stack[len(a.stack)-1]
+		a.stack = a.stack[:len(a.stack)-1]
+		a.steps++
+		if a.mark[x] == a.stamp {
+			continue
+		}
+		if found := a.of[x]; found != nil {
+			for _, y := range found {
+				if a.mark[y] != a.stamp {
+					a.mark[y] = a.stamp
+					out = append(out, y)
+				}
+			}
+			a.steps += len(found)
+			continue
+		}
+		a.mark[x] = a.stamp
+		out = append(out, x)
+		a.stack = append(a.stack, a.parents[x]...) // the last in order is taken first
+	}
+	return out
+}
+
+// union returns groups (each with its ancestors found, the last in merge
+// order first) and their ancestors.
+func (a *ancestry) union(groups []int32) []int32 {
+	out := a.of[groups[0]]
+	if len(groups) == 1 {
+		return out
+	}
+	a.stamp++
+	for _, y := range out {
+		a.mark[y] = a.stamp
+	}
+	a.steps += len(out)
+	shared := true
+	for _, g := range groups[1:] {
+		a.steps++
+		if a.mark[g] == a.stamp {
+			continue // and so are its ancestors
+		}
+		if shared {
+			out, shared = slices.Clone(out), false
+		}
+		for _, y := range a.of[g] {
+			if a.mark[y] != a.stamp {
+				a.mark[y] = a.stamp
+				out = append(out, y)
+			}
+		}
+		a.steps += len(a.of[g])
+	}
+	return out
 }
 
 // ordered checks that no group is its own descendant (reporting each
@@ -454,73 +650,95 @@ func (r *invReader) ordered() {
 			g.priority = n
 		}
 	}
-	for r.depths() {
-	}
+	r.depths()
 }
 
 // depths orders the groups from all down (Kahn's algorithm), giving each
-// its depth. When groups are left over, they hold a cycle: depths reports
-// one, cuts it, and returns true to be run again.
-func (r *invReader) depths() bool {
-	indeg := make(map[string]int, len(r.groups))
-	for _, g := range r.groups {
-		g.depth = 0
+// its depth. Groups left over hold a cycle: from the first of them in the
+// document, depths follows parents left over until one repeats (every
+// group left over has a parent left over), reports that cycle, cuts it
+// and goes on ordering from there, which leaves over what ordering again
+// from the start would. Past maxGroupCycles cycles, it says so once and
+// cuts the rest at links that close them in one depth-first walk.
+func (r *invReader) depths() {
+	n := len(r.groupOrder)
+	gs := make([]*invGroup, n)
+	indeg := make([]int, n) // parents not yet ordered
+	for i, name := range r.groupOrder {
+		gs[i] = r.groups[name]
+		gs[i].depth = 0
+	}
+	for _, g := range gs {
 		for _, c := range g.children {
-			indeg[c]++
+			indeg[r.groups[c].idx]++
 		}
 	}
-	var queue []string
-	for _, name := range r.groupOrder {
-		if indeg[name] == 0 {
-			queue = append(queue, name)
+	var queue []int32
+	for i, d := range indeg {
+		if d == 0 {
+			queue = append(queue, int32(i))
 		}
 	}
-	for len(queue) > 0 {
-		g := r.groups[queue[0]]
-		queue = queue[1:]
-		for _, c := range g.children {
-			cg := r.groups[c]
-			cg.depth = max(cg.depth, g.depth+1)
-			if indeg[c]--; indeg[c] == 0 {
-				queue = append(queue, c)
-			}
-		}
-	}
-	// From a group left over, follow parents left over until one repeats:
-	// every group left over has a parent left over, so one does.
-	for _, name := range r.groupOrder {
-		if indeg[name] == 0 {
-			continue
-		}
-		seen := map[string]int{}
-		var chain []string // each the parent of the one before
-		cur := name
-		for {
-			if at, ok := seen[cur]; ok {
-				r.cutCycle(chain[at:])
-				return true
-			}
-			seen[cur] = len(chain)
-			chain = append(chain, cur)
-			next := ""
-			for _, p := range r.groups[cur].parents {
-				if indeg[p] > 0 {
-					next = p
-					break
+	ordered := 0
+	order := func() {
+		for ; ordered < len(queue); ordered++ {
+			g := gs[queue[ordered]]
+			for _, c := range g.children {
+				cg := r.groups[c]
+				cg.depth = max(cg.depth, g.depth+1)
+				if indeg[cg.idx]--; indeg[cg.idx] == 0 {
+					queue = append(queue, cg.idx)
 				}
 			}
-			if next == "" {
-				break // not reached: see above
-			}
-			cur = next
 		}
 	}
-	return false
+	order()
+	next := make([]int, n) // parents before it are ordered (or cut)
+	seen := make([]int, n) // the walk that met it, from 1
+	at := make([]int, n)   // where, in chain
+	var chain []string     // each the parent of the one before
+	start := 0
+walks:
+	for walk := 1; len(queue) < n; walk++ {
+		for indeg[start] == 0 {
+			start++
+		}
+		chain = chain[:0]
+		cur := int32(start)
+		for seen[cur] != walk {
+			seen[cur], at[cur] = walk, len(chain)
+			chain = append(chain, gs[cur].name)
+			ps := gs[cur].parents
+			for next[cur] < len(ps) && indeg[r.groups[ps[next[cur]]].idx] == 0 {
+				next[cur]++
+			}
+			if next[cur] == len(ps) { // not reached: see above
+				r.cutRest(gs, indeg, &queue)
+				order()
+				break walks
+			}
+			cur = r.groups[ps[next[cur]]].idx
+		}
+		parent, child := r.cycleLink(chain[at[cur]:])
+		if walk > maxGroupCycles {
+			link := parent.childAt[child]
+			r.fail(link.path, link.line, dag.CodeTooLarge, "more than %d cycles of groups: the rest are not reported", maxGroupCycles)
+			r.cutRest(gs, indeg, &queue)
+			order()
+			break
+		}
+		r.cutCycle(chain[at[cur]:])
+		c := r.groups[child].idx
+		if indeg[c]--; indeg[c] == 0 {
+			queue = append(queue, c)
+		}
+		order()
+	}
 }
 
-// cutCycle reports a cycle of groups, up holding each group's parent after
-// it (and the first's after the last), and cuts the link written last.
-func (r *invReader) cutCycle(up []string) {
+// cycleLink returns the link of a cycle of groups written last, up holding
+// each group's parent after it (and the first's after the last).
+func (r *invReader) cycleLink(up []string) (parent *invGroup, child string) {
 	n := len(up)
 	cut := 0 // the link from up[(cut+1)%n] down to up[cut]
 	for i := range up {
@@ -528,7 +746,15 @@ func (r *invReader) cutCycle(up []string) {
 			cut = i
 		}
 	}
-	parent, child := r.groups[up[(cut+1)%n]], up[cut]
+	return r.groups[up[(cut+1)%n]], up[cut]
+}
+
+// cutCycle reports a cycle of groups, up holding each group's parent after
+// it (and the first's after the last), and cuts the link written last.
+func (r *invReader) cutCycle(up []string) {
+	n := len(up)
+	parent, child := r.cycleLink(up)
+	cut := slices.Index(up, child)
 	// Downwards from child: child, its child in the cycle, ..., child.
 	names := []string{child}
 	for i := 1; i <= n; i++ {
@@ -538,6 +764,68 @@ func (r *invReader) cutCycle(up []string) {
 	r.fail(link.path, link.line, dag.CodeCycle, "group %s is a child of itself: %s", child, strings.Join(names, " -> "))
 	parent.children = slices.DeleteFunc(parent.children, func(c string) bool { return c == child })
 	r.groups[child].parents = slices.DeleteFunc(r.groups[child].parents, func(p string) bool { return p == parent.name })
+}
+
+// cutRest cuts, without a word, every cycle among the groups left over
+// (indeg above 0): at each link back up in a depth-first walk down from
+// them, then queues those with no parent left over.
+func (r *invReader) cutRest(gs []*invGroup, indeg []int, queue *[]int32) {
+	const (
+		unseen = iota
+		below  // on the way down
+		done
+	)
+	state := make([]uint8, len(gs))
+	type frame struct {
+		g    int32
+		next int // its child to go down to next
+	}
+	var stack []frame
+	var links [][2]int32 // parent, child
+	for s := range gs {
+		if indeg[s] == 0 || state[s] != unseen {
+			continue
+		}
+		state[s] = below
+		stack = append(stack[:0], frame{g: int32(s)})
+		for len(stack) > 0 {
+			f := &stack[len(stack)-1]
+			children := gs[f.g].children
+			if f.next == len(children) {
+				state[f.g] = done
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			c := r.groups[children[f.next]].idx
+			f.next++
+			switch state[c] {
+			case unseen:
+				state[c] = below
+				stack = append(stack, frame{g: c})
+			case below:
+				links = append(links, [2]int32{f.g, c})
+			}
+		}
+	}
+	cut := make(map[[2]int32]bool, len(links))
+	for _, l := range links {
+		cut[l] = true
+	}
+	filtered := make([]uint8, len(gs)) // 1: its children, 2: its parents
+	for _, l := range links {
+		p, c := gs[l[0]], gs[l[1]]
+		if filtered[p.idx]&1 == 0 {
+			filtered[p.idx] |= 1
+			p.children = slices.DeleteFunc(p.children, func(name string) bool { return cut[[2]int32{p.idx, r.groups[name].idx}] })
+		}
+		if filtered[c.idx]&2 == 0 {
+			filtered[c.idx] |= 2
+			c.parents = slices.DeleteFunc(c.parents, func(name string) bool { return cut[[2]int32{r.groups[name].idx, c.idx}] })
+		}
+		if indeg[c.idx]--; indeg[c.idx] == 0 {
+			*queue = append(*queue, c.idx)
+		}
+	}
 }
 
 // first returns the one of names (a variable and its older spellings) set
@@ -635,7 +923,7 @@ func (r *invReader) host(ih *invHost, vars map[string]invVar) (dag.Host, invVar)
 			continue
 		}
 		if h.Vars == nil {
-			h.Vars = map[string]string{}
+			h.Vars = make(map[string]string, len(vars))
 		}
 		h.Vars[k] = v.val
 	}
@@ -657,14 +945,23 @@ func (r *invReader) via(name string, jump invVar, vars map[string]map[string]inv
 	if _, ok := r.hosts[target]; ok {
 		found = target
 	} else {
-		for _, other := range r.hostOrder {
-			if a, ok := first(vars[other], varHost); ok && strings.Trim(a.val, "[]") == target {
-				if found != "" {
-					r.fail(jump.path, jump.line, dag.CodeUnknownRef, "ProxyJump %s is the ansible_host of both %s and %s: jump by host name", jump.val, found, other)
-					return ""
+		if r.byAddress == nil {
+			// The first two hosts with each ansible_host, in document order.
+			r.byAddress = map[string][]string{}
+			for _, other := range r.hostOrder {
+				if a, ok := first(vars[other], varHost); ok {
+					if at := strings.Trim(a.val, "[]"); len(r.byAddress[at]) < 2 {
+						r.byAddress[at] = append(r.byAddress[at], other)
+					}
 				}
-				found = other
 			}
+		}
+		switch hs := r.byAddress[target]; len(hs) {
+		case 1:
+			found = hs[0]
+		case 2:
+			r.fail(jump.path, jump.line, dag.CodeUnknownRef, "ProxyJump %s is the ansible_host of both %s and %s: jump by host name", jump.val, hs[0], hs[1])
+			return ""
 		}
 	}
 	switch found {
@@ -677,25 +974,40 @@ func (r *invReader) via(name string, jump invVar, vars map[string]map[string]inv
 	return found
 }
 
-// viaCycles reports hosts that jump through each other in a ring.
+// viaCycles reports hosts that jump through each other in a ring, each
+// ring once, from its host listed first. A host jumps through one host at
+// most: from each host not yet met, it follows the jumps until a host met
+// before; when that host was met on this walk, the walk closed a ring.
 func (r *invReader) viaCycles(hosts map[string]dag.Host) {
-	reported := map[string]bool{}
-	for _, name := range r.hostOrder {
-		seen := map[string]bool{}
-		chain := []string{}
-		for cur := name; cur != "" && !reported[cur]; cur = hosts[cur].Via {
-			if seen[cur] {
-				if cur == name {
-					for _, c := range chain {
-						reported[c] = true
-					}
-					h := r.hosts[name]
-					r.fail(h.path, h.line, dag.CodeCycle, "hosts jump through each other: %s -> %s", strings.Join(chain, " -> "), name)
-				}
-				break
-			}
-			seen[cur] = true
+	place := make(map[string]int, len(r.hostOrder)) // 1 + its place in the document
+	for i, name := range r.hostOrder {
+		place[name] = i + 1
+	}
+	met := make(map[string]int, len(r.hostOrder)) // the place of the host whose walk met it
+	var rings [][]string
+	var chain []string
+	for i, name := range r.hostOrder {
+		chain = chain[:0]
+		cur := name
+		for ; cur != "" && met[cur] == 0; cur = hosts[cur].Via {
+			met[cur] = i + 1
 			chain = append(chain, cur)
 		}
+		if cur == "" || met[cur] != i+1 {
+			continue
+		}
+		ring := chain[slices.Index(chain, cur):]
+		at := 0
+		for j, h := range ring {
+			if place[h] < place[ring[at]] {
+				at = j
+			}
+		}
+		rings = append(rings, append(slices.Clone(ring[at:]), ring[:at]...))
+	}
+	slices.SortFunc(rings, func(a, b []string) int { return cmp.Compare(place[a[0]], place[b[0]]) })
+	for _, ring := range rings {
+		h := r.hosts[ring[0]]
+		r.fail(h.path, h.line, dag.CodeCycle, "hosts jump through each other: %s -> %s", strings.Join(ring, " -> "), ring[0])
 	}
 }
