@@ -231,6 +231,24 @@ func TestCycleRejected(t *testing.T) {
 	}
 }
 
+// A composition over the planner's size limit, sent over the bus, gets
+// the planner's answer naming both sizes, not the client's "maximum
+// payload exceeded": the servers gantry configures take a request that
+// large (events.MaxRequestBytes).
+func TestOversizedCompositionGetsThePlannersAnswer(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	pad := strings.Repeat("x", dag.DefaultMaxBytes+dag.DefaultMaxBytes/2)
+	doc := `{"name":"big","hosts":{"h":{"transport":"local"}},"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":"true # ` + pad + `"}]}]}`
+	r, code := s.submit([]byte(doc))
+	if code != "400" || r.Status != "rejected" || r.WorkflowID != "" {
+		t.Fatalf("reply %+v (code %q)", r, code)
+	}
+	want := fmt.Sprintf("document is %d bytes, over the %d-byte limit", len(doc), dag.DefaultMaxBytes)
+	if len(r.Errors) != 1 || !strings.Contains(r.Errors[0], want) {
+		t.Fatalf("errors %q, want one saying %q", r.Errors, want)
+	}
+}
+
 // A host whose key is not in known_hosts is refused: the node fails with a
 // clear error and its command never runs.
 func TestUnknownHostKeyRefused(t *testing.T) {

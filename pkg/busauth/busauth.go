@@ -151,6 +151,7 @@ func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
 			return "", err
 		}
 		k.jwt = true
+		cfg["max_payload"] = events.MaxRequestBytes
 		return encodeConfig(cfg)
 	}
 	services, clients := account{JetStream: "enabled"}, account{}
@@ -176,7 +177,8 @@ func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
 		services.Exports = append(services.Exports, exportOf(im))
 		clients.Imports = append(clients.Imports, importOf(im))
 	}
-	cfg := map[string]any{"accounts": map[string]account{events.AccountServices: services, events.AccountClients: clients}}
+	cfg := map[string]any{"accounts": map[string]account{events.AccountServices: services, events.AccountClients: clients},
+		"max_payload": events.MaxRequestBytes}
 	if o.AnonymousViewer {
 		pub, err := k.Public(events.Viewer)
 		if err != nil {

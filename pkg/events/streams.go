@@ -51,13 +51,19 @@ const (
 	// LogsConsumerIdle is how long a consumer on the log stream may be
 	// idle before the server deletes it: people create them to read it
 	// (gantry logs, the web view), and one they leave behind goes.
-	LogsConsumerIdle  = time.Hour
-	DuplicateWindow   = 2 * time.Minute  // Nats-Msg-Id dedupe
-	WorkAckWait       = 10 * time.Second // InProgress every third of it keeps long work alive
-	EventAckWait      = 10 * time.Second
-	MaxDeliverEvents  = 20 // then the message is given up and logged as poison
-	MaxDeliverWork    = 50
-	MaxMessageBytes   = 1 << 20
+	LogsConsumerIdle = time.Hour
+	DuplicateWindow  = 2 * time.Minute  // Nats-Msg-Id dedupe
+	WorkAckWait      = 10 * time.Second // InProgress every third of it keeps long work alive
+	EventAckWait     = 10 * time.Second
+	MaxDeliverEvents = 20 // then the message is given up and logged as poison
+	MaxDeliverWork   = 50
+	MaxMessageBytes  = 1 << 20
+	// MaxRequestBytes is the largest message the NATS servers gantry
+	// configures take (max_payload): room for a request carrying a
+	// composition well over the planner's limit (dag.DefaultMaxBytes), so
+	// one too large gets the planner's answer naming both sizes, not the
+	// client's "maximum payload exceeded".
+	MaxRequestBytes   = 8 << 20
 	ExecutorMaxAcks   = 256
 	HealthGateMaxAcks = 64
 	PlannerMaxAcks    = 256

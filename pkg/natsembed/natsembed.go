@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -72,7 +73,7 @@ func Start(cfg Config) (*Server, error) {
 	opts.Host, opts.Port = cfg.Host, port
 	opts.JetStream, opts.StoreDir, opts.SyncAlways = true, cfg.StoreDir, cfg.SyncAlways
 	opts.NoSigs = true
-	opts.MaxPayload = server.MAX_PAYLOAD_SIZE
+	opts.MaxPayload = events.MaxRequestBytes
 	opts.JetStreamMaxMemory = 256 << 20
 	ns, err := server.NewServer(opts)
 	if err != nil {
