@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
 // Cancel reaches the host whatever happens to the executor: a node's
@@ -425,4 +429,226 @@ func TestNodeThatEndedWhileExecutorDownKeepsItsSuccess(t *testing.T) {
 	if got := markers(t, h); got["quick"] != 1 || got["next"] != 1 {
 		t.Errorf("the host ran quick %d time(s) and next %d, want each once", got["quick"], got["next"])
 	}
+}
+
+// A cancel whose running formula never reports (its executor is gone)
+// ends the workflow cancelled after the planner's wait, 30 s by default;
+// the executor that comes back later still kills the command on its host
+// and ends its node cancelled.
+func TestCancelWithTheExecutorGoneEndsAfterTheWait(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	x := startExecutor(t, s)
+	sleep := uniqueSleep(120)
+	name := "gone"
+	c := farComp(s, name, dag.Node{Name: "wait", Run: sleep})
+	tl := newTimeline()
+	defer func() { t.Logf("timeline:\n%s", tl) }()
+	id := s.mustSubmit(c)
+	tl.at("submitted " + id)
+	s.watchStatus(tl, id)
+	r := watchRemote(t, tl, sleep)
+	s.waitFor("the node to run", 20*time.Second, func() bool { return r.running() && s.nodeState(id, "work", "wait") == dag.NodeRunning })
+	x.kill9()
+	tl.at("executor killed (SIGKILL)")
+	if body, code := s.control(id, events.VerbCancel); code != "" {
+		t.Fatalf("cancel: %s %s", code, body)
+	}
+	cancelled := tl.at("cancel answered")
+	d := s.wait(id, 45*time.Second)
+	ended := tl.at("workflow ended " + string(d.Status))
+	if d.Status != dag.WorkflowCancelled {
+		t.Fatalf("workflow %s", d.Status)
+	}
+	if waited := ended - cancelled; waited < 29*time.Second || waited > 35*time.Second {
+		t.Errorf("the workflow ended %.1fs after the cancel, want after the planner's wait of 30s", waited.Seconds())
+	}
+	if f := d.Formulas["work"]; f == nil || f.Status != dag.FormulaCancelled || !strings.Contains(f.Error, "no outcome from its executor within 30s") {
+		t.Errorf("formula work: %+v", f)
+	}
+	if !r.running() {
+		t.Fatal("the remote command ended with no executor to kill it")
+	}
+	x.start()
+	tl.at("executor started again")
+	select {
+	case <-r.gone:
+	case <-time.After(20 * time.Second):
+		t.Errorf("the remote command still runs 20s after the executor came back")
+	}
+	s.wantNodeEnd(id, name, "wait", dag.NodeCancelled, 15*time.Second)
+	if pid, status := s.hostAttempt(id, 1, "wait"); status != "143" && status != "137" {
+		t.Errorf("the host's record of the attempt (supervisor %s): exit status %q, want the kill's (143 or 137)", pid, status)
+	}
+}
+
+// loopbackPort is a TCP port free on 127.0.0.1 now.
+func loopbackPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// The same as TestCancelAfterExecutorRestartKills with the whole gantry
+// dev (embedded NATS and the four services in one process) killed with
+// SIGKILL and started again on the same data, through the gantry CLI.
+func TestCancelAfterDevRestartKills(t *testing.T) {
+	fleet := sshtest.Start(t, 1, sshtest.Options{})
+	h := fleet.Hosts[0]
+	bin := buildGantry(t)
+	data, runtime := t.TempDir(), t.TempDir()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", loopbackPort(t))
+	logPath := filepath.Join(t.TempDir(), "dev.log")
+	var dev *exec.Cmd
+	start := func() {
+		t.Helper()
+		lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev = exec.Command(bin, "dev", "--port", strings.TrimPrefix(url, "nats://127.0.0.1:"), "--data-dir", data,
+			"--ssh-key", fleet.KeyFile, "--known-hosts", fleet.KnownHosts, "--ssh-agent=false")
+		dev.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+		dev.Stdout, dev.Stderr = lf, lf
+		if err := dev.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lf.Close()
+		if out, err := exec.Command(bin, "ping", "--server", url, "--service", "gantry-planner", "--service", "gantry-state-store", "--service", "gantry-executor", "--wait", "30s").CombinedOutput(); err != nil {
+			t.Fatalf("gantry dev did not come up: %v %s", err, out)
+		}
+	}
+	kill := func() {
+		if dev != nil {
+			_ = dev.Process.Kill()
+			_ = dev.Wait()
+			dev = nil
+		}
+	}
+	t.Cleanup(func() {
+		kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("gantry dev log:\n%s", tail(string(b), 6000))
+		}
+	})
+	start()
+	nkey := filepath.Join(data, "auth")
+	keys, err := busauth.LoadOrCreate(nkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gantry := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append(args, "--server", url, "--nkey", keys.SeedFile(events.Operator))...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("gantry %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	status := func(id string) events.WorkflowDoc {
+		var d events.WorkflowDoc
+		out, err := exec.Command(bin, "status", id, "-o", "json", "--server", url, "--nkey", keys.SeedFile(events.Operator)).Output()
+		if err == nil {
+			_ = json.Unmarshal(out, &d)
+		}
+		return d
+	}
+	nodeState := func(id, node string) dag.NodeState {
+		if f := status(id).Formulas["work"]; f != nil && f.Nodes[node] != nil {
+			return f.Nodes[node].Status
+		}
+		return ""
+	}
+	waitFor := func(what string, timeout time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	markers := filepath.Join(h.Dir, "markers")
+	sleep := uniqueSleep(45)
+	attempts := dag.EnvValue{Text: filepath.Join(h.Dir, "attempts")}
+	c := &dag.Composition{Name: "devrestart", Reset: true, Hosts: map[string]dag.Host{"h": {Address: h.Addr, User: fleet.User}},
+		Formulas: []dag.Formula{{ID: "work", Server: "h", Nodes: []dag.Node{
+			{Name: "first", Run: "echo first >> " + markers, Env: map[string]dag.EnvValue{"GANTRY_ATTEMPTS": attempts}},
+			{Name: "wait", DependsOn: []string{"first"}, Run: "echo wait >> " + markers + "; " + sleep, Env: map[string]dag.EnvValue{"GANTRY_ATTEMPTS": attempts}},
+		}}}}
+	file := filepath.Join(t.TempDir(), "devrestart.json")
+	b, _ := json.Marshal(c)
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tl := newTimeline()
+	defer func() { t.Logf("timeline:\n%s", tl) }()
+	id := strings.TrimSpace(gantry("submit", "-q", file))
+	tl.at("submitted " + id)
+	r := watchRemote(t, tl, sleep)
+	waitFor("the node to run", 30*time.Second, func() bool { return r.running() && nodeState(id, "wait") == dag.NodeRunning })
+	tl.at("gantry status: node wait running")
+	kill()
+	tl.at("gantry dev killed (SIGKILL)")
+	start()
+	tl.at("gantry dev started again (ping answers)")
+	gantry("cancel", id)
+	tl.at("gantry cancel answered")
+	select {
+	case <-r.gone:
+	case <-time.After(20 * time.Second):
+		t.Errorf("the remote command still runs 20s after the cancel")
+	}
+	waitFor("the workflow to end", 30*time.Second, func() bool { return status(id).Status.Terminal() })
+	tl.at("gantry status: workflow " + string(status(id).Status))
+	if st := status(id).Status; st != dag.WorkflowCancelled {
+		t.Fatalf("workflow %s", st)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for nodeState(id, "wait") != dag.NodeCancelled && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := nodeState(id, "wait"); st != dag.NodeCancelled {
+		t.Errorf("gantry status: node wait is %q, want cancelled", st)
+	} else {
+		tl.at("gantry status: node wait cancelled")
+	}
+	var nodes []events.HostNode
+	if err := json.Unmarshal([]byte(gantry("state", "-o", "json")), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Workflow == "devrestart" && n.Node == "wait" && n.Status != dag.NodeCancelled {
+			t.Errorf("gantry state: node wait is %s, want cancelled", n.Status)
+		}
+	}
+	gantry("retry", id)
+	tl.at("gantry retry answered")
+	again := watchRemote(t, tl, sleep)
+	waitFor("the retried node to run", 30*time.Second, func() bool { return again.running() })
+	gantry("cancel", id)
+	waitFor("the retry to end", 30*time.Second, func() bool { d := status(id); return d.Generation == 2 && d.Status.Terminal() })
+	tl.at("retry cancelled")
+	if m := readMarkers(t, markers); m["first"] != 1 || m["wait"] != 2 {
+		t.Errorf("the host ran first %d time(s) and wait %d, want 1 and 2", m["first"], m["wait"])
+	}
+}
+
+// readMarkers counts the lines of a marker file.
+func readMarkers(t *testing.T, path string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for _, l := range strings.Fields(string(b)) {
+		m[l]++
+	}
+	return m
 }
