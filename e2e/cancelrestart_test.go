@@ -350,6 +350,7 @@ func killedRun(t *testing.T, restartFirst bool) {
 	if d := s.wait(id, 30*time.Second); d.Status != dag.WorkflowCancelled {
 		t.Fatalf("workflow %s", d.Status)
 	}
+	tl.at("workflow ended cancelled")
 	s.wantNodeEnd(id, name, "wait", dag.NodeCancelled, 15*time.Second)
 	s.wantNodeEnd(id, name, "first", dag.NodeSucceeded, time.Second)
 	if pid, status := s.hostAttempt(id, 1, "wait"); status != "143" && status != "137" {

@@ -133,8 +133,11 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 
 // superseded reports whether the planner has cancelled the workflow (or
 // is cancelling it), or moved on to a later generation, so this dispatch
-// must not run. A run state that cannot be read is an error (the dispatch
-// comes back later).
+// must not run. A run state of an earlier generation than the dispatch's
+// is one the planner has not saved again yet since the retry that sent
+// the dispatch (it publishes before it saves): its cancel was the earlier
+// generation's. A run state that cannot be read is an error (the
+// dispatch comes back later).
 func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later bool, err error) {
 	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
 	if errors.Is(err, events.ErrNoRecord) {
@@ -143,8 +146,11 @@ func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelle
 	if err != nil {
 		return false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
 	}
-	if w.Generation > d.Generation {
+	switch {
+	case w.Generation > d.Generation:
 		return false, true, nil
+	case w.Generation < d.Generation:
+		return false, false, nil
 	}
 	return w.Status == dag.WorkflowCancelled || w.Cancelling, false, nil
 }

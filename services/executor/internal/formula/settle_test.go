@@ -136,3 +136,16 @@ func TestCancelSeenOnTheBusStopsALateDispatch(t *testing.T) {
 	}
 	wantStored(t, h, "f running", "n running 1", "n succeeded 1", "f succeeded")
 }
+
+// A retry's dispatch can arrive before the planner has saved the run
+// state of the retry (it publishes, then saves): a run state of the
+// earlier generation, cancelled, does not stop it.
+func TestRetryDispatchRunsBeforeTheRunStateSaysSo(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled})
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 2, node("n", "ok", 1))); err != nil {
+		t.Fatal(err)
+	}
+	wantStored(t, h, "f running", "n running 1", "n succeeded 1", "f succeeded")
+}
