@@ -538,6 +538,12 @@ func TestChaos(t *testing.T) {
 	foldAttempts := map[string]map[int]bool{}
 	foldFormulas := map[string]dag.FormulaState{}
 	ranAfter := 0
+	// Each node's events in stream order, to show what came after a
+	// success: stream sequence, status, attempt, when it was emitted and
+	// by whom.
+	history := map[string][]string{}
+	succeededAt := map[string]time.Time{}
+	var again []string
 	for {
 		batch, err := cons.FetchNoWait(1000)
 		if err != nil {
@@ -575,17 +581,32 @@ func TestChaos(t *testing.T) {
 				}
 				foldAttempts[k][ne.Attempt] = true
 			}
+			var seq uint64
+			if md, err := m.Metadata(); err == nil {
+				seq = md.Sequence.Stream
+			}
+			history[k] = append(history[k], fmt.Sprintf("#%d %s attempt %d emitted %s by %s", seq, ne.Status, ne.Attempt, env.Time.Format("15:04:05.000"), env.Source))
 			switch {
 			case ne.Status == dag.NodeRunning && succeeded[k]:
 				ranAfter++
-				t.Errorf("%s ran again (attempt %d) after it was recorded succeeded", k, ne.Attempt)
-			case ne.Status == dag.NodeSucceeded:
+				how := "ran again"
+				if env.Time.Before(succeededAt[k]) {
+					// Emitted before the success, stored after it.
+					how = "has a running event stored after its succeeded one (emitted before it: out of order in the stream)"
+				}
+				again = append(again, fmt.Sprintf("%s %s (attempt %d) after it was recorded succeeded", k, how, ne.Attempt))
+			case ne.Status == dag.NodeSucceeded && !succeeded[k]:
 				succeeded[k] = true
+				succeededAt[k] = env.Time
 			}
 		}
 		if n == 0 {
 			break
 		}
+	}
+	for _, a := range again {
+		k, _, _ := strings.Cut(a, " ")
+		t.Errorf("%s; its events in the stream:\n  %s", a, strings.Join(history[k], "\n  "))
 	}
 	fmt.Printf("chaos: %d nodes recorded succeeded; %d ran again afterwards\n", len(succeeded), ranAfter)
 
