@@ -70,7 +70,7 @@ type marker struct {
 }
 
 // readMarkers reads a host's marker file (none yet: no lines).
-func readMarkers(t *testing.T, path string) []marker {
+func readTimedMarkers(t *testing.T, path string) []marker {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
@@ -121,7 +121,7 @@ func (cx *cancelPhase) run() {
 func (cx *cancelPhase) markers() []marker {
 	var all []marker
 	for _, h := range cx.fleet.Hosts {
-		all = append(all, readMarkers(cx.t, h.Dir+"/"+cx.file)...)
+		all = append(all, readTimedMarkers(cx.t, h.Dir+"/"+cx.file)...)
 	}
 	return all
 }
