@@ -28,6 +28,8 @@ func main() {
 	nf.Register(flag.CommandLine)
 	var metrics string
 	metricsserve.RegisterFlag(flag.CommandLine, &metrics)
+	cfg.Retention = service.Retention{Age: service.DefaultRetentionAge, Keep: service.DefaultRetentionKeep}
+	service.RegisterRetentionFlags(flag.CommandLine, &cfg.Retention)
 	if err := natsconn.ParseService(flag.CommandLine, os.Args[1:], "planner", doc, map[string]string{"metrics": metricsserve.Env}); err != nil {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)

@@ -87,13 +87,16 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 	}
 }
 
+// errPruned: the dispatch's workflow has no run snapshot: it was pruned.
+var errPruned = errors.New("the workflow is no more (pruned)")
+
 // superseded reports whether the planner has cancelled the workflow, or
 // moved on to a later generation, so this dispatch must not run. A run
 // state that cannot be read is an error (the dispatch comes back later).
 func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (bool, error) {
 	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
 	if errors.Is(err, events.ErrNoRecord) {
-		return false, nil
+		return false, errPruned
 	}
 	if err != nil {
 		return false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
@@ -122,6 +125,14 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
 		log: x.Log.With("workflow_id", d.WorkflowID, "host", d.Ref.Host, "formula", d.Formula)}
 	skip, err := x.superseded(ctx, d)
+	if errors.Is(err, errPruned) {
+		// The planner writes a run's snapshot before dispatching any of
+		// it, and removes it only when it prunes the finished run: a
+		// dispatch of a pruned workflow (left in the queue) runs nothing
+		// and says nothing, so nothing of the workflow comes back.
+		f.log.Warn("dispatch of a workflow that is no more (pruned): nothing runs")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
