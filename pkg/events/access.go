@@ -282,6 +282,12 @@ func servicePermissions(id Identity, u Usage) Permissions {
 		p.PublishAllow = append(p.PublishAllow, streamEnsureAPI(s)...)
 	}
 	for _, d := range u.Consumes {
+		if slices.Contains(u.Follows, d.Stream) {
+			// Reading the stream takes its consumers by any name; only the
+			// acknowledgements are the durable's own.
+			p.PublishAllow = append(p.PublishAllow, "$JS.ACK."+d.Stream+"."+d.Name+".>")
+			continue
+		}
 		p.PublishAllow = append(p.PublishAllow,
 			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name,
 			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name+".>",
@@ -304,6 +310,8 @@ func servicePermissions(id Identity, u Usage) Permissions {
 		for _, d := range u.Consumes {
 			if d.Stream == s {
 				own = d.Name
+				// It deletes the consumers it reads with, not its durable.
+				p.PublishDeny = append(p.PublishDeny, "$JS.API.CONSUMER.DELETE."+s+"."+own)
 			}
 		}
 		p.PublishDeny = append(p.PublishDeny, durableDenies(s, own)...)

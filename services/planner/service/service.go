@@ -7,8 +7,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strconv"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
