@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -178,19 +180,62 @@ func estimateAfter(ctx context.Context, js jetstream.JetStream, before map[strin
 			continue
 		}
 		s := storeSizes{Store: st, Before: b, Estimated: true}
-		if st == events.BucketState {
-			docs := uint64(reply.Documents)
-			avg := uint64(0)
-			if b.Messages > 0 {
-				avg = b.Bytes / b.Messages
-			}
-			s.After = minus(b, events.StoreSize{Messages: docs, Bytes: docs * avg})
-		} else {
+		switch st {
+		case events.BucketState:
+			s.After = minus(b, stateDocuments(js.Conn(), b, reply))
+		case events.StreamEvents:
+			// Each pruned workflow leaves its pruned event.
+			s.After = minus(b, removed[st])
+			s.After.Messages += uint64(len(reply.Pruned))
+			s.After.Bytes += uint64(prunedEventBytes(reply.Pruned))
+		default:
 			s.After = minus(b, removed[st])
 		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// stateDocuments is about what the state-store's documents of the pruned
+// workflows take: each workflow's status document as state.workflow
+// assembles it (its summary, formulas and nodes), with a KV record's
+// overhead per document; at the bucket's average where one cannot be read.
+func stateDocuments(nc *nats.Conn, b events.StoreSize, reply *events.PruneReply) events.StoreSize {
+	sz := events.StoreSize{Messages: uint64(reply.Documents)}
+	avg := uint64(0)
+	if b.Messages > 0 {
+		avg = b.Bytes / b.Messages
+	}
+	per := uint64(0)
+	if len(reply.Pruned) > 0 {
+		per = sz.Messages / uint64(len(reply.Pruned))
+	}
+	for _, p := range reply.Pruned {
+		q, _ := json.Marshal(map[string]string{"workflow_id": p.WorkflowID})
+		var doc json.RawMessage
+		if err := request(nc, events.StateWorkflow, q, 10*time.Second, &doc); err != nil {
+			sz.Bytes += per * avg
+			continue
+		}
+		sz.Bytes += uint64(len(doc)) + per*uint64(len(events.BucketState)+len(p.WorkflowID)+110)
+	}
+	return sz
+}
+
+// prunedEventBytes is about what the pruned events of ws take in the
+// event stream.
+func prunedEventBytes(ws []events.PrunedWorkflow) int {
+	n := 0
+	for _, w := range ws {
+		env, err := events.New("planner/"+strings.Repeat("x", 24), &events.WorkflowPruned{Ref: events.Ref{WorkflowID: w.WorkflowID, Workflow: w.Workflow, Operation: w.Operation},
+			FinalStatus: w.Status, CreatedAt: w.CreatedAt, EndedAt: w.EndedAt, Reason: "gantry prune --keep 10"})
+		if err != nil {
+			continue
+		}
+		b, _ := json.Marshal(env)
+		n += len(b) + len(events.WorkflowLifecycle(w.WorkflowID)) + len(events.PrunedMsgID(w.WorkflowID)) + 60
+	}
+	return n
 }
 
 // measuredAfter reads the sizes after a prune, once the executors and the
@@ -263,4 +308,3 @@ func humanBytes(n uint64) string {
 	}
 	return strconv.FormatUint(n, 10)
 }
-

@@ -201,6 +201,9 @@ type Projector struct {
 	// removals are the workflows pruned by the batch under way: their
 	// documents are removed after its writes.
 	removals []string
+	// sawPruned: a pruned event was applied (a replay then lacks the
+	// pruned workflows' events).
+	sawPruned bool
 	// pos is applied again, for Await, under its own lock (mu is held
 	// through a batch's writes).
 	pos struct {
@@ -456,6 +459,7 @@ func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
 			return err
 		}
 		p.pruned(&w)
+		p.sawPruned = true
 		return nil
 	}
 	switch ev.Type.Family() {
