@@ -261,3 +261,54 @@ func storeSizes(t *testing.T, js jetstream.JetStream) []string {
 	}
 	return out
 }
+
+// The sizes a prune frees on a fleet: GANTRY_PRUNE_FLEET=1000 runs a
+// fleet of that many local hosts three times and prunes all but the
+// last, logging gantry prune --dry-run's table and the sizes after
+// (docs/operations.md quotes them). Off by default: it takes minutes.
+func TestPruneAFleet(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("GANTRY_PRUNE_FLEET"))
+	if n <= 0 {
+		t.Skip("set GANTRY_PRUNE_FLEET=<hosts> to measure")
+	}
+	s := newStack(t, stackOptions{})
+	bin := buildGantry(t)
+	doc := append(bigFleetYAML("fleet", n), []byte("reset: true\n")...)
+	var ids []string
+	for i := range 3 {
+		r, code := s.submit(doc)
+		if code != "" || r.Status != "accepted" {
+			t.Fatalf("submit %d (%s): %v", i, code, r.Errors)
+		}
+		start := time.Now()
+		if d := s.wait(r.WorkflowID, 10*time.Minute); d.Status != dag.WorkflowSucceeded {
+			t.Fatalf("run %d: %s", i, d.Status)
+		}
+		t.Logf("run %d of %d hosts: %s", i+1, n, time.Since(start).Round(time.Millisecond))
+		ids = append(ids, r.WorkflowID)
+	}
+	s.waitFor("the state-store to catch up", time.Minute, func() bool { return stateCaughtUp(s.js) })
+	cli := func(args ...string) string {
+		t.Helper()
+		start := time.Now()
+		out, err := exec.Command(bin, append(args, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator))...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("gantry %v: %v\n%s", args, err, out)
+		}
+		t.Logf("gantry %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out)
+		return string(out)
+	}
+	cli("prune", "--keep", "1", "--dry-run")
+	cli("prune", "--keep", "1")
+	for _, id := range ids[:2] {
+		s.waitFor("every trace of "+id+" to go", 2*time.Minute, func() bool {
+			got := s.everything(id, "fleet")
+			return got["gantry_workflows"]+got["gantry_runs"]+got["gantry_nodes"]+got["gantry_state"]+got["GANTRY_LOGS"] == 0
+		})
+	}
+	var sizes strings.Builder
+	for i, sz := range storeSizes(t, s.js) {
+		sizes.WriteString(events.SizedStores[i] + ": " + sz + "\n")
+	}
+	t.Logf("after the prune, every trace gone:\n%s", sizes.String())
+}

@@ -239,19 +239,21 @@ func prunedEventBytes(ws []events.PrunedWorkflow) int {
 }
 
 // measuredAfter reads the sizes after a prune, once the executors and the
-// state-store have acted on it (waiting a few seconds at most for them).
+// state-store have acted on it: when the node records are down by what
+// the planner counted and two readings 300 ms apart agree (10 s at most).
 func measuredAfter(ctx context.Context, js jetstream.JetStream, before map[string]events.StoreSize, reply *events.PruneReply) []storeSizes {
 	after := storeSizesNow(ctx, js)
 	if len(reply.Pruned) > 0 {
 		want := minus(before[events.BucketNodes], reply.Removed[events.BucketNodes]).Messages
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			after = storeSizesNow(ctx, js)
-			if n, ok := after[events.BucketNodes]; !ok || n.Messages <= want {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			time.Sleep(300 * time.Millisecond)
+			now := storeSizesNow(ctx, js)
+			settled := now[events.BucketNodes].Messages <= want && fmt.Sprint(now) == fmt.Sprint(after)
+			after = now
+			if settled {
 				break
 			}
 		}
-		time.Sleep(300 * time.Millisecond) // the state-store's batch
-		after = storeSizesNow(ctx, js)
 	}
 	var out []storeSizes
 	for _, st := range events.SizedStores {
