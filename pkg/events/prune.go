@@ -280,7 +280,10 @@ func scanSpan(ctx context.Context, str jetstream.Stream, cons jetstream.Consumer
 // subject, headers, data and the store's own per-message bytes (measured:
 // within about 1% for gantry's events).
 func messageSize(m jetstream.Msg) int {
-	n := len(m.Subject()) + len(m.Data()) + 46
+	n := len(m.Subject()) + len(m.Data()) + 30
+	if len(m.Headers()) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+	}
 	for k, vs := range m.Headers() {
 		for _, v := range vs {
 			n += len(k) + len(v) + 4
