@@ -263,7 +263,7 @@ func scanSpan(ctx context.Context, str jetstream.Stream, cons jetstream.Consumer
 			if dryRun {
 				continue
 			}
-			if err := str.DeleteMsg(ctx, meta.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			if err := str.DeleteMsg(ctx, meta.Sequence.Stream); err != nil && !gone(err) {
 				return fmt.Errorf("delete message %d: %w", meta.Sequence.Stream, err)
 			}
 		}
@@ -274,6 +274,16 @@ func scanSpan(ctx context.Context, str jetstream.Stream, cons jetstream.Consumer
 			return nil
 		}
 	}
+}
+
+// gone says a delete found no message there: another prune (a replica,
+// the retention setting) deleted it first.
+func gone(err error) bool {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no message found") || strings.Contains(msg, "10037")
 }
 
 // messageSize is about what a message counts for in a stream's bytes:
