@@ -23,6 +23,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/pkg/tracing"
+	plannersvc "github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -63,6 +64,8 @@ type stackOptions struct {
 	// planners are more planner replicas, by name, each on its own
 	// connection.
 	planners []string
+	// retention is the planner's retention setting (zero: off).
+	retention plannersvc.Retention
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -100,7 +103,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
-		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer}
+		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer, Retention: o.retention}
 	go func() { done <- devstack.Run(ctx, dcfg) }()
 	for _, eo := range o.executors {
 		go func() { done <- devstack.RunExecutor(ctx, dcfg, eo) }()

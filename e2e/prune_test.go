@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	plannersvc "github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -311,4 +312,41 @@ func TestPruneAFleet(t *testing.T) {
 		sizes.WriteString(events.SizedStores[i] + ": " + sz + "\n")
 	}
 	t.Logf("after the prune, every trace gone:\n%s", sizes.String())
+}
+
+// The planner applies its retention setting by itself, as gantry prune
+// does: here every finished run but the newest of each composition.
+func TestRetentionPrunesByItself(t *testing.T) {
+	first, interval := plannersvc.RetentionFirst, plannersvc.RetentionInterval
+	plannersvc.RetentionFirst, plannersvc.RetentionInterval = 0, 300*time.Millisecond
+	// Restored once the stack has stopped (cleanups run last first).
+	t.Cleanup(func() { plannersvc.RetentionFirst, plannersvc.RetentionInterval = first, interval })
+	s := newStack(t, stackOptions{retention: plannersvc.Retention{Keep: 1}})
+	var ids []string
+	for range 3 {
+		id := s.mustSubmit(pruneComp(false, true))
+		if d := s.wait(id, 30*time.Second); d.Status != dag.WorkflowSucceeded {
+			t.Fatalf("run: %s", d.Status)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids[:2] {
+		s.waitFor("retention to prune "+id, 20*time.Second, func() bool {
+			got := s.everything(id, "fleet")
+			return got["gantry_workflows"]+got["gantry_runs"]+got["gantry_nodes"]+got["gantry_state"]+got["GANTRY_LOGS"] == 0
+		})
+	}
+	if got := s.everything(ids[2], "fleet"); got["gantry_workflows"] != 1 || got["gantry_nodes"] == 0 || got["gantry_state"] == 0 {
+		t.Errorf("the newest run lost something: %v", got)
+	}
+	var reason string
+	s.workflowEnvelopes(events.StreamEvents, ids[0], func(env *events.Envelope) {
+		var p events.WorkflowPruned
+		if env.Type == events.TypeWorkflowPruned && events.DecodeData(env, &p) == nil {
+			reason = p.Reason
+		}
+	})
+	if !strings.HasPrefix(reason, "retention") {
+		t.Errorf("pruned event's reason %q", reason)
+	}
 }
