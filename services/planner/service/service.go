@@ -72,6 +72,9 @@ func (a *ageFlag) String() string {
 	return d.String()
 }
 
+// Type names the value in a command's help.
+func (a *ageFlag) Type() string { return "duration" }
+
 func (a *ageFlag) Set(s string) error {
 	if s == "0" {
 		*a = 0
