@@ -41,7 +41,7 @@ services:
 	for s in planner executor health-gate state-store; do $(GO) build -ldflags '$(VERSION_FLAG)' -o $(BIN)/$$s ./services/$$s || exit 1; done
 	cd pkg/natsembed && $(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
-## chaos: kill -9 every service (and nats-server) during a 200-node run over 5 sshd hosts.
+## chaos: kill -9 every service and nats-server (8 times, some in quick succession) during a 200-node run over 5 sshd hosts, then around a cancel; fails on any panic.
 chaos: services
 	$(GO) test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout 15m ./e2e
 

@@ -27,6 +27,8 @@ import (
 )
 
 // proc is a separate OS process that the chaos test kills and restarts.
+// Its output goes to a log file of its own, kept across restarts, so a
+// panic in it can be told apart from the others' (crashes).
 type proc struct {
 	name string
 	args []string
@@ -34,11 +36,28 @@ type proc struct {
 	log  *os.File
 	mu   sync.Mutex
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+	// starts counts the starts; exits are the exits the test did not
+	// cause (a crash, or a service that gave up), in order; closed says
+	// the test is over: an exit is not restarted.
+	starts int
+	exits  []string
+	closed bool
+	since  time.Time // the chaos clock's zero, for the exits' times
 }
 
 func (p *proc) start(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.startLocked(t)
+}
+
+func (p *proc) startLocked(t *testing.T) {
+	if p.closed || p.cmd != nil {
+		return
+	}
+	p.starts++
+	fmt.Fprintf(p.log, "=== chaos: start %d of %s at %.1fs\n", p.starts, p.name, time.Since(p.since).Seconds())
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
@@ -46,19 +65,83 @@ func (p *proc) start(t *testing.T) {
 		t.Errorf("start %s: %v", p.name, err) // may run in a schedule goroutine
 		return
 	}
-	p.cmd = cmd
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go p.watch(t, cmd, done)
+}
+
+// watch waits for cmd to exit. An exit the test did not cause (kill9
+// clears p.cmd first) is recorded, and the process is started again a
+// second later, as the compose stack's restart policy (unless-stopped)
+// would: a panic in it is found in its log at the end (panics).
+func (p *proc) watch(t *testing.T, cmd *exec.Cmd, done chan struct{}) {
+	err := cmd.Wait()
+	close(done)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != cmd {
+		return // killed by the test
+	}
+	p.cmd = nil
+	if p.closed {
+		return
+	}
+	what := fmt.Sprintf("%.1fs %s exited by itself (%v)", time.Since(p.since).Seconds(), p.name, err)
+	p.exits = append(p.exits, what)
+	fmt.Fprintf(p.log, "=== chaos: %s\n", what)
+	fmt.Println("chaos:", what, "- restarted in 1 s")
+	go func() {
+		time.Sleep(time.Second)
+		p.start(t)
+	}()
 }
 
 // kill9 sends SIGKILL and waits for the process to be gone.
 func (p *proc) kill9() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
+	cmd, done := p.cmd, p.done
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
 		return
 	}
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-	p.cmd = nil
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// stop kills the process for good: nothing restarts it.
+func (p *proc) stop() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.kill9()
+}
+
+// panics reads the process's log for a Go panic or fatal error (the
+// runtime writes "panic: " or "fatal error: " at the start of a line) and
+// returns, for each, its first lines.
+func (p *proc) panics() []string {
+	b, err := os.ReadFile(p.log.Name())
+	if err != nil {
+		return []string{"cannot read its log: " + err.Error()}
+	}
+	var found []string
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		if !strings.HasPrefix(l, "panic: ") && !strings.HasPrefix(l, "fatal error: ") {
+			continue
+		}
+		// Its first lines, up to the next start of the process; what
+		// follows in that run of it is the same crash.
+		next := i + 1
+		for next < len(lines) && !strings.HasPrefix(lines[next], "=== chaos: start") {
+			next++
+		}
+		found = append(found, strings.Join(lines[i:min(i+16, next)], "\n"))
+		i = next - 1
+	}
+	return found
 }
 
 func bin(t *testing.T, name string) string {
@@ -235,8 +318,11 @@ func watchInFlight(t *testing.T, nc *nats.Conn, tr *trigger) {
 func TestChaos(t *testing.T) {
 	fleet := sshtest.Start(t, 5, sshtest.Options{})
 	dir := t.TempDir()
-	logs, _ := os.Create(filepath.Join(dir, "processes.log"))
-	defer logs.Close()
+	// Each process's log, kept when the test fails.
+	logDir, err := os.MkdirTemp("", "gantry-chaos-logs-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	keys, err := busauth.LoadOrCreate(filepath.Join(dir, "auth"), busauth.Admin)
@@ -247,22 +333,56 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natsd := &proc{name: "nats-server", log: logs, args: []string{bin(t, "nats-server"), "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"), "-n", "chaos"}}
+	clock := time.Now() // moved to the submit below
+	newProc := func(name string, env []string, args ...string) *proc {
+		f, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &proc{name: name, log: f, env: env, args: args, since: clock}
+	}
+	natsd := newProc("nats-server", nil, bin(t, "nats-server"), "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"), "-n", "chaos")
 	natsd.start(t)
 	waitPort(t, port)
 	env := []string{"NATS_URL=" + url, "GANTRY_SSH_KEY=" + fleet.KeyFile, "GANTRY_KNOWN_HOSTS=" + fleet.KnownHosts}
 	svcs := []*proc{}
+	byName := map[string]*proc{}
 	for _, name := range []string{"planner", "executor", "health-gate", "state-store"} {
-		svcs = append(svcs, &proc{name: name, log: logs, env: append(env, "NATS_NKEY="+keys.SeedFile(events.Identity(name))), args: []string{bin(t, name)}})
+		p := newProc(name, append(env, "NATS_NKEY="+keys.SeedFile(events.Identity(name))), bin(t, name))
+		svcs = append(svcs, p)
+		byName[name] = p
 	}
 	for _, p := range svcs {
 		p.start(t)
 	}
+	all := append([]*proc{natsd}, svcs...)
+	// At the end, whatever ended the test: every process stopped, and no
+	// process may have panicked or died of a fatal error at any time of
+	// the run (a kill -9 leaves no such line).
 	defer func() {
+		panicked := false
 		for _, p := range svcs {
-			p.kill9()
+			p.stop()
 		}
-		natsd.kill9()
+		natsd.stop()
+		for _, p := range all {
+			for _, pn := range p.panics() {
+				panicked = true
+				t.Errorf("%s panicked (started %d times):\n%s", p.name, p.starts, pn)
+			}
+			if len(p.exits) > 0 {
+				fmt.Printf("chaos: %s exited by itself %d time(s): %s\n", p.name, len(p.exits), strings.Join(p.exits, "; "))
+			}
+			p.log.Close()
+		}
+		verdict := "PASS"
+		if t.Failed() {
+			verdict = "FAIL"
+			fmt.Printf("chaos: the processes' logs are kept in %s\n", logDir)
+		} else {
+			_ = os.RemoveAll(logDir)
+		}
+		fmt.Printf("chaos: no process panicked: %v; verdict %s\n", !panicked, verdict)
 	}()
 	// Requests as an operator; streams and buckets looked at as an
 	// administrator.
@@ -303,13 +423,18 @@ func TestChaos(t *testing.T) {
 	id := reply.WorkflowID
 	fmt.Printf("chaos: workflow %s: 200 nodes on 5 sshd hosts\n", id)
 	start := time.Now()
+	for _, p := range all {
+		p.mu.Lock()
+		p.since = start
+		p.mu.Unlock()
+	}
 
 	// The schedule: each service killed -9 three times, each kill aimed at
 	// work of its kind in flight (the executor just as a node starts, the
 	// health-gate between two probes of a gate, the planner just as a
 	// formula outcome arrives, the state-store as events arrive), the
 	// services independently of each other; and nats-server killed -9 and
-	// restarted twice.
+	// restarted 8 times (natsRounds).
 	var kills []string
 	var killsMu sync.Mutex
 	stamp := func(s string) {
@@ -345,14 +470,18 @@ func TestChaos(t *testing.T) {
 			}
 		}()
 	}
-	for round := 0; round < 2; round++ {
-		time.Sleep(6 * time.Second)
+	// nats-server: killed -9 8 times, some in quick succession (killed
+	// again within a second of coming back, while the services reconnect
+	// and JetStream recovers its streams): how long it is up before each
+	// kill, and down after it.
+	for _, round := range natsRounds {
+		time.Sleep(round.up)
 		natsd.kill9()
-		stamp("kill -9 nats-server")
-		time.Sleep(1500 * time.Millisecond)
+		stamp(fmt.Sprintf("kill -9 nats-server (up %s)", round.up))
+		time.Sleep(round.down)
 		natsd.start(t)
 		waitPort(t, port)
-		stamp("restarted nats-server")
+		stamp(fmt.Sprintf("restarted nats-server (down %s)", round.down))
 	}
 	schedule.Wait()
 
@@ -409,6 +538,12 @@ func TestChaos(t *testing.T) {
 	foldAttempts := map[string]map[int]bool{}
 	foldFormulas := map[string]dag.FormulaState{}
 	ranAfter := 0
+	// Each node's events in stream order, to show what came after a
+	// success: stream sequence, status, attempt, when it was emitted and
+	// by whom.
+	history := map[string][]string{}
+	succeededAt := map[string]time.Time{}
+	var again []string
 	for {
 		batch, err := cons.FetchNoWait(1000)
 		if err != nil {
@@ -446,17 +581,32 @@ func TestChaos(t *testing.T) {
 				}
 				foldAttempts[k][ne.Attempt] = true
 			}
+			var seq uint64
+			if md, err := m.Metadata(); err == nil {
+				seq = md.Sequence.Stream
+			}
+			history[k] = append(history[k], fmt.Sprintf("#%d %s attempt %d emitted %s by %s", seq, ne.Status, ne.Attempt, env.Time.Format("15:04:05.000"), env.Source))
 			switch {
 			case ne.Status == dag.NodeRunning && succeeded[k]:
 				ranAfter++
-				t.Errorf("%s ran again (attempt %d) after it was recorded succeeded", k, ne.Attempt)
-			case ne.Status == dag.NodeSucceeded:
+				how := "ran again"
+				if env.Time.Before(succeededAt[k]) {
+					// Emitted before the success, stored after it.
+					how = "has a running event stored after its succeeded one (emitted before it: out of order in the stream)"
+				}
+				again = append(again, fmt.Sprintf("%s %s (attempt %d) after it was recorded succeeded", k, how, ne.Attempt))
+			case ne.Status == dag.NodeSucceeded && !succeeded[k]:
 				succeeded[k] = true
+				succeededAt[k] = env.Time
 			}
 		}
 		if n == 0 {
 			break
 		}
+	}
+	for _, a := range again {
+		k, _, _ := strings.Cut(a, " ")
+		t.Errorf("%s; its events in the stream:\n  %s", a, strings.Join(history[k], "\n  "))
 	}
 	fmt.Printf("chaos: %d nodes recorded succeeded; %d ran again afterwards\n", len(succeeded), ranAfter)
 
@@ -505,11 +655,13 @@ func TestChaos(t *testing.T) {
 	if rep.Keys == 0 || len(rep.Differing) != 0 {
 		t.Errorf("projection differs from a rebuild: %v", rep.Differing)
 	}
-	verdict := "PASS"
-	if t.Failed() {
-		verdict = "FAIL"
-	}
-	fmt.Printf("chaos: %d kills/restarts, %d of 12 service kills with their kind of work in flight; verdict %s\n", len(kills), aimed.Load(), verdict)
+
+	// Then a cancel in the middle of a second workflow, with the executor
+	// and nats-server killed around it.
+	cx := &cancelPhase{t: t, fleet: fleet, nc: nc, js: js, natsd: natsd, executor: byName["executor"], port: port, request: request, stamp: stamp}
+	cx.run()
+
+	fmt.Printf("chaos: %d kills/restarts, %d of 12 service kills with their kind of work in flight\n", len(kills), aimed.Load())
 }
 
 // formulaRank orders formula states so the fold keeps the furthest one.

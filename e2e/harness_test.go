@@ -64,6 +64,8 @@ type stackOptions struct {
 	// planners are more planner replicas, by name, each on its own
 	// connection.
 	planners []string
+	// connectTimeout is the workers' --ssh-connect-timeout (default 15s).
+	connectTimeout time.Duration
 	// retention is the planner's retention setting (zero: off).
 	retention plannersvc.Retention
 }
@@ -100,6 +102,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	} else {
 		ssh = hostexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
 	}
+	ssh.ConnectTimeout = o.connectTimeout
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,

@@ -24,6 +24,10 @@ type Outbox struct {
 	mu      sync.Mutex
 	pending []outgoing
 	err     error
+	// unsent: a pending event was not sent (Flush sends it); epoch: the
+	// connection's reconnects when the first pending event was sent.
+	unsent bool
+	epoch  uint64
 }
 
 type outgoing struct {
@@ -49,17 +53,49 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 	}
 	h := InjectTrace(ctx, nil)
 	msgID = o.pub.wireID(subject, msgID)
-	f, err := o.pub.JS.PublishMsgAsync(message(subject, data, h), jetstream.WithMsgID(msgID))
-	if err != nil {
-		f = nil // not sent: Flush sends it, in turn
+	if o.behind() {
+		o.fail(o.Flush(ctx))
 	}
 	o.mu.Lock()
+	if len(o.pending) == 0 {
+		o.unsent, o.epoch = false, o.reconnects()
+	}
+	o.mu.Unlock()
+	f, err := o.pub.JS.PublishMsgAsync(message(subject, data, h), jetstream.WithMsgID(msgID))
+	o.mu.Lock()
+	if err != nil {
+		f, o.unsent = nil, true // not sent: Flush sends it, in turn
+	}
 	o.pending = append(o.pending, outgoing{future: f, subject: subject, data: data, header: h, msgID: msgID})
 	full := len(o.pending) >= MaxOutboxPending
 	o.mu.Unlock()
 	if full {
 		o.fail(o.Flush(ctx))
 	}
+}
+
+// behind says whether an earlier event may still be unstored in a way the
+// next one would overtake: one was not sent, or the connection dropped
+// (or is down) since the first unconfirmed one was sent, so it may have
+// been lost in flight. The next event then waits for Flush to store the
+// earlier ones, in order: a node's "succeeded" never lands before its
+// "running".
+func (o *Outbox) behind() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.pending) == 0 {
+		return false
+	}
+	nc := o.pub.NC
+	return o.unsent || nc != nil && (nc.Status() != nats.CONNECTED || nc.Stats().Reconnects != o.epoch)
+}
+
+// reconnects is how often the publisher's connection has reconnected.
+func (o *Outbox) reconnects() uint64 {
+	if o.pub.NC == nil {
+		return 0
+	}
+	return o.pub.NC.Stats().Reconnects
 }
 
 func (o *Outbox) fail(err error) {

@@ -136,17 +136,28 @@ func hostLock(lock string, held bool) string {
 // attempt (dir, the path its files start with, not empty) it records the kill as the
 // attempt's exit status if the command did not record one.
 func killScript(pgid int, dir string) string {
-	g := strconv.Itoa(pgid)
-	var b strings.Builder
+	d := ""
 	if dir != "" {
+		d = shellQuote(dir)
+	}
+	return killText(strconv.Itoa(pgid), d, "gone")
+}
+
+// killText is killScript with the process group g and the attempt's path
+// d as shell words (d empty: not a durable attempt), and ended what it
+// prints when the attempt had recorded its exit status already (nothing
+// is killed then).
+func killText(g, d, ended string) string {
+	var b strings.Builder
+	if d != "" {
 		// An attempt that recorded its exit status has ended: its group
 		// (a host agent's) may run another attempt by now.
-		b.WriteString(`d=` + shellQuote(dir) + `; x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] && { echo gone; exit 0; }
+		b.WriteString(`d=` + d + `; x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] && { echo ` + ended + `; exit 0; }
 `)
 	}
 	b.WriteString(`g=` + g + `; alive() { kill -0 -$g 2>/dev/null; }; sig() { kill -$1 -$g 2>/dev/null; }
 `)
-	if dir != "" {
+	if d != "" {
 		// A host agent's group also holds what the attempts it ran before
 		// left running in the background: of the group, the attempt's are
 		// its leader and what started with or after the leader's oldest
@@ -172,12 +183,13 @@ fi
 s=143; if alive; then s=137; sig KILL; i=0; while [ $i -lt 20 ] && alive; do sleep 0.1; i=$((i+1)); done; fi
 if alive; then echo "still running"; exit 1; fi
 `)
-	if dir != "" {
+	if d != "" {
 		// the exit status goes where the attempt's supervisor keeps it: the
-		// run file's second line, or <attempt>.exit for one started by an
-		// earlier version (it has a .pid file)
-		b.WriteString(`d=` + shellQuote(dir) + `; if [ -e "$d.pid" ]; then [ -s "$d.exit" ] || echo $s >"$d.exit"
-else x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] || echo $s >>"$d.run"; fi
+		// run file's second line, followed by a line "killed" (what a
+		// settle reports: see settle.go), or <attempt>.exit for one started
+		// by an earlier version (it has a .pid file)
+		b.WriteString(`d=` + d + `; if [ -e "$d.pid" ]; then [ -s "$d.exit" ] || echo $s >"$d.exit"
+else x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] || printf '%s\nkilled\n' $s >>"$d.run"; fi
 `)
 	}
 	b.WriteString("echo gone\n")

@@ -204,7 +204,9 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 	for name, r := range runners(t) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			cmd := Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Timeout: 500 * time.Millisecond,
+			// 2s: long enough for the supervisor to start and record its pid on a
+			// loaded machine (the kill is what this checks).
+			cmd := Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Timeout: 2 * time.Second,
 				Script: "sleep 300 & sleep 301"}
 			_, err := r.Run(context.Background(), cmd)
 			if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrKill) {

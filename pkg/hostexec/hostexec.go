@@ -85,6 +85,12 @@ type Command struct {
 	// while it runs: commands with the same Lock never run at once on one
 	// host, across executors and workflows (flock).
 	Lock string
+	// Settle, with Attempt, starts nothing: it ends the attempt on its
+	// host if it still runs, as a cancel would, and says how the attempt
+	// ended (see settle.go). Script, OnLine, BeforeStart, Timeout and
+	// Lock are not used; Env and Secrets are, for where the attempt's
+	// files are (GANTRY_ATTEMPTS).
+	Settle bool
 }
 
 // shellText is what the shell runs for cmd: the script with its

@@ -24,6 +24,9 @@ type Local struct{}
 const KillGrace = 2 * time.Second
 
 func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
+	if cmd.Settle {
+		return settleLocal(ctx, cmd)
+	}
 	res := Result{ExitCode: -1, Started: time.Now()}
 	if cmd.Attempt != "" {
 		if err := validAttempt(cmd.Attempt); err != nil {

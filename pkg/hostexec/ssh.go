@@ -870,6 +870,9 @@ var (
 // failure, which a retry would have answered with a second copy of the
 // command.
 func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
+	if cmd.Settle {
+		return r.settle(ctx, cmd)
+	}
 	if cmd.Attempt == "" {
 		return r.run(ctx, cmd)
 	}

@@ -38,7 +38,10 @@ type Config struct {
 	PerHost    int    // the executor's --per-host (default 8)
 	// MaxFormulas is the executor's --max-formulas (default 64).
 	MaxFormulas int
-	Log         *slog.Logger
+	// CancelWait is the planner's --cancel-wait: how long a cancelled
+	// workflow waits for its running formulas' outcomes (default 30 s).
+	CancelWait time.Duration
+	Log        *slog.Logger
 	// Tracer gives each service ("gantry-planner", "gantry-executor",
 	// "gantry-health-gate") its span recorder; nil records none.
 	Tracer func(service string) *tracing.Tracer
@@ -117,7 +120,7 @@ func RunPlanner(ctx context.Context, cfg Config, name string) error {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return planner.Run(ctx, nc, planner.Config{Instance: fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name), Log: cfg.Log, Names: cfg.Keys.Names()})
+	return planner.Run(ctx, nc, planner.Config{Instance: fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name), Log: cfg.Log, Names: cfg.Keys.Names(), CancelWait: cfg.CancelWait})
 }
 
 // Run runs the four services, each on its own connection as its own
@@ -135,7 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
 		}},
 		{"planner", func(ctx context.Context, nc *nats.Conn) error {
-			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), Retention: cfg.Retention})
+			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), CancelWait: cfg.CancelWait, Retention: cfg.Retention})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
 			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log, Tracer: cfg.tracer("gantry-executor")})

@@ -163,7 +163,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		var w events.WorkflowEvent
 		if events.DecodeData(env, &w) == nil && (w.Status == dag.WorkflowCancelled || w.Cancelling) {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
-			x.CancelWorkflow(w.WorkflowID)
+			x.Cancelled(w.WorkflowID, w.Generation)
 		}
 	})
 	if err != nil {

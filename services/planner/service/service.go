@@ -21,6 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// DefaultCancelWait is how long a cancelled workflow waits, at most, for
+// the outcomes of its running formulas (--cancel-wait).
+const DefaultCancelWait = engine.DefaultCancelWait
+
 // Config of a planner.
 type Config struct {
 	Instance string
@@ -31,6 +35,10 @@ type Config struct {
 	Names map[string]string
 	// Tracer records its spans (nil: none).
 	Tracer *tracing.Tracer
+	// CancelWait bounds how long a cancelled workflow waits for the
+	// outcomes of its running formulas before it ends cancelled without
+	// them (DefaultCancelWait, 30 s, when 0).
+	CancelWait time.Duration
 	// Retention is what the planner prunes on its own, every
 	// RetentionInterval (off when both rules are 0).
 	Retention Retention
@@ -121,11 +129,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e.Log, e.Names, e.Heal, e.Tracer = log, cfg.Names, heal.Heal, cfg.Tracer
+	e.Log, e.Names, e.Heal, e.Tracer, e.CancelWait = log, cfg.Names, heal.Heal, cfg.Tracer, cfg.CancelWait
 	failed, err := e.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
+	go expireCancels(ctx, e, cfg.CancelWait)
 	s := &starter{ctx: ctx, e: e, heal: heal, log: log}
 	for _, id := range failed {
 		go s.retry(id)
@@ -146,6 +155,25 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	log.Info("planner started")
 	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})
+}
+
+// expireCancels ends the cancelled workflows whose running formulas have
+// not reported within the wait (see engine.ExpireCancels), looking about
+// ten times per wait, at least once a second.
+func expireCancels(ctx context.Context, e *engine.Engine, wait time.Duration) {
+	if wait <= 0 {
+		wait = engine.DefaultCancelWait
+	}
+	t := time.NewTicker(min(time.Second, max(wait/10, 10*time.Millisecond)))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			e.ExpireCancels(ctx)
+		}
+	}
 }
 
 // newEngine is an engine on its JetStream adapters.

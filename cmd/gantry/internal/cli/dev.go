@@ -30,6 +30,7 @@ func newDevCmd() *cobra.Command {
 	var ssh hostexec.SSHConfig
 	var secretsDir string
 	var perHost int
+	var cancelWait time.Duration
 	var httpAddr string
 	var metrics string
 	allowLocal := true
@@ -61,6 +62,9 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			if perHost < 1 {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--per-host %d: at least 1 node at once on a host", perHost)}
+			}
+			if cancelWait <= 0 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--cancel-wait %s: a positive duration", cancelWait)}
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			if dataDir == "" {
@@ -117,7 +121,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, Log: log, Tracer: tracers, Retention: retention}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, Log: log, Tracer: tracers, Retention: retention}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -132,6 +136,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	planner.RegisterRetentionFlags(rfs, &retention)
 	cmd.Flags().AddGoFlagSet(rfs)
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
+	cmd.Flags().DurationVar(&cancelWait, "cancel-wait", planner.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
 	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default $"+metricsserve.Env+", else off)")

@@ -110,8 +110,13 @@ func (nr *nodeRun) lockName() string {
 
 // attemptID names an attempt's command on its host.
 func (nr *nodeRun) attemptID(attempt int, what string) string {
+	return nr.attemptIDAt(nr.d.Generation, attempt, what)
+}
+
+// attemptIDAt names an attempt's command of generation gen.
+func (nr *nodeRun) attemptIDAt(gen, attempt int, what string) string {
 	d := nr.d
-	return strings.Join([]string{d.WorkflowID, strconv.Itoa(d.Generation), string(d.Operation), d.Formula, nr.n.Name, strconv.Itoa(attempt), what}, ".")
+	return strings.Join([]string{d.WorkflowID, strconv.Itoa(gen), string(d.Operation), d.Formula, nr.n.Name, strconv.Itoa(attempt), what}, ".")
 }
 
 // waitingPrefix starts the line a durable command prints on stderr when

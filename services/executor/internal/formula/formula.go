@@ -50,7 +50,21 @@ type Executor struct {
 	sems    map[string]chan struct{}
 	running map[string]map[*context.CancelFunc]struct{} // workflow id -> cancels of its formulas in flight
 	nodes   map[*inFlight]struct{}                      // nodes in flight
+	// cancelled are the workflows seen cancelled (or cancelling) on the
+	// bus, with the generation cancelled and when it was seen: a dispatch
+	// that arrives just after the cancel event, before the run snapshot
+	// says so, must not run either.
+	cancelled map[string]cancelSeen
 }
+
+type cancelSeen struct {
+	generation int
+	at         time.Time
+}
+
+// cancelMemory is how long a cancel seen on the bus is remembered: the
+// run snapshot says so long before.
+const cancelMemory = 10 * time.Minute
 
 // Record is what the executor keeps per node of a workflow in the
 // gantry_nodes bucket. It is written before each attempt and after the
@@ -65,6 +79,36 @@ func (x *Executor) CancelWorkflow(id string) {
 	for c := range x.running[id] {
 		(*c)()
 	}
+}
+
+// Cancelled kills every node of generation gen (or an earlier one) of the
+// workflow running here, and remembers the cancel for the dispatches of
+// that generation that arrive next.
+func (x *Executor) Cancelled(id string, gen int) {
+	x.mu.Lock()
+	now := time.Now()
+	if x.cancelled == nil {
+		x.cancelled = map[string]cancelSeen{}
+	}
+	for k, c := range x.cancelled {
+		if now.Sub(c.at) > cancelMemory {
+			delete(x.cancelled, k)
+		}
+	}
+	if c := x.cancelled[id]; gen >= c.generation {
+		x.cancelled[id] = cancelSeen{generation: gen, at: now}
+	}
+	x.mu.Unlock()
+	x.CancelWorkflow(id)
+}
+
+// seenCancelled says whether a cancel of the dispatch's generation (or a
+// later one) was seen on the bus.
+func (x *Executor) seenCancelled(d *events.Dispatch) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	c, ok := x.cancelled[d.WorkflowID]
+	return ok && c.generation >= d.Generation
 }
 
 func (x *Executor) track(id string, c *context.CancelFunc) func() {
@@ -90,18 +134,28 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 // errPruned: the dispatch's workflow has no run snapshot: it was pruned.
 var errPruned = errors.New("the workflow is no more (pruned)")
 
-// superseded reports whether the planner has cancelled the workflow, or
-// moved on to a later generation, so this dispatch must not run. A run
-// state that cannot be read is an error (the dispatch comes back later).
-func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (bool, error) {
+// superseded reports whether the planner has cancelled the workflow (or
+// is cancelling it), or moved on to a later generation, so this dispatch
+// must not run. A run state of an earlier generation than the dispatch's
+// is one the planner has not saved again yet since the retry that sent
+// the dispatch (it publishes before it saves): its cancel was the earlier
+// generation's. A run state that cannot be read is an error (the
+// dispatch comes back later).
+func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later bool, err error) {
 	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
 	if errors.Is(err, events.ErrNoRecord) {
-		return false, errPruned
+		return false, false, errPruned
 	}
 	if err != nil {
-		return false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
+		return false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
 	}
-	return w.Status == dag.WorkflowCancelled || w.Cancelling || w.Generation > d.Generation, nil
+	switch {
+	case w.Generation > d.Generation:
+		return false, true, nil
+	case w.Generation < d.Generation:
+		return false, false, nil
+	}
+	return w.Status == dag.WorkflowCancelled || w.Cancelling, false, nil
 }
 
 // Handle is the consumer handler for decky.*.dispatch.
@@ -124,7 +178,13 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	}
 	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
 		log: x.Log.With("workflow_id", d.WorkflowID, "host", d.Ref.Host, "formula", d.Formula)}
-	skip, err := x.superseded(ctx, d)
+	stop, kill := context.WithCancel(ctx)
+	defer kill()
+	// Tracked before the run state is read: a cancel published from now
+	// on kills what this delivery starts; one published before shows in
+	// the run state, or was seen on the bus.
+	defer x.track(d.WorkflowID, &kill)()
+	cancelled, later, err := x.superseded(ctx, d)
 	if errors.Is(err, errPruned) {
 		// The planner writes a run's snapshot before dispatching any of
 		// it, and removes it only when it prunes the finished run: a
@@ -136,14 +196,11 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	if err != nil {
 		return err
 	}
-	if skip {
-		f.log.Info("dispatch of a cancelled or superseded run skipped")
-		f.emitFormula(ctx, dag.FormulaCancelled, "")
-		return f.out.Flush(ctx)
+	if cancelled || later || x.seenCancelled(d) {
+		// Nothing starts; what an earlier delivery left running on the
+		// host is killed there, and its node ends as it did.
+		return f.stopped(ctx, later)
 	}
-	stop, kill := context.WithCancel(ctx)
-	defer kill()
-	defer x.track(d.WorkflowID, &kill)()
 	f.stop = stop
 	f.slot = x.hostSlot(d.Ref.Host)
 	if f.runner, err = x.Hosts.Runner(target(d.Host)); err != nil {

@@ -129,10 +129,10 @@ func TestNodeTransitions(t *testing.T) {
 		want:    []string{"f running", "n running 1", "n succeeded 1 would_change", "f succeeded"},
 		ran:     []string{"same?"}, record: Record{Status: dag.NodeSucceeded, Attempt: 1, GenAttempts: 1},
 	}, {
-		name:    "a cancelled run's dispatch is skipped",
+		name:    "a cancelled run's dispatch is skipped: its nodes are cancelled",
 		arrange: func(h *harness) { h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled}) },
 		d:       dispatch(op, 1, node("n", "ok", 1)),
-		want:    []string{"f cancelled"},
+		want:    []string{"n cancelled 0: not started: the workflow was cancelled", "f cancelled"},
 	}, {
 		name:    "a superseded generation's dispatch is skipped",
 		arrange: func(h *harness) { h.runs.Set("w1", events.RunSnapshot{Generation: 2, Status: dag.WorkflowRunning}) },

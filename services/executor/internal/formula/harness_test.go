@@ -23,9 +23,16 @@ type host struct {
 	ran      []string    // scripts started, in order
 	attempts []string    // their attempt ids
 	start    chan string // a "block..." script started
+	// orphans are attempts left running by an executor that died; settled
+	// are the attempts a settle found, with what it answered.
+	orphans map[string]bool
+	settled []string
 }
 
 func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	if cmd.Settle {
+		return h.settle(cmd.Attempt)
+	}
 	if cmd.BeforeStart != nil {
 		if err := cmd.BeforeStart(); err != nil {
 			return hostexec.Result{ExitCode: -1}, err
@@ -59,6 +66,25 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	h.done[cmd.Attempt] = res
 	h.mu.Unlock()
 	return res, nil
+}
+
+// settle answers as hostexec's Settle: an orphan is killed (143), an
+// attempt that ended gives its result, and any other never started.
+func (h *host) settle(attempt string) (hostexec.Result, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.orphans[attempt] {
+		delete(h.orphans, attempt)
+		h.done[attempt] = hostexec.Result{ExitCode: 143}
+		h.settled = append(h.settled, attempt+" killed")
+		return hostexec.Result{ExitCode: 143}, fmt.Errorf("%w: %s killed", hostexec.ErrCancelled, attempt)
+	}
+	if res, ok := h.done[attempt]; ok {
+		h.settled = append(h.settled, fmt.Sprintf("%s ended %d", attempt, res.ExitCode))
+		return res, nil
+	}
+	h.settled = append(h.settled, attempt+" absent")
+	return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %s", hostexec.ErrNoAttempt, attempt)
 }
 
 func (h *host) scripts() []string {
@@ -99,7 +125,7 @@ type harness struct {
 }
 
 func newHarness() *harness {
-	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
+	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, orphans: map[string]bool{}, start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
 		runs: &events.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &events.MemoryOutbox{}}}
 	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}

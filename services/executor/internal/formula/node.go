@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -135,6 +136,12 @@ func (nr *nodeRun) fromRecord(ctx context.Context) (dag.NodeState, error) {
 			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: "failed earlier in this run"}}, rec.Attempt)
 			return dag.NodeFailed, nil
 		}
+		// Cancelled in this generation (its workflow was cancelled: only a
+		// retry, a new generation, runs it again).
+		if rec.Status == dag.NodeCancelled && rec.Generation == nr.d.Generation {
+			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "cancelled"}, rec.Attempt)
+			return dag.NodeCancelled, nil
+		}
 	}
 	if nr.n.AlreadyDone {
 		return nr.skip(ctx)
@@ -159,6 +166,24 @@ func (nr *nodeRun) skip(ctx context.Context) (dag.NodeState, error) {
 // restart, a redelivery): it is resumed, re-attaching to its command on
 // the host, and does not count again.
 func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
+	if nr.rec.Status == dag.NodeRunning && nr.rec.Generation < nr.d.Generation && nr.rec.Attempt > 0 {
+		// An attempt of an earlier generation that nobody followed to its
+		// end (its executor died, and its workflow was cancelled before
+		// another re-attached): it is ended on the host first, and a
+		// success found there stands.
+		st, ev, err := nr.settle(ctx)
+		if err != nil {
+			return dag.NodeFailed, err
+		}
+		if st.Done() {
+			if ev == nil {
+				ev = &events.NodeEvent{Status: st, Run: events.Run{ExitCode: nr.rec.ExitCode}}
+			}
+			ev.Reason = "already recorded " + string(st) + ": attempt " + strconv.Itoa(nr.rec.Attempt) + " of generation " + strconv.Itoa(nr.rec.Generation) + " ended on the host while no executor followed it"
+			nr.emit(ctx, ev, nr.rec.Attempt)
+			return st, nil
+		}
+	}
 	if nr.rec.Generation != nr.d.Generation {
 		nr.rec.GenAttempts = 0
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -134,12 +137,111 @@ func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error
 	}
 	r.state.Apply(d)
 	r.rec.CancelledBy = by
+	now := e.now()
+	r.rec.CancelledAt = &now
 	e.touched(r)
 	if n := inFlight(r); n > 0 {
 		e.publishCancelling(ctx, r, n)
+		e.awaitCancel(r)
 		return e.saveRecord(ctx, r)
 	}
 	return e.cancelled(ctx, r)
+}
+
+// DefaultCancelWait is how long a cancelled workflow waits, at most, for
+// the outcomes of the formulas it had running.
+const DefaultCancelWait = 30 * time.Second
+
+func (e *Engine) cancelWait() time.Duration {
+	if e.CancelWait > 0 {
+		return e.CancelWait
+	}
+	return DefaultCancelWait
+}
+
+// awaitCancel notes when a cancelling run's wait for outcomes ends: the
+// wait runs from the cancel (or from now, for a record that does not say
+// when that was), and a run loaded again keeps the end it had.
+func (e *Engine) awaitCancel(r *run) {
+	if r.rec.CancelledBy == nil || r.rec.Status.Terminal() {
+		return
+	}
+	if _, ok := e.cancelling[r.rec.ID]; ok {
+		return
+	}
+	since := e.now()
+	if r.rec.CancelledAt != nil {
+		since = *r.rec.CancelledAt
+	}
+	if e.cancelling == nil {
+		e.cancelling = map[string]time.Time{}
+	}
+	e.cancelling[r.rec.ID] = since.Add(e.cancelWait())
+}
+
+// ExpireCancels ends, as cancelled, every cancelling workflow whose
+// running formulas have not all reported within CancelWait of the cancel:
+// their executor died and has not come back, or cannot reach its host.
+// Those formulas are published cancelled (saying why), then the
+// workflow. Their nodes are the executors' to end: an executor that
+// picks up such a formula's work later finds the workflow cancelled,
+// kills on the host what is recorded running there (or reads how it
+// ended), and publishes each node's end. A workflow that cannot be ended
+// now (its records moved on under another planner replica, or could not
+// be written) is looked at again at the next call.
+func (e *Engine) ExpireCancels(ctx context.Context) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	var due []string
+	for id, until := range e.cancelling {
+		if !now.Before(until) {
+			due = append(due, id)
+		}
+	}
+	slices.Sort(due)
+	for _, id := range due {
+		err := e.unit(ctx, func() error {
+			r, err := e.load(ctx, id)
+			if err != nil {
+				return err
+			}
+			if r == nil || r.rec.CancelledBy == nil || r.rec.Status.Terminal() {
+				delete(e.cancelling, id)
+				return nil
+			}
+			return e.expireCancel(ctx, r)
+		})
+		if err != nil {
+			e.Log.Warn("cannot end a cancelled workflow that waited too long; trying again", "workflow_id", id, "err", err)
+			if _, ok := e.cancelling[id]; !ok {
+				e.cancelling[id] = now // looked at again next time
+			}
+		}
+	}
+}
+
+// expireCancel ends a cancelling run whose wait is over.
+func (e *Engine) expireCancel(ctx context.Context, r *run) error {
+	wait := e.cancelWait()
+	why := fmt.Sprintf("no outcome from its executor within %s of the cancel; an executor that picks up its work later kills what is still running on the host", wait)
+	var stopped []string
+	for _, i := range r.plan.Order {
+		switch r.state.Formula(i) {
+		case dag.FormulaReady, dag.FormulaRunning:
+			if err := r.state.SetFormula(i, dag.FormulaCancelled, -1); err != nil {
+				return fmt.Errorf("cancel %s: %w", r.plan.Formulas[i].ID, err)
+			}
+			e.recordFormula(ctx, r, i, dag.FormulaCancelled)
+			ev := e.formulaEvent(r, i, dag.FormulaCancelled, "")
+			ev.Error = why
+			e.Out.Emit(r.formulaCtx(ctx, i), events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(dag.FormulaCancelled)))
+			stopped = append(stopped, r.plan.Formulas[i].ID)
+		}
+	}
+	e.Log.Warn("cancelled workflow ended without the outcomes of its running formulas", "workflow_id", r.rec.ID, "waited", wait, "formulas", stopped)
+	e.touched(r)
+	return e.cancelledWhy(ctx, r, fmt.Sprintf("cancelled by request; %d running formula(s) gave no outcome within %s: %s", len(stopped), wait, strings.Join(stopped, ", ")))
 }
 
 // inFlight counts the formulas dispatched to executors and not ended.
@@ -165,7 +267,12 @@ func (e *Engine) settleCancel(ctx context.Context, r *run) error {
 
 // cancelled records and announces the end of a cancelled run.
 func (e *Engine) cancelled(ctx context.Context, r *run) error {
-	e.publishWorkflow(ctx, r, dag.WorkflowCancelled, "cancelled by request", r.rec.CancelledBy)
+	return e.cancelledWhy(ctx, r, "cancelled by request")
+}
+
+func (e *Engine) cancelledWhy(ctx context.Context, r *run, reason string) error {
+	delete(e.cancelling, r.rec.ID)
+	e.publishWorkflow(ctx, r, dag.WorkflowCancelled, reason, r.rec.CancelledBy)
 	r.rec.Status = dag.WorkflowCancelled
 	r.snap.Status = dag.WorkflowCancelled
 	e.touched(r)
@@ -196,7 +303,8 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *
 	}
 	r.rec.Generation++
 	r.rec.Status = dag.WorkflowRunning
-	r.rec.CancelledBy = nil
+	r.rec.CancelledBy, r.rec.CancelledAt = nil, nil
+	delete(e.cancelling, r.rec.ID)
 	r.snap.Status = dag.WorkflowRunning
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)
 	if err := e.saveRecord(ctx, r); err != nil {

@@ -48,6 +48,9 @@ type Engine struct {
 	// so a run kept in memory is known to be current without reading it
 	// again; when nil, the records are read again instead.
 	WorkflowRevs, RunRevs Revisions
+	// CancelWait bounds how long a cancelled workflow waits for the
+	// outcomes of its running formulas (DefaultCancelWait when 0).
+	CancelWait time.Duration
 
 	mu      sync.Mutex // one unit of work at a time
 	cache   map[string]*run
@@ -59,6 +62,9 @@ type Engine struct {
 	// active are the workflows not ended this engine has stepped.
 	active  map[string]bool
 	activeN atomic.Int64 // len(active), read without mu
+	// cancelling are the cancelling workflows this engine has loaded,
+	// with when their wait for outcomes ends.
+	cancelling map[string]time.Time
 }
 
 type run struct {

@@ -44,6 +44,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	}
 	r.carry()
 	e.cacheRun(r)
+	e.awaitCancel(r)
 	r.checked = true
 	e.checked = append(e.checked, r)
 	return r, nil

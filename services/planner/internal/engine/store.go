@@ -37,6 +37,10 @@ type Record struct {
 	// running: the run is cancelling, and is cancelled (at the request of
 	// CancelledBy) once they have ended.
 	CancelledBy *events.Principal `json:"cancelled_by,omitempty"`
+	// CancelledAt is when that cancel was asked for: the run ends
+	// cancelled at the latest CancelWait after it, whatever its running
+	// formulas have reported (see ExpireCancels).
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
 	// Held and Carried are what a retry limited to nodes left as it was in
 	// the current generation: per formula the nodes that do not run, and
 	// the formulas whose failure stays (it fails the run, but does not

@@ -345,3 +345,32 @@ func TestWaitingAttemptCountedOnce(t *testing.T) {
 		t.Fatalf("node document %+v: want 1 attempt with its start", nd)
 	}
 }
+
+// A node event about another host than its formula's (its subject and
+// data agree, so events.Admit lets it through) changes neither the
+// workflow's documents nor any host's: a credential that may publish host
+// events cannot make a node appear on a host it does not run on.
+func TestNodeEventAboutAnotherHostIgnored(t *testing.T) {
+	f := newFeed(t)
+	w := f.workflow("app", "w1", dag.OpCreate)
+	f.seq++
+	fe := &events.FormulaEvent{Ref: events.Ref{WorkflowID: "w1", Workflow: "app", Formula: "f", Host: "h", Operation: dag.OpCreate, Generation: 1}, Status: dag.FormulaReady}
+	env, err := events.NewAt("ready", "planner/1", f.at, fe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p.Apply(context.Background(), []*consume.Event{{Envelope: env, Subject: events.HostLifecycle("h"), Stream: f.seq}}, f.seq)
+	forged := *w
+	forged.host = "elsewhere"
+	forged.ran("n", spec("true"), dag.NodeSucceeded)
+	for k := range f.mem.Vals {
+		if strings.Contains(k, "elsewhere") || strings.HasSuffix(k, ".n") {
+			t.Errorf("a node event about another host was projected: %s", k)
+		}
+	}
+	w.ran("n", spec("true"), dag.NodeFailed) // the real one still is
+	_, typed := f.docs()
+	if len(typed) != 1 || typed[0].Host != "h" || typed[0].Status != dag.NodeFailed {
+		t.Fatalf("host documents %+v, want the real node on h, failed", typed)
+	}
+}

@@ -480,6 +480,9 @@ func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
 		if err := events.DecodeData(ev.Envelope, &n); err != nil {
 			return err
 		}
+		if ok, err := p.onItsHost(ctx, n.Ref); !ok || err != nil {
+			return err
+		}
 		if err := p.node(ctx, ev, &n); err != nil {
 			return err
 		}
@@ -693,6 +696,21 @@ func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.Fo
 		f.EndedAt = e.EndedAt
 	}
 	return p.put(ctx, FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
+}
+
+// onItsHost says whether a node event is about the host its formula runs
+// on, as the formula's document (made from the planner's first event of
+// it) records: a node event under another host's subject and data
+// (events.Admit lets it through: they agree) is not applied, to either
+// projection, and is logged.
+func (p *Projector) onItsHost(ctx context.Context, r events.Ref) (bool, error) {
+	f, _, err := get[events.FormulaDoc](ctx, p, FormulaDocKey(r.WorkflowID, r.Formula), false)
+	if err != nil || f == nil || f.Host == "" || f.Host == r.Host {
+		return err == nil, err
+	}
+	p.Log.Warn("event refused: about another host than its formula's", "security", true, "workflow_id", r.WorkflowID,
+		"formula", r.Formula, "node", r.Node, "host", r.Host, "formula_host", f.Host)
+	return false, nil
 }
 
 func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {

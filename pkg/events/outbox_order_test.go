@@ -1,0 +1,91 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// losingJS loses its first asynchronous publish, as one in flight when
+// the server dies is lost: never stored, never answered.
+type losingJS struct {
+	jetstream.JetStream
+	lost bool
+}
+
+type lostFuture struct{ msg *nats.Msg }
+
+func (f lostFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (f lostFuture) Err() <-chan error           { return nil }
+func (f lostFuture) Msg() *nats.Msg              { return f.msg }
+
+func (l *losingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if !l.lost {
+		l.lost = true
+		return lostFuture{m}, nil
+	}
+	return l.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// A node's "running" lost in flight while the connection drops is stored
+// before the "succeeded" emitted after the reconnect, not after it: the
+// outbox stores what may be lost before it sends anything new.
+func TestOutboxKeepsOrderAcrossAReconnect(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.Executor)
+	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &events.Publisher{JS: &losingJS{JetStream: js}, NC: nc, Source: "executor/test"}
+	ref := events.Ref{WorkflowID: "wf1", Workflow: "w", Formula: "f", Host: "h1", Node: "n", Operation: dag.OpCreate, Generation: 1}
+	out := pub.Outbox()
+	out.Emit(ctx, events.HostLifecycle("h1"), &events.NodeEvent{Ref: ref, Status: dag.NodeRunning}, "wf1|1|f|n|running|1")
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
+		if ctx.Err() != nil {
+			t.Fatal("no reconnect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out.Emit(ctx, events.HostLifecycle("h1"), &events.NodeEvent{Ref: ref, Status: dag.NodeSucceeded}, "wf1|1|f|n|succeeded|1")
+	if err := out.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := jetstream.New(ns.Connect(busauth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := admin.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []events.Type
+	for seq := uint64(1); ; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			break
+		}
+		env, err := events.Parse(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, env.Type)
+	}
+	want := []events.Type{events.NodeType(dag.NodeRunning), events.NodeType(dag.NodeSucceeded)}
+	if len(order) != 2 || order[0] != want[0] || order[1] != want[1] {
+		t.Fatalf("stream holds %v, want %v", order, want)
+	}
+}

@@ -1,0 +1,189 @@
+package hostexec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Settling an attempt. A durable attempt outlives the worker that
+// started it, so a worker may find an attempt recorded as running that
+// nobody follows any more, in a run that has been cancelled meanwhile (or
+// that a retry has superseded). Running the same Attempt again would
+// re-attach to it, but would also start it if it never started there.
+// Run with Command.Settle starts nothing: in one session it ends the
+// attempt if it still runs, as a cancel does (SIGTERM, SIGKILL after 2
+// s, confirmed; the kill's status, 143 or 137, recorded as the attempt's
+// exit status), and says how the attempt ended:
+//
+//   - it had ended by itself: its recorded exit status, no error (an
+//     attempt that succeeded while nobody followed it is a success);
+//   - this call (or an earlier kill by gantry) killed it: the kill's
+//     status and ErrCancelled;
+//   - it never started on the host: ErrNoAttempt;
+//   - it ended without recording an exit status: ErrLost;
+//   - it could not be confirmed gone: ErrKill.
+//
+// Result.Stdout and Stderr are the last MaxTail bytes of its output
+// files, with the command's secrets masked.
+
+// ErrNoAttempt: a settled attempt never started on its host (it has no
+// run file there).
+var ErrNoAttempt = errors.New("the attempt never started on the host")
+
+// settleMarker starts the first stdout line of a settle: what it found.
+const settleMarker = "__gantry_settle "
+
+// settleScript settles attempt (see above). ex is the environment's
+// export lines (GANTRY_ATTEMPTS may be one of them). Its first stdout
+// line is settleMarker followed by "absent", "lost", "alive", or "ended"
+// or "killed" and the recorded exit status; then the tails of the
+// attempt's output files, on stdout and stderr.
+func settleScript(attempt, ex string) string {
+	// The run file is created with the supervisor's pid in one write, but
+	// one may look between the create and the write: wait for the pid (at
+	// most 5 s), as a re-attach does. A supervisor that is gone without an
+	// exit status may be writing it: wait a second for it.
+	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + shellQuote(attempt) + `
+_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
+if [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then echo '` + settleMarker + `absent'; exit 0; fi
+_gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
+[ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
+_gkill() {
+` + killText(`"$_gp"`, `"$_gd"`, "ended") + `}
+_gk=ended
+if ! _ge; then
+  if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
+    _gk=$(_gkill)
+    case $_gk in gone) _gk=killed ;; ended) ;; *) echo '` + settleMarker + `alive'; exit 0 ;; esac
+  else
+    _gi=0; until _ge || [ $_gi -ge 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
+  fi
+fi
+_gy=; { read -r _gy; read -r _gy; read -r _gy; } <"$_gd.run" 2>/dev/null; [ "$_gy" = killed ] && _gk=killed
+if _ge; then echo "` + settleMarker + `$_gk $_gx"; else echo '` + settleMarker + `lost'; fi
+tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.out" 2>/dev/null; tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.err" >&2 2>/dev/null
+exit 0
+`
+}
+
+// settled reads what a settle printed (stdout, stderr) into a result;
+// werr is how the shell that ran it ended, where names the host.
+func settled(cmd Command, where string, stdout, stderr []byte, werr error) (Result, error) {
+	res := Result{ExitCode: -1, Ended: time.Now()}
+	first, rest, _ := bytes.Cut(stdout, []byte("\n"))
+	what, ok := strings.CutPrefix(string(first), settleMarker)
+	if !ok {
+		if werr == nil {
+			werr = errors.New("no answer")
+		}
+		return res, fmt.Errorf("%w on %s: settle attempt %s: %w (%s)", ErrSession, where, cmd.Attempt, werr, strings.TrimSpace(string(stderr)))
+	}
+	mask := newMasker(cmd.Secrets)
+	res.Stdout, res.Stderr = maskAll(mask, rest), maskAll(mask, stderr)
+	how, status, _ := strings.Cut(what, " ")
+	switch how {
+	case "absent":
+		return res, fmt.Errorf("%w: %s on %s", ErrNoAttempt, cmd.Attempt, where)
+	case "lost":
+		return res, fmt.Errorf("%w: %s on %s", ErrLost, cmd.Attempt, where)
+	case "alive":
+		return res, fmt.Errorf("%w: attempt %s on %s: still running", ErrKill, cmd.Attempt, where)
+	}
+	code, err := strconv.Atoi(status)
+	if err != nil || (how != "ended" && how != "killed") {
+		return res, fmt.Errorf("%w on %s: settle attempt %s: unexpected answer %q", ErrSession, where, cmd.Attempt, what)
+	}
+	res.ExitCode = code
+	if how == "killed" && code != 0 {
+		return res, fmt.Errorf("%w: attempt %s killed on %s (exit status %d)", ErrCancelled, cmd.Attempt, where, code)
+	}
+	return res, nil // it ended by itself (or recorded its success as it was killed)
+}
+
+// maskAll masks the secrets in every line of b.
+func maskAll(m *masker, b []byte) string {
+	if m == nil {
+		return string(b)
+	}
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	var out []byte
+	for _, l := range lines {
+		out = append(out, m.apply(l)...)
+	}
+	return string(out)
+}
+
+// settle settles a durable attempt over SSH, in a session of its own.
+func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
+	res := Result{ExitCode: -1, Started: time.Now()}
+	if err := validAttempt(cmd.Attempt); err != nil {
+		return res, err
+	}
+	ex, err := checkedExports(cmd)
+	if err != nil {
+		return res, err
+	}
+	c := r.pool.entry(r.address, r.user, r.via)
+	if err := c.acquire(ctx); err != nil { // stay within MaxSessions on this connection
+		return res, err
+	}
+	defer func() { c.touch(); <-c.sem }()
+	var stdin bytes.Buffer
+	if len(cmd.Secrets) > 0 {
+		ex = readSecrets + ex
+		stdin.WriteString(secretLine(cmd.Secrets))
+	}
+	sess, _, err := r.session(ctx, c)
+	if err != nil {
+		return res, err
+	}
+	defer sess.Close()
+	var out, errOut bytes.Buffer
+	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, &stdin
+	if err := sess.Start("exec /bin/sh -c " + shellQuote(settleScript(cmd.Attempt, ex))); err != nil {
+		return res, fmt.Errorf("%w on %s: start: %w", ErrSession, r.address, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sess.Wait() }()
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		_ = sess.Close()
+		return res, endErr(ctx)
+	}
+	got, err := settled(cmd, r.address, out.Bytes(), errOut.Bytes(), err)
+	got.Started = res.Started
+	return got, err
+}
+
+// settleLocal settles a durable attempt of transport local.
+func settleLocal(ctx context.Context, cmd Command) (Result, error) {
+	res := Result{ExitCode: -1, Started: time.Now()}
+	if err := validAttempt(cmd.Attempt); err != nil {
+		return res, err
+	}
+	ex, err := checkedExports(cmd)
+	if err != nil {
+		return res, err
+	}
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", settleScript(cmd.Attempt, ex))
+	var out, errOut bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errOut
+	c.Env = localEnv(cmd.Secrets)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.WaitDelay = KillGrace
+	err = c.Run()
+	if ctx.Err() != nil {
+		return res, endErr(ctx)
+	}
+	got, err := settled(cmd, "this machine", out.Bytes(), errOut.Bytes(), err)
+	got.Started = res.Started
+	return got, err
+}

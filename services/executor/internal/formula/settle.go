@@ -1,0 +1,201 @@
+package formula
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/secrets"
+)
+
+// Settling what nobody follows. A node's command outlives its executor
+// (its attempt is durable on the host), so a node may be recorded running
+// in gantry_nodes while no executor follows it: its executor died. The
+// next delivery of its dispatch normally re-attaches to it. But when the
+// workflow was cancelled meanwhile (or a retry superseded the dispatch's
+// generation), that delivery must not run anything: it settles instead
+// each node recorded running, on its host (hostexec's Settle: the attempt
+// is killed if it still runs, never started if it has not, and how it
+// ended is read from the host), records the node's end in gantry_nodes,
+// and publishes it, so the projection and gantry status stop showing it
+// running, and a retry sees a success it found there. A later generation
+// does the same with an attempt of an earlier one that it finds recorded
+// running, before it runs the node again (or not at all: it succeeded).
+
+// settleTimeout bounds settling one attempt on its host (a kill takes
+// about 4 s at most there).
+const settleTimeout = 30 * time.Second
+
+// stopped handles a dispatch that must not run: its workflow was
+// cancelled (or is being), or a later generation superseded it (later).
+// Nothing starts. The nodes recorded running are settled on the host,
+// and their ends published. In a cancelled run the rest keep what their
+// records say, or are cancelled (or blocked) as they would have been had
+// the cancel come while the formula ran, and the formula's outcome
+// follows from the nodes' ends. A later generation's dispatch says what
+// becomes of them: for an earlier one, only the ends found on the host
+// are published, and the formula as cancelled (the planner ignores it).
+// An error means something could not be read, settled or recorded: the
+// dispatch is delivered again.
+func (f *formulaRun) stopped(ctx context.Context, later bool) error {
+	var err error
+	if f.runner, err = f.x.Hosts.Runner(target(f.d.Host)); err != nil {
+		f.runner = unreachable{err}
+	}
+	states := make([]dag.NodeState, len(f.pf.Nodes))
+	type settled struct {
+		j  int
+		st dag.NodeState
+	}
+	results := make(chan settled, len(states))
+	settling := 0
+	var failed []string
+	for j, n := range f.d.Nodes {
+		states[j] = dag.NodePending
+		nr := &nodeRun{formulaRun: f, j: j, n: n, key: events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name), log: f.log.With("node", n.Name)}
+		if err := nr.read(ctx); err != nil {
+			f.fail(fmt.Errorf("node %s: %w", n.Name, err))
+			continue
+		}
+		rec := nr.rec
+		switch {
+		case later && rec.Status != dag.NodeRunning:
+		case rec.Status.Done():
+			states[j] = rec.Status
+			nr.emit(ctx, &events.NodeEvent{Status: rec.Status, Run: events.Run{ExitCode: rec.ExitCode}, Reason: "already recorded " + string(rec.Status)}, rec.Attempt)
+		case rec.Status == dag.NodeRunning && rec.Generation <= f.d.Generation && rec.Attempt > 0:
+			settling++
+			go func() {
+				st, ev, err := nr.settle(ctx)
+				if err != nil {
+					f.fail(fmt.Errorf("node %s: %w", n.Name, err))
+				} else if ev != nil {
+					nr.emit(ctx, ev, nr.rec.Attempt)
+				}
+				results <- settled{j, st}
+			}()
+		case rec.Generation == f.d.Generation && rec.Status == dag.NodeFailed:
+			states[j] = dag.NodeFailed
+			failed = append(failed, n.Name)
+			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: "failed earlier in this run"}}, rec.Attempt)
+		case rec.Generation == f.d.Generation && rec.Status == dag.NodeCancelled:
+			states[j] = dag.NodeCancelled
+			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "cancelled"}, rec.Attempt)
+		}
+	}
+	for ; settling > 0; settling-- {
+		r := <-results
+		states[r.j] = r.st
+		if r.st == dag.NodeFailed {
+			failed = append(failed, f.pf.Nodes[r.j].Name)
+		}
+	}
+	if f.err != nil {
+		return errors.Join(f.err, f.out.Flush(ctx))
+	}
+	if later {
+		f.log.Info("dispatch of a superseded generation: nothing started")
+		f.emitFormula(ctx, dag.FormulaCancelled, "")
+		return f.out.Flush(ctx)
+	}
+	// What has not started never will.
+	step := f.pf.NodeStep(states, true, f.d.OnFailure == dag.OnFailureContinue)
+	for _, b := range step.Blocked {
+		states[b.Node] = dag.NodeBlocked
+		f.emitNode(ctx, b.Node, &events.NodeEvent{Status: dag.NodeBlocked, Blocker: f.pf.Nodes[b.Blocker].Name}, 0)
+	}
+	for _, j := range step.Cancelled {
+		states[j] = dag.NodeCancelled
+		f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "not started: the workflow was cancelled"}, 0)
+	}
+	st, why := dag.FormulaCancelled, ""
+	switch {
+	case len(failed) > 0:
+		st, why = dag.FormulaFailed, events.BoundError("node(s) failed: "+strings.Join(failed, ", "))
+	case allDone(states):
+		st = dag.FormulaSucceeded // everything had ended on its hosts before the cancel reached them
+	}
+	f.log.Info("dispatch of a cancelled run: nothing started", "status", st)
+	f.emitFormula(ctx, st, why)
+	return f.out.Flush(ctx)
+}
+
+// settle ends, on its host, the attempt the node's record says is running
+// (see above), records how it ended, and returns the node's state and the
+// event that announces it (nil when the record had moved on to an end
+// announced already). The attempt is the record's, in the record's
+// generation.
+func (nr *nodeRun) settle(ctx context.Context) (dag.NodeState, *events.NodeEvent, error) {
+	rec := nr.rec
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	ev := &events.NodeEvent{GenAttempt: rec.GenAttempts}
+	res, err := nr.settleOn(ctx, rec, "run")
+	what := "command"
+	if errors.Is(err, hostexec.ErrNoAttempt) && nr.d.Operation == dag.OpCreate && strings.TrimSpace(nr.n.Check) != "" {
+		// It may have been in its check: the command starts only after it.
+		res, err = nr.settleOn(ctx, rec, "check")
+		what = "check"
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("%w: its check ended, its command never started", hostexec.ErrNoAttempt)
+		}
+	}
+	st := dag.NodeFailed
+	switch {
+	case err == nil && what == "check": // its check passed: nothing to do
+		st, ev.Reason = dag.NodeSkipped, "check passed (it ended on the host while no executor followed it)"
+	case err == nil && nr.d.Operation == dag.OpCheck:
+		st, ev.Check = dag.NodeSucceeded, events.CheckOK
+		if res.ExitCode != 0 {
+			ev.Check = events.CheckWouldChange
+		}
+	case err == nil && res.ExitCode == 0:
+		st, ev.Reason = dag.NodeSucceeded, "it ended on the host while no executor followed it"
+	case err == nil:
+		ev.Error = fmt.Sprintf("exit status %d (it ended on the host while no executor followed it)", res.ExitCode)
+	case errors.Is(err, hostexec.ErrCancelled):
+		st, ev.Reason = dag.NodeCancelled, "cancelled: killed on the host"
+	case errors.Is(err, hostexec.ErrNoAttempt):
+		st, ev.Reason = dag.NodeCancelled, "cancelled: it had not started on the host"
+	case errors.Is(err, hostexec.ErrLost):
+		ev.Error = events.BoundError(err.Error())
+	default: // the host did not answer, or the kill is not confirmed: the dispatch comes back
+		return dag.NodeRunning, nil, fmt.Errorf("settle the attempt %d recorded running on %s: %w", rec.Attempt, nr.d.Ref.Host, err)
+	}
+	ev.Status = st
+	if res.ExitCode >= 0 {
+		code := res.ExitCode
+		ev.ExitCode = &code
+	}
+	ev.StdoutTail, ev.StderrTail = events.BoundTail(res.Stdout, events.MaxTailBytes), events.BoundTail(res.Stderr, events.MaxTailBytes)
+	now := time.Now().UTC()
+	ev.EndedAt = &now
+	nr.log.Info("attempt settled on the host", "attempt", rec.Attempt, "generation", rec.Generation, "status", st, "exit_code", res.ExitCode)
+	rec.Status, rec.ExitCode = st, ev.ExitCode
+	err = nr.saveOutcome(ctx, rec)
+	if errors.Is(err, events.ErrChanged) {
+		// Another executor recorded its end meanwhile: that record stands.
+		if err := nr.read(ctx); err != nil {
+			return dag.NodeRunning, nil, err
+		}
+		if nr.rec.Status != dag.NodeRunning {
+			return nr.rec.Status, nil, nil
+		}
+	}
+	if err != nil {
+		return dag.NodeRunning, nil, err
+	}
+	return st, ev, nil
+}
+
+// settleOn settles the script what ("run" or "check") of the attempt rec
+// records, with the node's environment (where its attempts are kept).
+func (nr *nodeRun) settleOn(ctx context.Context, rec Record, what string) (hostexec.Result, error) {
+	env, secret, _ := secrets.Split(nr.x.secrets(), nr.n.Env) // a secret not readable now is not needed to find the files
+	return nr.runner.Run(ctx, hostexec.Command{Attempt: nr.attemptIDAt(rec.Generation, rec.Attempt, what), Env: env, Secrets: secret, Settle: true})
+}
