@@ -30,6 +30,8 @@ func main() {
 	flag.DurationVar(&cfg.CancelWait, "cancel-wait", service.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them (their executors kill what still runs when they next see their work)")
 	var metrics string
 	metricsserve.RegisterFlag(flag.CommandLine, &metrics)
+	cfg.Retention = service.Retention{Age: service.DefaultRetentionAge, Keep: service.DefaultRetentionKeep}
+	service.RegisterRetentionFlags(flag.CommandLine, &cfg.Retention)
 	if err := natsconn.ParseService(flag.CommandLine, os.Args[1:], "planner", doc, map[string]string{"metrics": metricsserve.Env}); err != nil {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)

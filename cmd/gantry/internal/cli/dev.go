@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -33,6 +34,7 @@ func newDevCmd() *cobra.Command {
 	var httpAddr string
 	var metrics string
 	allowLocal := true
+	retention := planner.Retention{Age: planner.DefaultRetentionAge, Keep: planner.DefaultRetentionKeep}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run NATS (JetStream embedded) and all four services in this process",
@@ -119,7 +121,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, Log: log, Tracer: tracers}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, Log: log, Tracer: tracers, Retention: retention}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -130,6 +132,9 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "fsync every JetStream write (survives power loss; slower)")
 	addSSHFlags(cmd, &ssh)
+	rfs := flag.NewFlagSet("retention", flag.ContinueOnError)
+	planner.RegisterRetentionFlags(rfs, &retention)
+	cmd.Flags().AddGoFlagSet(rfs)
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().DurationVar(&cancelWait, "cancel-wait", planner.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")

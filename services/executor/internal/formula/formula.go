@@ -131,6 +131,9 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 	}
 }
 
+// errPruned: the dispatch's workflow has no run snapshot: it was pruned.
+var errPruned = errors.New("the workflow is no more (pruned)")
+
 // superseded reports whether the planner has cancelled the workflow (or
 // is cancelling it), or moved on to a later generation, so this dispatch
 // must not run. A run state of an earlier generation than the dispatch's
@@ -141,7 +144,7 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later bool, err error) {
 	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
 	if errors.Is(err, events.ErrNoRecord) {
-		return false, false, nil
+		return false, false, errPruned
 	}
 	if err != nil {
 		return false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
@@ -182,6 +185,14 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	// the run state, or was seen on the bus.
 	defer x.track(d.WorkflowID, &kill)()
 	cancelled, later, err := x.superseded(ctx, d)
+	if errors.Is(err, errPruned) {
+		// The planner writes a run's snapshot before dispatching any of
+		// it, and removes it only when it prunes the finished run: a
+		// dispatch of a pruned workflow (left in the queue) runs nothing
+		// and says nothing, so nothing of the workflow comes back.
+		f.log.Warn("dispatch of a workflow that is no more (pruned): nothing runs")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
