@@ -62,7 +62,7 @@ func (p *Pool) closeIdle(before time.Time) {
 			continue
 		}
 		cl := c.client
-		if cl != nil && len(c.sem) == 0 && c.used.Load() < before.UnixNano() {
+		if cl != nil && !c.busy() && c.used.Load() < before.UnixNano() {
 			c.client = nil
 			p.log.Info("closing an idle SSH connection", "host", c.address, "user", c.user)
 			_ = cl.Close()
@@ -71,15 +71,17 @@ func (p *Pool) closeIdle(before time.Time) {
 	}
 }
 
-// closeIdleAgents ends c's idle host agents, freeing their slots.
-func (c *conn) closeIdleAgents() {
+// closeIdleAgents ends c's idle host agents, giving their slots back, and
+// says how many it ended.
+func (c *conn) closeIdleAgents() (n int) {
 	for {
 		select {
 		case a := <-c.idle:
 			a.close()
-			<-c.sem
+			c.release()
+			n++
 		default:
-			return
+			return n
 		}
 	}
 }
