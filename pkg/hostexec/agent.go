@@ -173,6 +173,9 @@ func (r *sshRunner) startAgent(ctx context.Context, c *conn) (*hostAgent, error)
 // allows.
 func (r *sshRunner) takeAgent(ctx context.Context, c *conn) (*hostAgent, error) {
 	for {
+		if r.pool.isDraining() {
+			return nil, r.drainErr()
+		}
 		select { // an idle one first
 		case a := <-c.idle:
 			if c.fits(a) {
@@ -246,6 +249,9 @@ func (c *conn) dropAgent(a *hostAgent) {
 // idle agent gives up, within the sessions the connection allows.
 func (r *sshRunner) acquire(ctx context.Context, c *conn) error {
 	for {
+		if r.pool.isDraining() {
+			return r.drainErr()
+		}
 		select {
 		case c.sem <- struct{}{}:
 			return nil

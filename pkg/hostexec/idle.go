@@ -66,9 +66,22 @@ func (p *Pool) closeIdle(before time.Time) {
 			c.client = nil
 			p.log.Info("closing an idle SSH connection", "host", c.address, "user", c.user)
 			_ = cl.Close()
+			c.forgetLimit()
 		}
 		c.mu.Unlock()
 	}
+}
+
+// forgetLimit gives the connection's learned session limit up (its
+// reserved slots back): the next connection starts from MaxSessions and
+// learns sshd's limit again, which may have been raised meanwhile.
+func (c *conn) forgetLimit() {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	for ; c.reserved > 0; c.reserved-- {
+		<-c.sem
+	}
+	c.limit = cap(c.sem)
 }
 
 // closeIdleAgents ends c's idle host agents, giving their slots back, and

@@ -224,8 +224,9 @@ func runAtOnce(t *testing.T, r Runner, n int, script string) {
 // gantry's 8) from its refusals, and keeps to them: a second burst of 8
 // commands waits for the connection's sessions instead of asking sshd
 // again and again (a few refusals at most, each a session asked for the
-// moment another one closed, before sshd freed its slot). Not parallel:
-// it counts the refusals of the whole process.
+// moment another one closed, before sshd freed its slot), until the
+// connection is closed for being idle. Not parallel: it counts the
+// refusals of the whole process.
 func TestSessionLimitLearned(t *testing.T) {
 	f := maxSessionsHost(t, 2)
 	p := poolFor(t, f, SSHConfig{})
@@ -248,21 +249,47 @@ func TestSessionLimitLearned(t *testing.T) {
 	if c.busy() {
 		t.Fatal("slots still held after every command ended")
 	}
+	// A connection closed for being idle forgets the limit: the next one
+	// starts from --ssh-max-sessions, and learns sshd's again.
+	p.closeIdle(time.Now().Add(time.Hour))
+	c.lim.Lock()
+	limit, reserved = c.limit, c.reserved
+	c.lim.Unlock()
+	if limit != 8 || reserved != 0 || len(c.sem) != 0 {
+		t.Fatalf("after the idle connection closed: limit %d, %d reserved, %d slots taken; want 8, 0, 0", limit, reserved, len(c.sem))
+	}
+	runAtOnce(t, r, 8, "sleep 0.3")
+	c.lim.Lock()
+	limit = c.limit
+	c.lim.Unlock()
+	if limit != 2 {
+		t.Fatalf("limit %d on the new connection, want sshd's 2 learned again", limit)
+	}
 }
 
 // --ssh-session-wait bounds the retries of a session sshd refuses, and the
-// error is classified: ErrSessionsRefused, and ErrSession.
+// error is classified: ErrSessionsRefused, and ErrSession. Commands
+// queued behind the one that waited fail at once: sshd has refused every
+// session on the connection for that long already.
 func TestSessionWaitBoundsRefusals(t *testing.T) {
 	t.Parallel()
 	f := maxSessionsHost(t, 0)
 	r := poolFor(t, f, SSHConfig{SessionWait: time.Second}).Runner(f.Hosts[0].Addr, "")
 	start := time.Now()
-	_, err := r.Run(context.Background(), Command{Script: "true"})
-	if !errors.Is(err, ErrSessionsRefused) || !errors.Is(err, ErrSession) {
-		t.Fatalf("%v, want ErrSessionsRefused", err)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := r.Run(context.Background(), Command{Script: "true"})
+			errs <- err
+		}()
 	}
-	if took := time.Since(start); took < time.Second || took > 5*time.Second {
-		t.Fatalf("failed after %s, want about 1s", took)
+	for range 4 {
+		if err := <-errs; !errors.Is(err, ErrSessionsRefused) || !errors.Is(err, ErrSession) {
+			t.Fatalf("%v, want ErrSessionsRefused", err)
+		}
+	}
+	if took := time.Since(start); took < time.Second || took > 3*time.Second {
+		t.Fatalf("4 commands failed after %s, want about 1s", took)
 	}
 }
 

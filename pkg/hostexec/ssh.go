@@ -148,18 +148,23 @@ type conn struct {
 	idle chan *hostAgent // idle host agents, each holding a slot of sem
 	// The sessions sshd allows on the connection as learned from its
 	// refusals (see sshRunner.session), guarded by lim: limit starts at
-	// cap(sem) and only goes down; the connection itself holds reserved
+	// cap(sem) and only goes down until the connection is closed for being
+	// idle (forgetLimit); the connection itself holds reserved
 	// tokens of sem (cap(sem)-limit once it has them all), so that at most
 	// limit slots are handed out. trying counts the holders of a slot
-	// whose session is being opened.
-	lim      sync.Mutex
-	limit    int
-	reserved int
-	trying   int
-	address  string // host:port
-	user     string
-	parent   *conn        // the jump host it is reached through; nil: dialed directly
-	used     atomic.Int64 // when it was last used (unix ns): idle ones are closed
+	// whose session is being opened. refusing is when sshd began refusing
+	// every session asked for on the connection (zero once one opens),
+	// refusedLast its latest refusal.
+	lim         sync.Mutex
+	limit       int
+	reserved    int
+	trying      int
+	refusing    time.Time
+	refusedLast time.Time
+	address     string // host:port
+	user        string
+	parent      *conn        // the jump host it is reached through; nil: dialed directly
+	used        atomic.Int64 // when it was last used (unix ns): idle ones are closed
 }
 
 // jumps is the user@address of each jump host on the way to c, the first
@@ -327,6 +332,16 @@ func (p *Pool) Runner(address, user string, via ...Jump) Runner {
 // to their end. It cannot be undone (Close alone leaves the pool usable).
 func (p *Pool) Drain() {
 	p.drainOnce.Do(func() { close(p.draining) })
+}
+
+// isDraining says whether Drain was called.
+func (p *Pool) isDraining() bool {
+	select {
+	case <-p.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 // drainErr is the error of a command not started because the pool drains.
@@ -857,12 +872,14 @@ var errOverLimit = errors.New("over the connection's session limit")
 //     back, and the session is asked for again at once;
 //   - a refusal that lasts refusedSettle is sshd's limit: with k other
 //     sessions of the connection open, the connection's limit becomes k
-//     (at least 1) for as long as the pool lives (c.refused); when that
+//     (at least 1) until it is closed for being idle (c.refused); when that
 //     leaves the caller's slot beyond the limit, the caller waits for a
 //     session of the connection to end instead of asking sshd again;
 //   - within the limit it is asked again with a backoff (5 ms doubling to
-//     200 ms) for SessionWait, then the command fails with
-//     ErrSessionsRefused, naming MaxSessions.
+//     200 ms) until sshd has refused every session on the connection for
+//     SessionWait, then the command fails with ErrSessionsRefused, naming
+//     MaxSessions (a command queued behind one that failed so fails after
+//     refusedSettle, not after SessionWait again).
 //
 // Every wait ends with ctx, and when the pool drains. A broken connection
 // is dropped and redialed once.
@@ -882,12 +899,18 @@ func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Cl
 	var first time.Time // of the refusals in a row
 	refusals := 0
 	for wait := 5 * time.Millisecond; ; {
+		if r.pool.isDraining() {
+			return nil, nil, r.drainErr()
+		}
 		client, err := r.pool.client(ctx, c)
 		if err != nil {
 			return nil, nil, err
 		}
 		sess, err := client.NewSession()
 		if err == nil {
+			c.lim.Lock()
+			c.refusing = time.Time{}
+			c.lim.Unlock()
 			return sess, client, nil
 		}
 		var oce *ssh.OpenChannelError
@@ -918,9 +941,11 @@ func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Cl
 				gaveUp = true
 				return nil, nil, errOverLimit
 			}
-			if refused >= r.pool.cfg.SessionWait {
-				return nil, nil, &sessionsRefused{fmt.Sprintf("%s: sshd on %s refused a new session %d times over %s with %d other sessions of gantry open on the connection: its MaxSessions (default 10) is below gantry's --ssh-max-sessions (%d), or sessions closed earlier have not ended on the host; lower --ssh-max-sessions or raise MaxSessions: %v",
-					ErrSession, r.address, refusals, refused.Round(time.Second), open, cap(c.sem), err)}
+			// Since sshd refuses every session on the connection: the
+			// commands queued behind this one do not wait as long again.
+			if since := c.refusedSince(first, now); now.Sub(since) >= r.pool.cfg.SessionWait {
+				return nil, nil, &sessionsRefused{fmt.Sprintf("%s: sshd on %s refused every new session for %s (this command's %d times) with %d other sessions of gantry open on the connection: its MaxSessions (default 10) is below gantry's --ssh-max-sessions (%d), or sessions closed earlier have not ended on the host; lower --ssh-max-sessions or raise MaxSessions: %v",
+					ErrSession, r.address, now.Sub(since).Round(time.Second), refusals, open, cap(c.sem), err)}
 			}
 		}
 		select {
@@ -932,6 +957,28 @@ func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Cl
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// refusedSince notes a refusal at now, and says since when sshd has
+// refused every session on c: since first (a caller's first refusal in a
+// row), or earlier when another caller's refusals went on until a moment
+// before.
+func (c *conn) refusedSince(first, now time.Time) time.Time {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	if c.refusing.IsZero() || first.Sub(c.refusedLast) > time.Second {
+		c.refusing = first // a new streak
+	}
+	c.refusing = minTime(c.refusing, first)
+	c.refusedLast = now
+	return c.refusing
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // sessionsRefused is a session sshd kept refusing: an ErrSession and an
