@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,10 @@ type stack struct {
 	js    jetstream.JetStream
 	fleet *sshtest.Fleet
 	logs  string
+	// stopServices cancels the services' context, as SIGINT does, and
+	// says how long they took to stop (at most within; then it fails the
+	// test). The test's end does it when the test did not.
+	stopServices func(within time.Duration) time.Duration
 }
 
 type stackOptions struct {
@@ -118,18 +123,30 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	// looked at as an administrator.
 	s.nc = s.ns.Connect(events.Operator, clientTLS...)
 	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin, clientTLS...))
-	t.Cleanup(func() {
-		cancel()
-		for range 1 + len(o.executors) + len(o.planners) {
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("services stopped with: %v", err)
+	var stopOnce sync.Once
+	s.stopServices = func(within time.Duration) time.Duration {
+		var took time.Duration
+		stopOnce.Do(func() {
+			start := time.Now()
+			cancel()
+			deadline := time.After(within)
+			for range 1 + len(o.executors) + len(o.planners) {
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Errorf("services stopped with: %v", err)
+					}
+				case <-deadline:
+					t.Errorf("services did not stop within %s", within)
+					return
 				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("services did not stop within 30s")
 			}
-		}
+			took = time.Since(start)
+		})
+		return took
+	}
+	t.Cleanup(func() {
+		s.stopServices(30 * time.Second)
 		lf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(s.logs)

@@ -92,7 +92,9 @@ func status(x *formula.Executor, cfg Config, zone string) func() any {
 }
 
 // Run runs the executor until ctx is cancelled, then finishes the formulas
-// in flight and returns.
+// in flight and returns: the commands that started run to their end, and
+// nothing more starts (a node waiting for slots or an SSH session stops
+// waiting, its dispatch given back for a redelivery).
 func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if cfg.MaxFormulas <= 0 {
 		cfg.MaxFormulas = 64
@@ -133,21 +135,26 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	hosts := hostexec.NewHosts(cfg.Hosts)
 	defer hosts.Close()
+	// Stopping: the commands that started run on to their end (the
+	// formulas in flight drain), but nothing more starts; what waits for
+	// an SSH session stops waiting at once.
+	defer context.AfterFunc(ctx, hosts.Drain)()
 	runs, err := events.NewBucket[events.RunSnapshot](ctx, js, events.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	x := &formula.Executor{
-		Runs:    runs,
-		Hosts:   hosts,
-		Records: records,
-		Secrets: sec,
-		Tracer:  cfg.Tracer,
-		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
-		Actor:   cfg.Instance,
-		PerHost: cfg.PerHost,
-		Slots:   &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
-		Log:     log,
+		Runs:     runs,
+		Hosts:    hosts,
+		Records:  records,
+		Secrets:  sec,
+		Tracer:   cfg.Tracer,
+		Bus:      formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
+		Actor:    cfg.Instance,
+		PerHost:  cfg.PerHost,
+		Slots:    &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
+		Log:      log,
+		Stopping: ctx,
 	}
 	defer x.Slots.GiveBackLingering()
 	// A cancelled (or cancelling) workflow's running nodes are killed here.

@@ -152,6 +152,7 @@ func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
 	cmd.Flags().BoolVar(&c.UseAgent, "ssh-agent", true, "also offer the keys of the ssh-agent at $SSH_AUTH_SOCK")
 	cmd.Flags().DurationVar(&c.ConnectTimeout, "ssh-connect-timeout", hostexec.DefaultConnectTimeout, "bound on setting up each hop's SSH connection: TCP, banner, key exchange and authentication")
 	cmd.Flags().DurationVar(&c.Keepalive, "ssh-keepalive", hostexec.DefaultKeepalive, "ask open SSH connections this often whether the host still answers; 3 unanswered in a row close it (negative: never)")
+	cmd.Flags().DurationVar(&c.SessionWait, "ssh-session-wait", hostexec.DefaultSessionWait, "how long a new SSH session that the host's sshd keeps refusing (its MaxSessions) is tried again, with none of gantry's own sessions on the connection to wait for, before the node fails")
 }
 
 // defaultDataDir is dev's data directory when --data-dir is not given.

@@ -45,6 +45,13 @@ type Executor struct {
 	Log   *slog.Logger
 	// Tracer records node and attempt spans (nil: none).
 	Tracer *tracing.Tracer
+	// Stopping is done when the executor is stopping (SIGINT, SIGTERM;
+	// nil: never). Attempts that started a command run on to their end,
+	// but nothing more starts: an attempt waiting for its slots, or
+	// between two attempts, stops waiting, and one whose runner was
+	// drained (hostexec.ErrDraining) started nothing; the dispatch is
+	// given back (ErrStopping) for a redelivery to go on from the records.
+	Stopping context.Context
 
 	mu      sync.Mutex
 	sems    map[string]chan struct{}
