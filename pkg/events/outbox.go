@@ -57,6 +57,16 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 		o.fail(o.Flush(ctx))
 	}
 	o.mu.Lock()
+	if o.err != nil {
+		// What this unit emitted before could not be stored (or encoded):
+		// its Flush fails and the unit is done again. Nothing is sent
+		// after it, or it would be stored before (or without) the events
+		// it follows.
+		o.pending = append(o.pending, outgoing{subject: subject, data: data, header: h, msgID: msgID})
+		o.unsent = true
+		o.mu.Unlock()
+		return
+	}
 	if len(o.pending) == 0 {
 		o.unsent, o.epoch = false, o.reconnects()
 	}
