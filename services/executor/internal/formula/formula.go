@@ -141,6 +141,42 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 // errPruned: the dispatch's workflow has no run snapshot: it was pruned.
 var errPruned = errors.New("the workflow is no more (pruned)")
 
+// runStateCheck is how often a running formula reads its run state again.
+// A cancel comes to the executor on the bus (a core subscription), which
+// it misses while its connection is down (a NATS server restarting, a
+// network blip): the run state then stops the formula within this, well
+// inside the planner's cancel wait, and the node running is killed and
+// the next never starts.
+var runStateCheck = 5 * time.Second
+
+// watchRunState reads the run state of d's workflow every runStateCheck
+// until ctx (the formula's) ends, and kills the formula once the workflow
+// is cancelled (or cancelling) in d's generation, or a later generation
+// superseded it. A read that fails is tried again at the next tick.
+func (x *Executor) watchRunState(ctx context.Context, d *events.Dispatch, kill context.CancelFunc, log *slog.Logger) {
+	t := time.NewTicker(runStateCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cancelled, later, err := x.superseded(ctx, d)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Debug("cannot read the run state; reading it again later", "err", err)
+			}
+			continue
+		}
+		if cancelled || later {
+			log.Info("workflow cancelled or superseded (read in its run state): killing its nodes here", "cancelled", cancelled, "superseded", later)
+			kill()
+			return
+		}
+	}
+}
+
 // superseded reports whether the planner has cancelled the workflow (or
 // is cancelling it), or moved on to a later generation, so this dispatch
 // must not run. A run state of an earlier generation than the dispatch's
@@ -209,6 +245,7 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		return f.stopped(ctx, later)
 	}
 	f.stop = stop
+	go x.watchRunState(stop, d, kill, f.log)
 	f.slot = x.hostSlot(d.Ref.Host)
 	if f.runner, err = x.Hosts.Runner(target(d.Host)); err != nil {
 		f.runner = unreachable{err}

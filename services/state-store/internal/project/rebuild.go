@@ -70,7 +70,9 @@ func (p *Projector) replayRange(ctx context.Context, js jetstream.JetStream, upT
 			if seq > upTo {
 				return nil
 			}
-			if env, err := events.Parse(m.Data()); err == nil {
+			// What the live projection refused (events.Admit: forged or
+			// misrouted; it logged and counted it) a replay refuses too.
+			if env, err := events.Parse(m.Data()); err == nil && events.Admit(m.Subject(), env) == nil {
 				ev := &consume.Event{Envelope: env, Subject: m.Subject(), Stream: seq}
 				if err := p.apply(ctx, ev); err != nil && !unprojectable(err) {
 					return fmt.Errorf("replay at %d: %w", seq, err)
