@@ -288,7 +288,9 @@ func TestSessionWaitBoundsRefusals(t *testing.T) {
 			t.Fatalf("%v, want ErrSessionsRefused", err)
 		}
 	}
-	if took := time.Since(start); took < time.Second || took > 3*time.Second {
+	// About 1s; the upper bound leaves room for a loaded machine (without
+	// the bound they waited for ever).
+	if took := time.Since(start); took < time.Second || took > 15*time.Second {
 		t.Fatalf("4 commands failed after %s, want about 1s", took)
 	}
 }
