@@ -267,3 +267,26 @@ formulas:
 	must(t, h.formula("a", 1, dag.FormulaCancelled)) // the executor, late
 	h.want("late outcome")
 }
+
+// A paused run's deadline holds: a planner restarted while it is paused
+// (which steps nothing of it) still ends it at its deadline, failed, with
+// what it had not started cancelled.
+func TestDeadlineOfAPausedRunAcrossRestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := &clock{t0}
+	h.e.Now = c.Now
+	must(t, h.submit(timed))
+	must(t, h.control(events.VerbPause))
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	h.stored()
+	c.now = t0.Add(2 * time.Second)
+	h.restartAt(c, 0, nil)
+	c.now = t0.Add(5 * time.Second)
+	h.e.ExpireDeadlines(context.Background())
+	h.want("the deadline", "b/y cancelled: not started: the composition's timeout of 5s passed", "b cancelled",
+		"workflow failed: deadline: the composition's timeout of 5s passed with 1 formula(s) unfinished (b)")
+	if h.status() != dag.WorkflowFailed {
+		t.Fatalf("status %s", h.status())
+	}
+}
