@@ -39,7 +39,7 @@ var (
 func OriginOf(t Type) (Origin, bool) {
 	switch t.Family() {
 	case FamilyWorkflow:
-		if dag.WorkflowState(t.What()).Valid() {
+		if t == TypeWorkflowPruned || dag.WorkflowState(t.What()).Valid() {
 			return Origin{KindWorkflowLifecycle, planner}, true
 		}
 	case FamilyFormula:

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // Settling an attempt. A durable attempt outlives the worker that
@@ -130,20 +132,29 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	c := r.pool.entry(r.address, r.user, r.via)
-	if err := c.acquire(ctx); err != nil { // stay within MaxSessions on this connection
-		return res, err
-	}
-	defer func() { c.touch(); <-c.sem }()
 	var stdin bytes.Buffer
 	if len(cmd.Secrets) > 0 {
 		ex = readSecrets + ex
 		stdin.WriteString(secretLine(cmd.Secrets))
 	}
-	sess, _, err := r.session(ctx, c)
-	if err != nil {
-		return res, err
+	c := r.pool.entry(r.address, r.user, r.via)
+	var sess *ssh.Session
+	for {
+		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
+			return res, err
+		}
+		sess, _, err = r.session(ctx, c)
+		if errors.Is(err, errOverLimit) {
+			continue // the slot went to the connection: wait for another
+		}
+		if err != nil {
+			c.touch()
+			c.release()
+			return res, err
+		}
+		break
 	}
+	defer func() { c.touch(); c.release() }()
 	defer sess.Close()
 	var out, errOut bytes.Buffer
 	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, &stdin

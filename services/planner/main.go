@@ -31,6 +31,8 @@ func main() {
 	flag.DurationVar(&cfg.UnclaimedAfter, "unclaimed-after", service.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone (no executor serves it, or its executors are busy)")
 	var metrics string
 	metricsserve.RegisterFlag(flag.CommandLine, &metrics)
+	cfg.Retention = service.Retention{Age: service.DefaultRetentionAge, Keep: service.DefaultRetentionKeep}
+	service.RegisterRetentionFlags(flag.CommandLine, &cfg.Retention)
 	if err := natsconn.ParseService(flag.CommandLine, os.Args[1:], "planner", doc, map[string]string{"metrics": metricsserve.Env}); err != nil {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)

@@ -49,6 +49,8 @@ type Config struct {
 	// Tracer gives each service ("gantry-planner", "gantry-executor",
 	// "gantry-health-gate") its span recorder; nil records none.
 	Tracer func(service string) *tracing.Tracer
+	// Retention is the planner's retention setting (zero: off).
+	Retention planner.Retention
 }
 
 func (c Config) tracer(service string) *tracing.Tracer {
@@ -140,7 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
 		}},
 		{"planner", func(ctx context.Context, nc *nats.Conn) error {
-			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), CancelWait: cfg.CancelWait, UnclaimedAfter: cfg.UnclaimedAfter})
+			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), CancelWait: cfg.CancelWait, UnclaimedAfter: cfg.UnclaimedAfter, Retention: cfg.Retention})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
 			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log, Tracer: cfg.tracer("gantry-executor")})

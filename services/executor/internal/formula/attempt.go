@@ -22,8 +22,10 @@ import (
 // help. The attempt has ended when it returns; slots are the slots it
 // held, which the caller gives back (while it records the outcome) or
 // hands over to the formula's next node (their free is nil when it held
-// none). busErr (ErrBus) says the bus failed before anything started: the
-// attempt did not happen and must not count.
+// none). busErr (ErrBus) says the bus failed before anything started, and
+// ErrStopping that the executor stops and its runner started nothing: the
+// attempt did not happen (or, re-attaching, did not end here) and must
+// not count.
 func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool, slots hold, busErr error) {
 	ev = &events.NodeEvent{}
 	slots, err := nr.takeSlots(attempt)
@@ -43,6 +45,10 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		ev.EndedAt = &now
 	}()
 	final, ev, permanent = sh.steps()
+	if sh.drained != nil {
+		// The runner started nothing: the worker is stopping.
+		return final, ev, permanent, slots, fmt.Errorf("%w: %w", ErrStopping, sh.drained)
+	}
 	return final, ev, permanent, slots, nil
 }
 
@@ -79,6 +85,7 @@ type shell struct {
 	ev       *events.NodeEvent
 	seq      atomic.Int64
 	progress *progressSink
+	drained  error // a script was not started: the runner drains (hostexec.ErrDraining)
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -93,8 +100,12 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	if err != nil {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errSecret, err)
 	}
-	return sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
+	res, err := sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
 		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName()})
+	if errors.Is(err, hostexec.ErrDraining) && sh.drained == nil {
+		sh.drained = err
+	}
+	return res, err
 }
 
 // errSecret: a node's secrets could not all be read, so nothing ran.

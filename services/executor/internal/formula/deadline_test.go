@@ -130,3 +130,34 @@ func (h *harness) storedOf(f string) []string {
 	}
 	return out
 }
+
+// A stop for the formula's deadline that the executor missed on the bus
+// (its connection down when the planner published it) is read in the run
+// state: the formula is stopped within runStateCheck all the same, and
+// fails with the reason deadline.
+func TestStopMissedOnTheBusStillStopsTheFormula(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
+	d := dispatch(dag.OpCreate, 1, node("n", "block-n", 1), node("m", "after", 1, "n"))
+	d.Timeout = dag.Duration(3 * time.Second)
+	done := make(chan error, 1)
+	go func() { done <- h.x.Run(context.Background(), d) }()
+	<-h.host.start
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning, Expired: []string{"f"}})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the formula ran on after its timeout passed (the stop was not seen on the bus)")
+	}
+	got := h.stored()
+	if last := got[len(got)-1]; last != "f failed: deadline: formula f's timeout of 3s passed with 2 node(s) unfinished (n, m)" {
+		t.Fatalf("stored %v", got)
+	}
+	if ran := h.host.scripts(); slices.Contains(ran, "after") {
+		t.Fatalf("a node started after the stop: ran %q", ran)
+	}
+}

@@ -46,6 +46,13 @@ type Executor struct {
 	Log   *slog.Logger
 	// Tracer records node and attempt spans (nil: none).
 	Tracer *tracing.Tracer
+	// Stopping is done when the executor is stopping (SIGINT, SIGTERM;
+	// nil: never). Attempts that started a command run on to their end,
+	// but nothing more starts: an attempt waiting for its slots, or
+	// between two attempts, stops waiting, and one whose runner was
+	// drained (hostexec.ErrDraining) started nothing; the dispatch is
+	// given back (ErrStopping) for a redelivery to go on from the records.
+	Stopping context.Context
 
 	mu      sync.Mutex
 	sems    map[string]chan struct{}
@@ -181,6 +188,51 @@ func (x *Executor) track(id string, c *tracked) func() {
 	}
 }
 
+// errPruned: the dispatch's workflow has no run snapshot: it was pruned.
+var errPruned = errors.New("the workflow is no more (pruned)")
+
+// runStateCheck is how often a running formula reads its run state again.
+// A cancel comes to the executor on the bus (a core subscription), which
+// it misses while its connection is down (a NATS server restarting, a
+// network blip): the run state then stops the formula within this, well
+// inside the planner's cancel wait, and the node running is killed and
+// the next never starts.
+var runStateCheck = 5 * time.Second
+
+// watchRunState reads the run state of d's workflow every runStateCheck
+// until ctx (the formula's) ends, and kills the formula once the workflow
+// is cancelled (or cancelling) in d's generation, a later generation
+// superseded it, or the formula's timeout passed (a stop missed on the
+// bus too). A read that fails is tried again at the next tick.
+func (x *Executor) watchRunState(ctx context.Context, d *events.Dispatch, kill context.CancelCauseFunc, log *slog.Logger) {
+	t := time.NewTicker(runStateCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cancelled, later, expired, err := x.superseded(ctx, d)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Debug("cannot read the run state; reading it again later", "err", err)
+			}
+			continue
+		}
+		if cancelled || later {
+			log.Info("workflow cancelled or superseded (read in its run state): killing its nodes here", "cancelled", cancelled, "superseded", later)
+			kill(nil)
+			return
+		}
+		if expired {
+			log.Info("formula past its timeout (read in its run state): killing its nodes here")
+			kill(errDeadline)
+			return
+		}
+	}
+}
+
 // superseded reports whether the planner has cancelled the workflow (or
 // is cancelling it), or moved on to a later generation, so this dispatch
 // must not run. A run state of an earlier generation than the dispatch's
@@ -191,7 +243,7 @@ func (x *Executor) track(id string, c *tracked) func() {
 func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later, expired bool, err error) {
 	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
 	if errors.Is(err, events.ErrNoRecord) {
-		return false, false, false, nil
+		return false, false, false, errPruned
 	}
 	if err != nil {
 		return false, false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
@@ -233,6 +285,14 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	// on the bus.
 	defer x.track(d.WorkflowID, &tracked{formula: d.Formula, generation: d.Generation, kill: kill})()
 	cancelled, later, expired, err := x.superseded(ctx, d)
+	if errors.Is(err, errPruned) {
+		// The planner writes a run's snapshot before dispatching any of
+		// it, and removes it only when it prunes the finished run: a
+		// dispatch of a pruned workflow (left in the queue) runs nothing
+		// and says nothing, so nothing of the workflow comes back.
+		f.log.Warn("dispatch of a workflow that is no more (pruned): nothing runs")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -243,6 +303,7 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 		return f.stopped(ctx, later)
 	}
 	f.stop = stop
+	go x.watchRunState(stop, d, kill, f.log)
 	f.slot = x.hostSlot(d.Ref.Host)
 	if f.runner, err = x.Hosts.Runner(target(d.Host)); err != nil {
 		f.runner = unreachable{err}

@@ -52,7 +52,7 @@ func (e *Engine) request(ctx context.Context, id, verb string, req events.Contro
 	if err != nil {
 		return nil, err
 	}
-	if r == nil {
+	if r == nil || r.rec.PrunedAt != nil {
 		return nil, fmt.Errorf("%w %s", ErrNotFound, id)
 	}
 	st := r.rec.Status

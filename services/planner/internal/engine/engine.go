@@ -31,7 +31,10 @@ type Engine struct {
 	// whoever can write it changes what is reported, never what runs.
 	Nodes Lister[events.NodeRecord]
 	Out   Emitter
-	Log   *slog.Logger
+	// Events is the event stream, for a prune to remove a workflow's
+	// events (nil: they stay, until the stream's age limit).
+	Events EventStore
+	Log    *slog.Logger
 	// Names names known public nkeys in audit records (see named).
 	Names map[string]string
 	// Heal, when set, re-creates a stream or bucket a request found

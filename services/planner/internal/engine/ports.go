@@ -22,6 +22,10 @@ type Records[T any] interface {
 	Put(ctx context.Context, key string, v T, rev uint64) (uint64, error)
 	// Keys lists the keys matching a KV filter ("" for all).
 	Keys(ctx context.Context, filter string) ([]string, error)
+	// Remove deletes the records matching a KV filter (a prune).
+	Remove(ctx context.Context, filter string) (uint64, error)
+	// Size counts the records matching a KV filter and their bytes.
+	Size(ctx context.Context, filter string) (events.StoreSize, error)
 }
 
 // Revisions says, without a round trip, whether a record has been written
@@ -43,6 +47,18 @@ type Lister[T any] interface {
 	// id>.>"); a record that does not decode is left out and returned in
 	// bad, by key (events.ErrBadRecord), without failing the read.
 	Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error)
+	// Keys lists the keys matching a KV filter.
+	Keys(ctx context.Context, filter string) ([]string, error)
+	// Size counts the records matching a KV filter and their bytes.
+	Size(ctx context.Context, filter string) (events.StoreSize, error)
+}
+
+// EventStore is the event stream (GANTRY_EVENTS) as a prune sees it:
+// events.RemoveWorkflowMessages on the stream, or a fake in tests.
+type EventStore interface {
+	// RemoveWorkflows deletes the events of the workflows in ids published
+	// within spans (none when dryRun), and says what they were.
+	RemoveWorkflows(ctx context.Context, ids map[string]bool, spans []events.Span, dryRun bool) (events.StoreSize, error)
 }
 
 // Emitter publishes the events a unit of work decides. Emit does not wait;

@@ -59,6 +59,10 @@ type Record struct {
 	Carried []string            `json:"carried,omitempty"`
 	// Trace is the workflow's trace (none when nothing traces it).
 	Trace *TraceRef `json:"trace,omitempty"`
+	// PrunedAt is set when a prune chose the finished workflow: its data
+	// is being removed, it takes no control request, and the next prune
+	// finishes the removal if this one stopped half way.
+	PrunedAt *time.Time `json:"pruned_at,omitempty"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.
