@@ -248,7 +248,11 @@ func (e *Engine) ExpireCancels(ctx context.Context) {
 // expireCancel ends a cancelling run whose wait is over.
 func (e *Engine) expireCancel(ctx context.Context, r *run) error {
 	wait := e.cancelWait()
-	why := fmt.Sprintf("no outcome from its executor within %s of the cancel; an executor that picks up its work later kills what is still running on the host", wait)
+	of := "the cancel"
+	if r.rec.CancelledBy == nil && r.rec.Expired != "" {
+		of = "the deadline"
+	}
+	why := fmt.Sprintf("no outcome from its executor within %s of %s; an executor that picks up its work later kills what is still running on the host", wait, of)
 	var stopped []string
 	for _, i := range r.plan.Order {
 		switch r.state.Formula(i) {
