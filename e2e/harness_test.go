@@ -71,6 +71,8 @@ type stackOptions struct {
 	planners []string
 	// connectTimeout is the workers' --ssh-connect-timeout (default 15s).
 	connectTimeout time.Duration
+	// unclaimedAfter is the planner's --unclaimed-after (default 30s).
+	unclaimedAfter time.Duration
 	// retention is the planner's retention setting (zero: off).
 	retention plannersvc.Retention
 }
@@ -111,7 +113,8 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
-		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer, Retention: o.retention}
+		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer, Retention: o.retention,
+		UnclaimedAfter: o.unclaimedAfter}
 	go func() { done <- devstack.Run(ctx, dcfg) }()
 	for _, eo := range o.executors {
 		go func() { done <- devstack.RunExecutor(ctx, dcfg, eo) }()

@@ -85,7 +85,11 @@ type Usage struct {
 	// Durables are streams on which it creates and pulls durable
 	// consumers named at run time (the executors of a zone).
 	Durables []string
-	Follows  []string  // streams it reads with ordered (ephemeral) consumers
+	Follows  []string // streams it reads with ordered (ephemeral) consumers
+	// Inspects are streams whose durable consumers' state it reads
+	// (consumer info only, not their messages): the planner sees whether
+	// any executor takes a zone's dispatches.
+	Inspects []string
 	Read     []string  // KV buckets it reads
 	Write    []string  // KV buckets it writes (and reads)
 	Retire   []Durable // retired durable consumers it deletes
@@ -108,6 +112,7 @@ func Uses(id Identity) Usage {
 			Streams:  []string{StreamEvents, StreamDispatch, StreamGates},
 			Consumes: []Durable{{StreamEvents, ConsumerPlanner}},
 			Follows:  []string{StreamEvents}, // a pruned workflow's events, found by reading
+			Inspects: []string{StreamDispatch},
 			Read:     []string{BucketNodes},
 			Write:    []string{BucketWorkflows, BucketRuns},
 			Prune:    []string{BucketWorkflows, BucketRuns, StreamEvents},
@@ -325,6 +330,9 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	}
 	for _, d := range u.Retire {
 		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.DELETE."+d.Stream+"."+d.Name)
+	}
+	for _, s := range u.Inspects {
+		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.INFO."+s+".*")
 	}
 	for _, b := range u.Read {
 		p.PublishAllow = append(p.PublishAllow, kvEnsureAPI(b)...)

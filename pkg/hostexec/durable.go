@@ -155,7 +155,13 @@ func killText(g, d, ended string) string {
 		b.WriteString(`d=` + d + `; x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] && { echo ` + ended + `; exit 0; }
 `)
 	}
-	b.WriteString(`g=` + g + `; alive() { kill -0 -$g 2>/dev/null; }; sig() { kill -$1 -$g 2>/dev/null; }
+	// A member that has exited but is not reaped yet (a zombie: its
+	// parent died in the kill, and init reaps it when it gets to it,
+	// which some inits do about once a second) holds nothing: it counts
+	// as gone.
+	b.WriteString(`g=` + g + `; _gz() { l=; { read -r l <"$1"; } 2>/dev/null || return 1; l=${l##*) }; [ "${l%% *}" != Z ]; }
+alive() { kill -0 -$g 2>/dev/null || return 1; for f in /proc/[0-9]*/stat; do l=; { read -r l <"$f"; } 2>/dev/null; l=${l##*) }; set -- $l; [ "$3" = "$g" ] && [ "$1" != Z ] && return 0; done; [ -d /proc/self ] || return 0; return 1; }
+sig() { kill -$1 -$g 2>/dev/null; }
 `)
 	if d != "" {
 		// A host agent's group also holds what the attempts it ran before
@@ -175,7 +181,7 @@ if [ -n "$t" ]; then
   members() { for f in /proc/[0-9]*/stat; do p=${f#/proc/}; p=${p%/stat}; { [ "$p" != "$g" ] && _gs "$f" && [ "$_gpg" = "$g" ]; } || continue; if [ "$_gst" -gt "$t" ]; then echo $p; elif [ "$1" = all ] && [ "$_gst" -eq "$t" ] && _gs "/proc/$_gpp/stat" && [ "$_gpg" = "$g" ]; then echo $p; fi; done; }
   T="$g $(members all)"
   targets() { echo $T; members later; }
-  alive() { for p in $(targets); do kill -0 $p 2>/dev/null && return 0; done; return 1; }; sig() { kill -$1 $(targets) 2>/dev/null; }
+  alive() { for p in $(targets); do kill -0 $p 2>/dev/null && _gz /proc/$p/stat && return 0; done; return 1; }; sig() { kill -$1 $(targets) 2>/dev/null; }
 fi
 `)
 	}

@@ -339,6 +339,13 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 		}},
 		{"take dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor", pullDurable(events.StreamDispatch, events.ConsumerExecutor)},
 		{"take a zone's dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor-zone-eu-1", pullDurable(events.StreamDispatch, "executor-zone-eu-1")},
+		{"see whether executors take a zone's dispatches", only(events.Planner, events.Executor), "$JS.API.CONSUMER.INFO.GANTRY_DISPATCH.executor-zone-eu-1", func(ctx context.Context, c *client) error {
+			t, err := events.ZoneTakers(ctx, c.js, "eu-1")
+			if err == nil && !t.Exists {
+				err = errors.New("the zone's consumer is there, but was not seen")
+			}
+			return err
+		}},
 		{"take the planner's events", only(events.Planner), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_EVENTS.planner", pullDurable(events.StreamEvents, events.ConsumerPlanner)},
 		{"read the event stream", only(events.Planner, events.StateStore, events.Operator, events.Viewer), "$JS.API.CONSUMER.CREATE.GANTRY_EVENTS", readEvents},
 		{"submit", only(events.Operator), events.SubjectSubmit, request(events.SubjectSubmit)},

@@ -157,7 +157,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Stopping: ctx,
 	}
 	defer x.Slots.GiveBackLingering()
-	// A cancelled (or cancelling) workflow's running nodes are killed here.
+	// A cancelled (or cancelling) workflow's running nodes are killed
+	// here, and those of its formulas whose timeout passed.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
 		env, err := events.Parse(m.Data)
 		if err != nil || env.Type.Family() != events.FamilyWorkflow {
@@ -168,9 +169,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 			return
 		}
 		var w events.WorkflowEvent
-		if events.DecodeData(env, &w) == nil && (w.Status == dag.WorkflowCancelled || w.Cancelling) {
+		if events.DecodeData(env, &w) != nil {
+			return
+		}
+		if w.Status == dag.WorkflowCancelled || w.Cancelling {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
 			x.Cancelled(w.WorkflowID, w.Generation)
+		}
+		if len(w.Stopping) > 0 {
+			log.Info("formulas past their timeout: killing their nodes here", "workflow_id", w.WorkflowID, "formulas", w.Stopping)
+			x.StopFormulas(w.WorkflowID, w.Generation, w.Stopping)
 		}
 	})
 	if err != nil {

@@ -25,6 +25,10 @@ import (
 // the outcomes of its running formulas (--cancel-wait).
 const DefaultCancelWait = engine.DefaultCancelWait
 
+// DefaultUnclaimedAfter is how long a dispatch may wait for an executor
+// before the planner says none has taken it (--unclaimed-after).
+const DefaultUnclaimedAfter = engine.DefaultUnclaimedAfter
+
 // Config of a planner.
 type Config struct {
 	Instance string
@@ -39,6 +43,10 @@ type Config struct {
 	// outcomes of its running formulas before it ends cancelled without
 	// them (DefaultCancelWait, 30 s, when 0).
 	CancelWait time.Duration
+	// UnclaimedAfter is how long a dispatch may wait with no executor
+	// taking it before the planner reports it, naming the zone
+	// (DefaultUnclaimedAfter, 30 s, when 0).
+	UnclaimedAfter time.Duration
 	// Retention is what the planner prunes on its own, every
 	// RetentionInterval (off when both rules are 0).
 	Retention Retention
@@ -129,12 +137,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e.Log, e.Names, e.Heal, e.Tracer, e.CancelWait = log, cfg.Names, heal.Heal, cfg.Tracer, cfg.CancelWait
+	e.Log, e.Names, e.Heal, e.Tracer, e.CancelWait, e.UnclaimedAfter = log, cfg.Names, heal.Heal, cfg.Tracer, cfg.CancelWait, cfg.UnclaimedAfter
+	e.Zones = zones{js}
 	failed, err := e.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
 	go expireCancels(ctx, e, cfg.CancelWait)
+	go keepTime(ctx, e, cfg.UnclaimedAfter)
 	s := &starter{ctx: ctx, e: e, heal: heal, log: log}
 	for _, id := range failed {
 		go s.retry(id)
@@ -174,6 +184,42 @@ func expireCancels(ctx context.Context, e *engine.Engine, wait time.Duration) {
 			e.ExpireCancels(ctx)
 		}
 	}
+}
+
+// DeadlineTick is how often the planner looks for deadlines that have
+// passed: a run stops at most this long after its deadline.
+const DeadlineTick = 100 * time.Millisecond
+
+// keepTime acts on the deadlines that have passed (every DeadlineTick)
+// and looks for dispatches no executor has taken (about ten times per
+// --unclaimed-after, at least once a second).
+func keepTime(ctx context.Context, e *engine.Engine, unclaimedAfter time.Duration) {
+	if unclaimedAfter <= 0 {
+		unclaimedAfter = engine.DefaultUnclaimedAfter
+	}
+	deadlines := time.NewTicker(DeadlineTick)
+	defer deadlines.Stop()
+	unclaimed := time.NewTicker(min(time.Second, max(unclaimedAfter/10, DeadlineTick)))
+	defer unclaimed.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadlines.C:
+			e.ExpireDeadlines(ctx)
+		case <-unclaimed.C:
+			e.CheckUnclaimed(ctx)
+		}
+	}
+}
+
+// zones reads the dispatch consumers' state (engine.Zones).
+type zones struct{ js jetstream.JetStream }
+
+func (z zones) Takers(ctx context.Context, zone string) (events.Takers, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return events.ZoneTakers(ctx, z.js, zone)
 }
 
 // newEngine is an engine on its JetStream adapters.

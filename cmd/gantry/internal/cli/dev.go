@@ -30,7 +30,7 @@ func newDevCmd() *cobra.Command {
 	var ssh hostexec.SSHConfig
 	var secretsDir string
 	var perHost int
-	var cancelWait time.Duration
+	var cancelWait, unclaimedAfter time.Duration
 	var httpAddr string
 	var metrics string
 	allowLocal := true
@@ -65,6 +65,9 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			if cancelWait <= 0 {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--cancel-wait %s: a positive duration", cancelWait)}
+			}
+			if unclaimedAfter <= 0 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--unclaimed-after %s: a positive duration", unclaimedAfter)}
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			if dataDir == "" {
@@ -121,7 +124,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, Log: log, Tracer: tracers, Retention: retention}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, UnclaimedAfter: unclaimedAfter, Log: log, Tracer: tracers, Retention: retention}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -137,6 +140,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().AddGoFlagSet(rfs)
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().DurationVar(&cancelWait, "cancel-wait", planner.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them")
+	cmd.Flags().DurationVar(&unclaimedAfter, "unclaimed-after", planner.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
 	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default $"+metricsserve.Env+", else off)")

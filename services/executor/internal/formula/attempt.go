@@ -198,6 +198,9 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 		return dag.NodeSucceeded, ev, false
 	case errors.Is(err, hostexec.ErrCancelled):
 		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled: killed on the host"
+		if sh.nr.pastDeadline() {
+			ev.Reason += ": " + sh.nr.deadline()
+		}
 		return dag.NodeCancelled, ev, true
 	}
 	ev.Status = dag.NodeFailed

@@ -68,3 +68,10 @@ type Emitter interface {
 	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
 	Flush(ctx context.Context) error
 }
+
+// Zones says whether any executor takes the dispatches of a zone ("" for
+// hosts without one): events.ZoneTakers, the state of the zone's durable
+// consumer on GANTRY_DISPATCH.
+type Zones interface {
+	Takers(ctx context.Context, zone string) (events.Takers, error)
+}

@@ -684,9 +684,22 @@ func (p *Projector) formulaDoc(ctx context.Context, ev *consume.Event, r events.
 }
 
 func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.FormulaEvent) error {
+	var was *events.FormulaDoc
+	if cur, _, err := get[events.FormulaDoc](ctx, p, FormulaDocKey(e.WorkflowID, e.Formula), true); err != nil {
+		return err
+	} else if cur != nil {
+		c := *cur
+		was = &c
+	}
 	f, rev, ok, err := p.formulaDoc(ctx, ev, e.Ref)
 	if !ok || err != nil {
 		return err
+	}
+	if e.Status == dag.FormulaReady && was != nil && was.Generation == e.Generation && was.Status != dag.FormulaPending && was.Status != dag.FormulaReady {
+		// The planner's word that no executor has taken the formula's
+		// work, stored after an executor took it: the formula has moved
+		// on, and stays as it is.
+		return p.put(ctx, FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
 	}
 	f.Status, f.Blocker, f.Error = e.Status, e.Blocker, e.Error
 	if e.Status == dag.FormulaRunning || (f.StartedAt == nil && e.StartedAt != nil) {
