@@ -66,7 +66,7 @@ const agentMarker = "__gantry_agent "
 // connection that is gone fail without ending the agent (SIGPIPE
 // ignored; the command gets the default back).
 const agentScript = `trap '' PIPE
-_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+` + recordID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 printf '` + agentMarker + `%s\n' "$$"
 while IFS= read -r _gq; do
   _gl=${_gq%% *}; _gh=${_gq#* }; _gt=; _gi=0
@@ -75,6 +75,7 @@ while IFS= read -r _gq; do
   [ "$_gi" -eq "$_gl" ] || exit 0
   _gk=; eval "$_gh"; _gd="$_gb/$_ga"
   if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
+    _gI
     [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
     if [ -n "$_gk" ]; then { [ -d "$_gb/../locks" ] || mkdir -p "$_gb/../locks"; } && exec 9>>"$_gb/../locks/$_gk" && { flock -n 9 || { read -r _gx 2>/dev/null <"$_gb/../locks/$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }; } && echo "$_ga" >"$_gb/../locks/$_gk.holder"; fi 2>>"$_gd.err"

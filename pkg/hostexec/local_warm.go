@@ -64,7 +64,7 @@ func warmPrelude(attempt, dir, lockPath string) string {
 	return s + "exec >>\"$_gd.out\" 2>>\"$_gd.err\"\necho L >&3\n"
 }
 
-// warmRest records the pid, waits for the lock when the worker could not
+// warmRest records who the shell is (recordID) and its pid, waits for the lock when the worker could not
 // take it, runs the command in a subshell and records its exit status.
 // It is one compound command: the shell runs none of it until it has read
 // all of it, so a script cut short (the worker died writing it) runs
@@ -72,7 +72,7 @@ func warmPrelude(attempt, dir, lockPath string) string {
 func warmRest(cmd Command, ex string, lock, held bool) string {
 	sec, _ := exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
-	b.WriteString("{\nexec 3>&-\necho $$ >>\"$_gd.run\"\n")
+	b.WriteString("{\nexec 3>&-\n" + recordID + "_gI\necho $$ >>\"$_gd.run\"\n")
 	if lock {
 		if !held {
 			b.WriteString(`flock -n 9 || { read -r _gx 2>/dev/null <"$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }` + "\n")

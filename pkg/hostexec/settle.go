@@ -51,12 +51,15 @@ func settleScript(attempt, ex string) string {
 	// The run file is created with the supervisor's pid in one write, but
 	// one may look between the create and the write: wait for the pid (at
 	// most 5 s), as a re-attach does. A supervisor that is gone without an
-	// exit status may be writing it: wait a second for it.
+	// exit status may be writing it: wait a second for it. A pid that is
+	// no longer the supervisor's (checkID: the host restarted) is not
+	// signalled: the attempt is lost.
 	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + shellQuote(attempt) + `
-_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
+` + checkID + `_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then echo '` + settleMarker + `absent'; exit 0; fi
 _gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
 [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
+[ -n "$_gp" ] && ! _gJ "$_gp" && _gp=
 _gkill() {
 ` + killText(`"$_gp"`, `"$_gd"`, "ended") + `}
 _gk=ended

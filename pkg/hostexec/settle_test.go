@@ -26,6 +26,9 @@ func settleChecks(t *testing.T, r Runner, dir, sleep string) {
 		return r.Run(context.Background(), Command{Attempt: attempt, Env: env, Settle: true, Script: "touch " + filepath.Join(dir, "started")})
 	}
 	pid := runPid(t, dir, "w1.1.f.n.1")
+	if _, err := os.Stat("/proc/self/stat"); err == nil && !fileExists(filepath.Join(dir, "w1.1.f.n.1.id")) {
+		t.Fatal("the attempt's supervisor did not record who it is") // the kill below goes by it
+	}
 	start := time.Now()
 	res, err := settle("w1.1.f.n.1")
 	if !errors.Is(err, ErrCancelled) || res.ExitCode != 143 || !strings.Contains(res.Stdout, "line1") || !strings.Contains(res.Stderr, "warn") {
