@@ -52,15 +52,28 @@ func discover(t *testing.T, nc *nats.Conn, subject string, want int) []json.RawM
 // status asks a service's status endpoint.
 func statusOf[T any](t *testing.T, nc *nats.Conn, id events.Identity) T {
 	t.Helper()
-	var v T
-	m, err := nc.Request(events.StatusSubject(id), nil, 5*time.Second)
-	if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" {
-		t.Fatalf("status.%s: %v %s", id, err, m.Header.Get(micro.ErrorHeader))
-	}
-	if err := json.Unmarshal(m.Data, &v); err != nil {
-		t.Fatalf("status.%s %s: %v", id, m.Data, err)
+	v, err := tryStatus[T](nc, id)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return v
+}
+
+// tryStatus asks a service's status endpoint once: an error while the
+// service has not started yet (no responders), or a reply that says one.
+func tryStatus[T any](nc *nats.Conn, id events.Identity) (T, error) {
+	var v T
+	m, err := nc.Request(events.StatusSubject(id), nil, 5*time.Second)
+	if err != nil {
+		return v, fmt.Errorf("status.%s: %w", id, err)
+	}
+	if m.Header.Get(micro.ErrorCodeHeader) != "" {
+		return v, fmt.Errorf("status.%s: %s", id, m.Header.Get(micro.ErrorHeader))
+	}
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		return v, fmt.Errorf("status.%s %s: %w", id, m.Data, err)
+	}
+	return v, nil
 }
 
 // All four services are NATS micro services with this build's version:
@@ -74,15 +87,15 @@ func TestMicroServicesDiscoverable(t *testing.T) {
 			HealthGate: &dag.HealthGate{Check: "sleep 2", Timeout: dag.Duration(20 * time.Second), Retries: 1}}}}
 	id := s.mustSubmit(c)
 	s.waitFor("the executor to report the node running", 15*time.Second, func() bool {
-		st := statusOf[events.ExecutorStatus](t, s.nc, events.Executor)
-		return st.RunningNodes == 1 && st.RunningFormulas == 1 && len(st.Nodes) == 1 && st.Nodes[0].Node == "nap" && st.Nodes[0].WorkflowID == id && st.Nodes[0].Host == "me"
+		st, err := tryStatus[events.ExecutorStatus](s.nc, events.Executor) // it may not have started yet
+		return err == nil && st.RunningNodes == 1 && st.RunningFormulas == 1 && len(st.Nodes) == 1 && st.Nodes[0].Node == "nap" && st.Nodes[0].WorkflowID == id && st.Nodes[0].Host == "me"
 	})
 	if st := statusOf[events.PlannerStatus](t, s.nc, events.Planner); st.WorkflowsActive != 1 {
 		t.Errorf("planner status while running: %+v, want 1 workflow active", st)
 	}
 	s.waitFor("the health-gate to report the gate in progress", 15*time.Second, func() bool {
-		st := statusOf[events.HealthGateStatus](t, s.nc, events.HealthGate)
-		return st.GatesInProgress == 1 && len(st.Gates) == 1 && st.Gates[0].Formula == "slow" && st.Gates[0].WorkflowID == id
+		st, err := tryStatus[events.HealthGateStatus](s.nc, events.HealthGate)
+		return err == nil && st.GatesInProgress == 1 && len(st.Gates) == 1 && st.Gates[0].Formula == "slow" && st.Gates[0].WorkflowID == id
 	})
 	if doc := s.wait(id, 30*time.Second); doc.Status != dag.WorkflowSucceeded {
 		t.Fatalf("workflow %s", doc.Status)
