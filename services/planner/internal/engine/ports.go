@@ -43,6 +43,9 @@ type Lister[T any] interface {
 	// id>.>"); a record that does not decode is left out and returned in
 	// bad, by key (events.ErrBadRecord), without failing the read.
 	Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error)
+	// Revision is the store's last revision: what was written so far is
+	// at or below it.
+	Revision(ctx context.Context) (uint64, error)
 }
 
 // Emitter publishes the events a unit of work decides. Emit does not wait;
