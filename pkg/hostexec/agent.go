@@ -65,15 +65,16 @@ const agentMarker = "__gantry_agent "
 // attempt: when it has to wait it says "W <holder>" (the attempt that
 // holds the lock) and waits. Holding the lock, it reads the holder file
 // (the last attempt to hold it and its mark) and that attempt's exit
-// status, and asks "T <waited 0|1> <exit status|-> <attempt|-> <mark|->"
-// when it waited, or when _gT is set and the last holder left this mark
-// and exit status 0; it starts only on the answer "run", and otherwise
-// lets the lock go and answers "K": nothing of the attempt started (a
-// client that is gone answers nothing: an agent left waiting for a lock
-// by a dropped connection starts nothing once it gets it). Then it
-// claims the attempt (the atomic create of its run file; "R" when
-// another did first), makes its output files, answers "S <pgid> <dir>",
-// writes the holder file and starts the command. Once the attempt ended,
+// status, names itself there (so one that waits now says for whom), and
+// asks "T <waited 0|1> <exit status|-> <attempt|-> <mark|->" when it
+// waited, or when _gT is set and the last holder left this mark and exit
+// status 0; it starts only on the answer "run", and otherwise puts the
+// holder file back as it was, lets the lock go and answers "K": nothing of
+// the attempt started (a client that is gone answers nothing: an agent
+// left waiting for a lock by a dropped connection starts nothing once it
+// gets it). Then it claims the attempt (the atomic create of its run file;
+// "R" when another did first), makes its output files, answers "S <pgid>
+// <dir>" and starts the command. Once the attempt ended,
 // it sends the output the client does not follow, then "<nonce> <exit
 // status>" on stdout and "<nonce>" on stderr, each on a line of its own
 // after a newline. Writes to a connection that is gone fail without
@@ -88,24 +89,25 @@ while IFS= read -r _gq; do
   while [ "$_gi" -lt "$_gl" ] && IFS= read -r _gr; do _gt="$_gt$_gr
 "; _gi=$((_gi+1)); done
   [ "$_gi" -eq "$_gl" ] || exit 0
-  _gk=; _gm=; _gT=; eval "$_gh"; _gd="$_gb/$_ga"; _gL="$_gb/../locks/$_gk"; _gO=; _gA=run
+  _gk=; _gm=; _gT=; eval "$_gh"; _gd="$_gb/$_ga"; _gL="$_gb/../locks/$_gk"; _gA=run
   if [ -e "$_gd.run" ]; then _gA=claimed
   elif [ -n "$_gk" ] && { [ -d "$_gb/../locks" ] || mkdir -p -m 700 "$_gb" "$_gb/../locks"; } && command exec 9>>"$_gL"; then
-    _gO=1; _gW=0
+    _gW=0
     flock -n 9 || { _gP=; read -r _gP _gM <"$_gL.holder"; printf 'W %s\n' "$_gP"; _gW=1; flock 9; }
-    _gP=; _gM=; _gE=; read -r _gP _gM <"$_gL.holder"
+    _gS=; _gP=; _gM=; _gE=; IFS= read -r _gS <"$_gL.holder"; _gP=${_gS%% *}
+    case $_gS in *' '*) _gM=${_gS#* } ;; esac
     case $_gP in ''|.*|*/*) _gP= ;; *) { read -r _gE; read -r _gE; } <"$_gb/$_gP.run" ;; esac
+    echo "$_ga${_gm:+ $_gm}" >"$_gL.holder"
     if [ "$_gW" = 1 ] || { [ -n "$_gT" ] && [ -n "$_gm" ] && [ "$_gM" = "$_gm" ] && [ "$_gE" = 0 ]; }; then
       printf 'T %s %s %s %s\n' "$_gW" "${_gE:--}" "${_gP:--}" "${_gM:--}"
       IFS= read -r _gA || _gA=
-      [ "$_gA" = run ] || { exec 9>&-; _gO=; _gA=declined; }
+      [ "$_gA" = run ] || { printf '%s\n' "$_gS" >"$_gL.holder"; exec 9>&-; _gA=declined; }
     fi
   fi 2>/dev/null
   if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; }; then
     : >>"$_gd.out"; : >>"$_gd.err"
     [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
-    [ -n "$_gO" ] && echo "$_ga${_gm:+ $_gm}" >"$_gL.holder" 2>/dev/null
     ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
     _gx=$?
     echo "$_gx" >>"$_gd.run"

@@ -179,7 +179,7 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 		}
 	}
 	if w != nil {
-		if err := w.start(cmd, ex, t.warm != nil); err != nil {
+		if err := w.start(cmd, ex); err != nil {
 			return res, err
 		}
 		return waitLocalAttempt(rctx, cmd, w.cmd, dir, res, out, errOut)
@@ -288,16 +288,20 @@ func takeLocalTurn(ctx context.Context, cmd Command, base, dir string, errOut *o
 		case <-time.After(wait):
 		}
 	}
-	h := readHolder(lockPath)
+	// The last holder, then this attempt named as the holder (one that
+	// waits now says for whom); put back as it was if it does not start.
+	prev, _ := os.ReadFile(lockPath + ".holder")
+	h := parseHolder(prev)
 	h.ExitCode, h.Waited = recordedExit(base, h.Attempt), waited
+	_ = os.WriteFile(lockPath+".holder", []byte(cmd.Attempt+markWord(cmd.Mark)+"\n"), 0o666)
 	if cmd.asks(h) {
 		start := ctx.Err() == nil && (cmd.Turn == nil || cmd.Turn(h))
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil || !start {
+			_ = os.WriteFile(lockPath+".holder", prev, 0o666)
 			t.release()
-			return turn{}, endErr(ctx)
-		case !start:
-			t.release()
+			if ctx.Err() != nil {
+				return turn{}, endErr(ctx)
+			}
 			return turn{}, ErrDeclined
 		}
 	}
@@ -305,13 +309,15 @@ func takeLocalTurn(ctx context.Context, cmd Command, base, dir string, errOut *o
 }
 
 // readHolder reads a lock's holder file (lockPath.holder): the attempt
-// that held the lock last, and its mark.
+// that holds the lock, or held it last, and its mark.
 func readHolder(lockPath string) Holder {
+	b, _ := os.ReadFile(lockPath + ".holder")
+	return parseHolder(b)
+}
+
+// parseHolder reads a holder file's content.
+func parseHolder(b []byte) Holder {
 	h := Holder{ExitCode: -1}
-	b, err := os.ReadFile(lockPath + ".holder")
-	if err != nil {
-		return h
-	}
 	first, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(first)
 	if len(f) > 0 && validAttempt(f[0]) == nil {

@@ -64,19 +64,16 @@ func warmPrelude(attempt, dir, lockPath string) string {
 }
 
 // warmRest sends the shell's output to the attempt's files, records the
-// pid, says it holds the lock (lock: the worker took it on the shell's
-// fd 9 already), runs the command in a subshell and records its exit
-// status. It is one compound command: the shell runs none of it until it
-// has read all of it, so a script cut short (the worker died writing it)
-// runs nothing, rather than the command without recording its exit
-// status.
-func warmRest(cmd Command, ex string, lock bool) string {
+// pid, runs the command in a subshell (holding the lock, when the worker
+// took it on the shell's fd 9, and named the attempt its holder) and
+// records its exit status. It is one compound command: the shell runs
+// none of it until it has read all of it, so a script cut short (the
+// worker died writing it) runs nothing, rather than the command without
+// recording its exit status.
+func warmRest(cmd Command, ex string) string {
 	sec, _ := exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
 	b.WriteString("{\nexec >>\"$_gd.out\" 2>>\"$_gd.err\" 3>&-\necho $$ >>\"$_gd.run\"\n")
-	if lock {
-		b.WriteString(`echo "$_ga` + markWord(cmd.Mark) + `" >"$_gk.holder"` + "\n")
-	}
 	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.Script) + "\n) </dev/null 9>&-\n")
 	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n}\n")
 	return b.String()
@@ -233,10 +230,9 @@ func (w *warmShell) open(attempt, dir, lockPath string) error {
 }
 
 // start tells the shell the rest of its script, which starts the attempt
-// (claimed, with its files made); lock: the shell holds the attempt's
-// host lock (the worker took it on the shell's fd 9).
-func (w *warmShell) start(cmd Command, ex string, lock bool) error {
-	_, err := io.WriteString(w.in, warmRest(cmd, ex, lock))
+// (claimed, with its files made).
+func (w *warmShell) start(cmd Command, ex string) error {
+	_, err := io.WriteString(w.in, warmRest(cmd, ex))
 	w.in.Close()
 	if err != nil {
 		// the shell is gone: what it read of the rest, if anything, was

@@ -260,7 +260,7 @@ func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
 func TestWarmShellCutScript(t *testing.T) {
 	dir := t.TempDir()
 	att, ran := filepath.Join(dir, "w.1"), filepath.Join(dir, "ran")
-	rest := warmRest(Command{Attempt: "w.1", Secrets: map[string]string{"TOKEN": "s3cret"}, Script: "echo ran >>" + shellQuote(ran)}, "export A='a'; ", false)
+	rest := warmRest(Command{Attempt: "w.1", Secrets: map[string]string{"TOKEN": "s3cret"}, Script: "echo ran >>" + shellQuote(ran)}, "export A='a'; ")
 	for cut := range len(rest) {
 		for _, p := range []string{ran, att + ".run", att + ".out", att + ".err"} {
 			_ = os.Remove(p)

@@ -118,6 +118,10 @@ func TestTurnAskedAtTheLock(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(base, "b.1.create.f.n.1.run.run")); !os.IsNotExist(err) {
 				t.Fatalf("b's attempt was claimed on the host: %v", err)
 			}
+			holder := filepath.Join(dir, "locks", "c.f.n.holder")
+			if b, _ := os.ReadFile(holder); string(b) != "a.1.create.f.n.1.run create.h1\n" {
+				t.Fatalf("holder file %q after b declined, want a's again", b)
+			}
 			// asked and told to start: it runs, and holds the lock after
 			if res, err := run("c.1.create.f.n.1.run", "create.h1", "exit 3", true); err != nil || res.ExitCode != 3 {
 				t.Fatalf("c: %+v %v", res, err)
@@ -144,9 +148,8 @@ func TestTurnAskedAtTheLock(t *testing.T) {
 			if got := strings.Join(strings.Fields(string(b)), " "); got != "a.1.create.f.n.1.run c.1.create.f.n.1.run d.1.create.f.n.1.run e.1.delete.f.n.1.run f.1.create.f.n.1.run" {
 				t.Fatalf("the host ran %q", got)
 			}
-			holder, _ := os.ReadFile(filepath.Join(dir, "locks", "c.f.n.holder"))
-			if string(holder) != "f.1.create.f.n.1.run create.h1\n" {
-				t.Fatalf("holder file %q", holder)
+			if b, _ := os.ReadFile(holder); string(b) != "f.1.create.f.n.1.run create.h1\n" {
+				t.Fatalf("holder file %q", b)
 			}
 		})
 	}
