@@ -19,10 +19,10 @@ import (
 
 // A durable attempt with transport local is supervised by a shell that
 // records it in the same files as over SSH (durable.go), but the worker
-// does the rest itself: it claims the attempt (an exclusive create of the
-// run file), takes the lock (takeLock), gives the command the output
-// files as its stdout and stderr, and follows those files for the
-// output's lines. The host then pays one program start (sh) and a
+// does the rest itself: it takes the lock, waiting for it, and asks the
+// attempt's Turn (takeLocalTurn), claims the attempt (an exclusive create
+// of the run file), gives the command the output files as its stdout and
+// stderr, and follows those files for the output's lines. The host then pays one program start (sh) and a
 // subshell per attempt, and no tee or flock. The shell records its pid
 // (the process group) first and the exit status last, and outlives the
 // worker. An attempt found claimed already is re-attached to by the
