@@ -139,8 +139,8 @@ func (sh *shell) turn(h hostexec.Holder) bool {
 // since the workflow was planned (see turn), and in which workflow.
 func (nr *nodeRun) doneAtTurn(h hostexec.Holder) (string, bool) {
 	after := nr.d.SkipAtTurnAfter
-	if after == nil || nr.d.Operation != dag.OpCreate || h.ExitCode != 0 {
-		return "", false
+	if after == nil || nr.d.Operation != dag.OpCreate || h.ExitCode != 0 || nr.stop.Err() != nil {
+		return "", false // (cancelled: hostexec starts nothing anyway)
 	}
 	a, ok := parseAttemptID(h.Attempt)
 	if !ok || a.workflow == nr.d.WorkflowID || a.op != dag.OpCreate || a.formula != nr.d.Formula || a.node != nr.n.Name {
