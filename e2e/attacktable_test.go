@@ -93,9 +93,12 @@ func attackTypes() []attackType {
 	for _, s := range []dag.FormulaState{dag.FormulaReady, dag.FormulaGating, dag.FormulaHealthy, dag.FormulaUnhealthy, dag.FormulaBlocked} {
 		out = append(out, attackType{events.FormulaType(s), events.AllHostLifecycle, pl})
 	}
-	for _, s := range []dag.FormulaState{dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed} {
+	for _, s := range []dag.FormulaState{dag.FormulaRunning, dag.FormulaSucceeded} {
 		out = append(out, attackType{events.FormulaType(s), events.AllHostLifecycle, ex})
 	}
+	// A formula's failure is an executor's, or the planner's when a
+	// timeout passed and no executor reported it.
+	out = append(out, attackType{events.FormulaType(dag.FormulaFailed), events.AllHostLifecycle, []events.Identity{events.Executor, events.Planner}})
 	out = append(out, attackType{events.FormulaType(dag.FormulaCancelled), events.AllHostLifecycle, both})
 	for _, s := range []dag.NodeState{dag.NodeRunning, dag.NodeSucceeded, dag.NodeFailed, dag.NodeSkipped} {
 		out = append(out, attackType{events.NodeType(s), events.AllHostLifecycle, ex})

@@ -55,7 +55,7 @@ require (
 	github.com/gantry-dev/gantry/pkg/tracing v0.0.0
 	github.com/gantry-dev/gantry/services/executor v0.0.0 // indirect
 	github.com/gantry-dev/gantry/services/health-gate v0.0.0 // indirect
-	github.com/gantry-dev/gantry/services/planner v0.0.0 // indirect
+	github.com/gantry-dev/gantry/services/planner v0.0.0
 	github.com/gantry-dev/gantry/services/state-store v0.0.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect

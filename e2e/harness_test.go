@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/pkg/tracing"
+	plannersvc "github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -37,6 +39,10 @@ type stack struct {
 	js    jetstream.JetStream
 	fleet *sshtest.Fleet
 	logs  string
+	// stopServices cancels the services' context, as SIGINT does, and
+	// says how long they took to stop (at most within; then it fails the
+	// test). The test's end does it when the test did not.
+	stopServices func(within time.Duration) time.Duration
 }
 
 type stackOptions struct {
@@ -65,6 +71,10 @@ type stackOptions struct {
 	planners []string
 	// connectTimeout is the workers' --ssh-connect-timeout (default 15s).
 	connectTimeout time.Duration
+	// unclaimedAfter is the planner's --unclaimed-after (default 30s).
+	unclaimedAfter time.Duration
+	// retention is the planner's retention setting (zero: off).
+	retention plannersvc.Retention
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -103,7 +113,8 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
-		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer}
+		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer, Retention: o.retention,
+		UnclaimedAfter: o.unclaimedAfter}
 	go func() { done <- devstack.Run(ctx, dcfg) }()
 	for _, eo := range o.executors {
 		go func() { done <- devstack.RunExecutor(ctx, dcfg, eo) }()
@@ -115,18 +126,30 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	// looked at as an administrator.
 	s.nc = s.ns.Connect(events.Operator, clientTLS...)
 	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin, clientTLS...))
-	t.Cleanup(func() {
-		cancel()
-		for range 1 + len(o.executors) + len(o.planners) {
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("services stopped with: %v", err)
+	var stopOnce sync.Once
+	s.stopServices = func(within time.Duration) time.Duration {
+		var took time.Duration
+		stopOnce.Do(func() {
+			start := time.Now()
+			cancel()
+			deadline := time.After(within)
+			for range 1 + len(o.executors) + len(o.planners) {
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Errorf("services stopped with: %v", err)
+					}
+				case <-deadline:
+					t.Errorf("services did not stop within %s", within)
+					return
 				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("services did not stop within 30s")
 			}
-		}
+			took = time.Since(start)
+		})
+		return took
+	}
+	t.Cleanup(func() {
+		s.stopServices(30 * time.Second)
 		lf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(s.logs)

@@ -64,6 +64,11 @@ type Composition struct {
 	OnFailure OnFailure       `json:"on_failure,omitempty"`
 	Targets   []string        `json:"targets,omitempty"`
 	Reset     bool            `json:"reset,omitempty"`
+	// Timeout bounds the whole run, counted from its acceptance (and
+	// from each retry): past it, what has not finished is stopped (killed
+	// on the hosts, or never started) and the workflow fails with the
+	// reason deadline. 0: no bound.
+	Timeout Duration `json:"timeout,omitempty"`
 
 	// Fleets (see fleet.go): variables every host's templates see, groups
 	// of hosts that formulas fan out over, the inventory file that stands
@@ -131,6 +136,12 @@ type Formula struct {
 	DependsOn   []FormulaDep `json:"depends_on,omitempty"`
 	Nodes       []Node       `json:"nodes"`
 	HealthGate  *HealthGate  `json:"health_gate,omitempty"`
+	// Timeout bounds the formula's nodes, counted from its dispatch (when
+	// it is ready): past it, those not finished are stopped on the host
+	// and the formula fails with the reason deadline, after which the
+	// run's on_failure applies. Its health gate has a timeout of its own.
+	// 0: no bound. Each instance of a group formula has its own.
+	Timeout Duration `json:"timeout,omitempty"`
 }
 
 // Instance is a fanned-out formula's instance: of formula Of (its id in

@@ -167,6 +167,17 @@ func (d *decoder) duration(dst *Duration) func(*Value, string) {
 	}
 }
 
+// bound reads a composition's or formula's timeout: a duration greater
+// than 0 (left out, there is none).
+func (d *decoder) bound(dst *Duration) func(*Value, string) {
+	return func(v *Value, path string) {
+		d.duration(dst)(v, path)
+		if !d.ps.bad[path] && *dst <= 0 {
+			d.ps.add(path, v.Line, CodeValue, "timeout must be greater than 0 (leave it out for none)")
+		}
+	}
+}
+
 func (d *decoder) strings(dst *[]string) func(*Value, string) {
 	return func(v *Value, path string) {
 		if !d.want(v, path, KindList) {
@@ -200,6 +211,7 @@ func (d *decoder) composition(v *Value) *Composition {
 		"inventory":  d.str(&c.Inventory),
 		"priority":   d.priority(&c.Priority),
 		"limits":     func(v *Value, p string) { c.Limits = d.limits(v, p) },
+		"timeout":    d.bound(&c.Timeout),
 	})
 	c.Operation, c.OnFailure = Operation(op), OnFailure(onf)
 	return c
@@ -251,6 +263,7 @@ func (d *decoder) formulas(v *Value, path string) []Formula {
 			"depends_on":  func(v *Value, p string) { f.DependsOn = d.formulaDeps(v, p) },
 			"nodes":       func(v *Value, p string) { f.Nodes = d.nodes(v, p) },
 			"health_gate": func(v *Value, p string) { f.HealthGate = d.gate(v, p) },
+			"timeout":     d.bound(&f.Timeout),
 		})
 	}
 	return out

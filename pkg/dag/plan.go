@@ -10,6 +10,8 @@ type Plan struct {
 	Operation Operation `json:"operation"`
 	OnFailure OnFailure `json:"on_failure"`
 	Targets   []string  `json:"targets,omitempty"`
+	// Timeout is the composition's: the whole run's bound (0: none).
+	Timeout Duration `json:"timeout,omitempty"`
 	// Formulas are the selected formulas in composition order; their
 	// positions are the indexes used by Levels, Order and RunState.
 	Formulas []PlannedFormula `json:"formulas"`
@@ -40,6 +42,7 @@ type PlannedFormula struct {
 	MaxParallel int           `json:"max_parallel"`
 	DependsOn   []FormulaDep  `json:"depends_on,omitempty"`
 	Gate        *HealthGate   `json:"health_gate,omitempty"` // nil when this operation runs no gate
+	Timeout     Duration      `json:"timeout,omitempty"`     // bound on its nodes from its dispatch (0: none)
 	Nodes       []PlannedNode `json:"nodes"`
 	NodeOrder   []int         `json:"-"`
 	Order       []string      `json:"order"` // NodeOrder by name
@@ -108,6 +111,7 @@ func planNormalized(c *Composition) *Plan {
 		Operation: c.Operation,
 		OnFailure: c.OnFailure,
 		Targets:   c.Targets,
+		Timeout:   c.Timeout,
 		comp:      c,
 		byID:      make(map[string]int),
 	}
@@ -129,7 +133,7 @@ func planNormalized(c *Composition) *Plan {
 		pf := &p.Formulas[k]
 		f := &c.Formulas[pf.Source]
 		pf.spec = f
-		pf.ID, pf.Server, pf.MaxParallel = f.ID, f.Server, f.MaxParallel
+		pf.ID, pf.Server, pf.MaxParallel, pf.Timeout = f.ID, f.Server, f.MaxParallel, f.Timeout
 		pf.Target = targets[f.ID] || holdsTarget(f, targets)
 		pf.Instance = f.Instance
 		if f.Instance != nil && f.Instance.Batches > 0 && c.Operation == OpCreate {

@@ -114,6 +114,9 @@ func (v *validator) run() {
 	if c.Retry != nil {
 		v.retry("retry", c.Retry)
 	}
+	if c.Timeout < 0 {
+		v.bad("timeout", CodeValue, "timeout must be greater than 0 (leave it out for none)")
+	}
 	for _, name := range sortedKeys(c.Hosts) {
 		v.host(keyPath("hosts", name), name, c.Hosts[name])
 	}
@@ -194,6 +197,9 @@ func (v *validator) formula(p string, f *Formula, ids map[string]int) {
 	v.formulaFleet(p, f)
 	if f.MaxParallel < 0 || f.MaxParallel > MaxMaxParallel {
 		v.bad(p+".max_parallel", CodeValue, "max_parallel %d is out of range 1-%d", f.MaxParallel, MaxMaxParallel)
+	}
+	if f.Timeout < 0 {
+		v.bad(p+".timeout", CodeValue, "timeout must be greater than 0 (leave it out for none)")
 	}
 	seen := make(map[string]bool, len(f.DependsOn))
 	for j, d := range f.DependsOn {

@@ -1,10 +1,13 @@
 package dag_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 )
@@ -117,6 +120,18 @@ func TestValidationErrors(t *testing.T) {
 			[]want{{"formulas[0].nodes[0].timeout", dag.CodeType, `expected a duration string`}}},
 		{"negative timeout", base(`{"id":"a","server":"h1","nodes":[{"name":"n","run":"x","timeout":"-5s"}]}`),
 			[]want{{"formulas[0].nodes[0].timeout", dag.CodeValue, "greater than 0"}}},
+		{"composition timeout bad duration", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","timeout":"5 minutes"`, 1),
+			[]want{{"timeout", dag.CodeValue, `bad duration "5 minutes"`}}},
+		{"composition timeout as number", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","timeout":300`, 1),
+			[]want{{"timeout", dag.CodeType, `expected a duration string`}}},
+		{"composition timeout zero", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","timeout":"0s"`, 1),
+			[]want{{"timeout", dag.CodeValue, "greater than 0 (leave it out for none)"}}},
+		{"formula timeout bad duration", base(`{"id":"a","server":"h1","timeout":"soon","nodes":[{"name":"n","run":"x"}]}`),
+			[]want{{"formulas[0].timeout", dag.CodeValue, `bad duration "soon"`}}},
+		{"formula timeout negative", base(`{"id":"a","server":"h1","timeout":"-3s","nodes":[{"name":"n","run":"x"}]}`),
+			[]want{{"formulas[0].timeout", dag.CodeValue, "greater than 0"}}},
+		{"formula timeout too long", base(`{"id":"a","server":"h1","timeout":"99999999999h","nodes":[{"name":"n","run":"x"}]}`),
+			[]want{{"formulas[0].timeout", dag.CodeValue, `duration "99999999999h" is too long`}}},
 		{"retry max_attempts zero", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","retry":{"max_attempts":0}`, 1),
 			[]want{{"retry.max_attempts", dag.CodeValue, "between 1 and 100"}}},
 		{"retry multiplier below one", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","retry":{"max_attempts":2,"multiplier":0.5}`, 1),
@@ -299,5 +314,34 @@ func TestIsToken(t *testing.T) {
 		if got := dag.IsToken(s); got != want {
 			t.Errorf("IsToken(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// A composition's and a formula's timeout are read as durations (a
+// group formula's instances each have it), and left out they are none:
+// nothing fills them in.
+func TestTimeoutsOfCompositionAndFormula(t *testing.T) {
+	c, err := load(t, `{"name":"t","timeout":"1h30m","hosts":{"h1":{"address":"10.0.0.1","labels":{"role":"web"}},"h2":{"address":"10.0.0.2","labels":{"role":"web"}}},
+		"groups":{"web":{"labels":{"role":"web"}}},
+		"formulas":[{"id":"a","server":"h1","timeout":"90s","nodes":[{"name":"n","run":"x"}]},
+			{"id":"b","group":"web","timeout":"5m","nodes":[{"name":"n","run":"x"}]},
+			{"id":"c","server":"h2","nodes":[{"name":"n","run":"x"}]}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Timeout.D() != 90*time.Minute {
+		t.Errorf("composition timeout %s, want 1h30m0s", c.Timeout)
+	}
+	got := map[string]time.Duration{}
+	for _, f := range c.Formulas {
+		got[f.ID] = f.Timeout.D()
+	}
+	want := map[string]time.Duration{"a": 90 * time.Second, "b-h1": 5 * time.Minute, "b-h2": 5 * time.Minute, "c": 0}
+	if !maps.Equal(got, want) {
+		t.Errorf("formula timeouts %v, want %v", got, want)
+	}
+	b, _ := json.Marshal(c)
+	if !strings.Contains(string(b), `"timeout":"1h30m0s"`) || strings.Count(string(b), `"timeout":"5m0s"`) != 2 {
+		t.Errorf("the normalized composition does not keep its timeouts: %s", b)
 	}
 }

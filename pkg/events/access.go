@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Who may do what on the bus. Every identity's permissions are derived
@@ -83,10 +85,20 @@ type Usage struct {
 	// Durables are streams on which it creates and pulls durable
 	// consumers named at run time (the executors of a zone).
 	Durables []string
-	Follows  []string  // streams it reads with ordered (ephemeral) consumers
+	Follows  []string // streams it reads with ordered (ephemeral) consumers
+	// Inspects are streams whose durable consumers' state it reads
+	// (consumer info only, not their messages): the planner sees whether
+	// any executor takes a zone's dispatches.
+	Inspects []string
 	Read     []string  // KV buckets it reads
 	Write    []string  // KV buckets it writes (and reads)
 	Retire   []Durable // retired durable consumers it deletes
+	// Prune are the buckets and streams it removes a pruned workflow's
+	// data from: a bucket's keys by a purge of its stream by subject, a
+	// stream's messages one by one by sequence. Each is what the service
+	// itself writes (GANTRY_EVENTS, written by several, is the planner's
+	// to prune: see docs/operations.md).
+	Prune []string
 }
 
 // Uses returns what a service uses. People use nothing directly: their
@@ -96,11 +108,14 @@ func Uses(id Identity) Usage {
 	case Planner:
 		return Usage{
 			Publish:  []string{AllWorkflowLifecycle, AllHostLifecycle, AllDispatch, AllGate},
-			Serve:    []string{SubjectSubmit, SubjectValidate, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry, StatusSubject(Planner)},
+			Serve:    []string{SubjectSubmit, SubjectValidate, SubjectPrune, "workflow.*." + VerbCancel, "workflow.*." + VerbPause, "workflow.*." + VerbResume, "workflow.*." + VerbRetry, StatusSubject(Planner)},
 			Streams:  []string{StreamEvents, StreamDispatch, StreamGates},
 			Consumes: []Durable{{StreamEvents, ConsumerPlanner}},
+			Follows:  []string{StreamEvents}, // a pruned workflow's events, found by reading
+			Inspects: []string{StreamDispatch},
 			Read:     []string{BucketNodes},
 			Write:    []string{BucketWorkflows, BucketRuns},
+			Prune:    []string{BucketWorkflows, BucketRuns, StreamEvents},
 		}
 	case Executor:
 		return Usage{
@@ -110,8 +125,10 @@ func Uses(id Identity) Usage {
 			Streams:   []string{StreamEvents, StreamDispatch, StreamLogs},
 			Consumes:  []Durable{{StreamDispatch, ConsumerExecutor}},
 			Durables:  []string{StreamDispatch},
+			Follows:   []string{StreamLogs}, // a pruned workflow's output lines, found by reading
 			Read:      []string{BucketRuns},
 			Write:     []string{BucketNodes, BucketSlots},
+			Prune:     []string{BucketNodes, StreamLogs},
 		}
 	case HealthGate:
 		return Usage{
@@ -127,6 +144,7 @@ func Uses(id Identity) Usage {
 			Follows: []string{StreamEvents},
 			Write:   []string{BucketState},
 			Retire:  []Durable{{StreamEvents, "state-store"}},
+			Prune:   []string{BucketState},
 		}
 	}
 	return Usage{}
@@ -172,7 +190,36 @@ func ClientImports() []Import {
 	for _, s := range kvReadAPI(BucketRuns) {
 		im = append(im, Import{Subject: s, Service: true})
 	}
+	for _, s := range SizeInfoAPI() {
+		if !slices.ContainsFunc(im, func(i Import) bool { return i.Subject == s }) {
+			im = append(im, Import{Subject: s, Service: true})
+		}
+	}
 	return im
+}
+
+// SizedStores are the streams and buckets whose sizes gantry prune
+// --dry-run shows, before and after.
+var SizedStores = []string{StreamEvents, StreamLogs, BucketWorkflows, BucketRuns, BucketNodes, BucketState}
+
+// StoreStream is the stream of a store of SizedStores: itself, or the
+// stream behind a bucket.
+func StoreStream(store string) string {
+	if strings.HasPrefix(store, "gantry_") {
+		return KVStream(store)
+	}
+	return store
+}
+
+// SizeInfoAPI is what an operator asks for the sizes of SizedStores:
+// each stream's info (its configuration and counts, none of its
+// messages).
+func SizeInfoAPI() []string {
+	var out []string
+	for _, st := range SizedStores {
+		out = append(out, "$JS.API.STREAM.INFO."+StoreStream(st))
+	}
+	return out
 }
 
 // Permissions are a NATS user's subject permissions.
@@ -214,7 +261,8 @@ func peoplePermissions(id Identity) Permissions {
 	p.PublishAllow = append(p.PublishAllow, kvReadAPI(BucketRuns)...)
 	p.PublishDeny = append(p.PublishDeny, durableDenies(StreamEvents, "")...)
 	if id == Operator {
-		p.PublishAllow = append(p.PublishAllow, SubjectSubmit, SubjectValidate, StateRebuild)
+		p.PublishAllow = append(p.PublishAllow, SubjectSubmit, SubjectValidate, SubjectPrune, StateRebuild)
+		p.PublishAllow = append(p.PublishAllow, SizeInfoAPI()...)
 		for _, v := range []string{VerbCancel, VerbPause, VerbResume, VerbRetry} {
 			p.PublishAllow = append(p.PublishAllow, WorkflowControl("*", v))
 		}
@@ -239,6 +287,12 @@ func servicePermissions(id Identity, u Usage) Permissions {
 		p.PublishAllow = append(p.PublishAllow, streamEnsureAPI(s)...)
 	}
 	for _, d := range u.Consumes {
+		if slices.Contains(u.Follows, d.Stream) {
+			// Reading the stream takes its consumers by any name; only the
+			// acknowledgements are the durable's own.
+			p.PublishAllow = append(p.PublishAllow, "$JS.ACK."+d.Stream+"."+d.Name+".>")
+			continue
+		}
 		p.PublishAllow = append(p.PublishAllow,
 			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name,
 			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name+".>",
@@ -257,10 +311,28 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	for _, s := range u.Follows {
 		p.PublishAllow = append(p.PublishAllow, readerAPI(s)...)
 		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.DELETE."+s+".*")
-		p.PublishDeny = append(p.PublishDeny, durableDenies(s, "")...)
+		own := ""
+		for _, d := range u.Consumes {
+			if d.Stream == s {
+				own = d.Name
+				// It deletes the consumers it reads with, not its durable.
+				p.PublishDeny = append(p.PublishDeny, "$JS.API.CONSUMER.DELETE."+s+"."+own)
+			}
+		}
+		p.PublishDeny = append(p.PublishDeny, durableDenies(s, own)...)
+	}
+	for _, s := range u.Prune {
+		if slices.ContainsFunc(KeyValues(1), func(kv jetstream.KeyValueConfig) bool { return kv.Bucket == s }) {
+			p.PublishAllow = append(p.PublishAllow, "$JS.API.STREAM.PURGE."+KVStream(s))
+		} else {
+			p.PublishAllow = append(p.PublishAllow, "$JS.API.STREAM.MSG.DELETE."+s)
+		}
 	}
 	for _, d := range u.Retire {
 		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.DELETE."+d.Stream+"."+d.Name)
+	}
+	for _, s := range u.Inspects {
+		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.INFO."+s+".*")
 	}
 	for _, b := range u.Read {
 		p.PublishAllow = append(p.PublishAllow, kvEnsureAPI(b)...)

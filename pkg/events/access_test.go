@@ -100,3 +100,50 @@ func TestPrincipalFrom(t *testing.T) {
 		t.Errorf("String of nobody = %q", s)
 	}
 }
+
+// Only operators may prune; each service may remove only what it writes.
+func TestPrunePermissions(t *testing.T) {
+	has := func(id events.Identity, s string) bool {
+		return slices.Contains(events.PermissionsFor(id).PublishAllow, s)
+	}
+	for _, id := range append(slices.Clone(events.Services), events.People...) {
+		if has(id, events.SubjectPrune) != (id == events.Operator) {
+			t.Errorf("%s may publish %s: %v", id, events.SubjectPrune, has(id, events.SubjectPrune))
+		}
+	}
+	owner := map[string]events.Identity{
+		"$JS.API.STREAM.PURGE.KV_gantry_workflows": events.Planner,
+		"$JS.API.STREAM.PURGE.KV_gantry_runs":      events.Planner,
+		"$JS.API.STREAM.MSG.DELETE.GANTRY_EVENTS":  events.Planner,
+		"$JS.API.STREAM.PURGE.KV_gantry_nodes":     events.Executor,
+		"$JS.API.STREAM.MSG.DELETE.GANTRY_LOGS":    events.Executor,
+		"$JS.API.STREAM.PURGE.KV_gantry_state":     events.StateStore,
+		"$JS.API.STREAM.PURGE.KV_gantry_slots":     "",
+		"$JS.API.STREAM.PURGE.GANTRY_EVENTS":       "",
+	}
+	for s, who := range owner {
+		for _, id := range append(slices.Clone(events.Services), events.People...) {
+			if has(id, s) != (id == who) {
+				t.Errorf("%s may publish %s: %v", id, s, has(id, s))
+			}
+		}
+	}
+}
+
+func TestParsePruneRequest(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"keep":2}`:                      "",
+		`{"older_than":"30d"}`:            "",
+		`{"older_than":"36h","keep":0}`:   "",
+		`{}`:                              "say which runs go",
+		`{"keep":-1}`:                     "negative",
+		`{"older_than":"soon"}`:           "not a duration",
+		`{"older_than":"0d"}`:             "not a positive duration",
+		`{"older_than":"1d","dry_run":1}`: "not JSON",
+	} {
+		_, _, err := events.ParsePruneRequest([]byte(body))
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+}

@@ -35,6 +35,9 @@ func samples() map[string]events.Payload {
 		"workflow_running": &events.WorkflowEvent{Ref: wfRef(), Status: dag.WorkflowRunning,
 			Run:      events.Run{Attempt: 1, StartedAt: &t0},
 			Formulas: map[events.FormulaState]int{dag.FormulaPending: 7, dag.FormulaRunning: 3}},
+		"workflow_stopping": &events.WorkflowEvent{Ref: wfRef(), Status: dag.WorkflowRunning, Run: events.Run{Attempt: 1, StartedAt: &t1},
+			Formulas: map[events.FormulaState]int{dag.FormulaSucceeded: 2, dag.FormulaRunning: 1, dag.FormulaPending: 1},
+			Reason:   "deadline: formula cp-containerd's timeout of 15m0s passed: stopping it", Stopping: []string{"cp-containerd"}},
 		"workflow_accepted": &events.WorkflowEvent{Ref: wfRef(), Status: dag.WorkflowAccepted,
 			Run: events.Run{Attempt: 1, StartedAt: &t0}, Formulas: map[events.FormulaState]int{dag.FormulaPending: 10}, TotalNodes: 22,
 			RequestedBy: &events.Principal{Account: events.AccountClients, User: "UDZVM76T75GCTSNFSN4ZHGV7DX25HWTR2GMGKOX54JVTWJDM4GFMLFXJ", Name: "alice", Attested: true},
@@ -67,7 +70,7 @@ func samples() map[string]events.Payload {
 		"progress_update": &events.ProgressEvent{Ref: ref, Attempt: 2, Percent: 42},
 		"log_line":        &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
 		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
-			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"}, Priority: 90, SkipAtTurnAfter: ptr(uint64(4711)),
+			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"}, Priority: 90, SkipAtTurnAfter: ptr(uint64(4711)), Timeout: dag.Duration(15 * time.Minute),
 			Limits: []dag.SlotLimit{{ID: "h-3f2a9c0d1e4b5a67", Name: "host cp-0", MaxParallel: 4}, {ID: "l-9a8b7c6d5e4f3a21", Name: "provider=hetzner", MaxParallel: 10}},
 			Nodes: []events.WorkNode{
 				{Name: "containerd", Command: "apt-get install -y containerd", Check: "command -v containerd", Timeout: dag.Duration(10 * time.Minute),

@@ -20,7 +20,12 @@ const MaxOutboxPending = 256
 // decided is in the stream before it records the decision. It is the
 // JetStream adapter behind the planner's and executor's event ports.
 type Outbox struct {
-	pub     *Publisher
+	pub *Publisher
+	// sending orders what goes out: an Emit (its catch-up and its publish)
+	// and a Flush each hold it, so an event emitted from another goroutine
+	// (the nodes of a formula run at once) never overtakes the earlier
+	// ones a catch-up is storing again.
+	sending sync.Mutex
 	mu      sync.Mutex
 	pending []outgoing
 	err     error
@@ -53,10 +58,22 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 	}
 	h := InjectTrace(ctx, nil)
 	msgID = o.pub.wireID(subject, msgID)
+	o.sending.Lock()
+	defer o.sending.Unlock()
 	if o.behind() {
-		o.fail(o.Flush(ctx))
+		o.fail(o.flush(ctx))
 	}
 	o.mu.Lock()
+	if o.err != nil {
+		// What this unit emitted before could not be stored (or encoded):
+		// its Flush fails and the unit is done again. Nothing is sent
+		// after it, or it would be stored before (or without) the events
+		// it follows.
+		o.pending = append(o.pending, outgoing{subject: subject, data: data, header: h, msgID: msgID})
+		o.unsent = true
+		o.mu.Unlock()
+		return
+	}
 	if len(o.pending) == 0 {
 		o.unsent, o.epoch = false, o.reconnects()
 	}
@@ -70,7 +87,7 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 	full := len(o.pending) >= MaxOutboxPending
 	o.mu.Unlock()
 	if full {
-		o.fail(o.Flush(ctx))
+		o.fail(o.flush(ctx))
 	}
 }
 
@@ -114,6 +131,13 @@ func (o *Outbox) fail(err error) {
 // stream holds it once; if that fails too, Flush returns the first
 // failure. Flush empties the outbox either way.
 func (o *Outbox) Flush(ctx context.Context) error {
+	o.sending.Lock()
+	defer o.sending.Unlock()
+	return o.flush(ctx)
+}
+
+// flush is Flush, its caller holding o.sending.
+func (o *Outbox) flush(ctx context.Context) error {
 	o.mu.Lock()
 	pending, err := o.pending, o.err
 	o.pending, o.err = nil, nil

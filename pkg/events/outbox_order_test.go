@@ -23,8 +23,8 @@ type losingJS struct {
 type lostFuture struct{ msg *nats.Msg }
 
 func (f lostFuture) Ok() <-chan *jetstream.PubAck { return nil }
-func (f lostFuture) Err() <-chan error           { return nil }
-func (f lostFuture) Msg() *nats.Msg              { return f.msg }
+func (f lostFuture) Err() <-chan error            { return nil }
+func (f lostFuture) Msg() *nats.Msg               { return f.msg }
 
 func (l *losingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	if !l.lost {

@@ -90,6 +90,11 @@ type WorkflowEvent struct {
 	// its formulas still running are being stopped (executors kill them);
 	// the workflow is cancelled once they have ended.
 	Cancelling bool `json:"cancelling,omitempty"`
+	// Stopping, on a running workflow, names formulas whose timeout has
+	// passed while they ran: executors kill what of them still runs and
+	// report each failed, with the reason deadline. The rest of the run
+	// goes on (its on_failure applies to those failures).
+	Stopping []string `json:"stopping,omitempty"`
 	// Graph, on accepted only, is the run's DAG without commands (absent
 	// for a plan too large; see Graph).
 	Graph *Graph `json:"graph,omitempty"`
@@ -236,6 +241,10 @@ type Dispatch struct {
 	// skipped at the turn (reset: true, another operation, or a planner
 	// from before).
 	SkipAtTurnAfter *uint64 `json:"skip_at_turn_after,omitempty"`
+	// Timeout is the formula's (0: none). The planner keeps the time and
+	// says when it has passed (WorkflowEvent.Stopping, RunSnapshot.Expired);
+	// the executor names it in the failure it reports.
+	Timeout dag.Duration `json:"timeout,omitempty"`
 }
 
 // GateRequest is health-gate work on decky.<host>.gate.
@@ -305,7 +314,13 @@ func (r *Ref) validate(needFormula, needNode bool) error {
 }
 
 func (e *WorkflowEvent) Validate() error {
-	return errors.Join(e.Ref.validate(false, false), validState("status", e.Status.Valid(), string(e.Status)))
+	errs := []error{e.Ref.validate(false, false), validState("status", e.Status.Valid(), string(e.Status))}
+	for i, f := range e.Stopping {
+		if !dag.IsToken(f) {
+			errs = append(errs, fmt.Errorf("stopping[%d] %q is not a token", i, f))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (e *FormulaEvent) Validate() error {
@@ -379,6 +394,9 @@ func (e *Dispatch) Validate() error {
 		errs = append(errs, fmt.Errorf("order names %d nodes, want %d", len(e.Order), len(e.Nodes)))
 	}
 	errs = append(errs, validLimits(e.Limits, e.Priority))
+	if e.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("timeout %s is negative", e.Timeout))
+	}
 	return errors.Join(errs...)
 }
 

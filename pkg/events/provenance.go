@@ -31,13 +31,15 @@ var (
 	executor     = []Identity{Executor}
 	healthGate   = []Identity{HealthGate}
 	plannerOrExe = []Identity{Planner, Executor}
+	// exeOrPlanner: an executor's as a rule, the planner's by exception.
+	exeOrPlanner = []Identity{Executor, Planner}
 )
 
 // OriginOf is the origin of a known type.
 func OriginOf(t Type) (Origin, bool) {
 	switch t.Family() {
 	case FamilyWorkflow:
-		if dag.WorkflowState(t.What()).Valid() {
+		if t == TypeWorkflowPruned || dag.WorkflowState(t.What()).Valid() {
 			return Origin{KindWorkflowLifecycle, planner}, true
 		}
 	case FamilyFormula:
@@ -64,13 +66,18 @@ func OriginOf(t Type) (Origin, bool) {
 
 // formulaOrigin: the planner readies, gates and stops formulas; an
 // executor runs them and says how that ended (cancelled too: a dispatch
-// of a cancelled run, or the run cancelled while it ran).
+// of a cancelled run, or the run cancelled while it ran). The planner
+// also fails a formula whose timeout passed when no executor reports it
+// (none took its work, or its executor gave no outcome within the cancel
+// wait), and cancels one no executor took.
 func formulaOrigin(s dag.FormulaState) (Origin, bool) {
 	switch s {
 	case dag.FormulaReady, dag.FormulaGating, dag.FormulaHealthy, dag.FormulaUnhealthy, dag.FormulaBlocked:
 		return Origin{KindHostLifecycle, planner}, true
-	case dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed:
+	case dag.FormulaRunning, dag.FormulaSucceeded:
 		return Origin{KindHostLifecycle, executor}, true
+	case dag.FormulaFailed:
+		return Origin{KindHostLifecycle, exeOrPlanner}, true
 	case dag.FormulaCancelled:
 		return Origin{KindHostLifecycle, plannerOrExe}, true
 	}

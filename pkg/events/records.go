@@ -23,9 +23,18 @@ type RunSnapshot struct {
 	Formulas string `json:"formulas"`
 	// Blockers maps a blocked formula's plan index to its blocker's.
 	Blockers map[int]int `json:"blockers,omitempty"`
-	// Cancelling: a cancel was requested and the run waits for its running
-	// formulas to end; nothing new of it may start.
+	// Cancelling: a cancel was requested (or the composition's timeout
+	// passed) and the run waits for its running formulas to end; nothing
+	// new of it may start.
 	Cancelling bool `json:"cancelling,omitempty"`
+	// Deadlines holds, per formula dispatched with a timeout and not
+	// ended, when that timeout runs out; the planner counts from it again
+	// after a restart.
+	Deadlines map[string]time.Time `json:"deadlines,omitempty"`
+	// Expired lists the formulas of this generation whose timeout passed
+	// while they were dispatched: nothing more of them may start, an
+	// executor stops what of them runs and reports them failed (deadline).
+	Expired []string `json:"expired,omitempty"`
 }
 
 // NodeRecord is what the executor keeps per node of a workflow in

@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -13,8 +14,9 @@ import (
 func TestRecordsGolden(t *testing.T) {
 	exit := 0
 	for name, v := range map[string]any{
-		"record_run_snapshot": events.RunSnapshot{Generation: 2, Status: dag.WorkflowRunning, StartedAt: t0, Formulas: "shRrp", Blockers: map[int]int{4: 1}},
-		"record_node":         events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 3, Generation: 2, GenAttempts: 1, ExitCode: &exit, SpecHash: "sha256:ab"},
+		"record_run_snapshot": events.RunSnapshot{Generation: 2, Status: dag.WorkflowRunning, StartedAt: t0, Formulas: "shRrp", Blockers: map[int]int{4: 1},
+			Deadlines: map[string]time.Time{"cp-containerd": t1}, Expired: []string{"cp-os"}},
+		"record_node": events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 3, Generation: 2, GenAttempts: 1, ExitCode: &exit, SpecHash: "sha256:ab"},
 		"record_host_node": events.HostNode{Host: "cp-0", Workflow: "wuji", Formula: "os", Node: "base", Status: dag.NodeSucceeded, Operation: dag.OpCreate,
 			SpecHash: "sha256:ab", WorkflowID: ref.WorkflowID, StartedAt: &t0, EndedAt: &t0, Actor: "executor/vm-1", LastSeq: 42,
 			InPlace: &events.InPlace{Status: dag.NodeSucceeded, SpecHash: "sha256:ab", WorkflowID: ref.WorkflowID, EndedAt: &t0},

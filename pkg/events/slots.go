@@ -1,6 +1,7 @@
 package events
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -54,6 +55,63 @@ func ExecutorConsumer(zone string) jetstream.ConsumerConfig {
 		cfg.FilterSubjects = []string{ZoneDispatch(zone)}
 	}
 	return cfg
+}
+
+// Takers is what the durable consumer of a zone's dispatches
+// (ExecutorConsumer) says about the executors that take the zone's work.
+type Takers struct {
+	Zone     string // "" for hosts without a zone
+	Consumer string
+	// Exists: an executor of the zone has started at some time (executors
+	// create their zone's durable; nothing else does).
+	Exists bool
+	// Pulling counts the pull requests waiting on it: executors of the
+	// zone asking for work now. InHand counts the dispatches delivered
+	// to them and not yet acknowledged; Queued, those not delivered yet.
+	Pulling int
+	InHand  int
+	Queued  uint64
+}
+
+// Nobody says that no executor takes the zone's work now: none ever
+// started (no consumer), or none asks for work and none holds any (they
+// are gone: a dead executor's pull requests expire within seconds, and
+// what it held goes back to the queue after WorkAckWait).
+func (t Takers) Nobody() bool { return !t.Exists || (t.Pulling == 0 && t.InHand == 0) }
+
+// Why says, for people, why the zone's work is not taken.
+func (t Takers) Why() string {
+	who := "zone " + t.Zone
+	if t.Zone == "" {
+		who = "hosts without a zone"
+	}
+	switch {
+	case !t.Exists:
+		if t.Zone == "" {
+			return "no executor serves hosts without a zone (start one without --labels)"
+		}
+		return "no executor serves zone " + t.Zone + " (start one with --labels " + dag.ZoneLabel + "=" + t.Zone + ")"
+	case t.Nobody():
+		return "no executor of " + who + " is running: none asks for work"
+	}
+	return fmt.Sprintf("the executors of %s are busy: they hold %d dispatch(es), %d more are queued", who, t.InHand, t.Queued)
+}
+
+// ZoneTakers reads the state of the consumer that takes the zone's
+// dispatches.
+func ZoneTakers(ctx context.Context, js jetstream.JetStream, zone string) (Takers, error) {
+	name := ExecutorConsumer(zone).Durable
+	t := Takers{Zone: zone, Consumer: name}
+	c, err := js.Consumer(ctx, StreamDispatch, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return t, nil
+	}
+	if err != nil {
+		return t, fmt.Errorf("consumer %s: %w", name, err)
+	}
+	ci := c.CachedInfo()
+	t.Exists, t.Pulling, t.InHand, t.Queued = true, ci.NumWaiting, ci.NumAckPending, ci.NumPending
+	return t, nil
 }
 
 // validLimits checks a dispatch's limits and priority.

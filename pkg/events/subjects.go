@@ -12,11 +12,14 @@ import (
 const (
 	SubjectSubmit   = "workflow.submit"
 	SubjectValidate = "workflow.validate"
-	StateWorkflow   = "state.workflow"
-	StateList       = "state.list"
-	StateHost       = "state.host"
-	StateDrift      = "state.drift"
-	StateRebuild    = "state.rebuild"
+	// SubjectPrune asks the planner to remove finished workflows (operators
+	// only): PruneRequest, answered with a PruneReply.
+	SubjectPrune  = "workflow.prune"
+	StateWorkflow = "state.workflow"
+	StateList     = "state.list"
+	StateHost     = "state.host"
+	StateDrift    = "state.drift"
+	StateRebuild  = "state.rebuild"
 )
 
 // Control verbs on workflow.<id>.<verb>.
@@ -80,6 +83,7 @@ type Kind string
 const (
 	KindSubmit            Kind = "submit"
 	KindValidate          Kind = "validate"
+	KindPrune             Kind = "prune"
 	KindWorkflowLifecycle Kind = "workflow_lifecycle"
 	KindWorkflowControl   Kind = "workflow_control"
 	KindHostLifecycle     Kind = "host_lifecycle"
@@ -123,6 +127,8 @@ func ParseSubject(s string) (Subject, error) {
 			return Subject{Kind: KindSubmit}, nil
 		case s == SubjectValidate:
 			return Subject{Kind: KindValidate}, nil
+		case s == SubjectPrune:
+			return Subject{Kind: KindPrune}, nil
 		case len(parts) != 3:
 			return bad("want workflow.<id>.<verb>")
 		}

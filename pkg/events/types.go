@@ -11,7 +11,7 @@ type Type string
 
 // Families of event types. A family has one payload struct.
 const (
-	FamilyWorkflow = "workflow" // WorkflowEvent
+	FamilyWorkflow = "workflow" // WorkflowEvent; WorkflowPruned for gantry.workflow.pruned
 	FamilyFormula  = "formula"  // FormulaEvent
 	FamilyNode     = "node"     // NodeEvent
 	FamilyHealth   = "health"   // HealthEvent
@@ -43,6 +43,10 @@ const (
 	TypeRolloutBatchStarted  Type = "gantry.rollout.batch_started"
 	TypeRolloutBatchFinished Type = "gantry.rollout.batch_finished"
 	TypeRolloutStopped       Type = "gantry.rollout.stopped"
+	// A finished workflow was pruned: its records, documents, events and
+	// output lines are being removed by the services that wrote them. It
+	// is the one message of the workflow left in GANTRY_EVENTS.
+	TypeWorkflowPruned Type = "gantry.workflow.pruned"
 	// A running node said how far it has got (a "PROGRESS: n" line of
 	// its stdout).
 	TypeProgressUpdate Type = "gantry.progress.update"
@@ -86,7 +90,7 @@ func (t Type) Schema() string { return "urn:gantry:" + SchemaVersion + ":" + t.F
 func (t Type) Known() bool {
 	switch t.Family() {
 	case FamilyWorkflow:
-		return dag.WorkflowState(t.What()).Valid()
+		return t == TypeWorkflowPruned || dag.WorkflowState(t.What()).Valid()
 	case FamilyFormula:
 		return dag.FormulaState(t.What()).Valid()
 	case FamilyNode:

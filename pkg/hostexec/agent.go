@@ -24,7 +24,8 @@ import (
 // rather than a new sshd session and shell, the cost a plain `ssh host
 // cmd` pays per command. Each agent holds one of its connection's session
 // slots; idle agents wait in the connection's pool and give their slot up
-// to a plain session that needs one.
+// to a plain session that needs one, and all of them end when sshd
+// refuses a new session on the connection (sshRunner.session).
 //
 // An agent keeps every guarantee of the session supervisor (durable.go):
 // it claims the attempt with the same atomic create of its run file, the
@@ -82,7 +83,7 @@ const agentMarker = "__gantry_agent "
 // What goes wrong with the lock is kept out of the attempt's output (an
 // attempt that cannot take its lock runs without it, as before).
 const agentScript = `trap '' PIPE
-_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+` + recordID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 printf '` + agentMarker + `%s\n' "$$"
 while IFS= read -r _gq; do
   _gl=${_gq%% *}; _gh=${_gq#* }; _gt=; _gi=0
@@ -105,7 +106,7 @@ while IFS= read -r _gq; do
     fi
   fi 2>/dev/null
   if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; }; then
-    : >>"$_gd.out"; : >>"$_gd.err"
+    _gI; : >>"$_gd.out"; : >>"$_gd.err"
     [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
     ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
@@ -205,12 +206,16 @@ func (r *sshRunner) startAgent(ctx context.Context, c *conn) (*hostAgent, error)
 }
 
 // takeAgent returns an idle agent of c's live connection, or starts one
-// in a free slot.
+// in a free slot; it waits for either within the sessions the connection
+// allows.
 func (r *sshRunner) takeAgent(ctx context.Context, c *conn) (*hostAgent, error) {
 	for {
+		if r.pool.isDraining() {
+			return nil, r.drainErr()
+		}
 		select { // an idle one first
 		case a := <-c.idle:
-			if c.usable(a) {
+			if c.fits(a) {
 				return a, nil
 			}
 			continue
@@ -218,57 +223,85 @@ func (r *sshRunner) takeAgent(ctx context.Context, c *conn) (*hostAgent, error) 
 		}
 		select {
 		case a := <-c.idle:
-			if c.usable(a) {
+			if c.fits(a) {
 				return a, nil
 			}
 		case c.sem <- struct{}{}:
 			a, err := r.startAgent(ctx, c)
+			if errors.Is(err, errOverLimit) {
+				continue // the slot went to the connection: wait again
+			}
 			if err != nil {
-				<-c.sem
+				c.release()
 				return nil, err
 			}
 			return a, nil
 		case <-ctx.Done():
 			return nil, endErr(ctx)
+		case <-r.pool.draining:
+			return nil, r.drainErr()
 		}
 	}
 }
 
-// usable says whether a runs on c's live connection; one that does not is
-// ended, and its slot freed.
-func (c *conn) usable(a *hostAgent) bool {
-	if c.current() == a.client {
+// fits says whether a runs on c's live connection within its limit; one
+// that does not is ended, and its slot given back.
+func (c *conn) fits(a *hostAgent) bool {
+	if c.current() == a.client && !c.over() {
 		return true
 	}
 	a.close()
-	<-c.sem
+	c.release()
 	return false
 }
 
-// putAgent returns an agent to the pool, its slot with it.
+// over says whether more slots are handed out than c's limit allows.
+func (c *conn) over() bool {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	return c.reserved < cap(c.sem)-c.limit
+}
+
+// putAgent returns an agent to the pool, its slot with it; beyond the
+// connection's limit it is ended instead, its slot going to the
+// connection.
 func (c *conn) putAgent(a *hostAgent) {
 	c.touch()
+	if c.over() {
+		a.close()
+		c.release()
+		return
+	}
 	c.idle <- a // never blocks: every agent holds one of the cap(c.sem) slots
 }
 
-// dropAgent ends an agent and frees its slot.
+// dropAgent ends an agent and gives its slot back.
 func (c *conn) dropAgent(a *hostAgent) {
 	a.close()
 	c.touch()
-	<-c.sem
+	c.release()
 }
 
 // acquire takes a session slot for a plain session: a free one, or one an
-// idle agent gives up.
-func (c *conn) acquire(ctx context.Context) error {
-	select {
-	case c.sem <- struct{}{}:
-		return nil
-	case a := <-c.idle:
-		a.close() // its slot is the caller's now
-		return nil
-	case <-ctx.Done():
-		return endErr(ctx)
+// idle agent gives up, within the sessions the connection allows.
+func (r *sshRunner) acquire(ctx context.Context, c *conn) error {
+	for {
+		if r.pool.isDraining() {
+			return r.drainErr()
+		}
+		select {
+		case c.sem <- struct{}{}:
+			return nil
+		case a := <-c.idle:
+			a.close() // its slot is the caller's now, or the connection's
+			if !c.reserve() {
+				return nil
+			}
+		case <-ctx.Done():
+			return endErr(ctx)
+		case <-r.pool.draining:
+			return r.drainErr()
+		}
 	}
 }
 
@@ -619,6 +652,7 @@ type follower struct {
 	mu      sync.Mutex
 	started bool // its session opened: it is waited for
 	ran     bool // its script ran (its marker came)
+	ending  bool // end was called
 }
 
 // startFollow starts a follow session for the attempt m in a slot of its
@@ -628,21 +662,38 @@ func (r *sshRunner) startFollow(ctx context.Context, c *conn, m marked, token st
 	f := &follower{done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(f.done)
-		if err := c.acquire(ctx); err != nil {
-			return
-		}
-		defer func() { c.touch(); <-c.sem }()
-		f.mu.Lock()
-		if ctx.Err() != nil {
+		var sess *ssh.Session
+		for sess == nil {
+			if err := r.acquire(ctx, c); err != nil {
+				return
+			}
+			f.mu.Lock()
+			if ctx.Err() != nil {
+				f.mu.Unlock()
+				c.release()
+				return
+			}
+			f.started = true
 			f.mu.Unlock()
-			return
+			s, _, err := r.session(ctx, c)
+			if errors.Is(err, errOverLimit) { // wait for a slot again, unless the attempt ended
+				f.mu.Lock()
+				f.started = false
+				ending := f.ending
+				f.mu.Unlock()
+				if ending {
+					return
+				}
+				continue
+			}
+			if err != nil {
+				c.touch()
+				c.release()
+				return
+			}
+			sess = s
 		}
-		f.started = true
-		f.mu.Unlock()
-		sess, _, err := r.session(ctx, c)
-		if err != nil {
-			return
-		}
+		defer func() { c.touch(); c.release() }()
 		defer sess.Close()
 		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
 		defer stop()
@@ -663,6 +714,7 @@ func (f *follower) end() (ran bool) {
 		return false
 	}
 	f.mu.Lock()
+	f.ending = true
 	if !f.started {
 		f.cancel()
 	}

@@ -13,7 +13,8 @@ import (
 // output and, at the end, its exit status are kept in files on the host
 // (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>.{run,out,err}: the
 // run file holds the supervisor's pid on its first line and, once the
-// command ended, its exit status on the second),
+// command ended, its exit status on the second; the id file, who that pid
+// is: see recordID),
 // and the command lives in its own session, so it outlives the connection
 // that started it. Running the same Attempt again re-attaches: it waits
 // for the running command (streaming its output again from the start), or
@@ -55,6 +56,30 @@ var sweepDay = func() string { return time.Now().UTC().Format("20060102") }
 
 const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
 
+// A pid alone does not name the supervisor for long: after the host
+// restarted, the pid in a run file without an exit status is likely held
+// by another process. So a supervisor records who it is in <attempt>.id
+// ($_gd.id), as one line "<boot id> <start time>" (the start time is
+// field 22 of /proc/<pid>/stat, in clock ticks since boot), before its pid
+// is read by anyone who would signal or wait on it: a settle and a
+// re-attach do so only while both still match, and take the attempt for
+// lost otherwise. Where there is no /proc nothing is recorded, and an
+// attempt without an id file (started by an earlier version, or read in
+// the instant between the claim and the record) is trusted by its pid as
+// before.
+
+// recordID defines the shell function _gI, which writes the id file of the
+// attempt at $_gd for the shell it runs in.
+const recordID = `_gI() { read -r _gB </proc/sys/kernel/random/boot_id && read -r _gS </proc/$$/stat && set -- ${_gS##*) } && echo "$_gB ${20}" >"$_gd.id"; } 2>/dev/null
+`
+
+// checkID defines the shell function _gJ: _gJ <pid> is false when the id
+// file of the attempt at $_gd names another process than pid's (another
+// boot, another start time, or none by that pid), true when it names
+// pid's, or there is no id file or no /proc to tell.
+const checkID = `_gJ() { _gB=; _gS=; { read -r _gB _gS <"$_gd.id"; } 2>/dev/null; [ -n "$_gS" ] || return 0; _gN=; { read -r _gN </proc/sys/kernel/random/boot_id; } 2>/dev/null; [ -n "$_gN" ] || return 0; [ "$_gN" = "$_gB" ] || return 1; _gl=; { read -r _gl <"/proc/$1/stat"; } 2>/dev/null; set -- ${_gl##*) }; [ "${20}" = "$_gS" ]; }
+`
+
 // superviseScript runs the attempt or re-attaches to it. Its first stdout
 // line is pidMarker, the process group of the command (the supervisor's
 // session) and the attempt's directory (see marked). ex is the
@@ -78,11 +103,12 @@ func superviseScript(attempt, lock, mark, ex, script string, held bool) string {
 	// a subshell of its own (a fork, no new program): eval'd there, an
 	// exit or exec in it ends that subshell only. One that re-attaches
 	// right after another created the run file waits (at most 5 s) for the
-	// pid in it, rather than take the attempt for lost. The output files
-	// are made with the claim, so one that re-attaches finds them (the
-	// tees make them too, a moment later), and a re-attach's tails keep
-	// their own complaints out of the output: only the command writes
-	// there.
+	// pid in it, rather than take the attempt for lost; a pid that is no
+	// longer the supervisor's (checkID) is not waited for, nor handed on
+	// to be killed. The output files are made with the claim, so one that
+	// re-attaches finds them (the tees make them too, a moment later), and
+	// a re-attach's tails keep their own complaints out of the output:
+	// only the command writes there.
 	//
 	// Attempts started by an earlier version kept the pid and the exit
 	// status in <attempt>.pid and <attempt>.exit: re-attaching reads those
@@ -92,19 +118,20 @@ func superviseScript(attempt, lock, mark, ex, script string, held bool) string {
 		pre, drop = "exec 9>&3 3>&-; ", "exec 9>&-; "
 	}
 	return pre + ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
-_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+` + recordID + checkID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
-  : >>"$_gd.out"; : >>"$_gd.err"
+  _gI; : >>"$_gd.out"; : >>"$_gd.err"
   [ -e "$_gb/.swept-` + sweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + sweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
   trap '' PIPE; printf '` + pidMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
   { { ` + hostLock(lock, mark, held) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
   ` + drop + `_gi=0; until { _gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
   [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
+  [ -n "$_gp" ] && ! _ge && ! _gJ "$_gp" && _gp=
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null && ! _ge; then
-    ( until _ge || ! kill -0 "$_gp" 2>/dev/null; do sleep 0.1; done ) & _gw=$!
+    ( until _ge || ! kill -0 "$_gp" 2>/dev/null || ! _gJ "$_gp"; do sleep 0.1; done ) & _gw=$!
     tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.out" 2>/dev/null & _gt=$!
     tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.err" >&2 2>/dev/null
     wait $_gt
@@ -171,7 +198,13 @@ func killText(g, d, ended string) string {
 		b.WriteString(`d=` + d + `; x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] && { echo ` + ended + `; exit 0; }
 `)
 	}
-	b.WriteString(`g=` + g + `; alive() { kill -0 -$g 2>/dev/null; }; sig() { kill -$1 -$g 2>/dev/null; }
+	// A member that has exited but is not reaped yet (a zombie: its
+	// parent died in the kill, and init reaps it when it gets to it,
+	// which some inits do about once a second) holds nothing: it counts
+	// as gone.
+	b.WriteString(`g=` + g + `; _gz() { l=; { read -r l <"$1"; } 2>/dev/null || return 1; l=${l##*) }; [ "${l%% *}" != Z ]; }
+alive() { kill -0 -$g 2>/dev/null || return 1; for f in /proc/[0-9]*/stat; do l=; { read -r l <"$f"; } 2>/dev/null; l=${l##*) }; set -- $l; [ "$3" = "$g" ] && [ "$1" != Z ] && return 0; done; [ -d /proc/self ] || return 0; return 1; }
+sig() { kill -$1 -$g 2>/dev/null; }
 `)
 	if d != "" {
 		// A host agent's group also holds what the attempts it ran before
@@ -191,7 +224,7 @@ if [ -n "$t" ]; then
   members() { for f in /proc/[0-9]*/stat; do p=${f#/proc/}; p=${p%/stat}; { [ "$p" != "$g" ] && _gs "$f" && [ "$_gpg" = "$g" ]; } || continue; if [ "$_gst" -gt "$t" ]; then echo $p; elif [ "$1" = all ] && [ "$_gst" -eq "$t" ] && _gs "/proc/$_gpp/stat" && [ "$_gpg" = "$g" ]; then echo $p; fi; done; }
   T="$g $(members all)"
   targets() { echo $T; members later; }
-  alive() { for p in $(targets); do kill -0 $p 2>/dev/null && return 0; done; return 1; }; sig() { kill -$1 $(targets) 2>/dev/null; }
+  alive() { for p in $(targets); do kill -0 $p 2>/dev/null && _gz /proc/$p/stat && return 0; done; return 1; }; sig() { kill -$1 $(targets) 2>/dev/null; }
 fi
 `)
 	}

@@ -33,6 +33,14 @@ var (
 	ErrConnect        = errors.New("cannot connect")
 	ErrAuth           = errors.New("authentication failed")
 	ErrSession        = errors.New("ssh session failed")
+	// ErrSessionsRefused (with ErrSession): sshd kept refusing a new
+	// session on the host's connection for SSHConfig.SessionWait, with
+	// none of the connection's own sessions left to wait for; nothing
+	// started.
+	ErrSessionsRefused = errors.New("sshd refused a new session")
+	// ErrDraining: the worker is stopping (Pool.Drain): the command was
+	// not started, and nothing of it runs on the host.
+	ErrDraining = errors.New("not started: the worker is stopping")
 	// ErrKill: a command to be killed could not be confirmed gone.
 	ErrKill = errors.New("kill not confirmed")
 )
@@ -71,10 +79,11 @@ type Command struct {
 	// OnLine, when set, receives each output line as it is produced.
 	OnLine func(s Stream, line string)
 	// BeforeStart, when set, is called right before the process starts
-	// (after the host's connection is made; over SSH while the command's
-	// session opens on it). If it fails, nothing starts and Run returns
-	// its error. Callers record an attempt here, so that an attempt is
-	// counted exactly when a process was started.
+	// (over SSH once the command's session, or its host agent, is open:
+	// never while the command waits for a session slot or for a session
+	// sshd refuses). If it fails, nothing starts and Run returns its
+	// error. Callers record an attempt here, so that an attempt is counted
+	// (and announced) exactly when a process was started.
 	BeforeStart func() error
 	// Attempt, when set, makes the command durable (see durable.go): it
 	// runs under a supervisor on the host that records its output and exit

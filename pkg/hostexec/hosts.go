@@ -35,9 +35,10 @@ func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 // A failed set-up (key unreadable, known_hosts missing) is tried again at
 // the next use, so fixing it needs no restart.
 type Hosts struct {
-	cfg  HostsConfig
-	mu   sync.Mutex
-	pool *Pool
+	cfg     HostsConfig
+	mu      sync.Mutex
+	pool    *Pool
+	drained bool // Drain was called: a pool made later drains at once
 }
 
 // NewHosts returns a factory using cfg.
@@ -83,9 +84,26 @@ func (h *Hosts) sshPool() (*Pool, error) {
 		if err != nil {
 			return nil, err
 		}
+		if h.drained {
+			p.Drain()
+		}
 		h.pool = p
 	}
 	return h.pool, nil
+}
+
+// Drain stops new SSH commands from starting (Pool.Drain): a worker that
+// is stopping calls it, so that what waits for a connection, a session
+// slot or a session sshd refuses ends at once, with nothing started, while
+// the commands that started run on to their end. Local commands are not
+// affected: they never wait for a slot here.
+func (h *Hosts) Drain() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.drained = true
+	if h.pool != nil {
+		h.pool.Drain()
+	}
 }
 
 // Close closes the SSH connections.

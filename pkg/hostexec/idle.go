@@ -62,24 +62,39 @@ func (p *Pool) closeIdle(before time.Time) {
 			continue
 		}
 		cl := c.client
-		if cl != nil && len(c.sem) == 0 && c.used.Load() < before.UnixNano() {
+		if cl != nil && !c.busy() && c.used.Load() < before.UnixNano() {
 			c.client = nil
 			p.log.Info("closing an idle SSH connection", "host", c.address, "user", c.user)
 			_ = cl.Close()
+			c.forgetLimit()
 		}
 		c.mu.Unlock()
 	}
 }
 
-// closeIdleAgents ends c's idle host agents, freeing their slots.
-func (c *conn) closeIdleAgents() {
+// forgetLimit gives the connection's learned session limit up (its
+// reserved slots back): the next connection starts from MaxSessions and
+// learns sshd's limit again, which may have been raised meanwhile.
+func (c *conn) forgetLimit() {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	for ; c.reserved > 0; c.reserved-- {
+		<-c.sem
+	}
+	c.limit = cap(c.sem)
+}
+
+// closeIdleAgents ends c's idle host agents, giving their slots back, and
+// says how many it ended.
+func (c *conn) closeIdleAgents() (n int) {
 	for {
 		select {
 		case a := <-c.idle:
 			a.close()
-			<-c.sem
+			c.release()
+			n++
 		default:
-			return
+			return n
 		}
 	}
 }

@@ -108,13 +108,14 @@ func sweepLocal(base string) {
 }
 
 // localAttemptScript is the shell that supervises a local attempt: it
-// records its pid, takes the lock when the worker could not (held: the
+// records who it is (recordID) and its pid, takes the lock when the worker could not (held: the
 // worker passes it on fd 3), runs the command in a subshell, and records
 // its exit status.
 func localAttemptScript(cmd Command, ex, run string, held bool) string {
 	var b strings.Builder
 	b.WriteString(ex)
-	b.WriteString(`_gr=` + shellQuote(run) + `; _gd=${_gr%.run}; _gb=${_gd%/*}; echo $$ >>"$_gr"; `)
+	b.WriteString(`_gr=` + shellQuote(run) + `; _gd=${_gr%.run}; _gb=${_gd%/*}
+` + recordID + `_gI; echo $$ >>"$_gr"; `)
 	if held {
 		b.WriteString("exec 9>&3 3>&-; ")
 	}
@@ -357,10 +358,10 @@ func replenish(base string) {
 	refillSpares(base)
 }
 
-// makeOutputFiles makes the attempt's output files: spares of base
+// makeOutputFiles makes the attempt's output files and its id file: spares of base
 // linked in, or new files (when a name is taken, what is there stays).
 func makeOutputFiles(base, dir string) error {
-	for _, name := range []string{dir + ".out", dir + ".err"} {
+	for _, name := range []string{dir + ".out", dir + ".err", dir + ".id"} {
 		if placed, _ := placeSpare(base, name); !placed {
 			f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 			if err != nil {

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Spare files. A local attempt needs three new files (.run, .out, .err)
+// Spare files. A local attempt needs four new files (.run, .out, .err, .id)
 // before its command may start, and a new file costs the filesystem an
 // inode: on the benchmark machine's ext4 0.1-0.9 ms each, depending on the
 // directory, against 15-20 µs to give an existing inode a name. So the
@@ -25,7 +25,7 @@ import (
 
 // sparesPerDir is how many spare files the worker keeps per attempts
 // directory: three attempts' worth.
-const sparesPerDir = 9
+const sparesPerDir = 12
 
 // spareDirs bounds the attempts directories the worker keeps spares for
 // (a worker has one; commands may name others).

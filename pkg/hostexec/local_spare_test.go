@@ -60,7 +60,7 @@ func TestAttemptFilesAreSpares(t *testing.T) {
 	run("w.1.create.f.n.1.run") // no spares yet: its files are created, and spares are made
 	spare := spareInodes(t, base)
 	run("w.1.create.f.n.2.run")
-	for _, suffix := range []string{".run", ".out", ".err"} {
+	for _, suffix := range []string{".run", ".out", ".err", ".id"} {
 		name := filepath.Join(base, "w.1.create.f.n.2.run"+suffix)
 		if !slices.Contains(spare, inodeOf(t, name)) {
 			t.Fatalf("%s is not one of the spare files", suffix)
@@ -77,8 +77,8 @@ func TestAttemptFilesAreSpares(t *testing.T) {
 	for _, e := range es {
 		names = append(names, e.Name())
 	}
-	want := []string{".swept-" + sweepDay(), "w.1.create.f.n.1.run.err", "w.1.create.f.n.1.run.out", "w.1.create.f.n.1.run.run",
-		"w.1.create.f.n.2.run.err", "w.1.create.f.n.2.run.out", "w.1.create.f.n.2.run.run"}
+	want := []string{".swept-" + sweepDay(), "w.1.create.f.n.1.run.err", "w.1.create.f.n.1.run.id", "w.1.create.f.n.1.run.out", "w.1.create.f.n.1.run.run",
+		"w.1.create.f.n.2.run.err", "w.1.create.f.n.2.run.id", "w.1.create.f.n.2.run.out", "w.1.create.f.n.2.run.run"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("attempts directory %q, want %q", names, want)
 	}

@@ -63,17 +63,17 @@ func warmPrelude(attempt, dir, lockPath string) string {
 	return s + "echo L >&3\n"
 }
 
-// warmRest sends the shell's output to the attempt's files, records the
-// pid, runs the command in a subshell (holding the lock, when the worker
-// took it on the shell's fd 9, and named the attempt its holder) and
-// records its exit status. It is one compound command: the shell runs
-// none of it until it has read all of it, so a script cut short (the
-// worker died writing it) runs nothing, rather than the command without
-// recording its exit status.
+// warmRest sends the shell's output to the attempt's files, records who
+// the shell is (recordID) and its pid, runs the command in a subshell
+// (holding the lock, when the worker took it on the shell's fd 9, and
+// named the attempt its holder) and records its exit status. It is one
+// compound command: the shell runs none of it until it has read all of
+// it, so a script cut short (the worker died writing it) runs nothing,
+// rather than the command without recording its exit status.
 func warmRest(cmd Command, ex string) string {
 	sec, _ := exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
-	b.WriteString("{\nexec >>\"$_gd.out\" 2>>\"$_gd.err\" 3>&-\necho $$ >>\"$_gd.run\"\n")
+	b.WriteString("{\nexec >>\"$_gd.out\" 2>>\"$_gd.err\" 3>&-\n" + recordID + "_gI\necho $$ >>\"$_gd.run\"\n")
 	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.Script) + "\n) </dev/null 9>&-\n")
 	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n}\n")
 	return b.String()

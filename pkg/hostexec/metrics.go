@@ -22,6 +22,10 @@ var (
 		Name: "gantry_ssh_keepalive_closed_total",
 		Help: "SSH connections closed because their host stopped answering keepalives.",
 	})
+	sshSessionsRefused = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "gantry_ssh_sessions_refused_total",
+		Help: "New SSH sessions the host's sshd refused (its MaxSessions reached on the connection); each is asked again, or waits for a session of the connection to end.",
+	})
 )
 
 func init() { // every result from 0

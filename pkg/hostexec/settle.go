@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // Settling an attempt. A durable attempt outlives the worker that
@@ -49,12 +51,15 @@ func settleScript(attempt, ex string) string {
 	// The run file is created with the supervisor's pid in one write, but
 	// one may look between the create and the write: wait for the pid (at
 	// most 5 s), as a re-attach does. A supervisor that is gone without an
-	// exit status may be writing it: wait a second for it.
+	// exit status may be writing it: wait a second for it. A pid that is
+	// no longer the supervisor's (checkID: the host restarted) is not
+	// signalled: the attempt is lost.
 	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + shellQuote(attempt) + `
-_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
+` + checkID + `_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then echo '` + settleMarker + `absent'; exit 0; fi
 _gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
 [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
+[ -n "$_gp" ] && ! _gJ "$_gp" && _gp=
 _gkill() {
 ` + killText(`"$_gp"`, `"$_gd"`, "ended") + `}
 _gk=ended
@@ -130,20 +135,29 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	c := r.pool.entry(r.address, r.user, r.via)
-	if err := c.acquire(ctx); err != nil { // stay within MaxSessions on this connection
-		return res, err
-	}
-	defer func() { c.touch(); <-c.sem }()
 	var stdin bytes.Buffer
 	if len(cmd.Secrets) > 0 {
 		ex = readSecrets + ex
 		stdin.WriteString(secretLine(cmd.Secrets))
 	}
-	sess, _, err := r.session(ctx, c)
-	if err != nil {
-		return res, err
+	c := r.pool.entry(r.address, r.user, r.via)
+	var sess *ssh.Session
+	for {
+		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
+			return res, err
+		}
+		sess, _, err = r.session(ctx, c)
+		if errors.Is(err, errOverLimit) {
+			continue // the slot went to the connection: wait for another
+		}
+		if err != nil {
+			c.touch()
+			c.release()
+			return res, err
+		}
+		break
 	}
+	defer func() { c.touch(); c.release() }()
 	defer sess.Close()
 	var out, errOut bytes.Buffer
 	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, &stdin

@@ -26,13 +26,16 @@ func settleChecks(t *testing.T, r Runner, dir, sleep string) {
 		return r.Run(context.Background(), Command{Attempt: attempt, Env: env, Settle: true, Script: "touch " + filepath.Join(dir, "started")})
 	}
 	pid := runPid(t, dir, "w1.1.f.n.1")
+	if _, err := os.Stat("/proc/self/stat"); err == nil && !fileExists(filepath.Join(dir, "w1.1.f.n.1.id")) {
+		t.Fatal("the attempt's supervisor did not record who it is") // the kill below goes by it
+	}
 	start := time.Now()
 	res, err := settle("w1.1.f.n.1")
 	if !errors.Is(err, ErrCancelled) || res.ExitCode != 143 || !strings.Contains(res.Stdout, "line1") || !strings.Contains(res.Stderr, "warn") {
 		t.Fatalf("settling a running attempt: %+v %v, want it killed (143) with its output", res, err)
 	}
-	if out, _ := exec.Command("sh", "-c", "kill -0 -"+pid).CombinedOutput(); !strings.Contains(string(out), "No such process") {
-		t.Fatalf("process group %s still there after the settle: %s", pid, out)
+	if live := liveMembers(pid); len(live) > 0 {
+		t.Fatalf("process group %s still there after the settle: %v", pid, live)
 	}
 	if out, _ := exec.Command("pgrep", "-f", "^sleep "+sleep+"$").Output(); len(out) > 0 {
 		t.Fatalf("the command still runs: %s", out)
@@ -113,4 +116,40 @@ func TestSettleLocal(t *testing.T) {
 	}
 	stdout.Close() // the worker dies
 	settleChecks(t, Local{}, dir, sleep)
+}
+
+// liveMembers lists the processes of process group pgid that still run:
+// an exited one that its parent (or init) has not reaped yet, a zombie,
+// holds nothing, and is not listed.
+func liveMembers(pgid string) []string {
+	var live []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndex(s, ") "); i >= 0 {
+			s = s[i+2:]
+		}
+		fields := strings.Fields(s) // state, ppid, pgrp, ...
+		if len(fields) > 2 && fields[2] == pgid && fields[0] != "Z" {
+			live = append(live, strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/stat"))
+		}
+	}
+	return live
+}
+
+// running says a process runs (exists and is no zombie).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndex(s, ") "); i >= 0 {
+		s = s[i+2:]
+	}
+	return !strings.HasPrefix(s, "Z")
 }

@@ -50,8 +50,13 @@ type SSHConfig struct {
 	Keepalive time.Duration
 	// Idle closes a connection that ran no session for that long
 	// (default DefaultSSHIdle; negative: never).
-	Idle   time.Duration
-	Logger *slog.Logger
+	Idle time.Duration
+	// SessionWait bounds how long a session that sshd keeps refusing is
+	// tried again while none of the connection's own sessions is left to
+	// wait for; then the command fails with ErrSessionsRefused (default
+	// DefaultSessionWait). See sshRunner.session.
+	SessionWait time.Duration
+	Logger      *slog.Logger
 }
 
 // RegisterFlags adds the SSH flags a service takes, defaulting from
@@ -64,6 +69,15 @@ func (c *SSHConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSessions, "ssh-max-sessions", 8, "SSH sessions at once per host connection (sshd's MaxSessions is 10 by default)")
 	fs.DurationVar(&c.Idle, "ssh-idle", DefaultSSHIdle, "close a host's SSH connection after it ran nothing for this long (negative: keep it open)")
 	c.RegisterConnectFlags(fs)
+	c.RegisterSessionWaitFlag(fs)
+}
+
+// DefaultSessionWait is --ssh-session-wait's default.
+const DefaultSessionWait = 30 * time.Second
+
+// RegisterSessionWaitFlag adds --ssh-session-wait.
+func (c *SSHConfig) RegisterSessionWaitFlag(fs *flag.FlagSet) {
+	fs.DurationVar(&c.SessionWait, "ssh-session-wait", DefaultSessionWait, "how long a new SSH session that the host's sshd keeps refusing (its MaxSessions) is tried again, with none of gantry's own sessions on the connection to wait for, before the node fails")
 }
 
 // DefaultConnectTimeout is --ssh-connect-timeout's default.
@@ -119,18 +133,38 @@ type Pool struct {
 	dials     map[*dialing]struct{} // connections being set up: Close stops them
 	closed    bool                  // Close was called
 	stop      chan struct{}         // closed by Close: the idle reaper ends
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain: nothing new starts
 }
 
 type conn struct {
-	mu      sync.Mutex  // guards client and dial
-	client  *ssh.Client // the live connection, nil when none
-	dial    *dialing    // the connection being set up, nil when none
-	sem     chan struct{}
-	idle    chan *hostAgent // idle host agents, each holding a slot of sem
-	address string          // host:port
-	user    string
-	parent  *conn        // the jump host it is reached through; nil: dialed directly
-	used    atomic.Int64 // when it was last used (unix ns): idle ones are closed
+	mu     sync.Mutex  // guards client and dial
+	client *ssh.Client // the live connection, nil when none
+	dial   *dialing    // the connection being set up, nil when none
+	// sem holds a token per session slot in use: a session (plain, a
+	// follow session, a host agent's, idle or not) or one being opened;
+	// its capacity is MaxSessions. Slots are given back with release.
+	sem  chan struct{}
+	idle chan *hostAgent // idle host agents, each holding a slot of sem
+	// The sessions sshd allows on the connection as learned from its
+	// refusals (see sshRunner.session), guarded by lim: limit starts at
+	// cap(sem) and only goes down until the connection is closed for being
+	// idle (forgetLimit); the connection itself holds reserved
+	// tokens of sem (cap(sem)-limit once it has them all), so that at most
+	// limit slots are handed out. trying counts the holders of a slot
+	// whose session is being opened. refusing is when sshd began refusing
+	// every session asked for on the connection (zero once one opens),
+	// refusedLast its latest refusal.
+	lim         sync.Mutex
+	limit       int
+	reserved    int
+	trying      int
+	refusing    time.Time
+	refusedLast time.Time
+	address     string // host:port
+	user        string
+	parent      *conn        // the jump host it is reached through; nil: dialed directly
+	used        atomic.Int64 // when it was last used (unix ns): idle ones are closed
 }
 
 // jumps is the user@address of each jump host on the way to c, the first
@@ -181,7 +215,10 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	if cfg.Idle == 0 {
 		cfg.Idle = DefaultSSHIdle
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, dials: map[*dialing]struct{}{}, stop: make(chan struct{})}
+	if cfg.SessionWait <= 0 {
+		cfg.SessionWait = DefaultSessionWait
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, dials: map[*dialing]struct{}{}, stop: make(chan struct{}), draining: make(chan struct{})}
 	if cfg.KeyFile != "" {
 		pem, err := os.ReadFile(cfg.KeyFile)
 		if err != nil {
@@ -288,6 +325,30 @@ func (p *Pool) Runner(address, user string, via ...Jump) Runner {
 	return &sshRunner{pool: p, address: address, user: user, via: hops}
 }
 
+// Drain stops new commands from starting, as a worker that is stopping
+// should: every Run waiting for a connection, a session slot or a session
+// sshd refuses returns ErrDraining at once, as does every later one, with
+// nothing started (BeforeStart not called). Commands that started run on
+// to their end. It cannot be undone (Close alone leaves the pool usable).
+func (p *Pool) Drain() {
+	p.drainOnce.Do(func() { close(p.draining) })
+}
+
+// isDraining says whether Drain was called.
+func (p *Pool) isDraining() bool {
+	select {
+	case <-p.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// drainErr is the error of a command not started because the pool drains.
+func (r *sshRunner) drainErr() error {
+	return fmt.Errorf("%w: the command on %s was not started", ErrDraining, r.address)
+}
+
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
@@ -337,7 +398,7 @@ func (p *Pool) entry(address, user string, via []Jump) *conn {
 		key += user + "@" + address
 		c, ok := p.conns[key]
 		if !ok {
-			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), idle: make(chan *hostAgent, p.cfg.MaxSessions), address: address, user: user, parent: parent}
+			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), idle: make(chan *hostAgent, p.cfg.MaxSessions), limit: p.cfg.MaxSessions, address: address, user: user, parent: parent}
 			p.conns[key] = c
 		}
 		parent = c
@@ -376,6 +437,8 @@ func (p *Pool) client(ctx context.Context, c *conn) (*ssh.Client, error) {
 		return d.client, d.err
 	case <-ctx.Done():
 		return nil, endErr(ctx)
+	case <-p.draining:
+		return nil, fmt.Errorf("%w: not connected to %s", ErrDraining, c.address)
 	}
 }
 
@@ -785,70 +848,219 @@ type sshRunner struct {
 	via     []Jump // users filled in
 }
 
-// session opens a session. A refused channel (sshd frees a session slot a
-// moment after the client closes it, so a burst can meet "no more
-// sessions") is retried on the same connection; a broken connection is
-// dropped and redialed once.
+// refusedSettle is how long sshd may go on refusing a session before the
+// refusal is taken to be its MaxSessions: sshd frees a session's slot a
+// moment after the client closed it (once the session's shell, an idle
+// agent's too, has exited), so a session opened right after another one
+// closed may be refused once or twice.
+var refusedSettle = 100 * time.Millisecond
+
+// errOverLimit: the caller's slot is beyond what sshd allows on the
+// connection; it went to the connection (reserved), and the caller waits
+// for a slot again (acquire, or an idle agent) before it opens a session.
+var errOverLimit = errors.New("over the connection's session limit")
+
+// session opens a session for a caller that holds a slot of c. It returns
+// with the slot still held, except with errOverLimit (the slot is given
+// up: take one again).
+//
+// A session sshd refuses (an OpenChannelError: "administratively
+// prohibited: open failed" when the connection has its MaxSessions open)
+// is dealt with in this order:
+//
+//   - the connection's idle host agents are closed, giving their sessions
+//     back, and the session is asked for again at once;
+//   - a refusal that lasts refusedSettle is sshd's limit: with k other
+//     sessions of the connection open, the connection's limit becomes k
+//     (at least 1) until it is closed for being idle (c.refused); when that
+//     leaves the caller's slot beyond the limit, the caller waits for a
+//     session of the connection to end instead of asking sshd again;
+//   - within the limit it is asked again with a backoff (5 ms doubling to
+//     200 ms) until sshd has refused every session on the connection for
+//     SessionWait, then the command fails with ErrSessionsRefused, naming
+//     MaxSessions (a command queued behind one that failed so fails after
+//     refusedSettle, not after SessionWait again).
+//
+// Every wait ends with ctx, and when the pool drains. A broken connection
+// is dropped and redialed once.
 func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Client, error) {
+	c.lim.Lock()
+	c.trying++
+	c.lim.Unlock()
+	gaveUp := false // c.refused took the slot, and trying with it
+	defer func() {
+		if !gaveUp {
+			c.lim.Lock()
+			c.trying--
+			c.lim.Unlock()
+		}
+	}()
 	redialed := false
+	var first time.Time // of the refusals in a row
+	refusals := 0
 	for wait := 5 * time.Millisecond; ; {
+		if r.pool.isDraining() {
+			return nil, nil, r.drainErr()
+		}
 		client, err := r.pool.client(ctx, c)
 		if err != nil {
 			return nil, nil, err
 		}
 		sess, err := client.NewSession()
 		if err == nil {
+			c.lim.Lock()
+			c.refusing = time.Time{}
+			c.lim.Unlock()
 			return sess, client, nil
 		}
 		var oce *ssh.OpenChannelError
-		switch {
-		case errors.As(err, &oce):
-			select {
-			case <-ctx.Done():
-				return nil, nil, endErr(ctx)
-			case <-time.After(wait):
+		if !errors.As(err, &oce) {
+			if redialed {
+				return nil, nil, fmt.Errorf("%w on %s: %w", ErrSession, r.address, err)
 			}
-			wait = min(2*wait, 200*time.Millisecond)
-		case !redialed:
 			r.pool.drop(c, client)
 			redialed = true
-		default:
-			return nil, nil, fmt.Errorf("%w on %s: %w", ErrSession, r.address, err)
+			continue
 		}
+		refusals++
+		sshSessionsRefused.Inc()
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		if c.closeIdleAgents() > 0 {
+			continue // their sessions end: ask again at once
+		}
+		if refused := now.Sub(first); refused >= refusedSettle {
+			open, limit, lowered, over := c.refused()
+			if lowered {
+				r.pool.log.Warn("sshd refuses more sessions on this connection: fewer are used (its MaxSessions is below --ssh-max-sessions)",
+					"host", r.address, "user", c.user, "sessions", limit, "ssh_max_sessions", cap(c.sem))
+			}
+			if over {
+				gaveUp = true
+				return nil, nil, errOverLimit
+			}
+			// Since sshd refuses every session on the connection: the
+			// commands queued behind this one do not wait as long again.
+			if since := c.refusedSince(first, now); now.Sub(since) >= r.pool.cfg.SessionWait {
+				return nil, nil, &sessionsRefused{fmt.Sprintf("%s: sshd on %s refused every new session for %s (this command's %d times) with %d other sessions of gantry open on the connection: its MaxSessions (default 10) is below gantry's --ssh-max-sessions (%d), or sessions closed earlier have not ended on the host; lower --ssh-max-sessions or raise MaxSessions: %v",
+					ErrSession, r.address, now.Sub(since).Round(time.Second), refusals, open, cap(c.sem), err)}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, endErr(ctx)
+		case <-r.pool.draining:
+			return nil, nil, r.drainErr()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
 	}
 }
 
-// prepare opens the session the command will run in, once the host's
-// connection is there, and calls the command's BeforeStart (which records
-// the attempt) while the session opens: two round trips at once, to the
-// host and to wherever BeforeStart writes. Nothing starts before both are
-// done; when either fails, nothing starts and the session is closed.
+// refusedSince notes a refusal at now, and says since when sshd has
+// refused every session on c: since first (a caller's first refusal in a
+// row), or earlier when another caller's refusals went on until a moment
+// before.
+func (c *conn) refusedSince(first, now time.Time) time.Time {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	if c.refusing.IsZero() || first.Sub(c.refusedLast) > time.Second {
+		c.refusing = first // a new streak
+	}
+	c.refusing = minTime(c.refusing, first)
+	c.refusedLast = now
+	return c.refusing
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// sessionsRefused is a session sshd kept refusing: an ErrSession and an
+// ErrSessionsRefused.
+type sessionsRefused struct{ msg string }
+
+func (e *sessionsRefused) Error() string   { return e.msg }
+func (e *sessionsRefused) Unwrap() []error { return []error{ErrSession, ErrSessionsRefused} }
+
+// refused learns from a session sshd refused to a caller holding a slot
+// (counted in trying): with open other sessions of the connection, sshd
+// allows no more than open (at least 1) on it, and the connection's limit
+// comes down to that (lowered says it did just now); the free slots go to
+// the connection at once, those in use as they are given back. over says
+// the caller's slot is beyond the limit: it goes to the connection too,
+// and the caller is no longer counted as trying.
+func (c *conn) refused() (open, limit int, lowered, over bool) {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	open = max(len(c.sem)-c.reserved-c.trying, 0)
+	if l := max(open, 1); l < c.limit {
+		c.limit, lowered = l, true
+	fill:
+		for c.reserved < cap(c.sem)-c.limit {
+			select {
+			case c.sem <- struct{}{}:
+				c.reserved++
+			default:
+				break fill
+			}
+		}
+	}
+	if c.reserved < cap(c.sem)-c.limit {
+		c.reserved++
+		c.trying--
+		return open, c.limit, lowered, true
+	}
+	return open, c.limit, lowered, false
+}
+
+// reserve keeps a slot being given up for the connection when more slots
+// are handed out than its limit allows, and says whether it did.
+func (c *conn) reserve() bool {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	if c.reserved < cap(c.sem)-c.limit {
+		c.reserved++
+		return true
+	}
+	return false
+}
+
+// release gives a slot back (to the connection, while it is over its
+// limit).
+func (c *conn) release() {
+	if !c.reserve() {
+		<-c.sem
+	}
+}
+
+// busy says whether any slot is held but the connection's own.
+func (c *conn) busy() bool {
+	c.lim.Lock()
+	defer c.lim.Unlock()
+	return len(c.sem) > c.reserved
+}
+
+// prepare opens the session the command will run in, for a caller that
+// holds a slot, then calls the command's BeforeStart (which records the
+// attempt and announces it running): never while the command still waits
+// for its session. When BeforeStart fails, nothing starts and the session
+// is closed. errOverLimit: see session.
 func (r *sshRunner) prepare(ctx context.Context, c *conn, cmd Command) (*ssh.Session, *ssh.Client, error) {
-	if _, err := r.pool.client(ctx, c); err != nil {
+	sess, client, err := r.session(ctx, c)
+	if err != nil {
 		return nil, nil, err
 	}
-	type opened struct {
-		sess   *ssh.Session
-		client *ssh.Client
-		err    error
+	if err := beforeStart(cmd); err != nil {
+		_ = sess.Close()
+		return nil, nil, err
 	}
-	ch := make(chan opened, 1)
-	go func() {
-		sess, client, err := r.session(ctx, c)
-		ch <- opened{sess, client, err}
-	}()
-	berr := beforeStart(cmd)
-	o := <-ch
-	if berr != nil || o.err != nil {
-		if o.sess != nil {
-			_ = o.sess.Close()
-		}
-		if berr != nil {
-			return nil, nil, berr
-		}
-		return nil, nil, o.err
-	}
-	return o.sess, o.client, nil
+	return sess, client, nil
 }
 
 // pidMarker starts the first stdout line of every remote command: the
@@ -980,12 +1192,6 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
-	c := r.pool.entry(r.address, r.user, r.via)
-	if err := c.acquire(rctx); err != nil { // stay within MaxSessions on this connection
-		return res, err
-	}
-	defer func() { c.touch(); <-c.sem }()
-
 	stdin := io.Reader(eofReader{})
 	if len(cmd.Secrets) > 0 {
 		// Before the environment: its exports, and a durable command's
@@ -1001,10 +1207,27 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	if cmd.Attempt == "" {
 		remote = "printf '" + pidMarker + "%s\\n' \"$$\"; " + text
 	}
-	sess, client, err := r.prepare(rctx, c, cmd)
-	if err != nil {
-		return res, err
+	c := r.pool.entry(r.address, r.user, r.via)
+	var (
+		sess   *ssh.Session
+		client *ssh.Client
+	)
+	for {
+		if err := r.acquire(rctx, c); err != nil { // stay within the sessions the connection allows
+			return res, err
+		}
+		sess, client, err = r.prepare(rctx, c, cmd)
+		if errors.Is(err, errOverLimit) {
+			continue // the slot went to the connection: wait for another
+		}
+		if err != nil {
+			c.touch()
+			c.release()
+			return res, err
+		}
+		break
 	}
+	defer func() { c.touch(); c.release() }()
 	defer sess.Close()
 
 	pgid := make(chan marked, 1)

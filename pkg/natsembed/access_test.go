@@ -125,6 +125,51 @@ func readEvents(ctx context.Context, c *client) error {
 	return err
 }
 
+// kvDirectGet reads a key with a direct get, and nothing else first.
+func kvDirectGet(bucket string) func(context.Context, *client) error {
+	return func(ctx context.Context, c *client) error {
+		m, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+bucket+".$KV."+bucket+".seeded", nil)
+		if err != nil {
+			return err
+		}
+		if st := m.Header.Get("Status"); st != "" || string(m.Data) != "{}" {
+			return fmt.Errorf("status %s: %q", st, m.Data)
+		}
+		return nil
+	}
+}
+
+// streamInfo asks for a stream's info (its sizes).
+func streamInfo(stream string) func(context.Context, *client) error {
+	return func(ctx context.Context, c *client) error {
+		_, err := c.js.Stream(ctx, stream)
+		return err
+	}
+}
+
+// purgeSubject purges one subject of a stream, as a prune removes a key.
+func purgeSubject(stream, subject string) func(context.Context, *client) error {
+	return func(ctx context.Context, c *client) error {
+		_, err := events.PurgeSubject(ctx, c.js, stream, subject)
+		return err
+	}
+}
+
+// deleteMsg deletes a message by sequence (one that is not there: the
+// answer says so, and the permission is what is judged).
+func deleteMsg(stream string) func(context.Context, *client) error {
+	return func(ctx context.Context, c *client) error {
+		m, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.DELETE."+stream, []byte(`{"seq":999999,"no_erase":true}`))
+		if err != nil {
+			return err
+		}
+		if d := string(m.Data); !strings.Contains(d, "no message found") && !strings.Contains(d, `"err_code":10057`) && !strings.Contains(d, `"success":true`) {
+			return fmt.Errorf("reply %s", m.Data)
+		}
+		return nil
+	}
+}
+
 // pullDurable asks a durable consumer for a message, as a pull does.
 func pullDurable(stream, name string) func(context.Context, *client) error {
 	return func(ctx context.Context, c *client) error {
@@ -262,7 +307,16 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 		{"delete from gantry_nodes", only(events.Executor), "$KV.gantry_nodes.probe", kvDelete(events.BucketNodes)},
 		{"delete from gantry_state", only(events.StateStore), "$KV.gantry_state.probe", kvDelete(events.BucketState)},
 		{"read gantry_runs", only(events.Planner, events.Executor, events.Operator, events.Viewer), "$JS.API.STREAM.INFO.KV_gantry_runs", kvGet(events.BucketRuns)},
-		{"read gantry_state", only(events.StateStore), "$JS.API.STREAM.INFO.KV_gantry_state", kvGet(events.BucketState)},
+		{"read gantry_state", only(events.StateStore), "$JS.API.DIRECT.GET.KV_gantry_state", kvDirectGet(events.BucketState)},
+		{"size of gantry_state", only(events.StateStore, events.Operator), "$JS.API.STREAM.INFO.KV_gantry_state", streamInfo("KV_gantry_state")},
+		{"size of gantry_nodes", only(events.Planner, events.Executor, events.Operator), "$JS.API.STREAM.INFO.KV_gantry_nodes", streamInfo("KV_gantry_nodes")},
+		{"prune", only(events.Operator), events.SubjectPrune, request(events.SubjectPrune)},
+		{"purge gantry_workflows by key", only(events.Planner), "$JS.API.STREAM.PURGE.KV_gantry_workflows", purgeSubject("KV_gantry_workflows", "$KV.gantry_workflows.probe")},
+		{"purge gantry_runs by key", only(events.Planner), "$JS.API.STREAM.PURGE.KV_gantry_runs", purgeSubject("KV_gantry_runs", "$KV.gantry_runs.probe")},
+		{"purge gantry_nodes by key", only(events.Executor), "$JS.API.STREAM.PURGE.KV_gantry_nodes", purgeSubject("KV_gantry_nodes", "$KV.gantry_nodes.probe")},
+		{"purge gantry_state by key", only(events.StateStore), "$JS.API.STREAM.PURGE.KV_gantry_state", purgeSubject("KV_gantry_state", "$KV.gantry_state.probe")},
+		{"delete an event", only(events.Planner), "$JS.API.STREAM.MSG.DELETE.GANTRY_EVENTS", deleteMsg(events.StreamEvents)},
+		{"delete an output line", only(events.Executor), "$JS.API.STREAM.MSG.DELETE.GANTRY_LOGS", deleteMsg(events.StreamLogs)},
 		{"create a stream", nil, "$JS.API.STREAM.CREATE.EVIL", func(ctx context.Context, c *client) error {
 			_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
 			return err
@@ -285,8 +339,15 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 		}},
 		{"take dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor", pullDurable(events.StreamDispatch, events.ConsumerExecutor)},
 		{"take a zone's dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor-zone-eu-1", pullDurable(events.StreamDispatch, "executor-zone-eu-1")},
+		{"see whether executors take a zone's dispatches", only(events.Planner, events.Executor), "$JS.API.CONSUMER.INFO.GANTRY_DISPATCH.executor-zone-eu-1", func(ctx context.Context, c *client) error {
+			t, err := events.ZoneTakers(ctx, c.js, "eu-1")
+			if err == nil && !t.Exists {
+				err = errors.New("the zone's consumer is there, but was not seen")
+			}
+			return err
+		}},
 		{"take the planner's events", only(events.Planner), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_EVENTS.planner", pullDurable(events.StreamEvents, events.ConsumerPlanner)},
-		{"read the event stream", only(events.StateStore, events.Operator, events.Viewer), "$JS.API.CONSUMER.CREATE.GANTRY_EVENTS", readEvents},
+		{"read the event stream", only(events.Planner, events.StateStore, events.Operator, events.Viewer), "$JS.API.CONSUMER.CREATE.GANTRY_EVENTS", readEvents},
 		{"submit", only(events.Operator), events.SubjectSubmit, request(events.SubjectSubmit)},
 		{"validate", only(events.Operator), events.SubjectValidate, request(events.SubjectValidate)},
 		{"cancel", only(events.Operator), "workflow.w1.cancel", request("workflow.w1.cancel")},

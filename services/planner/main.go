@@ -28,14 +28,21 @@ func main() {
 	var nf natsconn.ServiceFlags
 	nf.Register(flag.CommandLine)
 	flag.DurationVar(&cfg.CancelWait, "cancel-wait", service.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them (their executors kill what still runs when they next see their work)")
+	flag.DurationVar(&cfg.UnclaimedAfter, "unclaimed-after", service.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone (no executor serves it, or its executors are busy)")
 	var metrics string
 	metricsserve.RegisterFlag(flag.CommandLine, &metrics)
+	cfg.Retention = service.Retention{Age: service.DefaultRetentionAge, Keep: service.DefaultRetentionKeep}
+	service.RegisterRetentionFlags(flag.CommandLine, &cfg.Retention)
 	if err := natsconn.ParseService(flag.CommandLine, os.Args[1:], "planner", doc, map[string]string{"metrics": metricsserve.Env}); err != nil {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)
 	}
 	if cfg.CancelWait <= 0 {
 		log.Error("bad flag", "err", fmt.Sprintf("--cancel-wait %s: a positive duration", cfg.CancelWait))
+		os.Exit(2)
+	}
+	if cfg.UnclaimedAfter <= 0 {
+		log.Error("bad flag", "err", fmt.Sprintf("--unclaimed-after %s: a positive duration", cfg.UnclaimedAfter))
 		os.Exit(2)
 	}
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("planner")

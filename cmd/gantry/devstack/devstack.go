@@ -41,10 +41,16 @@ type Config struct {
 	// CancelWait is the planner's --cancel-wait: how long a cancelled
 	// workflow waits for its running formulas' outcomes (default 30 s).
 	CancelWait time.Duration
-	Log        *slog.Logger
+	// UnclaimedAfter is the planner's --unclaimed-after: how long a
+	// dispatch may wait for an executor before the planner reports it
+	// (default 30 s).
+	UnclaimedAfter time.Duration
+	Log            *slog.Logger
 	// Tracer gives each service ("gantry-planner", "gantry-executor",
 	// "gantry-health-gate") its span recorder; nil records none.
 	Tracer func(service string) *tracing.Tracer
+	// Retention is the planner's retention setting (zero: off).
+	Retention planner.Retention
 }
 
 func (c Config) tracer(service string) *tracing.Tracer {
@@ -118,7 +124,7 @@ func RunPlanner(ctx context.Context, cfg Config, name string) error {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return planner.Run(ctx, nc, planner.Config{Instance: fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name), Log: cfg.Log, Names: cfg.Keys.Names(), CancelWait: cfg.CancelWait})
+	return planner.Run(ctx, nc, planner.Config{Instance: fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name), Log: cfg.Log, Names: cfg.Keys.Names(), CancelWait: cfg.CancelWait, UnclaimedAfter: cfg.UnclaimedAfter})
 }
 
 // Run runs the four services, each on its own connection as its own
@@ -136,7 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
 		}},
 		{"planner", func(ctx context.Context, nc *nats.Conn) error {
-			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), CancelWait: cfg.CancelWait})
+			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), CancelWait: cfg.CancelWait, UnclaimedAfter: cfg.UnclaimedAfter, Retention: cfg.Retention})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
 			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log, Tracer: cfg.tracer("gantry-executor")})

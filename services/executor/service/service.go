@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
@@ -19,6 +20,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
+	"github.com/gantry-dev/gantry/services/executor/internal/prune"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,7 +92,9 @@ func status(x *formula.Executor, cfg Config, zone string) func() any {
 }
 
 // Run runs the executor until ctx is cancelled, then finishes the formulas
-// in flight and returns.
+// in flight and returns: the commands that started run to their end, and
+// nothing more starts (a node waiting for slots or an SSH session stops
+// waiting, its dispatch given back for a redelivery).
 func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if cfg.MaxFormulas <= 0 {
 		cfg.MaxFormulas = 64
@@ -131,24 +135,30 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	hosts := hostexec.NewHosts(cfg.Hosts)
 	defer hosts.Close()
+	// Stopping: the commands that started run on to their end (the
+	// formulas in flight drain), but nothing more starts; what waits for
+	// an SSH session stops waiting at once.
+	defer context.AfterFunc(ctx, hosts.Drain)()
 	runs, err := events.NewBucket[events.RunSnapshot](ctx, js, events.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	x := &formula.Executor{
-		Runs:    runs,
-		Hosts:   hosts,
-		Records: records,
-		Secrets: sec,
-		Tracer:  cfg.Tracer,
-		Bus:     formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
-		Actor:   cfg.Instance,
-		PerHost: cfg.PerHost,
-		Slots:   &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
-		Log:     log,
+		Runs:     runs,
+		Hosts:    hosts,
+		Records:  records,
+		Secrets:  sec,
+		Tracer:   cfg.Tracer,
+		Bus:      formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
+		Actor:    cfg.Instance,
+		PerHost:  cfg.PerHost,
+		Slots:    &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
+		Log:      log,
+		Stopping: ctx,
 	}
 	defer x.Slots.GiveBackLingering()
-	// A cancelled (or cancelling) workflow's running nodes are killed here.
+	// A cancelled (or cancelling) workflow's running nodes are killed
+	// here, and those of its formulas whose timeout passed.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
 		env, err := events.Parse(m.Data)
 		if err != nil || env.Type.Family() != events.FamilyWorkflow {
@@ -159,15 +169,27 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 			return
 		}
 		var w events.WorkflowEvent
-		if events.DecodeData(env, &w) == nil && (w.Status == dag.WorkflowCancelled || w.Cancelling) {
+		if events.DecodeData(env, &w) != nil {
+			return
+		}
+		if w.Status == dag.WorkflowCancelled || w.Cancelling {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
 			x.Cancelled(w.WorkflowID, w.Generation)
+		}
+		if len(w.Stopping) > 0 {
+			log.Info("formulas past their timeout: killing their nodes here", "workflow_id", w.WorkflowID, "formulas", w.Stopping)
+			x.StopFormulas(w.WorkflowID, w.Generation, w.Stopping)
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	stopPrune, err := startPrune(ctx, nc, js, records, runs, log)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	defer stopPrune()
 	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.Executor, Version: buildinfo.Version(), Instance: cfg.Instance,
 		Description: "gantry executor: runs dispatched formulas on their hosts", Status: status(x, cfg, zone)})
 	if err != nil {
@@ -184,4 +206,79 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 			}
 			return consumer(ctx)
 		}})
+}
+
+// ReconcileInterval is how often an executor looks for node records of
+// workflows pruned while it did not hear of it (and once at its start).
+var ReconcileInterval = time.Hour
+
+// startPrune acts on the planner's pruned events: one executor of all
+// (a queue group) removes each pruned workflow's node records and output
+// lines. Announcements missed (the executor down, or disconnected) are
+// caught by Reconcile, at start and every ReconcileInterval.
+func startPrune(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, nodes events.Bucket[formula.Record], runs events.Bucket[events.RunSnapshot], log *slog.Logger) (func(), error) {
+	rm := &prune.Remover{Nodes: nodes, Runs: runs, Logs: logStore{js}, Log: log}
+	pruned := make(chan *events.WorkflowPruned, 4096)
+	sub, err := nc.QueueSubscribe(events.AllWorkflowLifecycle, "executor-prune", func(m *nats.Msg) {
+		env, err := events.Parse(m.Data)
+		if err != nil || env.Type != events.TypeWorkflowPruned {
+			return
+		}
+		if err := events.Admit(m.Subject, env); err != nil {
+			log.Warn("event refused: not from where its type comes", "security", true, "subject", m.Subject, "type", string(env.Type), "err", err)
+			return
+		}
+		var p events.WorkflowPruned
+		if err := events.DecodeData(env, &p); err != nil {
+			log.Warn("pruned event does not decode", "subject", m.Subject, "err", err)
+			return
+		}
+		select {
+		case pruned <- &p:
+		default: // the reconcile finds its node records; its lines age out
+			log.Warn("too many pruned workflows at once; the next reconcile removes this one's node records", "workflow_id", p.WorkflowID)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		tick := time.NewTicker(ReconcileInterval)
+		defer tick.Stop()
+		reconcile := func() {
+			if _, err := rm.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				log.Error("cannot look for pruned workflows' node records", "err", err)
+			}
+		}
+		reconcile()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				reconcile()
+			case p := <-pruned:
+				batch := []*events.WorkflowPruned{p}
+				for more := true; more && len(batch) < 256; {
+					select {
+					case p := <-pruned:
+						batch = append(batch, p)
+					default:
+						more = false
+					}
+				}
+				if err := rm.Pruned(ctx, batch); err != nil && ctx.Err() == nil {
+					log.Error("cannot remove pruned workflows' records and lines; the next reconcile tries the records again", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// logStore is GANTRY_LOGS for a prune.
+type logStore struct{ js jetstream.JetStream }
+
+func (s logStore) RemoveWorkflows(ctx context.Context, ids map[string]bool, spans []events.Span) (events.StoreSize, error) {
+	return events.RemoveWorkflowMessages(ctx, s.js, events.StreamLogs, ids, spans, false)
 }

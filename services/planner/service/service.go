@@ -5,8 +5,10 @@ package service
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
@@ -23,6 +25,10 @@ import (
 // the outcomes of its running formulas (--cancel-wait).
 const DefaultCancelWait = engine.DefaultCancelWait
 
+// DefaultUnclaimedAfter is how long a dispatch may wait for an executor
+// before the planner says none has taken it (--unclaimed-after).
+const DefaultUnclaimedAfter = engine.DefaultUnclaimedAfter
+
 // Config of a planner.
 type Config struct {
 	Instance string
@@ -37,6 +43,82 @@ type Config struct {
 	// outcomes of its running formulas before it ends cancelled without
 	// them (DefaultCancelWait, 30 s, when 0).
 	CancelWait time.Duration
+	// UnclaimedAfter is how long a dispatch may wait with no executor
+	// taking it before the planner reports it, naming the zone
+	// (DefaultUnclaimedAfter, 30 s, when 0).
+	UnclaimedAfter time.Duration
+	// Retention is what the planner prunes on its own, every
+	// RetentionInterval (off when both rules are 0).
+	Retention Retention
+}
+
+// Retention is the retention setting (--retention-age, --retention-keep):
+// finished workflows that ended more than Age ago and are not among the
+// newest Keep finished runs of their composition are pruned, as gantry
+// prune --older-than Age --keep Keep does. Age 0 drops the age rule and
+// Keep 0 the count rule; with both 0, nothing is pruned.
+type Retention struct {
+	Age  time.Duration
+	Keep int
+}
+
+// Default retention: a finished run's events stay as long as the event
+// stream keeps them (30 days), and the last 10 runs of each composition
+// whatever their age.
+const (
+	DefaultRetentionAge  = events.EventsMaxAge
+	DefaultRetentionKeep = 10
+)
+
+// RegisterRetentionFlags adds --retention-age and --retention-keep, set
+// to r's values.
+func RegisterRetentionFlags(fs *flag.FlagSet, r *Retention) {
+	fs.Var((*ageFlag)(&r.Age), "retention-age", "prune finished workflows that ended longer ago than this (30d, 12h; 0: no age rule)")
+	fs.IntVar(&r.Keep, "retention-keep", r.Keep, "but keep the newest N finished runs of each composition whatever their age (0: no such rule; both 0: retention off)")
+}
+
+// ageFlag is a duration flag that also takes days ("30d") and 0.
+type ageFlag time.Duration
+
+func (a *ageFlag) String() string {
+	d := time.Duration(*a)
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+	return d.String()
+}
+
+// Type names the value in a command's help.
+func (a *ageFlag) Type() string { return "duration" }
+
+func (a *ageFlag) Set(s string) error {
+	if s == "0" {
+		*a = 0
+		return nil
+	}
+	d, err := events.ParseAge(s)
+	if err != nil {
+		return err
+	}
+	*a = ageFlag(d)
+	return nil
+}
+
+// RetentionInterval is how often the planner applies the retention
+// setting; RetentionFirst is how long after its start it does so first.
+var (
+	RetentionInterval = time.Hour
+	RetentionFirst    = time.Minute
+)
+
+// Rule is the prune rule of the setting; ok is false when it is off.
+func (r Retention) Rule() (engine.PruneRule, bool) {
+	if r.Age <= 0 && r.Keep <= 0 {
+		return engine.PruneRule{}, false
+	}
+	rule := engine.PruneRule{OlderThan: r.Age, Keep: r.Keep, HasKeep: r.Keep > 0, Reason: "retention"}
+	rule.Reason += ": " + rule.String()
+	return rule, true
 }
 
 // Run runs the planner until ctx is cancelled.
@@ -55,12 +137,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
-	e.Log, e.Names, e.Heal, e.Tracer, e.CancelWait = log, cfg.Names, heal.Heal, cfg.Tracer, cfg.CancelWait
+	e.Log, e.Names, e.Heal, e.Tracer, e.CancelWait, e.UnclaimedAfter = log, cfg.Names, heal.Heal, cfg.Tracer, cfg.CancelWait, cfg.UnclaimedAfter
+	e.Zones = zones{js}
 	failed, err := e.Resume(ctx)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
 	go expireCancels(ctx, e, cfg.CancelWait)
+	go keepTime(ctx, e, cfg.UnclaimedAfter)
 	s := &starter{ctx: ctx, e: e, heal: heal, log: log}
 	for _, id := range failed {
 		go s.retry(id)
@@ -75,6 +159,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	go consume.WatchLag(ctx, js, events.StreamEvents, events.ConsumerPlanner, 0, log)
+	if rule, on := cfg.Retention.Rule(); on {
+		go retain(ctx, e, rule, log)
+	}
 	log.Info("planner started")
 	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})
@@ -97,6 +184,42 @@ func expireCancels(ctx context.Context, e *engine.Engine, wait time.Duration) {
 			e.ExpireCancels(ctx)
 		}
 	}
+}
+
+// DeadlineTick is how often the planner looks for deadlines that have
+// passed: a run stops at most this long after its deadline.
+const DeadlineTick = 100 * time.Millisecond
+
+// keepTime acts on the deadlines that have passed (every DeadlineTick)
+// and looks for dispatches no executor has taken (about ten times per
+// --unclaimed-after, at least once a second).
+func keepTime(ctx context.Context, e *engine.Engine, unclaimedAfter time.Duration) {
+	if unclaimedAfter <= 0 {
+		unclaimedAfter = engine.DefaultUnclaimedAfter
+	}
+	deadlines := time.NewTicker(DeadlineTick)
+	defer deadlines.Stop()
+	unclaimed := time.NewTicker(min(time.Second, max(unclaimedAfter/10, DeadlineTick)))
+	defer unclaimed.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadlines.C:
+			e.ExpireDeadlines(ctx)
+		case <-unclaimed.C:
+			e.CheckUnclaimed(ctx)
+		}
+	}
+}
+
+// zones reads the dispatch consumers' state (engine.Zones).
+type zones struct{ js jetstream.JetStream }
+
+func (z zones) Takers(ctx context.Context, zone string) (events.Takers, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return events.ZoneTakers(ctx, z.js, zone)
 }
 
 // newEngine is an engine on its JetStream adapters.
@@ -122,8 +245,37 @@ func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publishe
 	if err != nil {
 		return nil, err
 	}
-	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Out: pub.Outbox(),
+	return &engine.Engine{Workflows: workflows, Runs: runs, Nodes: nodes, Out: pub.Outbox(), Events: eventStore{js},
 		WorkflowRevs: workflowRevs, RunRevs: runRevs}, nil
+}
+
+// eventStore is GANTRY_EVENTS for a prune.
+type eventStore struct{ js jetstream.JetStream }
+
+func (s eventStore) RemoveWorkflows(ctx context.Context, ids map[string]bool, spans []events.Span, dryRun bool) (events.StoreSize, error) {
+	return events.RemoveWorkflowMessages(ctx, s.js, events.StreamEvents, ids, spans, dryRun)
+}
+
+// retain applies the retention setting every RetentionInterval. Planner
+// replicas may prune at once: each workflow is claimed with a
+// compare-and-set, so one of them removes it.
+func retain(ctx context.Context, e *engine.Engine, rule engine.PruneRule, log *slog.Logger) {
+	wait := RetentionFirst
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = RetentionInterval
+		reply, err := e.Prune(ctx, rule)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error("retention: prune failed; trying again later", "err", err, "in", wait.String())
+		case err == nil && len(reply.Errors) > 0:
+			log.Warn("retention: some workflows not pruned; trying again later", "errors", reply.Errors)
+		}
+	}
 }
 
 // starter starts accepted runs. A start that fails (a stream it needs

@@ -392,3 +392,48 @@ func TestCheckpointBehindPurgedStream(t *testing.T) {
 		}
 	}
 }
+
+// TestRebuildRefusesWhatTheLiveProjectionRefuses: an event that did not
+// come the way its type comes (a node's success published on a health
+// subject, as the health-gate's credential could; one about another host
+// than its subject's) is refused by a rebuild's replay as it is by the
+// live projection: a rebuild finds nothing differing, and rewrites
+// nothing from it.
+func TestRebuildRefusesWhatTheLiveProjectionRefuses(t *testing.T) {
+	e := setup(t)
+	e.run("w1", 1)
+	now := time.Now().UTC()
+	code := 0
+	forged := events.Ref{WorkflowID: "w1", Workflow: "w", Operation: dag.OpCreate, Generation: 1, Formula: "f0", Host: "h0", Node: "forged"}
+	e.publish(events.HostHealth("h0"), &events.NodeEvent{Ref: forged, Status: dag.NodeSucceeded, Run: events.Run{Attempt: 1, StartedAt: &now, EndedAt: &now, ExitCode: &code}}, "forged|1")
+	elsewhere := forged
+	elsewhere.Node = "elsewhere"
+	e.publish(events.HostLifecycle("h1"), &events.NodeEvent{Ref: elsewhere, Status: dag.NodeSucceeded, Run: events.Run{Attempt: 1, StartedAt: &now, EndedAt: &now, ExitCode: &code}}, "forged|2")
+	stop, _ := e.start("ss-1")
+	defer stop()
+	e.caughtUp()
+	for _, node := range []string{"forged", "elsewhere"} {
+		if _, err := e.kv.Get(context.Background(), project.NodeDocKey("w1", "f0", node)); err == nil {
+			t.Fatalf("the live projection applied the misrouted event about node %s", node)
+		}
+	}
+	for _, check := range []bool{true, false} {
+		b, _ := json.Marshal(events.RebuildQuery{CheckOnly: check})
+		m, err := e.op.Request(events.StateRebuild, b, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep events.RebuildReport
+		if err := json.Unmarshal(m.Data, &rep); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+			t.Fatalf("rebuild (check %v): %s %s", check, m.Header.Get("Nats-Service-Error"), m.Data)
+		}
+		if len(rep.Differing) != 0 || rep.Rewritten {
+			t.Errorf("rebuild (check %v): %+v, want nothing differing: the replay applied what the live projection refused", check, rep)
+		}
+	}
+	for _, node := range []string{"forged", "elsewhere"} {
+		if _, err := e.kv.Get(context.Background(), project.NodeDocKey("w1", "f0", node)); err == nil {
+			t.Errorf("after a rebuild, the projection holds the misrouted event about node %s", node)
+		}
+	}
+}

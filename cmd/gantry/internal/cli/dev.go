@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,10 +30,11 @@ func newDevCmd() *cobra.Command {
 	var ssh hostexec.SSHConfig
 	var secretsDir string
 	var perHost int
-	var cancelWait time.Duration
+	var cancelWait, unclaimedAfter time.Duration
 	var httpAddr string
 	var metrics string
 	allowLocal := true
+	retention := planner.Retention{Age: planner.DefaultRetentionAge, Keep: planner.DefaultRetentionKeep}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run NATS (JetStream embedded) and all four services in this process",
@@ -63,6 +65,9 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			if cancelWait <= 0 {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--cancel-wait %s: a positive duration", cancelWait)}
+			}
+			if unclaimedAfter <= 0 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--unclaimed-after %s: a positive duration", unclaimedAfter)}
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			if dataDir == "" {
@@ -119,7 +124,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, Log: log, Tracer: tracers}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, UnclaimedAfter: unclaimedAfter, Log: log, Tracer: tracers, Retention: retention}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -130,8 +135,12 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "fsync every JetStream write (survives power loss; slower)")
 	addSSHFlags(cmd, &ssh)
+	rfs := flag.NewFlagSet("retention", flag.ContinueOnError)
+	planner.RegisterRetentionFlags(rfs, &retention)
+	cmd.Flags().AddGoFlagSet(rfs)
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().DurationVar(&cancelWait, "cancel-wait", planner.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them")
+	cmd.Flags().DurationVar(&unclaimedAfter, "unclaimed-after", planner.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
 	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default $"+metricsserve.Env+", else off)")
@@ -147,6 +156,7 @@ func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
 	cmd.Flags().BoolVar(&c.UseAgent, "ssh-agent", true, "also offer the keys of the ssh-agent at $SSH_AUTH_SOCK")
 	cmd.Flags().DurationVar(&c.ConnectTimeout, "ssh-connect-timeout", hostexec.DefaultConnectTimeout, "bound on setting up each hop's SSH connection: TCP, banner, key exchange and authentication")
 	cmd.Flags().DurationVar(&c.Keepalive, "ssh-keepalive", hostexec.DefaultKeepalive, "ask open SSH connections this often whether the host still answers; 3 unanswered in a row close it (negative: never)")
+	cmd.Flags().DurationVar(&c.SessionWait, "ssh-session-wait", hostexec.DefaultSessionWait, "how long a new SSH session that the host's sshd keeps refusing (its MaxSessions) is tried again, with none of gantry's own sessions on the connection to wait for, before the node fails")
 }
 
 // defaultDataDir is dev's data directory when --data-dir is not given.

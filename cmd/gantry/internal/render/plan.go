@@ -52,6 +52,9 @@ func Text(w io.Writer, p *dag.Plan) error {
 		}
 	}
 	line("on_failure: %s", p.OnFailure)
+	if p.Timeout > 0 {
+		line("timeout: %s (the whole run, from its acceptance)", p.Timeout)
+	}
 	for l, level := range p.Levels {
 		fmt.Fprintf(&b, "\nlevel %d\n", l)
 		for _, i := range level {
@@ -71,6 +74,9 @@ func Text(w io.Writer, p *dag.Plan) error {
 					deps[k] = fmt.Sprintf("%s %s", d.Formula, d.Condition)
 				}
 				line("    after: %s", strings.Join(deps, ", "))
+			}
+			if f.Timeout > 0 {
+				line("    timeout: %s (from its dispatch)", f.Timeout)
 			}
 			for k, j := range f.NodeOrder {
 				n := &f.Nodes[j]

@@ -22,8 +22,10 @@ import (
 // help. The attempt has ended when it returns; slots are the slots it
 // held, which the caller gives back (while it records the outcome) or
 // hands over to the formula's next node (their free is nil when it held
-// none). busErr (ErrBus) says the bus failed before anything started: the
-// attempt did not happen and must not count.
+// none). busErr (ErrBus) says the bus failed before anything started, and
+// ErrStopping that the executor stops and its runner started nothing: the
+// attempt did not happen (or, re-attaching, did not end here) and must
+// not count.
 func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool, slots hold, busErr error) {
 	ev = &events.NodeEvent{}
 	slots, err := nr.takeSlots(attempt)
@@ -43,6 +45,10 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		ev.EndedAt = &now
 	}()
 	final, ev, permanent = sh.steps()
+	if sh.drained != nil {
+		// The runner started nothing: the worker is stopping.
+		return final, ev, permanent, slots, fmt.Errorf("%w: %w", ErrStopping, sh.drained)
+	}
 	return final, ev, permanent, slots, nil
 }
 
@@ -82,6 +88,7 @@ type shell struct {
 	ev       *events.NodeEvent
 	seq      atomic.Int64
 	progress *progressSink
+	drained  error // a script was not started: the runner drains (hostexec.ErrDraining)
 	// doneBy is the workflow whose run of the node on the host its turn
 	// found (see turn): the attempt did not start.
 	doneBy string
@@ -104,7 +111,11 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	if sh.nr.d.Operation == dag.OpCreate && sh.nr.d.SkipAtTurnAfter != nil {
 		cmd.Turn = sh.turn
 	}
-	return sh.nr.runner.Run(sh.nr.stop, cmd)
+	res, err := sh.nr.runner.Run(sh.nr.stop, cmd)
+	if errors.Is(err, hostexec.ErrDraining) && sh.drained == nil {
+		sh.drained = err
+	}
+	return res, err
 }
 
 // turn decides, once the attempt holds the node's host lock and before
@@ -306,6 +317,9 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 		return dag.NodeSucceeded, ev, false
 	case errors.Is(err, hostexec.ErrCancelled):
 		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled: killed on the host"
+		if sh.nr.pastDeadline() {
+			ev.Reason += ": " + sh.nr.deadline()
+		}
 		return dag.NodeCancelled, ev, true
 	}
 	ev.Status = dag.NodeFailed

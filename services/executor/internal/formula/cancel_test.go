@@ -129,3 +129,21 @@ func TestPerHostLimit(t *testing.T) {
 		t.Fatal("the second node never started")
 	}
 }
+
+// A dispatch of a workflow whose run snapshot is gone (pruned after it
+// ended, the dispatch still queued) runs nothing and says nothing.
+func TestDispatchOfAPrunedWorkflowRunsNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	d := dispatch(dag.OpCreate, 1, node("n", "ok", 1))
+	d.WorkflowID = "pruned"
+	if err := h.x.Run(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.host.scripts(); len(got) != 0 {
+		t.Errorf("ran %v", got)
+	}
+	if got := h.stored(); len(got) != 0 {
+		t.Errorf("published %v", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,22 +46,43 @@ type Executor struct {
 	Log   *slog.Logger
 	// Tracer records node and attempt spans (nil: none).
 	Tracer *tracing.Tracer
+	// Stopping is done when the executor is stopping (SIGINT, SIGTERM;
+	// nil: never). Attempts that started a command run on to their end,
+	// but nothing more starts: an attempt waiting for its slots, or
+	// between two attempts, stops waiting, and one whose runner was
+	// drained (hostexec.ErrDraining) started nothing; the dispatch is
+	// given back (ErrStopping) for a redelivery to go on from the records.
+	Stopping context.Context
 
 	mu      sync.Mutex
 	sems    map[string]chan struct{}
-	running map[string]map[*context.CancelFunc]struct{} // workflow id -> cancels of its formulas in flight
-	nodes   map[*inFlight]struct{}                      // nodes in flight
+	running map[string]map[*tracked]struct{} // workflow id -> its formulas in flight
+	nodes   map[*inFlight]struct{}           // nodes in flight
 	// cancelled are the workflows seen cancelled (or cancelling) on the
 	// bus, with the generation cancelled and when it was seen: a dispatch
 	// that arrives just after the cancel event, before the run snapshot
 	// says so, must not run either.
 	cancelled map[string]cancelSeen
+	// expired are the formulas seen on the bus to be stopped because
+	// their timeout passed (WorkflowEvent.Stopping), by workflow id and
+	// formula, for the same reason.
+	expired map[string]cancelSeen
 }
 
 type cancelSeen struct {
 	generation int
 	at         time.Time
 }
+
+// tracked is a formula run in flight, killed with a cause.
+type tracked struct {
+	formula    string
+	generation int
+	kill       context.CancelCauseFunc
+}
+
+// errDeadline is why a formula is stopped when its timeout has passed.
+var errDeadline = errors.New("the formula's timeout passed")
 
 // cancelMemory is how long a cancel seen on the bus is remembered: the
 // run snapshot says so long before.
@@ -77,8 +99,43 @@ func (x *Executor) CancelWorkflow(id string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for c := range x.running[id] {
-		(*c)()
+		c.kill(nil)
 	}
+}
+
+// StopFormulas kills the nodes of the workflow's formulas (of generation
+// gen) running here, whose timeout has passed: each such formula is
+// reported failed, with the reason deadline. The stop is remembered for
+// their dispatches that arrive next, as a cancel is.
+func (x *Executor) StopFormulas(id string, gen int, formulas []string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := time.Now()
+	if x.expired == nil {
+		x.expired = map[string]cancelSeen{}
+	}
+	for k, c := range x.expired {
+		if now.Sub(c.at) > cancelMemory {
+			delete(x.expired, k)
+		}
+	}
+	for _, f := range formulas {
+		x.expired[id+"|"+f] = cancelSeen{generation: gen, at: now}
+	}
+	for c := range x.running[id] {
+		if c.generation == gen && slices.Contains(formulas, c.formula) {
+			c.kill(errDeadline)
+		}
+	}
+}
+
+// seenExpired says whether the dispatch's formula was seen on the bus to
+// be stopped for its deadline, in the dispatch's generation.
+func (x *Executor) seenExpired(d *events.Dispatch) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	c, ok := x.expired[d.WorkflowID+"|"+d.Formula]
+	return ok && c.generation == d.Generation
 }
 
 // Cancelled kills every node of generation gen (or an earlier one) of the
@@ -111,14 +168,14 @@ func (x *Executor) seenCancelled(d *events.Dispatch) bool {
 	return ok && c.generation >= d.Generation
 }
 
-func (x *Executor) track(id string, c *context.CancelFunc) func() {
+func (x *Executor) track(id string, c *tracked) func() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.running == nil {
-		x.running = map[string]map[*context.CancelFunc]struct{}{}
+		x.running = map[string]map[*tracked]struct{}{}
 	}
 	if x.running[id] == nil {
-		x.running[id] = map[*context.CancelFunc]struct{}{}
+		x.running[id] = map[*tracked]struct{}{}
 	}
 	x.running[id][c] = struct{}{}
 	return func() {
@@ -131,6 +188,51 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 	}
 }
 
+// errPruned: the dispatch's workflow has no run snapshot: it was pruned.
+var errPruned = errors.New("the workflow is no more (pruned)")
+
+// runStateCheck is how often a running formula reads its run state again.
+// A cancel comes to the executor on the bus (a core subscription), which
+// it misses while its connection is down (a NATS server restarting, a
+// network blip): the run state then stops the formula within this, well
+// inside the planner's cancel wait, and the node running is killed and
+// the next never starts.
+var runStateCheck = 5 * time.Second
+
+// watchRunState reads the run state of d's workflow every runStateCheck
+// until ctx (the formula's) ends, and kills the formula once the workflow
+// is cancelled (or cancelling) in d's generation, a later generation
+// superseded it, or the formula's timeout passed (a stop missed on the
+// bus too). A read that fails is tried again at the next tick.
+func (x *Executor) watchRunState(ctx context.Context, d *events.Dispatch, kill context.CancelCauseFunc, log *slog.Logger) {
+	t := time.NewTicker(runStateCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cancelled, later, expired, err := x.superseded(ctx, d)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Debug("cannot read the run state; reading it again later", "err", err)
+			}
+			continue
+		}
+		if cancelled || later {
+			log.Info("workflow cancelled or superseded (read in its run state): killing its nodes here", "cancelled", cancelled, "superseded", later)
+			kill(nil)
+			return
+		}
+		if expired {
+			log.Info("formula past its timeout (read in its run state): killing its nodes here")
+			kill(errDeadline)
+			return
+		}
+	}
+}
+
 // superseded reports whether the planner has cancelled the workflow (or
 // is cancelling it), or moved on to a later generation, so this dispatch
 // must not run. A run state of an earlier generation than the dispatch's
@@ -138,21 +240,21 @@ func (x *Executor) track(id string, c *context.CancelFunc) func() {
 // the dispatch (it publishes before it saves): its cancel was the earlier
 // generation's. A run state that cannot be read is an error (the
 // dispatch comes back later).
-func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later bool, err error) {
+func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later, expired bool, err error) {
 	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
 	if errors.Is(err, events.ErrNoRecord) {
-		return false, false, nil
+		return false, false, false, errPruned
 	}
 	if err != nil {
-		return false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
+		return false, false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
 	}
 	switch {
 	case w.Generation > d.Generation:
-		return false, true, nil
+		return false, true, false, nil
 	case w.Generation < d.Generation:
-		return false, false, nil
+		return false, false, false, nil
 	}
-	return w.Status == dag.WorkflowCancelled || w.Cancelling, false, nil
+	return w.Status == dag.WorkflowCancelled || w.Cancelling, false, slices.Contains(w.Expired, d.Formula), nil
 }
 
 // Handle is the consumer handler for decky.*.dispatch.
@@ -175,22 +277,33 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 	}
 	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
 		log: x.Log.With("workflow_id", d.WorkflowID, "host", d.Ref.Host, "formula", d.Formula)}
-	stop, kill := context.WithCancel(ctx)
-	defer kill()
-	// Tracked before the run state is read: a cancel published from now
-	// on kills what this delivery starts; one published before shows in
-	// the run state, or was seen on the bus.
-	defer x.track(d.WorkflowID, &kill)()
-	cancelled, later, err := x.superseded(ctx, d)
+	stop, kill := context.WithCancelCause(ctx)
+	defer kill(nil)
+	// Tracked before the run state is read: a cancel (or a stop for the
+	// formula's deadline) published from now on kills what this delivery
+	// starts; one published before shows in the run state, or was seen
+	// on the bus.
+	defer x.track(d.WorkflowID, &tracked{formula: d.Formula, generation: d.Generation, kill: kill})()
+	cancelled, later, expired, err := x.superseded(ctx, d)
+	if errors.Is(err, errPruned) {
+		// The planner writes a run's snapshot before dispatching any of
+		// it, and removes it only when it prunes the finished run: a
+		// dispatch of a pruned workflow (left in the queue) runs nothing
+		// and says nothing, so nothing of the workflow comes back.
+		f.log.Warn("dispatch of a workflow that is no more (pruned): nothing runs")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	if cancelled || later || x.seenCancelled(d) {
+	if cancelled || later || x.seenCancelled(d) || expired || x.seenExpired(d) {
 		// Nothing starts; what an earlier delivery left running on the
 		// host is killed there, and its node ends as it did.
+		f.expired = !cancelled && !later && !x.seenCancelled(d)
 		return f.stopped(ctx, later)
 	}
 	f.stop = stop
+	go x.watchRunState(stop, d, kill, f.log)
 	f.slot = x.hostSlot(d.Ref.Host)
 	if f.runner, err = x.Hosts.Runner(target(d.Host)); err != nil {
 		f.runner = unreachable{err}
@@ -215,13 +328,16 @@ func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
 
 // formulaRun is one delivery of a dispatch being run.
 type formulaRun struct {
-	x        *Executor
-	d        *events.Dispatch
-	pf       *dag.PlannedFormula
-	out      Emitter
-	runner   hostexec.Runner
-	slot     chan struct{}   // the host's capacity
-	stop     context.Context // done when the formula is cancelled: running nodes are killed
+	x      *Executor
+	d      *events.Dispatch
+	pf     *dag.PlannedFormula
+	out    Emitter
+	runner hostexec.Runner
+	slot   chan struct{}   // the host's capacity
+	stop   context.Context // done when the formula is cancelled (or its timeout passed): running nodes are killed
+	// expired: the dispatch came after its formula's timeout passed, and
+	// starts nothing (see stopped).
+	expired  bool
 	started  time.Time
 	span     trace.SpanContext // the formula's span (invalid: untraced)
 	log      *slog.Logger
@@ -339,15 +455,50 @@ func (f *formulaRun) unrecorded() bool {
 }
 
 func (f *formulaRun) cancelReason(failed []string) string {
+	if f.pastDeadline() {
+		return "not started: " + f.deadline()
+	}
 	if f.stop.Err() != nil {
 		return "cancelled"
 	}
 	return "on_failure " + string(f.d.OnFailure) + ": " + strings.Join(failed, ", ") + " failed"
 }
 
+// pastDeadline says the formula is stopped because its timeout passed.
+func (f *formulaRun) pastDeadline() bool {
+	return f.expired || (f.stop != nil && errors.Is(context.Cause(f.stop), errDeadline))
+}
+
+// deadline says whose timeout passed.
+func (f *formulaRun) deadline() string {
+	if f.d.Timeout > 0 {
+		return fmt.Sprintf("formula %s's timeout of %s passed", f.d.Formula, f.d.Timeout)
+	}
+	return fmt.Sprintf("formula %s's timeout passed", f.d.Formula)
+}
+
+// deadlineFailure is why a formula stopped for its deadline failed: its
+// nodes that had not ended (killed, or never started), and those that
+// failed before.
+func (f *formulaRun) deadlineFailure(states []dag.NodeState, failed []string) string {
+	var unfinished []string
+	for j, st := range states {
+		if !st.Done() && st != dag.NodeFailed {
+			unfinished = append(unfinished, f.pf.Nodes[j].Name)
+		}
+	}
+	why := fmt.Sprintf("deadline: %s with %d node(s) unfinished (%s)", f.deadline(), len(unfinished), strings.Join(unfinished, ", "))
+	if len(failed) > 0 {
+		why += "; node(s) failed: " + strings.Join(failed, ", ")
+	}
+	return events.BoundError(why)
+}
+
 // outcome is the formula's final state, and why when it failed.
 func (f *formulaRun) outcome(states []dag.NodeState, failed []string) (dag.FormulaState, string) {
 	switch {
+	case f.pastDeadline() && !allDone(states):
+		return dag.FormulaFailed, f.deadlineFailure(states, failed)
 	case len(failed) > 0:
 		return dag.FormulaFailed, events.BoundError("node(s) failed: " + strings.Join(failed, ", "))
 	case f.stop.Err() != nil && !allDone(states):

@@ -152,6 +152,10 @@ func newHarness() *harness {
 		runs: &events.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &events.MemoryOutbox{}}}
 	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	// The planner writes a run's snapshot before it dispatches any of it.
+	for _, id := range []string{"w1", "w2"} {
+		h.runs.Set(id, events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
+	}
 	return h
 }
 

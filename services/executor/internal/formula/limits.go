@@ -29,12 +29,15 @@ type hold struct {
 // first. A wait for a limit is announced as a node event. It returns the
 // slots, or an error (nr.stop's when the node was cancelled while waiting).
 func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
+	stopping := nr.x.stopping()
 	if nr.x.Slots == nil {
 		select {
 		case nr.slot <- struct{}{}:
 			return hold{free: func() { <-nr.slot }}, nil
 		case <-nr.stop.Done():
 			return hold{}, nr.stop.Err()
+		case <-stopping:
+			return hold{}, fmt.Errorf("%w: it waited for a slot", ErrStopping)
 		}
 	}
 	if l := nr.handed; l != nil {
@@ -61,13 +64,21 @@ func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, SlotRetryFor
 	bo.Reset()
+	actx, cancel := context.WithCancel(nr.stop)
+	defer cancel()
+	if nr.x.Stopping != nil {
+		defer context.AfterFunc(nr.x.Stopping, cancel)()
+	}
 	for {
-		lease, err := nr.x.Slots.Acquire(nr.stop, req)
+		lease, err := nr.x.Slots.Acquire(actx, req)
 		if err == nil {
 			return hold{lease: lease, free: lease.Release}, nil
 		}
 		if nr.stop.Err() != nil {
 			return hold{}, nr.stop.Err()
+		}
+		if actx.Err() != nil {
+			return hold{}, fmt.Errorf("%w: it waited for a slot", ErrStopping)
 		}
 		wait := bo.NextBackOff()
 		if wait == backoff.Stop {
@@ -77,9 +88,24 @@ func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
 		select {
 		case <-nr.stop.Done():
 			return hold{}, nr.stop.Err()
+		case <-stopping:
+			return hold{}, fmt.Errorf("%w: it waited for a slot", ErrStopping)
 		case <-time.After(wait):
 		}
 	}
+}
+
+// ErrStopping: the executor is stopping, and the attempt had started
+// nothing (it waited for slots, for an SSH session, or between attempts);
+// the dispatch is delivered again, and the attempt does not count.
+var ErrStopping = errors.New("nothing more started: the executor is stopping")
+
+// stopping is done once the executor stops (nil, never, without Stopping).
+func (x *Executor) stopping() <-chan struct{} {
+	if x.Stopping == nil {
+		return nil
+	}
+	return x.Stopping.Done()
 }
 
 // SlotRetryFor is how long an attempt tries to take its slots while the

@@ -207,6 +207,10 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 		select {
 		case <-nr.stop.Done():
 			return nr.cancelBetween(ctx)
+		case <-nr.x.stopping():
+			// The redelivery resumes from the record: the attempt that
+			// ended is read again from the host, then the next one is due.
+			return dag.NodeFailed, fmt.Errorf("%w: between two attempts", ErrStopping)
 		case <-time.After(bo.NextBackOff()):
 		}
 	}
@@ -263,6 +267,7 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 		return dag.NodeFailed, false, recordErr // nothing started; decided again (ErrChanged) or redelivered
 	}
 	if busErr != nil {
+		held.giveBackNow()
 		return dag.NodeFailed, false, busErr // nothing started and nothing counted: redelivered
 	}
 	rec := next

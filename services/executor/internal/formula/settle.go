@@ -109,18 +109,24 @@ func (f *formulaRun) stopped(ctx context.Context, later bool) error {
 		states[b.Node] = dag.NodeBlocked
 		f.emitNode(ctx, b.Node, &events.NodeEvent{Status: dag.NodeBlocked, Blocker: f.pf.Nodes[b.Blocker].Name}, 0)
 	}
+	notStarted := "not started: the workflow was cancelled"
+	if f.expired {
+		notStarted = "not started: " + f.deadline()
+	}
 	for _, j := range step.Cancelled {
 		states[j] = dag.NodeCancelled
-		f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "not started: the workflow was cancelled"}, 0)
+		f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: notStarted}, 0)
 	}
 	st, why := dag.FormulaCancelled, ""
 	switch {
+	case f.expired && !allDone(states):
+		st, why = dag.FormulaFailed, f.deadlineFailure(states, failed)
 	case len(failed) > 0:
 		st, why = dag.FormulaFailed, events.BoundError("node(s) failed: "+strings.Join(failed, ", "))
 	case allDone(states):
 		st = dag.FormulaSucceeded // everything had ended on its hosts before the cancel reached them
 	}
-	f.log.Info("dispatch of a cancelled run: nothing started", "status", st)
+	f.log.Info("dispatch of a cancelled run (or of a formula past its timeout): nothing started", "status", st)
 	f.emitFormula(ctx, st, why)
 	return f.out.Flush(ctx)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -148,4 +149,35 @@ func TestRetryDispatchRunsBeforeTheRunStateSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStored(t, h, "f running", "n running 1", "n succeeded 1", "f succeeded")
+}
+
+// A cancel this executor did not see on the bus (its connection was down
+// while the planner published it) still stops the formula it runs: the
+// run state says so, and a running formula reads it again every
+// runStateCheck. The node running is killed, and the next one never
+// starts.
+func TestCancelMissedOnTheBusStillStopsTheFormula(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
+	done := make(chan error, 1)
+	go func() {
+		done <- h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "block-n", 1), node("m", "after", 1, "n")))
+	}()
+	<-h.host.start
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning, Cancelling: true})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the formula ran on after its workflow was cancelled (the cancel was not seen on the bus)")
+	}
+	if ran := h.host.scripts(); slices.Contains(ran, "after") {
+		t.Fatalf("a node started after the cancel: ran %q", ran)
+	}
+	if r := h.record(dag.OpCreate, "n"); r.Status != dag.NodeCancelled {
+		t.Fatalf("record of the node killed: %+v, want cancelled", r)
+	}
 }

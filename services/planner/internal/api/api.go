@@ -68,6 +68,9 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 	if err := svc.AddEndpoint("validate", events.OnlyRequests(submit(true)), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
 		return nil, err
 	}
+	if err := svc.AddEndpoint("prune", events.OnlyRequests(prune(e, log)), micro.WithEndpointSubject(events.SubjectPrune)); err != nil {
+		return nil, err
+	}
 	for _, verb := range []string{events.VerbCancel, events.VerbPause, events.VerbResume, events.VerbRetry} {
 		if err := svc.AddEndpoint(verb, events.OnlyRequests(control(e, log)), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
 			return nil, err
@@ -101,6 +104,51 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 			_ = req.Error("500", err.Error(), nil)
 		default:
 			b, _ := json.Marshal(reply)
+			_ = req.Respond(b)
+		}
+	}
+}
+
+// prune answers workflow.prune: an operator's gantry prune.
+func prune(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
+	return func(req micro.Request) {
+		body, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+		if err != nil {
+			_ = req.Error("400", "bad request body: "+err.Error(), nil)
+			return
+		}
+		pr, age, err := events.ParsePruneRequest(body)
+		if err != nil {
+			_ = req.Error("400", err.Error(), nil)
+			return
+		}
+		by := principal(req)
+		rule := engine.PruneRule{OlderThan: age, DryRun: pr.DryRun, By: &by, Reason: "gantry prune"}
+		if pr.OlderThan != "" {
+			rule.Reason += " --older-than " + pr.OlderThan
+		}
+		if pr.Keep != nil {
+			rule.Keep, rule.HasKeep = *pr.Keep, true
+			rule.Reason += " --keep " + strconv.Itoa(*pr.Keep)
+		}
+		// A prune of many runs reads and deletes a lot: the client waits
+		// as long as it was told to.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		reply, err := e.Prune(ctx, rule)
+		if err != nil {
+			log.Error("prune failed", "err", err)
+			_ = req.Error("500", "prune failed: "+err.Error(), nil)
+			return
+		}
+		b, packed, err := events.EncodeBody(reply)
+		if err != nil {
+			_ = req.Error("500", "reply: "+err.Error(), nil)
+			return
+		}
+		if packed {
+			_ = req.Respond(b, micro.WithHeaders(micro.Headers{events.EncodingHeader: {events.EncodingGzip}}))
+		} else {
 			_ = req.Respond(b)
 		}
 	}

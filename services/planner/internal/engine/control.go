@@ -52,11 +52,14 @@ func (e *Engine) request(ctx context.Context, id, verb string, req events.Contro
 	if err != nil {
 		return nil, err
 	}
-	if r == nil {
+	if r == nil || r.rec.PrunedAt != nil {
 		return nil, fmt.Errorf("%w %s", ErrNotFound, id)
 	}
 	st := r.rec.Status
-	if r.rec.CancelledBy != nil && !st.Terminal() {
+	if r.stopping() {
+		if r.rec.CancelledBy == nil {
+			return nil, fmt.Errorf("%w: %s is stopping (its running formulas are being stopped): %s", ErrConflict, id, r.rec.Expired)
+		}
 		return nil, fmt.Errorf("%w: %s is being cancelled (its running formulas are being stopped)", ErrConflict, id)
 	}
 	r.rec.Requests++
@@ -120,7 +123,19 @@ func (e *Engine) resume(ctx context.Context, r *run, by *events.Principal) error
 // cancelled only then, so CANCELLED never comes before the last of its
 // work has stopped.
 func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error {
+	r.rec.CancelledBy = by
+	return e.stop(ctx, r, "not started: the workflow was cancelled")
+}
+
+// stop stops a run that is cancelled, or whose deadline passed (Expired
+// set): pending formulas are cancelled, with notStarted as their nodes'
+// reason; a gate still being checked stops being waited for; a
+// dispatched formula that no executor has taken (see untaken) is
+// cancelled here; the others are killed by their executors, and the run
+// waits for their outcomes (at most CancelWait), then ends.
+func (e *Engine) stop(ctx context.Context, r *run, notStarted string) error {
 	var d dag.Decision
+	zones := map[string]events.Takers{}
 	for _, i := range r.plan.Order {
 		switch r.state.Formula(i) {
 		case dag.FormulaPending:
@@ -130,13 +145,22 @@ func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error
 				return fmt.Errorf("cancel %s: %w", r.plan.Formulas[i].ID, err)
 			}
 			e.publishFormula(ctx, r, i, dag.FormulaCancelled, "")
+		case dag.FormulaReady:
+			why, ok := e.untaken(ctx, r, i, zones)
+			if !ok {
+				break
+			}
+			if err := r.state.SetFormula(i, dag.FormulaCancelled, -1); err != nil {
+				return fmt.Errorf("cancel %s: %w", r.plan.Formulas[i].ID, err)
+			}
+			e.recordFormula(ctx, r, i, dag.FormulaCancelled)
+			e.stopFormulaWhy(ctx, r, i, dag.FormulaCancelled, "not started: no executor took its work ("+why+")", why)
 		}
 	}
 	for _, b := range d.Cancelled {
-		e.stopFormula(ctx, r, b, dag.FormulaCancelled, dag.NodeCancelled)
+		e.stopFormulaWhy(ctx, r, b.Formula, dag.FormulaCancelled, notStarted, rolloutStop(r, b.Formula))
 	}
 	r.state.Apply(d)
-	r.rec.CancelledBy = by
 	now := e.now()
 	r.rec.CancelledAt = &now
 	e.touched(r)
@@ -145,7 +169,7 @@ func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error
 		e.awaitCancel(r)
 		return e.saveRecord(ctx, r)
 	}
-	return e.cancelled(ctx, r)
+	return e.stopped(ctx, r, "")
 }
 
 // DefaultCancelWait is how long a cancelled workflow waits, at most, for
@@ -163,7 +187,7 @@ func (e *Engine) cancelWait() time.Duration {
 // wait runs from the cancel (or from now, for a record that does not say
 // when that was), and a run loaded again keeps the end it had.
 func (e *Engine) awaitCancel(r *run) {
-	if r.rec.CancelledBy == nil || r.rec.Status.Terminal() {
+	if !r.stopping() {
 		return
 	}
 	if _, ok := e.cancelling[r.rec.ID]; ok {
@@ -206,7 +230,7 @@ func (e *Engine) ExpireCancels(ctx context.Context) {
 			if err != nil {
 				return err
 			}
-			if r == nil || r.rec.CancelledBy == nil || r.rec.Status.Terminal() {
+			if r == nil || !r.stopping() {
 				delete(e.cancelling, id)
 				return nil
 			}
@@ -224,7 +248,11 @@ func (e *Engine) ExpireCancels(ctx context.Context) {
 // expireCancel ends a cancelling run whose wait is over.
 func (e *Engine) expireCancel(ctx context.Context, r *run) error {
 	wait := e.cancelWait()
-	why := fmt.Sprintf("no outcome from its executor within %s of the cancel; an executor that picks up its work later kills what is still running on the host", wait)
+	of := "the cancel"
+	if r.rec.CancelledBy == nil && r.rec.Expired != "" {
+		of = "the deadline"
+	}
+	why := fmt.Sprintf("no outcome from its executor within %s of %s; an executor that picks up its work later kills what is still running on the host", wait, of)
 	var stopped []string
 	for _, i := range r.plan.Order {
 		switch r.state.Formula(i) {
@@ -239,9 +267,9 @@ func (e *Engine) expireCancel(ctx context.Context, r *run) error {
 			stopped = append(stopped, r.plan.Formulas[i].ID)
 		}
 	}
-	e.Log.Warn("cancelled workflow ended without the outcomes of its running formulas", "workflow_id", r.rec.ID, "waited", wait, "formulas", stopped)
+	e.Log.Warn("stopped workflow ended without the outcomes of its running formulas", "workflow_id", r.rec.ID, "waited", wait, "formulas", stopped)
 	e.touched(r)
-	return e.cancelledWhy(ctx, r, fmt.Sprintf("cancelled by request; %d running formula(s) gave no outcome within %s: %s", len(stopped), wait, strings.Join(stopped, ", ")))
+	return e.stopped(ctx, r, fmt.Sprintf("%d running formula(s) gave no outcome within %s: %s", len(stopped), wait, strings.Join(stopped, ", ")))
 }
 
 // inFlight counts the formulas dispatched to executors and not ended.
@@ -256,26 +284,36 @@ func inFlight(r *run) int {
 	return n
 }
 
-// settleCancel ends a cancelling run once nothing of it runs any more.
+// settleCancel ends a cancelling (or stopping) run once nothing of it
+// runs any more.
 func (e *Engine) settleCancel(ctx context.Context, r *run) error {
 	e.touched(r)
 	if inFlight(r) > 0 {
 		return nil
 	}
-	return e.cancelled(ctx, r)
+	return e.stopped(ctx, r, "")
 }
 
-// cancelled records and announces the end of a cancelled run.
-func (e *Engine) cancelled(ctx context.Context, r *run) error {
-	return e.cancelledWhy(ctx, r, "cancelled by request")
-}
-
-func (e *Engine) cancelledWhy(ctx context.Context, r *run, reason string) error {
+// stopped records and announces the end of a stopped run: cancelled by
+// request, or failed when its deadline passed. more is added to the
+// reason (what gave no outcome).
+func (e *Engine) stopped(ctx context.Context, r *run, more string) error {
 	delete(e.cancelling, r.rec.ID)
-	e.publishWorkflow(ctx, r, dag.WorkflowCancelled, reason, r.rec.CancelledBy)
-	r.rec.Status = dag.WorkflowCancelled
-	r.snap.Status = dag.WorkflowCancelled
+	st, reason, by := dag.WorkflowCancelled, "cancelled by request", r.rec.CancelledBy
+	if r.rec.CancelledBy == nil && r.rec.Expired != "" {
+		st, reason = dag.WorkflowFailed, r.rec.Expired
+		if r.rec.Rollback != nil && r.rec.FailReason != "" {
+			reason += " (while rolling back after " + r.rec.FailReason + ")"
+		}
+	}
+	if more != "" {
+		reason += "; " + more
+	}
+	e.publishWorkflow(ctx, r, st, reason, by)
+	r.rec.Status = st
+	r.snap.Status = st
 	e.touched(r)
+	e.Log.Info("workflow finished", "workflow_id", r.rec.ID, "status", st, "reason", reason)
 	return e.saveRecord(ctx, r)
 }
 
@@ -303,7 +341,9 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *
 	}
 	r.rec.Generation++
 	r.rec.Status = dag.WorkflowRunning
-	r.rec.CancelledBy, r.rec.CancelledAt = nil, nil
+	r.rec.CancelledBy, r.rec.CancelledAt, r.rec.Expired = nil, nil, ""
+	r.rec.setDeadline(e.now()) // a retry has the whole timeout again
+	r.snap.Deadlines, r.snap.Expired = nil, nil
 	delete(e.cancelling, r.rec.ID)
 	r.snap.Status = dag.WorkflowRunning
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)

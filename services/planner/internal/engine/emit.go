@@ -33,7 +33,7 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 	spec := r.plan.Spec(i)
 	c := r.rec.Composition
 	d := &events.Dispatch{Ref: e.ref(r, i), Host: hostSpec(c, pf.Server), MaxParallel: pf.MaxParallel, OnFailure: c.OnFailure, Order: pf.Order,
-		Limits: c.HostLimits(pf.Server), Priority: c.EffectivePriority()}
+		Limits: c.HostLimits(pf.Server), Priority: c.EffectivePriority(), Timeout: pf.Timeout}
 	if r.plan.Operation == dag.OpCreate { // not the delete plan of a rollback
 		d.SkipAtTurnAfter = r.rec.SkipAtTurnAfter
 	}
@@ -44,7 +44,9 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name],
 			NotRetried: r.notRetried(pf.ID, pn.Name)}
 	}
-	e.formulaStarted(r, i, e.now())
+	now := e.now()
+	e.formulaStarted(r, i, now)
+	e.dispatched(r, i, now)
 	ctx = r.formulaCtx(ctx, i)
 	e.publishFormula(ctx, r, i, dag.FormulaReady, "")
 	e.Out.Emit(ctx, events.HostDispatch(pf.Server, c.Hosts[pf.Server].Zone()), d, e.msgID(r, pf.ID, "dispatch"))
@@ -57,6 +59,22 @@ func (e *Engine) gate(ctx context.Context, r *run, i int) {
 	ctx = r.formulaCtx(ctx, i)
 	e.publishFormula(ctx, r, i, dag.FormulaGating, "")
 	e.Out.Emit(ctx, events.HostGate(pf.Server), g, e.msgID(r, pf.ID, "gate"))
+}
+
+// stopFormulaWhy publishes formula i stopped (fs) by the planner itself,
+// each of its nodes cancelled with the reason nodeReason, and why as the
+// formula's error.
+func (e *Engine) stopFormulaWhy(ctx context.Context, r *run, i int, fs dag.FormulaState, nodeReason, why string) {
+	pf := &r.plan.Formulas[i]
+	ctx = r.formulaCtx(ctx, i)
+	for j := range pf.Nodes {
+		ev := &events.NodeEvent{Ref: e.ref(r, i), Status: dag.NodeCancelled, SpecHash: pf.Nodes[j].SpecHash, Reason: nodeReason}
+		ev.Node = pf.Nodes[j].Name
+		e.Out.Emit(ctx, events.HostLifecycle(pf.Server), ev, e.msgID(r, pf.ID, ev.Node, string(dag.NodeCancelled)))
+	}
+	ev := e.formulaEvent(r, i, fs, "")
+	ev.Error = why
+	e.Out.Emit(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, pf.ID, string(fs)))
 }
 
 // stopFormula publishes a blocked or cancelled formula and each of its
@@ -135,8 +153,12 @@ func cancelReason(policy dag.OnFailure, blocker string) string {
 // formulas are being stopped: executors kill them on this event.
 func (e *Engine) publishCancelling(ctx context.Context, r *run, n int) {
 	now := e.now()
+	reason := fmt.Sprintf("cancelling by request: stopping %d running formula(s)", n)
+	if r.rec.CancelledBy == nil && r.rec.Expired != "" {
+		reason = fmt.Sprintf("%s: stopping %d running formula(s)", r.rec.Expired, n)
+	}
 	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
-		Status: dag.WorkflowRunning, Reason: fmt.Sprintf("cancelling by request: stopping %d running formula(s)", n),
+		Status: dag.WorkflowRunning, Reason: reason,
 		Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}, RequestedBy: r.rec.CancelledBy, Cancelling: true}
 	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", "cancelling", strconv.Itoa(r.rec.Requests)))
 }

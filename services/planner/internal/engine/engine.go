@@ -31,7 +31,10 @@ type Engine struct {
 	// whoever can write it changes what is reported, never what runs.
 	Nodes Lister[events.NodeRecord]
 	Out   Emitter
-	Log   *slog.Logger
+	// Events is the event stream, for a prune to remove a workflow's
+	// events (nil: they stay, until the stream's age limit).
+	Events EventStore
+	Log    *slog.Logger
 	// Names names known public nkeys in audit records (see named).
 	Names map[string]string
 	// Heal, when set, re-creates a stream or bucket a request found
@@ -48,6 +51,13 @@ type Engine struct {
 	// CancelWait bounds how long a cancelled workflow waits for the
 	// outcomes of its running formulas (DefaultCancelWait when 0).
 	CancelWait time.Duration
+	// Zones tells whether any executor takes a zone's dispatches; nil:
+	// the planner never looks (no work is reported unclaimed, and a
+	// cancel or deadline waits for every dispatched formula's outcome).
+	Zones Zones
+	// UnclaimedAfter is how long a dispatch may stay with no executor
+	// taking it before the planner says so (DefaultUnclaimedAfter when 0).
+	UnclaimedAfter time.Duration
 
 	mu      sync.Mutex // one unit of work at a time
 	cache   map[string]*run
@@ -62,6 +72,12 @@ type Engine struct {
 	// cancelling are the cancelling workflows this engine has loaded,
 	// with when their wait for outcomes ends.
 	cancelling map[string]time.Time
+	// timers are the runs with a deadline to keep, with when the next
+	// one is due (ExpireDeadlines).
+	timers map[string]time.Time
+	// waiting are the dispatches no executor has said it runs yet (their
+	// formula ready), with since when (CheckUnclaimed).
+	waiting map[waitKey]*waitingDispatch
 }
 
 type run struct {
@@ -164,6 +180,7 @@ func (e *Engine) newRecord(ctx context.Context, c *dag.Composition, plan *dag.Pl
 	now := e.now()
 	rec := &Record{ID: id.String(), Name: c.Name, Operation: c.Operation, Status: dag.WorkflowAccepted, Generation: 1,
 		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by, Trace: e.newTrace(ctx, now)}
+	rec.setDeadline(now)
 	if c.Operation == dag.OpCreate && !c.Reset {
 		// The revision first: every record read next is at or below it,
 		// or was written meanwhile (and may be read or not; the executor
@@ -197,7 +214,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 
 // advance begins an accepted run and steps a running one.
 func (e *Engine) advance(ctx context.Context, r *run) error {
-	if r.rec.CancelledBy != nil && !r.rec.Status.Terminal() {
+	if r.stopping() {
 		return e.settleCancel(ctx, r)
 	}
 	switch r.rec.Status {
@@ -346,6 +363,7 @@ func (e *Engine) commit(ctx context.Context) error {
 		r.dirty = false
 		e.dirty = e.dirty[1:]
 		e.settled(r)
+		e.arm(r)
 	}
 	e.countEnded()
 	return nil

@@ -26,9 +26,11 @@ type harness struct {
 	// would; the engine is not given it.
 	hosts *events.MemoryBucket[events.HostNode]
 	out   *events.MemoryOutbox
-	seen  int    // events stored before the current step
-	seq   uint64 // stream sequence of the events handled
-	id    string // the workflow submitted last
+	// errors shows a formula event's error in stored's lines.
+	errors bool
+	seen   int    // events stored before the current step
+	seq    uint64 // stream sequence of the events handled
+	id     string // the workflow submitted last
 }
 
 var operator = events.Principal{Name: "operator", Attested: true}
@@ -107,7 +109,14 @@ func (h *harness) stored() []string {
 	all := h.out.Stored()
 	var out []string
 	for _, e := range all[h.seen:] {
-		out = append(out, describe(e))
+		line := describe(e)
+		if f, ok := e.Payload.(*events.FormulaEvent); ok && h.errors && f.Error != "" {
+			line += ": " + f.Error
+		}
+		if w, ok := e.Payload.(*events.WorkflowEvent); ok && len(w.Stopping) > 0 {
+			line += " [stopping " + strings.Join(w.Stopping, ", ") + "]"
+		}
+		out = append(out, line)
 	}
 	h.seen = len(all)
 	return out

@@ -45,6 +45,8 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	r.carry()
 	e.cacheRun(r)
 	e.awaitCancel(r)
+	e.arm(r)
+	e.waitingAgain(r)
 	r.checked = true
 	e.checked = append(e.checked, r)
 	return r, nil
@@ -129,7 +131,16 @@ func (r *run) captureSnapshot() {
 		}
 	}
 	r.snap.Formulas = string(b)
-	r.snap.Cancelling = r.rec.CancelledBy != nil && !r.rec.Status.Terminal()
+	r.snap.Cancelling = r.stopping()
+	// A deadline is kept while its formula is dispatched, not after.
+	for id := range r.snap.Deadlines {
+		if i, ok := r.plan.Index(id); !ok || !dispatched(r.state.Formula(i)) {
+			delete(r.snap.Deadlines, id)
+		}
+	}
+	if len(r.snap.Deadlines) == 0 {
+		r.snap.Deadlines = nil
+	}
 }
 
 // saveSnapshot writes the run state with a compare-and-set, once every

@@ -22,6 +22,10 @@ type Records[T any] interface {
 	Put(ctx context.Context, key string, v T, rev uint64) (uint64, error)
 	// Keys lists the keys matching a KV filter ("" for all).
 	Keys(ctx context.Context, filter string) ([]string, error)
+	// Remove deletes the records matching a KV filter (a prune).
+	Remove(ctx context.Context, filter string) (uint64, error)
+	// Size counts the records matching a KV filter and their bytes.
+	Size(ctx context.Context, filter string) (events.StoreSize, error)
 }
 
 // Revisions says, without a round trip, whether a record has been written
@@ -46,6 +50,18 @@ type Lister[T any] interface {
 	// Revision is the store's last revision: what was written so far is
 	// at or below it.
 	Revision(ctx context.Context) (uint64, error)
+	// Keys lists the keys matching a KV filter.
+	Keys(ctx context.Context, filter string) ([]string, error)
+	// Size counts the records matching a KV filter and their bytes.
+	Size(ctx context.Context, filter string) (events.StoreSize, error)
+}
+
+// EventStore is the event stream (GANTRY_EVENTS) as a prune sees it:
+// events.RemoveWorkflowMessages on the stream, or a fake in tests.
+type EventStore interface {
+	// RemoveWorkflows deletes the events of the workflows in ids published
+	// within spans (none when dryRun), and says what they were.
+	RemoveWorkflows(ctx context.Context, ids map[string]bool, spans []events.Span, dryRun bool) (events.StoreSize, error)
 }
 
 // Emitter publishes the events a unit of work decides. Emit does not wait;
@@ -54,4 +70,11 @@ type Lister[T any] interface {
 type Emitter interface {
 	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
 	Flush(ctx context.Context) error
+}
+
+// Zones says whether any executor takes the dispatches of a zone ("" for
+// hosts without one): events.ZoneTakers, the state of the zone's durable
+// consumer on GANTRY_DISPATCH.
+type Zones interface {
+	Takers(ctx context.Context, zone string) (events.Takers, error)
 }

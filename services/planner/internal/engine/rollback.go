@@ -33,6 +33,7 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 	r.plan = dag.PlanLoaded(rb)
 	r.state = r.plan.NewRunState()
 	r.done = map[string]bool{}
+	r.snap.Deadlines, r.snap.Expired = nil, nil // the rollback's formulas have no timeout; the composition's still holds
 	msg := fmt.Sprintf("rolling back after %s: deleting %d formulas", reason, len(r.plan.Formulas))
 	if skipped > 0 {
 		msg += fmt.Sprintf(" (%d succeeded nodes have no delete and stay)", skipped)

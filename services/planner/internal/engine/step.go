@@ -64,7 +64,7 @@ func (e *Engine) target(ctx context.Context, ref events.Ref) (*run, int, bool, e
 		e.Log.Warn("event for an unknown workflow ignored", "workflow_id", ref.WorkflowID, "formula", ref.Formula)
 		return nil, 0, false, nil
 	}
-	if ref.Generation != r.rec.Generation || r.rec.Status == dag.WorkflowCancelled {
+	if ref.Generation != r.rec.Generation || r.rec.Status == dag.WorkflowCancelled || (r.rec.Status.Terminal() && r.rec.Expired != "") {
 		return nil, 0, false, nil
 	}
 	i, ok := r.plan.Index(ref.Formula)
@@ -113,7 +113,10 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 	if formulaFinal(r, i, st) {
 		e.recordFormula(ctx, r, i, st)
 	}
-	if r.rec.CancelledBy != nil {
+	if st != dag.FormulaReady {
+		delete(e.waiting, waitKey{r.rec.ID, r.rec.Generation, r.plan.Formulas[i].ID})
+	}
+	if r.stopping() {
 		return e.settleCancel(ctx, r) // nothing new starts, no gate is checked
 	}
 	if gated {
@@ -159,6 +162,9 @@ func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) e
 	if result == dag.WorkflowFailed {
 		if k := firstFailed(r); k >= 0 {
 			reason = "formula " + r.plan.Formulas[k].ID + " failed"
+			if r.expired(r.plan.Formulas[k].ID) {
+				reason += ": deadline: its timeout of " + r.plan.Formulas[k].Timeout.String() + " passed"
+			}
 			if why := rolloutStop(r, k); why != "" {
 				reason = why
 			}

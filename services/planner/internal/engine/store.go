@@ -43,10 +43,20 @@ type Record struct {
 	// running: the run is cancelling, and is cancelled (at the request of
 	// CancelledBy) once they have ended.
 	CancelledBy *events.Principal `json:"cancelled_by,omitempty"`
-	// CancelledAt is when that cancel was asked for: the run ends
-	// cancelled at the latest CancelWait after it, whatever its running
-	// formulas have reported (see ExpireCancels).
+	// CancelledAt is when that cancel was asked for (or the deadline
+	// passed, see Expired): the run ends at the latest CancelWait after
+	// it, whatever its running formulas have reported (see
+	// ExpireCancels).
 	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+	// Deadline is when the composition's timeout runs out for the
+	// current generation: its acceptance (or its retry) plus the timeout;
+	// nil without one.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Expired, once the deadline passed with work unfinished, says so
+	// ("deadline: the composition's timeout of 5s passed with ..."): the
+	// run stops as a cancel does (nothing new starts, executors kill what
+	// runs), and ends failed with this reason.
+	Expired string `json:"expired,omitempty"`
 	// Held and Carried are what a retry limited to nodes left as it was in
 	// the current generation: per formula the nodes that do not run, and
 	// the formulas whose failure stays (it fails the run, but does not
@@ -55,6 +65,10 @@ type Record struct {
 	Carried []string            `json:"carried,omitempty"`
 	// Trace is the workflow's trace (none when nothing traces it).
 	Trace *TraceRef `json:"trace,omitempty"`
+	// PrunedAt is set when a prune chose the finished workflow: its data
+	// is being removed, it takes no control request, and the next prune
+	// finishes the removal if this one stopped half way.
+	PrunedAt *time.Time `json:"pruned_at,omitempty"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,10 @@ type Store interface {
 	// (a lost mark costs only work redone); it may return the failure of
 	// an earlier Mark.
 	Mark(ctx context.Context, key string, val []byte) error
+	// RemoveWorkflow removes every document of a workflow (wf.<id> and
+	// wf.<id>.>), leaving nothing behind; removing what is gone does
+	// nothing.
+	RemoveWorkflow(ctx context.Context, id string) error
 }
 
 // Write is one document write of a flush.
@@ -113,6 +118,18 @@ func (s *KVStore) Mark(_ context.Context, key string, val []byte) error {
 	return err
 }
 
+// RemoveWorkflow purges the workflow's documents from the bucket's
+// stream (no delete markers stay).
+func (s *KVStore) RemoveWorkflow(ctx context.Context, id string) error {
+	stream := events.KVStream(s.KV.Bucket())
+	for _, key := range []string{WorkflowDocKey(id), WorkflowDocKey(id) + ".>"} {
+		if _, err := events.PurgeSubject(ctx, s.JS, stream, s.subject(key)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // MemStore is a Store in memory.
 type MemStore struct {
 	Vals map[string][]byte
@@ -140,6 +157,16 @@ func (s *MemStore) PutAll(_ context.Context, ws []Write) {
 		s.Vals[w.Key] = w.Val
 		ws[i].NewRev = s.revs[w.Key]
 	}
+}
+
+func (s *MemStore) RemoveWorkflow(_ context.Context, id string) error {
+	for k := range s.Vals {
+		if workflowOf(k) == id {
+			delete(s.Vals, k)
+			delete(s.revs, k)
+		}
+	}
+	return nil
 }
 
 func (s *MemStore) Mark(_ context.Context, key string, val []byte) error {
@@ -171,6 +198,12 @@ type Projector struct {
 	fresh map[string]bool
 	// applied is the highest stream sequence handled.
 	applied uint64
+	// removals are the workflows pruned by the batch under way: their
+	// documents are removed after its writes.
+	removals []string
+	// sawPruned: a pruned event was applied (a replay then lacks the
+	// pruned workflows' events).
+	sawPruned bool
 	// pos is applied again, for Await, under its own lock (mu is held
 	// through a batch's writes).
 	pos struct {
@@ -351,6 +384,22 @@ func (p *Projector) safeApply(ctx context.Context, ev *consume.Event) (err error
 // flush writes every dirty document once. If any write fails, every
 // document the batch changed is dropped from the cache, to be read again.
 func (p *Projector) flush(ctx context.Context) error {
+	if err := p.writeDirty(ctx); err != nil {
+		return err
+	}
+	for len(p.removals) > 0 {
+		if err := p.Store.RemoveWorkflow(ctx, p.removals[0]); err != nil {
+			err = fmt.Errorf("remove the documents of pruned workflow %s: %w", p.removals[0], err)
+			p.removals = nil // the batch, applied again, asks again
+			return err
+		}
+		p.removals = p.removals[1:]
+	}
+	return nil
+}
+
+// writeDirty writes every dirty document once.
+func (p *Projector) writeDirty(ctx context.Context) error {
 	if len(p.dirty) == 0 {
 		return nil
 	}
@@ -400,9 +449,19 @@ func (p *Projector) drop() {
 		delete(p.cache, k)
 	}
 	p.dirty = p.dirty[:0]
+	p.removals = nil
 }
 
 func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
+	if ev.Type == events.TypeWorkflowPruned {
+		var w events.WorkflowPruned
+		if err := events.DecodeData(ev.Envelope, &w); err != nil {
+			return err
+		}
+		p.pruned(&w)
+		p.sawPruned = true
+		return nil
+	}
 	switch ev.Type.Family() {
 	case events.FamilyWorkflow:
 		var w events.WorkflowEvent
@@ -497,7 +556,24 @@ func (p *Projector) remember(key string, val any, rev uint64) {
 
 // forget drops everything cached: the store is read again.
 func (p *Projector) forget() {
-	p.cache, p.fresh, p.dirty = nil, nil, p.dirty[:0]
+	p.cache, p.fresh, p.dirty, p.removals = nil, nil, p.dirty[:0], nil
+}
+
+// pruned forgets a pruned workflow's documents, cached or to be written,
+// and removes them from the store with the batch's writes. The state-store
+// keeps nothing of it but what the per-host projection (host.*) holds.
+func (p *Projector) pruned(ev *events.WorkflowPruned) {
+	id := ev.WorkflowID
+	for k := range p.cache {
+		if workflowOf(k) == id {
+			delete(p.cache, k)
+		}
+	}
+	p.dirty = slices.DeleteFunc(p.dirty, func(k string) bool { return workflowOf(k) == id })
+	delete(p.fresh, id)
+	if !slices.Contains(p.removals, id) {
+		p.removals = append(p.removals, id)
+	}
 }
 
 // put records v as key's new value, to be written over revision rev at
@@ -608,9 +684,22 @@ func (p *Projector) formulaDoc(ctx context.Context, ev *consume.Event, r events.
 }
 
 func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.FormulaEvent) error {
+	var was *events.FormulaDoc
+	if cur, _, err := get[events.FormulaDoc](ctx, p, FormulaDocKey(e.WorkflowID, e.Formula), true); err != nil {
+		return err
+	} else if cur != nil {
+		c := *cur
+		was = &c
+	}
 	f, rev, ok, err := p.formulaDoc(ctx, ev, e.Ref)
 	if !ok || err != nil {
 		return err
+	}
+	if e.Status == dag.FormulaReady && was != nil && was.Generation == e.Generation && was.Status != dag.FormulaPending && was.Status != dag.FormulaReady {
+		// The planner's word that no executor has taken the formula's
+		// work, stored after an executor took it: the formula has moved
+		// on, and stays as it is.
+		return p.put(ctx, FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
 	}
 	f.Status, f.Blocker, f.Error = e.Status, e.Blocker, e.Error
 	if e.Status == dag.FormulaRunning || (f.StartedAt == nil && e.StartedAt != nil) {

@@ -20,17 +20,18 @@ import (
 // Replay builds the projection from the event stream into memory, applying
 // every event the stream still holds up to stream sequence upTo (0: the
 // whole stream). first is the first sequence the stream holds: events
-// before it are gone.
-func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (mem *MemStore, first uint64, err error) {
+// before it are gone. pruned says the stream held a pruned event: the
+// events of a pruned workflow are gone from the middle of it.
+func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (mem *MemStore, first uint64, pruned bool, err error) {
 	mem = NewMemStore()
 	p := &Projector{Store: mem}
 	if first, err = p.replay(ctx, js, upTo); err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	if err := p.flush(ctx); err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, 0, false, fmt.Errorf("replay: %w", err)
 	}
-	return mem, first, nil
+	return mem, first, p.sawPruned, nil
 }
 
 func (p *Projector) replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (uint64, error) {
@@ -69,7 +70,9 @@ func (p *Projector) replayRange(ctx context.Context, js jetstream.JetStream, upT
 			if seq > upTo {
 				return nil
 			}
-			if env, err := events.Parse(m.Data()); err == nil {
+			// What the live projection refused (events.Admit: forged or
+			// misrouted; it logged and counted it) a replay refuses too.
+			if env, err := events.Parse(m.Data()); err == nil && events.Admit(m.Subject(), env) == nil {
 				ev := &consume.Event{Envelope: env, Subject: m.Subject(), Stream: seq}
 				if err := p.apply(ctx, ev); err != nil && !unprojectable(err) {
 					return fmt.Errorf("replay at %d: %w", seq, err)
@@ -159,8 +162,9 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 	defer p.mu.Unlock()
 	var mem *MemStore
 	var first uint64
+	var pruned bool
 	err := retryNoResponders(ctx, func() (err error) {
-		mem, first, err = Replay(ctx, js, p.applied)
+		mem, first, pruned, err = Replay(ctx, js, p.applied)
 		return err
 	})
 	if err != nil {
@@ -196,11 +200,15 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 	}
 	sort.Strings(rep.Differing)
 	rewrite := rep.Differing
-	if first > 1 && p.applied > 0 {
+	if (first > 1 || pruned) && p.applied > 0 {
 		// Events are gone: a replay cannot stand for what they built.
 		// Only documents the projection lacks are written; the others
 		// are kept as they are.
-		rep.Lost = fmt.Sprintf("events 1-%d are no longer in %s (purged, or older than its age limit): the documents they built cannot be rebuilt, and are kept as they are", first-1, events.StreamEvents)
+		if first > 1 {
+			rep.Lost = fmt.Sprintf("events 1-%d are no longer in %s (purged, or older than its age limit): the documents they built cannot be rebuilt, and are kept as they are", first-1, events.StreamEvents)
+		} else {
+			rep.Lost = fmt.Sprintf("the events of pruned workflows are no longer in %s: the per-host documents they built cannot be rebuilt, and are kept as they are", events.StreamEvents)
+		}
 		rewrite = nil
 		for _, k := range rep.Differing {
 			if _, ok := live[k]; ok {
