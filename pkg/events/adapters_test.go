@@ -187,6 +187,22 @@ func TestEntriesOfAWorkflowOnJetStream(t *testing.T) {
 	if err != nil || len(none) != 0 || len(bad) != 0 {
 		t.Fatalf("no records: %v %v %v", none, bad, err)
 	}
+	// The bucket's revision, as the planner reads it: what was written
+	// is at or below it, what is written next above.
+	before, err := read.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, rev, err := read.Get(ctx, damaged); rev > before || !errors.Is(err, events.ErrBadRecord) {
+		t.Fatalf("the last record written is at %d, after the bucket's revision %d (%v)", rev, before, err)
+	}
+	next, err := store.Put(ctx, events.NodeKey(other, dag.OpCreate, "app-h001", "conf"), events.NodeRecord{Status: dag.NodeSucceeded}, 0)
+	if err != nil || next <= before {
+		t.Fatalf("a record written next is at %d, not after %d: %v", next, before, err)
+	}
+	if after, err := read.Revision(ctx); err != nil || after != next {
+		t.Fatalf("revision %d after a write at %d: %v", after, next, err)
+	}
 }
 
 func TestMemoryBucketFilters(t *testing.T) {

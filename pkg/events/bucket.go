@@ -85,6 +85,22 @@ func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64
 	return n, nil
 }
 
+// Revision is the bucket's last revision: every record written so far
+// has a revision at or below it, every record written later one above
+// (revisions are the sequences of the bucket's stream; a bucket made
+// again starts from 1).
+func (b Bucket[T]) Revision(ctx context.Context) (uint64, error) {
+	st, err := b.KV.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the revision of %s: %w", b.KV.Bucket(), err)
+	}
+	s, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || s.StreamInfo() == nil {
+		return 0, fmt.Errorf("read the revision of %s: no stream state", b.KV.Bucket())
+	}
+	return s.StreamInfo().State.LastSeq, nil
+}
+
 // Keys lists the keys matching filter (a KV subject filter: "host.h1.>";
 // "" for every key). No keys is an empty list, not an error.
 func (b Bucket[T]) Keys(ctx context.Context, filter string) ([]string, error) {
@@ -314,6 +330,16 @@ func (m *MemoryBucket[T]) Put(_ context.Context, key string, v T, rev uint64) (u
 	}
 	m.rev++
 	m.recs[key] = memRecord{data: data, rev: m.rev}
+	return m.rev, nil
+}
+
+// Revision is Bucket.Revision.
+func (m *MemoryBucket[T]) Revision(context.Context) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fail("revision", ""); err != nil {
+		return 0, err
+	}
 	return m.rev, nil
 }
 

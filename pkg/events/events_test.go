@@ -70,7 +70,7 @@ func samples() map[string]events.Payload {
 		"progress_update": &events.ProgressEvent{Ref: ref, Attempt: 2, Percent: 42},
 		"log_line":        &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: 42, Line: "Unpacking containerd ..."},
 		"dispatch": &events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportSSH, Address: "10.0.0.10:22", User: "root"},
-			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"}, Priority: 90, Timeout: dag.Duration(15 * time.Minute),
+			MaxParallel: 1, OnFailure: dag.OnFailureStop, Order: []string{"containerd", "containerd-config"}, Priority: 90, SkipAtTurnAfter: ptr(uint64(4711)), Timeout: dag.Duration(15 * time.Minute),
 			Limits: []dag.SlotLimit{{ID: "h-3f2a9c0d1e4b5a67", Name: "host cp-0", MaxParallel: 4}, {ID: "l-9a8b7c6d5e4f3a21", Name: "provider=hetzner", MaxParallel: 10}},
 			Nodes: []events.WorkNode{
 				{Name: "containerd", Command: "apt-get install -y containerd", Check: "command -v containerd", Timeout: dag.Duration(10 * time.Minute),
@@ -312,3 +312,5 @@ func TestIsRequest(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -230,6 +230,17 @@ type Dispatch struct {
 	// the host's own limit with --per-host, and dag.DefaultPriority.
 	Limits   []dag.SlotLimit `json:"limits,omitempty"`
 	Priority int             `json:"priority,omitempty"`
+	// SkipAtTurnAfter, on a create, has its nodes that are not already
+	// done skipped at their turn on the host (once the attempt holds the
+	// host lock, before it starts) when another workflow's create of the
+	// same node there succeeded with the same spec hash and is recorded in
+	// gantry_nodes at a revision after this one. It is the revision of
+	// gantry_nodes up to which the planner had read the node records when
+	// it decided what is already done: a success recorded by then was
+	// known, and is not skipped again at the turn. Absent: nothing is
+	// skipped at the turn (reset: true, another operation, or a planner
+	// from before).
+	SkipAtTurnAfter *uint64 `json:"skip_at_turn_after,omitempty"`
 	// Timeout is the formula's (0: none). The planner keeps the time and
 	// says when it has passed (WorkflowEvent.Stopping, RunSnapshot.Expired);
 	// the executor names it in the failure it reports.

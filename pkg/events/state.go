@@ -95,6 +95,7 @@ type NodeDoc struct {
 	ExitCode    *int          `json:"exit_code,omitempty"`
 	Error       string        `json:"error,omitempty"`
 	Blocker     string        `json:"blocker,omitempty"`
+	Reason      string        `json:"reason,omitempty"` // of its last transition: why skipped or cancelled, what it waits for
 	Check       CheckResult   `json:"check,omitempty"`
 	SpecHash    string        `json:"spec_hash,omitempty"`
 	StartedAt   *time.Time    `json:"started_at,omitempty"`

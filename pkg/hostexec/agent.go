@@ -53,18 +53,35 @@ const agentMarker = "__gantry_agent "
 // agentScript is the agent: it reads requests on stdin, each a line
 // "<n> <header>" followed by n lines of text. The header (shell
 // assignments the client writes) sets _ga (the attempt), _gk (the lock,
-// or empty), _gb (the attempts directory), _gz (the request's nonce), _gv
-// (the token a follow session of the request writes: not the nonce, which
-// the command must not learn) and
-// _gw (today's sweep stamp). The text is the command's environment and
-// script, run in a subshell with the output going to the attempt's files.
-// The agent answers "S <pgid> <dir>" once the attempt is claimed and
-// started, or "R" when the attempt exists already (the client
-// re-attaches); once the attempt ended, it sends the output the client
-// does not follow, then "<nonce> <exit status>" on stdout and "<nonce>"
-// on stderr, each on a line of its own after a newline. Writes to a
-// connection that is gone fail without ending the agent (SIGPIPE
-// ignored; the command gets the default back).
+// or empty), _gm (the attempt's mark, or empty), _gT (1: ask the client
+// when the lock's last holder left the same mark and exit status 0), _gb
+// (the attempts directory), _gz (the request's nonce), _gv (the token a
+// follow session of the request writes: not the nonce, which the command
+// must not learn) and _gw (today's sweep stamp). The text is the
+// command's environment and script, run in a subshell with the output
+// going to the attempt's files.
+//
+// The agent answers "R" when the attempt exists already (the client
+// re-attaches). Otherwise it takes the lock first, before it claims the
+// attempt: when it has to wait it says "W <holder>" (the attempt that
+// holds the lock) and waits. Holding the lock, it reads the holder file
+// (the last attempt to hold it and its mark) and that attempt's exit
+// status, names itself there (so one that waits now says for whom), and
+// asks "T <waited 0|1> <exit status|-> <attempt|-> <mark|->" when it
+// waited, or when _gT is set and the last holder left this mark and exit
+// status 0; it starts only on the answer "run", and otherwise puts the
+// holder file back as it was, lets the lock go and answers "K": nothing of
+// the attempt started (a client that is gone answers nothing: an agent
+// left waiting for a lock by a dropped connection starts nothing once it
+// gets it). Then it claims the attempt (the atomic create of its run file;
+// "R" when another did first), makes its output files, answers "S <pgid>
+// <dir>" and starts the command. Once the attempt ended,
+// it sends the output the client does not follow, then "<nonce> <exit
+// status>" on stdout and "<nonce>" on stderr, each on a line of its own
+// after a newline. Writes to a connection that is gone fail without
+// ending the agent (SIGPIPE ignored; the command gets the default back).
+// What goes wrong with the lock is kept out of the attempt's output (an
+// attempt that cannot take its lock runs without it, as before).
 const agentScript = `trap '' PIPE
 ` + recordID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 printf '` + agentMarker + `%s\n' "$$"
@@ -73,12 +90,25 @@ while IFS= read -r _gq; do
   while [ "$_gi" -lt "$_gl" ] && IFS= read -r _gr; do _gt="$_gt$_gr
 "; _gi=$((_gi+1)); done
   [ "$_gi" -eq "$_gl" ] || exit 0
-  _gk=; eval "$_gh"; _gd="$_gb/$_ga"
-  if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
-    _gI
+  _gk=; _gm=; _gT=; eval "$_gh"; _gd="$_gb/$_ga"; _gL="$_gb/../locks/$_gk"; _gA=run
+  if [ -e "$_gd.run" ]; then _gA=claimed
+  elif [ -n "$_gk" ] && { [ -d "$_gb/../locks" ] || mkdir -p -m 700 "$_gb" "$_gb/../locks"; } && command exec 9>>"$_gL"; then
+    _gW=0
+    flock -n 9 || { _gP=; read -r _gP _gM <"$_gL.holder"; printf 'W %s\n' "$_gP"; _gW=1; flock 9; }
+    _gS=; _gP=; _gM=; _gE=; IFS= read -r _gS <"$_gL.holder"; _gP=${_gS%% *}
+    case $_gS in *' '*) _gM=${_gS#* } ;; esac
+    case $_gP in ''|.*|*/*) _gP= ;; *) { read -r _gE; read -r _gE; } <"$_gb/$_gP.run" ;; esac
+    echo "$_ga${_gm:+ $_gm}" >"$_gL.holder"
+    if [ "$_gW" = 1 ] || { [ -n "$_gT" ] && [ -n "$_gm" ] && [ "$_gM" = "$_gm" ] && [ "$_gE" = 0 ]; }; then
+      printf 'T %s %s %s %s\n' "$_gW" "${_gE:--}" "${_gP:--}" "${_gM:--}"
+      IFS= read -r _gA || _gA=
+      [ "$_gA" = run ] || { printf '%s\n' "$_gS" >"$_gL.holder"; exec 9>&-; _gA=declined; }
+    fi
+  fi 2>/dev/null
+  if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; }; then
+    _gI; : >>"$_gd.out"; : >>"$_gd.err"
     [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
-    if [ -n "$_gk" ]; then { [ -d "$_gb/../locks" ] || mkdir -p "$_gb/../locks"; } && exec 9>>"$_gb/../locks/$_gk" && { flock -n 9 || { read -r _gx 2>/dev/null <"$_gb/../locks/$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }; } && echo "$_ga" >"$_gb/../locks/$_gk.holder"; fi 2>>"$_gd.err"
     ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
     _gx=$?
     echo "$_gx" >>"$_gd.run"
@@ -87,7 +117,10 @@ while IFS= read -r _gq; do
     [ -n "$_gf" ] && kill "$_gf" 2>/dev/null
     [ "$_gy" = "$_gv" ] || { [ -s "$_gd.out" ] && cat "$_gd.out"; [ -s "$_gd.err" ] && cat "$_gd.err" >&2; }
     printf '\n%s %s\n' "$_gz" "$_gx"; printf '\n%s\n' "$_gz" >&2
+  elif [ "$_gA" = declined ]; then
+    printf 'K\n'
   else
+    exec 9>&-
     printf 'R\n'
   fi
   unset _gt _gr
@@ -100,15 +133,18 @@ done
 // token of the request it follows, is ended by the agent at once when the attempt
 // ends; without it (the agent was killed), the waiter notices within a
 // second. token is the request's follow token (never its nonce: the
-// command can read this script's argv and the file).
+// command can read this script's argv and the file). The agent makes the
+// output files before it says the attempt started, so they are there to
+// follow; what tail itself would complain about goes nowhere, never into
+// the attempt's output.
 func followScript(dir string, pgid int, token string) string {
 	return `echo ` + followMarker + `; _gd=` + shellQuote(dir) + `; _gp=` + strconv.Itoa(pgid) + `
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ]; }
 ( until _ge || ! kill -0 "$_gp" 2>/dev/null; do sleep 1; done ) & _gw=$!
 echo "$_gw ` + token + `" >"$_gd.f"
 _ge && kill "$_gw" 2>/dev/null
-tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.out" & _gt=$!
-tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.err" >&2
+tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.out" 2>/dev/null & _gt=$!
+tail -c +1 -s 0.05 -f --pid="$_gw" "$_gd.err" >&2 2>/dev/null
 wait $_gt
 `
 }
@@ -301,7 +337,11 @@ func agentRequest(cmd Command, ex string) (req, nonce, token string, err error) 
 	} else if ok {
 		base = `"$_gH/.gantry/attempts"`
 	}
-	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gH=" + home + "; _gb=" + base + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
+	turn := ""
+	if cmd.Turn != nil {
+		turn = "1"
+	}
+	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; _gH=" + home + "; _gb=" + base + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
 	text := sec + ex + "eval " + shellQuote(cmd.Script) + "\n"
 	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, token, nil
 }
@@ -340,23 +380,17 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 		c.dropAgent(a)
 		return res, errAgentGone
 	}
-	started, err := a.out.ReadString('\n')
-	switch {
-	case err != nil:
-		c.dropAgent(a)
-		return res, errAgentGone
-	case started == "R\n":
-		c.putAgent(a)
-		return res, errClaimed
-	case !strings.HasPrefix(started, "S "):
-		c.dropAgent(a)
-		return res, fmt.Errorf("%w on %s: the agent answered %q", ErrSession, r.address, started)
-	}
-	m := marked{pgid: a.pgid}
-	m.dir = strings.TrimSpace(strings.SplitN(started, " ", 3)[2])
 	mask := newMasker(cmd.Secrets)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
+	started, err := r.awaitStart(rctx, c, a, cmd, errOut)
+	if err != nil {
+		errOut.flush()
+		res.Ended, res.Stderr = time.Now(), errOut.String() // the wait for the lock, said
+		return res, err
+	}
+	m := marked{pgid: a.pgid}
+	m.dir = strings.TrimSpace(strings.SplitN(started, " ", 3)[2])
 	code, werr := r.awaitAgent(rctx, c, a, m, nonce, token, out, errOut)
 	out.flush()
 	errOut.flush()
@@ -367,6 +401,100 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 	c.putAgent(a)
 	res.ExitCode = code
 	return res, nil
+}
+
+// awaitStart reads the agent's answers to a request until the attempt
+// started ("S <pgid> <dir>", returned). On the way the agent may say it
+// waits for the host lock ("W <holder>": the waiting line goes to errOut,
+// as the session supervisor prints it) and ask whether the attempt is to
+// start ("T ...": answered from cmd.Turn; "no" once rctx is done). It
+// returns errClaimed ("R": re-attach), ErrDeclined ("K" after Turn said
+// no), errAgentGone, or rctx's error: then the agent is dropped, and one
+// still waiting for the lock starts nothing once it gets it (its question
+// goes unanswered).
+func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd Command, errOut *output) (string, error) {
+	type answer struct {
+		line string
+		err  error
+	}
+	lines := make(chan answer, 1)
+	var declined error
+	for {
+		go func() {
+			l, err := a.out.ReadString('\n')
+			lines <- answer{l, err}
+		}()
+		var got answer
+		select {
+		case got = <-lines:
+		case <-rctx.Done():
+			c.dropAgent(a) // its read ends with the session
+			return "", endErr(rctx)
+		}
+		l := got.line
+		switch {
+		case got.err != nil:
+			c.dropAgent(a)
+			return "", errAgentGone
+		case strings.HasPrefix(l, "S "):
+			return l, nil
+		case l == "R\n":
+			c.putAgent(a)
+			return "", errClaimed
+		case l == "K\n" && declined != nil:
+			c.putAgent(a)
+			return "", declined
+		case strings.HasPrefix(l, "W "):
+			_, _ = errOut.Write([]byte(waitingLine(strings.TrimSpace(l[2:]))))
+			continue
+		case strings.HasPrefix(l, "T "):
+			h := parseTurn(l)
+			start := rctx.Err() == nil && (cmd.Turn == nil || cmd.Turn(h))
+			if start && rctx.Err() != nil {
+				start = false // it ended while Turn decided
+			}
+			ans := "run\n"
+			if !start {
+				ans, declined = "no\n", ErrDeclined
+				if rctx.Err() != nil {
+					declined = endErr(rctx)
+				}
+			}
+			if _, err := io.WriteString(a.in, ans); err != nil {
+				c.dropAgent(a)
+				return "", errAgentGone
+			}
+			continue
+		}
+		c.dropAgent(a)
+		return "", fmt.Errorf("%w on %s: the agent answered %q", ErrSession, r.address, l)
+	}
+}
+
+// waitingLine is what an attempt that waits for its host lock says on its
+// stderr: the attempt holding it.
+func waitingLine(holder string) string {
+	return "gantry: waiting for " + holder + " on this host\n"
+}
+
+// parseTurn reads an agent's question "T <waited> <exit|-> <attempt|->
+// <mark|->".
+func parseTurn(l string) Holder {
+	f := strings.SplitN(strings.TrimSpace(l), " ", 5)
+	for len(f) < 5 {
+		f = append(f, "-")
+	}
+	h := Holder{Waited: f[1] == "1", ExitCode: -1}
+	if n, err := strconv.Atoi(f[2]); err == nil {
+		h.ExitCode = n
+	}
+	if f[3] != "-" {
+		h.Attempt = f[3]
+	}
+	if f[4] != "-" {
+		h.Mark = f[4]
+	}
+	return h
 }
 
 // ending is where an attempt's output goes once the agent sends it at

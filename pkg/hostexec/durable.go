@@ -87,7 +87,7 @@ const checkID = `_gJ() { _gB=; _gS=; { read -r _gB _gS <"$_gd.id"; } 2>/dev/null
 // one of them. held says the caller took the lock already and passes it
 // on fd 3 (transport local: see Local.Run): the script keeps it on fd 9
 // for the attempt, and drops it when it re-attaches instead.
-func superviseScript(attempt, lock, ex, script string, held bool) string {
+func superviseScript(attempt, lock, mark, ex, script string, held bool) string {
 	q := shellQuote
 	// The attempt starts where its run file can be created with its pid
 	// (noclobber: an atomic create; echo is a builtin that a failed
@@ -105,7 +105,10 @@ func superviseScript(attempt, lock, ex, script string, held bool) string {
 	// right after another created the run file waits (at most 5 s) for the
 	// pid in it, rather than take the attempt for lost; a pid that is no
 	// longer the supervisor's (checkID) is not waited for, nor handed on
-	// to be killed.
+	// to be killed. The output files are made with the claim, so one that
+	// re-attaches finds them (the tees make them too, a moment later), and
+	// a re-attach's tails keep their own complaints out of the output:
+	// only the command writes there.
 	//
 	// Attempts started by an earlier version kept the pid and the exit
 	// status in <attempt>.pid and <attempt>.exit: re-attaching reads those
@@ -118,10 +121,10 @@ func superviseScript(attempt, lock, ex, script string, held bool) string {
 ` + recordID + checkID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
-  _gI
+  _gI; : >>"$_gd.out"; : >>"$_gd.err"
   [ -e "$_gb/.swept-` + sweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + sweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
   trap '' PIPE; printf '` + pidMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
-  { { ` + hostLock(lock, held) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
+  { { ` + hostLock(lock, mark, held) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
   ` + drop + `_gi=0; until { _gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
   [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
@@ -129,8 +132,8 @@ else
   printf '` + pidMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null && ! _ge; then
     ( until _ge || ! kill -0 "$_gp" 2>/dev/null || ! _gJ "$_gp"; do sleep 0.1; done ) & _gw=$!
-    tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.out" & _gt=$!
-    tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.err" >&2
+    tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.out" 2>/dev/null & _gt=$!
+    tail -c +1 -s 0.1 -f --pid="$_gw" "$_gd.err" >&2 2>/dev/null
     wait $_gt
   else
     cat "$_gd.out" 2>/dev/null; cat "$_gd.err" >&2 2>/dev/null
@@ -147,17 +150,28 @@ exit ` + strconv.Itoa(lostExit) + `
 // empty) on fd 9 for the rest of the attempt: one attempt holds it at a
 // time, on this host, whichever executor or workflow started it. One that
 // has to wait says for whom, on stderr. held: the shell holds it on fd 9
-// already, and only says it is the holder.
-func hostLock(lock string, held bool) string {
+// already, and only says it is the holder. The holder file names the
+// attempt, followed by its mark when it has one (holderLine).
+func hostLock(lock, mark string, held bool) string {
 	if lock == "" {
 		return ""
 	}
 	dir := `"$_gb/../locks"`
 	l := dir + `/` + shellQuote(lock)
 	if held {
-		return `echo "${_gd##*/}" >` + l + `.holder; `
+		return `echo "${_gd##*/}` + markWord(mark) + `" >` + l + `.holder; `
 	}
-	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && exec 9>>` + l + ` && { flock -n 9 || { read -r _gh 2>/dev/null <` + l + `.holder; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}" >` + l + `.holder; `
+	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && command exec 9>>` + l + ` && { flock -n 9 || { read -r _gh _gj 2>/dev/null <` + l + `.holder; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}` + markWord(mark) + `" >` + l + `.holder; `
+}
+
+// markWord is what follows an attempt id in a lock's holder file: a
+// space and the attempt's mark, or nothing. (A mark has the characters
+// of an attempt id: it needs no quoting.)
+func markWord(mark string) string {
+	if mark == "" {
+		return ""
+	}
+	return " " + mark
 }
 
 // killScript ends a process group (SIGTERM, then SIGKILL after about two

@@ -149,7 +149,7 @@ func TestDurableLocalReattach(t *testing.T) {
 	dir := t.TempDir()
 	cmd := durable(dir, "w1.1.f.n.1", nil)
 	ex, _ := exports(cmd.Env)
-	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script, false))
+	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, "", ex, cmd.Script, false))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {
@@ -281,7 +281,7 @@ func TestDurableSurvivesAClosedConnectionAtStart(t *testing.T) {
 	dir := t.TempDir()
 	cmd := durable(dir, "w1.1.f.n.1", nil)
 	ex, _ := exports(cmd.Env)
-	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script, false))
+	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, "", ex, cmd.Script, false))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -399,10 +399,10 @@ func countFlock(t *testing.T, dir string) (calls string) {
 	return calls
 }
 
-// Locally the runner takes a free host lock itself and hands it to the
-// supervisor, which then starts no flock; a lock held elsewhere is still
-// waited for by the supervisor's flock, and the command runs only once it
-// is free.
+// Locally the runner takes the host lock itself and hands it to the
+// supervisor, which then starts no flock; a lock held elsewhere is waited
+// for by the runner too (saying so on the attempt's stderr), before the
+// attempt is claimed, and the command runs only once it is free.
 func TestLocalLockTakenWithoutFlock(t *testing.T) {
 	dir := t.TempDir()
 	calls := countFlock(t, dir)
@@ -437,8 +437,8 @@ func TestLocalLockTakenWithoutFlock(t *testing.T) {
 	released := time.Now().Add(500 * time.Millisecond)
 	time.AfterFunc(500*time.Millisecond, func() { holder.Close() })
 	res := run("a.3", "date +%s.%N")
-	if !strings.Contains(res.Stderr, "gantry: waiting for") || count() != 2 {
-		t.Fatalf("a held lock: stderr %q, %d flock calls (want the waiting line, and flock -n then flock)", res.Stderr, count())
+	if res.Stderr != "gantry: waiting for a.2 on this host\n" || count() != 0 {
+		t.Fatalf("a held lock: stderr %q, %d flock calls (want the waiting line, and none)", res.Stderr, count())
 	}
 	var sec, nsec int64
 	if _, err := fmt.Sscanf(strings.Replace(strings.TrimSpace(res.Stdout), ".", " ", 1), "%d %d", &sec, &nsec); err != nil {

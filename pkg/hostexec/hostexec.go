@@ -92,8 +92,28 @@ type Command struct {
 	Attempt string
 	// Lock, with Attempt, names a lock on the host that the command holds
 	// while it runs: commands with the same Lock never run at once on one
-	// host, across executors and workflows (flock).
+	// host, across executors and workflows (flock). The attempt takes it
+	// before it claims its id on the host: one that has to wait for it
+	// has started nothing yet (see Turn).
 	Lock string
+	// Mark, with Lock, is a word (the characters of an attempt id) that
+	// the attempt leaves beside its id in the lock's holder file once it
+	// holds the lock and starts: what it is, for the attempts that take
+	// the lock after it (the executor marks the node's operation and
+	// spec hash).
+	Mark string
+	// Turn, with Lock, decides whether the attempt starts once it holds
+	// its lock, before anything of it starts on the host. It is asked
+	// when the attempt that held the lock last left the same Mark and
+	// recorded exit status 0, and when the attempt had to wait for the
+	// lock. Returning false starts nothing: the lock is let go, the
+	// attempt id stays unused on the host, and Run returns ErrDeclined.
+	// An attempt that had to wait starts only once its worker has said
+	// so (Turn, or nothing to ask and ctx not done): a worker that is gone
+	// or gave up meanwhile leaves nothing to start later. Over SSH an
+	// attempt is asked only in a host agent (see usesAgent); in a session
+	// of its own it starts once it holds the lock, as before.
+	Turn func(Holder) bool
 	// Settle, with Attempt, starts nothing: it ends the attempt on its
 	// host if it still runs, as a cancel would, and says how the attempt
 	// ended (see settle.go). Script, OnLine, BeforeStart, Timeout and
@@ -122,7 +142,31 @@ func shellTextHeld(cmd Command, ex string, held bool) (string, error) {
 			return "", fmt.Errorf("lock: %w", err)
 		}
 	}
-	return superviseScript(cmd.Attempt, cmd.Lock, ex, cmd.Script, held), nil
+	if cmd.Mark != "" {
+		if err := validAttempt(cmd.Mark); err != nil {
+			return "", fmt.Errorf("mark: %w", err)
+		}
+	}
+	return superviseScript(cmd.Attempt, cmd.Lock, cmd.Mark, ex, cmd.Script, held), nil
+}
+
+// Holder is the attempt that held a host lock last, as an attempt that
+// has just taken the lock finds it (Command.Turn).
+type Holder struct {
+	Attempt  string // its id; "" when the lock was never held (or its holder file is unreadable)
+	Mark     string // the Mark it left
+	ExitCode int    // its recorded exit status; -1 when none is recorded
+	Waited   bool   // the attempt being asked had to wait for the lock
+}
+
+// ErrDeclined: Command.Turn said the attempt is not to start; nothing of
+// it started on the host.
+var ErrDeclined = errors.New("not started: declined at its turn")
+
+// asks says whether an attempt that holds its lock is to be asked
+// before it starts (see Command.Turn).
+func (cmd Command) asks(h Holder) bool {
+	return h.Waited || (cmd.Turn != nil && cmd.Mark != "" && h.Mark == cmd.Mark && h.ExitCode == 0)
 }
 
 // ErrNotStarted wraps a BeforeStart failure.

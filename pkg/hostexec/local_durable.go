@@ -9,17 +9,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A durable attempt with transport local is supervised by a shell that
 // records it in the same files as over SSH (durable.go), but the worker
-// does the rest itself: it claims the attempt (an exclusive create of the
-// run file), takes the lock (takeLock), gives the command the output
-// files as its stdout and stderr, and follows those files for the
-// output's lines. The host then pays one program start (sh) and a
+// does the rest itself: it takes the lock, waiting for it, and asks the
+// attempt's Turn (takeLocalTurn), claims the attempt (an exclusive create
+// of the run file), gives the command the output files as its stdout and
+// stderr, and follows those files for the output's lines. The host then pays one program start (sh) and a
 // subshell per attempt, and no tee or flock. The shell records its pid
 // (the process group) first and the exit status last, and outlives the
 // worker. An attempt found claimed already is re-attached to by the
@@ -116,22 +119,26 @@ func localAttemptScript(cmd Command, ex, run string, held bool) string {
 	if held {
 		b.WriteString("exec 9>&3 3>&-; ")
 	}
-	b.WriteString(hostLock(cmd.Lock, held))
+	b.WriteString(hostLock(cmd.Lock, cmd.Mark, held))
 	b.WriteString(`( eval ` + shellQuote(cmd.Script) + ` ) </dev/null 9>&-; _gx=$?; echo $_gx >>"$_gr"; exit $_gx`)
 	return b.String()
 }
 
 // runLocalAttempt runs the durable cmd as above. It returns errClaimed,
-// having started nothing, when the attempt was started before.
+// having started nothing, when the attempt was started before; with a
+// lock, it first takes the lock (takeLocalTurn), so an attempt that waits
+// for it, or that its Turn declines, has claimed nothing.
 func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
 	ex, err := checkedExports(cmd)
 	if err != nil {
 		return res, err
 	}
-	if cmd.Lock != "" {
-		if err := validAttempt(cmd.Lock); err != nil {
-			return res, fmt.Errorf("lock: %w", err)
+	for what, id := range map[string]string{"lock": cmd.Lock, "mark": cmd.Mark} {
+		if id != "" {
+			if err := validAttempt(id); err != nil {
+				return res, fmt.Errorf("%s: %w", what, err)
+			}
 		}
 	}
 	if err := beforeStart(cmd); err != nil {
@@ -140,29 +147,53 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	// What the next attempts take is made once this one ended, so that
 	// making it does not compete with this one for the machine.
 	defer replenish(base)
+	dir := base + "/" + cmd.Attempt
+	if _, err := os.Lstat(dir + ".run"); err == nil {
+		return res, errClaimed // started before: re-attach, without waiting for the lock
+	}
+	rctx, cancel := runContext(ctx, cmd.Timeout)
+	defer cancel()
+	mask := newMasker(cmd.Secrets)
+	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
+	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
+	var t turn
+	if cmd.Lock != "" {
+		if t, err = takeLocalTurn(rctx, cmd, base, dir, errOut); err != nil {
+			errOut.flush()
+			res.Ended, res.Stderr = time.Now(), errOut.String()
+			return res, err
+		}
+	}
 	if err := claimAttempt(base, cmd.Attempt); err != nil {
+		t.release()
 		return res, err
 	}
 	sweepLocal(base)
-	dir := base + "/" + cmd.Attempt
 	if err := makeOutputFiles(base, dir); err != nil {
+		t.release()
 		return res, err
 	}
-	if w := takeWarm(localEnv(nil), cmd.Lock != ""); w != nil {
-		err := w.hand(cmd, base, dir, ex)
-		if !errors.Is(err, errWarmLost) {
-			if err != nil {
-				return res, err
-			}
-			return waitLocalAttempt(ctx, cmd, w.cmd, dir, res)
+	w := t.warm
+	if w == nil && cmd.Lock == "" {
+		if w = takeWarm(localEnv(nil), false); w != nil && w.open(cmd.Attempt, dir, "") != nil {
+			w = nil // nothing started: the attempt goes the cold way, claimed as it is
 		}
-		// nothing started: the attempt goes the cold way, claimed as it is
+	}
+	if w != nil {
+		if err := w.start(cmd, ex); err != nil {
+			return res, err
+		}
+		return waitLocalAttempt(rctx, cmd, w.cmd, dir, res, out, errOut)
 	}
 	outFile, errFile, err := openOutputFiles(dir)
 	if err != nil {
+		t.release()
 		return res, err
 	}
-	lock := takeLock(cmd)
+	lock := t.file
+	if lock == nil && cmd.Lock != "" {
+		lock = takeLock(cmd) // the worker could not wait for it: the shell takes it if it can
+	}
 	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
 	c.Stdout, c.Stderr, c.Stdin = outFile, errFile, nil
 	c.Env = localEnv(cmd.Secrets)
@@ -180,7 +211,144 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 		_ = os.Remove(dir + ".run") // nothing started
 		return res, fmt.Errorf("start /bin/sh: %w", err)
 	}
-	return waitLocalAttempt(ctx, cmd, c, dir, res)
+	return waitLocalAttempt(rctx, cmd, c, dir, res, out, errOut)
+}
+
+// turn is a local attempt's host lock, taken before the attempt is
+// claimed: held on a warm shell's fd 9 (warm), or on a descriptor of the
+// worker's own that the cold shell inherits (file); neither when the
+// worker cannot take it (the shell then takes it itself, as before).
+type turn struct {
+	warm *warmShell
+	file *os.File
+}
+
+// release lets the lock go without starting anything.
+func (t turn) release() {
+	if t.warm != nil {
+		t.warm.discard()
+	}
+	if t.file != nil {
+		t.file.Close()
+	}
+}
+
+// takeLocalTurn takes cmd's host lock for the attempt at dir, before the
+// attempt is claimed: on a warm shell's descriptor when one is there (and
+// pidfd_getfd allowed), else on one of the worker's own, for the cold
+// shell. While another holds it, it waits (and says so on errOut, as the
+// supervisor's flock would). Holding it, it asks cmd.Turn when it had to
+// wait or when the lock's last holder left cmd.Mark and exit status 0
+// (Command.asks): declined, it lets the lock go and returns ErrDeclined; a
+// ctx done meanwhile, its error. A lock the worker cannot take at all (the
+// lock file cannot be opened or locked here) is left to the shell: a turn
+// of neither.
+func takeLocalTurn(ctx context.Context, cmd Command, base, dir string, errOut *output) (turn, error) {
+	locks := base + "/../locks"
+	if _, err := os.Stat(locks); err != nil {
+		// not cleaned: ".." is resolved by the kernel, as the shell's is
+		_ = os.MkdirAll(base, 0o700)
+		_ = os.MkdirAll(locks, 0o700)
+	}
+	lockPath := locks + "/" + cmd.Lock
+	var t turn
+	fd := -1
+	if w := takeWarm(localEnv(nil), true); w != nil && w.open(cmd.Attempt, dir, lockPath) == nil {
+		if fd, _ = shellLock(w.cmd.Process.Pid); fd >= 0 {
+			t.warm = w
+			defer unix.Close(fd) // the shell's descriptor holds the lock
+		} else {
+			w.discard() // refused here, or the shell is gone: the cold way
+		}
+	}
+	if t.warm == nil {
+		f, err := os.OpenFile(lockPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+		if err != nil {
+			return t, nil // the shell takes it, as it can
+		}
+		t.file, fd = f, int(f.Fd())
+	}
+	waited := false
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			t.release()
+			return turn{}, nil // the shell takes it, as it can
+		}
+		if !waited {
+			waited = true
+			_, _ = errOut.Write([]byte(waitingLine(readHolder(lockPath).Attempt)))
+		}
+		select {
+		case <-ctx.Done():
+			t.release()
+			return turn{}, endErr(ctx)
+		case <-time.After(wait):
+		}
+	}
+	// The last holder, then this attempt named as the holder (one that
+	// waits now says for whom); put back as it was if it does not start.
+	prev, _ := os.ReadFile(lockPath + ".holder")
+	h := parseHolder(prev)
+	h.ExitCode, h.Waited = recordedExit(base, h.Attempt), waited
+	_ = os.WriteFile(lockPath+".holder", []byte(cmd.Attempt+markWord(cmd.Mark)+"\n"), 0o666)
+	if cmd.asks(h) {
+		start := ctx.Err() == nil && (cmd.Turn == nil || cmd.Turn(h))
+		if ctx.Err() != nil || !start {
+			_ = os.WriteFile(lockPath+".holder", prev, 0o666)
+			t.release()
+			if ctx.Err() != nil {
+				return turn{}, endErr(ctx)
+			}
+			return turn{}, ErrDeclined
+		}
+	}
+	return t, nil
+}
+
+// readHolder reads a lock's holder file (lockPath.holder): the attempt
+// that holds the lock, or held it last, and its mark.
+func readHolder(lockPath string) Holder {
+	b, _ := os.ReadFile(lockPath + ".holder")
+	return parseHolder(b)
+}
+
+// parseHolder reads a holder file's content.
+func parseHolder(b []byte) Holder {
+	h := Holder{ExitCode: -1}
+	first, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(first)
+	if len(f) > 0 && validAttempt(f[0]) == nil {
+		h.Attempt = f[0]
+	}
+	if len(f) > 1 {
+		h.Mark = f[1]
+	}
+	return h
+}
+
+// recordedExit is the exit status attempt recorded in its run file, -1
+// when none is (or there is no such attempt).
+func recordedExit(base, attempt string) int {
+	if attempt == "" || validAttempt(attempt) != nil {
+		return -1
+	}
+	b, err := os.ReadFile(base + "/" + attempt + ".run")
+	if err != nil {
+		return -1
+	}
+	l := strings.Split(string(b), "\n")
+	if len(l) < 2 {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(l[1]))
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // replenish makes warm shells and spare files for the next attempts, in
@@ -217,14 +385,10 @@ func openOutputFiles(dir string) (out, errs *os.File, err error) {
 	return out, errs, nil
 }
 
-// waitLocalAttempt follows the attempt's output files until its shell
-// ends, or kills its process group on timeout or cancel.
-func waitLocalAttempt(ctx context.Context, cmd Command, c *exec.Cmd, dir string, res Result) (Result, error) {
-	rctx, cancel := runContext(ctx, cmd.Timeout)
-	defer cancel()
-	mask := newMasker(cmd.Secrets)
-	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
-	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
+// waitLocalAttempt follows the attempt's output files into out and errOut
+// until its shell ends, or kills its process group when rctx ends
+// (timeout or cancel).
+func waitLocalAttempt(rctx context.Context, cmd Command, c *exec.Cmd, dir string, res Result, out, errOut *output) (Result, error) {
 	ended := make(chan struct{})
 	followed := make(chan struct{}, 2)
 	go func() { followFile(dir+".out", out, ended); followed <- struct{}{} }()

@@ -32,53 +32,48 @@ import (
 // exit status and exits with it, outliving the worker.
 //
 // The host lock must be held by the shell, so that it holds while the
-// command runs even if the worker dies. The shell opens the lock file on
-// its fd 9 and says so; the worker takes that descriptor's open file
-// description with pidfd_getfd(2) and locks it with flock(2), so the
-// shell's descriptor holds the lock. When the lock is taken by someone
-// else, or pidfd_getfd is not allowed here, the rest of the script has the
-// shell take the lock itself with flock(1), announcing the wait as the
-// cold path does.
+// command runs even if the worker dies. Before the attempt is claimed, the
+// shell opens the lock file on its fd 9 and says so; the worker takes that
+// descriptor's open file description with pidfd_getfd(2) and locks it with
+// flock(2), waiting while another holds it (see takeLocalTurn), so the
+// shell's descriptor holds the lock. Where pidfd_getfd is not allowed, the
+// shell is let go and attempts with a lock go the cold way.
 //
 // Anything that goes wrong before the shell is told to start (it died, it
 // did not answer) costs the warm shell, not the attempt: it is killed and
-// the attempt goes the cold way, with the claim already made.
+// the attempt goes the cold way.
 //
 // A warm shell is /bin/sh reading its script from its stdin, a pipe only
 // the worker writes (the command's secrets travel there as exports, not in
 // the shell's environment), so that it reads the script in blocks rather
 // than byte by byte as the read builtin does. The worker writes the script
-// in two parts: warmPrelude, then, once the worker has taken the lock or
-// found it held, warmRest.
+// in two parts: warmPrelude, then, once the worker holds the lock for it
+// and has claimed the attempt, warmRest.
 
-// warmPrelude names the attempt, opens the lock file on fd 9, sends the
-// shell's output to the attempt's files and answers "L" on fd 3; the shell
-// then waits for more script. The lock file is opened first: a shell that
-// cannot open it says so on its own stderr, not in the attempt's files
-// (the attempt then runs the cold way).
+// warmPrelude names the attempt and opens the lock file on fd 9, and
+// answers "L" on fd 3; the shell then waits for more script. A shell that
+// cannot open the lock file says so on its own stderr (nowhere: it has
+// none), never in the attempt's files, and ends (the attempt then runs
+// the cold way).
 func warmPrelude(attempt, dir, lockPath string) string {
 	s := "_ga=" + attempt + "; _gd=" + shellQuote(dir) + "\n"
 	if lockPath != "" {
 		s += "_gk=" + shellQuote(lockPath) + "; exec 9>>\"$_gk\"\n"
 	}
-	return s + "exec >>\"$_gd.out\" 2>>\"$_gd.err\"\necho L >&3\n"
+	return s + "echo L >&3\n"
 }
 
-// warmRest records who the shell is (recordID) and its pid, waits for the lock when the worker could not
-// take it, runs the command in a subshell and records its exit status.
-// It is one compound command: the shell runs none of it until it has read
-// all of it, so a script cut short (the worker died writing it) runs
-// nothing, rather than the command without recording its exit status.
-func warmRest(cmd Command, ex string, lock, held bool) string {
+// warmRest sends the shell's output to the attempt's files, records who
+// the shell is (recordID) and its pid, runs the command in a subshell
+// (holding the lock, when the worker took it on the shell's fd 9, and
+// named the attempt its holder) and records its exit status. It is one
+// compound command: the shell runs none of it until it has read all of
+// it, so a script cut short (the worker died writing it) runs nothing,
+// rather than the command without recording its exit status.
+func warmRest(cmd Command, ex string) string {
 	sec, _ := exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
-	b.WriteString("{\nexec 3>&-\n" + recordID + "_gI\necho $$ >>\"$_gd.run\"\n")
-	if lock {
-		if !held {
-			b.WriteString(`flock -n 9 || { read -r _gx 2>/dev/null <"$_gk.holder"; echo "gantry: waiting for $_gx on this host" >&2; flock 9; }` + "\n")
-		}
-		b.WriteString(`echo "$_ga" >"$_gk.holder"` + "\n")
-	}
+	b.WriteString("{\nexec >>\"$_gd.out\" 2>>\"$_gd.err\" 3>&-\n" + recordID + "_gI\necho $$ >>\"$_gd.run\"\n")
 	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.Script) + "\n) </dev/null 9>&-\n")
 	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n}\n")
 	return b.String()
@@ -216,16 +211,12 @@ var errWarmLost = errors.New("the warm shell did not take the attempt")
 // an attempt claimed elsewhere.
 const warmAnswer = 2 * time.Second
 
-// hand gives the attempt to the warm shell and, once it holds the lock
-// file open, takes the lock for it (or leaves that to it). It returns
-// errWarmLost when the shell was not told to start; then it is discarded
+// open names the attempt to the warm shell and, with a lock, has it open
+// the lock file on its fd 9; it returns once the shell said it has. It
+// returns errWarmLost when the shell did not answer: then it is discarded
 // and nothing of the attempt started.
-func (w *warmShell) hand(cmd Command, base, dir, ex string) error {
-	lockPath := ""
-	if cmd.Lock != "" {
-		lockPath = base + "/../locks/" + cmd.Lock
-	}
-	if _, err := io.WriteString(w.in, warmPrelude(cmd.Attempt, dir, lockPath)); err != nil {
+func (w *warmShell) open(attempt, dir, lockPath string) error {
+	if _, err := io.WriteString(w.in, warmPrelude(attempt, dir, lockPath)); err != nil {
 		w.discard()
 		return fmt.Errorf("%w: %w", errWarmLost, err)
 	}
@@ -234,9 +225,14 @@ func (w *warmShell) hand(cmd Command, base, dir, ex string) error {
 		w.discard()
 		return fmt.Errorf("%w: it answered %q: %v", errWarmLost, l, err)
 	}
-	held := lockPath != "" && lockFor(w.cmd.Process.Pid)
 	w.af.Close()
-	_, err := io.WriteString(w.in, warmRest(cmd, ex, lockPath != "", held))
+	return nil
+}
+
+// start tells the shell the rest of its script, which starts the attempt
+// (claimed, with its files made).
+func (w *warmShell) start(cmd Command, ex string) error {
+	_, err := io.WriteString(w.in, warmRest(cmd, ex))
 	w.in.Close()
 	if err != nil {
 		// the shell is gone: what it read of the rest, if anything, was
@@ -259,20 +255,21 @@ func refused(err error) {
 // seccomp profile that refuses it does).
 var pidfdGetfd = unix.PidfdGetfd
 
-// lockFor takes the host lock on the shell pid's fd 9 without waiting,
-// and says whether it did; the shell's descriptor holds it from then on.
-func lockFor(pid int) bool {
+// shellLock returns a descriptor of the open file description the shell
+// pid has on its fd 9 (the lock file): a lock taken on it is the shell's.
+// An error says the kernel refused (refused has turned attempts with a
+// lock cold then), or the shell is gone.
+func shellLock(pid int) (int, error) {
 	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		refused(err)
-		return false
+		return -1, err
 	}
 	defer unix.Close(pidfd)
 	fd, err := pidfdGetfd(pidfd, 9, 0)
 	if err != nil {
 		refused(err)
-		return false
+		return -1, err
 	}
-	defer unix.Close(fd)
-	return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil
+	return fd, nil
 }

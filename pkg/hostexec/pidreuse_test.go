@@ -144,9 +144,13 @@ func TestAttemptIdentityRecorded(t *testing.T) {
 	for name, r := range runners(t) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			for i := 1; i <= 3; i++ {
+			for i := 1; i <= 6; i++ {
 				a := "w1.1.f.n." + strconv.Itoa(i)
-				if _, err := r.Run(context.Background(), Command{Attempt: a, Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}); err != nil {
+				lock := "" // and, every other attempt, with the host lock: taken before the claim
+				if i%2 == 0 {
+					lock = "host"
+				}
+				if _, err := r.Run(context.Background(), Command{Attempt: a, Lock: lock, Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}); err != nil {
 					t.Fatal(err)
 				}
 				b, err := os.ReadFile(filepath.Join(dir, a+".id"))
@@ -166,10 +170,12 @@ func TestAttemptIdentityRecorded(t *testing.T) {
 	// the session supervisor
 	dir := t.TempDir()
 	ex, _ := exports(map[string]string{"GANTRY_ATTEMPTS": dir})
-	if out, err := exec.Command("/bin/sh", "-c", superviseScript("w1.1.f.n.1", "", ex, "true", false)).CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1.id")); !strings.HasPrefix(string(b), boot+" ") {
-		t.Fatalf("the session supervisor recorded %q", b)
+	for _, lock := range []string{"", "host"} {
+		if out, err := exec.Command("/bin/sh", "-c", superviseScript("w1.1.f.n.1"+lock, lock, "", ex, "true", false)).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1"+lock+".id")); !strings.HasPrefix(string(b), boot+" ") {
+			t.Fatalf("the session supervisor (lock %q) recorded %q", lock, b)
+		}
 	}
 }

@@ -146,6 +146,9 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 				exit = strconv.Itoa(*nd.ExitCode)
 			}
 			detail := firstLine(nd.Error)
+			if detail == "" {
+				detail = firstLine(nd.Reason) // why skipped or cancelled, what it waits for
+			}
 			if nd.Blocker != "" {
 				detail = blockerText(nd.Status, nd.Blocker)
 			}

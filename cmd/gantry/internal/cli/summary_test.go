@@ -122,6 +122,34 @@ func TestStatusShowsProgress(t *testing.T) {
 	}
 }
 
+// gantry status says why a node was skipped (another workflow put it in
+// place at its turn) and what one waits for; an error comes first.
+func TestStatusShowsTheReason(t *testing.T) {
+	t.Parallel()
+	doc := &events.WorkflowDoc{WorkflowID: "w2", Workflow: "w", Status: dag.WorkflowRunning, Formulas: map[string]*events.FormulaDoc{
+		"web": {Host: "h1", Status: dag.FormulaRunning, Nodes: map[string]*events.NodeDoc{
+			"install": {Status: dag.NodeSkipped, Attempts: 1, Reason: "already succeeded with the same spec in workflow w1"},
+			"config":  {Status: dag.NodeRunning, Attempts: 1, Reason: "waiting for workflow w1 (the same node runs there) on this host"},
+			"broken":  {Status: dag.NodeFailed, Attempts: 1, Error: "exit status 2", Reason: "ignored"},
+		}}}}
+	var b bytes.Buffer
+	if err := statusTable(&b, doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"install": "already succeeded with the same spec in workflow w1",
+		"config": "waiting for workflow w1 (the same node runs there) on this host", "broken": "exit status 2"} {
+		found := false
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.Contains(l, " "+name+" ") && strings.HasSuffix(strings.TrimSpace(l), want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no line ends with %q:\n%s", name, want, b.String())
+		}
+	}
+}
+
 // TestRunGeneration: watch and logs read a run's generation from its
 // gantry_runs record, which the planner compresses when it is large (a
 // failed base blocking thousands of formulas).

@@ -67,6 +67,9 @@ func (sh *shell) steps() (dag.NodeState, *events.NodeEvent, bool) {
 				ev.Status = dag.NodeFailed
 				return dag.NodeFailed, ev, true
 			}
+			if sh.skippedAtTurn(err) {
+				return dag.NodeSkipped, ev, false
+			}
 			if err == nil && res.ExitCode == 0 {
 				sh.fill(res, nil)
 				ev.Status, ev.Reason = dag.NodeSkipped, "check passed"
@@ -86,6 +89,9 @@ type shell struct {
 	seq      atomic.Int64
 	progress *progressSink
 	drained  error // a script was not started: the runner drains (hostexec.ErrDraining)
+	// doneBy is the workflow whose run of the node on the host its turn
+	// found (see turn): the attempt did not start.
+	doneBy string
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -100,12 +106,107 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	if err != nil {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errSecret, err)
 	}
-	res, err := sh.nr.runner.Run(sh.nr.stop, hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
-		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName()})
+	cmd := hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
+		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark()}
+	if sh.nr.d.Operation == dag.OpCreate && sh.nr.d.SkipAtTurnAfter != nil {
+		cmd.Turn = sh.turn
+	}
+	res, err := sh.nr.runner.Run(sh.nr.stop, cmd)
 	if errors.Is(err, hostexec.ErrDraining) && sh.drained == nil {
 		sh.drained = err
 	}
 	return res, err
+}
+
+// turn decides, once the attempt holds the node's host lock and before
+// anything of it starts on the host, whether it starts (hostexec asks
+// when the attempt that held the lock last left this node's mark, the
+// same operation and spec hash, and exit status 0, and when the attempt
+// had to wait for the lock). It does not when that attempt is another
+// workflow's create of this node that succeeded there with the same spec
+// since this workflow was planned: the node is in place, and is skipped
+// as already succeeded, naming that workflow. The host only names the
+// attempt; what decides is what that attempt's executor recorded in
+// gantry_nodes, which only executors write: its record says succeeded
+// (or skipped: in place) with the same spec hash, at a revision after the
+// one this workflow's plan read (Dispatch.SkipAtTurnAfter: a success
+// recorded by then was known when the workflow was planned, and not
+// skipped on purpose); or it still says that very attempt runs, with the
+// same spec hash, while the host has its exit status 0 (its executor has
+// not recorded the end yet: it ended just now, and the lock is free for
+// that). Anything else starts the attempt: another spec, a failure, a
+// delete or another operation since (a delete after a create is never
+// skipped, and a create after a delete neither: the mark differs), this
+// workflow's own attempt, a record that cannot be read.
+func (sh *shell) turn(h hostexec.Holder) bool {
+	if by, ok := sh.nr.doneAtTurn(h); ok {
+		sh.doneBy = by
+		return false
+	}
+	return true
+}
+
+// doneAtTurn says whether the lock's last holder h put this node in place
+// since the workflow was planned (see turn), and in which workflow.
+func (nr *nodeRun) doneAtTurn(h hostexec.Holder) (string, bool) {
+	after := nr.d.SkipAtTurnAfter
+	if after == nil || nr.d.Operation != dag.OpCreate || h.ExitCode != 0 || nr.stop.Err() != nil {
+		return "", false // (cancelled: hostexec starts nothing anyway)
+	}
+	a, ok := parseAttemptID(h.Attempt)
+	if !ok || a.workflow == nr.d.WorkflowID || a.op != dag.OpCreate || a.formula != nr.d.Formula || a.node != nr.n.Name {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(nr.stop, 10*time.Second)
+	defer cancel()
+	rec, rev, err := nr.x.Records.Get(ctx, events.NodeKey(a.workflow, dag.OpCreate, a.formula, a.node))
+	if err != nil {
+		nr.log.Warn("the node's last run on the host cannot be read; it runs", "after_workflow", a.workflow, "err", err)
+		return "", false
+	}
+	if rec.SpecHash != nr.n.SpecHash {
+		return "", false
+	}
+	switch {
+	case rec.Status.Done() && rev > *after:
+	case rec.Status == dag.NodeRunning && rec.Generation == a.generation && rec.Attempt == a.attempt:
+	default:
+		return "", false
+	}
+	nr.log.Info("node already succeeded on the host with the same spec; skipped at its turn", "by_workflow", a.workflow, "attempt", h.Attempt)
+	return a.workflow, true
+}
+
+// skippedAtTurn fills the event of an attempt whose turn found the node in
+// place (err: hostexec.ErrDeclined after turn said so), and says so.
+func (sh *shell) skippedAtTurn(err error) bool {
+	if !errors.Is(err, hostexec.ErrDeclined) || sh.doneBy == "" {
+		return false
+	}
+	sh.ev.Status, sh.ev.Reason = dag.NodeSkipped, "already succeeded with the same spec in workflow "+sh.doneBy
+	return true
+}
+
+// attemptRef is what an attempt id names (attemptIDAt).
+type attemptRef struct {
+	workflow            string
+	generation, attempt int
+	op                  dag.Operation
+	formula, node, what string
+}
+
+// parseAttemptID reads an attempt id made by attemptIDAt.
+func parseAttemptID(id string) (attemptRef, bool) {
+	p := strings.Split(id, ".")
+	if len(p) != 7 {
+		return attemptRef{}, false
+	}
+	gen, err1 := strconv.Atoi(p[1])
+	att, err2 := strconv.Atoi(p[5])
+	if err1 != nil || err2 != nil || p[0] == "" || p[3] == "" || p[4] == "" {
+		return attemptRef{}, false
+	}
+	return attemptRef{workflow: p[0], generation: gen, op: dag.Operation(p[2]), formula: p[3], node: p[4], attempt: att, what: p[6]}, true
 }
 
 // errSecret: a node's secrets could not all be read, so nothing ran.
@@ -117,6 +218,21 @@ var errSecret = errors.New("nothing ran: its secrets could not be read")
 // it.
 func (nr *nodeRun) lockName() string {
 	return strings.Join([]string{nr.d.Workflow, nr.d.Formula, nr.n.Name}, ".")
+}
+
+// lockMark is what an attempt of the node leaves in its host lock's holder
+// file: its operation and spec hash ("create.sha256-..."), so that the
+// next attempt of the node on the host is asked at its turn only after a
+// run of the same operation and spec (see turn). None when the hash has
+// characters a mark cannot (it would never match).
+func (nr *nodeRun) lockMark() string {
+	m := string(nr.d.Operation) + "." + strings.ReplaceAll(nr.n.SpecHash, ":", "-")
+	for _, r := range m {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') || len(m) > 200 {
+			return ""
+		}
+	}
+	return m
 }
 
 // attemptID names an attempt's command on its host.
@@ -191,6 +307,9 @@ func (sh *shell) check() (dag.NodeState, *events.NodeEvent, bool) {
 func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 	ev := sh.ev
 	res, err := sh.run("run", sh.nr.n.Command)
+	if sh.skippedAtTurn(err) {
+		return dag.NodeSkipped, ev, false
+	}
 	sh.fill(res, err)
 	switch {
 	case err == nil && res.ExitCode == 0:

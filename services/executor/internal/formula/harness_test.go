@@ -27,6 +27,13 @@ type host struct {
 	// are the attempts a settle found, with what it answered.
 	orphans map[string]bool
 	settled []string
+	// holders are the host locks' holder files, by lock: the attempt that
+	// held each last, its mark and exit status, as an attempt that takes
+	// the lock finds them (Waited: the next one waits for it). An attempt
+	// is asked at its turn as hostexec asks it (Command.Turn), and holds
+	// the lock after.
+	holders map[string]hostexec.Holder
+	turns   []hostexec.Holder // what Turn was asked with
 }
 
 func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
@@ -42,6 +49,18 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	if res, ok := h.done[cmd.Attempt]; ok && cmd.Attempt != "" {
 		h.mu.Unlock()
 		return res, nil // re-attached: the recorded result, nothing runs
+	}
+	last, held := h.holders[cmd.Lock]
+	if !held {
+		last.ExitCode = -1
+	}
+	if cmd.Lock != "" && cmd.Turn != nil && (last.Waited || (cmd.Mark != "" && last.Mark == cmd.Mark && last.ExitCode == 0)) {
+		h.turns = append(h.turns, last)
+		h.mu.Unlock()
+		if !cmd.Turn(last) {
+			return hostexec.Result{ExitCode: -1}, hostexec.ErrDeclined // nothing started
+		}
+		h.mu.Lock()
 	}
 	h.ran = append(h.ran, cmd.Script)
 	h.attempts = append(h.attempts, cmd.Attempt)
@@ -64,6 +83,9 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	res := hostexec.Result{ExitCode: code, Stdout: "ran " + cmd.Script + "\n"}
 	h.mu.Lock()
 	h.done[cmd.Attempt] = res
+	if cmd.Lock != "" {
+		h.holders[cmd.Lock] = hostexec.Holder{Attempt: cmd.Attempt, Mark: cmd.Mark, ExitCode: code}
+	}
 	h.mu.Unlock()
 	return res, nil
 }
@@ -125,7 +147,8 @@ type harness struct {
 }
 
 func newHarness() *harness {
-	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, orphans: map[string]bool{}, start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
+	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, orphans: map[string]bool{}, holders: map[string]hostexec.Holder{},
+		start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
 		runs: &events.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &events.MemoryOutbox{}}}
 	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}

@@ -34,6 +34,9 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 	c := r.rec.Composition
 	d := &events.Dispatch{Ref: e.ref(r, i), Host: hostSpec(c, pf.Server), MaxParallel: pf.MaxParallel, OnFailure: c.OnFailure, Order: pf.Order,
 		Limits: c.HostLimits(pf.Server), Priority: c.EffectivePriority(), Timeout: pf.Timeout}
+	if r.plan.Operation == dag.OpCreate { // not the delete plan of a rollback
+		d.SkipAtTurnAfter = r.rec.SkipAtTurnAfter
+	}
 	d.Nodes = make([]events.WorkNode, len(pf.Nodes))
 	for j := range pf.Nodes {
 		pn, n := &pf.Nodes[j], &spec.Nodes[j]

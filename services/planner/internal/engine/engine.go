@@ -182,6 +182,14 @@ func (e *Engine) newRecord(ctx context.Context, c *dag.Composition, plan *dag.Pl
 		CreatedAt: now, UpdatedAt: now, Composition: c, SubmittedBy: &by, Trace: e.newTrace(ctx, now)}
 	rec.setDeadline(now)
 	if c.Operation == dag.OpCreate && !c.Reset {
+		// The revision first: every record read next is at or below it,
+		// or was written meanwhile (and may be read or not; the executor
+		// decides again at the node's turn either way).
+		seen, err := e.Nodes.Revision(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read what the executors recorded: %w", err)
+		}
+		rec.SkipAtTurnAfter = &seen
 		if rec.AlreadyDone, err = e.alreadyDone(ctx, rec.ID, plan); err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -213,4 +214,58 @@ func TestResumeListsRunsAcceptedBeforeTheLists(t *testing.T) {
 	h.stored()
 	must(t, h.submit(chain))
 	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1 skip x")
+}
+
+// The dispatches of a create say from which revision of the executors'
+// node records a success of another workflow is skipped at the node's
+// turn: the revision of gantry_nodes read when the workflow was accepted
+// (what was recorded by then decided what is already done). It is kept
+// with the workflow (a restarted planner sends the same); a create with
+// reset: true, a delete, and a rollback's delete carry none.
+func TestDispatchSaysFromWhenToSkipAtTheTurn(t *testing.T) {
+	t.Parallel()
+	after := func(h *harness) []string {
+		t.Helper()
+		var out []string
+		for _, e := range h.out.Stored() {
+			if d, ok := e.Payload.(*events.Dispatch); ok {
+				s := fmt.Sprintf("%s %s g%d", d.Formula, d.Operation, d.Generation)
+				if d.SkipAtTurnAfter != nil {
+					s += fmt.Sprintf(" after %d", *d.SkipAtTurnAfter)
+				}
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	h := newHarness(t)
+	for i := range 3 { // records of other runs: revisions 1 to 3
+		h.nodes.Set(events.NodeKey(fmt.Sprint("past-", i), dag.OpCreate, "a", "x"), events.NodeRecord{Status: dag.NodeFailed})
+	}
+	must(t, h.submit(chain))
+	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded) // revision 4: after the submission
+	h.fresh()                                               // a restarted planner steps it on
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	if got := strings.Join(after(h), ", "); got != "a create g1 after 3, b create g1 after 3" {
+		t.Fatalf("dispatches: %s", got)
+	}
+
+	for name, yaml := range map[string]string{"reset": strings.Replace(chain, "name: chain\n", "name: chain\nreset: true\n", 1), "delete": chainDelete} {
+		h := newHarness(t)
+		must(t, h.submit(yaml))
+		if got := strings.Join(after(h), ", "); strings.Contains(got, "after") {
+			t.Errorf("%s: %s", name, got)
+		}
+	}
+
+	h = newHarness(t)
+	must(t, h.submit(rollback))
+	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
+	h.recordNode(dag.OpCreate, "a", "keep", dag.NodeSucceeded)
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
+	must(t, h.formula("b", 1, dag.FormulaFailed))
+	if got := strings.Join(after(h), ", "); got != "a create g1 after 0, b create g1 after 0, a delete g2" {
+		t.Fatalf("rollback: %s", got)
+	}
 }

@@ -47,6 +47,9 @@ type Lister[T any] interface {
 	// id>.>"); a record that does not decode is left out and returned in
 	// bad, by key (events.ErrBadRecord), without failing the read.
 	Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error)
+	// Revision is the store's last revision: what was written so far is
+	// at or below it.
+	Revision(ctx context.Context) (uint64, error)
 	// Keys lists the keys matching a KV filter.
 	Keys(ctx context.Context, filter string) ([]string, error)
 	// Size counts the records matching a KV filter and their bytes.

@@ -22,6 +22,12 @@ type Record struct {
 	// AlreadyDone lists "formula/node" recorded succeeded on its host with
 	// the same spec hash when the workflow was accepted: they are skipped.
 	AlreadyDone []string `json:"already_done,omitempty"`
+	// SkipAtTurnAfter is the revision of gantry_nodes up to which the
+	// node records were read for AlreadyDone (a create without reset):
+	// the executor skips a node at its turn on the host only after a
+	// success of another workflow recorded later (events.Dispatch). Nil:
+	// nothing is skipped at the turn.
+	SkipAtTurnAfter *uint64 `json:"skip_at_turn_after,omitempty"`
 	// Rollback is the delete plan run after a failure under
 	// on_failure: rollback; while it runs (and after), the run's plan is
 	// this one.

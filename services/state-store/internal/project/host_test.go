@@ -346,6 +346,34 @@ func TestWaitingAttemptCountedOnce(t *testing.T) {
 	}
 }
 
+// A node's document says why it is as it is: the reason of its last
+// transition (a skip naming the workflow that put the node in place), and
+// none once a transition has none.
+func TestNodeDocumentKeepsTheReason(t *testing.T) {
+	f := newFeed(t)
+	w1 := f.workflow("w", "wf-1", dag.OpCreate)
+	doc := func() events.NodeDoc {
+		t.Helper()
+		var nd events.NodeDoc
+		if err := json.Unmarshal(f.mem.Vals[project.NodeDocKey("wf-1", "f", "a")], &nd); err != nil {
+			t.Fatal(err)
+		}
+		return nd
+	}
+	w1.planned("a", dag.NodeRunning, events.NodeEvent{SpecHash: spec("a"), Reason: "waiting for workflow wf-0 (the same node runs there) on this host", Run: events.Run{Attempt: 1}})
+	if nd := doc(); nd.Reason != "waiting for workflow wf-0 (the same node runs there) on this host" {
+		t.Fatalf("waiting: %+v", nd)
+	}
+	w1.node("a", dag.NodeSkipped, events.NodeEvent{SpecHash: spec("a"), Reason: "already succeeded with the same spec in workflow wf-0", Run: events.Run{Attempt: 1}})
+	if nd := doc(); nd.Status != dag.NodeSkipped || nd.Reason != "already succeeded with the same spec in workflow wf-0" {
+		t.Fatalf("skipped: %+v", nd)
+	}
+	w1.node("a", dag.NodeSucceeded, events.NodeEvent{SpecHash: spec("a"), Run: events.Run{Attempt: 2}})
+	if nd := doc(); nd.Reason != "" {
+		t.Fatalf("a transition without a reason keeps %q", nd.Reason)
+	}
+}
+
 // A node event about another host than its formula's (its subject and
 // data agree, so events.Admit lets it through) changes neither the
 // workflow's documents nor any host's: a credential that may publish host

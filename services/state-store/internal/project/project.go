@@ -768,7 +768,7 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 	if e.Error != "" {
 		n.Error = e.Error
 	}
-	n.Blocker, n.Check = e.Blocker, e.Check
+	n.Blocker, n.Check, n.Reason = e.Blocker, e.Check, e.Reason
 	if e.SpecHash != "" {
 		n.SpecHash = e.SpecHash
 	}
