@@ -23,8 +23,12 @@ import (
 // compute it.
 
 // idLabel is what a credential signs to make the key (ed25519 signatures
-// are deterministic: the same seed signs it the same way every time).
-var idLabel = []byte("gantry: the key of this identity's message ids, v1")
+// are deterministic: the same seed signs it the same way every time). It
+// starts with a byte that is never UTF-8, so it can never be a nonce the
+// client signs for a server: a nonce comes decoded from the server's
+// JSON, always valid UTF-8, so no server, rogue or not, can get the
+// label signed and learn the key.
+var idLabel = []byte("\xffgantry: the key of this identity's message ids, v1")
 
 // credentialKey derives the message-id key from what nc authenticates
 // with: the signature of idLabel by its nkey seed (an nkey or a creds
