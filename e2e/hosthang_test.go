@@ -2,47 +2,14 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
-
-// silentHost accepts TCP connections and never says a word, as a stuck
-// sshd or an overloaded VM does. It stops with the test.
-func silentHost(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
-}
 
 func silentComposition(name, addr string) []byte {
 	return []byte(fmt.Sprintf(`{"name":%q,"hosts":{"stuck":{"address":%q,"user":"root"}},
@@ -54,7 +21,7 @@ func silentComposition(name, addr string) []byte {
 // connect timeout, the phase named; the workflow ends failed.
 func TestSilentHostFailsItsNode(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1, connectTimeout: time.Second})
-	addr := silentHost(t)
+	addr := sshtest.Silent(t)
 	r, code := s.submit(silentComposition("silent", addr))
 	if code != "" {
 		t.Fatalf("rejected: %v", r.Errors)
@@ -72,7 +39,7 @@ func TestSilentHostFailsItsNode(t *testing.T) {
 // within seconds.
 func TestCancelWhileConnecting(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1, connectTimeout: time.Minute})
-	addr := silentHost(t)
+	addr := sshtest.Silent(t)
 	r, code := s.submit(silentComposition("connecting", addr))
 	if code != "" {
 		t.Fatalf("rejected: %v", r.Errors)

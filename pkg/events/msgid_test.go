@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -54,26 +53,14 @@ func TestMessageIDsCannotBeTakenFirst(t *testing.T) {
 	if err := out.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	admin, err := jetstream.New(ns.Connect(busauth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := admin.Stream(ctx, events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored := 0
-	for seq := uint64(1); ; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			break
-		}
+	n := 0
+	for _, m := range stored(ctx, t, ns) {
 		if m.Subject == events.HostLifecycle("h1") {
-			stored++
+			n++
 		}
 	}
-	if stored != 1 {
-		t.Fatalf("the executor's success stored %d times, want once (dropped as a duplicate of the junk, or its retry not deduplicated)", stored)
+	if n != 1 {
+		t.Fatalf("the executor's success stored %d times, want once (dropped as a duplicate of the junk, or its retry not deduplicated)", n)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -71,26 +70,7 @@ func TestOutboxSendsNothingAfterAFailedCatchUp(t *testing.T) {
 		t.Fatal("Flush reported no error, but the running event was never stored")
 	}
 	time.Sleep(200 * time.Millisecond) // an asynchronous publish would be stored by now
-	admin, err := jetstream.New(ns.Connect(busauth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := admin.Stream(ctx, events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var order []events.Type
-	for seq := uint64(1); ; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			break
-		}
-		env, err := events.Parse(m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		order = append(order, env.Type)
-	}
+	order := storedTypes(ctx, t, ns)
 	if len(order) != 0 {
 		t.Fatalf("stream holds %v after the running event could not be stored, want nothing", order)
 	}
@@ -168,20 +148,8 @@ func TestOutboxKeepsOrderWhileCatchingUp(t *testing.T) {
 	if err := out.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	admin, err := jetstream.New(ns.Connect(busauth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := admin.Stream(ctx, events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var order []string
-	for seq := uint64(1); ; seq++ {
-		msg, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			break
-		}
+	for _, msg := range stored(ctx, t, ns) {
 		_, ev, err := events.Decode[events.NodeEvent](msg.Data)
 		if err != nil {
 			t.Fatal(err)

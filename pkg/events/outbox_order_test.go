@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -64,26 +63,7 @@ func TestOutboxKeepsOrderAcrossAReconnect(t *testing.T) {
 	if err := out.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	admin, err := jetstream.New(ns.Connect(busauth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := admin.Stream(ctx, events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var order []events.Type
-	for seq := uint64(1); ; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			break
-		}
-		env, err := events.Parse(m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		order = append(order, env.Type)
-	}
+	order := storedTypes(ctx, t, ns)
 	want := []events.Type{events.NodeType(dag.NodeRunning), events.NodeType(dag.NodeSucceeded)}
 	if len(order) != 2 || order[0] != want[0] || order[1] != want[1] {
 		t.Fatalf("stream holds %v, want %v", order, want)

@@ -3,7 +3,6 @@ package hostexec
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,38 +10,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
-
-// silentHost accepts TCP connections and never says a word, as a stuck
-// sshd or an overloaded VM does. It stops with the test.
-func silentHost(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
-}
 
 // A host that accepts TCP and never speaks SSH fails within the connect
 // timeout, naming the host and the phase.
@@ -53,7 +20,7 @@ func TestSilentHostFailsWithinTheConnectTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	addr := silentHost(t)
+	addr := sshtest.Silent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err = p.Runner(addr, "").Run(ctx, Command{Script: "true"})
@@ -80,7 +47,7 @@ func TestCancelDuringConnectEndsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	addr := silentHost(t)
+	addr := sshtest.Silent(t)
 	r := p.Runner(addr, "")
 	for i := range 2 { // the caller that started the dial, and one that joined it
 		ctx, cancel := context.WithCancel(context.Background())

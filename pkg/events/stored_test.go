@@ -1,0 +1,47 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// stored is every message of the event stream, in order, as an
+// administrator reads them.
+func stored(ctx context.Context, t *testing.T, ns *natstest.Server) []*jetstream.RawStreamMsg {
+	t.Helper()
+	admin, err := jetstream.New(ns.Connect(busauth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := admin.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*jetstream.RawStreamMsg
+	for seq := uint64(1); ; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			return msgs
+		}
+		msgs = append(msgs, m)
+	}
+}
+
+// storedTypes is the type of every event in the event stream, in order.
+func storedTypes(ctx context.Context, t *testing.T, ns *natstest.Server) []events.Type {
+	t.Helper()
+	var types []events.Type
+	for _, m := range stored(ctx, t, ns) {
+		env, err := events.Parse(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, env.Type)
+	}
+	return types
+}
