@@ -80,6 +80,9 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			if err := os.MkdirAll(dataDir, 0o755); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
+			if err := checkStoreSpace(dataDir, freeSpace); err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
 			keys, err := busauth.LoadOrCreate(filepath.Join(dataDir, "auth"))
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
