@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -217,14 +216,7 @@ func (e *Engine) ExpireCancels(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	var due []string
-	for id, until := range e.cancelling {
-		if !now.Before(until) {
-			due = append(due, id)
-		}
-	}
-	slices.Sort(due)
-	for _, id := range due {
+	for _, id := range passed(e.cancelling, now) {
 		err := e.unit(ctx, func() error {
 			r, err := e.load(ctx, id)
 			if err != nil {

@@ -119,14 +119,7 @@ func (e *Engine) ExpireDeadlines(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	var due []string
-	for id, at := range e.timers {
-		if !now.Before(at) {
-			due = append(due, id)
-		}
-	}
-	slices.Sort(due)
-	for _, id := range due {
+	for _, id := range passed(e.timers, now) {
 		err := e.unit(ctx, func() error {
 			r, err := e.load(ctx, id)
 			if err != nil {
@@ -266,4 +259,16 @@ func (e *Engine) failFormula(ctx context.Context, r *run, i int, why, nodeReason
 	e.Log.Warn("formula failed: its timeout passed", "workflow_id", r.rec.ID, "formula", pf.ID, "why", why)
 	e.rolloutFinish(ctx, r, i)
 	return e.act(ctx, r, r.plan.StepAfter(r.state, i))
+}
+
+// passed is the workflows of m whose instant is not after now, in order.
+func passed(m map[string]time.Time, now time.Time) []string {
+	var due []string
+	for id, at := range m {
+		if !now.Before(at) {
+			due = append(due, id)
+		}
+	}
+	slices.Sort(due)
+	return due
 }
