@@ -11,7 +11,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -43,26 +42,13 @@ func TestOutboxSendsNothingAfterAFailedCatchUp(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ns := natstest.Start(t)
-	nc := ns.Connect(events.Executor)
-	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, nc, js := executorBus(ctx, t)
 	djs := &downJS{losingJS: losingJS{JetStream: js}}
 	pub := &events.Publisher{JS: djs, NC: nc, Source: "executor/test"}
 	ref := events.Ref{WorkflowID: "wf1", Workflow: "w", Formula: "f", Host: "h1", Node: "n", Operation: dag.OpCreate, Generation: 1}
 	out := pub.Outbox()
 	out.Emit(ctx, events.HostLifecycle("h1"), &events.NodeEvent{Ref: ref, Status: dag.NodeRunning}, "wf1|1|f|n|running|1")
-	if err := nc.ForceReconnect(); err != nil {
-		t.Fatal(err)
-	}
-	for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
-		if ctx.Err() != nil {
-			t.Fatal("no reconnect")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	reconnect(ctx, t, nc)
 	djs.down.Store(true)
 	out.Emit(ctx, events.HostLifecycle("h1"), &events.NodeEvent{Ref: ref, Status: dag.NodeSucceeded}, "wf1|1|f|n|succeeded|1")
 	djs.down.Store(false)
@@ -104,12 +90,7 @@ func TestOutboxKeepsOrderWhileCatchingUp(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ns := natstest.Start(t)
-	nc := ns.Connect(events.Executor)
-	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, nc, js := executorBus(ctx, t)
 	sjs := &slowJS{losingJS: losingJS{JetStream: js}, held: make(chan struct{}), release: make(chan struct{})}
 	pub := &events.Publisher{JS: sjs, NC: nc, Source: "executor/test"}
 	ref := events.Ref{WorkflowID: "wf1", Workflow: "w", Formula: "f", Host: "h1", Operation: dag.OpCreate, Generation: 1}
@@ -117,15 +98,7 @@ func TestOutboxKeepsOrderWhileCatchingUp(t *testing.T) {
 	n.Node, m.Node = "n", "m"
 	out := pub.Outbox()
 	out.Emit(ctx, events.HostLifecycle("h1"), &events.NodeEvent{Ref: n, Status: dag.NodeRunning}, "wf1|1|f|n|running|1") // lost
-	if err := nc.ForceReconnect(); err != nil {
-		t.Fatal(err)
-	}
-	for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
-		if ctx.Err() != nil {
-			t.Fatal("no reconnect")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	reconnect(ctx, t, nc)
 	caughtUp := make(chan struct{})
 	go func() { // node m's goroutine: its Emit stores n's running again, slowly
 		defer close(caughtUp)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -40,25 +39,12 @@ func TestOutboxKeepsOrderAcrossAReconnect(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ns := natstest.Start(t)
-	nc := ns.Connect(events.Executor)
-	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, nc, js := executorBus(ctx, t)
 	pub := &events.Publisher{JS: &losingJS{JetStream: js}, NC: nc, Source: "executor/test"}
 	ref := events.Ref{WorkflowID: "wf1", Workflow: "w", Formula: "f", Host: "h1", Node: "n", Operation: dag.OpCreate, Generation: 1}
 	out := pub.Outbox()
 	out.Emit(ctx, events.HostLifecycle("h1"), &events.NodeEvent{Ref: ref, Status: dag.NodeRunning}, "wf1|1|f|n|running|1")
-	if err := nc.ForceReconnect(); err != nil {
-		t.Fatal(err)
-	}
-	for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
-		if ctx.Err() != nil {
-			t.Fatal("no reconnect")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	reconnect(ctx, t, nc)
 	out.Emit(ctx, events.HostLifecycle("h1"), &events.NodeEvent{Ref: ref, Status: dag.NodeSucceeded}, "wf1|1|f|n|succeeded|1")
 	if err := out.Flush(ctx); err != nil {
 		t.Fatal(err)

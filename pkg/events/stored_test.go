@@ -3,10 +3,12 @@ package events_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,4 +46,32 @@ func storedTypes(ctx context.Context, t *testing.T, ns *natstest.Server) []event
 		types = append(types, env.Type)
 	}
 	return types
+}
+
+// executorBus is a server with auth, a connection as the executor and its
+// JetStream with the executor's streams and buckets, as the executor
+// opens them.
+func executorBus(ctx context.Context, t *testing.T) (*natstest.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.Executor)
+	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, nc, js
+}
+
+// reconnect drops nc's connection and waits until it is back.
+func reconnect(ctx context.Context, t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
+		if ctx.Err() != nil {
+			t.Fatal("no reconnect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
