@@ -1,3 +1,0 @@
-module github.com/gantry-dev/gantry/pkg/dag
-
-go 1.26.8
