@@ -96,13 +96,3 @@ func SecretNameProblem(s string) string {
 	return fmt.Sprintf("%q is not a secret name (%s)", s, SecretNameRule)
 }
 
-// Secrets returns the names of the secrets an environment uses, sorted.
-func Secrets(env map[string]EnvValue) []string {
-	var out []string
-	for _, k := range sortedKeys(env) {
-		if env[k].IsSecret() {
-			out = append(out, env[k].Secret)
-		}
-	}
-	return out
-}

@@ -107,8 +107,6 @@ func matches(labels, want map[string]string) bool {
 	return true
 }
 
-// GroupHosts lists the hosts of group name, sorted.
-func GroupHosts(c *Composition, name string) []string { return groupHosts(c, c.Groups[name]) }
 
 // expand fans out every group formula and renders every template, in
 // place. Problems are reported with the path of the formula as written
