@@ -25,12 +25,17 @@ func silentComposition(name, addr string) []byte {
 func TestSilentHostFailsItsNode(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1, connectTimeout: time.Second})
 	addr := sshtest.Silent(t)
+	tl := newTimeline()
+	defer func() { t.Logf("timeline:\n%s", tl) }()
 	r, code := s.submit(silentComposition("silent", addr))
 	if code != "" {
 		t.Fatalf("rejected: %v", r.Errors)
 	}
+	tl.at("submitted " + r.WorkflowID)
+	s.watchStatus(tl, r.WorkflowID)
 	d := s.wait(r.WorkflowID, 30*time.Second)
 	n := d.Formulas["f"].Nodes["n"]
+	tl.at("gantry status: workflow " + string(d.Status) + ": " + d.Error + "; node " + string(n.Status) + ": " + n.Error)
 	want := "no SSH banner from " + addr + " within 1s"
 	if d.Status != dag.WorkflowFailed || n.Status != dag.NodeFailed || !strings.Contains(n.Error, want) {
 		t.Fatalf("workflow %s, node %s %q; want failed, failed saying %q", d.Status, n.Status, n.Error, want)
@@ -43,23 +48,31 @@ func TestSilentHostFailsItsNode(t *testing.T) {
 func TestCancelWhileConnecting(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1, connectTimeout: time.Minute})
 	addr := sshtest.Silent(t)
+	tl := newTimeline()
+	defer func() { t.Logf("timeline:\n%s", tl) }()
 	r, code := s.submit(silentComposition("connecting", addr))
 	if code != "" {
 		t.Fatalf("rejected: %v", r.Errors)
 	}
 	id := r.WorkflowID
+	tl.at("submitted " + id)
+	s.watchStatus(tl, id)
 	s.waitFor("the formula to run", 20*time.Second, func() bool {
 		f := s.status(id).Formulas["f"]
 		return f != nil && f.Status == dag.FormulaRunning
 	})
+	tl.at("gantry status: formula running (connecting)")
 	time.Sleep(500 * time.Millisecond) // well into the connection's set-up
 	asked := time.Now()
+	tl.at("cancel requested")
 	if body, code := s.control(id, events.VerbCancel); code != "" {
 		t.Fatalf("cancel refused (%s): %s", code, body)
 	}
+	tl.at("cancel answered")
 	d := s.wait(id, 20*time.Second)
 	took := time.Since(asked)
 	n := d.Formulas["f"].Nodes["n"]
+	tl.at(fmt.Sprintf("gantry status: workflow %s; node %s, error %q, reason %q", d.Status, n.Status, n.Error, n.Reason))
 	if d.Status != dag.WorkflowCancelled || n.Status != dag.NodeCancelled {
 		t.Fatalf("after cancel: workflow %s, node %s %q; want cancelled, cancelled", d.Status, n.Status, n.Error)
 	}
