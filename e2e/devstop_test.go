@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,8 +143,10 @@ func TestDevStopsWhileHostsHang(t *testing.T) {
 		defer func() { t.Logf("timeline:\n%s", tl) }()
 		sleep := uniqueSleep(60)
 		remote := watchRemote(t, tl, sleep)
+		t.Cleanup(func() { remote.kill(t) })
+		attempts := dag.Text(filepath.Join(h.Dir, "attempts")) // the host's own
 		id := d.submit(&dag.Composition{Name: "frozen", Hosts: map[string]dag.Host{"h": {Address: h.Addr, User: fleet.User}},
-			Formulas: []dag.Formula{{ID: "f", Server: "h", Nodes: []dag.Node{{Name: "n", Run: sleep}}}}})
+			Formulas: []dag.Formula{{ID: "f", Server: "h", Nodes: []dag.Node{{Name: "n", Run: sleep, Env: map[string]dag.EnvValue{"GANTRY_ATTEMPTS": attempts}}}}}})
 		tl.at("submitted " + id)
 		d.waitFor("the node to run on the host", 30*time.Second, func() bool {
 			f := d.status(id).Formulas["f"]
@@ -201,6 +204,20 @@ func TestDevStopsWhileHostsHang(t *testing.T) {
 			t.Errorf("%d commands started, want the one running at the SIGTERM", n)
 		}
 	})
+}
+
+// kill ends the remote command, which the test started through its sshd
+// (SIGKILL to each process with its unique command line, by pid): a
+// frozen host's command would otherwise outlive the test.
+func (r *remote) kill(t *testing.T) {
+	out, _ := exec.Command("pgrep", "-f", r.pattern).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				t.Logf("kill %d: %v", pid, err)
+			}
+		}
+	}
 }
 
 // waitFor polls cond every 100 ms until it holds, failing the test

@@ -96,10 +96,12 @@ func TestHostStopsAnsweringMidRun(t *testing.T) {
 	sleep := uniqueSleep(60)
 	marker := filepath.Join(h.Dir, "started")
 	comp := fmt.Sprintf(`{"name":"frozen","hosts":{"h":{"address":%q,"user":%q}},"retry":{"max_attempts":1},
-		"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":%q}]}]}`, h.Addr, s.fleet.User, "touch "+marker+"; "+sleep)
+		"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":%q,"env":{"GANTRY_ATTEMPTS":%q}}]}]}`,
+		h.Addr, s.fleet.User, "touch "+marker+"; "+sleep, filepath.Join(h.Dir, "attempts"))
 	tl := newTimeline()
 	defer func() { t.Logf("timeline:\n%s", tl) }()
 	remote := watchRemote(t, tl, sleep)
+	t.Cleanup(func() { remote.kill(t) })
 	r, code := s.submit([]byte(comp))
 	if code != "" {
 		t.Fatalf("rejected: %v", r.Errors)
