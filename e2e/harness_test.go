@@ -71,6 +71,8 @@ type stackOptions struct {
 	planners []string
 	// connectTimeout is the workers' --ssh-connect-timeout (default 15s).
 	connectTimeout time.Duration
+	// keepalive is the workers' --ssh-keepalive (default 15s).
+	keepalive time.Duration
 	// unclaimedAfter is the planner's --unclaimed-after (default 30s).
 	unclaimedAfter time.Duration
 	// retention is the planner's retention setting (zero: off).
@@ -110,6 +112,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		ssh = hostexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
 	}
 	ssh.ConnectTimeout = o.connectTimeout
+	ssh.Keepalive = o.keepalive
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,

@@ -59,8 +59,13 @@ func commandStarts(t *testing.T, dir string) map[string]time.Time {
 func TestHostWithMaxSessionsOneRunsEveryNode(t *testing.T) {
 	s := newStack(t, stackOptions{hosts: 1, perHost: 8, ssh: sshtest.Options{HostConfig: map[int][]string{0: {"MaxSessions 1"}}}})
 	dir := t.TempDir()
+	tl := newTimeline()
+	defer func() { t.Logf("timeline:\n%s", tl) }()
 	id := s.mustSubmit(eightNodes(s.fleet, dir, "1"))
+	tl.at("submitted " + id + " (8 nodes of sleep 1 at once, sshd MaxSessions 1)")
+	s.watchStatus(tl, id)
 	doc := s.wait(id, 90*time.Second)
+	tl.at("gantry status: workflow " + string(doc.Status))
 	if doc.Status != dag.WorkflowSucceeded {
 		t.Fatalf("workflow %s: %+v", doc.Status, doc.Formulas["f"])
 	}

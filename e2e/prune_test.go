@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,6 +99,8 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 		return code, string(out)
 	}
 
+	tl := newTimeline()
+	defer func() { t.Logf("timeline:\n%s", tl) }()
 	var ids []string
 	for i := range 20 {
 		id := s.mustSubmit(pruneComp(i == 0, true))
@@ -106,6 +109,7 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
+	tl.at("20 runs submitted one after another, each succeeded")
 	first, pruned, kept := ids[0], ids[1:18], ids[18:]
 	for _, id := range []string{first, pruned[0], kept[1]} {
 		if got := s.everything(id, "fleet"); slices.Contains([]int{got["gantry_nodes"], got["gantry_state"], got["GANTRY_EVENTS"], got["GANTRY_LOGS"]}, 0) {
@@ -137,6 +141,7 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 
 	// The dry run says what would go, and removes nothing.
 	code, text := cli(events.Operator, "prune", "--keep", "2", "--dry-run")
+	tl.at(fmt.Sprintf("gantry prune --keep 2 --dry-run: exit %d: %s", code, lineWith(text, "would prune")))
 	if code != 0 || !strings.Contains(text, "would prune 17 finished workflow(s); 1 not finished") {
 		t.Fatalf("dry run: exit %d\n%s", code, text)
 	}
@@ -175,6 +180,7 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &done) != nil || len(done.Pruned) != 17 {
 		t.Fatalf("prune: exit %d\n%s", code, out)
 	}
+	tl.at(fmt.Sprintf("gantry prune --keep 2: exit %d, %d workflows pruned", code, len(done.Pruned)))
 	for _, id := range pruned {
 		s.waitFor("every trace of "+id+" to go", 20*time.Second, func() bool {
 			got := s.everything(id, "fleet")
@@ -182,6 +188,7 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 				slices.Equal(s.typesOf(events.StreamEvents, id), []string{string(events.TypeWorkflowPruned)})
 		})
 	}
+	tl.at("every trace of the 17 pruned runs gone (one pruned event each left)")
 	for _, id := range []string{first, kept[0], kept[1]} {
 		if got := s.everything(id, "fleet"); slices.Contains([]int{got["gantry_workflows"], got["listing"], got["gantry_runs"], got["gantry_nodes"], got["gantry_state"], got["GANTRY_EVENTS"], got["GANTRY_LOGS"]}, 0) {
 			t.Errorf("kept run %s lost something: %v", id, got)
@@ -204,6 +211,7 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 	if d := s.wait(running, 30*time.Second); d.Status != dag.WorkflowSucceeded {
 		t.Fatalf("the running workflow ended %s", d.Status)
 	}
+	tl.at("the workflow running through the prune succeeded")
 
 	// Drift and state are right for what the kept runs did.
 	// (c/w, which only the first run had, is in place: orphaned for a
@@ -227,6 +235,7 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 	// (c/w, which no later run had).
 	again := s.mustSubmit(pruneComp(true, false))
 	d := s.wait(again, 30*time.Second)
+	tl.at("resubmit " + string(d.Status))
 	if d.Status != dag.WorkflowSucceeded {
 		t.Fatalf("resubmit: %s", d.Status)
 	}
@@ -237,6 +246,16 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// lineWith is the first line of text that holds sub ("" when none).
+func lineWith(text, sub string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 // equalCounts compares two workflows' counts of records and messages.

@@ -31,11 +31,22 @@ func TestTwoQuickSubmitsRunTheNodeOnce(t *testing.T) {
 
 func twoQuickSubmits(t *testing.T, s *stack, transport dag.Transport) {
 	c, marker := turnComposition(t, s, "once", transport)
+	tl := newTimeline()
+	tlb := &timeline{t0: tl.t0} // the second workflow's
+	defer func() { t.Logf("timeline of the first:\n%s\ntimeline of the second:\n%s", tl, tlb) }()
 	a := s.mustSubmit(c())
+	tl.at("submitted first " + a)
+	s.watchStatus(tl, a)
 	time.Sleep(100 * time.Millisecond)
 	b := s.mustSubmit(c())
+	tlb.at("submitted second " + b)
+	s.watchStatus(tlb, b)
 	for _, id := range []string{a, b} {
-		if d := s.wait(id, 60*time.Second); d.Status != dag.WorkflowSucceeded {
+		d := s.wait(id, 60*time.Second)
+		st, reason := nodeStatus(s, id, "app", "install")
+		at := map[string]*timeline{a: tl, b: tlb}[id]
+		at.at(fmt.Sprintf("gantry status: %s; node install %s %q", d.Status, st, reason))
+		if d.Status != dag.WorkflowSucceeded {
 			t.Fatalf("%s: %s %s", id, d.Status, d.Error)
 		}
 	}

@@ -597,7 +597,7 @@ func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m ma
 	if got.err != nil {
 		c.dropAgent(a)
 		if errors.Is(got.err, io.ErrUnexpectedEOF) {
-			return -1, fmt.Errorf("%w on %s: %w", ErrSession, r.address, errConnectionEnded)
+			return -1, r.ended(c, a.client)
 		}
 		return -1, got.err
 	}

@@ -107,3 +107,49 @@ func TestKeepaliveFindsAHungHost(t *testing.T) {
 		t.Fatal("the run on a hung host was still waiting after 60s (keepalive every 100ms)")
 	}
 }
+
+// A durable command whose host stops answering while it runs (sshd and
+// all below it frozen): the keepalives close the connection within
+// (KeepaliveMissed+1) intervals, the one re-attach fails within the
+// connect timeout, and Run returns an error naming the host and saying
+// it stopped answering keepalives, then why the re-attach failed.
+func TestKeepaliveNamesTheHostThatStoppedAnswering(t *testing.T) {
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	const keepalive, connect = 200 * time.Millisecond, 500 * time.Millisecond
+	p, err := NewPool(SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User, Keepalive: keepalive, ConnectTimeout: connect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	l := newLines("up")
+	done := make(chan error, 1)
+	go func() {
+		cmd := Command{Attempt: "frozen-1", Script: "echo up; sleep 50", OnLine: l.on, Env: map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}}
+		_, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), cmd)
+		done <- err
+	}()
+	l.wait(t, "up")
+	time.Sleep(3 * keepalive) // answered keepalives
+	thaw := f.Hosts[0].Freeze()
+	defer thaw()
+	frozen := time.Now()
+	bound := keepalive*time.Duration(KeepaliveMissed+1) + reattachWait + connect + 3*time.Second
+	select {
+	case err := <-done:
+		took := time.Since(frozen)
+		t.Logf("ended %s after the freeze with: %v", took.Round(time.Millisecond), err)
+		if err == nil {
+			t.Fatal("the run succeeded on a hung host")
+		}
+		for _, want := range []string{f.Hosts[0].Addr, "stopped answering", "no answer to SSH keepalives", "re-attaching to the attempt: cannot connect"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("the error does not say %q", want)
+			}
+		}
+		if took > bound {
+			t.Errorf("ended %s after the freeze, want within %s", took.Round(time.Millisecond), bound)
+		}
+	case <-time.After(bound + 30*time.Second):
+		t.Fatalf("the run on a hung host was still waiting %s after the freeze", bound+30*time.Second)
+	}
+}

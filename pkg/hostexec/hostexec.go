@@ -43,6 +43,10 @@ var (
 	ErrDraining = errors.New("not started: the worker is stopping")
 	// ErrKill: a command to be killed could not be confirmed gone.
 	ErrKill = errors.New("kill not confirmed")
+	// ErrStoppedAnswering (with ErrSession): the keepalives closed the
+	// connection a command ran on, its host having answered none of them
+	// for KeepaliveMissed intervals of SSHConfig.Keepalive.
+	ErrStoppedAnswering = errors.New("the host stopped answering")
 )
 
 // Stream names an output stream.

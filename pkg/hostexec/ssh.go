@@ -165,6 +165,33 @@ type conn struct {
 	user        string
 	parent      *conn        // the jump host it is reached through; nil: dialed directly
 	used        atomic.Int64 // when it was last used (unix ns): idle ones are closed
+	// lost is the last connection the keepalives closed, and why.
+	lost atomic.Pointer[lostClient]
+}
+
+// lostClient is a connection the keepalives closed: err says how long its
+// host had not answered.
+type lostClient struct {
+	client *ssh.Client
+	err    error
+}
+
+// lostErr says why the keepalives closed cl; nil when they did not.
+func (c *conn) lostErr(cl *ssh.Client) error {
+	if l := c.lost.Load(); l != nil && l.client == cl {
+		return l.err
+	}
+	return nil
+}
+
+// ended is the error of a command whose connection cl ended before the
+// command reported an exit status: the keepalives' reason when they
+// closed it.
+func (r *sshRunner) ended(c *conn, cl *ssh.Client) error {
+	if why := c.lostErr(cl); why != nil {
+		return fmt.Errorf("%w on %s: %w: %w", ErrSession, r.address, why, errConnectionEnded)
+	}
+	return fmt.Errorf("%w on %s: %w", ErrSession, r.address, errConnectionEnded)
 }
 
 // jumps is the user@address of each jump host on the way to c, the first
@@ -589,6 +616,8 @@ func (p *Pool) keepAlive(c *conn, cl *ssh.Client) {
 		if silent := time.Since(time.Unix(0, last.Load())); silent > time.Duration(KeepaliveMissed)*iv {
 			p.log.Warn("closing an SSH connection whose host stopped answering", "host", c.address, "user", c.user, "silent_for", silent.Round(time.Millisecond).String())
 			sshKeepaliveClosed.Inc()
+			c.lost.Store(&lostClient{cl, fmt.Errorf("%w: no answer to SSH keepalives for %s (asked every %s; closed after %d unanswered)",
+				ErrStoppedAnswering, silent.Round(100*time.Millisecond), iv, KeepaliveMissed)})
 			_ = cl.Close()
 			return
 		}
@@ -1092,7 +1121,9 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 	first := cmd
 	first.OnLine = lc.first
 	res, err := r.runDurable(ctx, first)
+	ended := err // why the connection ended, when it did
 	for try := 1; try <= reattachTries && errors.Is(err, errConnectionEnded) && !r.pool.isClosed(); try++ {
+		ended = err
 		r.pool.log.Warn("connection ended while an attempt ran; re-attaching to it", "host", r.address, "attempt", cmd.Attempt, "try", try)
 		select {
 		case <-ctx.Done():
@@ -1109,7 +1140,17 @@ func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
 		res, err = r.run(ctx, again)
 		res.Started = started
 	}
-	return res, err
+	return res, reattachErr(ended, err)
+}
+
+// reattachErr is the error of a durable attempt whose re-attach failed
+// with err after its host stopped answering (ended): both said, the host's
+// silence first. Any other error is returned as it is.
+func reattachErr(ended, err error) error {
+	if err == nil || err == ended || errors.Is(err, errConnectionEnded) || !errors.Is(ended, ErrStoppedAnswering) {
+		return err
+	}
+	return fmt.Errorf("%w; re-attaching to the attempt: %w", ended, err)
 }
 
 // lineCount hands a durable attempt's output lines to on once, across the
@@ -1285,7 +1326,7 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 		}
 	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
 		r.pool.drop(c, client)
-		return res, fmt.Errorf("%w on %s: %w", ErrSession, r.address, errConnectionEnded)
+		return res, r.ended(c, client)
 	default:
 		return res, fmt.Errorf("%w on %s: %w", ErrSession, r.address, werr)
 	}
