@@ -53,7 +53,14 @@ type WorkflowDoc struct {
 	// the planner carried out, in order.
 	SubmittedBy *Principal `json:"submitted_by,omitempty"`
 	Requests    []Request  `json:"requests,omitempty"`
+	// EventIDs are the ids of the last MaxWorkflowEventIDs workflow
+	// events applied: running and paused alternate, so only its id tells
+	// a pause stored twice from a new one.
+	EventIDs []string `json:"event_ids,omitempty"`
 }
+
+// MaxWorkflowEventIDs is how many event ids a WorkflowDoc keeps.
+const MaxWorkflowEventIDs = 32
 
 // Request is one control request carried out on a workflow.
 type Request struct {
@@ -106,6 +113,19 @@ type NodeDoc struct {
 	// Progress is the last percent the node's current attempt reported
 	// (a "PROGRESS: n" line); a new attempt starts without one.
 	Progress int `json:"progress,omitempty"`
+	// Mark is where the last transition applied stands (dag.CompareNode):
+	// an event behind it changes nothing, one at the same place is not
+	// counted again. Documents written before it was kept have none.
+	Mark *dag.NodeMark `json:"mark,omitempty"`
+}
+
+// LastMark is where the node's last transition stands: its Mark, or for
+// a document written before marks were kept, what its fields say.
+func (n *NodeDoc) LastMark() dag.NodeMark {
+	if n.Mark != nil {
+		return *n.Mark
+	}
+	return dag.NodeMark{Generation: n.Generation, Attempt: n.LastAttempt, State: n.Status}
 }
 
 // HostNode is the per-host projection of one node of a composition across
@@ -170,6 +190,16 @@ type HostLogEntry struct {
 	Status     dag.NodeState `json:"status"`
 	Attempt    int           `json:"attempt"`
 	Error      string        `json:"error,omitempty"`
+	// Generation and WillRetry complete the transition's place
+	// (dag.NodeMark): the last entry of a workflow is where that
+	// workflow's transitions of the node stand.
+	Generation int  `json:"generation,omitempty"`
+	WillRetry  bool `json:"will_retry,omitempty"`
+}
+
+// Mark is where the logged transition stands.
+func (e *HostLogEntry) Mark() dag.NodeMark {
+	return dag.NodeMark{Generation: e.Generation, Attempt: e.Attempt, State: e.Status, WillRetry: e.WillRetry}
 }
 
 // Request bodies of the state endpoints.
