@@ -270,6 +270,42 @@ type DriftReport struct {
 // RebuildQuery is the body of state.rebuild.
 type RebuildQuery struct {
 	CheckOnly bool `json:"check_only,omitempty"`
+	// TimeoutMS bounds the rebuild, in milliseconds (the client's
+	// --timeout): the state-store gives up and says so before the client
+	// stops waiting (0: its own bound, 5 minutes).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// Kinds of StreamFinding.
+const (
+	// FindingDuplicate: one event (its CloudEvent id) stored more than
+	// once.
+	FindingDuplicate = "duplicate"
+	// FindingOutOfOrder: a transition stored after one it comes before
+	// in the same run (dag.CompareNode, CompareFormula, CompareWorkflow):
+	// a node's running after its succeeded.
+	FindingOutOfOrder = "out_of_order"
+	// FindingRecord: the stream says one thing of a node's run and the
+	// executor's own record (gantry_nodes) another.
+	FindingRecord = "contradicts_record"
+)
+
+// MaxFindings is how many findings a RebuildReport lists; it counts the
+// rest in MoreFindings.
+const MaxFindings = 200
+
+// StreamFinding is something wrong in the event stream itself that
+// state.rebuild found while it replayed it.
+type StreamFinding struct {
+	Kind       string `json:"kind"`
+	WorkflowID string `json:"workflow_id"`
+	Formula    string `json:"formula,omitempty"`
+	Node       string `json:"node,omitempty"`
+	// Seqs are the stream sequences involved, in order: the first copy
+	// and the one stored again; the transition stored first and the one
+	// behind it; the last transition of the node.
+	Seqs   []uint64 `json:"seqs"`
+	Detail string   `json:"detail"`
 }
 
 // RebuildReport answers state.rebuild: how the live projection compares
@@ -288,4 +324,10 @@ type RebuildReport struct {
 	// built them are gone: live documents no remaining event backs, and
 	// ones the remaining events would rebuild only in part.
 	Kept []string `json:"kept,omitempty"`
+	// Workflows is how many workflows the replay checked the stream of;
+	// Findings is what it found wrong in it (at most MaxFindings, in
+	// stream order; MoreFindings counts the rest).
+	Workflows    int             `json:"workflows"`
+	Findings     []StreamFinding `json:"findings,omitempty"`
+	MoreFindings int             `json:"more_findings,omitempty"`
 }

@@ -46,6 +46,9 @@ func (f *feed) put(id string, p events.Payload) stored {
 func (f *feed) store(s stored) {
 	f.t.Helper()
 	f.seq++
+	if f.audit != nil {
+		f.audit.Observe(f.seq, s.env)
+	}
 	f.p.Apply(context.Background(), []*consume.Event{{Envelope: s.env, Subject: s.subject, Stream: f.seq}}, f.seq)
 }
 

@@ -186,6 +186,11 @@ type Projector struct {
 	Checkpoint string
 	// Heal, when set, re-creates the bucket a write found missing.
 	Heal func(ctx context.Context) error
+	// Records, when set, are the executors' node records a rebuild holds
+	// the stream against.
+	Records NodeRecords
+	// audit, in a replay, observes every event applied.
+	audit *Audit
 	// mu serializes batches and rebuilds.
 	mu sync.Mutex
 	// cache of documents and their revisions; dirty lists the keys changed
