@@ -244,3 +244,24 @@ func TestProgressAfterTheEndChangesNothing(t *testing.T) {
 		t.Errorf("after a progress stored again: %d%%, %s; want 100%%, succeeded", nd.Progress, nd.Status)
 	}
 }
+
+// The per-host document of a node is its last transition across the
+// composition's workflows: one of an earlier workflow stored again after a
+// later workflow's transition (its succeeded, or its running) changes
+// nothing.
+func TestEarlierWorkflowStoredAgainLeavesTheHostNode(t *testing.T) {
+	f := newFeed(t)
+	r1 := f.run("wf-1", 1)
+	aRunning := r1.node("a-run-1", "a", dag.NodeRunning, 1, false)
+	aSucceeded := r1.node("a-ok-1", "a", dag.NodeSucceeded, 1, false)
+	r2 := f.run("wf-2", 1)
+	r2.node("a-blocked", "a", dag.NodeBlocked, 0, false)
+	f.store(aSucceeded)
+	f.store(aRunning)
+	raw, _ := f.docs()
+	d := doc(t, raw, "w", "f", "a")
+	wantFields(t, "a", d, `{"status": "blocked", "workflow_id": "wf-2", "in_place": {"status": "succeeded", "workflow_id": "wf-1"}}`)
+	if n := len(d["log"].([]any)); n != 3 {
+		t.Errorf("per-host log of %d transitions, want 3", n)
+	}
+}

@@ -826,8 +826,8 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 		return nil
 	}
 	order := dag.CompareNode(lastOf(hn, e.WorkflowID), e.Mark())
-	if order == dag.Behind {
-		return nil // late, or stored again: the workflow's run of the node has moved on
+	if order == dag.Behind || order == dag.Same && !lastIsOf(hn, e.WorkflowID) {
+		return nil // late, or stored again: the workflow's run of the node (or the node) has moved on
 	}
 	hn.LastSeq = ev.Stream
 	if e.Operation == dag.OpCheck {
@@ -857,6 +857,11 @@ func lastOf(hn *events.HostNode, id string) dag.NodeMark {
 		}
 	}
 	return dag.NodeMark{}
+}
+
+// lastIsOf says whether a host node's last transition is workflow id's.
+func lastIsOf(hn *events.HostNode, id string) bool {
+	return len(hn.Log) > 0 && hn.Log[len(hn.Log)-1].WorkflowID == id
 }
 
 // check records a transition of an operation: check run: what the check
