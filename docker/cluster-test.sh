@@ -13,7 +13,9 @@
 #      node is started again
 #   4. the run succeeded; every node's marker line is on its target exactly
 #      once (no node ran again after success); `gantry state --rebuild --check`
-#      finds the projection equal to a rebuild from the event stream
+#      finds the projection equal to a rebuild from the event stream, and
+#      nothing wrong in the stream itself (no event stored twice, no
+#      transition out of order, no node its executor recorded otherwise)
 #   5. down -v
 # ATTEMPTS=N allows each node N attempts (default 1: any failed attempt
 # fails the run). KEEP=1 leaves the stack up. Prints the timings of each step. When a check
@@ -193,7 +195,7 @@ for t in 1 2 3; do
 done
 [ "$lines" = 100 ] && [ "$dups" = 0 ] || fail "$lines marker lines, $dups repeated: a node ran twice or not at all"
 say "    100 marker lines, each node exactly once"
-"$bin/gantry" state --rebuild --check >"$work/check.txt" 2>&1 || { cat "$work/check.txt"; fail "projection differs from the stream"; }
+"$bin/gantry" state --rebuild --check >"$work/check.txt" 2>&1 || { cat "$work/check.txt"; fail "the projection differs from the stream, or the stream has problems (listed above)"; }
 sed 's/^/    /' "$work/check.txt" | tail -5
 say "    restarts (docker RestartCount): $(for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker inspect -f '{{.Name}}={{.RestartCount}}/{{.State.Status}}' "$c"; done | sed 's#^/##; s#^gantry-cluster_##' | sort | tr '\n' ' ')"
 say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"

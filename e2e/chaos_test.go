@@ -646,12 +646,17 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep struct {
-		Keys      int      `json:"keys"`
-		UpTo      uint64   `json:"up_to"`
-		Differing []string `json:"differing"`
+		Keys      int                    `json:"keys"`
+		UpTo      uint64                 `json:"up_to"`
+		Differing []string               `json:"differing"`
+		Findings  []events.StreamFinding `json:"findings"`
 	}
 	decodeReply(m, &rep)
 	fmt.Printf("chaos: projection vs rebuild from %d events: %d documents, %d differ %v\n", rep.UpTo, rep.Keys, len(rep.Differing), rep.Differing)
+	fmt.Printf("chaos: the stream's own check: %d problem(s)\n", len(rep.Findings))
+	for _, f := range rep.Findings {
+		fmt.Printf("chaos:   %s %s %s/%s at %v: %s\n", f.Kind, f.WorkflowID, f.Formula, f.Node, f.Seqs, f.Detail)
+	}
 	if rep.Keys == 0 || len(rep.Differing) != 0 {
 		t.Errorf("projection differs from a rebuild: %v", rep.Differing)
 	}

@@ -142,9 +142,13 @@ func Uses(id Identity) Usage {
 			Serve:   []string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild, StatusSubject(StateStore)},
 			Streams: []string{StreamEvents},
 			Follows: []string{StreamEvents},
-			Write:   []string{BucketState},
-			Retire:  []Durable{{StreamEvents, "state-store"}},
-			Prune:   []string{BucketState},
+			// The executors' node records, which a rebuild's check holds
+			// the stream against (read only: what runs is not its to
+			// decide).
+			Read:   []string{BucketNodes},
+			Write:  []string{BucketState},
+			Retire: []Durable{{StreamEvents, "state-store"}},
+			Prune:  []string{BucketState},
 		}
 	}
 	return Usage{}

@@ -53,7 +53,14 @@ type WorkflowDoc struct {
 	// the planner carried out, in order.
 	SubmittedBy *Principal `json:"submitted_by,omitempty"`
 	Requests    []Request  `json:"requests,omitempty"`
+	// EventIDs are the ids of the last MaxWorkflowEventIDs workflow
+	// events applied: running and paused alternate, so only its id tells
+	// a pause stored twice from a new one.
+	EventIDs []string `json:"event_ids,omitempty"`
 }
+
+// MaxWorkflowEventIDs is how many event ids a WorkflowDoc keeps.
+const MaxWorkflowEventIDs = 32
 
 // Request is one control request carried out on a workflow.
 type Request struct {
@@ -106,6 +113,19 @@ type NodeDoc struct {
 	// Progress is the last percent the node's current attempt reported
 	// (a "PROGRESS: n" line); a new attempt starts without one.
 	Progress int `json:"progress,omitempty"`
+	// Mark is where the last transition applied stands (dag.CompareNode):
+	// an event behind it changes nothing, one at the same place is not
+	// counted again. Documents written before it was kept have none.
+	Mark *dag.NodeMark `json:"mark,omitempty"`
+}
+
+// LastMark is where the node's last transition stands: its Mark, or for
+// a document written before marks were kept, what its fields say.
+func (n *NodeDoc) LastMark() dag.NodeMark {
+	if n.Mark != nil {
+		return *n.Mark
+	}
+	return dag.NodeMark{Generation: n.Generation, Attempt: n.LastAttempt, State: n.Status}
 }
 
 // HostNode is the per-host projection of one node of a composition across
@@ -170,6 +190,16 @@ type HostLogEntry struct {
 	Status     dag.NodeState `json:"status"`
 	Attempt    int           `json:"attempt"`
 	Error      string        `json:"error,omitempty"`
+	// Generation and WillRetry complete the transition's place
+	// (dag.NodeMark): the last entry of a workflow is where that
+	// workflow's transitions of the node stand.
+	Generation int  `json:"generation,omitempty"`
+	WillRetry  bool `json:"will_retry,omitempty"`
+}
+
+// Mark is where the logged transition stands.
+func (e *HostLogEntry) Mark() dag.NodeMark {
+	return dag.NodeMark{Generation: e.Generation, Attempt: e.Attempt, State: e.Status, WillRetry: e.WillRetry}
 }
 
 // Request bodies of the state endpoints.
@@ -240,6 +270,42 @@ type DriftReport struct {
 // RebuildQuery is the body of state.rebuild.
 type RebuildQuery struct {
 	CheckOnly bool `json:"check_only,omitempty"`
+	// TimeoutMS bounds the rebuild, in milliseconds (the client's
+	// --timeout): the state-store gives up and says so before the client
+	// stops waiting (0: its own bound, 5 minutes).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// Kinds of StreamFinding.
+const (
+	// FindingDuplicate: one event (its CloudEvent id) stored more than
+	// once.
+	FindingDuplicate = "duplicate"
+	// FindingOutOfOrder: a transition stored after one it comes before
+	// in the same run (dag.CompareNode, CompareFormula, CompareWorkflow):
+	// a node's running after its succeeded.
+	FindingOutOfOrder = "out_of_order"
+	// FindingRecord: the stream says one thing of a node's run and the
+	// executor's own record (gantry_nodes) another.
+	FindingRecord = "contradicts_record"
+)
+
+// MaxFindings is how many findings a RebuildReport lists; it counts the
+// rest in MoreFindings.
+const MaxFindings = 200
+
+// StreamFinding is something wrong in the event stream itself that
+// state.rebuild found while it replayed it.
+type StreamFinding struct {
+	Kind       string `json:"kind"`
+	WorkflowID string `json:"workflow_id"`
+	Formula    string `json:"formula,omitempty"`
+	Node       string `json:"node,omitempty"`
+	// Seqs are the stream sequences involved, in order: the first copy
+	// and the one stored again; the transition stored first and the one
+	// behind it; the last transition of the node.
+	Seqs   []uint64 `json:"seqs"`
+	Detail string   `json:"detail"`
 }
 
 // RebuildReport answers state.rebuild: how the live projection compares
@@ -258,4 +324,10 @@ type RebuildReport struct {
 	// built them are gone: live documents no remaining event backs, and
 	// ones the remaining events would rebuild only in part.
 	Kept []string `json:"kept,omitempty"`
+	// Workflows is how many workflows the replay checked the stream of;
+	// Findings is what it found wrong in it (at most MaxFindings, in
+	// stream order; MoreFindings counts the rest).
+	Workflows    int             `json:"workflows"`
+	Findings     []StreamFinding `json:"findings,omitempty"`
+	MoreFindings int             `json:"more_findings,omitempty"`
 }

@@ -42,7 +42,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	heal := &events.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal}
+	nodes, err := events.NewBucket[events.NodeRecord](ctx, js, events.BucketNodes)
+	if err != nil {
+		return fmt.Errorf("state-store: %w", err)
+	}
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes}
 	meter := &lag.Meter{Instance: cfg.Instance, Applied: p.Applied, LastSeq: func(ctx context.Context) (uint64, error) {
 		s, err := js.Stream(ctx, events.StreamEvents)
 		if err != nil {

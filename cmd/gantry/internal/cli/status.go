@@ -223,21 +223,32 @@ shows so). IN_PLACE says whether a create of the composition completed the node
 and nothing has run it since ("yes, spec ..." when that create had another
 spec than the one shown). CHECK is what the last operation: check run found
 (ok or would_change; its state when it could not tell); a check changes
-nothing else.`,
+nothing else.
+
+--rebuild replays the event stream and rewrites the projection where it
+differs; --rebuild --check only compares. Both also check the stream itself
+and list each problem with its workflow, node and stream sequences: an event
+stored more than once (duplicate), a transition stored after one it comes
+before in the same run, such as a node's running after its succeeded
+(out_of_order; the projection applies neither), and a node the stream leaves
+in another state than its executor recorded in gantry_nodes
+(contradicts_record). It exits 1 when the projection differs (--check) or the
+stream has a problem. --timeout bounds the whole call (default 5m for a
+rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			connect := cf.connect
 			if rebuild || check {
-				connect = cf.connectOperator
+				timeout := 5 * time.Minute
+				if cmd.Flags().Changed("timeout") {
+					timeout = cf.timeout
+				}
+				return rebuildState(cmd, cf, check, time.Now().Add(timeout), timeout)
 			}
-			nc, err := connect()
+			nc, err := cf.connect()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			if rebuild || check {
-				return rebuildState(cmd, nc, cf, check)
-			}
 			var nodes []events.HostNode
 			if err := request(nc, events.StateHost, mustJSON(events.HostQuery{Host: host}), cf.timeout, &nodes); err != nil {
 				return stateErr(err)
@@ -313,9 +324,27 @@ func orDash(s string) string {
 	return s
 }
 
-func rebuildState(cmd *cobra.Command, nc *nats.Conn, cf connFlags, checkOnly bool) error {
+// rebuildState asks the state-store for a rebuild (or, checkOnly, a
+// comparison) and prints what it found, all by deadline (timeout: the
+// --timeout it comes from).
+func rebuildState(cmd *cobra.Command, cf connFlags, checkOnly bool, deadline time.Time, timeout time.Duration) error {
+	nc, err := cf.connectOperator()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	left := time.Until(deadline)
 	var rep events.RebuildReport
-	if err := request(nc, events.StateRebuild, mustJSON(events.RebuildQuery{CheckOnly: checkOnly}), 5*time.Minute, &rep); err != nil {
+	q := events.RebuildQuery{CheckOnly: checkOnly, TimeoutMS: left.Milliseconds()}
+	if left <= 0 {
+		err = nats.ErrTimeout
+	} else {
+		err = request(nc, events.StateRebuild, mustJSON(q), left, &rep)
+	}
+	if errors.Is(err, nats.ErrTimeout) {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: no answer from the state-store within --timeout %s (a rebuild waits for the projection to catch up with the stream, then replays it all; give it a longer --timeout)", events.StateRebuild, timeout)}
+	}
+	if err != nil {
 		return stateErr(err)
 	}
 	out := cmd.OutOrStdout()
@@ -334,13 +363,43 @@ func rebuildState(cmd *cobra.Command, nc *nats.Conn, cf connFlags, checkOnly boo
 	if rep.Lost != "" {
 		fmt.Fprintf(out, "not rebuilt: %s (%d documents)\n", termsafe.Line(rep.Lost), len(rep.Kept))
 	}
+	problems := printFindings(out, &rep)
+	var why []string
 	switch {
 	case rep.Rewritten:
 		fmt.Fprintln(out, "the projection was rewritten from the stream")
 	case checkOnly && len(rep.Differing) > len(rep.Kept):
-		return failed("the projection differs from the event stream")
+		why = append(why, "the projection differs from the event stream")
+	}
+	if problems > 0 {
+		why = append(why, fmt.Sprintf("the event stream has %d problem(s)", problems))
+	}
+	if len(why) > 0 {
+		return failed("%s", strings.Join(why, "; "))
 	}
 	return nil
+}
+
+// printFindings prints what the rebuild found wrong in the stream itself,
+// one line each, and returns how many it found.
+func printFindings(w io.Writer, rep *events.RebuildReport) int {
+	n := len(rep.Findings) + rep.MoreFindings
+	fmt.Fprintf(w, "checked the event stream of %d workflow(s): %d problem(s)\n", rep.Workflows, n)
+	for _, f := range rep.Findings {
+		what := f.Formula
+		if f.Node != "" {
+			what += "/" + f.Node
+		}
+		seqs := make([]string, len(f.Seqs))
+		for i, s := range f.Seqs {
+			seqs[i] = strconv.FormatUint(s, 10)
+		}
+		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("  %-18s workflow %s %s at stream sequence %s: %s", f.Kind, f.WorkflowID, orDash(what), strings.Join(seqs, ", "), f.Detail)))
+	}
+	if rep.MoreFindings > 0 {
+		fmt.Fprintf(w, "  and %d more\n", rep.MoreFindings)
+	}
+	return n
 }
 
 func newDriftCmd() *cobra.Command {

@@ -11,16 +11,28 @@ import (
 )
 
 // summary counts a workflow's nodes by state as watch reads its events:
-// of the newest run (generation) only.
+// of the newest run (generation) only. A node's transition counts only
+// when it is ahead of the node's last one (dag.CompareNode): a running
+// stored again after the node succeeded changes nothing.
 type summary struct {
 	total int
 	gen   int
-	nodes map[string]dag.NodeState // formula/node
+	nodes map[string]dag.NodeMark // formula/node
+	// seen holds the ids of the events taken in: one stored twice is
+	// taken once.
+	seen map[string]bool
 }
 
-// observe takes an event in; changed says the counts moved.
-func (s *summary) observe(env *events.Envelope) (changed bool) {
-	before := s.String()
+// observe takes an event in; repeat says it was taken in already (the
+// same event stored again), and changes nothing.
+func (s *summary) observe(env *events.Envelope) (repeat bool) {
+	if s.seen[env.ID] {
+		return true
+	}
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	s.seen[env.ID] = true
 	switch env.Type.Family() {
 	case events.FamilyWorkflow:
 		var e events.WorkflowEvent
@@ -34,16 +46,15 @@ func (s *summary) observe(env *events.Envelope) (changed bool) {
 			return false
 		}
 		s.generation(e.Generation)
-		st := e.Status
-		if e.WillRetry {
-			st = dag.NodeRunning
-		}
 		if s.nodes == nil {
-			s.nodes = map[string]dag.NodeState{}
+			s.nodes = map[string]dag.NodeMark{}
 		}
-		s.nodes[e.Formula+"/"+e.Node] = st
+		k := e.Formula + "/" + e.Node
+		if next := e.Mark(); dag.CompareNode(s.nodes[k], next).Moves() {
+			s.nodes[k] = next
+		}
 	}
-	return s.String() != before
+	return false
 }
 
 // generation starts counting again for a newer run.
@@ -57,7 +68,11 @@ func (s *summary) generation(g int) {
 // or another; without the plan's size, "3 nodes done, ...").
 func (s *summary) String() string {
 	var done, running, failed int
-	for _, st := range s.nodes {
+	for _, m := range s.nodes {
+		st := m.State
+		if m.WillRetry { // failed, but the node is still at work
+			st = dag.NodeRunning
+		}
 		switch {
 		case st == dag.NodeRunning:
 			running++

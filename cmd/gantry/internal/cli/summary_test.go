@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,9 +12,12 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
+// envs counts the envelopes envOf made: each has an id of its own.
+var envs atomic.Int64
+
 func envOf(t *testing.T, p events.Payload) *events.Envelope {
 	t.Helper()
-	env, err := events.NewAt("x", "test", time.Now(), p)
+	env, err := events.NewAt(fmt.Sprintf("ev-%d", envs.Add(1)), "test", time.Now(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +54,38 @@ func TestWatchSummary(t *testing.T) {
 		if got := s.String(); got != st.want {
 			t.Fatalf("step %d: %q, want %q", i, got, st.want)
 		}
+	}
+}
+
+// A node's running stored again after it succeeded (the same event), or
+// late under an id of its own, and a failure that retries stored after
+// the retry succeeded, count nothing again: the summary stays as the
+// stream's end says.
+func TestWatchSummaryIgnoresStaleAndRepeatedEvents(t *testing.T) {
+	t.Parallel()
+	ref := func(node string) events.Ref {
+		return events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "f", Host: "h1", Node: node, Operation: dag.OpCreate, Generation: 1}
+	}
+	wf := ref("")
+	wf.Formula, wf.Host = "", ""
+	var s summary
+	s.observe(envOf(t, &events.WorkflowEvent{Ref: wf, Status: dag.WorkflowAccepted, TotalNodes: 2}))
+	aRunning := envOf(t, &events.NodeEvent{Ref: ref("a"), Status: dag.NodeRunning, Run: events.Run{Attempt: 1}})
+	bRetry := envOf(t, &events.NodeEvent{Ref: ref("b"), Status: dag.NodeFailed, WillRetry: true, Run: events.Run{Attempt: 1}})
+	for _, env := range []*events.Envelope{aRunning, envOf(t, &events.NodeEvent{Ref: ref("a"), Status: dag.NodeSucceeded, Run: events.Run{Attempt: 1}}),
+		envOf(t, &events.NodeEvent{Ref: ref("b"), Status: dag.NodeRunning, Run: events.Run{Attempt: 1}}), bRetry,
+		envOf(t, &events.NodeEvent{Ref: ref("b"), Status: dag.NodeRunning, Run: events.Run{Attempt: 2}}),
+		envOf(t, &events.NodeEvent{Ref: ref("b"), Status: dag.NodeSucceeded, Run: events.Run{Attempt: 2}})} {
+		s.observe(env)
+	}
+	const want = "2/2 nodes done, 0 running, 0 failed"
+	repeats := []bool{s.observe(aRunning), s.observe(bRetry)}
+	s.observe(envOf(t, &events.NodeEvent{Ref: ref("a"), Status: dag.NodeRunning, Run: events.Run{Attempt: 1}}))
+	if got := s.String(); got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if !repeats[0] || !repeats[1] {
+		t.Errorf("events stored again taken for new ones (%v): watch prints them again", repeats)
 	}
 }
 

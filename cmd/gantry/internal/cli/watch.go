@@ -218,10 +218,12 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			refused(cmd.ErrOrStderr(), err) // forged or misrouted: never shown as news
 			continue
 		}
+		if sum.observe(env) {
+			continue // the same event stored again: shown once
+		}
 		if node, ok := wouldChange(env); ok {
 			changes[node] = true
 		}
-		sum.observe(env)
 		status.clear()
 		var st dag.WorkflowState
 		var g int

@@ -17,16 +17,19 @@ import (
 type ListModel struct {
 	limit int
 	rows  map[string]*events.WorkflowSummary
+	// gens are the rows' run generations, as the events said (a row of
+	// the state-store's has none until an event of it comes).
+	gens map[string]int
 }
 
 // NewListModel keeps at most limit rows, the newest.
 func NewListModel(limit int) *ListModel {
-	return &ListModel{limit: max(limit, 1), rows: map[string]*events.WorkflowSummary{}}
+	return &ListModel{limit: max(limit, 1), rows: map[string]*events.WorkflowSummary{}, gens: map[string]int{}}
 }
 
 // Seed replaces the rows with state.list's.
 func (m *ListModel) Seed(rows []events.WorkflowSummary) {
-	m.rows = map[string]*events.WorkflowSummary{}
+	m.rows, m.gens = map[string]*events.WorkflowSummary{}, map[string]int{}
 	for i := range rows {
 		r := rows[i]
 		m.rows[r.WorkflowID] = &r
@@ -57,8 +60,9 @@ func (m *ListModel) Rows() []events.WorkflowSummary {
 
 // Apply folds a workflow lifecycle event into its row and returns the
 // row as it now is, or nil when the event changes nothing (not a
-// workflow event, or older than what the row shows: the state-store had
-// already projected it when the list was read). A workflow the list
+// workflow event, older than what the row shows: the state-store had
+// already projected it when the list was read, or behind the row's state
+// by dag.CompareWorkflow: a running after the run ended). A workflow the list
 // does not know gets a row from the event alone; Add its state-store row
 // first to have its start and submitter.
 func (m *ListModel) Apply(env *events.Envelope) *events.WorkflowSummary {
@@ -73,9 +77,10 @@ func (m *ListModel) Apply(env *events.Envelope) *events.WorkflowSummary {
 	if r == nil {
 		r = &events.WorkflowSummary{WorkflowID: e.WorkflowID, CreatedAt: env.Time}
 		m.rows[e.WorkflowID] = r
-	} else if env.Time.Before(r.UpdatedAt) {
+	} else if env.Time.Before(r.UpdatedAt) || dag.CompareWorkflow(dag.WorkflowMark{Generation: m.gens[e.WorkflowID], State: r.Status}, e.Mark()) == dag.Behind {
 		return nil
 	}
+	m.gens[e.WorkflowID] = e.Generation
 	if e.Workflow != "" {
 		r.Workflow = e.Workflow
 	}
@@ -111,6 +116,7 @@ func (m *ListModel) trim() {
 	}
 	for _, r := range m.Rows()[m.limit:] {
 		delete(m.rows, r.WorkflowID)
+		delete(m.gens, r.WorkflowID)
 	}
 }
 

@@ -243,3 +243,17 @@ func TestListModelKeepsTheNewest(t *testing.T) {
 		t.Errorf("rows after a new run: %+v", rows)
 	}
 }
+
+// A running stored after its workflow ended (an event of its own, later
+// in time) leaves the row ended.
+func TestListKeepsAnEndedRow(t *testing.T) {
+	m := webview.NewListModel(10)
+	m.Apply(wfEvent(t, wfID, dag.WorkflowAccepted, t0).Event)
+	m.Apply(wfEvent(t, wfID, dag.WorkflowSucceeded, t0.Add(time.Second)).Event)
+	if row := m.Apply(wfEvent(t, wfID, dag.WorkflowRunning, t0.Add(2*time.Second)).Event); row != nil {
+		t.Errorf("a running after the end changed the row: %+v", row)
+	}
+	if rows := m.Rows(); len(rows) != 1 || rows[0].Status != dag.WorkflowSucceeded {
+		t.Errorf("rows %+v", rows)
+	}
+}

@@ -93,6 +93,8 @@ type Node struct {
 	// one as Line messages.
 	Output []Line `json:"output,omitempty"`
 	gen    int
+	// mark is where the node's last transition shown stands.
+	mark dag.NodeMark
 	// fromTail: Output was filled from the tails of a node event.
 	fromTail bool
 }
@@ -152,16 +154,20 @@ func (p *Patch) Empty() bool {
 }
 
 // Model is one workflow's page state. It is not safe for concurrent use.
+// A transition is shown only when it is not behind what the page shows
+// (dag.CompareNode, CompareFormula, CompareWorkflow), and an event stored
+// twice is applied once.
 type Model struct {
 	h        Header
 	formulas map[string]*Formula
 	nodes    map[string]*Node // formula/node
 	rollouts map[string]*Rollout
+	seen     map[string]bool // ids of the events applied
 }
 
 // NewModel starts the page of workflow id.
 func NewModel(id string) *Model {
-	return &Model{h: Header{WorkflowID: id}, formulas: map[string]*Formula{}, nodes: map[string]*Node{}, rollouts: map[string]*Rollout{}}
+	return &Model{h: Header{WorkflowID: id}, formulas: map[string]*Formula{}, nodes: map[string]*Node{}, rollouts: map[string]*Rollout{}, seen: map[string]bool{}}
 }
 
 // DocNode is the state-store's node with the progress that newer
@@ -233,8 +239,9 @@ func (m *Model) Seed(d *Doc) {
 			nd := fd.Nodes[name]
 			n := m.node(id, name)
 			n.Status, n.Blocker, n.Error, n.Check, n.Progress, n.gen = string(nd.Status), nd.Blocker, nd.Error, string(nd.Check), nd.Progress, nd.Generation
+			n.mark = nd.LastMark()
 			if nd.LastAttempt > 0 || nd.StartedAt != nil {
-				n.Attempts = []Attempt{{N: max(nd.LastAttempt, 1), Status: string(nd.Status), StartedAt: nd.StartedAt, EndedAt: nd.EndedAt, ExitCode: nd.ExitCode, Error: nd.Error}}
+				n.Attempts = []Attempt{{N: max(nd.LastAttempt, 1), Status: string(nd.Status), StartedAt: nd.StartedAt, EndedAt: nd.EndedAt, ExitCode: nd.ExitCode, Error: nd.Error, Generation: nd.Generation}}
 			}
 		}
 	}
@@ -308,8 +315,13 @@ func (m *Model) ApplyGraph(g *events.Graph) {
 	}
 }
 
-// ApplyEvent applies one event of the workflow and says what changed.
+// ApplyEvent applies one event of the workflow and says what changed. An
+// event applied already (the same id, stored again) changes nothing.
 func (m *Model) ApplyEvent(env *events.Envelope) Patch {
+	if m.seen[env.ID] {
+		return Patch{}
+	}
+	m.seen[env.ID] = true
 	switch {
 	case env.Type == TypeProgress:
 		return m.applyProgress(env)
@@ -360,8 +372,8 @@ func (m *Model) applyWorkflow(env *events.Envelope, e *events.WorkflowEvent) Pat
 			p.Nodes[i] = &out
 		}
 	}
-	if e.Generation < h.Generation {
-		return p
+	if dag.CompareWorkflow(dag.WorkflowMark{Generation: h.Generation, State: dag.WorkflowState(h.Status)}, e.Mark()) == dag.Behind {
+		return p // of an earlier run, or a running or pause after the run ended
 	}
 	h.Workflow, h.Operation, h.Generation = e.Workflow, string(e.Operation), max(e.Generation, 1)
 	h.Status, h.Reason, h.Cancelling = string(e.Status), e.Reason, e.Cancelling
@@ -385,8 +397,8 @@ func (m *Model) applyWorkflow(env *events.Envelope, e *events.WorkflowEvent) Pat
 
 func (m *Model) applyFormula(e *events.FormulaEvent) Patch {
 	f := m.formula(e.Formula, e.Host)
-	if e.Generation < f.gen {
-		return Patch{}
+	if dag.CompareFormula(dag.FormulaMark{Generation: f.gen, State: dag.FormulaState(f.Status)}, e.Mark()) == dag.Behind {
+		return Patch{} // of an earlier run, or behind what the formula has done
 	}
 	f.gen = e.Generation
 	f.Status, f.Blocker, f.Error = string(e.Status), e.Blocker, e.Error
@@ -400,12 +412,17 @@ func (m *Model) applyFormula(e *events.FormulaEvent) Patch {
 func (m *Model) applyNode(e *events.NodeEvent) Patch {
 	m.formula(e.Formula, e.Host)
 	n := m.node(e.Formula, e.Node)
-	if e.Generation >= n.gen { // an older run's attempt is history: kept, but it says nothing of the node now
-		n.gen = e.Generation
+	// An older run's attempt is history: kept, but it says nothing of the
+	// node now; nor does a transition behind the node's last one.
+	if next := e.Mark(); dag.CompareNode(n.mark, next) != dag.Behind {
+		n.gen, n.mark = e.Generation, next
 		n.Status, n.Blocker, n.Reason, n.Error, n.Check = string(e.Status), e.Blocker, e.Reason, e.Error, string(e.Check)
 	}
 	if e.Attempt > 0 {
 		a := n.attempt(e.Attempt)
+		if dag.CompareNode(a.mark(), e.Mark()) == dag.Behind {
+			return Patch{} // a running of an attempt that has ended
+		}
 		a.Status, a.Error, a.WillRetry, a.Generation = string(e.Status), e.Error, e.WillRetry, e.Generation
 		if e.StartedAt != nil {
 			a.StartedAt = e.StartedAt
@@ -420,6 +437,11 @@ func (m *Model) applyNode(e *events.NodeEvent) Patch {
 		out.Output = n.Output
 	}
 	return Patch{Nodes: []*Node{&out}}
+}
+
+// mark is where the attempt's last transition shown stands.
+func (a *Attempt) mark() dag.NodeMark {
+	return dag.NodeMark{Generation: a.Generation, Attempt: a.N, State: dag.NodeState(a.Status), WillRetry: a.WillRetry}
 }
 
 // attempt is attempt number k, added if new.
@@ -513,8 +535,8 @@ func (m *Model) applyProgress(env *events.Envelope) Patch {
 		return Patch{}
 	}
 	n := m.node(e.Formula, e.Node)
-	if e.Generation < n.gen {
-		return Patch{}
+	if at := n.mark; e.Generation < n.gen || at.State != "" && (at.State != dag.NodeRunning || at.Generation != e.Generation || at.Attempt != e.Attempt) {
+		return Patch{} // not of the attempt running now (one stored after its end)
 	}
 	pct := e.Percent
 	n.Progress = &pct

@@ -2,6 +2,7 @@ package webview_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -115,7 +116,7 @@ func TestModelRetriedLateLoad(t *testing.T) {
 func TestModelProgress(t *testing.T) {
 	m := webview.NewModel(wfID)
 	apply(t, m, accepted(t), node(t, "base", "a", dag.NodeRunning, 1))
-	for _, c := range []struct {
+	for i, c := range []struct {
 		data string
 		want int
 	}{
@@ -123,7 +124,7 @@ func TestModelProgress(t *testing.T) {
 		{`{"workflow_id":"` + wfID + `","formula":"base","node":"a","host":"h1","generation":1,"attempt":1,"percent":140}`, 40}, // out of range: ignored
 		{`{"workflow_id":"` + wfID + `","formula":"base","node":"a","host":"h1","generation":1,"attempt":1,"percent":75}`, 75},
 	} {
-		e := &events.Envelope{SpecVersion: events.SpecVersion, ID: "x", Source: "executor/1", Type: webview.TypeProgress, Subject: wfID + "/base/a", Data: json.RawMessage(c.data)}
+		e := &events.Envelope{SpecVersion: events.SpecVersion, ID: "p" + strconv.Itoa(i), Source: "executor/1", Type: webview.TypeProgress, Subject: wfID + "/base/a", Data: json.RawMessage(c.data)}
 		m.ApplyEvent(e)
 		if n := nodeOf(t, m, "base/a"); n.Progress == nil || *n.Progress != c.want {
 			t.Errorf("after %s: progress %v, want %d", c.data, n.Progress, c.want)
@@ -153,5 +154,36 @@ func TestModelHealthGates(t *testing.T) {
 	f := m.Snapshot().Formulas[0]
 	if len(f.Gates) != 3 || f.Gates[0].Output != "inactive" || !f.Gates[2].Final {
 		t.Errorf("gates %+v", f.Gates)
+	}
+}
+
+// Events stored again after the run ended (the same ids), and a node's
+// running of an attempt that has ended under an id of its own, move
+// nothing back: the page shows what gantry status shows.
+func TestModelStaleAndRepeatedEvents(t *testing.T) {
+	m := webview.NewModel(wfID)
+	wRunning := env(t, &events.WorkflowEvent{Ref: ref("", "", ""), Status: dag.WorkflowRunning})
+	fRunning := env(t, &events.FormulaEvent{Ref: ref("base", "h1", ""), Status: dag.FormulaRunning, Run: events.Run{StartedAt: &t0}})
+	aRunning := node(t, "base", "a", dag.NodeRunning, 1)
+	apply(t, m, accepted(t), wRunning, fRunning, aRunning, node(t, "base", "a", dag.NodeSucceeded, 1),
+		env(t, &events.FormulaEvent{Ref: ref("base", "h1", ""), Status: dag.FormulaSucceeded, Run: events.Run{EndedAt: &t0}}),
+		env(t, &events.WorkflowEvent{Ref: ref("", "", ""), Status: dag.WorkflowSucceeded, Run: events.Run{EndedAt: &t0}}))
+	for _, again := range []webview.Item{aRunning, fRunning, wRunning} {
+		if p := apply(t, m, again); !p.Empty() {
+			t.Errorf("an event stored again changed the page: %+v", p)
+		}
+	}
+	apply(t, m, node(t, "base", "a", dag.NodeRunning, 1)) // a late running of attempt 1, an id of its own
+	s := m.Snapshot()
+	if s.Header.Status != "succeeded" {
+		t.Errorf("workflow %s, want succeeded", s.Header.Status)
+	}
+	for _, f := range s.Formulas {
+		if f.ID == "base" && f.Status != "succeeded" {
+			t.Errorf("formula base %s, want succeeded", f.Status)
+		}
+	}
+	if n := nodeOf(t, m, "base/a"); n.Status != "succeeded" || len(n.Attempts) != 1 || n.Attempts[0].Status != "succeeded" {
+		t.Errorf("node %+v, attempts %+v; want succeeded after one attempt", n, n.Attempts)
 	}
 }

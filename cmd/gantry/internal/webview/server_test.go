@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,9 +87,12 @@ const wfID = "0b5c3a52-4f0c-4c51-9d0e-7a4d2f9e8a11"
 
 var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
+// envs counts the events env made: each has an id of its own.
+var envs atomic.Int64
+
 func env(t *testing.T, p events.Payload) webview.Item {
 	t.Helper()
-	e, err := events.NewAt("00000000-0000-4000-8000-000000000001", "test/1", t0, p)
+	e, err := events.NewAt(fmt.Sprintf("00000000-0000-4000-8000-%012d", envs.Add(1)), "test/1", t0, p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,27 +80,14 @@ func (e *Engine) target(ctx context.Context, ref events.Ref) (*run, int, bool, e
 	return r, i, true, nil
 }
 
-// rank orders formula states along the lifecycle; a transition is applied
-// only if it moves forward, so redelivered and late events change nothing.
-func rank(s dag.FormulaState) int {
-	switch s {
-	case dag.FormulaPending:
-		return 0
-	case dag.FormulaReady:
-		return 1
-	case dag.FormulaRunning:
-		return 2
-	case dag.FormulaSucceeded:
-		return 3
-	case dag.FormulaGating:
-		return 4
-	}
-	return 5 // healthy, unhealthy, failed, blocked, cancelled: final
-}
-
+// transition moves formula i to st when that is ahead of its state
+// (dag.CompareFormula; target has kept the run's generation only): a
+// redelivered, repeated or late event changes nothing, and the first end
+// of a formula is the one the run goes by (an executor's report after
+// the planner cancelled it changes nothing).
 func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaState) error {
 	cur := r.state.Formula(i)
-	if rank(st) <= rank(cur) {
+	if dag.CompareFormula(dag.FormulaMark{State: cur}, dag.FormulaMark{State: st}) != dag.Ahead {
 		return nil
 	}
 	gated := st == dag.FormulaHealthy || st == dag.FormulaUnhealthy

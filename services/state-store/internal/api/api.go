@@ -105,14 +105,31 @@ func (s *server) rebuildHandler(req micro.Request) {
 	if !decode(req, &q) {
 		return
 	}
-	cx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	cx, cancel := context.WithTimeout(context.Background(), rebuildTimeout(q.TimeoutMS))
 	defer cancel()
 	rep, err := s.rebuild(cx, q.CheckOnly)
 	if err != nil {
+		if cx.Err() != nil {
+			err = fmt.Errorf("%w: not done within %s", err, rebuildTimeout(q.TimeoutMS))
+		}
 		_ = req.Error("500", "rebuild: "+err.Error(), nil)
 		return
 	}
 	respond(req, rep)
+}
+
+// MaxRebuildTime bounds a rebuild (the events wait while it runs).
+const MaxRebuildTime = 5 * time.Minute
+
+// rebuildTimeout is how long a rebuild may take: what the client waits
+// for (ms), a little less so that it hears why when the time is up, and
+// never more than MaxRebuildTime.
+func rebuildTimeout(ms int64) time.Duration {
+	d := time.Duration(ms) * time.Millisecond
+	if d <= 0 || d > MaxRebuildTime {
+		return MaxRebuildTime
+	}
+	return d - min(d/10, time.Second)
 }
 
 func ctx() (context.Context, context.CancelFunc) {

@@ -31,6 +31,8 @@ type feed struct {
 	mem *project.MemStore
 	seq uint64
 	at  time.Time
+	// audit, when set, observes what store applies.
+	audit *project.Audit
 }
 
 func newFeed(t *testing.T) *feed {

@@ -186,6 +186,11 @@ type Projector struct {
 	Checkpoint string
 	// Heal, when set, re-creates the bucket a write found missing.
 	Heal func(ctx context.Context) error
+	// Records, when set, are the executors' node records a rebuild holds
+	// the stream against.
+	Records NodeRecords
+	// audit, in a replay, observes every event applied.
+	audit *Audit
 	// mu serializes batches and rebuilds.
 	mu sync.Mutex
 	// cache of documents and their revisions; dirty lists the keys changed
@@ -598,7 +603,8 @@ func (p *Projector) put(_ context.Context, key string, v any, rev uint64) error 
 }
 
 // workflowDoc loads (or starts) a workflow's summary; ok is false when the
-// event was already applied.
+// event was already applied (its stream sequence, or its id: a copy stored
+// again).
 func (p *Projector) workflowDoc(ctx context.Context, ev *consume.Event, r events.Ref) (*events.WorkflowDoc, uint64, bool, error) {
 	doc, rev, err := get[events.WorkflowDoc](ctx, p, WorkflowDocKey(r.WorkflowID), true)
 	if err != nil {
@@ -614,32 +620,37 @@ func (p *Projector) workflowDoc(ctx context.Context, ev *consume.Event, r events
 		doc = &events.WorkflowDoc{WorkflowID: r.WorkflowID, Workflow: r.Workflow, Operation: r.Operation, Status: dag.WorkflowAccepted,
 			Generation: r.Generation, CreatedAt: ev.Time}
 	}
-	if ev.Stream <= doc.LastSeq {
-		return nil, 0, false, nil
-	}
-	doc.LastSeq = ev.Stream
-	doc.UpdatedAt = ev.Time
-	if r.Generation > doc.Generation {
-		doc.Generation = r.Generation
+	if ev.Stream <= doc.LastSeq || slices.Contains(doc.EventIDs, ev.ID) {
+		return nil, 0, false, nil // applied already, or a copy of one applied
 	}
 	return doc, rev, true, nil
 }
 
+// workflow applies a workflow transition that is not behind the
+// workflow's state (dag.CompareWorkflow): a late running or paused of a
+// run that has ended, or an event of an earlier generation, changes
+// nothing.
 func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.WorkflowEvent) error {
 	doc, rev, ok, err := p.workflowDoc(ctx, ev, w.Ref)
 	if !ok || err != nil {
 		return err
 	}
-	if w.Generation >= doc.Generation {
-		doc.Status = w.Status
-		doc.Error = w.Error
-		doc.EndedAt = w.EndedAt
-		if w.Status == dag.WorkflowAccepted {
-			doc.CreatedAt = ev.Time
-		}
-		if n := sum(w.Formulas); n > 0 {
-			doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
-		}
+	if dag.CompareWorkflow(dag.WorkflowMark{Generation: doc.Generation, State: doc.Status}, w.Mark()) == dag.Behind {
+		return nil
+	}
+	doc.LastSeq, doc.UpdatedAt, doc.Generation = ev.Stream, ev.Time, w.Generation
+	doc.EventIDs = append(doc.EventIDs, ev.ID)
+	if n := len(doc.EventIDs); n > events.MaxWorkflowEventIDs {
+		doc.EventIDs = append([]string(nil), doc.EventIDs[n-events.MaxWorkflowEventIDs:]...)
+	}
+	doc.Status = w.Status
+	doc.Error = w.Error
+	doc.EndedAt = w.EndedAt
+	if w.Status == dag.WorkflowAccepted {
+		doc.CreatedAt = ev.Time
+	}
+	if n := sum(w.Formulas); n > 0 {
+		doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
 	}
 	recordRequest(doc, ev, w)
 	return p.put(ctx, WorkflowDocKey(w.WorkflowID), doc, rev)
@@ -683,23 +694,21 @@ func (p *Projector) formulaDoc(ctx context.Context, ev *consume.Event, r events.
 	return f, rev, true, nil
 }
 
+// formula applies a formula transition that is not behind the formula's
+// state (dag.CompareFormula): a running stored again after the formula
+// ended, or the planner's word that no executor has taken its work
+// (ready) stored after an executor took it, changes nothing.
 func (p *Projector) formula(ctx context.Context, ev *consume.Event, e *events.FormulaEvent) error {
-	var was *events.FormulaDoc
-	if cur, _, err := get[events.FormulaDoc](ctx, p, FormulaDocKey(e.WorkflowID, e.Formula), true); err != nil {
+	cur, _, err := get[events.FormulaDoc](ctx, p, FormulaDocKey(e.WorkflowID, e.Formula), true)
+	if err != nil {
 		return err
-	} else if cur != nil {
-		c := *cur
-		was = &c
+	}
+	if cur != nil && dag.CompareFormula(dag.FormulaMark{Generation: cur.Generation, State: cur.Status}, e.Mark()) == dag.Behind {
+		return nil
 	}
 	f, rev, ok, err := p.formulaDoc(ctx, ev, e.Ref)
 	if !ok || err != nil {
 		return err
-	}
-	if e.Status == dag.FormulaReady && was != nil && was.Generation == e.Generation && was.Status != dag.FormulaPending && was.Status != dag.FormulaReady {
-		// The planner's word that no executor has taken the formula's
-		// work, stored after an executor took it: the formula has moved
-		// on, and stays as it is.
-		return p.put(ctx, FormulaDocKey(e.WorkflowID, e.Formula), f, rev)
 	}
 	f.Status, f.Blocker, f.Error = e.Status, e.Blocker, e.Error
 	if e.Status == dag.FormulaRunning || (f.StartedAt == nil && e.StartedAt != nil) {
@@ -726,6 +735,11 @@ func (p *Projector) onItsHost(ctx context.Context, r events.Ref) (bool, error) {
 	return false, nil
 }
 
+// node applies a node transition that is not behind the node's last one
+// (dag.CompareNode): a running stored after the attempt's end, or a late
+// event of an earlier attempt or generation, changes nothing; one at the
+// same place (stored twice, or an attempt announced again) updates what
+// it says but is not counted again.
 func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeEvent) error {
 	// An event of an older generation than its formula has reached is late.
 	// (read, not assumed: no write would show an assumption wrong)
@@ -742,13 +756,20 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 	if n == nil {
 		n = &events.NodeDoc{Status: dag.NodePending}
 	}
-	if ev.Stream <= n.LastSeq || e.Generation < n.Generation {
+	if ev.Stream <= n.LastSeq {
 		return nil
 	}
-	n.LastSeq, n.Generation = ev.Stream, e.Generation
-	n.Transitions++
+	mark := e.Mark()
+	order := dag.CompareNode(n.LastMark(), mark)
+	if order == dag.Behind {
+		return nil // late, or stored again: the node has moved on
+	}
+	n.LastSeq, n.Generation, n.Mark = ev.Stream, e.Generation, &mark
+	if order != dag.Same { // the same place again is not a transition
+		n.Transitions++
+	}
 	n.Operation = e.Operation
-	if e.Status == dag.NodeRunning && (e.Attempt != n.LastAttempt || n.Status != dag.NodeRunning) {
+	if e.Status == dag.NodeRunning && order != dag.Same && (e.Attempt != n.LastAttempt || n.Status != dag.NodeRunning) {
 		// A new attempt. (One announced again, as while it waits for its
 		// host lock, is the same attempt.)
 		n.Attempts++
@@ -775,17 +796,18 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 	return p.put(ctx, key, n, rev)
 }
 
-// progress keeps a node's last reported percent, of its current attempt
-// only: one of an earlier attempt or generation, or already applied, is
-// ignored. It is not a transition: the counts stay as they are.
+// progress keeps a node's last reported percent, of its attempt while it
+// runs only: one of an earlier attempt or generation, one stored after the
+// attempt ended, or one already applied, is ignored. It is not a
+// transition: the counts stay as they are.
 func (p *Projector) progress(ctx context.Context, ev *consume.Event, e *events.ProgressEvent) error {
 	key := NodeDocKey(e.WorkflowID, e.Formula, e.Node)
 	n, rev, err := get[events.NodeDoc](ctx, p, key, false)
 	if err != nil || n == nil {
 		return err // nothing of the node yet: its running comes first
 	}
-	if ev.Stream <= n.LastSeq || e.Generation != n.Generation || e.Attempt != n.LastAttempt {
-		return nil
+	if m := n.LastMark(); ev.Stream <= n.LastSeq || m.State != dag.NodeRunning || e.Generation != m.Generation || e.Attempt != m.Attempt {
+		return nil // not of the attempt running now (one stored after its end)
 	}
 	n.LastSeq, n.Progress = ev.Stream, e.Percent
 	return p.put(ctx, key, n, rev)
@@ -803,17 +825,43 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 	if ev.Stream <= hn.LastSeq {
 		return nil
 	}
+	order := dag.CompareNode(lastOf(hn, e.WorkflowID), e.Mark())
+	if order == dag.Behind || order == dag.Same && !lastIsOf(hn, e.WorkflowID) {
+		return nil // late, or stored again: the workflow's run of the node (or the node) has moved on
+	}
 	hn.LastSeq = ev.Stream
 	if e.Operation == dag.OpCheck {
 		check(hn, e)
 	} else {
 		transition(hn, e)
 	}
-	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Operation: e.Operation, Status: e.Status, Attempt: e.Attempt, Error: e.Error})
+	if order == dag.Same {
+		return p.put(ctx, key, hn, rev) // not a transition of its own: not logged again
+	}
+	hn.Log = append(hn.Log, events.HostLogEntry{Time: ev.Time, Event: ev.Type, WorkflowID: e.WorkflowID, Operation: e.Operation, Status: e.Status, Attempt: e.Attempt, Error: e.Error,
+		Generation: e.Generation, WillRetry: e.WillRetry && e.Status == dag.NodeFailed})
 	if len(hn.Log) > events.MaxHostLog {
 		hn.Log = append([]events.HostLogEntry(nil), hn.Log[len(hn.Log)-events.MaxHostLog:]...)
 	}
 	return p.put(ctx, key, hn, rev)
+}
+
+// lastOf is where workflow id's last transition of a host node stands,
+// from its log (the zero mark when the log has none of it: everything of
+// it is ahead). Transitions of different workflows follow the stream's
+// order.
+func lastOf(hn *events.HostNode, id string) dag.NodeMark {
+	for i := len(hn.Log) - 1; i >= 0; i-- {
+		if hn.Log[i].WorkflowID == id {
+			return hn.Log[i].Mark()
+		}
+	}
+	return dag.NodeMark{}
+}
+
+// lastIsOf says whether a host node's last transition is workflow id's.
+func lastIsOf(hn *events.HostNode, id string) bool {
+	return len(hn.Log) > 0 && hn.Log[len(hn.Log)-1].WorkflowID == id
 }
 
 // check records a transition of an operation: check run: what the check

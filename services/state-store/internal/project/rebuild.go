@@ -21,10 +21,11 @@ import (
 // every event the stream still holds up to stream sequence upTo (0: the
 // whole stream). first is the first sequence the stream holds: events
 // before it are gone. pruned says the stream held a pruned event: the
-// events of a pruned workflow are gone from the middle of it.
-func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64) (mem *MemStore, first uint64, pruned bool, err error) {
+// events of a pruned workflow are gone from the middle of it. audit, when
+// not nil, observes every event applied.
+func Replay(ctx context.Context, js jetstream.JetStream, upTo uint64, audit *Audit) (mem *MemStore, first uint64, pruned bool, err error) {
 	mem = NewMemStore()
-	p := &Projector{Store: mem}
+	p := &Projector{Store: mem, audit: audit}
 	if first, err = p.replay(ctx, js, upTo); err != nil {
 		return nil, 0, false, err
 	}
@@ -73,6 +74,9 @@ func (p *Projector) replayRange(ctx context.Context, js jetstream.JetStream, upT
 			// What the live projection refused (events.Admit: forged or
 			// misrouted; it logged and counted it) a replay refuses too.
 			if env, err := events.Parse(m.Data()); err == nil && events.Admit(m.Subject(), env) == nil {
+				if p.audit != nil {
+					p.audit.Observe(seq, env)
+				}
 				ev := &consume.Event{Envelope: env, Subject: m.Subject(), Stream: seq}
 				if err := p.apply(ctx, ev); err != nil && !unprojectable(err) {
 					return fmt.Errorf("replay at %d: %w", seq, err)
@@ -151,7 +155,9 @@ func retryNoResponders(ctx context.Context, f func() error) error {
 
 // Rebuild replays the stream up to the last event the live projector
 // handled, compares, and unless checkOnly replaces the live documents.
-// Events wait while it runs.
+// Events wait while it runs. It also reports what is wrong in the stream
+// itself (Audit: events stored twice, transitions out of order, and, with
+// Records, nodes the executors recorded otherwise).
 func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, checkOnly bool) (*RebuildReport, error) {
 	// First catch up with the stream as it is now, so that the comparison
 	// is with what every state-store replica has written.
@@ -163,12 +169,19 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 	var mem *MemStore
 	var first uint64
 	var pruned bool
+	var audit *Audit
 	err := retryNoResponders(ctx, func() (err error) {
-		mem, first, pruned, err = Replay(ctx, js, p.applied)
+		audit = NewAudit()
+		mem, first, pruned, err = Replay(ctx, js, p.applied, audit)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if p.Records != nil {
+		if err := audit.Records(ctx, mem, p.Records); err != nil {
+			return nil, fmt.Errorf("rebuild: %w", err)
+		}
 	}
 	live := map[string][]byte{}
 	lister, err := kv.ListKeys(ctx)
@@ -187,7 +200,11 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 			live[k] = e.Value()
 		}
 	}
-	rep := &RebuildReport{Keys: len(mem.Vals), UpTo: p.applied, Differing: []string{}, FirstSeq: first}
+	rep := &RebuildReport{Keys: len(mem.Vals), UpTo: p.applied, Differing: []string{}, FirstSeq: first, Workflows: audit.Workflows()}
+	rep.Findings = audit.Findings()
+	if n := len(rep.Findings); n > events.MaxFindings {
+		rep.Findings, rep.MoreFindings = rep.Findings[:events.MaxFindings], n-events.MaxFindings
+	}
 	for k, v := range mem.Vals {
 		if !sameJSON(v, live[k]) {
 			rep.Differing = append(rep.Differing, k)
