@@ -140,7 +140,7 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 		ex = readSecrets + ex
 		stdin.WriteString(secretLine(cmd.Secrets))
 	}
-	c := r.pool.entry(r.address, r.user, r.via)
+	c := r.entry()
 	var sess *ssh.Session
 	for {
 		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
