@@ -167,6 +167,10 @@ type conn struct {
 	identity    string       // the host's own key file (resolved), or "": the worker's
 	parent      *conn        // the jump host it is reached through; nil: dialed directly
 	used        atomic.Int64 // when it was last used (unix ns): idle ones are closed
+	// becameOn is, by user to become ("": sudo's default), the client
+	// on which sudo -n was found to work (see checkBecome).
+	bmu      sync.Mutex
+	becameOn map[string]*ssh.Client
 }
 
 // jumps is the user@address of each jump host on the way to c, the first
@@ -989,6 +993,11 @@ var (
 // failure, which a retry would have answered with a second copy of the
 // command.
 func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
+	if cmd.Become {
+		if err := r.checkBecome(ctx, r.entry(), cmd.as()); err != nil {
+			return Result{ExitCode: -1, Started: time.Now()}, err
+		}
+	}
 	if cmd.Settle {
 		return r.settle(ctx, cmd)
 	}
@@ -1110,9 +1119,13 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	remote := "exec /bin/sh -c " + shellQuote(text)
+	as := cmd.as()
+	remote := as.remote(text)
 	if cmd.Attempt == "" {
 		remote = "printf '" + pidMarker + "%s\\n' \"$$\"; " + text
+		if as.on {
+			remote = as.remote(remote)
+		}
 	}
 	c := r.entry()
 	var (
@@ -1158,11 +1171,11 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 		var kerr error
 		select {
 		case g = <-pgid:
-			kerr = r.killRemote(client, g)
+			kerr = r.killRemote(client, g, as)
 		case <-waited:
 			waited <- nil // ended by itself meanwhile; nothing to kill
 		case <-time.After(KillGrace):
-			kerr = r.killRemote(client, g) // says the group is unknown
+			kerr = r.killRemote(client, g, as) // says the group is unknown
 		}
 		_ = sess.Close()
 		select {
@@ -1199,11 +1212,11 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	return res, nil
 }
 
-// killRemote ends the command's process group on the host (killScript)
-// and says whether that was confirmed. It uses a fresh session on the same
-// connection (sshd ignores signal requests on sessions without a
-// terminal).
-func (r *sshRunner) killRemote(client *ssh.Client, m marked) error {
+// killRemote ends the command's process group on the host (killScript),
+// as the user the command runs as, and says whether that was confirmed.
+// It uses a fresh session on the same connection (sshd ignores signal
+// requests on sessions without a terminal).
+func (r *sshRunner) killRemote(client *ssh.Client, m marked, as becomeAs) error {
 	pgid := m.pgid
 	if pgid <= 1 {
 		return fmt.Errorf("%w: cannot kill the command on %s: its process group is unknown", ErrKill, r.address)
@@ -1219,7 +1232,7 @@ func (r *sshRunner) killRemote(client *ssh.Client, m marked) error {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := s.Output("exec /bin/sh -c " + shellQuote(killScript(pgid, m.dir)))
+		out, err := s.Output(as.remote(killScript(pgid, m.dir)))
 		done <- result{out, err}
 	}()
 	select {
