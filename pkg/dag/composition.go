@@ -119,6 +119,16 @@ type Host struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	Vars        map[string]string `json:"vars,omitempty"`         // over the composition's vars
 	MaxParallel int               `json:"max_parallel,omitempty"` // nodes at once on it; 0: the executor's --per-host
+	// Become runs the commands on the host (its nodes', its health
+	// gates') through sudo -n, as BecomeUser (root when empty); formulas
+	// and nodes may say otherwise (see Normalize). ssh only.
+	Become     bool   `json:"become,omitempty"`
+	BecomeUser string `json:"become_user,omitempty"`
+	// IdentityFile is the private key the worker offers this host (an
+	// absolute path on the worker, or one under its home: ~/...) instead
+	// of its own key; KEY-cert.pub beside it is offered as a user
+	// certificate. Only the path travels. ssh only.
+	IdentityFile string `json:"identity_file,omitempty"`
 }
 
 // Formula is an ordered set of nodes for one server.
@@ -142,6 +152,11 @@ type Formula struct {
 	// run's on_failure applies. Its health gate has a timeout of its own.
 	// 0: no bound. Each instance of a group formula has its own.
 	Timeout Duration `json:"timeout,omitempty"`
+	// Become and BecomeUser are the host's for this formula's nodes and
+	// health gate (nil, "": the host's); Normalize sets them to what
+	// applies when that is to become.
+	Become     *bool  `json:"become,omitempty"`
+	BecomeUser string `json:"become_user,omitempty"`
 }
 
 // Instance is a fanned-out formula's instance: of formula Of (its id in
@@ -170,6 +185,11 @@ type Node struct {
 	Timeout   Duration            `json:"timeout,omitempty"`
 	Env       map[string]EnvValue `json:"env,omitempty"`
 	Retry     *RetryPolicy        `json:"retry,omitempty"`
+	// Become and BecomeUser are the formula's for this node (nil, "":
+	// the formula's); Normalize sets them to what applies when that is to
+	// become. They count in its SpecHash then.
+	Become     *bool  `json:"become,omitempty"`
+	BecomeUser string `json:"become_user,omitempty"`
 
 	// dependsOnSet records whether depends_on was given at all: an absent
 	// depends_on under max_parallel 1 means "the previous node", an empty

@@ -112,6 +112,16 @@ func (d *decoder) boolean(dst *bool) func(*Value, string) {
 	}
 }
 
+// optBoolean reads a boolean that may be left out (nil).
+func (d *decoder) optBoolean(dst **bool) func(*Value, string) {
+	return func(v *Value, path string) {
+		if d.want(v, path, KindBool) {
+			b := v.Scalar == "true"
+			*dst = &b
+		}
+	}
+}
+
 func (d *decoder) integer(dst *int) func(*Value, string) {
 	return func(v *Value, path string) {
 		if !d.want(v, path, KindNumber) {
@@ -226,13 +236,16 @@ func (d *decoder) hosts(v *Value, path string) map[string]Host {
 		var h Host
 		var tr string
 		d.object(v.Vals[i], keyPath(path, name), fields{
-			"address":      d.str(&h.Address),
-			"user":         d.str(&h.User),
-			"transport":    d.str(&tr),
-			"via":          d.str(&h.Via),
-			"labels":       d.scalars(&h.Labels),
-			"vars":         d.scalars(&h.Vars),
-			"max_parallel": d.integer(&h.MaxParallel),
+			"address":       d.str(&h.Address),
+			"user":          d.str(&h.User),
+			"transport":     d.str(&tr),
+			"via":           d.str(&h.Via),
+			"labels":        d.scalars(&h.Labels),
+			"vars":          d.scalars(&h.Vars),
+			"max_parallel":  d.integer(&h.MaxParallel),
+			"become":        d.boolean(&h.Become),
+			"become_user":   d.str(&h.BecomeUser),
+			"identity_file": d.str(&h.IdentityFile),
 		})
 		h.Transport = Transport(tr)
 		out[name] = h
@@ -264,6 +277,8 @@ func (d *decoder) formulas(v *Value, path string) []Formula {
 			"nodes":       func(v *Value, p string) { f.Nodes = d.nodes(v, p) },
 			"health_gate": func(v *Value, p string) { f.HealthGate = d.gate(v, p) },
 			"timeout":     d.bound(&f.Timeout),
+			"become":      d.optBoolean(&f.Become),
+			"become_user": d.str(&f.BecomeUser),
 		})
 	}
 	return out
@@ -313,9 +328,11 @@ func (d *decoder) nodes(v *Value, path string) []Node {
 				n.dependsOnSet = true
 				d.strings(&n.DependsOn)(v, p)
 			},
-			"timeout": d.duration(&n.Timeout),
-			"env":     func(v *Value, p string) { n.Env = d.env(v, p) },
-			"retry":   func(v *Value, p string) { n.Retry = d.retry(v, p) },
+			"timeout":     d.duration(&n.Timeout),
+			"env":         func(v *Value, p string) { n.Env = d.env(v, p) },
+			"retry":       func(v *Value, p string) { n.Retry = d.retry(v, p) },
+			"become":      d.optBoolean(&n.Become),
+			"become_user": d.str(&n.BecomeUser),
 		})
 	}
 	return out

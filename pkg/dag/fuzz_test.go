@@ -20,6 +20,7 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(base(`{"id":"a","server":"h1","depends_on":["a"],"nodes":[{"name":"n","run":"x","depends_on":["n"]}]}`)))
 	f.Add([]byte(`{"name":"t","hosts":{"h":{"transport":"local"}},"formulas":[{"id":"a","server":"h","max_parallel":1e400,"nodes":[{"name":"n","run":"x","timeout":"9999999999999h"}]}]}`))
 	f.Add([]byte(fleetDoc))
+	f.Add([]byte(`{"name":"t","hosts":{"h":{"address":"a","become":true,"become_user":"app","identity_file":"~/k"},"l":{"transport":"local"}},"formulas":[{"id":"f","server":"h","become":false,"become_user":"#0","nodes":[{"name":"n","run":"x","become":true,"become_user":"db"}]},{"id":"g","server":"l","nodes":[{"name":"n","run":"x","become":true}]}]}`))
 	f.Add([]byte(strings.ReplaceAll(fleetDoc, "{{ .Vars.port }}", "{{ .Vars.port | printf \"%q\" }} {{ range .Labels }}{{ . }}{{ end }}")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := dag.ParseJSONComposition(data)

@@ -8,7 +8,9 @@ import (
 )
 
 // SpecHash identifies what a node does: its run, check and delete commands,
-// its environment (a secret by its name, not its value) and its timeout (the default when none is given). It is
+// its environment (a secret by its name, not its value), its timeout (the
+// default when none is given) and, on a normalized node that becomes, whom
+// it becomes (a node that does not hashes as before become existed). It is
 // the same for a node written in YAML or JSON, whatever the key order or
 // duration spelling ("10m" and "600s"), and changes when any of those
 // change. The state-store records it to decide skip, rerun and drift.
@@ -42,6 +44,10 @@ func SpecHash(n *Node) string {
 			}
 			field(n.Env[k].Text)
 		}
+	}
+	if b, user := Becomes(n.Become, n.BecomeUser); b {
+		field("become")
+		field(user)
 	}
 	sum := sha256.Sum256(buf)
 	const prefix = "sha256:"

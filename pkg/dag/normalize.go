@@ -5,8 +5,9 @@ package dag
 // stop, the retry policy, transport ssh and port 22, max_parallel 1, each
 // dependency's condition (healthy when the prerequisite has a health gate,
 // else completed), each node's timeout, and each node's depends_on (the
-// previous node when the formula runs one node at a time and none is given).
-// Normalize is idempotent. Call it only on a composition Validate accepts.
+// previous node when the formula runs one node at a time and none is given),
+// and, where commands become, become and become_user on each formula and
+// node (see become.go). Normalize is idempotent. Call it only on a composition Validate accepts.
 func Normalize(c *Composition) {
 	if c.Operation == "" {
 		c.Operation = OpCreate
@@ -63,6 +64,7 @@ func Normalize(c *Composition) {
 		if f.MaxParallel == 0 {
 			f.MaxParallel = DefaultMaxParallel
 		}
+		normalizeBecome(c, f)
 	}
 }
 

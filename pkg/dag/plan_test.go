@@ -177,9 +177,11 @@ func TestSpecHash(t *testing.T) {
 		t.Errorf("hash of a node with plain env changed: %s, recorded ones are %s", h, want)
 	}
 	same := n
+	no := false
 	same.Name, same.DependsOn, same.Env = "other", []string{"z"}, map[string]dag.EnvValue{"B": dag.Text("2"), "A": dag.Text("1")}
+	same.Become, same.BecomeUser = &no, "app" // become_user without become does not become
 	if dag.SpecHash(&same) != h {
-		t.Errorf("hash changed with name, depends_on or env order")
+		t.Errorf("hash changed with name, depends_on, env order or a become_user that does not apply")
 	}
 	mutations := map[string]func(*dag.Node){
 		"run":     func(n *dag.Node) { n.Run += " " },
@@ -192,6 +194,8 @@ func TestSpecHash(t *testing.T) {
 		"secret name": func(n *dag.Node) { n.Env = map[string]dag.EnvValue{"A": dag.Text("1"), "B": dag.SecretRef("other")} },
 		"timeout":     func(n *dag.Node) { n.Timeout = dag.Duration(601e9) },
 		"split":       func(n *dag.Node) { n.Run, n.Check = "apt-get install", "x command -v x" },
+		"become":      func(n *dag.Node) { t := true; n.Become = &t },
+		"become_user": func(n *dag.Node) { t := true; n.Become, n.BecomeUser = &t, "app" },
 	}
 	for name, m := range mutations {
 		c := n

@@ -161,6 +161,7 @@ func (v *validator) host(p, name string, h Host) {
 	if strings.ContainsAny(h.User, " \t\r\n@:") {
 		v.bad(p+".user", CodeValue, "user %q contains a space, '@' or ':'", h.User)
 	}
+	v.hostBecome(p, h)
 	v.via(p, name, h)
 }
 
@@ -195,6 +196,7 @@ func (v *validator) formula(p string, f *Formula, ids map[string]int) {
 		}
 	}
 	v.formulaFleet(p, f)
+	v.formulaBecome(p, f)
 	if f.MaxParallel < 0 || f.MaxParallel > MaxMaxParallel {
 		v.bad(p+".max_parallel", CodeValue, "max_parallel %d is out of range 1-%d", f.MaxParallel, MaxMaxParallel)
 	}

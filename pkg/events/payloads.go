@@ -186,6 +186,9 @@ type HostSpec struct {
 	Transport dag.Transport `json:"transport"`
 	Address   string        `json:"address,omitempty"`
 	User      string        `json:"user,omitempty"`
+	// IdentityFile is the path of the key the worker offers the host
+	// (on the worker; never the key itself); the worker's own when empty.
+	IdentityFile string `json:"identity_file,omitempty"`
 	// Via is the jump hosts the host is reached through (ssh ProxyJump),
 	// the first hop first.
 	Via []Jump `json:"via,omitempty"`
@@ -193,8 +196,9 @@ type HostSpec struct {
 
 // Jump is one jump host on the way to a host.
 type Jump struct {
-	Address string `json:"address"`        // host:port
-	User    string `json:"user,omitempty"` // the worker's default when empty
+	Address      string `json:"address"`                 // host:port
+	User         string `json:"user,omitempty"`          // the worker's default when empty
+	IdentityFile string `json:"identity_file,omitempty"` // as HostSpec's
 }
 
 // WorkNode is one node of a dispatched formula.
@@ -211,6 +215,10 @@ type WorkNode struct {
 	// NotRetried: a retry limited to other nodes leaves this one as it
 	// was; it does not run in this generation.
 	NotRetried bool `json:"not_retried,omitempty"`
+	// Become runs its scripts through sudo -n on the host, as BecomeUser
+	// (root when empty).
+	Become     bool   `json:"become,omitempty"`
+	BecomeUser string `json:"become_user,omitempty"`
 }
 
 // Dispatch is formula-ready work on decky.<host>.dispatch.<zone>:
@@ -252,6 +260,10 @@ type GateRequest struct {
 	Ref
 	Host HostSpec       `json:"host_spec"`
 	Gate dag.HealthGate `json:"gate"`
+	// Become runs the check through sudo -n on the host, as BecomeUser
+	// (root when empty): the formula's.
+	Become     bool   `json:"become,omitempty"`
+	BecomeUser string `json:"become_user,omitempty"`
 }
 
 // EventType implementations.

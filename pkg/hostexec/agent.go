@@ -157,17 +157,19 @@ type hostAgent struct {
 	out    *bufio.Reader
 	errs   *bufio.Reader
 	pgid   int
+	as     becomeAs // whom it runs as
 }
 
 func (a *hostAgent) close() { _ = a.sess.Close() }
 
-// startAgent starts an agent on c's connection client (its slot taken).
-func (r *sshRunner) startAgent(ctx context.Context, c *conn) (*hostAgent, error) {
+// startAgent starts an agent running as as on c's connection client (its
+// slot taken).
+func (r *sshRunner) startAgent(ctx context.Context, c *conn, as becomeAs) (*hostAgent, error) {
 	sess, client, err := r.session(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	a := &hostAgent{client: client, sess: sess}
+	a := &hostAgent{client: client, sess: sess, as: as}
 	in, err1 := sess.StdinPipe()
 	out, err2 := sess.StdoutPipe()
 	errs, err3 := sess.StderrPipe()
@@ -176,7 +178,7 @@ func (r *sshRunner) startAgent(ctx context.Context, c *conn) (*hostAgent, error)
 		return nil, fmt.Errorf("%w on %s: agent: %w", ErrSession, r.address, err)
 	}
 	a.in, a.out, a.errs = in, bufio.NewReader(out), bufio.NewReader(errs)
-	if err := sess.Start("exec /bin/sh -c " + shellQuote(agentScript)); err != nil {
+	if err := sess.Start(as.remote(agentScript)); err != nil {
 		a.close()
 		return nil, fmt.Errorf("%w on %s: start the agent: %w", ErrSession, r.address, err)
 	}
@@ -205,17 +207,18 @@ func (r *sshRunner) startAgent(ctx context.Context, c *conn) (*hostAgent, error)
 	}
 }
 
-// takeAgent returns an idle agent of c's live connection, or starts one
-// in a free slot; it waits for either within the sessions the connection
-// allows.
-func (r *sshRunner) takeAgent(ctx context.Context, c *conn) (*hostAgent, error) {
+// takeAgent returns an idle agent of c's live connection that runs as
+// as, or starts one in a free slot; it waits for either within the
+// sessions the connection allows. An idle agent that runs as another user
+// is ended: its slot is free for a new one.
+func (r *sshRunner) takeAgent(ctx context.Context, c *conn, as becomeAs) (*hostAgent, error) {
 	for {
 		if r.pool.isDraining() {
 			return nil, r.drainErr()
 		}
 		select { // an idle one first
 		case a := <-c.idle:
-			if c.fits(a) {
+			if c.fits(a, as) {
 				return a, nil
 			}
 			continue
@@ -223,11 +226,11 @@ func (r *sshRunner) takeAgent(ctx context.Context, c *conn) (*hostAgent, error) 
 		}
 		select {
 		case a := <-c.idle:
-			if c.fits(a) {
+			if c.fits(a, as) {
 				return a, nil
 			}
 		case c.sem <- struct{}{}:
-			a, err := r.startAgent(ctx, c)
+			a, err := r.startAgent(ctx, c, as)
 			if errors.Is(err, errOverLimit) {
 				continue // the slot went to the connection: wait again
 			}
@@ -244,10 +247,10 @@ func (r *sshRunner) takeAgent(ctx context.Context, c *conn) (*hostAgent, error) 
 	}
 }
 
-// fits says whether a runs on c's live connection within its limit; one
-// that does not is ended, and its slot given back.
-func (c *conn) fits(a *hostAgent) bool {
-	if c.current() == a.client && !c.over() {
+// fits says whether a runs as as on c's live connection within its
+// limit; one that does not is ended, and its slot given back.
+func (c *conn) fits(a *hostAgent, as becomeAs) bool {
+	if a.as == as && c.current() == a.client && !c.over() {
 		return true
 	}
 	a.close()
@@ -368,7 +371,7 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 	if err != nil {
 		return res, err
 	}
-	a, err := r.takeAgent(rctx, c)
+	a, err := r.takeAgent(rctx, c, cmd.as())
 	if err != nil {
 		return res, err
 	}
@@ -577,10 +580,10 @@ func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m ma
 			waiting = false
 		case <-timer.C:
 			if e.follow() {
-				fol = r.startFollow(rctx, c, m, token, out, errOut)
+				fol = r.startFollow(rctx, c, a.as, m, token, out, errOut)
 			}
 		case <-rctx.Done():
-			kerr := r.killRemote(a.client, m)
+			kerr := r.killRemote(a.client, m, a.as)
 			c.dropAgent(a)
 			fol.end()
 			return -1, errors.Join(endErr(rctx), kerr)
@@ -656,8 +659,9 @@ type follower struct {
 }
 
 // startFollow starts a follow session for the attempt m in a slot of its
-// own, waiting for one while the attempt runs.
-func (r *sshRunner) startFollow(ctx context.Context, c *conn, m marked, token string, out, errOut *output) *follower {
+// own, waiting for one while the attempt runs; it runs as the attempt's
+// files' owner (as).
+func (r *sshRunner) startFollow(ctx context.Context, c *conn, as becomeAs, m marked, token string, out, errOut *output) *follower {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &follower{done: make(chan struct{}), cancel: cancel}
 	go func() {
@@ -699,7 +703,7 @@ func (r *sshRunner) startFollow(ctx context.Context, c *conn, m marked, token st
 		defer stop()
 		sess.Stdout = &markedOut{marker: followMarker + "\n", dst: out, seen: func() { f.mu.Lock(); f.ran = true; f.mu.Unlock() }}
 		sess.Stderr, sess.Stdin = errOut, eofReader{}
-		if err := sess.Run("exec /bin/sh -c " + shellQuote(followScript(m.dir, m.pgid, token))); err != nil {
+		if err := sess.Run(as.remote(followScript(m.dir, m.pgid, token))); err != nil {
 			r.pool.log.Debug("following an attempt's output ended", "host", r.address, "err", err)
 		}
 	}()

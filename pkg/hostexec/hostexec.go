@@ -122,8 +122,12 @@ type Command struct {
 	// host if it still runs, as a cancel would, and says how the attempt
 	// ended (see settle.go). Script, OnLine, BeforeStart, Timeout and
 	// Lock are not used; Env and Secrets are, for where the attempt's
-	// files are (GANTRY_ATTEMPTS).
+	// files are (GANTRY_ATTEMPTS), and Become, for whose files they are.
 	Settle bool
+	// Become runs the command through sudo -n on its host, as BecomeUser
+	// (root when empty): see become.go. Over SSH only.
+	Become     bool
+	BecomeUser string
 }
 
 // shellText is what the shell runs for cmd: the script with its

@@ -44,14 +44,17 @@ type Hosts struct {
 // NewHosts returns a factory using cfg.
 func NewHosts(cfg HostsConfig) *Hosts { return &Hosts{cfg: cfg} }
 
-// Target is a host to run commands on: "local" (Address, User and Via
-// unused), or "ssh" at Address as User (the default user when empty),
-// reached through the jump hosts Via, the first hop first.
+// Target is a host to run commands on: "local" (Address, User,
+// IdentityFile and Via unused), or "ssh" at Address as User (the default
+// user when empty), offered the key IdentityFile (a path on this worker;
+// the worker's key when empty), reached through the jump hosts Via, the
+// first hop first.
 type Target struct {
-	Transport string
-	Address   string
-	User      string
-	Via       []Jump
+	Transport    string
+	Address      string
+	User         string
+	IdentityFile string
+	Via          []Jump
 }
 
 // Runner returns the runner for a host: "local" (when allowed), or "ssh"
@@ -71,7 +74,7 @@ func (h *Hosts) Runner(t Target) (Runner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 		}
-		return p.Runner(t.Address, t.User, t.Via...), nil
+		return p.HostRunner(Jump{Address: t.Address, User: t.User, IdentityFile: t.IdentityFile}, t.Via...), nil
 	}
 	return nil, fmt.Errorf("unknown transport %q", t.Transport)
 }

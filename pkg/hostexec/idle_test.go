@@ -9,7 +9,7 @@ import (
 )
 
 func (p *Pool) open(address, user string) bool {
-	c := p.entry(address, user, nil)
+	c := p.entry(address, user, "", nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.client != nil
@@ -84,18 +84,18 @@ func TestIdleJumpHostKeptWhileCarrying(t *testing.T) {
 	t.Cleanup(p.Close)
 	ctx := context.Background()
 	bastion, target := f.Hosts[0].Addr, f.Hosts[1].Addr
-	if _, err := p.client(ctx, p.entry(bastion, f.User, nil)); err != nil {
+	if _, err := p.client(ctx, p.entry(bastion, f.User, "", nil)); err != nil {
 		t.Fatal(err)
 	}
 	// The target's connection, as if dialed through the bastion (a direct
 	// one moved under the bastion's path: what is checked is the pool's
 	// bookkeeping, the forwarding itself is TestJump*'s).
-	direct := p.entry(target, f.User, nil)
+	direct := p.entry(target, f.User, "", nil)
 	cl, err := p.client(ctx, direct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	behind := p.entry(target, f.User, []Jump{{Address: bastion, User: f.User}})
+	behind := p.entry(target, f.User, "", []Jump{{Address: bastion, User: f.User}})
 	direct.mu.Lock()
 	direct.client = nil
 	direct.mu.Unlock()

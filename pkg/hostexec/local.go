@@ -28,6 +28,9 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		return settleLocal(ctx, cmd)
 	}
 	res := Result{ExitCode: -1, Started: time.Now()}
+	if err := becomeLocal(cmd); err != nil {
+		return res, err
+	}
 	if cmd.Attempt != "" {
 		if err := validAttempt(cmd.Attempt); err != nil {
 			return res, err

@@ -140,7 +140,7 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 		ex = readSecrets + ex
 		stdin.WriteString(secretLine(cmd.Secrets))
 	}
-	c := r.pool.entry(r.address, r.user, r.via)
+	c := r.entry()
 	var sess *ssh.Session
 	for {
 		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
@@ -161,7 +161,7 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 	defer sess.Close()
 	var out, errOut bytes.Buffer
 	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, &stdin
-	if err := sess.Start("exec /bin/sh -c " + shellQuote(settleScript(cmd.Attempt, ex))); err != nil {
+	if err := sess.Start(cmd.as().remote(settleScript(cmd.Attempt, ex))); err != nil {
 		return res, fmt.Errorf("%w on %s: start: %w", ErrSession, r.address, err)
 	}
 	waited := make(chan error, 1)
@@ -180,6 +180,9 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 // settleLocal settles a durable attempt of transport local.
 func settleLocal(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
+	if err := becomeLocal(cmd); err != nil {
+		return res, err
+	}
 	if err := validAttempt(cmd.Attempt); err != nil {
 		return res, err
 	}

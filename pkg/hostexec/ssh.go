@@ -2,13 +2,10 @@ package hostexec
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -21,14 +18,17 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
-	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // SSHConfig configures SSH connections.
 type SSHConfig struct {
 	// KeyFile is a private key (unencrypted; use the agent for encrypted
 	// keys). Empty: the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
-	KeyFile string
+	// A user certificate for it is offered first: CertFile, else
+	// KeyFile-cert.pub when there is one. A host with an identity file of
+	// its own (Target.IdentityFile) is offered that key instead.
+	KeyFile  string
+	CertFile string
 	// UseAgent also offers the keys of the ssh-agent at $SSH_AUTH_SOCK,
 	// after the key file's, in the same publickey attempt.
 	UseAgent bool
@@ -63,6 +63,7 @@ type SSHConfig struct {
 // GANTRY_SSH_KEY and GANTRY_KNOWN_HOSTS.
 func (c *SSHConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.KeyFile, "ssh-key", os.Getenv("GANTRY_SSH_KEY"), "SSH private key ($GANTRY_SSH_KEY; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	fs.StringVar(&c.CertFile, "ssh-cert", os.Getenv("GANTRY_SSH_CERT"), "SSH user certificate for the --ssh-key key ($GANTRY_SSH_CERT; default KEY-cert.pub beside the key, when there is one)")
 	fs.StringVar(&c.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file ($GANTRY_KNOWN_HOSTS; default ~/.ssh/known_hosts)")
 	fs.BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
 	fs.BoolVar(&c.UseAgent, "ssh-agent", true, "also use the keys of the ssh-agent at $SSH_AUTH_SOCK")
@@ -163,10 +164,15 @@ type conn struct {
 	refusedLast time.Time
 	address     string // host:port
 	user        string
+	identity    string       // the host's own key file (resolved), or "": the worker's
 	parent      *conn        // the jump host it is reached through; nil: dialed directly
 	used        atomic.Int64 // when it was last used (unix ns): idle ones are closed
 	// lost is the last connection the keepalives closed, and why.
 	lost atomic.Pointer[lostClient]
+	// becameOn is, by user to become ("": sudo's default), the client
+	// on which sudo -n was found to work (see checkBecome).
+	bmu      sync.Mutex
+	becameOn map[string]*ssh.Client
 }
 
 // lostClient is a connection the keepalives closed: err says how long its
@@ -205,10 +211,14 @@ func (c *conn) jumps() []string {
 	return out
 }
 
-// Jump is a jump host on the way to a host (ssh ProxyJump).
+// Jump is a jump host on the way to a host (ssh ProxyJump), or the host
+// itself (Pool.HostRunner).
 type Jump struct {
 	Address string // host:port
 	User    string // the default user when empty
+	// IdentityFile is a private key on the worker (a leading ~ is the
+	// worker's home) offered to this host instead of the worker's key.
+	IdentityFile string
 }
 
 // NewPool checks the configuration (key readable, known_hosts parseable)
@@ -246,20 +256,15 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 		cfg.SessionWait = DefaultSessionWait
 	}
 	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, dials: map[*dialing]struct{}{}, stop: make(chan struct{}), draining: make(chan struct{})}
-	if cfg.KeyFile != "" {
-		pem, err := os.ReadFile(cfg.KeyFile)
+	switch {
+	case cfg.KeyFile != "":
+		keys, err := keySigners(cfg.KeyFile, cfg.CertFile, nil)
 		if err != nil {
-			return nil, fmt.Errorf("ssh key: %w", err)
+			return nil, fmt.Errorf("ssh key %w", err)
 		}
-		signer, err := ssh.ParsePrivateKey(pem)
-		if err != nil {
-			var pp *ssh.PassphraseMissingError
-			if errors.As(err, &pp) {
-				return nil, fmt.Errorf("ssh key %s is encrypted: load it into ssh-agent instead", cfg.KeyFile)
-			}
-			return nil, fmt.Errorf("ssh key %s: %w", cfg.KeyFile, err)
-		}
-		p.keys = append(p.keys, signer)
+		p.keys = keys
+	case cfg.CertFile != "":
+		return nil, fmt.Errorf("ssh certificate %s: no key for it: set --ssh-key (GANTRY_SSH_KEY)", cfg.CertFile)
 	}
 	if cfg.UseAgent {
 		p.agentSock = os.Getenv("SSH_AUTH_SOCK")
@@ -281,75 +286,28 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	return p, nil
 }
 
-// knownHosts is the known_hosts file, read again when it changed (size,
-// modification time or the file itself), so that a key added or removed
-// counts from the next connection on, without a restart.
-type knownHosts struct {
-	path string
-	mu   sync.Mutex
-	fi   os.FileInfo // of the file as last read
-	cb   ssh.HostKeyCallback
-}
-
-// current returns the callback for the file as it is now; force reads it
-// again even when it looks unchanged.
-func (k *knownHosts) current(force bool) (ssh.HostKeyCallback, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	fail := func(err error) error {
-		var pe *fs.PathError
-		if errors.As(err, &pe) { // the path is said once
-			err = pe.Err
-		}
-		return fmt.Errorf("known_hosts %s: %w (set --known-hosts / GANTRY_KNOWN_HOSTS)", k.path, err)
-	}
-	fi, err := os.Stat(k.path)
-	if err != nil {
-		return nil, fail(err)
-	}
-	if !force && k.cb != nil && os.SameFile(k.fi, fi) && k.fi.Size() == fi.Size() && k.fi.ModTime().Equal(fi.ModTime()) {
-		return k.cb, nil
-	}
-	// Stat before reading: a change made meanwhile shows at the next call.
-	cb, err := knownhosts.New(k.path)
-	if err != nil {
-		return nil, fail(err)
-	}
-	k.fi, k.cb = fi, cb
-	return cb, nil
-}
-
-// check checks a host's key. A key that is not accepted is checked again
-// against the file read anew, in case it changed within the resolution of
-// its modification time.
-func (k *knownHosts) check(hkcb ssh.HostKeyCallback, host string, remote net.Addr, key ssh.PublicKey) error {
-	err := hkcb(host, remote, key)
-	var ke *knownhosts.KeyError
-	if !errors.As(err, &ke) {
-		return err
-	}
-	again, rerr := k.current(true)
-	if rerr != nil {
-		return rerr
-	}
-	return again(host, remote, key)
-}
-
 // Runner returns a runner for user@address (address is host:port),
 // reached through the jump hosts via, the first hop first. Each hop's host
 // key is checked as a direct host's is.
 func (p *Pool) Runner(address, user string, via ...Jump) Runner {
-	if user == "" {
-		user = p.cfg.DefaultUser
-	}
-	hops := make([]Jump, len(via))
-	for i, j := range via {
+	return p.HostRunner(Jump{Address: address, User: user}, via...)
+}
+
+// HostRunner returns a runner for the host h, reached through the jump
+// hosts via, the first hop first, each with its user and identity file.
+func (p *Pool) HostRunner(h Jump, via ...Jump) Runner {
+	fill := func(j Jump) Jump {
 		if j.User == "" {
 			j.User = p.cfg.DefaultUser
 		}
-		hops[i] = j
+		return j
 	}
-	return &sshRunner{pool: p, address: address, user: user, via: hops}
+	hops := make([]Jump, len(via))
+	for i, j := range via {
+		hops[i] = fill(j)
+	}
+	h = fill(h)
+	return &sshRunner{pool: p, address: h.Address, user: h.User, identity: h.IdentityFile, via: hops}
 }
 
 // Drain stops new commands from starting, as a worker that is stopping
@@ -412,29 +370,35 @@ func (p *Pool) isClosed() bool {
 // via, each of which has an entry of its own. An entry is keyed by its
 // path: "user@address" for a host dialed directly (a jump host too, so a
 // host that is both a target and a jump host has one connection), and
-// "ops@bastion:22>root@10.0.0.11:22" behind jump hosts.
-func (p *Pool) entry(address, user string, via []Jump) *conn {
+// "ops@bastion:22>root@10.0.0.11:22" behind jump hosts; a hop with an
+// identity file of its own has it in its key ("root@10.0.0.11:22 with
+// /keys/a"), so that hosts reached with different keys never share a
+// connection.
+func (p *Pool) entry(address, user, identity string, via []Jump) *conn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var parent *conn
 	key := ""
-	hop := func(address, user string) *conn {
+	hop := func(address, user, identity string) *conn {
 		if key != "" {
 			key += ">"
 		}
 		key += user + "@" + address
+		if identity != "" {
+			key += " with " + identity
+		}
 		c, ok := p.conns[key]
 		if !ok {
-			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), idle: make(chan *hostAgent, p.cfg.MaxSessions), limit: p.cfg.MaxSessions, address: address, user: user, parent: parent}
+			c = &conn{sem: make(chan struct{}, p.cfg.MaxSessions), idle: make(chan *hostAgent, p.cfg.MaxSessions), limit: p.cfg.MaxSessions, address: address, user: user, identity: identity, parent: parent}
 			p.conns[key] = c
 		}
 		parent = c
 		return c
 	}
 	for _, j := range via {
-		hop(j.Address, j.User)
+		hop(j.Address, j.User, j.IdentityFile)
 	}
-	return hop(address, user)
+	return hop(address, user, identity)
 }
 
 // client returns the live connection, dialing if there is none (and, for
@@ -529,13 +493,13 @@ func (p *Pool) setUp(base context.Context, c *conn, d *dialing) {
 // in key exchange or authentication, fails with the phase named.
 func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 	address, user := c.address, c.user
-	signers, closeAgent, err := p.signers()
+	signers, closeAgent, err := p.signers(c.identity)
 	defer closeAgent()
 	if err != nil {
 		return nil, fmt.Errorf("%w to %s: %w", ErrConnect, address, err)
 	}
 	hostKey := ssh.InsecureIgnoreHostKey()
-	var known ssh.HostKeyCallback
+	var known *knownDB
 	if p.known != nil {
 		known, err = p.known.current(false)
 		if err != nil {
@@ -556,9 +520,8 @@ func (p *Pool) connect(ctx context.Context, c *conn) (*ssh.Client, error) {
 		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
 			ph.keyed.Store(true)
 			err := hostKey(host, remote, key)
-			var ke *knownhosts.KeyError
-			if errors.As(err, &ke) {
-				keyErr = hostKeyError(address, p.cfg.KnownHosts, key, ke, c.jumps())
+			if ke := hostKeyError(address, p.cfg.KnownHosts, key, err, c.jumps()); ke != nil {
+				keyErr = ke
 				return keyErr
 			}
 			return err
@@ -723,115 +686,34 @@ func (p *Pool) dial(ctx context.Context, c *conn) (net.Conn, error) {
 	}
 }
 
-// probeKey is a key that no known_hosts lists: checking it for a host
-// returns the keys recorded for that host.
-var probeKey = sync.OnceValue(func() ssh.PublicKey {
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		panic(err)
-	}
-	k, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		panic(err)
-	}
-	return k
-})
-
-// hostKeyAlgorithms asks the host for the types of key that known_hosts
-// records for it first, then the others, as OpenSSH does. Without it a
-// host with several keys (Ed25519, ECDSA, RSA) shows the one the library
-// prefers (ECDSA), and when known_hosts records another type of key for
-// it, the host looks as if its key had changed. nil (the library's
-// default) when nothing is recorded for the host.
-func hostKeyAlgorithms(known ssh.HostKeyCallback, address string, remote net.Addr) []string {
-	var ke *knownhosts.KeyError
-	if !errors.As(known(address, remote, probeKey()), &ke) || len(ke.Want) == 0 {
-		return nil
-	}
-	var algos []string
-	seen := map[string]bool{}
-	add := func(a ...string) {
-		for _, x := range a {
-			if !seen[x] {
-				seen[x] = true
-				algos = append(algos, x)
-			}
-		}
-	}
-	for _, w := range ke.Want {
-		if t := w.Key.Type(); t == ssh.KeyAlgoRSA {
-			add(ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
-		} else {
-			add(t)
-		}
-	}
-	add(ssh.SupportedAlgorithms().HostKeys...)
-	return algos
-}
-
-// hostKeyError says why a host's key was refused. known_hosts lists no key
-// for the host: it is unknown, and the advice is how to add it. It lists
-// another key: the key changed, which is what an interception looks like,
-// so the message names the recorded lines and gives no command that would
-// trust the new key. Both give the offered key's fingerprint to check.
-//
-// A host behind jump hosts (jumps: user@address of each, first hop first)
-// is scanned from the last jump host, which reaches it.
-func hostKeyError(address, file string, key ssh.PublicKey, ke *knownhosts.KeyError, jumps []string) error {
-	if len(ke.Want) == 0 {
-		scan := ""
-		if n := len(jumps); n > 0 {
-			scan = "ssh "
-			if n > 1 {
-				scan += "-J " + strings.Join(jumps[:n-1], ",") + " "
-			}
-			scan += "ssh://" + jumps[n-1] + " "
-		}
-		return fmt.Errorf("%w: %s offers a %s key (%s) that is not in %s; refusing to connect (check it, then add it: %sssh-keyscan -p %s %s >> %s)",
-			ErrHostKeyUnknown, address, key.Type(), ssh.FingerprintSHA256(key), file, scan, portOf(address), hostOf(address), file)
-	}
-	recorded := make([]string, len(ke.Want))
-	for i, w := range ke.Want {
-		recorded[i] = fmt.Sprintf("%s:%d", w.Filename, w.Line)
-	}
-	return fmt.Errorf("%w: %s now offers a %s key (%s) that differs from the key recorded for it at %s; refusing to connect: someone may be intercepting the connection, or the host was reinstalled (check the new key with the host's owner before replacing that line)",
-		ErrHostKeyChanged, address, key.Type(), ssh.FingerprintSHA256(key), strings.Join(recorded, ", "))
-}
-
-// signers returns the keys to offer: the key file's first, then the
+// signers returns the keys to offer: the host's identity file's
+// (identity, when not "") or the worker's key file's first, then the
 // agent's (the key file is the operator's explicit choice, and sshd counts
 // every refused key towards MaxAuthTries). The agent connection signs
 // during the handshake; closeAgent ends it afterwards. An unreachable
 // agent is skipped when a key file is there (logged once until it works
 // again).
-func (p *Pool) signers() (_ []ssh.Signer, closeAgent func(), _ error) {
+func (p *Pool) signers(identity string) (_ []ssh.Signer, closeAgent func(), _ error) {
 	closeAgent = func() {}
-	signers := append([]ssh.Signer(nil), p.keys...)
+	var agentKeys []ssh.Signer
+	var agentErr error
+	if p.agentSock != "" {
+		agentKeys, closeAgent, agentErr = p.agentSigners()
+	}
+	signers := p.keys
+	if identity != "" {
+		path, err := expandHome(identity)
+		if err != nil {
+			return nil, closeAgent, fmt.Errorf("%w: identity_file %w", ErrIdentity, err)
+		}
+		if signers, err = identitySigners(path, agentKeys); err != nil {
+			return nil, closeAgent, err
+		}
+	}
+	signers = append([]ssh.Signer(nil), signers...)
 	if p.agentSock == "" {
 		return signers, closeAgent, nil
 	}
-	agentErr := func() error {
-		ac, err := net.DialTimeout("unix", p.agentSock, p.cfg.ConnectTimeout)
-		if err != nil {
-			return err
-		}
-		closeAgent = func() { _ = ac.Close() }
-		keys, err := agent.NewClient(ac).Signers()
-		if err != nil {
-			return err
-		}
-		seen := map[string]bool{}
-		for _, s := range signers {
-			seen[string(s.PublicKey().Marshal())] = true
-		}
-		for _, s := range keys {
-			if k := string(s.PublicKey().Marshal()); !seen[k] {
-				seen[k] = true
-				signers = append(signers, s)
-			}
-		}
-		return nil
-	}()
 	if agentErr != nil {
 		if len(signers) == 0 {
 			return nil, closeAgent, fmt.Errorf("no key to offer: no key file and the ssh-agent at $SSH_AUTH_SOCK failed: %w", agentErr)
@@ -842,7 +724,30 @@ func (p *Pool) signers() (_ []ssh.Signer, closeAgent func(), _ error) {
 		return signers, closeAgent, nil
 	}
 	p.agentDown.Store(false)
+	seen := map[string]bool{}
+	for _, s := range signers {
+		seen[string(s.PublicKey().Marshal())] = true
+	}
+	for _, s := range agentKeys {
+		if k := string(s.PublicKey().Marshal()); !seen[k] {
+			seen[k] = true
+			signers = append(signers, s)
+		}
+	}
 	return signers, closeAgent, nil
+}
+
+// agentSigners are the ssh-agent's keys (its certificates among them, as
+// they are), on a connection that closeAgent ends.
+func (p *Pool) agentSigners() (_ []ssh.Signer, closeAgent func(), _ error) {
+	closeAgent = func() {}
+	ac, err := net.DialTimeout("unix", p.agentSock, p.cfg.ConnectTimeout)
+	if err != nil {
+		return nil, closeAgent, err
+	}
+	closeAgent = func() { _ = ac.Close() }
+	keys, err := agent.NewClient(ac).Signers()
+	return keys, closeAgent, err
 }
 
 func (p *Pool) drop(c *conn, cl *ssh.Client) {
@@ -871,10 +776,16 @@ func portOf(addr string) string {
 }
 
 type sshRunner struct {
-	pool    *Pool
-	address string
-	user    string
-	via     []Jump // users filled in
+	pool     *Pool
+	address  string
+	user     string
+	identity string // the host's own key file, or "": the worker's
+	via      []Jump // users filled in
+}
+
+// entry is the pooled connection the runner's commands use.
+func (r *sshRunner) entry() *conn {
+	return r.pool.entry(r.address, r.user, r.identity, r.via)
 }
 
 // refusedSettle is how long sshd may go on refusing a session before the
@@ -1111,6 +1022,11 @@ var (
 // failure, which a retry would have answered with a second copy of the
 // command.
 func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
+	if cmd.Become {
+		if err := r.checkBecome(ctx, r.entry(), cmd.as()); err != nil {
+			return Result{ExitCode: -1, Started: time.Now()}, err
+		}
+	}
 	if cmd.Settle {
 		return r.settle(ctx, cmd)
 	}
@@ -1209,7 +1125,7 @@ func (r *sshRunner) runDurable(ctx context.Context, cmd Command) (Result, error)
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
-	c := r.pool.entry(r.address, r.user, r.via)
+	c := r.entry()
 	if _, err := r.pool.client(rctx, c); err != nil {
 		return res, err
 	}
@@ -1244,11 +1160,15 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	remote := "exec /bin/sh -c " + shellQuote(text)
+	as := cmd.as()
+	remote := as.remote(text)
 	if cmd.Attempt == "" {
 		remote = "printf '" + pidMarker + "%s\\n' \"$$\"; " + text
+		if as.on {
+			remote = as.remote(remote)
+		}
 	}
-	c := r.pool.entry(r.address, r.user, r.via)
+	c := r.entry()
 	var (
 		sess   *ssh.Session
 		client *ssh.Client
@@ -1292,11 +1212,11 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 		var kerr error
 		select {
 		case g = <-pgid:
-			kerr = r.killRemote(client, g)
+			kerr = r.killRemote(client, g, as)
 		case <-waited:
 			waited <- nil // ended by itself meanwhile; nothing to kill
 		case <-time.After(KillGrace):
-			kerr = r.killRemote(client, g) // says the group is unknown
+			kerr = r.killRemote(client, g, as) // says the group is unknown
 		}
 		_ = sess.Close()
 		select {
@@ -1333,11 +1253,11 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	return res, nil
 }
 
-// killRemote ends the command's process group on the host (killScript)
-// and says whether that was confirmed. It uses a fresh session on the same
-// connection (sshd ignores signal requests on sessions without a
-// terminal).
-func (r *sshRunner) killRemote(client *ssh.Client, m marked) error {
+// killRemote ends the command's process group on the host (killScript),
+// as the user the command runs as, and says whether that was confirmed.
+// It uses a fresh session on the same connection (sshd ignores signal
+// requests on sessions without a terminal).
+func (r *sshRunner) killRemote(client *ssh.Client, m marked, as becomeAs) error {
 	pgid := m.pgid
 	if pgid <= 1 {
 		return fmt.Errorf("%w: cannot kill the command on %s: its process group is unknown", ErrKill, r.address)
@@ -1353,7 +1273,7 @@ func (r *sshRunner) killRemote(client *ssh.Client, m marked) error {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := s.Output("exec /bin/sh -c " + shellQuote(killScript(pgid, m.dir)))
+		out, err := s.Output(as.remote(killScript(pgid, m.dir)))
 		done <- result{out, err}
 	}()
 	select {

@@ -57,7 +57,12 @@ type Fleet struct {
 	KnownHosts string // host keys of every host
 	User       string
 	Hosts      []*Host
-	fail       func(format string, args ...any)
+	// UsersDir holds the authorized keys of the users AddUser made, one
+	// file per user named as the user: every host's sshd reads it too.
+	// Unlike Dir, it is readable by every user (sshd reads a user's
+	// authorized keys as the user).
+	UsersDir string
+	fail     func(format string, args ...any)
 }
 
 // Host is one sshd.
@@ -66,10 +71,13 @@ type Host struct {
 	Addr    string // 127.0.0.1:port (or Options.Listen's address)
 	Dir     string // a directory of the host's own, for marker files
 	LogFile string // sshd's log, when Options.LogLevel is set
-	cfgPath string
-	cmd     *exec.Cmd
-	mu      sync.Mutex
-	fleet   *Fleet
+	// PublicKey is the host's key (its certificate's key with
+	// Options.HostCA).
+	PublicKey ssh.PublicKey
+	cfgPath   string
+	cmd       *exec.Cmd
+	mu        sync.Mutex
+	fleet     *Fleet
 }
 
 // Options for Start.
@@ -88,6 +96,10 @@ type Options struct {
 	// LogLevel, when set, makes every sshd log at that level (VERBOSE,
 	// DEBUG1...) to its Host.LogFile instead of being quiet.
 	LogLevel string
+	// HostCA, when set, signs every host's key into a host certificate
+	// (sshd's HostCertificate) for the host's IP address, valid for ever.
+	// known_hosts still lists the plain host keys.
+	HostCA ssh.Signer
 }
 
 // Start starts n sshd hosts named host-0..host-n-1 for a test and stops
@@ -118,6 +130,9 @@ func (f *Fleet) Close() {
 	for _, h := range f.Hosts {
 		h.Stop()
 	}
+	if f.UsersDir != "" {
+		_ = os.RemoveAll(f.UsersDir)
+	}
 }
 
 func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet, error) {
@@ -126,6 +141,14 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 	if f.User == "" {
 		f.User = "root"
 	}
+	users, err := os.MkdirTemp("", "sshtest-users-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(users, 0o755); err != nil {
+		return nil, err
+	}
+	f.UsersDir = users
 	userPub, err := writeKey(f.KeyFile)
 	if err != nil {
 		return nil, err
@@ -145,6 +168,7 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 		if err != nil {
 			return nil, err
 		}
+		h.PublicKey = hostPub
 		ip := "127.0.0.1"
 		if a := opts.Listen[i]; a != "" {
 			ip = a
@@ -165,7 +189,7 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 			"ListenAddress "+ip,
 			"HostKey "+hostKey,
 			"PidFile "+filepath.Join(h.Dir, "sshd.pid"),
-			"AuthorizedKeysFile "+authorized,
+			"AuthorizedKeysFile "+authorized+" "+filepath.Join(users, "%u"),
 			"StrictModes no",
 			"UsePAM no",
 			"PasswordAuthentication no",
@@ -180,6 +204,16 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 			// runs pyenv init, ~90 ms); this keeps the shell's start-up out.
 			"SetEnv SHLVL=1",
 		)
+		if opts.HostCA != nil {
+			cert, err := SignHostCert(opts.HostCA, hostPub, ip)
+			if err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(hostKey+"-cert.pub", ssh.MarshalAuthorizedKey(cert), 0o644); err != nil {
+				return nil, err
+			}
+			cfg = append(cfg, "HostCertificate "+hostKey+"-cert.pub")
+		}
 		cfg = append(cfg, opts.ExtraConfig...)
 		h.cfgPath = filepath.Join(h.Dir, "sshd_config")
 		if err := os.WriteFile(h.cfgPath, []byte(strings.Join(cfg, "\n")+"\n"), 0o600); err != nil {

@@ -154,6 +154,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 // addSSHFlags adds the SSH settings of the executor and health-gate.
 func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
 	cmd.Flags().StringVar(&c.KeyFile, "ssh-key", os.Getenv("GANTRY_SSH_KEY"), "SSH private key (default $GANTRY_SSH_KEY, else ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	cmd.Flags().StringVar(&c.CertFile, "ssh-cert", os.Getenv("GANTRY_SSH_CERT"), "SSH user certificate for the --ssh-key key (default $GANTRY_SSH_CERT, else KEY-cert.pub beside the key when there is one)")
 	cmd.Flags().StringVar(&c.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file (default $GANTRY_KNOWN_HOSTS, else ~/.ssh/known_hosts)")
 	cmd.Flags().BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
 	cmd.Flags().BoolVar(&c.UseAgent, "ssh-agent", true, "also offer the keys of the ssh-agent at $SSH_AUTH_SOCK")

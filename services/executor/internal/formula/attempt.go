@@ -107,7 +107,8 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errSecret, err)
 	}
 	cmd := hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
-		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark()}
+		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark(),
+		Become: n.Become, BecomeUser: n.BecomeUser}
 	if sh.nr.d.Operation == dag.OpCreate && sh.nr.d.SkipAtTurnAfter != nil {
 		cmd.Turn = sh.turn
 	}
@@ -327,9 +328,16 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 }
 
 // isPermanent says retrying cannot help: the host cannot be reached or
-// trusted, or refuses the credentials.
+// trusted, refuses the credentials (or its identity file cannot be
+// used), or its sudo does not run commands as asked (become).
 func isPermanent(err error) bool {
-	return errors.Is(err, errUnreachable) || errors.Is(err, errRefused) || errors.Is(err, errSecret) || errors.Is(err, hostexec.ErrHostKeyUnknown) || errors.Is(err, hostexec.ErrHostKeyChanged) || errors.Is(err, hostexec.ErrAuth)
+	for _, p := range []error{errUnreachable, errRefused, errSecret, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
+		hostexec.ErrAuth, hostexec.ErrIdentity, hostexec.ErrBecome} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // waiting announces that the attempt waits for another workflow's run of

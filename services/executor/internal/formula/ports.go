@@ -50,9 +50,9 @@ type Runners interface {
 
 // target is how to reach the host a host_spec names.
 func target(h events.HostSpec) hostexec.Target {
-	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User}
+	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
 	for _, j := range h.Via {
-		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User})
+		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
 	}
 	return t
 }

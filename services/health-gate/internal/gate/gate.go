@@ -46,9 +46,9 @@ type Runners interface {
 
 // target is how to reach the host a host_spec names.
 func target(h events.HostSpec) hostexec.Target {
-	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User}
+	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
 	for _, j := range h.Via {
-		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User})
+		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
 	}
 	return t
 }
@@ -198,7 +198,7 @@ func (r *gateRun) check(ctx context.Context, attempt int) *events.HealthEvent {
 		return ev
 	}
 	left := max(r.deadline.Sub(started), time.Millisecond) // 0 would be no limit
-	res, err := r.runner.Run(ctx, hostexec.Command{Script: r.g.Gate.Check, Env: r.env, Secrets: r.secret, Timeout: left})
+	res, err := r.runner.Run(ctx, hostexec.Command{Script: r.g.Gate.Check, Env: r.env, Secrets: r.secret, Timeout: left, Become: r.g.Become, BecomeUser: r.g.BecomeUser})
 	ev.OutputTail = events.BoundTail(res.Stdout+res.Stderr, events.MaxTailBytes)
 	switch {
 	case err != nil:

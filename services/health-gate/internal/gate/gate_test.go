@@ -59,6 +59,7 @@ type probe struct {
 	timeouts []time.Duration // the bound each check was given
 	env      []map[string]string
 	secrets  []map[string]string
+	become   []string // whom each check became ("" none, else the user, "root" for sudo's default)
 }
 
 func (p *probe) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, error) {
@@ -67,6 +68,14 @@ func (p *probe) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, e
 	p.calls++
 	p.timeouts = append(p.timeouts, cmd.Timeout)
 	p.env, p.secrets = append(p.env, cmd.Env), append(p.secrets, cmd.Secrets)
+	as := ""
+	if cmd.Become {
+		as = cmd.BecomeUser
+		if as == "" {
+			as = "root"
+		}
+	}
+	p.become = append(p.become, as)
 	if p.clock != nil {
 		p.starts = append(p.starts, p.clock.since())
 		if len(p.took) > 0 {

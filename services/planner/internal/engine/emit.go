@@ -23,7 +23,7 @@ func (e *Engine) msgID(r *run, parts ...string) string {
 
 func hostSpec(c *dag.Composition, server string) events.HostSpec {
 	h := c.Hosts[server]
-	return events.HostSpec{Transport: h.Transport, Address: h.Address, User: h.User, Via: hostVia(c, server)}
+	return events.HostSpec{Transport: h.Transport, Address: h.Address, User: h.User, IdentityFile: h.IdentityFile, Via: hostVia(c, server)}
 }
 
 // dispatch sends a formula's work to the executors, after its "ready", so
@@ -43,6 +43,7 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 		d.Nodes[j] = events.WorkNode{Name: pn.Name, Command: pn.Command, Check: pn.Check, DependsOn: pn.DependsOn,
 			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name],
 			NotRetried: r.notRetried(pf.ID, pn.Name)}
+		d.Nodes[j].Become, d.Nodes[j].BecomeUser = dag.Becomes(n.Become, n.BecomeUser)
 	}
 	now := e.now()
 	e.formulaStarted(r, i, now)
@@ -56,6 +57,8 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 func (e *Engine) gate(ctx context.Context, r *run, i int) {
 	pf := &r.plan.Formulas[i]
 	g := &events.GateRequest{Ref: e.ref(r, i), Host: hostSpec(r.rec.Composition, pf.Server), Gate: *pf.Gate}
+	spec := r.plan.Spec(i)
+	g.Become, g.BecomeUser = dag.Becomes(spec.Become, spec.BecomeUser)
 	ctx = r.formulaCtx(ctx, i)
 	e.publishFormula(ctx, r, i, dag.FormulaGating, "")
 	e.Out.Emit(ctx, events.HostGate(pf.Server), g, e.msgID(r, pf.ID, "gate"))

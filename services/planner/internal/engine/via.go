@@ -16,7 +16,7 @@ func hostVia(c *dag.Composition, server string) []events.Jump {
 	out := make([]events.Jump, len(chain))
 	for i, name := range chain {
 		j := c.Hosts[name]
-		out[i] = events.Jump{Address: j.Address, User: j.User}
+		out[i] = events.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile}
 	}
 	return out
 }
