@@ -243,3 +243,37 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestLameDuckServerIsLeftEarly: a server in lame duck mode (stopping:
+// nats-server waits lame_duck_grace_period, 10 s by default, then closes
+// its clients one by one) tells its clients so; they move to another
+// server within a few seconds, each after a random part of
+// lameDuckMoveWithin, not all at once when it closes them.
+func TestLameDuckServerIsLeftEarly(t *testing.T) {
+	ns, keys := nodes(t, 2, true)
+	var logs syncBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	var conns []*nats.Conn
+	for range 6 {
+		conns = append(conns, connectAs(t, keys, ns[0].url(), natsconn.Liveness{}, log))
+	}
+	waitFor(t, 10*time.Second, "the clients know both servers", func() bool {
+		for _, nc := range conns {
+			if len(nc.Servers()) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	began := time.Now()
+	go ns[0].s.LameDuckShutdown()
+	waitFor(t, 8*time.Second, "every client on the other server before the lame duck closes them", func() bool {
+		for _, nc := range conns {
+			if nc.ConnectedServerName() != "n-1" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("every client moved %.1f s after the server went into lame duck mode", time.Since(began).Seconds())
+}
