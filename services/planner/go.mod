@@ -8,6 +8,7 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
+	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats.go v1.55.0
 )
@@ -60,3 +61,5 @@ replace github.com/gantry-dev/gantry/pkg/buildinfo => ../../pkg/buildinfo
 
 replace github.com/gantry-dev/gantry/pkg/metricsserve => ../../pkg/metricsserve
 replace github.com/gantry-dev/gantry/pkg/tracing => ../../pkg/tracing
+
+replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth
