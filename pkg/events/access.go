@@ -139,7 +139,7 @@ func Uses(id Identity) Usage {
 		}
 	case StateStore:
 		return Usage{
-			Serve:   []string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild, StatusSubject(StateStore)},
+			Serve:   append([]string{StateWorkflow, StateList, StateHost, StateDrift, StateRebuild, StatusSubject(StateStore)}, stateRetries()...),
 			Streams: []string{StreamEvents},
 			Follows: []string{StreamEvents},
 			// The executors' node records, which a rebuild's check holds
@@ -152,6 +152,15 @@ func Uses(id Identity) Usage {
 		}
 	}
 	return Usage{}
+}
+
+// stateRetries are the retry subjects of the state reads (StateRetry).
+func stateRetries() []string {
+	var out []string
+	for _, s := range StateReads {
+		out = append(out, StateRetry(s))
+	}
+	return out
 }
 
 // Import is one subject AccountClients imports from AccountServices.
@@ -248,7 +257,7 @@ func PermissionsFor(id Identity) Permissions {
 
 func peoplePermissions(id Identity) Permissions {
 	p := Permissions{
-		PublishAllow: []string{StateWorkflow, StateList, StateHost, StateDrift, "$SRV.>", "$JS.API.INFO"},
+		PublishAllow: append([]string{StateWorkflow, StateList, StateHost, StateDrift, "$SRV.>", "$JS.API.INFO"}, stateRetries()...),
 		// The imports are the hard edge: nothing else of AccountServices is
 		// reachable. These denies say the same inside AccountClients, so no
 		// client can publish what looks like an event or work to another.

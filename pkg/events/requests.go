@@ -1,10 +1,28 @@
 package events
 
 import (
+	"context"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 )
+
+// WaitHeader says how long the requester waits for the answer (a Go
+// duration: "30s"): a handler that cannot do its work answers an error
+// before then (HandlerContext) instead of after the requester gave up.
+const WaitHeader = "Gantry-Wait"
+
+// HandlerContext is a request handler's context: it ends after limit, or
+// sooner, at nine tenths of what the requester said it waits
+// (WaitHeader), so that an error it ends with still reaches the
+// requester.
+func HandlerContext(h micro.Headers, limit time.Duration) (context.Context, context.CancelFunc) {
+	if w, err := time.ParseDuration(h.Get(WaitHeader)); err == nil && w > 0 {
+		limit = min(limit, w*9/10)
+	}
+	return context.WithTimeout(context.Background(), limit)
+}
 
 // A person may read the event and log streams, and so may create
 // consumers on them; the JetStream API cannot tell a pull consumer from a

@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -21,6 +22,23 @@ const (
 	StateDrift    = "state.drift"
 	StateRebuild  = "state.rebuild"
 )
+
+// StateReads are the state-store's reads: idempotent, and asked again
+// when not answered in time (StateRetry).
+var StateReads = []string{StateWorkflow, StateList, StateHost, StateDrift}
+
+// StateRetry is the subject a state read is asked again on
+// (state.retry.workflow for state.workflow), "" for any other subject.
+// Every state-store replica answers it (no queue group) and the first
+// answer wins: a replica that cannot answer (stopped, cut off, its
+// JetStream gone) does not keep the read from being answered, as it
+// would if the queue group picked it again.
+func StateRetry(subject string) string {
+	if !slices.Contains(StateReads, subject) {
+		return ""
+	}
+	return "state.retry." + strings.TrimPrefix(subject, "state.")
+}
 
 // Control verbs on workflow.<id>.<verb>.
 const (

@@ -1,8 +1,10 @@
 // Package natsconn connects gantry's processes to NATS with the same
 // options everywhere: credentials (creds file, nkey seed, user and
 // password), TLS, a `nats` CLI context, the `nats` CLI's environment
-// variables, reconnecting forever, and logged state changes that never
-// show a URL's password.
+// variables, pings that find a dead server in seconds, reconnecting
+// forever with growing, jittered waits, spreading back over a cluster's
+// servers (liveness.go, failover.go, spread.go), and logged state
+// changes that never show a URL's password.
 package natsconn
 
 import (
@@ -42,6 +44,7 @@ type Options struct {
 	// InboxPrefix is the prefix of reply subjects (an identity's own,
 	// see events.Identity.InboxPrefix); default _INBOX.
 	InboxPrefix string
+	Liveness    // pings, reconnect waits, spreading: --nats-*, $GANTRY_NATS_*
 }
 
 // Register adds --server, --creds, --nkey, --tls-ca, --tls-cert, --tls-key
@@ -49,6 +52,7 @@ type Options struct {
 func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.URL, "server", "", "NATS URL ($NATS_URL, else the context's, else "+DefaultURL+")")
 	o.RegisterCredentials(fs)
+	o.registerLiveness(fs)
 }
 
 // RegisterCredentials adds every flag of Register but --server.
@@ -78,6 +82,9 @@ func (o Options) Resolved() (Options, error) {
 	env(&o.Cert, "NATS_CERT")
 	env(&o.Key, "NATS_KEY")
 	env(&o.Context, "NATS_CONTEXT")
+	if err := o.fromEnv(); err != nil {
+		return o, err
+	}
 	c, err := loadContext(o.Context)
 	if err != nil {
 		return o, err
@@ -186,15 +193,16 @@ func Connect(o Options, name string, log *slog.Logger, retry bool) (*nats.Conn, 
 	if err != nil {
 		return nil, err
 	}
+	f := newFailover(o.Liveness, log)
+	opts = append(opts, f.options()...)
 	opts = append(opts,
 		nats.Name(name),
-		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { f.up(c); log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
@@ -204,13 +212,21 @@ func Connect(o Options, name string, log *slog.Logger, retry bool) (*nats.Conn, 
 		}),
 	)
 	if retry {
-		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+		// IgnoreAuthErrorAbort: a server that refuses the credentials while
+		// it restarts (its accounts not loaded yet) would otherwise close
+		// the connection for good after the second refusal.
+		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort())
 	} else {
 		opts = append(opts, nats.Timeout(5*time.Second))
 	}
 	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
 		return nil, &connectError{url: o.URL, err: err}
+	}
+	if retry && f.cfg.Spread > 0 {
+		s := &spreader{nc: nc, f: f, every: f.cfg.Spread, log: log}
+		f.setOnUp(s.connected)
+		go s.run()
 	}
 	return nc, nil
 }

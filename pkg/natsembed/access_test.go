@@ -354,6 +354,7 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 		{"cancel", only(events.Operator), "workflow.w1.cancel", request("workflow.w1.cancel")},
 		{"retry", only(events.Operator), "workflow.w1.retry", request("workflow.w1.retry")},
 		{"read state", only(events.Operator, events.Viewer), events.StateList, request(events.StateList)},
+		{"read state again of every replica", only(events.Operator, events.Viewer), events.StateRetry(events.StateList), request(events.StateRetry(events.StateList))},
 		{"rebuild state", only(events.Operator), events.StateRebuild, request(events.StateRebuild)},
 		{"watch host events", only(events.Operator, events.Viewer), "decky.*.lifecycle", subscribe("decky.*.lifecycle", "decky.watched.lifecycle")},
 	}

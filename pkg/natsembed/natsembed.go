@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
@@ -36,7 +37,34 @@ type Config struct {
 	OperatorMode bool
 	// TLS, when set, makes the server require TLS on client connections.
 	TLS *TLS
+	// Name is the server's name (default gantry-dev); the servers of a
+	// cluster each need their own.
+	Name string
+	// Cluster, when set, makes the server one node of a cluster.
+	Cluster *Cluster
 }
+
+// Cluster is a server's place in a cluster: the cluster's name, the port
+// it takes routes on (on Host), the routes to the other nodes
+// (nats-route://user:password@host:port) and the user and password routes
+// to this node must give.
+type Cluster struct {
+	Name           string
+	Port           int
+	Routes         []string
+	User, Password string
+}
+
+// A client that stops answering (a process stopped with SIGSTOP, a host
+// gone without closing its connections) is dropped once PingsOut pings
+// sent every PingInterval have gone unanswered: within about
+// (PingsOut+1)*PingInterval, so it leaves the queue groups of the micro
+// services it serves instead of taking its share of their requests
+// unanswered. nats-server's own default is a ping every 2 minutes.
+const (
+	PingInterval = 3 * time.Second
+	PingsOut     = 2
+)
 
 // TLS is the server's certificate and key, and the CA that signs the
 // clients' certificates (when VerifyClients, a client must present one).
@@ -69,12 +97,19 @@ func Start(cfg Config) (*Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts.ServerName = "gantry-dev"
+	opts.ServerName = cfg.Name
+	if opts.ServerName == "" {
+		opts.ServerName = "gantry-dev"
+	}
+	opts.PingInterval, opts.MaxPingsOut = PingInterval, PingsOut
 	opts.Host, opts.Port = cfg.Host, port
 	opts.JetStream, opts.StoreDir, opts.SyncAlways = true, cfg.StoreDir, cfg.SyncAlways
 	opts.NoSigs = true
 	opts.MaxPayload = events.MaxRequestBytes
 	opts.JetStreamMaxMemory = 256 << 20
+	if err := clusterOptions(opts, cfg); err != nil {
+		return nil, fmt.Errorf("natsembed: %w", err)
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
@@ -85,6 +120,25 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("natsembed: server on %s not ready after 15s", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	}
 	return &Server{ns}, nil
+}
+
+func clusterOptions(opts *server.Options, cfg Config) error {
+	c := cfg.Cluster
+	if c == nil {
+		return nil
+	}
+	if c.Name == "" || c.Port == 0 {
+		return errors.New("a cluster needs a name and a route port")
+	}
+	opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = c.Name, cfg.Host, c.Port
+	opts.Cluster.Username, opts.Cluster.Password = c.User, c.Password
+	if len(c.Routes) > 0 {
+		opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+		if len(opts.Routes) != len(c.Routes) {
+			return errors.New("a cluster route does not parse")
+		}
+	}
+	return nil
 }
 
 // URL is the client URL.

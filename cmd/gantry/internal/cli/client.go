@@ -88,9 +88,22 @@ func request(nc *nats.Conn, subject string, body []byte, timeout time.Duration, 
 	return requestWith(nc, subject, body, nil, timeout, out)
 }
 
-// requestWith is request with headers (the submit's trace context).
+// requestWith is request with headers (the submit's trace context). Each
+// request says how long it waits (events.WaitHeader), so a service that
+// cannot do it answers why before then; a state read is asked again of
+// every state-store replica when its first try is not answered soon
+// (askState).
 func requestWith(nc *nats.Conn, subject string, body []byte, h nats.Header, timeout time.Duration, out any) error {
-	msg, err := requestOrDenied(nc, &nats.Msg{Subject: subject, Data: body, Header: h}, timeout)
+	if h == nil {
+		h = nats.Header{}
+	}
+	h.Set(events.WaitHeader, timeout.String())
+	m := &nats.Msg{Subject: subject, Data: body, Header: h}
+	ask := requestOrDenied
+	if events.StateRetry(subject) != "" {
+		ask = askState
+	}
+	msg, err := ask(nc, m, timeout)
 	if errors.Is(err, errDenied) {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: not allowed for this identity (the NATS server refused the request); connect as an operator with --creds or --nkey", subject)}
 	}

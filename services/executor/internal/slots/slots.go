@@ -63,13 +63,13 @@ type Manager struct {
 	Linger time.Duration
 	Log    *slog.Logger
 
-	once    sync.Once
+	startMu sync.Mutex // guards started, and the fields below until it is set
+	started bool
 	mu      sync.Mutex
 	keys    map[string]uint64 // the store as last seen
 	gone    map[string]uint64 // keys deleted or expired: the revision of their marker
 	changed chan struct{}     // closed (and replaced) on every change
 	ready   chan struct{}     // closed once the watch has caught up
-	err     error             // the watch could not start
 	seq     uint64
 	parked  map[string][]*slotSet // lingering slots, by their limits (limitsKey)
 }
@@ -132,27 +132,31 @@ func (m *Manager) log() *slog.Logger {
 	return m.Log
 }
 
-// start begins following the store, once.
+// start begins following the store, once it can: a watch that cannot
+// start (the bus down) fails this Acquire, and the next tries again.
 func (m *Manager) start() error {
-	m.once.Do(func() {
+	m.startMu.Lock()
+	if !m.started {
 		m.keys = map[string]uint64{}
 		m.gone = map[string]uint64{}
 		m.changed = make(chan struct{})
 		m.ready = make(chan struct{})
 		ch, err := m.Store.Watch(context.Background())
 		if err != nil {
-			m.err = fmt.Errorf("watch the slots: %w", err)
-			close(m.ready)
-			return
+			m.startMu.Unlock()
+			return fmt.Errorf("watch the slots: %w", err)
 		}
+		m.started = true
 		go m.follow(ch)
-	})
+	}
+	ready := m.ready
+	m.startMu.Unlock()
 	select {
-	case <-m.ready:
+	case <-ready:
 	case <-time.After(30 * time.Second):
 		return errors.New("the slots watch did not catch up within 30s")
 	}
-	return m.err
+	return nil
 }
 
 func (m *Manager) follow(ch <-chan Change) {

@@ -3,7 +3,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -15,6 +14,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
+
+// RequestLimit bounds a submit or a control request; a requester that
+// says how long it waits (events.WaitHeader, as the CLI does) gets the
+// error of one that could not be done (JetStream not answering) before
+// it gives up, not after.
+const RequestLimit = 30 * time.Second
 
 // Register adds the planner service (version and instance as spec says),
 // its status endpoint and its endpoints.
@@ -28,7 +33,7 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 	}
 	submit := func(validateOnly bool) micro.HandlerFunc {
 		return func(req micro.Request) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := events.HandlerContext(req.Headers(), RequestLimit)
 			defer cancel()
 			data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
 			if err != nil {
@@ -91,7 +96,7 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 			_ = req.Error("400", err.Error(), nil)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := events.HandlerContext(req.Headers(), RequestLimit)
 		defer cancel()
 		reply, err := e.ControlRequest(ctx, sub.WorkflowID, sub.Verb, body, principal(req))
 		switch {
@@ -133,7 +138,7 @@ func prune(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 		}
 		// A prune of many runs reads and deletes a lot: the client waits
 		// as long as it was told to.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		ctx, cancel := events.HandlerContext(req.Headers(), 10*time.Minute)
 		defer cancel()
 		reply, err := e.Prune(ctx, rule)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/composition"
@@ -27,8 +28,22 @@ import (
 type Rebuilder func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error)
 
 // CatchUpWait bounds how long a read waits for the projection to apply
-// the events stored before it; then it answers with what is there.
+// the events stored before it (at most half of its budget); then it
+// answers with what is there.
 const CatchUpWait = 2 * time.Second
+
+// ReadBudget bounds a read: within it (or within nine tenths of what its
+// requester waits, when less: events.HandlerContext) it answers, with an
+// error if JetStream did not answer, instead of holding the request until
+// its requester gave up.
+const ReadBudget = 10 * time.Second
+
+// DownFor is how long after a read failed for want of JetStream (it did
+// not answer, or had no responders) this replica answers every read with
+// that error at once: its endpoints take one request at a time, and each
+// would otherwise hold the next for ReadBudget. The requester asks again
+// of every replica (events.StateRetry).
+const DownFor = 5 * time.Second
 
 // Register adds the state-store service (version, instance and status as
 // spec says) and its endpoints. catchUp returns once every event
@@ -44,10 +59,20 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, kv jetstream.KeyValue, log
 	}
 	s := &server{kv: kv, log: log, rebuild: rebuild, catchUp: catchUp}
 	g := svc.AddGroup("state")
-	for name, h := range map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift, "rebuild": s.rebuildHandler} {
+	reads := map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift}
+	for name, h := range reads {
 		if err := g.AddEndpoint(name, events.OnlyRequests(h)); err != nil {
 			return nil, err
 		}
+		// asked again of every replica when the queue group's pick did
+		// not answer in time
+		retry := events.StateRetry("state." + name)
+		if err := svc.AddEndpoint(name+"-retry", events.OnlyRequests(h), micro.WithEndpointSubject(retry), micro.WithEndpointQueueGroupDisabled()); err != nil {
+			return nil, err
+		}
+	}
+	if err := g.AddEndpoint("rebuild", events.OnlyRequests(micro.HandlerFunc(s.rebuildHandler))); err != nil {
+		return nil, err
 	}
 	return svc, nil
 }
@@ -57,18 +82,57 @@ type server struct {
 	log     *slog.Logger
 	rebuild Rebuilder
 	catchUp func(context.Context) error
+
+	mu      sync.Mutex
+	downAt  time.Time // the last read that failed for want of JetStream
+	downWhy string
 }
 
-// read returns the context of a read request, once the projection has
-// caught up with the stream or CatchUpWait has passed.
-func (s *server) read() (context.Context, context.CancelFunc) {
-	c, cancel := ctx()
-	w, stop := context.WithTimeout(c, CatchUpWait)
+// read returns the context of a read request (ReadBudget), once the
+// projection has caught up with the stream or CatchUpWait has passed;
+// false when it answered the request with an error already (DownFor).
+func (s *server) read(req micro.Request) (context.Context, context.CancelFunc, bool) {
+	if why := s.down(); why != "" {
+		_ = req.Error("503", why, nil)
+		return nil, nil, false
+	}
+	c, cancel := events.HandlerContext(req.Headers(), ReadBudget)
+	d, _ := c.Deadline()
+	w, stop := context.WithTimeout(c, min(CatchUpWait, time.Until(d)/2))
 	defer stop()
 	if err := s.catchUp(w); err != nil {
 		s.log.Warn("answering from a projection behind the stream", "err", err)
 	}
-	return c, cancel
+	return c, cancel, true
+}
+
+// down is the error every read answers at once while DownFor has not
+// passed since a read failed for want of JetStream; "" otherwise.
+func (s *server) down() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.downAt.IsZero() || time.Since(s.downAt) > DownFor {
+		return ""
+	}
+	return s.downWhy
+}
+
+// fail answers a read that failed: 503 when JetStream did not answer
+// (events.Transient), remembered for DownFor; else 500.
+func (s *server) fail(req micro.Request, err error) {
+	if !events.Transient(err) {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	why := "the state-store cannot read its projection now (JetStream did not answer): " + err.Error()
+	s.mu.Lock()
+	first := s.downAt.IsZero() || time.Since(s.downAt) > DownFor
+	s.downAt, s.downWhy = time.Now(), why
+	s.mu.Unlock()
+	if first {
+		s.log.Warn("reads fail: JetStream does not answer; answering reads with the error at once for a while", "for", DownFor, "err", err)
+	}
+	_ = req.Error("503", why, nil)
 }
 
 // drift compares the composition in the request body (YAML or JSON) with
@@ -86,13 +150,16 @@ func (s *server) drift(req micro.Request) {
 		return
 	}
 	p := dag.PlanLoaded(c)
-	cx, cancel := s.read()
+	cx, cancel, ok := s.read(req)
+	if !ok {
+		return
+	}
 	defer cancel()
 	var recorded []events.HostNode
 	for name := range c.Hosts {
 		nodes, err := s.hostNodes(cx, events.HostWorkflowPrefix(name, c.Name)+">")
 		if err != nil {
-			_ = req.Error("500", err.Error(), nil)
+			s.fail(req, err)
 			return
 		}
 		recorded = append(recorded, nodes...)
@@ -130,10 +197,6 @@ func rebuildTimeout(ms int64) time.Duration {
 		return MaxRebuildTime
 	}
 	return d - min(d/10, time.Second)
-}
-
-func ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 20*time.Second)
 }
 
 func decode(req micro.Request, v any) bool {
@@ -176,7 +239,10 @@ func (s *server) workflow(req micro.Request) {
 		_ = req.Error("400", "workflow_id is missing or not a token", nil)
 		return
 	}
-	c, cancel := s.read()
+	c, cancel, ok := s.read(req)
+	if !ok {
+		return
+	}
 	defer cancel()
 	e, err := s.kv.Get(c, project.WorkflowDocKey(q.WorkflowID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -184,7 +250,7 @@ func (s *server) workflow(req micro.Request) {
 		return
 	}
 	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		s.fail(req, err)
 		return
 	}
 	var doc events.WorkflowDoc
@@ -193,7 +259,7 @@ func (s *server) workflow(req micro.Request) {
 		return
 	}
 	if err := s.assemble(c, &doc); err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		s.fail(req, err)
 		return
 	}
 	respond(req, doc)
@@ -270,16 +336,23 @@ func (s *server) list(req micro.Request) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
-	c, cancel := s.read()
+	c, cancel, ok := s.read(req)
+	if !ok {
+		return
+	}
 	defer cancel()
 	keys, err := s.keys(c, "wf.*")
 	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		s.fail(req, err)
 		return
 	}
 	rows := []events.WorkflowSummary{}
 	for _, k := range keys {
 		e, err := s.kv.Get(c, k)
+		if err != nil && c.Err() != nil {
+			s.fail(req, err) // not a partial list
+			return
+		}
 		if err != nil {
 			continue
 		}
@@ -314,6 +387,9 @@ func (s *server) hostNodes(c context.Context, filter string) ([]events.HostNode,
 	nodes := []events.HostNode{}
 	for _, k := range keys {
 		e, err := s.kv.Get(c, k)
+		if err != nil && c.Err() != nil {
+			return nil, err // not a partial answer
+		}
 		if err != nil {
 			continue
 		}
@@ -338,11 +414,14 @@ func (s *server) host(req micro.Request) {
 		}
 		prefix = events.HostNodePrefix(q.Host) + ">"
 	}
-	c, cancel := s.read()
+	c, cancel, ok := s.read(req)
+	if !ok {
+		return
+	}
 	defer cancel()
 	nodes, err := s.hostNodes(c, prefix)
 	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		s.fail(req, err)
 		return
 	}
 	respond(req, nodes)

@@ -1,0 +1,66 @@
+package api_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	"github.com/gantry-dev/gantry/services/state-store/internal/api"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// hangingKV is a bucket whose JetStream never answers (a stream without a
+// leader, a connection to a server cut off from the cluster): every read
+// waits until its context ends.
+type hangingKV struct{ jetstream.KeyValue }
+
+func (hangingKV) Get(ctx context.Context, _ string) (jetstream.KeyValueEntry, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (hangingKV) ListKeysFiltered(ctx context.Context, _ ...string) (jetstream.KeyLister, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestReadsFailFastWithoutJetStream: a replica whose JetStream does not
+// answer answers a read with an error before its requester gives up (it
+// held it 20 s, past the CLI's tries, and its endpoint took nothing else
+// meanwhile), and for a while answers the next reads with that error at
+// once.
+func TestReadsFailFastWithoutJetStream(t *testing.T) {
+	ns := natstest.Start(t)
+	hang := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	svc, err := api.Register(ns.Connect(events.StateStore), events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+		hangingKV{}, slog.Default(), nil, hang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	viewer := ns.Connect(events.Viewer)
+	ask := func(wait time.Duration) (*nats.Msg, time.Duration, error) {
+		m := &nats.Msg{Subject: events.StateWorkflow, Data: []byte(`{"workflow_id":"w1"}`), Header: nats.Header{events.WaitHeader: {wait.String()}}}
+		began := time.Now()
+		r, err := viewer.RequestMsg(m, wait)
+		return r, time.Since(began), err
+	}
+	r, took, err := ask(4 * time.Second)
+	if err != nil {
+		t.Fatalf("no answer within the 4 s the requester waits: %v", err)
+	}
+	if code := r.Header.Get(micro.ErrorCodeHeader); code != "503" {
+		t.Fatalf("answered %q %q, want 503", code, r.Header.Get(micro.ErrorHeader))
+	}
+	t.Logf("first read: %s after %.1f s: %s", r.Header.Get(micro.ErrorCodeHeader), took.Seconds(), r.Header.Get(micro.ErrorHeader))
+	r, took, err = ask(4 * time.Second)
+	if err != nil || r.Header.Get(micro.ErrorCodeHeader) != "503" || took > time.Second {
+		t.Fatalf("the next read: %v after %v (%v), want 503 at once", r, took, err)
+	}
+	t.Logf("next read: 503 after %v", took.Round(time.Millisecond))
+}
