@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,8 +30,10 @@ const FollowGrace = 5 * time.Second
 // written after its effects), not a durable consumer's ack floor; so a
 // handler may take many events at a time and still see every one in
 // order. Each batch is every message already delivered, at most
-// o.Prefetch. Follow returns when ctx is cancelled, after the batch in
-// hand.
+// o.Prefetch. Follow returns nil when ctx is cancelled, after the batch
+// in hand; if the client stops delivering before that (its iterator
+// closed), it returns ErrFollowEnded with the sequence to go on from in
+// the caller's own record.
 func Follow(ctx context.Context, js jetstream.JetStream, stream string, from uint64, h FollowHandler, o Options) error {
 	cfg := jetstream.OrderedConsumerConfig{}
 	if from > 1 {
@@ -73,5 +76,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream string, from uin
 			h(hctx, evs, last)
 		}
 	})
-	return nil
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("%s: follow %s: %w", o.Name, stream, ErrFollowEnded)
 }
+
+// ErrFollowEnded: the client stopped delivering a followed stream while
+// its follower still wanted it (the iterator closed under it).
+var ErrFollowEnded = errors.New("the stream stopped being delivered")

@@ -81,37 +81,82 @@ type follower struct {
 	kv  jetstream.KeyValue
 	p   *project.Projector
 	log *slog.Logger
+	// followFn replaces consume.Follow (tests).
+	followFn func(ctx context.Context, from uint64) error
 }
 
 func (f *follower) run(ctx context.Context, from uint64) error {
-	for {
-		created, first, last, err := f.stream(ctx)
-		if err != nil {
-			return fmt.Errorf("state-store: %w", err)
+	wait := followRetry
+	for ctx.Err() == nil {
+		next, err := f.round(ctx, from)
+		if err == nil {
+			from, wait = next, followRetry
+			continue
 		}
-		switch {
-		case from > last+1:
-			if from, err = f.rebase(ctx, from, last); err != nil {
-				return err
-			}
-		case from < first:
-			f.skip(ctx, from, first)
-			from = first
+		if ctx.Err() != nil {
+			break
 		}
-		fctx, stop := context.WithCancel(ctx)
-		recreated := make(chan struct{})
-		go f.watch(fctx, created, func() { close(recreated); stop() })
-		err = consume.Follow(fctx, f.js, events.StreamEvents, from, f.p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Linger: events.StateStoreLinger, Logger: f.log})
-		stop()
+		// The bus or the stream is away (a quorum loss, a partition): the
+		// projection waits for it, it does not end the state-store.
+		from = max(from, f.p.Applied()+1)
+		f.log.Warn("cannot follow the event stream; trying again", "stream", events.StreamEvents, "from_seq", from, "retry_in", wait.String(), "err", err)
 		select {
-		case <-recreated:
-		default:
-			return err
+		case <-ctx.Done():
+		case <-time.After(wait):
 		}
-		if from, err = f.rebase(ctx, from, 0); err != nil {
-			return err
-		}
+		wait = min(2*wait, maxFollowRetry)
 	}
+	return nil
+}
+
+// followRetry and maxFollowRetry bound the waits between tries to follow
+// the event stream again.
+const (
+	followRetry    = 500 * time.Millisecond
+	maxFollowRetry = 10 * time.Second
+)
+
+// round follows the stream from from until it is re-created (then it
+// returns the sequence to go on from, after a rebase) or following it
+// fails (an error, nil once ctx ends).
+func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
+	created, first, last, err := f.stream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case from > last+1:
+		if from, err = f.rebase(ctx, from, last); err != nil {
+			return 0, err
+		}
+	case from < first:
+		f.skip(ctx, from, first)
+		from = first
+	}
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	recreated := make(chan struct{})
+	go f.watch(fctx, created, func() { close(recreated); stop() })
+	err = f.follow(fctx, from)
+	stop()
+	select {
+	case <-recreated:
+		return f.rebase(ctx, from, 0)
+	default:
+	}
+	if err == nil && ctx.Err() == nil {
+		err = consume.ErrFollowEnded
+	}
+	return 0, err
+}
+
+// follow applies the stream from sequence from until ctx ends or the
+// client stops delivering it.
+func (f *follower) follow(ctx context.Context, from uint64) error {
+	if f.followFn != nil {
+		return f.followFn(ctx, from)
+	}
+	return consume.Follow(ctx, f.js, events.StreamEvents, from, f.p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Linger: events.StateStoreLinger, Logger: f.log})
 }
 
 // stream is the event stream's creation time and its first and last
