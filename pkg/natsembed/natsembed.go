@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
@@ -36,6 +37,24 @@ type Config struct {
 	OperatorMode bool
 	// TLS, when set, makes the server require TLS on client connections.
 	TLS *TLS
+	// Name is the server's name (default gantry-dev); the nodes of a
+	// cluster each need their own.
+	Name string
+	// Cluster, when set, makes the server a node of a JetStream cluster.
+	Cluster *Cluster
+}
+
+// Cluster is a node's part in a cluster: the cluster's name, the route
+// port it listens on (on Host), the routes to the other nodes, and the
+// route user and password the nodes share (each route URL carries them).
+type Cluster struct {
+	Name           string
+	Port           int
+	Routes         []string // nats-route://user:password@host:port
+	User, Password string
+	// NoAdvertise keeps the other nodes' client URLs from clients: a
+	// client reconnects only to the servers it was given.
+	NoAdvertise bool
 }
 
 // TLS is the server's certificate and key, and the CA that signs the
@@ -70,6 +89,14 @@ func Start(cfg Config) (*Server, error) {
 		port = server.RANDOM_PORT
 	}
 	opts.ServerName = "gantry-dev"
+	if cfg.Name != "" {
+		opts.ServerName = cfg.Name
+	}
+	if c := cfg.Cluster; c != nil {
+		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = c.Name, cfg.Host, c.Port
+		opts.Cluster.Username, opts.Cluster.Password, opts.Cluster.NoAdvertise = c.User, c.Password, c.NoAdvertise
+		opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+	}
 	opts.Host, opts.Port = cfg.Host, port
 	opts.JetStream, opts.StoreDir, opts.SyncAlways = true, cfg.StoreDir, cfg.SyncAlways
 	opts.NoSigs = true
