@@ -30,6 +30,7 @@ require (
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
+	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -38,5 +39,6 @@ require (
 replace (
 	github.com/gantry-dev/gantry/pkg/busauth => ../busauth
 	github.com/gantry-dev/gantry/pkg/dag => ../dag
+	github.com/gantry-dev/gantry/pkg/natsconn => ../natsconn
 	github.com/gantry-dev/gantry/pkg/natsembed => ../natsembed
 )

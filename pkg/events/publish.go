@@ -48,7 +48,7 @@ func (p *Publisher) Publish(ctx context.Context, subject string, pl Payload, msg
 	if err != nil {
 		return err
 	}
-	if err := p.send(ctx, subject, b, InjectTrace(ctx, nil), p.wireID(subject, msgID)); err != nil {
+	if err := p.send(ctx, subject, b, InjectTrace(ctx, nil), p.wireID(subject, msgID), scans{}); err != nil {
 		return fmt.Errorf("publish %s on %s: %w", typ, subject, err)
 	}
 	return nil
@@ -68,11 +68,15 @@ func (p *Publisher) encode(pl Payload, msgID string) ([]byte, Type, error) {
 }
 
 // send stores an encoded event, retrying transient failures (and
-// re-creating a missing stream, with Heal) for a few seconds.
-func (p *Publisher) send(ctx context.Context, subject string, b []byte, h nats.Header, msgID string) error {
+// re-creating a missing stream, with Heal) for a few seconds, and waiting
+// for the connection while it is down. A try that may have been stored
+// without the acknowledgement coming back puts the event in doubt in s:
+// before the next try its stream is read for it, and it is not sent again
+// once it is there (see ClockSkew).
+func (p *Publisher) send(ctx context.Context, subject string, b []byte, h nats.Header, msgID string, s scans) error {
 	delay := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		err := p.publishOnce(ctx, subject, b, h, msgID)
+		err := p.sendOnce(ctx, subject, b, h, msgID, s)
 		if err == nil || try == 8 || ctx.Err() != nil {
 			return err
 		}
@@ -87,18 +91,56 @@ func (p *Publisher) send(ctx context.Context, subject string, b []byte, h nats.H
 		case <-ctx.Done():
 		case <-time.After(delay):
 		}
+		waitConnected(ctx, p.conn())
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// sendOnce is one try of send: nothing when the stream already holds an
+// event in doubt, else one publish (of an event in doubt, on the condition
+// that nothing was stored on its subject since the stream was read).
+func (p *Publisher) sendOnce(ctx context.Context, subject string, b []byte, h nats.Header, msgID string, s scans) error {
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(msgID)}
+	if s.inDoubt(subject) {
+		found, last, err := p.stored(ctx, s, subject, msgID)
+		if err != nil || found {
+			return err
+		}
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(last))
+	}
+	sent := time.Now()
+	err := p.publishOnce(ctx, subject, b, h, opts...)
+	if err != nil && mayBeStored(err) {
+		s.doubt(subject, sent.Add(-ClockSkew))
+	}
+	return err
+}
+
+// mayBeStored says whether a publish that failed with err may have been
+// stored all the same: anything but a publish never sent (no connection)
+// or one no stream took.
+func mayBeStored(err error) bool {
+	return !errors.Is(err, nats.ErrReconnectBufExceeded) && !errors.Is(err, nats.ErrConnectionClosed) && !IsMissing(err)
+}
+
+// waitConnected waits, for at most PublishTimeout, until nc is connected,
+// and says whether it is.
+func waitConnected(ctx context.Context, nc *nats.Conn) bool {
+	deadline := time.Now().Add(PublishTimeout)
+	for nc != nil && nc.Status() != nats.CONNECTED && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nc == nil || nc.Status() == nats.CONNECTED
 }
 
 // PublishTimeout bounds one try of a publish waiting for its stream's
 // acknowledgement.
 const PublishTimeout = 5 * time.Second
 
-func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, h nats.Header, msgID string) error {
+func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, h nats.Header, opts ...jetstream.PublishOpt) error {
 	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
 	defer cancel()
-	_, err := p.JS.PublishMsg(ctx, message(subject, b, h), jetstream.WithMsgID(msgID))
+	_, err := p.JS.PublishMsg(ctx, message(subject, b, h), opts...)
 	return err
 }
 
