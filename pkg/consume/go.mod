@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
+	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )

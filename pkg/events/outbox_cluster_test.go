@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,4 +255,57 @@ func TestOutboxStoresOnceAcrossAServerRestart(t *testing.T) {
 		redo(ctx, t, pub, run, start, 2*window)
 	}
 	assertOnceInOrder(ctx, t, admin, pub, run)
+}
+
+// A publisher whose only server is down for longer than the duplicate
+// window, while the rest of the cluster stores the unit's events from
+// another publisher (a redelivery on another executor), sends nothing of
+// what it emitted meanwhile once it is back: a service's connection keeps
+// nothing to send while down, so no event of it is stored late, again,
+// after the events that follow it.
+func TestOutboxOfADisconnectedServiceSendsNothingLate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const window = time.Second
+	c := natstest.StartCluster(t, 3)
+	admin, err := jetstream.New(c.Connect(c.URLs(), busauth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventStream(ctx, t, admin, 3, window)
+	x := (c.StreamLeader(ctx, admin, events.StreamEvents) + 1) % 3 // the first publisher's only server
+	var rest []string
+	for i := range 3 {
+		if i != x {
+			rest = append(rest, c.URL(i))
+		}
+	}
+	a, b := serviceConn(t, c.Keys, c.URL(x), events.Executor), serviceConn(t, c.Keys, strings.Join(rest, ","), events.Executor)
+	pubA, pubB := &events.Publisher{JS: jsOf(t, a), NC: a, Source: "executor/a"}, &events.Publisher{JS: jsOf(t, b), NC: b, Source: "executor/b"}
+	run := formulaRun(3)
+	start := time.Now()
+	c.Stop(x)
+	for a.IsConnected() && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = emitAll(ctx, pubA.Outbox(), run, 0, 2*time.Second)
+	t.Logf("%.1fs: publisher a, its server down: %v", time.Since(start).Seconds(), err)
+	redo(ctx, t, pubB, run, start, 0)
+	time.Sleep(time.Until(start.Add(4 * window)))
+	c.Start(x)
+	for (!a.IsConnected() || a.Stats().Reconnects == 0) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%.1fs: publisher a reconnected", time.Since(start).Seconds())
+	time.Sleep(time.Second) // what a reconnect buffer held is stored by now
+	assertOnceInOrder(ctx, t, admin, pubB, run)
+}
+
+func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

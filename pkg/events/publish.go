@@ -32,6 +32,10 @@ type Publisher struct {
 
 	keyOnce sync.Once
 	key     []byte // what message ids are keyed with (idKey)
+
+	linesMu   sync.Mutex
+	held      []heldLine // output lines fired while the connection was down
+	heldBytes int
 }
 
 func (p *Publisher) now() time.Time {
@@ -133,6 +137,19 @@ func waitConnected(ctx context.Context, nc *nats.Conn) bool {
 	return nc == nil || nc.Status() == nats.CONNECTED
 }
 
+// whenConnected runs op, and again once nc is back (a few times at most),
+// while op fails only because nc is disconnected: a service's connection
+// keeps nothing to send while it is down (natsconn), so op sent nothing,
+// where it used to wait in the connection's buffer for the reconnect.
+func whenConnected(ctx context.Context, nc *nats.Conn, op func() error) error {
+	for try := 1; ; try++ {
+		err := op()
+		if !errors.Is(err, nats.ErrReconnectBufExceeded) || try == 5 || ctx.Err() != nil || !waitConnected(ctx, nc) {
+			return err
+		}
+	}
+}
+
 // PublishTimeout bounds one try of a publish waiting for its stream's
 // acknowledgement.
 const PublishTimeout = 5 * time.Second
@@ -152,16 +169,72 @@ func message(subject string, b []byte, h nats.Header) *nats.Msg {
 
 // Fire publishes without waiting for storage (output lines): a lost line
 // must never hold up or break the work that produced it. Output lines
-// carry no trace context.
+// carry no trace context. Lines fired while the connection is down (a
+// service's connection keeps nothing to send then) are held, up to
+// MaxHeldLineBytes, and sent in order once it is back.
 func (p *Publisher) Fire(subject string, pl Payload) {
 	env, err := NewAt(uuid.NewString(), p.Source, p.now(), pl)
 	if err == nil {
 		var b []byte
 		if b, err = json.Marshal(env); err == nil {
-			err = p.NC.Publish(subject, b)
+			err = p.fire(subject, b)
 		}
 	}
 	if err != nil && p.Log != nil {
 		p.Log.Debug("output line not published", "subject", subject, "err", err)
+	}
+}
+
+// MaxHeldLineBytes bounds the output lines a publisher holds while its
+// connection is down; past it, lines are dropped.
+const MaxHeldLineBytes = 8 << 20
+
+type heldLine struct {
+	subject string
+	data    []byte
+}
+
+// fire publishes a line, or holds it behind the lines held already.
+func (p *Publisher) fire(subject string, b []byte) error {
+	p.linesMu.Lock()
+	defer p.linesMu.Unlock()
+	if len(p.held) == 0 {
+		if err := p.NC.Publish(subject, b); !errors.Is(err, nats.ErrReconnectBufExceeded) {
+			return err
+		}
+	}
+	if p.heldBytes+len(b) > MaxHeldLineBytes {
+		return fmt.Errorf("%d bytes of output lines held already: %w", p.heldBytes, nats.ErrReconnectBufExceeded)
+	}
+	p.held = append(p.held, heldLine{subject, b})
+	p.heldBytes += len(b)
+	if len(p.held) == 1 {
+		go p.sendHeld()
+	}
+	return nil
+}
+
+// sendHeld sends the held lines, in order, once the connection is back,
+// until none is left (or the connection is closed: they are dropped).
+func (p *Publisher) sendHeld() {
+	for {
+		waitConnected(context.Background(), p.NC)
+		p.linesMu.Lock()
+		for len(p.held) > 0 {
+			err := p.NC.Publish(p.held[0].subject, p.held[0].data)
+			if errors.Is(err, nats.ErrReconnectBufExceeded) {
+				break // down again
+			}
+			p.heldBytes -= len(p.held[0].data)
+			p.held = p.held[1:]
+		}
+		if p.NC.IsClosed() || len(p.held) == 0 {
+			p.held, p.heldBytes = nil, 0
+		}
+		done := len(p.held) == 0
+		p.linesMu.Unlock()
+		if done {
+			return
+		}
 	}
 }

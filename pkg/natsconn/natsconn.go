@@ -205,6 +205,7 @@ func Connect(o Options, name string, log *slog.Logger, retry bool) (*nats.Conn, 
 	)
 	if retry {
 		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+		opts = append(opts, nats.ReconnectBufSize(-1)) // nothing kept to send while down: a publish fails at once (events.Outbox)
 	} else {
 		opts = append(opts, nats.Timeout(5*time.Second))
 	}
