@@ -8,7 +8,9 @@ require (
 	github.com/gantry-dev/gantry/pkg/dag v0.0.0
 	github.com/gantry-dev/gantry/pkg/events v0.0.0
 	github.com/gantry-dev/gantry/pkg/hostexec v0.0.0
+	github.com/gantry-dev/gantry/pkg/busauth v0.0.0
 	github.com/gantry-dev/gantry/pkg/natsconn v0.0.0
+	github.com/gantry-dev/gantry/pkg/natsembed v0.0.0
 	github.com/gantry-dev/gantry/pkg/secrets v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
@@ -41,6 +43,8 @@ replace github.com/gantry-dev/gantry/pkg/natsconn => ../../pkg/natsconn
 replace github.com/gantry-dev/gantry/pkg/composition => ../../pkg/composition
 
 replace github.com/gantry-dev/gantry/pkg/natsembed => ../../pkg/natsembed
+
+replace github.com/gantry-dev/gantry/pkg/busauth => ../../pkg/busauth
 
 replace github.com/gantry-dev/gantry/services/planner => ../../services/planner
 
