@@ -93,6 +93,10 @@ type Usage struct {
 	Read     []string  // KV buckets it reads
 	Write    []string  // KV buckets it writes (and reads)
 	Retire   []Durable // retired durable consumers it deletes
+	// Checks are streams it reads single messages of, by subject, from
+	// their leader: the ones its events go to, to find whether an event
+	// whose acknowledgement never came was stored (see ClockSkew).
+	Checks []string
 	// Prune are the buckets and streams it removes a pruned workflow's
 	// data from: a bucket's keys by a purge of its stream by subject, a
 	// stream's messages one by one by sequence. Each is what the service
@@ -113,6 +117,7 @@ func Uses(id Identity) Usage {
 			Consumes: []Durable{{StreamEvents, ConsumerPlanner}},
 			Follows:  []string{StreamEvents}, // a pruned workflow's events, found by reading
 			Inspects: []string{StreamDispatch},
+			Checks:   []string{StreamEvents},
 			Read:     []string{BucketNodes},
 			Write:    []string{BucketWorkflows, BucketRuns},
 			Prune:    []string{BucketWorkflows, BucketRuns, StreamEvents},
@@ -126,6 +131,7 @@ func Uses(id Identity) Usage {
 			Consumes:  []Durable{{StreamDispatch, ConsumerExecutor}},
 			Durables:  []string{StreamDispatch},
 			Follows:   []string{StreamLogs}, // a pruned workflow's output lines, found by reading
+			Checks:    []string{StreamEvents},
 			Read:      []string{BucketRuns},
 			Write:     []string{BucketNodes, BucketSlots},
 			Prune:     []string{BucketNodes, StreamLogs},
@@ -136,6 +142,7 @@ func Uses(id Identity) Usage {
 			Serve:    []string{StatusSubject(HealthGate)},
 			Streams:  []string{StreamEvents, StreamGates},
 			Consumes: []Durable{{StreamGates, ConsumerHealthGate}},
+			Checks:   []string{StreamEvents},
 		}
 	case StateStore:
 		return Usage{
@@ -347,6 +354,9 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	for _, s := range u.Inspects {
 		p.PublishAllow = append(p.PublishAllow, "$JS.API.CONSUMER.INFO."+s+".*")
 	}
+	for _, s := range u.Checks {
+		p.PublishAllow = append(p.PublishAllow, "$JS.API.STREAM.MSG.GET."+s)
+	}
 	for _, b := range u.Read {
 		p.PublishAllow = append(p.PublishAllow, kvEnsureAPI(b)...)
 		p.PublishAllow = append(p.PublishAllow, kvReadAPI(b)...)
@@ -356,9 +366,26 @@ func servicePermissions(id Identity, u Usage) Permissions {
 		p.PublishAllow = append(p.PublishAllow, kvReadAPI(b)...)
 		p.PublishAllow = append(p.PublishAllow, "$KV."+b+".>")
 	}
-	p.PublishAllow = dedupe(p.PublishAllow)
+	p.PublishAllow = joinWildcards(dedupe(p.PublishAllow))
 	p.PublishDeny = dedupe(p.PublishDeny)
 	return p
+}
+
+// joinWildcards writes "X.*" and "X.*.>" as the one "X.>" that means the
+// same: a service's permissions travel in its user JWT, which must fit
+// the CONNECT line (see busauth's TestUserJWTsFitTheControlLine).
+func joinWildcards(allow []string) []string {
+	out := make([]string, 0, len(allow))
+	for _, s := range allow {
+		if base, ok := strings.CutSuffix(s, ".*.>"); ok && slices.Contains(allow, base+".*") {
+			continue
+		}
+		if base, ok := strings.CutSuffix(s, ".*"); ok && slices.Contains(allow, s+".>") {
+			s = base + ".>"
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // discovery is what a micro service subscribes to: the discovery

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,12 +45,22 @@ func NewBucket[T any](ctx context.Context, js jetstream.JetStream, name string) 
 	return Bucket[T]{KV: kv, JS: js}, nil
 }
 
+// whenConnected runs a request of the bucket's (see whenConnected).
+func (b Bucket[T]) whenConnected(ctx context.Context, op func() error) error {
+	var nc *nats.Conn
+	if b.JS != nil {
+		nc = b.JS.Conn()
+	}
+	return whenConnected(ctx, nc, op)
+}
+
 // Get returns the record at key and its revision; ErrNoRecord when there
 // is none, ErrBadRecord (with the revision, to write over it) when it does
 // not decode.
 func (b Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 	var v T
-	e, err := b.KV.Get(ctx, key)
+	var e jetstream.KeyValueEntry
+	err := b.whenConnected(ctx, func() (err error) { e, err = b.KV.Get(ctx, key); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return v, 0, fmt.Errorf("%s/%s: %w", b.KV.Bucket(), key, ErrNoRecord)
 	}
@@ -71,11 +82,14 @@ func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64
 		return 0, fmt.Errorf("encode %s/%s: %w", b.KV.Bucket(), key, err)
 	}
 	var n uint64
-	if rev == 0 {
-		n, err = b.KV.Create(ctx, key, data)
-	} else {
-		n, err = b.KV.Update(ctx, key, data, rev)
-	}
+	err = b.whenConnected(ctx, func() (err error) {
+		if rev == 0 {
+			n, err = b.KV.Create(ctx, key, data)
+		} else {
+			n, err = b.KV.Update(ctx, key, data, rev)
+		}
+		return err
+	})
 	if IsConflict(err) {
 		return 0, fmt.Errorf("write %s/%s at revision %d: %w", b.KV.Bucket(), key, rev, ErrChanged)
 	}
@@ -90,7 +104,8 @@ func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64
 // (revisions are the sequences of the bucket's stream; a bucket made
 // again starts from 1).
 func (b Bucket[T]) Revision(ctx context.Context) (uint64, error) {
-	st, err := b.KV.Status(ctx)
+	var st jetstream.KeyValueStatus
+	err := b.whenConnected(ctx, func() (err error) { st, err = b.KV.Status(ctx); return err })
 	if err != nil {
 		return 0, fmt.Errorf("read the revision of %s: %w", b.KV.Bucket(), err)
 	}
@@ -107,7 +122,8 @@ func (b Bucket[T]) Keys(ctx context.Context, filter string) ([]string, error) {
 	if filter == "" {
 		filter = ">"
 	}
-	l, err := b.KV.ListKeysFiltered(ctx, filter)
+	var l jetstream.KeyLister
+	err := b.whenConnected(ctx, func() (err error) { l, err = b.KV.ListKeysFiltered(ctx, filter); return err })
 	if err != nil {
 		return nil, fmt.Errorf("list %s %s: %w", b.KV.Bucket(), filter, err)
 	}
@@ -126,7 +142,11 @@ func (b Bucket[T]) Keys(ctx context.Context, filter string) ([]string, error) {
 // an ErrBadRecord, for the caller to decide without it (one damaged record
 // must not make every read of its neighbours fail).
 func (b Bucket[T]) Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error) {
-	w, err := b.KV.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+	var w jetstream.KeyWatcher
+	err = b.whenConnected(ctx, func() (err error) {
+		w, err = b.KV.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s %s: %w", b.KV.Bucket(), filter, err)
 	}

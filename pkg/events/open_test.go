@@ -24,6 +24,7 @@ func TestTransient(t *testing.T) {
 		{fmt.Errorf("kv bucket gantry_runs: %w", nats.ErrTimeout), true},
 		{nats.ErrNoResponders, true},
 		{jetstream.ErrNoStreamResponse, true},
+		{fmt.Errorf("stream GANTRY_EVENTS: %w", nats.ErrReconnectBufExceeded), true}, // a service's connection, down
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
 		{&jetstream.APIError{Code: 500, Description: "error creating store for stream"}, true},
 		{&jetstream.APIError{Code: 400, ErrorCode: 10074, Description: "replicas > 1 not supported in non-clustered mode"}, false},

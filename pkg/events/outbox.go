@@ -33,18 +33,43 @@ type Outbox struct {
 	// connection's reconnects when the first pending event was sent.
 	unsent bool
 	epoch  uint64
+	// since: an earlier run of the unit may have stored what it emits
+	// since then (Recheck).
+	since time.Time
+	// scans are the subjects read for events in doubt (held with sending).
+	scans scans
 }
 
 type outgoing struct {
 	future  jetstream.PubAckFuture
+	sent    time.Time // when future's publish went out
 	subject string
 	data    []byte
 	header  nats.Header
 	msgID   string
+	// doubt: an earlier copy may have been stored since then (zero:
+	// none was sent before this one).
+	doubt time.Time
 }
 
 // Outbox starts a unit of work's events.
-func (p *Publisher) Outbox() *Outbox { return &Outbox{pub: p} }
+func (p *Publisher) Outbox() *Outbox { return &Outbox{pub: p, scans: scans{}} }
+
+// Recheck says that an earlier run of this unit of work (an earlier
+// delivery of what it does, in this process or another) may have stored,
+// since about since, events it is about to emit again. Each event emitted
+// from now on is then looked for in its stream and sent only if it is not
+// there, one after the other: JetStream's duplicate window drops a copy
+// only while the first is younger than DuplicateWindow, and the earlier
+// run may be older than that. The zero time turns it off.
+func (o *Outbox) Recheck(since time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.since = time.Time{}
+	if !since.IsZero() {
+		o.since = since.Add(-ClockSkew)
+	}
+}
 
 // Emit publishes an event under Nats-Msg-Id msgID, with the trace
 // context of ctx in its headers (InjectTrace). A failure is reported by
@@ -64,12 +89,13 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 		o.fail(o.flush(ctx))
 	}
 	o.mu.Lock()
-	if o.err != nil {
+	if o.err != nil || !o.since.IsZero() {
 		// What this unit emitted before could not be stored (or encoded):
 		// its Flush fails and the unit is done again. Nothing is sent
 		// after it, or it would be stored before (or without) the events
-		// it follows.
-		o.pending = append(o.pending, outgoing{subject: subject, data: data, header: h, msgID: msgID})
+		// it follows. Or an earlier run may have stored it: the next Emit
+		// (or Flush) looks for it first.
+		o.pending = append(o.pending, outgoing{subject: subject, data: data, header: h, msgID: msgID, doubt: o.since})
 		o.unsent = true
 		o.mu.Unlock()
 		return
@@ -78,12 +104,13 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 		o.unsent, o.epoch = false, o.reconnects()
 	}
 	o.mu.Unlock()
+	sent := time.Now()
 	f, err := o.pub.JS.PublishMsgAsync(message(subject, data, h), jetstream.WithMsgID(msgID))
 	o.mu.Lock()
 	if err != nil {
 		f, o.unsent = nil, true // not sent: Flush sends it, in turn
 	}
-	o.pending = append(o.pending, outgoing{future: f, subject: subject, data: data, header: h, msgID: msgID})
+	o.pending = append(o.pending, outgoing{future: f, sent: sent, subject: subject, data: data, header: h, msgID: msgID})
 	full := len(o.pending) >= MaxOutboxPending
 	o.mu.Unlock()
 	if full {
@@ -127,52 +154,83 @@ func (o *Outbox) fail(err error) {
 }
 
 // Flush waits until every event emitted so far is stored. One that failed
-// is published again under its message id, with Publish's retries, so the
-// stream holds it once; if that fails too, Flush returns the first
-// failure. Flush empties the outbox either way.
+// is published again under its message id, with Publish's retries; one
+// whose first try may have been stored all the same (no answer came) is
+// first looked for in its stream, and not sent again once there, so the
+// stream holds it once however late that copy was stored. If that fails
+// too, Flush returns the first failure. Flush empties the outbox either
+// way.
 func (o *Outbox) Flush(ctx context.Context) error {
 	o.sending.Lock()
 	defer o.sending.Unlock()
 	return o.flush(ctx)
 }
 
-// flush is Flush, its caller holding o.sending.
+// flush is Flush, its caller holding o.sending. The acknowledgements of
+// what was sent are waited for PublishTimeout in all.
 func (o *Outbox) flush(ctx context.Context) error {
 	o.mu.Lock()
 	pending, err := o.pending, o.err
 	o.pending, o.err = nil, nil
 	o.mu.Unlock()
+	deadline := time.Now().Add(PublishTimeout)
 	for _, p := range pending {
 		if err != nil {
 			break
 		}
-		if p.future == nil || !acked(ctx, p.future) {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if serr := o.pub.send(ctx, p.subject, p.data, p.header, p.msgID); serr != nil {
-				err = fmt.Errorf("publish on %s: %w", p.subject, serr)
-			}
+		if err = o.store(ctx, p, deadline); err != nil {
+			err = fmt.Errorf("publish on %s: %w", p.subject, err)
 		}
 	}
 	return err
 }
 
-// acked waits for an asynchronous publish's acknowledgement.
-func acked(ctx context.Context, f jetstream.PubAckFuture) bool {
+// store waits for an event's acknowledgement, or stores it again.
+func (o *Outbox) store(ctx context.Context, p outgoing, deadline time.Time) error {
+	if p.future != nil {
+		ok, err := acked(ctx, p.future, deadline)
+		if ok {
+			return nil
+		}
+		if err == nil || mayBeStored(err) {
+			o.scans.doubt(p.subject, p.sent.Add(-ClockSkew))
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !p.doubt.IsZero() {
+		o.scans.doubt(p.subject, p.doubt)
+	}
+	return o.pub.send(ctx, p.subject, p.data, p.header, p.msgID, o.scans)
+}
+
+// acked waits, until deadline, for an asynchronous publish's
+// acknowledgement: true when it came, else the error that came instead
+// (nil: no answer).
+func acked(ctx context.Context, f jetstream.PubAckFuture, deadline time.Time) (bool, error) {
 	select {
 	case <-f.Ok():
-		return true
-	case <-f.Err():
-	case <-ctx.Done():
-	case <-time.After(PublishTimeout):
+		return true, nil
+	case err := <-f.Err():
+		return false, err
+	default:
 	}
-	return false
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-f.Ok():
+		return true, nil
+	case err := <-f.Err():
+		return false, err
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false, nil
 }
 
 // MemoryOutbox is Outbox in memory, for the services' use-case tests.
-// Flush stores what was emitted, each message id once, as JetStream's
-// duplicate window does.
+// Flush stores what was emitted, each message id once, as Outbox does.
 type MemoryOutbox struct {
 	mu      sync.Mutex
 	pending []Emitted
@@ -221,6 +279,10 @@ func (m *MemoryOutbox) Flush(context.Context) error {
 	}
 	return nil
 }
+
+// Recheck is Outbox.Recheck: nothing to do, Flush stores each message id
+// once whenever it came.
+func (m *MemoryOutbox) Recheck(time.Time) {}
 
 // Publish is Publisher.Publish: Emit, then Flush.
 func (m *MemoryOutbox) Publish(ctx context.Context, subject string, pl Payload, msgID string) error {

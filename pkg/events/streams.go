@@ -276,7 +276,9 @@ func ensureWithRetry(ctx context.Context, ensure func() error, retryFor time.Dur
 // Transient says whether err may go away by itself: the JetStream API did
 // not answer in time, had no responders, or answered with a server error
 // (a cluster without a meta leader yet, a stream whose replicas are being
-// placed). A refusal (permissions) or a bad request is not.
+// placed), or was not sent while the connection is down (a service's
+// connection keeps nothing to send then). A refusal (permissions) or a bad
+// request is not.
 func Transient(err error) bool {
 	if err == nil || errors.Is(err, ErrRefused) {
 		return false
@@ -286,7 +288,7 @@ func Transient(err error) bool {
 		return api.Code >= 500
 	}
 	for _, t := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, jetstream.ErrNoStreamResponse,
-		jetstream.ErrJetStreamNotEnabled, nats.ErrJetStreamNotEnabled, nats.ErrConnectionReconnecting} {
+		jetstream.ErrJetStreamNotEnabled, nats.ErrJetStreamNotEnabled, nats.ErrConnectionReconnecting, nats.ErrReconnectBufExceeded} {
 		if errors.Is(err, t) {
 			return true
 		}

@@ -53,6 +53,9 @@ type Cluster struct {
 	Port           int
 	Routes         []string
 	User, Password string
+	// NoAdvertise keeps the other nodes' client URLs from clients: a
+	// client reconnects only to the servers it was given.
+	NoAdvertise bool
 }
 
 // A client that stops answering (a process stopped with SIGSTOP, a host
@@ -131,7 +134,7 @@ func clusterOptions(opts *server.Options, cfg Config) error {
 		return errors.New("a cluster needs a name and a route port")
 	}
 	opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = c.Name, cfg.Host, c.Port
-	opts.Cluster.Username, opts.Cluster.Password = c.User, c.Password
+	opts.Cluster.Username, opts.Cluster.Password, opts.Cluster.NoAdvertise = c.User, c.Password, c.NoAdvertise
 	if len(c.Routes) > 0 {
 		opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
 		if len(opts.Routes) != len(c.Routes) {

@@ -4,6 +4,7 @@
 package natstest
 
 import (
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ type Server struct {
 	*natsembed.Server
 	Keys *busauth.Keys
 	t    testing.TB
+	cfg  natsembed.Config
 }
 
 // Start starts a server with JetStream in a temporary directory; a client
@@ -49,19 +51,37 @@ func StartWith(t testing.TB, cfg natsembed.Config) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(ns.Stop)
-	return &Server{Server: ns, Keys: cfg.Auth, t: t}
+	cfg.Port = ns.Addr().(*net.TCPAddr).Port
+	return &Server{Server: ns, Keys: cfg.Auth, t: t, cfg: cfg}
+}
+
+// StartAgain starts the server again after Stop, on the same port and
+// storage.
+func (s *Server) StartAgain() {
+	s.t.Helper()
+	ns, err := natsembed.Start(s.cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(ns.Stop)
+	s.Server = ns
 }
 
 // Options are the connection options of identity id (its nkey or creds,
 // and inbox prefix), plus extra.
 func (s *Server) Options(id events.Identity, extra ...nats.Option) []nats.Option {
 	s.t.Helper()
-	creds, seed := s.Keys.Credentials(id)
+	return options(s.t, s.Keys, id, extra...)
+}
+
+func options(t testing.TB, keys *busauth.Keys, id events.Identity, extra ...nats.Option) []nats.Option {
+	t.Helper()
+	creds, seed := keys.Credentials(id)
 	opt := nats.UserCredentials(creds)
 	if seed != "" {
 		var err error
 		if opt, err = nats.NkeyOptionFromSeed(seed); err != nil {
-			s.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
 	inbox := "_INBOX"

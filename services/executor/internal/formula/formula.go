@@ -263,7 +263,7 @@ func (x *Executor) Handle(ctx context.Context, ev *consume.Event) error {
 	if err := events.DecodeData(ev.Envelope, &d); err != nil {
 		return err
 	}
-	return x.Run(events.ExtractTrace(ctx, ev.Header), &d)
+	return x.run(events.ExtractTrace(ctx, ev.Header), &d, ev.Time, ev.Delivered > 1)
 }
 
 // Run runs a formula to its end and publishes its outcome. An error means
@@ -271,12 +271,25 @@ func (x *Executor) Handle(ctx context.Context, ev *consume.Event) error {
 // The span context in ctx (the dispatch's, the formula's span) is the
 // parent of the node spans.
 func (x *Executor) Run(ctx context.Context, d *events.Dispatch) error {
+	return x.run(ctx, d, time.Time{}, false)
+}
+
+// run is Run of a dispatch published at sent (zero: unknown), delivered
+// before if again. What an earlier delivery (here or on another executor)
+// published may be stored since sent, maybe longer ago than the event
+// stream's duplicate window: a delivery that comes again, or finds a node
+// recorded in its generation (nodeRun.read), looks for each event before
+// sending it.
+func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, again bool) error {
 	pf, err := plannedFormula(d)
 	if err != nil {
 		return consume.Poison(err)
 	}
-	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
+	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), sent: sent, started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
 		log: x.Log.With("workflow_id", d.WorkflowID, "host", d.Ref.Host, "formula", d.Formula)}
+	if again {
+		f.out.Recheck(sent)
+	}
 	stop, kill := context.WithCancelCause(ctx)
 	defer kill(nil)
 	// Tracked before the run state is read: a cancel (or a stop for the
@@ -338,6 +351,7 @@ type formulaRun struct {
 	// expired: the dispatch came after its formula's timeout passed, and
 	// starts nothing (see stopped).
 	expired  bool
+	sent     time.Time // when the dispatch was published (zero: unknown)
 	started  time.Time
 	span     trace.SpanContext // the formula's span (invalid: untraced)
 	log      *slog.Logger

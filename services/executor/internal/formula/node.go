@@ -103,6 +103,9 @@ func (nr *nodeRun) read(ctx context.Context) error {
 		return err
 	}
 	nr.rec, nr.rev, nr.known = rec, rev, true
+	if rev > 0 && rec.Generation == nr.d.Generation && !nr.sent.IsZero() {
+		nr.out.Recheck(nr.sent) // an earlier delivery got this far, and published
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package formula
 
 import (
 	"context"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
@@ -28,10 +29,14 @@ type Runs interface {
 }
 
 // Emitter publishes a formula run's transitions in order; Flush returns
-// once every one emitted so far is stored.
+// once every one emitted so far is stored. Recheck says an earlier
+// delivery of the dispatch may have stored, since about since, what is
+// emitted from now on: each is then looked for before it is sent
+// (events.Outbox.Recheck).
 type Emitter interface {
 	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
 	Flush(ctx context.Context) error
+	Recheck(since time.Time)
 }
 
 // Bus is where the executor's events go.

@@ -296,6 +296,12 @@ var errBatchFailed = errors.New("batch not recorded")
 func (e *Engine) HandleBatch(ctx context.Context, evs []*consume.Event) []error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if since, again := redelivered(evs); again {
+		// What an earlier unit decided on these events may be stored, maybe
+		// longer ago than the event stream's duplicate window.
+		e.Out.Recheck(since)
+		defer e.Out.Recheck(time.Time{})
+	}
 	errs := make([]error, len(evs))
 	failed := e.unit(ctx, func() error {
 		for i, ev := range evs {
@@ -316,6 +322,17 @@ func (e *Engine) HandleBatch(ctx context.Context, evs []*consume.Event) []error 
 		}
 	}
 	return errs
+}
+
+// redelivered says whether any of evs was delivered before, and the
+// earliest time one of those was published.
+func redelivered(evs []*consume.Event) (since time.Time, again bool) {
+	for _, ev := range evs {
+		if ev.Delivered > 1 && (!again || ev.Time.Before(since)) {
+			since, again = ev.Time, true
+		}
+	}
+	return since, again
 }
 
 // unusable says an event can never be applied (to be terminated, not

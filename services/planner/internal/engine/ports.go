@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/events"
 )
@@ -67,9 +68,13 @@ type EventStore interface {
 // Emitter publishes the events a unit of work decides. Emit does not wait;
 // Flush returns once every event emitted so far is stored (or one cannot
 // be), and the engine flushes before it records what the events announce.
+// Recheck says that an earlier unit may have stored, since about since,
+// what is emitted from now on (zero: no longer): each is then looked for
+// before it is sent (events.Outbox.Recheck).
 type Emitter interface {
 	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
 	Flush(ctx context.Context) error
+	Recheck(since time.Time)
 }
 
 // Zones says whether any executor takes the dispatches of a zone ("" for
