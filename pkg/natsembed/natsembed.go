@@ -8,6 +8,7 @@ package natsembed
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -36,6 +37,14 @@ type Config struct {
 	OperatorMode bool
 	// TLS, when set, makes the server require TLS on client connections.
 	TLS *TLS
+	// MaxStore, when set, is the most JetStream may store on disk (the
+	// server's max_file_store); when 0 the server takes three quarters of
+	// the space free in StoreDir at its start.
+	MaxStore int64
+	// Log gets what the server does about storage on its own: a stream
+	// that hit a write error, and loading it again once there is room
+	// (default slog.Default()).
+	Log *slog.Logger
 }
 
 // TLS is the server's certificate and key, and the CA that signs the
@@ -48,6 +57,7 @@ type TLS struct {
 // Server is a running embedded server.
 type Server struct {
 	*server.Server
+	repair *repairer
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -75,6 +85,9 @@ func Start(cfg Config) (*Server, error) {
 	opts.NoSigs = true
 	opts.MaxPayload = events.MaxRequestBytes
 	opts.JetStreamMaxMemory = 256 << 20
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
@@ -84,7 +97,9 @@ func Start(cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("natsembed: server on %s not ready after 15s", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	}
-	return &Server{ns}, nil
+	r := newRepairer(ns, cfg.StoreDir, cfg.Log)
+	r.start()
+	return &Server{Server: ns, repair: r}, nil
 }
 
 // URL is the client URL.
@@ -92,6 +107,9 @@ func (s *Server) URL() string { return s.ClientURL() }
 
 // Stop shuts the server down and waits for it.
 func (s *Server) Stop() {
+	if s.repair != nil {
+		s.repair.close()
+	}
 	s.Shutdown()
 	s.WaitForShutdown()
 }
