@@ -68,12 +68,14 @@ func (p *Publisher) encode(pl Payload, msgID string) ([]byte, Type, error) {
 }
 
 // send stores an encoded event, retrying transient failures (and
-// re-creating a missing stream, with Heal) for a few seconds.
+// re-creating a missing stream, with Heal) for a few seconds. Once the
+// service is stopping (Stopping), a write JetStream cannot store is not
+// tried again: the work is done again after the restart.
 func (p *Publisher) send(ctx context.Context, subject string, b []byte, h nats.Header, msgID string) error {
 	delay := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		err := p.publishOnce(ctx, subject, b, h, msgID)
-		if err == nil || try == 8 || ctx.Err() != nil {
+		if err == nil || try == 8 || ctx.Err() != nil || IsStorage(err) && Stopping(ctx) {
 			return err
 		}
 		// No stream answers: missing (or, when a plain subscriber also
