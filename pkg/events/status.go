@@ -93,6 +93,9 @@ type ServiceSpec struct {
 	// Status is this instance's status (one of the *Status types): the
 	// status endpoint's reply and its data in `nats micro stats`.
 	Status func() any
+	// Storage is what the instance sees of JetStream storage, for its
+	// status (nil: nothing observed).
+	Storage *Storage
 }
 
 // AddService adds the service, with its status endpoint. The caller adds

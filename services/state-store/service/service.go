@@ -36,6 +36,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
+	storage := consume.NewStorage(nc, log)
+	js = events.ObserveJS(js, storage)
 	kv, err := js.KeyValue(ctx, events.BucketState)
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
@@ -51,7 +53,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return s.CachedInfo().State.LastSeq, nil
 	}}
 	go meter.Watch(ctx)
-	spec := events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Status: func() any { return meter.Status(ctx) }}
+	spec := events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage, Status: func() any {
+		st := meter.Status(ctx)
+		st.Storage = storage.Status()
+		return st
+	}}
 	svc, err := api.Register(nc, spec, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
 	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })
