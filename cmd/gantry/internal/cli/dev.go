@@ -91,7 +91,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
-			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncAlways: syncAlways, Auth: keys, AnonymousViewer: true})
+			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncAlways: syncAlways, Auth: keys, AnonymousViewer: true, Log: log})
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
