@@ -41,6 +41,7 @@ type outgoing struct {
 	data    []byte
 	header  nats.Header
 	msgID   string
+	sent    time.Time
 }
 
 // Outbox starts a unit of work's events.
@@ -78,12 +79,13 @@ func (o *Outbox) Emit(ctx context.Context, subject string, pl Payload, msgID str
 		o.unsent, o.epoch = false, o.reconnects()
 	}
 	o.mu.Unlock()
+	sent := time.Now()
 	f, err := o.pub.JS.PublishMsgAsync(message(subject, data, h), jetstream.WithMsgID(msgID))
 	o.mu.Lock()
 	if err != nil {
 		f, o.unsent = nil, true // not sent: Flush sends it, in turn
 	}
-	o.pending = append(o.pending, outgoing{future: f, subject: subject, data: data, header: h, msgID: msgID})
+	o.pending = append(o.pending, outgoing{future: f, subject: subject, data: data, header: h, msgID: msgID, sent: sent})
 	full := len(o.pending) >= MaxOutboxPending
 	o.mu.Unlock()
 	if full {
@@ -148,10 +150,14 @@ func (o *Outbox) flush(ctx context.Context) error {
 		}
 		if p.future == nil || !acked(ctx, p.future) {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				// Not acknowledged within the caller's wait: named as
+				// storage trouble when JetStream did not answer while
+				// connected.
+				return fmt.Errorf("publish on %s: %w", p.subject, o.pub.observe(p.subject, p.sent, ctx.Err()))
 			}
 			if serr := o.pub.send(ctx, p.subject, p.data, p.header, p.msgID); serr != nil {
-				err = fmt.Errorf("publish on %s: %w", p.subject, serr)
+				// Named by how long it has waited since it was first sent.
+				err = fmt.Errorf("publish on %s: %w", p.subject, o.pub.observe(p.subject, p.sent, serr))
 			}
 		}
 	}

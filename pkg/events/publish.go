@@ -104,6 +104,15 @@ func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, h
 	return err
 }
 
+// observe is Storage.Observe of the publisher's JetStream when it is
+// observed (ObserveJS), for a write it did not wait for itself.
+func (p *Publisher) observe(subject string, sent time.Time, err error) error {
+	if o, ok := p.JS.(observedJS); ok {
+		return o.st.Observe(StreamOf(subject), sent, err)
+	}
+	return err
+}
+
 // message is a NATS message; h may be nil (no headers besides the ones
 // the publish options add).
 func message(subject string, b []byte, h nats.Header) *nats.Msg {

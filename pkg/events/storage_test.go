@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -186,5 +188,45 @@ func TestPublishGivesUpStorageWhenStopping(t *testing.T) {
 	}
 	if js.calls != 1 {
 		t.Errorf("tried %d times while stopping, want once", js.calls)
+	}
+}
+
+// An asynchronous publish nobody answers (JetStream does not answer a
+// write it cannot store) fails after AsyncPublishTimeout instead of
+// waiting for ever: unanswered publishes must not pile up to the client's
+// limit and refuse every later one.
+func TestUnansweredAsyncPublishesFail(t *testing.T) {
+	old := events.AsyncPublishTimeout
+	events.AsyncPublishTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { events.AsyncPublishTimeout = old })
+	ns := natstest.Start(t)
+	nc := ns.Connect(busauth.Admin)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js, err := events.Open(ctx, nc, events.Executor, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A plain subscriber that never answers: the publish is received, so
+	// not refused for want of responders, and never acknowledged.
+	if _, err := nc.Subscribe("silent.x", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := js.PublishMsgAsync(&nats.Msg{Subject: "silent.x", Data: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-f.Err():
+		if cause, ok := events.StorageCause(err, true, time.Second); !ok {
+			t.Errorf("the publish failed with %v, not taken for storage trouble (%q)", err, cause)
+		}
+	case <-f.Ok():
+		t.Fatal("acknowledged by nobody")
+	case <-time.After(5 * time.Second):
+		t.Fatal("an unanswered asynchronous publish still waits after 5s")
+	}
+	if n := js.PublishAsyncPending(); n != 0 {
+		t.Errorf("%d asynchronous publishes still pending", n)
 	}
 }
