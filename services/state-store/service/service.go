@@ -44,7 +44,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	heal := &events.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal}
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv, Storage: storage}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal}
 	meter := &lag.Meter{Instance: cfg.Instance, Applied: p.Applied, LastSeq: func(ctx context.Context) (uint64, error) {
 		s, err := js.Stream(ctx, events.StreamEvents)
 		if err != nil {
