@@ -2,7 +2,10 @@
 // func(ctx, *Event) error, and one adapter that maps the handler's result
 // to the message's fate: nil acks; an error wrapping ErrPoison,
 // events.ErrMalformed or events.ErrUnknownType terminates (it will never
-// get better); any other error naks with a growing delay. While a handler
+// get better); an error JetStream's storage caused (events.IsStorage: a
+// write it could not store) runs the handler again in place, keeping the
+// message, until it stores or the consumer stops; any other error naks
+// with a growing delay. While a handler
 // runs, the adapter sends InProgress so long work is not redelivered, and a
 // message delivered again meanwhile (by a re-created consumer) waits for
 // that handler and shares its result instead of running a second time.
@@ -231,8 +234,10 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 		return err
 	}
 	// Handlers get their own context: cancelling ctx stops fetching, but
-	// work in flight finishes (drain), as a SIGTERM should.
-	hctx := context.WithoutCancel(ctx)
+	// work in flight finishes (drain), as a SIGTERM should. It says when
+	// the service is stopping (events.Stopping), to give up waits on
+	// storage.
+	hctx := events.WithStopping(context.WithoutCancel(ctx), ctx.Done())
 	sem := make(chan struct{}, o.Concurrency)
 	fl := &flights{m: map[string]*flight{}}
 	var wg sync.WaitGroup
@@ -315,7 +320,7 @@ func RunBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, o Op
 	if err != nil {
 		return err
 	}
-	hctx := context.WithoutCancel(ctx)
+	hctx := events.WithStopping(context.WithoutCancel(ctx), ctx.Done())
 	batches(src, o, func(batch []jetstream.Msg) { handleBatch(hctx, batch, h, o) })
 	return nil
 }
@@ -393,11 +398,46 @@ func handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchHandler, o Op
 			_ = ev.msg.InProgress()
 		}
 	})
-	errs := safeBatch(ctx, h, evs)
+	errs := batchUntilStored(ctx, h, evs, o)
 	stop()
 	for i, ev := range evs {
 		settle(ev.msg, errs[i], ev.Delivered, o.draining(), logs[i], o)
 	}
+}
+
+// batchUntilStored handles a batch, then again the events whose handling
+// failed for reasons of storage, in place (untilStored), until none does
+// or the consumer stops.
+func batchUntilStored(ctx context.Context, h BatchHandler, evs []*Event, o Options) []error {
+	errs := safeBatch(ctx, h, evs)
+	delay := StorageRetry
+	for tries := 1; !o.draining(); tries++ {
+		var again []int
+		for i, err := range errs {
+			if events.IsStorage(err) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		if tries == 1 {
+			o.Logger.Warn("JetStream cannot store what handling these messages wrote; handling them again here until it can (their deliveries are not used up)",
+				"consumer", o.Name, "messages", len(again), "err", errs[again[0]])
+		}
+		if !storageWait(o, delay) {
+			break
+		}
+		delay = min(2*delay, StorageRetryMax)
+		sub := make([]*Event, len(again))
+		for j, i := range again {
+			sub[j] = evs[i]
+		}
+		for j, err := range safeBatch(ctx, h, sub) {
+			errs[again[j]] = err
+		}
+	}
+	return errs
 }
 
 // safeBatch is safeCall for a batch. After a panic in a batch of several
@@ -495,7 +535,9 @@ func handle(ctx context.Context, msg jetstream.Msg, h Handler, o Options, fl *fl
 	}
 	// Keep long work from being redelivered.
 	stop := keepInProgress(o.AckWait, func() { _ = msg.InProgress() })
-	err, joined := fl.do(flightKey(msg), func() error { return safeCall(ctx, h, ev) })
+	err, joined := fl.do(flightKey(msg), func() error {
+		return untilStored(ctx, o, log, func() error { return safeCall(ctx, h, ev) })
+	})
 	stop()
 	if joined {
 		log.get().Info("delivered again while its handler ran here: settled with that handler's result", "err", err)

@@ -179,7 +179,7 @@ func (o *Outbox) flush(ctx context.Context) error {
 			break
 		}
 		if err = o.store(ctx, p, deadline); err != nil {
-			err = fmt.Errorf("publish on %s: %w", p.subject, err)
+			err = fmt.Errorf("publish on %s: %w", p.subject, o.pub.observe(p.subject, p.sent, err))
 		}
 	}
 	return err

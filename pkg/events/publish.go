@@ -81,7 +81,7 @@ func (p *Publisher) send(ctx context.Context, subject string, b []byte, h nats.H
 	delay := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		err := p.sendOnce(ctx, subject, b, h, msgID, s)
-		if err == nil || try == 8 || ctx.Err() != nil {
+		if err == nil || try == 8 || ctx.Err() != nil || IsStorage(err) && Stopping(ctx) {
 			return err
 		}
 		// No stream answers: missing (or, when a plain subscriber also
@@ -158,6 +158,15 @@ func (p *Publisher) publishOnce(ctx context.Context, subject string, b []byte, h
 	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
 	defer cancel()
 	_, err := p.JS.PublishMsg(ctx, message(subject, b, h), opts...)
+	return err
+}
+
+// observe is Storage.Observe of the publisher's JetStream when it is
+// observed (ObserveJS), for a write it did not wait for itself.
+func (p *Publisher) observe(subject string, sent time.Time, err error) error {
+	if o, ok := p.JS.(observedJS); ok {
+		return o.st.Observe(StreamOf(subject), sent, err)
+	}
 	return err
 }
 

@@ -27,12 +27,16 @@ func TestRecordsGolden(t *testing.T) {
 			Lost: "events 1-400 are no longer in GANTRY_EVENTS", Kept: []string{"host.cp-0.wuji.os.base"}, Workflows: 3,
 			Findings: []events.StreamFinding{{Kind: events.FindingOutOfOrder, WorkflowID: ref.WorkflowID, Formula: "os", Node: "base", Seqs: []uint64{410, 470},
 				Detail: "gantry.node.running (generation 1, attempt 1) stored after gantry.node.succeeded (generation 1, attempt 1)"}}, MoreFindings: 2},
-		"status_planner": events.PlannerStatus{Instance: "planner/vm-1-42", WorkflowsActive: 3},
+		"status_planner": events.PlannerStatus{Instance: "planner/vm-1-42", WorkflowsActive: 3, Storage: events.StorageStatus{OK: true}},
 		"status_executor": events.ExecutorStatus{Instance: "executor/vm-1-43", Zone: "eu-1", MaxFormulas: 64, RunningFormulas: 1, RunningNodes: 1,
-			Nodes: []events.RunningNode{{WorkflowID: ref.WorkflowID, Formula: "os", Host: "cp-0", Node: "base", Since: t0}}},
+			Nodes: []events.RunningNode{{WorkflowID: ref.WorkflowID, Formula: "os", Host: "cp-0", Node: "base", Since: t0}},
+			Storage: events.StorageStatus{Problems: []events.StorageProblem{{Stream: events.BucketSlots, Cause: events.StorageCauseNoAnswer, Since: t0, Failures: 4,
+				LastError: "context deadline exceeded"}}}},
 		"status_health_gate": events.HealthGateStatus{Instance: "health-gate/vm-1-44", GatesInProgress: 1,
-			Gates: []events.GateInProgress{{WorkflowID: ref.WorkflowID, Formula: "os", Host: "cp-0", Since: t0}}},
-		"status_state_store": events.StateStoreStatus{Instance: "state-store/vm-1-45", AppliedSeq: 480, StreamLastSeq: 482, ProjectionLag: 2},
+			Gates: []events.GateInProgress{{WorkflowID: ref.WorkflowID, Formula: "os", Host: "cp-0", Since: t0}}, Storage: events.StorageStatus{OK: true}},
+		"status_state_store": events.StateStoreStatus{Instance: "state-store/vm-1-45", AppliedSeq: 480, StreamLastSeq: 482, ProjectionLag: 2,
+			Storage: events.StorageStatus{Problems: []events.StorageProblem{{Stream: events.BucketState, Cause: "insufficient storage", Since: t0, Failures: 1,
+				LastError: "nats: API error: code=500 err_code=10047 description=insufficient storage resources available"}}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := json.MarshalIndent(v, "", "  ")

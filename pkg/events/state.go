@@ -237,6 +237,9 @@ type SubmitReply struct {
 	Plan       *dag.Plan     `json:"plan,omitempty"`
 	Errors     []string      `json:"errors,omitempty"`
 	Problems   []dag.Problem `json:"problems,omitempty"`
+	// Warnings are what the submitter should know of an accepted
+	// workflow (its accepted event not stored yet).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Drift states of a node: what a composition wants against what the

@@ -29,8 +29,9 @@ const MaxStatusItems = 50
 // PlannerStatus is the planner's status: the workflows it has accepted or
 // steps that have not ended (running or paused) in this instance.
 type PlannerStatus struct {
-	Instance        string `json:"instance"`
-	WorkflowsActive int    `json:"workflows_active"`
+	Instance        string        `json:"instance"`
+	WorkflowsActive int           `json:"workflows_active"`
+	Storage         StorageStatus `json:"storage"`
 }
 
 // ExecutorStatus is what an executor is running.
@@ -41,6 +42,7 @@ type ExecutorStatus struct {
 	RunningFormulas int           `json:"running_formulas"`
 	RunningNodes    int           `json:"running_nodes"`
 	Nodes           []RunningNode `json:"nodes"` // at most MaxStatusItems, oldest first
+	Storage         StorageStatus `json:"storage"`
 }
 
 // RunningNode is a node running in an executor.
@@ -57,6 +59,7 @@ type HealthGateStatus struct {
 	Instance        string           `json:"instance"`
 	GatesInProgress int              `json:"gates_in_progress"`
 	Gates           []GateInProgress `json:"gates"` // at most MaxStatusItems, oldest first
+	Storage         StorageStatus    `json:"storage"`
 }
 
 // GateInProgress is a gate being checked.
@@ -70,12 +73,16 @@ type GateInProgress struct {
 // StateStoreStatus is how far the state-store's projection is behind the
 // event stream: ProjectionLag events stored but not yet projected.
 type StateStoreStatus struct {
-	Instance      string `json:"instance"`
-	AppliedSeq    uint64 `json:"applied_seq"`
-	StreamLastSeq uint64 `json:"stream_last_seq"`
-	ProjectionLag uint64 `json:"projection_lag"`
-	Error         string `json:"error,omitempty"` // the stream could not be read
+	Instance      string        `json:"instance"`
+	AppliedSeq    uint64        `json:"applied_seq"`
+	StreamLastSeq uint64        `json:"stream_last_seq"`
+	ProjectionLag uint64        `json:"projection_lag"`
+	Error         string        `json:"error,omitempty"` // the stream could not be read
+	Storage       StorageStatus `json:"storage"`
 }
+
+// Each status also says whether JetStream stores the instance's writes
+// (Storage: ok, or the streams and buckets its writes fail on and why).
 
 // ServiceSpec describes a service's NATS micro service.
 type ServiceSpec struct {
@@ -86,6 +93,9 @@ type ServiceSpec struct {
 	// Status is this instance's status (one of the *Status types): the
 	// status endpoint's reply and its data in `nats micro stats`.
 	Status func() any
+	// Storage is what the instance sees of JetStream storage, for its
+	// status (nil: nothing observed).
+	Storage *Storage
 }
 
 // AddService adds the service, with its status endpoint. The caller adds

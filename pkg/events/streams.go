@@ -224,7 +224,7 @@ func NodeKey(workflowID string, op dag.Operation, formula, node string) string {
 // tries again with a growing delay (0.5 s up to 10 s), logging each try,
 // for at most EnsureRetryFor; a refusal or a bad setting fails at once.
 func Open(ctx context.Context, nc *nats.Conn, id Identity, replicas int, log *slog.Logger) (jetstream.JetStream, error) {
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(AsyncPublishTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -234,6 +234,14 @@ func Open(ctx context.Context, nc *nats.Conn, id Identity, replicas int, log *sl
 	}
 	return js, nil
 }
+
+// AsyncPublishTimeout is how long an asynchronous publish of a handle from
+// Open waits for its acknowledgement before it fails with
+// jetstream.ErrAsyncPublishTimeout. JetStream does not answer a write it
+// cannot store (its disk full): without a bound, such publishes would
+// wait for ever, and once 4000 waited, every asynchronous publish of the
+// process would be refused, long after the disk was freed.
+var AsyncPublishTimeout = 2 * PublishTimeout
 
 // EnsureRetryFor bounds how long Open tries to create a service's streams,
 // consumers and buckets while the server cannot yet.

@@ -8,6 +8,7 @@ package natsembed
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -42,6 +43,14 @@ type Config struct {
 	Name string
 	// Cluster, when set, makes the server one node of a cluster.
 	Cluster *Cluster
+	// MaxStore, when set, is the most JetStream may store on disk (the
+	// server's max_file_store); when 0 the server takes three quarters of
+	// the space free in StoreDir at its start.
+	MaxStore int64
+	// Log gets what the server does about storage on its own: a stream
+	// that hit a write error, and loading it again once there is room
+	// (default slog.Default()).
+	Log *slog.Logger
 }
 
 // Cluster is a server's place in a cluster: the cluster's name, the port
@@ -79,6 +88,7 @@ type TLS struct {
 // Server is a running embedded server.
 type Server struct {
 	*server.Server
+	repair *repairer
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -113,6 +123,9 @@ func Start(cfg Config) (*Server, error) {
 	if err := clusterOptions(opts, cfg); err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
 	}
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
@@ -122,7 +135,9 @@ func Start(cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("natsembed: server on %s not ready after 15s", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	}
-	return &Server{ns}, nil
+	r := newRepairer(ns, cfg.StoreDir, cfg.Log)
+	r.start()
+	return &Server{Server: ns, repair: r}, nil
 }
 
 func clusterOptions(opts *server.Options, cfg Config) error {
@@ -149,6 +164,9 @@ func (s *Server) URL() string { return s.ClientURL() }
 
 // Stop shuts the server down and waits for it.
 func (s *Server) Stop() {
+	if s.repair != nil {
+		s.repair.close()
+	}
 	s.Shutdown()
 	s.WaitForShutdown()
 }

@@ -83,11 +83,11 @@ func CheckCounts(maxFormulas, perHost int) error {
 }
 
 // status is the executor's status endpoint and micro stats.
-func status(x *formula.Executor, cfg Config, zone string) func() any {
+func status(x *formula.Executor, cfg Config, zone string, storage *events.Storage) func() any {
 	return func() any {
 		formulas, nodes, total := x.Status()
 		return events.ExecutorStatus{Instance: cfg.Instance, Zone: zone, MaxFormulas: cfg.MaxFormulas,
-			RunningFormulas: formulas, RunningNodes: total, Nodes: nodes}
+			RunningFormulas: formulas, RunningNodes: total, Nodes: nodes, Storage: storage.Status()}
 	}
 }
 
@@ -114,6 +114,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
+	storage := consume.NewStorage(nc, log)
+	js = events.ObserveJS(js, storage)
 	heal := &events.Healer{JS: js, ID: events.Executor, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
 	records, err := events.NewBucket[formula.Record](ctx, js, events.BucketNodes)
@@ -191,7 +193,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	defer stopPrune()
 	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.Executor, Version: buildinfo.Version(), Instance: cfg.Instance,
-		Description: "gantry executor: runs dispatched formulas on their hosts", Status: status(x, cfg, zone)})
+		Description: "gantry executor: runs dispatched formulas on their hosts", Status: status(x, cfg, zone, storage), Storage: storage})
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}

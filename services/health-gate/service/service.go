@@ -49,6 +49,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
+	storage := consume.NewStorage(nc, log)
+	js = events.ObserveJS(js, storage)
 	cons, err := js.Consumer(ctx, events.StreamGates, events.ConsumerHealthGate)
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
@@ -61,8 +63,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
 		Description: "gantry health-gate: checks formulas' health gates on their hosts", Status: func() any {
 			gates, n := c.Status()
-			return events.HealthGateStatus{Instance: cfg.Instance, GatesInProgress: n, Gates: gates}
-		}})
+			return events.HealthGateStatus{Instance: cfg.Instance, GatesInProgress: n, Gates: gates, Storage: storage.Status()}
+		}, Storage: storage})
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}

@@ -131,6 +131,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
+	storage := consume.NewStorage(nc, log)
+	js = events.ObserveJS(js, storage)
 	heal := &events.Healer{JS: js, ID: events.Planner, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
 	e, err := newEngine(ctx, js, &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal})
@@ -149,7 +151,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	for _, id := range failed {
 		go s.retry(id)
 	}
-	svc, err := api.Register(nc, events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance}, e, log, s.start)
+	svc, err := api.Register(nc, events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage}, e, log, s.start)
 	if err != nil {
 		return fmt.Errorf("planner: micro: %w", err)
 	}

@@ -36,6 +36,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
+	storage := consume.NewStorage(nc, log)
+	js = events.ObserveJS(js, storage)
 	kv, err := js.KeyValue(ctx, events.BucketState)
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
@@ -46,7 +48,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes}
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv, Storage: storage}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes}
 	meter := &lag.Meter{Instance: cfg.Instance, Applied: p.Applied, LastSeq: func(ctx context.Context) (uint64, error) {
 		s, err := js.Stream(ctx, events.StreamEvents)
 		if err != nil {
@@ -55,7 +57,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return s.CachedInfo().State.LastSeq, nil
 	}}
 	go meter.Watch(ctx)
-	spec := events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Status: func() any { return meter.Status(ctx) }}
+	spec := events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage, Status: func() any {
+		st := meter.Status(ctx)
+		st.Storage = storage.Status()
+		return st
+	}}
 	svc, err := api.Register(nc, spec, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
 	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })

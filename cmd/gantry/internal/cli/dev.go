@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -46,7 +48,9 @@ its own identity, and treats a client with no credentials as a viewer (it
 may watch, not submit or control). With --http ADDR it also serves the web
 view there (see gantry ui), connected as the viewer. The gantry CLI on this machine finds the
 operator's key by itself. It prints the NATS URL, then runs until
-interrupted, when it finishes the work in flight and stops.
+interrupted, when it finishes the work in flight and stops: within 30 s,
+or at once on a second interrupt (commands still running on hosts then
+finish there, and their results are read at the next start).
 
 Commands of hosts with transport local run as this process's user, with a
 small clean environment; --allow-local=false refuses them. Secrets that
@@ -87,7 +91,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
-			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncAlways: syncAlways, Auth: keys, AnonymousViewer: true})
+			ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncAlways: syncAlways, Auth: keys, AnonymousViewer: true, Log: log})
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
@@ -103,6 +107,9 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			stopped := make(chan struct{})
+			defer close(stopped)
+			go boundStop(ctx, cmd.Context(), stop, stopped, cmd.ErrOrStderr(), DevStopWait, os.Exit)
 			if httpAddr != "" {
 				creds, nkey := keys.Credentials(events.Viewer)
 				vnc, err := natsconn.Connect(natsconn.Options{URL: ns.URL(), Creds: creds, NKey: nkey}, "gantry-dev-ui", log, false)
@@ -149,6 +156,35 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default $"+metricsserve.Env+", else off)")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	return cmd
+}
+
+// DevStopWait bounds how long gantry dev takes to stop once interrupted.
+var DevStopWait = 30 * time.Second
+
+// boundStop waits for gantry dev's interrupt (ctx done while parent is
+// not), says it is stopping, lets a second interrupt end the process at
+// once (stop restores the signal's default), and ends it with
+// ExitInterrupted if it has not stopped within wait, whatever still
+// waits. It returns when stopped is closed.
+func boundStop(ctx, parent context.Context, stop func(), stopped <-chan struct{}, stderr io.Writer, wait time.Duration, exit func(int)) {
+	select {
+	case <-stopped:
+		return
+	case <-ctx.Done():
+	}
+	if parent.Err() != nil {
+		return
+	}
+	stop()
+	fmt.Fprintf(stderr, "gantry dev: stopping: finishing the work in flight (at most %s; interrupt again to stop at once)\n", wait)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		fmt.Fprintf(stderr, "gantry dev: not stopped after %s: stopping now; commands still running on hosts finish there, and their results are read at the next start\n", wait)
+		exit(ExitInterrupted)
+	}
 }
 
 // addSSHFlags adds the SSH settings of the executor and health-gate.

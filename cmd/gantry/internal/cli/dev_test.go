@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDevDataDirInSharedTemp: with no home directory, `gantry dev` keeps
@@ -90,6 +93,50 @@ func TestDevDataDirInSharedTemp(t *testing.T) {
 				t.Errorf("gantry dev: %q does not name %s", errOut, dir)
 			}
 			tc.check(t, dir, other)
+		})
+	}
+}
+
+// Once interrupted, gantry dev says it is stopping and ends within
+// DevStopWait whatever still waits (exit 130); a stop in time exits
+// nothing, and a context ended for another reason says nothing.
+func TestBoundStop(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		interrupt   bool // the signal context ends while its parent does not
+		stopsAfter  time.Duration
+		wantExit    int // -1: none
+		wantMessage string
+	}{
+		{"stops in time", true, 10 * time.Millisecond, -1, "stopping: finishing the work in flight (at most 200ms; interrupt again to stop at once)"},
+		{"still waiting", true, time.Hour, ExitInterrupted, "not stopped after 200ms: stopping now"},
+		{"not interrupted", false, 10 * time.Millisecond, -1, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent, cancelParent := context.WithCancel(context.Background())
+			defer cancelParent()
+			ctx, cancel := context.WithCancel(parent)
+			defer cancel()
+			if c.interrupt {
+				cancel()
+			} else {
+				cancelParent()
+			}
+			stopped := make(chan struct{})
+			time.AfterFunc(c.stopsAfter, func() { close(stopped) })
+			var out bytes.Buffer
+			exited := -1
+			restored := false
+			boundStop(ctx, parent, func() { restored = true }, stopped, &out, 200*time.Millisecond, func(code int) { exited = code })
+			if exited != c.wantExit {
+				t.Errorf("exit %d, want %d", exited, c.wantExit)
+			}
+			if c.wantMessage == "" && out.Len() > 0 || !strings.Contains(out.String(), c.wantMessage) {
+				t.Errorf("said %q, want %q", out.String(), c.wantMessage)
+			}
+			if restored != c.interrupt {
+				t.Errorf("signal default restored: %v, want %v", restored, c.interrupt)
+			}
 		})
 	}
 }

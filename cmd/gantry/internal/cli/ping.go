@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -23,9 +26,12 @@ func newPingCmd() *cobra.Command {
 		Short: "Check that NATS answers with JetStream enabled (and, with --service, that services answer)",
 		Long: `ping connects to NATS, checks that JetStream is enabled, and with --service
 checks that each named micro service (gantry-planner, gantry-state-store)
-answers. With --wait it keeps trying until everything answers or the time is
-up. It exits 0 when ready and 3 when not: a container health check or a
-script waiting for a stack to come up can use it.`,
+answers. It also asks every gantry service that runs whether JetStream
+stores its writes, and names each stream or bucket one of them cannot store
+on (a full disk, a storage limit). With --wait it keeps trying until
+everything answers or the time is up. It exits 0 when ready and 3 when not:
+a container health check or a script waiting for a stack to come up can use
+it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			deadline := time.Now().Add(wait)
@@ -74,5 +80,73 @@ func ping(ctx context.Context, cf *connFlags, services []string) error {
 			return fmt.Errorf("%w: %s: %w", errNotReady, s, err)
 		}
 	}
+	problems, err := storageProblems(ctx, nc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotReady, err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", errNotReady, strings.Join(problems, "; "))
+	}
 	return nil
+}
+
+// pingServices are the services whose storage ping asks about.
+var pingServices = []events.Identity{events.Planner, events.Executor, events.HealthGate, events.StateStore}
+
+// storageProblems asks every instance of the gantry services (their micro
+// stats: the status endpoint's data) what they cannot store, and names
+// each problem. Instances that do not answer within a moment are not
+// waited for: ping checks --service for that.
+func storageProblems(ctx context.Context, nc *nats.Conn) ([]string, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("ask the services: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for _, id := range pingServices {
+		if err := nc.PublishRequest("$SRV.STATS."+id.ServiceName(), inbox, nil); err != nil {
+			return nil, fmt.Errorf("ask %s: %w", id.ServiceName(), err)
+		}
+	}
+	var problems []string
+	wait := 500 * time.Millisecond // for the first answer; then a moment for more
+	for {
+		mctx, cancel := context.WithTimeout(ctx, wait)
+		msg, err := sub.NextMsgWithContext(mctx)
+		cancel()
+		if err != nil {
+			return problems, nil
+		}
+		problems = append(problems, storageReport(msg.Data)...)
+		wait = 250 * time.Millisecond
+	}
+}
+
+// storageReport names the storage problems in one instance's micro stats.
+func storageReport(stats []byte) []string {
+	var s struct {
+		Name      string `json:"name"`
+		Endpoints []struct {
+			Name string `json:"name"`
+			Data struct {
+				Instance string                `json:"instance"`
+				Storage  *events.StorageStatus `json:"storage"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	if json.Unmarshal(stats, &s) != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range s.Endpoints {
+		if e.Name != events.StatusEndpoint || e.Data.Storage == nil {
+			continue
+		}
+		for _, p := range e.Data.Storage.Problems {
+			out = append(out, fmt.Sprintf("%s (%s): JetStream cannot store on %s since %s (%d writes failed): %s",
+				s.Name, e.Data.Instance, p.Stream, p.Since.Format(time.RFC3339), p.Failures, p.Cause))
+		}
+	}
+	return out
 }

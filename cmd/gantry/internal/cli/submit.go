@@ -10,6 +10,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -57,8 +58,14 @@ part of that trace instead of a new one.`,
 				}
 				return &exitError{code: ExitProblem, err: fmt.Errorf("planner: %s", se.Description)}
 			}
+			if errors.Is(err, nats.ErrTimeout) {
+				return &exitError{code: ExitProblem, err: fmt.Errorf("no answer from the planner within %s (--timeout): it may still have accepted the workflow; gantry list shows it if so", cf.timeout)}
+			}
 			if err != nil {
 				return err
+			}
+			for _, w := range reply.Warnings {
+				linef(cmd.ErrOrStderr(), "warning: %s", w)
 			}
 			if quiet {
 				linef(cmd.OutOrStdout(), "%s", reply.WorkflowID)

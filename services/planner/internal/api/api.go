@@ -26,14 +26,16 @@ const RequestLimit = 30 * time.Second
 func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
 	spec.ID = events.Planner
 	spec.Description = "gantry planner: validates, plans and accepts compositions, and controls runs"
-	spec.Status = func() any { return events.PlannerStatus{Instance: spec.Instance, WorkflowsActive: e.Active()} }
+	spec.Status = func() any {
+		return events.PlannerStatus{Instance: spec.Instance, WorkflowsActive: e.Active(), Storage: spec.Storage.Status()}
+	}
 	svc, err := events.AddService(nc, spec)
 	if err != nil {
 		return nil, err
 	}
 	submit := func(validateOnly bool) micro.HandlerFunc {
 		return func(req micro.Request) {
-			ctx, cancel := events.HandlerContext(req.Headers(), RequestLimit)
+			ctx, cancel := events.HandlerContext(req.Headers(), SubmitBudget)
 			defer cancel()
 			data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
 			if err != nil {
@@ -44,7 +46,11 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 			reply, err := e.Submit(ctx, data, validateOnly, principal(req))
 			if err != nil {
 				log.Error("submit failed", "err", err)
-				_ = req.Error("500", "submit failed: "+err.Error(), nil)
+				code, what := "500", "submit failed: "
+				if events.IsStorage(err) {
+					code, what = "503", "not accepted, nothing will run: "
+				}
+				_ = req.Error(code, what+err.Error(), nil)
 				return
 			}
 			if reply.Status == "rejected" {
@@ -83,6 +89,12 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 	}
 	return svc, nil
 }
+
+// SubmitBudget bounds how long the planner takes to answer a submission,
+// well inside the CLI's 30 s: past it, the answer is an error (naming
+// storage when JetStream did not store the workflow) and nothing runs,
+// never a reply nobody waits for any more and a run nobody expects.
+const SubmitBudget = 20 * time.Second
 
 func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 	return func(req micro.Request) {

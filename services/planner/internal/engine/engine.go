@@ -159,16 +159,42 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 		return nil, fmt.Errorf("persist run %s: %w", rec.ID, err)
 	}
 	// The record goes last: a workflow exists once its record does.
-	if r.recRev, err = e.Workflows.Put(ctx, rec.ID, *rec, 0); err != nil {
-		return nil, fmt.Errorf("persist workflow %s: %w", rec.ID, err)
+	if r.recRev, err = e.putRecord(ctx, rec); err != nil {
+		return nil, err
 	}
 	e.cacheRun(r)
 	e.Log.Info("workflow accepted", "workflow_id", rec.ID, "workflow", rec.Name, "formulas", len(plan.Formulas), "already_done", len(rec.AlreadyDone), "submitted_by", by.String())
+	reply := &events.SubmitReply{WorkflowID: rec.ID, Status: "accepted", Plan: plan}
 	e.publishWorkflow(ctx, r, dag.WorkflowAccepted, "", &by)
-	if err := e.Out.Flush(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, AcceptedEventWait)
+	defer cancel()
+	if err := e.Out.Flush(fctx); err != nil {
 		e.Log.Warn("accepted event not published; the run starts anyway", "workflow_id", rec.ID, "err", err)
+		reply.Warnings = append(reply.Warnings, "accepted, but its accepted event is not stored yet ("+err.Error()+"): the run starts once JetStream stores again")
 	}
-	return &events.SubmitReply{WorkflowID: rec.ID, Status: "accepted", Plan: plan}, nil
+	return reply, nil
+}
+
+// AcceptedEventWait bounds how long a submission waits for its accepted
+// event to be stored: the workflow is accepted once its record is, and
+// the reply must reach the submitter before it gives up.
+const AcceptedEventWait = 5 * time.Second
+
+// putRecord writes an accepted workflow's record. A write that failed
+// without an answer may have been stored all the same: the record is read
+// back, so the reply says accepted exactly when the record is there.
+func (e *Engine) putRecord(ctx context.Context, rec *Record) (uint64, error) {
+	rev, err := e.Workflows.Put(ctx, rec.ID, *rec, 0)
+	if err == nil {
+		return rev, nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if _, rev, gerr := e.Workflows.Get(rctx, rec.ID); gerr == nil {
+		e.Log.Warn("the workflow's record write had no answer but the record is stored: accepted", "workflow_id", rec.ID, "err", err)
+		return rev, nil
+	}
+	return 0, fmt.Errorf("persist workflow %s: %w", rec.ID, err)
 }
 
 // newRecord is the record of a workflow about to be accepted.

@@ -60,6 +60,9 @@ type Write struct {
 type KVStore struct {
 	JS jetstream.JetStream
 	KV jetstream.KeyValue
+	// Storage, when set, is told how the writes went (they are published
+	// without the bucket's own calls, which it observes).
+	Storage *events.Storage
 	// mark is the last Mark's acknowledgement.
 	mark jetstream.PubAckFuture
 }
@@ -77,12 +80,19 @@ func (s *KVStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 
 func (s *KVStore) subject(key string) string { return "$KV." + s.KV.Bucket() + "." + key }
 
+// PutAll publishes every write, then waits for their acknowledgements,
+// at most events.PublishTimeout in all: JetStream does not answer a
+// write it cannot store (its disk full), and a wait for ever would stop
+// the projection for good.
 func (s *KVStore) PutAll(ctx context.Context, ws []Write) {
 	futs := make([]jetstream.PubAckFuture, len(ws))
+	sent := time.Now()
 	for i := range ws {
 		m := &nats.Msg{Subject: s.subject(ws[i].Key), Data: ws[i].Val, Header: nats.Header{}}
 		futs[i], ws[i].Err = s.JS.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(ws[i].Rev))
 	}
+	wctx, cancel := context.WithTimeout(ctx, events.PublishTimeout)
+	defer cancel()
 	for i, f := range futs {
 		if f == nil {
 			continue
@@ -90,11 +100,12 @@ func (s *KVStore) PutAll(ctx context.Context, ws []Write) {
 		select {
 		case ack := <-f.Ok():
 			ws[i].NewRev = ack.Sequence
+			_ = s.Storage.Observe(s.KV.Bucket(), sent, nil)
 			continue
 		case err := <-f.Err():
-			ws[i].Err = err
-		case <-ctx.Done():
-			ws[i].Err = ctx.Err()
+			ws[i].Err = s.Storage.Observe(s.KV.Bucket(), sent, err)
+		case <-wctx.Done():
+			ws[i].Err = s.Storage.Observe(s.KV.Bucket(), sent, wctx.Err())
 			continue
 		}
 		if ws[i].Rev == 0 {

@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// storageFull is what an observed write returns while JetStream cannot
+// store.
+func storageFull(stream string) error {
+	return &events.StorageError{Stream: stream, Cause: events.StorageCauseNoAnswer, Err: context.DeadlineExceeded}
+}
+
+// A submission whose workflow record JetStream cannot store is refused
+// with an error that names storage, and leaves no record behind: nothing
+// runs later.
+func TestSubmitRefusedNamingStorage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.workflows.Fail = func(op, key string) error {
+		if op == "put" && !strings.Contains(key, ".") {
+			return storageFull(events.BucketWorkflows)
+		}
+		return nil
+	}
+	_, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
+	if !events.IsStorage(err) || !strings.Contains(err.Error(), "JetStream cannot store on gantry_workflows") {
+		t.Fatalf("submit: %v, want an error naming storage", err)
+	}
+	if keys, _ := h.workflows.Keys(context.Background(), workflowKeys); len(keys) != 0 {
+		t.Fatalf("a refused submission left records %v", keys)
+	}
+}
+
+// A workflow whose record is stored is accepted, and the reply says so at
+// once, even when its accepted event cannot be stored yet: the reply
+// warns, naming storage, instead of waiting past the submitter's patience.
+func TestSubmitAcceptedWhileItsEventWaits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.out.Fail = func(events.Emitted) error { return storageFull(events.StreamEvents) }
+	reply, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
+	if err != nil || reply.Status != "accepted" {
+		t.Fatalf("submit: %+v, %v; want accepted", reply, err)
+	}
+	if len(reply.Warnings) != 1 || !strings.Contains(reply.Warnings[0], "JetStream cannot store on GANTRY_EVENTS") {
+		t.Errorf("warnings %q, want one naming storage", reply.Warnings)
+	}
+	if _, _, err := h.workflows.Get(context.Background(), reply.WorkflowID); err != nil {
+		t.Errorf("the accepted workflow's record: %v", err)
+	}
+}
+
+// storedButUnanswered stores the workflow records it is given and then
+// reports their creation as unanswered, as a write whose acknowledgement
+// was lost.
+type storedButUnanswered struct {
+	*events.MemoryBucket[Record]
+}
+
+func (s storedButUnanswered) Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error) {
+	n, err := s.MemoryBucket.Put(ctx, key, v, rev)
+	if err != nil || rev != 0 || strings.Contains(key, ".") {
+		return n, err
+	}
+	return 0, storageFull(events.BucketWorkflows)
+}
+
+// A record write that had no answer but was stored is an acceptance: the
+// reply says accepted, as the run will go.
+func TestSubmitAcceptedWhenTheUnansweredRecordIsStored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.e.Workflows = storedButUnanswered{h.workflows}
+	reply, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
+	if err != nil || reply.Status != "accepted" {
+		t.Fatalf("submit: %+v, %v; want accepted (the record is stored)", reply, err)
+	}
+	if err := h.e.Start(context.Background(), reply.WorkflowID); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+}
