@@ -119,6 +119,12 @@ type Host struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	Vars        map[string]string `json:"vars,omitempty"`         // over the composition's vars
 	MaxParallel int               `json:"max_parallel,omitempty"` // nodes at once on it; 0: the executor's --per-host
+	// Become runs the host's commands through sudo -n, as BecomeUser
+	// (root when empty); IdentityFile is the SSH key to log in with, a
+	// path on the worker.
+	Become       bool   `json:"become,omitempty"`
+	BecomeUser   string `json:"become_user,omitempty"`
+	IdentityFile string `json:"identity_file,omitempty"`
 }
 
 // Formula is an ordered set of nodes for one server.

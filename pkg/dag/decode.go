@@ -226,13 +226,16 @@ func (d *decoder) hosts(v *Value, path string) map[string]Host {
 		var h Host
 		var tr string
 		d.object(v.Vals[i], keyPath(path, name), fields{
-			"address":      d.str(&h.Address),
-			"user":         d.str(&h.User),
-			"transport":    d.str(&tr),
-			"via":          d.str(&h.Via),
-			"labels":       d.scalars(&h.Labels),
-			"vars":         d.scalars(&h.Vars),
-			"max_parallel": d.integer(&h.MaxParallel),
+			"address":       d.str(&h.Address),
+			"user":          d.str(&h.User),
+			"transport":     d.str(&tr),
+			"via":           d.str(&h.Via),
+			"labels":        d.scalars(&h.Labels),
+			"vars":          d.scalars(&h.Vars),
+			"max_parallel":  d.integer(&h.MaxParallel),
+			"become":        d.boolean(&h.Become),
+			"become_user":   d.str(&h.BecomeUser),
+			"identity_file": d.str(&h.IdentityFile),
 		})
 		h.Transport = Transport(tr)
 		out[name] = h

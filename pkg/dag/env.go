@@ -95,4 +95,3 @@ func SecretNameProblem(s string) string {
 	}
 	return fmt.Sprintf("%q is not a secret name (%s)", s, SecretNameRule)
 }
-

@@ -107,7 +107,6 @@ func matches(labels, want map[string]string) bool {
 	return true
 }
 
-
 // expand fans out every group formula and renders every template, in
 // place. Problems are reported with the path of the formula as written
 // and the host they concern.
