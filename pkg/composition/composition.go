@@ -63,11 +63,17 @@ func Load(name string, data []byte) (*dag.Composition, error) {
 // LoadFile reads a composition from a file ("-" is standard input), with
 // the inventory it names inlined (see Resolve).
 func LoadFile(path string) (*dag.Composition, error) {
+	return LoadFileWarn(path, nil)
+}
+
+// LoadFileWarn is LoadFile, passing the warnings of the inventory the
+// composition names to warn (when not nil).
+func LoadFileWarn(path string, warn func(dag.Problem)) (*dag.Composition, error) {
 	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return LoadIn(path, data, fileDir(path))
+	return loadIn(path, data, fileDir(path), warn)
 }
 
 // ReadFile reads at most one byte over the size limit, so an enormous file
