@@ -52,7 +52,7 @@ func ReadInventoryFile(path string) (*Inventory, error) {
 	r.readTop(path, fi.IsDir())
 	inv := r.finish()
 	if len(r.problems) > 0 {
-		return nil, invalid(r.sorted()...)
+		return nil, withFile(invalid(r.sorted()...), path)
 	}
 	return inv, nil
 }
@@ -67,7 +67,7 @@ func ReadInventory(name string, data []byte) (*Inventory, error) {
 	r.readSource(name, data)
 	inv := r.finish()
 	if len(r.problems) > 0 {
-		return nil, invalid(r.sorted()...)
+		return nil, withFile(invalid(r.sorted()...), name)
 	}
 	return inv, nil
 }
@@ -109,7 +109,8 @@ func sortProblems(ps []dag.Problem) []dag.Problem {
 	return out
 }
 
-// withFile sets File on every problem of an *dag.InvalidError.
+// withFile sets File on every problem of an *dag.InvalidError that has
+// none (one about the whole inventory).
 func withFile(err error, file string) error {
 	var inv *dag.InvalidError
 	if !errors.As(err, &inv) {

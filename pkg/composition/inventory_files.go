@@ -173,29 +173,37 @@ func (r *invReader) readSource(name string, data []byte) {
 	case formatJSONInv:
 		r.vault = nil
 		root, err := dag.ParseJSON(data)
-		if err != nil {
-			r.addProblems(name, err)
-			return
-		}
-		if isListJSON(root) {
+		switch {
+		case err == nil && isListJSON(root):
 			r.readList(root)
-		} else {
+		case err == nil:
 			r.readYAML(root)
+		default: // a YAML flow mapping ({all: {hosts: ...}}) is not JSON
+			r.readYAMLSource(name, data, err)
 		}
 	default:
-		root, vault, warnings, err := parseInventoryYAML(data)
-		if err != nil {
-			r.addProblems(name, err)
-			return
-		}
-		if root == nil || root.Kind == dag.KindNull {
-			r.fail(r.at("", 0), dag.CodeRequired, "the inventory is empty")
-			return
-		}
-		r.vault = vault
-		r.addWarnings(name, warnings)
-		r.readYAML(root)
+		r.readYAMLSource(name, data, nil)
 	}
+}
+
+// readYAMLSource reads a YAML inventory; when it is not YAML either,
+// jsonErr (what JSON said of it) is its problem, when there is one.
+func (r *invReader) readYAMLSource(name string, data []byte, jsonErr error) {
+	root, vault, warnings, err := parseInventoryYAML(data)
+	if err != nil {
+		if jsonErr != nil {
+			err = jsonErr
+		}
+		r.addProblems(name, err)
+		return
+	}
+	if root == nil || root.Kind == dag.KindNull {
+		r.fail(r.at("", 0), dag.CodeRequired, "the inventory is empty")
+		return
+	}
+	r.vault = vault
+	r.addWarnings(name, warnings)
+	r.readYAML(root)
 }
 
 func (r *invReader) addWarnings(file string, ws []dag.Problem) {

@@ -142,6 +142,22 @@ func TestInventoryListJSON(t *testing.T) {
 	}
 }
 
+// TestInventoryYAMLFlow: a YAML inventory written as one flow mapping
+// starts with { as JSON does, and is read as YAML.
+func TestInventoryYAMLFlow(t *testing.T) {
+	inv, err := composition.ReadInventory("hosts.yml", []byte("{all: {hosts: {web1: {ansible_host: 10.0.0.1, on: yes}}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := inv.Hosts["web1"]; h.Address != "10.0.0.1" || h.Vars["on"] != "true" {
+		t.Errorf("web1 %+v", h)
+	}
+	_, err = composition.ReadInventory("hosts.json", []byte(`{"all": {"hosts": }`))
+	if got := problemLines(t, err); len(got) != 1 || !strings.HasPrefix(got[0], "hosts.json:1: all.hosts: invalid JSON") {
+		t.Errorf("%q", got)
+	}
+}
+
 // TestInventoryWarnings: what gantry reads but does not take as written:
 // a secret's value in the inventory (left out of the hosts' vars, never
 // printed), an ansible-vault value or file, a key given twice.
