@@ -32,10 +32,11 @@ var (
 	varPriority        = "ansible_group_priority"
 )
 
-// actedOn holds the variables gantry maps onto its hosts.
+// actedOn holds the variables gantry maps onto its hosts: true for those
+// of ssh hosts only, which a host of transport local does not act on.
 var actedOn = func() map[string]bool {
-	m := map[string]bool{varPriority: true}
-	for _, names := range [][]string{varHost, varPort, varUser, varConnection, varKey, varBecome, varBecomeUser, varBecomeMethod, varSSHArgs, varHostKeyChecking} {
+	m := map[string]bool{varPriority: false, varConnection[0]: false}
+	for _, names := range [][]string{varHost, varPort, varUser, varKey, varBecome, varBecomeUser, varBecomeMethod, varSSHArgs, varHostKeyChecking} {
 		for _, n := range names {
 			m[n] = true
 		}
@@ -84,20 +85,33 @@ type jumpTo struct {
 
 // host maps one host's merged variables onto its connection, and returns
 // its jump host as written (resolved to a host by via).
+//
+// A host of transport local runs commands as the executor's own user:
+// its address, user, key, become and ssh arguments are not acted on.
 func (r *invReader) host(ih *invHost, vars map[string]invVar) (dag.Host, jumpTo) {
 	var h dag.Host
-	r.transport(&h, vars)
-	var jump jumpTo
-	if h.Transport != dag.TransportLocal {
-		r.address(&h, ih, vars)
-		jump = r.sshArgs(vars)
-		r.hostKeyChecking(vars)
+	if r.transport(&h, vars); h.Transport == dag.TransportLocal {
+		return h, jumpTo{}
 	}
+	r.address(&h, ih, vars)
+	jump := r.sshArgs(vars)
+	r.hostKeyChecking(vars)
 	r.become(&h, vars)
-	if _, key, ok := r.connText(vars, varKey); ok {
+	r.identity(&h, vars)
+	return h, jump
+}
+
+// identity reads the key the worker offers the host: a path on the
+// worker, from / or its home (~/).
+func (r *invReader) identity(h *dag.Host, vars map[string]invVar) {
+	v, key, ok := r.connText(vars, varKey)
+	switch {
+	case !ok:
+	case !strings.HasPrefix(key, "/") && !strings.HasPrefix(key, "~/"):
+		r.fail(v.source, dag.CodeValue, "the key %q is a relative path: gantry takes a path on the worker that starts with / or ~/ (the worker's home)", key)
+	default:
 		h.IdentityFile = key
 	}
-	return h, jump
 }
 
 // transport reads ansible_connection: local, or ssh (and its kinds).
@@ -213,14 +227,16 @@ type carried struct {
 
 // carry sorts a host's merged variables: gantry's host carries, as text,
 // those it does not act on, but for ansible_* ones (ignored), literal
-// secrets and ansible-vault values (each a warning).
-func (r *invReader) carry(vars map[string]invVar) *carried {
+// secrets and ansible-vault values (each a warning). A host of transport
+// local does not act on those of ssh hosts.
+func (r *invReader) carry(vars map[string]invVar, local bool) *carried {
 	c := &carried{typed: make(map[string]any, len(vars))}
 	for k, v := range vars {
 		c.typed[k] = v.val
 		_, vault := v.val.(Vault)
+		sshOnly, acted := actedOn[k]
 		switch {
-		case actedOn[k]:
+		case acted && !(local && sshOnly):
 		case vault:
 			r.warn(v.source, "%s is encrypted with ansible-vault: gantry does not decrypt it, and leaves it out of the hosts' vars; %s", k, secretHint(k))
 		case literalSecret(k, v.val):

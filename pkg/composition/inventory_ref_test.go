@@ -85,7 +85,7 @@ func (r *invReader) refResolve() *Inventory {
 	jumps := map[string]jumpTo{}
 	for _, name := range r.hostOrder {
 		h, jump := r.host(r.hosts[name], merged[name])
-		c := r.carry(merged[name])
+		c := r.carry(merged[name], h.Transport == dag.TransportLocal)
 		h.Vars = c.text
 		inv.Hosts[name] = h
 		inv.Vars[name] = c.typed

@@ -176,7 +176,7 @@ func (r *invReader) resolve() *Inventory {
 		own := len(r.hosts[name].vars)+len(r.hosts[name].fileVars) > 0
 		c := shared[setOf[i]]
 		if c == nil || own {
-			c = r.carry(merged[name])
+			c = r.carry(merged[name], h.Transport == dag.TransportLocal)
 			if !own {
 				shared[setOf[i]] = c
 			}

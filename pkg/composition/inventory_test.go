@@ -222,7 +222,7 @@ all:
 `,
 			hosts: map[string]dag.Host{
 				"a": {Address: "a", User: "legacy", Become: true, BecomeUser: "app", IdentityFile: "~/.ssh/old"},
-				"b": {Transport: dag.TransportLocal, BecomeUser: "deploy", IdentityFile: "~/.ssh/old"},
+				"b": {Transport: dag.TransportLocal}, // runs as the executor's user: no become, no key
 				"c": {Address: "c", User: "ops", Become: true, BecomeUser: "app", IdentityFile: "~/.ssh/old"},
 			},
 			groups: map[string]dag.Group{},
@@ -321,6 +321,7 @@ all:
     g: {ansible_ssh_extra_args: "-o StrictHostKeyChecking=no"}
     h: {ansible_host_key_checking: false}
     i: {ansible_user: [a, b]}
+    j: {ansible_ssh_private_key_file: keys/id_ed25519}
 `, []string{
 			`inventory.yaml:3: all.vars.ansible_become_method: ansible_become_method "su" is not supported: gantry becomes another user with sudo -n (passwordless sudo) only; write ansible_become_method: sudo, or leave it out`,
 			`inventory.yaml:5: all.hosts.a.ansible_connection: ansible_connection "docker" is not supported: gantry reaches hosts over ssh or local`,
@@ -332,6 +333,7 @@ all:
 			`inventory.yaml:11: all.hosts.g.ansible_ssh_extra_args: ansible_ssh_extra_args: StrictHostKeyChecking=no is refused: gantry never connects to a host whose key it has not checked: the executor checks every host key against its known_hosts (--known-hosts); remove the option, and add each host's key once you have checked it (ssh-keyscan -p PORT HOST >> ~/.ssh/known_hosts)`,
 			`inventory.yaml:12: all.hosts.h.ansible_host_key_checking: ansible_host_key_checking: false is refused: gantry never connects to a host whose key it has not checked`,
 			`inventory.yaml:13: all.hosts.i.ansible_user: ansible_user must be text, got a list`,
+			`inventory.yaml:14: all.hosts.j.ansible_ssh_private_key_file: the key "keys/id_ed25519" is a relative path: gantry takes a path on the worker that starts with / or ~/ (the worker's home)`,
 		}},
 		{"group shapes", `
 all:

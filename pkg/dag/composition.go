@@ -119,11 +119,15 @@ type Host struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	Vars        map[string]string `json:"vars,omitempty"`         // over the composition's vars
 	MaxParallel int               `json:"max_parallel,omitempty"` // nodes at once on it; 0: the executor's --per-host
-	// Become runs the host's commands through sudo -n, as BecomeUser
-	// (root when empty); IdentityFile is the SSH key to log in with, a
-	// path on the worker.
-	Become       bool   `json:"become,omitempty"`
-	BecomeUser   string `json:"become_user,omitempty"`
+	// Become runs the commands on the host (its nodes', its health
+	// gates') through sudo -n, as BecomeUser (root when empty); formulas
+	// and nodes may say otherwise (see Normalize). ssh only.
+	Become     bool   `json:"become,omitempty"`
+	BecomeUser string `json:"become_user,omitempty"`
+	// IdentityFile is the private key the worker offers this host (an
+	// absolute path on the worker, or one under its home: ~/...) instead
+	// of its own key; KEY-cert.pub beside it is offered as a user
+	// certificate. Only the path travels. ssh only.
 	IdentityFile string `json:"identity_file,omitempty"`
 }
 
