@@ -55,9 +55,9 @@ func TestCLIInventory(t *testing.T) {
 		t.Fatalf("composition naming its inventory, sent as is: %s %s %v", errCode, r.Status, r.Errors)
 	}
 	// A bad inventory stops submit before anything is sent, with its file and line.
-	os.WriteFile(filepath.Join(dir, "inv", "hosts"), []byte("[ctl]\nme ansible_connection=local ansible_become_method=su\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "inv", "hosts"), []byte("[ctl]\nme ansible_connection=local bogus\n"), 0o644)
 	code, out = run("submit", comp)
-	if code != 1 || !strings.Contains(out, filepath.Join(dir, "inv", "hosts")+`:2: [ctl] me ansible_become_method: ansible_become_method "su" is not supported`) ||
+	if code != 1 || !strings.Contains(out, filepath.Join(dir, "inv", "hosts")+`:2: [ctl] me: expected key=value after the host, got "bogus"`) ||
 		!strings.Contains(out, "rejected: 1 problem(s); nothing was run") {
 		t.Fatalf("submit with a bad inventory: exit %d\n%s", code, out)
 	}
