@@ -50,6 +50,7 @@ fuzz:
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventory$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventoryReference$$' -fuzztime $(FUZZTIME) .
+	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventoryINI$$' -fuzztime $(FUZZTIME) .
 	cd pkg/events && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
 	cd services/executor && $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/progress
 

@@ -11,20 +11,22 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
-// A composition whose hosts come from an Ansible inventory: gantry submit
-// inlines the inventory (the planner cannot read the submitter's files),
-// so the run finds its host; gantry drift does the same; the planner
-// rejects the composition as written, still naming its inventory.
+// A composition whose hosts come from an Ansible inventory (INI, with its
+// group_vars/): gantry submit inlines the inventory (the planner cannot
+// read the submitter's files), so the run finds its host and its group's
+// variables; gantry drift does the same; the planner rejects the
+// composition as written, still naming its inventory.
 func TestCLIInventory(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	bin := buildGantry(t)
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "inv"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "inv", "group_vars"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "inv", "hosts.yaml"), []byte("all:\n  children:\n    ctl:\n      hosts:\n        me: {ansible_connection: local, role: ctl}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "inv", "hosts"), []byte("[ctl]\nme ansible_connection=local\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "inv", "group_vars", "ctl.yml"), []byte("role: ctl\nntp: [a, b]\n"), 0o644)
 	comp := filepath.Join(dir, "fleet.yaml")
-	doc := "name: inv\ninventory: inv/hosts.yaml\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: echo from-inventory}]\n"
+	doc := "name: inv\ninventory: inv/hosts\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'test from-{{ .Vars.role }}{{ range fromjson .Vars.ntp }}-{{ . }}{{ end }} = from-ctl-a-b'}]\n"
 	os.WriteFile(comp, []byte(doc), 0o644)
 	run := func(args ...string) (int, string) {
 		cmd := exec.Command(bin, append(args, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator))...)
@@ -53,9 +55,9 @@ func TestCLIInventory(t *testing.T) {
 		t.Fatalf("composition naming its inventory, sent as is: %s %s %v", errCode, r.Status, r.Errors)
 	}
 	// A bad inventory stops submit before anything is sent, with its file and line.
-	os.WriteFile(filepath.Join(dir, "inv", "hosts.yaml"), []byte("all:\n  hosts:\n    me.local: {ansible_connection: local}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "inv", "hosts"), []byte("[ctl]\nme ansible_connection=local bogus\n"), 0o644)
 	code, out = run("submit", comp)
-	if code != 1 || !strings.Contains(out, filepath.Join(dir, "inv", "hosts.yaml")+`:3: all.hosts["me.local"]: host name "me.local" contains '.'`) ||
+	if code != 1 || !strings.Contains(out, filepath.Join(dir, "inv", "hosts")+`:2: [ctl] me: expected key=value after the host, got "bogus"`) ||
 		!strings.Contains(out, "rejected: 1 problem(s); nothing was run") {
 		t.Fatalf("submit with a bad inventory: exit %d\n%s", code, out)
 	}

@@ -63,11 +63,17 @@ func Load(name string, data []byte) (*dag.Composition, error) {
 // LoadFile reads a composition from a file ("-" is standard input), with
 // the inventory it names inlined (see Resolve).
 func LoadFile(path string) (*dag.Composition, error) {
+	return LoadFileWarn(path, nil)
+}
+
+// LoadFileWarn is LoadFile, passing the warnings of the inventory the
+// composition names to warn (when not nil).
+func LoadFileWarn(path string, warn func(dag.Problem)) (*dag.Composition, error) {
 	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return LoadIn(path, data, fileDir(path))
+	return loadIn(path, data, fileDir(path), warn)
 }
 
 // ReadFile reads at most one byte over the size limit, so an enormous file
@@ -126,6 +132,27 @@ func ParseYAML(data []byte) (v *dag.Value, err error) {
 	return out, nil
 }
 
+// parseYAMLDoc decodes one YAML document into a node, refusing a second
+// one; an empty document is a nil node.
+func parseYAMLDoc(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, yamlErr(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, yamlErr(err)
+		}
+		return nil, invalid(dag.Problem{Line: extra.Line, Code: dag.CodeSyntax, Message: "more than one YAML document: a file holds one"})
+	}
+	return &doc, nil
+}
+
 func invalid(ps ...dag.Problem) error { return &dag.InvalidError{Problems: ps} }
 
 var lineRE = regexp.MustCompile(`line (\d+)`)
@@ -156,6 +183,12 @@ type converter struct {
 	problems []dag.Problem
 	budget   int // values still allowed, so aliases cannot expand without bound
 	stopped  bool
+	// yaml11 reads as Ansible does (inventory_yaml11.go): plain scalars
+	// typed by YAML 1.1 rules, !vault and !unsafe tags, a key given twice
+	// a warning, the last one kept.
+	yaml11   bool
+	vault    map[*dag.Value]bool // values tagged !vault
+	warnings []dag.Problem
 }
 
 func (c *converter) fail(n *yaml.Node, path string, code dag.Code, format string, args ...any) {
@@ -205,6 +238,9 @@ func (c *converter) value(n *yaml.Node, path string, depth int) *dag.Value {
 	case yaml.MappingNode:
 		return c.mapping(n, path, depth)
 	case yaml.ScalarNode:
+		if c.yaml11 {
+			return c.scalar11(n, path)
+		}
 		return c.scalar(n, path)
 	}
 	c.fail(n, path, dag.CodeSyntax, "unsupported YAML node")
@@ -265,6 +301,10 @@ func (c *converter) mapping(n *yaml.Node, path string, depth int) *dag.Value {
 		}
 		kpath := dag.KeyPath(path, kn.Value)
 		if first, dup := firstLine[kn.Value]; dup {
+			if c.yaml11 {
+				c.replace(v, kn, vn, kpath, first, depth)
+				continue
+			}
 			c.fail(kn, kpath, dag.CodeDuplicateKey, "key %q given twice (first on line %d)", kn.Value, first)
 			continue
 		}

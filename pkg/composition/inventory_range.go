@@ -1,7 +1,9 @@
 package composition
 
 import (
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -90,4 +92,91 @@ func expandInto(out *[]string, name string) error {
 		}
 	}
 	return nil
+}
+
+// Host patterns, as Ansible's parse_address reads them: a host name, an
+// IPv4 or IPv6 address, any of them holding ranges, and a port after
+// (host:22, [::1]:22). What is none of those is a host name as written.
+
+var (
+	bracketedHostPort = regexp.MustCompile(`^\[(.+)\]:([0-9]+)$`)
+	hostPortRE        = regexp.MustCompile(`^((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)$`)
+	ipv4RE            = regexp.MustCompile(`^(?:` + ipv4Part + `\.){3}` + ipv4Part + `$`)
+	ipv6RE            = regexp.MustCompile(ipv6Pattern())
+	hostnameRE        = regexp.MustCompile(`(?i)^` + labelRE + `(?:\.` + labelRE + `)*$`)
+)
+
+const (
+	numericRange = `\[(?:[0-9]+:[0-9]+)(?::[0-9]+)?\]`
+	ipv4Part     = `(?:[01]?[0-9]{1,2}|2[0-4][0-9]|25[0-5]|` + numericRange + `)`
+	alnumRange   = `\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]`
+	labelRE      = `(?:[\p{L}\p{N}_]|` + alnumRange + `)(?:[\p{L}\p{N}_-]|` + alnumRange + `)*`
+)
+
+// ipv6Pattern spells out the ways an IPv6 address is written, X being a
+// part: 0..ffff, or a hexadecimal range.
+func ipv6Pattern() string {
+	const ways = `(?:X:){7}X|(?:X:){1,6}:|(?:X:)(?::X){1,6}|(?:X:){2}(?::X){1,5}|(?:X:){3}(?::X){1,4}|` +
+		`(?:X:){4}(?::X){1,3}|(?:X:){5}(?::X){1,2}|(?:X:){6}(?::X)|:(?::X){1,6}|X?::|` +
+		`(?:0:){6}(?:X\.){3}X|::(?:ffff:)?(?:X\.){3}X|(?:0:){5}ffff:(?:X\.){3}X`
+	x := `(?:[0-9a-f]{1,4}|\[(?:[0-9a-f]+:[0-9a-f]+)(?::[0-9]+)?\])`
+	return `(?i)^(?:` + strings.ReplaceAll(ways, "X", x) + `)$`
+}
+
+// parseAddress splits a host pattern from its port, as Ansible's
+// parse_address does; ok is false when the rest is not a host name or an
+// address.
+func parseAddress(s string) (host, port string, ok bool) {
+	addr := s
+	if m := bracketedHostPort.FindStringSubmatch(addr); m != nil {
+		addr, port = m[1], m[2]
+	}
+	if m := hostPortRE.FindStringSubmatch(addr); m != nil {
+		addr, port = m[1], m[2]
+	}
+	if ipv4RE.MatchString(addr) || ipv6RE.MatchString(addr) || isHostnamePattern(addr) {
+		return addr, port, true
+	}
+	return "", "", false
+}
+
+// isHostnamePattern: labels of letters, digits, _ and - (or ranges), none
+// ending in _ or -.
+func isHostnamePattern(s string) bool {
+	if !hostnameRE.MatchString(s) {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if strings.HasSuffix(label, "_") || strings.HasSuffix(label, "-") {
+			return false
+		}
+	}
+	return true
+}
+
+// expandHostPattern makes the hosts a pattern names (ranges expanded) and
+// their port, as a number, or nil when the pattern has none.
+func expandHostPattern(pattern string) ([]string, any, error) {
+	host, port, ok := parseAddress(pattern)
+	if !ok {
+		host, port = pattern, ""
+	}
+	var p any
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n > 65535 {
+			return nil, nil, fmt.Errorf("host %q: port %s is not a port (1-65535)", pattern, port)
+		}
+		if n != 0 {
+			p = json.Number(strconv.Itoa(n))
+		}
+	}
+	if host == "" {
+		return nil, nil, fmt.Errorf("a host needs a name")
+	}
+	names, err := expandHosts(host)
+	if err != nil {
+		return nil, nil, fmt.Errorf("host range %q: %w", pattern, err)
+	}
+	return names, p, nil
 }

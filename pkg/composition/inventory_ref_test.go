@@ -9,7 +9,6 @@ import (
 	"net"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -36,7 +35,7 @@ func (r *invReader) refResolve() *Inventory {
 		ancestors[name] = set
 		return set
 	}
-	inv := &Inventory{Hosts: map[string]dag.Host{}, Groups: map[string]dag.Group{}}
+	inv := &Inventory{Hosts: map[string]dag.Host{}, Groups: map[string]dag.Group{}, Vars: map[string]map[string]any{}, Ignored: map[string][]string{}}
 	members := map[string][]string{}
 	merged := map[string]map[string]invVar{}
 	for _, name := range r.hostOrder {
@@ -67,17 +66,33 @@ func (r *invReader) refResolve() *Inventory {
 				vars[k] = v
 			}
 		}
+		for i, g := range in { // group_vars files over the inventory's group vars
+			for k, v := range r.groups[g].fileVars {
+				v.rank = len(in) + i
+				vars[k] = v
+			}
+		}
 		for k, v := range h.vars {
-			v.rank = len(in)
+			v.rank = 2 * len(in)
+			vars[k] = v
+		}
+		for k, v := range h.fileVars {
+			v.rank = 2*len(in) + 1
 			vars[k] = v
 		}
 		merged[name] = vars
 	}
-	jumps := map[string]invVar{}
+	jumps := map[string]jumpTo{}
 	for _, name := range r.hostOrder {
 		h, jump := r.host(r.hosts[name], merged[name])
+		c := r.carry(merged[name], h.Transport == dag.TransportLocal)
+		h.Vars = c.text
 		inv.Hosts[name] = h
-		if jump.val != "" {
+		inv.Vars[name] = c.typed
+		if len(c.ignored) > 0 {
+			inv.Ignored[name] = c.ignored
+		}
+		if jump.host != "" {
 			jumps[name] = jump
 		}
 	}
@@ -108,9 +123,9 @@ func (r *invReader) refOrdered() {
 		g := r.groups[name]
 		if v, ok := g.vars[varPriority]; ok {
 			delete(g.vars, varPriority)
-			n, err := strconv.Atoi(v.val)
-			if err != nil {
-				r.fail(v.path, v.line, dag.CodeType, "%s must be a whole number, got %q", varPriority, v.val)
+			n, ok := pythonInt(v.val)
+			if !ok {
+				r.fail(v.source, dag.CodeType, "%s must be a whole number, got %s", varPriority, shown(v.val))
 			}
 			g.priority = n
 		}
@@ -196,15 +211,15 @@ func (r *invReader) refCutCycle(up []string) {
 		names = append(names, up[(cut-i+n)%n])
 	}
 	link := parent.childAt[child]
-	r.fail(link.path, link.line, dag.CodeCycle, "group %s is a child of itself: %s", child, strings.Join(names, " -> "))
+	r.fail(link, dag.CodeCycle, "group %s is a child of itself: %s", child, strings.Join(names, " -> "))
 	parent.children = slices.DeleteFunc(parent.children, func(c string) bool { return c == child })
 	r.groups[child].parents = slices.DeleteFunc(r.groups[child].parents, func(p string) bool { return p == parent.name })
 }
 
 // via finds the host a jump names: by name, else the one host whose
 // ansible_host it is.
-func (r *invReader) refVia(name string, jump invVar, vars map[string]map[string]invVar) string {
-	target := jump.val
+func (r *invReader) refVia(name string, jump jumpTo, vars map[string]map[string]invVar) string {
+	target := jump.host
 	if at := strings.LastIndex(target, "@"); at >= 0 {
 		target = target[at+1:]
 	}
@@ -217,9 +232,10 @@ func (r *invReader) refVia(name string, jump invVar, vars map[string]map[string]
 		found = target
 	} else {
 		for _, other := range r.hostOrder {
-			if a, ok := first(vars[other], varHost); ok && strings.Trim(a.val, "[]") == target {
+			_, a, ok := lastSet(vars[other], varHost)
+			if s, text := scalarText(a.val); ok && text && strings.Trim(s, "[]") == target {
 				if found != "" {
-					r.fail(jump.path, jump.line, dag.CodeUnknownRef, "ProxyJump %s is the ansible_host of both %s and %s: jump by host name", jump.val, found, other)
+					r.fail(jump.at, dag.CodeUnknownRef, "ProxyJump %s is the ansible_host of both %s and %s: jump by host name", jump.host, found, other)
 					return ""
 				}
 				found = other
@@ -228,9 +244,9 @@ func (r *invReader) refVia(name string, jump invVar, vars map[string]map[string]
 	}
 	switch found {
 	case "":
-		r.fail(jump.path, jump.line, dag.CodeUnknownRef, "ProxyJump %s is not a host of the inventory: gantry jumps only through hosts it knows; add it", jump.val)
+		r.fail(jump.at, dag.CodeUnknownRef, "ProxyJump %s is not a host of the inventory: gantry jumps only through hosts it knows; add it", jump.host)
 	case name:
-		r.fail(jump.path, jump.line, dag.CodeCycle, "host %s would jump through itself (ProxyJump %s): override the variable on that host", name, jump.val)
+		r.fail(jump.at, dag.CodeCycle, "host %s would jump through itself (ProxyJump %s): override the variable on that host", name, jump.host)
 		return ""
 	}
 	return found
@@ -249,7 +265,7 @@ func (r *invReader) refViaCycles(hosts map[string]dag.Host) {
 						reported[c] = true
 					}
 					h := r.hosts[name]
-					r.fail(h.path, h.line, dag.CodeCycle, "hosts jump through each other: %s -> %s", strings.Join(chain, " -> "), name)
+					r.fail(h.source, dag.CodeCycle, "hosts jump through each other: %s -> %s", strings.Join(chain, " -> "), name)
 				}
 				break
 			}

@@ -45,12 +45,18 @@ func denseInventory(n int) []byte {
 // readFor reads an inventory up to resolving it.
 func readFor(t testing.TB, doc []byte) *invReader {
 	t.Helper()
-	root, err := Parse("inventory.yaml", doc)
-	if err != nil {
-		t.Fatalf("parse: %v", err)
+	r := readerOf("inventory.yaml", doc)
+	if len(r.problems) > 0 && r.problems[0].Code == dag.CodeSyntax {
+		t.Fatalf("parse: %s", lines(r.problems))
 	}
-	r := &invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}, listed: map[[2]string]bool{}}
-	r.read(root)
+	return r
+}
+
+// readerOf reads an inventory document up to resolving it.
+func readerOf(name string, doc []byte) *invReader {
+	r := newInvReader()
+	r.readSource(name, doc)
+	r.reconcile()
 	return r
 }
 
@@ -150,13 +156,14 @@ func BenchmarkInventoryDense(b *testing.B) {
 // parsing the YAML.
 func BenchmarkInventoryDenseResolve(b *testing.B) {
 	doc := denseInventory(700)
-	root, err := Parse("dense.yaml", doc)
+	root, _, _, err := parseInventoryYAML(doc)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		r := &invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}, listed: map[[2]string]bool{}}
-		r.read(root)
+		r := newInvReader()
+		r.readYAML(root)
+		r.reconcile()
 		r.resolve()
 		if len(r.problems) > 0 {
 			b.Fatal(lines(r.problems))
@@ -356,12 +363,7 @@ func FuzzInventoryReference(f *testing.F) {
 	}
 	f.Add(denseInventory(5))
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		root, err := Parse("f.yaml", doc)
-		if err != nil {
-			return
-		}
-		r, ref := &invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}, listed: map[[2]string]bool{}}, &invReader{groups: map[string]*invGroup{}, hosts: map[string]*invHost{}, listed: map[[2]string]bool{}}
-		r.read(root)
+		r, ref := readerOf("f.yaml", doc), readerOf("f.yaml", doc)
 		if len(r.groupOrder) > 200 || r.expanded > 2000 {
 			return // the reference would take too long
 		}
@@ -369,7 +371,6 @@ func FuzzInventoryReference(f *testing.F) {
 		if r.tooLarge || slices.ContainsFunc(r.problems, func(p dag.Problem) bool { return strings.Contains(p.Message, "cycles of groups") }) {
 			return // bounded, unlike the reference
 		}
-		ref.read(root)
 		want := ref.refResolve()
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("resolve:\n%s\nthe reference:\n%s", js(got), js(want))
@@ -419,7 +420,7 @@ func TestInventoryTooLarge(t *testing.T) {
 	t.Run("cycles", func(t *testing.T) {
 		// 300 groups, each a child of every other: 44,850 cycles of two.
 		var b strings.Builder
-		b.WriteString("all:\n  vars: {ansible_password: x}\n  hosts: {h: }\n")
+		b.WriteString("all:\n  vars: {ansible_become_method: su}\n  hosts: {h: }\n")
 		for i := range 300 {
 			fmt.Fprintf(&b, "%s:\n  hosts: {h%d: }\n  children: {", denseName(i), i)
 			for j := range 300 {
@@ -434,19 +435,19 @@ func TestInventoryTooLarge(t *testing.T) {
 		if !errors.As(err, &bad) {
 			t.Fatal(err)
 		}
-		cycles, tooMany, password := 0, 0, 0
+		cycles, tooMany, become := 0, 0, 0
 		for _, p := range bad.Problems {
 			switch {
 			case p.Code == dag.CodeCycle:
 				cycles++
 			case p.Code == dag.CodeTooLarge && p.Message == "more than 100 cycles of groups: the rest are not reported":
 				tooMany++
-			case strings.HasPrefix(p.Message, "ansible_password"):
-				password++
+			case strings.HasPrefix(p.Message, "ansible_become_method"):
+				become++
 			}
 		}
-		if cycles != maxGroupCycles || tooMany != 1 || password != 1 || len(bad.Problems) != maxGroupCycles+2 {
-			t.Errorf("%d cycles, %d over the limit, %d passwords:\n%s", cycles, tooMany, password, lines(bad.Problems))
+		if cycles != maxGroupCycles || tooMany != 1 || become != 1 || len(bad.Problems) != maxGroupCycles+2 {
+			t.Errorf("%d cycles, %d over the limit, %d become methods:\n%s", cycles, tooMany, become, lines(bad.Problems))
 		}
 	})
 }

@@ -9,7 +9,8 @@ import (
 
 // proxyJump finds the jump host in ssh arguments: -J HOST, -JHOST,
 // -o ProxyJump=HOST, -o 'ProxyJump HOST', -oProxyJump=HOST. "" when there
-// is none (or ProxyJump=none).
+// is none (or ProxyJump=none). It refuses StrictHostKeyChecking=no and a
+// ProxyCommand, naming what to write instead.
 func proxyJump(args string) (string, error) {
 	words, err := shellWords(args)
 	if err != nil {
@@ -67,7 +68,12 @@ func proxyJump(args string) (string, error) {
 			}
 		case "proxycommand":
 			if !strings.EqualFold(val, "none") {
-				return "", fmt.Errorf("ProxyCommand is not read: gantry jumps through a host of the inventory with -o ProxyJump=NAME (or -J NAME)")
+				return "", fmt.Errorf("ProxyCommand %q is refused: gantry runs no proxy command, it jumps through a host of the inventory itself: %s", val, proxyJumpFor(val))
+			}
+		case "stricthostkeychecking":
+			switch strings.ToLower(val) {
+			case "no", "off", "false":
+				return "", fmt.Errorf("StrictHostKeyChecking=%s is refused: %s", val, hostKeyFix)
 			}
 		}
 	}
@@ -124,4 +130,54 @@ func shellWords(s string) ([]string, error) {
 		words = append(words, cur.String())
 	}
 	return words, nil
+}
+
+// hostKeyFix says why host key checking stays on, and what to do.
+const hostKeyFix = "gantry never connects to a host whose key it has not checked: the executor checks every host key against its known_hosts (--known-hosts); remove the option, and add each host's key once you have checked it (ssh-keyscan -p PORT HOST >> ~/.ssh/known_hosts)"
+
+// sshOptsWithArg are the ssh options that take an argument.
+const sshOptsWithArg = "BbcDEeFIiJLlmOoPpQRSWw"
+
+// proxyJumpFor says what to write instead of a ProxyCommand: the
+// ProxyJump that reaches the same jump host, when the command is an ssh
+// to it (ssh -W %h:%p [-p PORT] [-l USER] [USER@]HOST, or ... nc %h %p).
+func proxyJumpFor(command string) string {
+	words, err := shellWords(command)
+	if err != nil || len(words) == 0 || (words[0] != "ssh" && !strings.HasSuffix(words[0], "/ssh")) {
+		return "write -o ProxyJump=JUMPHOST (or -J JUMPHOST), JUMPHOST being a host of the inventory"
+	}
+	var dest, port, user string
+	for i := 1; i < len(words) && dest == ""; i++ {
+		w := words[i]
+		switch {
+		case len(w) == 2 && w[0] == '-' && strings.IndexByte(sshOptsWithArg, w[1]) >= 0:
+			if i+1 < len(words) {
+				i++
+				switch w[1] {
+				case 'p':
+					port = words[i]
+				case 'l':
+					user = words[i]
+				}
+			}
+		case strings.HasPrefix(w, "-p") && len(w) > 2:
+			port = w[2:]
+		case strings.HasPrefix(w, "-l") && len(w) > 2:
+			user = w[2:]
+		case strings.HasPrefix(w, "-"):
+		default:
+			dest = w
+		}
+	}
+	if dest == "" {
+		return "write -o ProxyJump=JUMPHOST (or -J JUMPHOST), JUMPHOST being a host of the inventory"
+	}
+	jump := strings.TrimPrefix(dest, "ssh://")
+	if user != "" && !strings.Contains(jump, "@") {
+		jump = user + "@" + jump
+	}
+	if port != "" && port != "22" {
+		jump += ":" + port
+	}
+	return fmt.Sprintf("write -o ProxyJump=%s (or -J %s) instead, %s being a host of the inventory (by name or ansible_host)", jump, jump, jump[strings.LastIndex(jump, "@")+1:])
 }

@@ -25,6 +25,12 @@ import (
 // inventory file carry its name as their File), and root is then the
 // document without its `inventory` key.
 func Resolve(name string, data []byte, dir string) (root *dag.Value, had bool, err error) {
+	return resolve(name, data, dir, nil)
+}
+
+// resolve is Resolve, passing the inventory's warnings to warn (when not
+// nil): a secret's value written in it, which the hosts' vars leave out.
+func resolve(name string, data []byte, dir string, warn func(dag.Problem)) (root *dag.Value, had bool, err error) {
 	root, err = Parse(name, data)
 	if err != nil {
 		return nil, false, err
@@ -52,7 +58,7 @@ func Resolve(name string, data []byte, dir string) (root *dag.Value, had bool, e
 	if strings.TrimSpace(file) == "" {
 		drop()
 		return root, true, invalid(dag.Problem{Path: "inventory", Line: iv.Line, Code: dag.CodeRequired,
-			Message: "inventory needs a file name (an Ansible YAML inventory, relative to this file)"})
+			Message: "inventory needs a file name (an Ansible inventory, relative to this file)"})
 	}
 	if !filepath.IsAbs(file) {
 		file = filepath.Join(dir, file)
@@ -65,6 +71,11 @@ func Resolve(name string, data []byte, dir string) (root *dag.Value, had bool, e
 			return root, true, bad
 		}
 		return root, true, invalid(dag.Problem{Path: "inventory", Line: iv.Line, Code: dag.CodeValue, Message: err.Error()})
+	}
+	if warn != nil {
+		for _, w := range inv.Warnings {
+			warn(w)
+		}
 	}
 	hosts, err := treeOf(inv.Hosts, iv.Line)
 	if err != nil {
@@ -111,7 +122,11 @@ func treeOf(v any, line int) (*dag.Value, error) {
 // LoadIn is Load for a document read from a file in dir: the inventory it
 // names is read from there and inlined first.
 func LoadIn(name string, data []byte, dir string) (*dag.Composition, error) {
-	root, _, err := Resolve(name, data, dir)
+	return loadIn(name, data, dir, nil)
+}
+
+func loadIn(name string, data []byte, dir string, warn func(dag.Problem)) (*dag.Composition, error) {
+	root, _, err := resolve(name, data, dir, warn)
 	if root == nil {
 		return nil, err
 	}
@@ -161,11 +176,17 @@ func fileDir(path string) string {
 // does not). A document over the size limit comes back as read, for the
 // caller to refuse.
 func ReadForSubmit(path string) (data []byte, inlined bool, err error) {
+	return ReadForSubmitWarn(path, nil)
+}
+
+// ReadForSubmitWarn is ReadForSubmit, passing the warnings of the
+// inventory the composition names to warn.
+func ReadForSubmitWarn(path string, warn func(dag.Problem)) (data []byte, inlined bool, err error) {
 	data, err = ReadFile(path)
 	if err != nil || len(data) > dag.DefaultMaxBytes {
 		return data, false, err
 	}
-	root, had, rerr := Resolve(path, data, fileDir(path))
+	root, had, rerr := resolve(path, data, fileDir(path), warn)
 	if !had {
 		return data, false, nil // the services report whatever is wrong, as always
 	}

@@ -204,7 +204,7 @@ func (r *renderer) parse(s string) *parsedTemplate {
 // proportion to their arguments, each charging for it first (funcs.go).
 func (r *renderer) funcs() template.FuncMap {
 	return template.FuncMap{
-		loopFunc: r.loop, "shq": r.shq, "index": r.index,
+		loopFunc: r.loop, "shq": r.shq, "index": r.index, "fromjson": r.fromjson,
 		"printf": r.printf, "print": r.print, "println": r.println,
 		"html": r.escaper("html", 6, template.HTMLEscaper), "js": r.escaper("js", 6, template.JSEscaper),
 		"urlquery": r.escaper("urlquery", 3, template.URLQueryEscaper),
@@ -214,7 +214,8 @@ func (r *renderer) funcs() template.FuncMap {
 
 // loop lets a range go over a map (of the composition's data), charging
 // each key's run of the body, and the sorting of the keys that
-// text/template does each time: about log2(keys) comparisons a key. Anything
+// text/template does each time: about log2(keys) comparisons a key; or
+// over a list (made by fromjson), charging each item's run. Anything
 // else, a number above all (text/template would count up to it), is
 // refused.
 func (r *renderer) loop(body int, v any) (any, error) {
@@ -231,11 +232,13 @@ func (r *renderer) loop(body int, v any) (any, error) {
 			return nil, err
 		}
 		return v, r.spendBytes(keyBytes*logN, comparedPerStep)
+	case reflect.Slice:
+		return v, r.spend(rv.Len() * (body + 2))
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return nil, errors.New("range over a number is not allowed (range over .Vars or .Labels)")
+		return nil, errors.New("range over a number is not allowed (range over .Vars, .Labels or fromjson of a list)")
 	}
-	return nil, fmt.Errorf("range over a %s is not allowed (range over .Vars or .Labels)", rv.Kind())
+	return nil, fmt.Errorf("range over a %s is not allowed (range over .Vars, .Labels or fromjson of a list)", rv.Kind())
 }
 
 // shellQuoteTemplate quotes a value for a POSIX shell: {{ shq .Vars.x }}.
@@ -292,7 +295,7 @@ func guardLoops(n parse.Node) (int, error) {
 	case *parse.RangeNode:
 		if c := n.Pipe.Cmds; len(c) == 1 && len(c[0].Args) == 1 {
 			if _, num := c[0].Args[0].(*parse.NumberNode); num {
-				return 0, errors.New("template: range over a number is not allowed (range over .Vars or .Labels)")
+				return 0, errors.New("template: range over a number is not allowed (range over .Vars, .Labels or fromjson of a list)")
 			}
 		}
 		body, err := guardLoops(n.List)

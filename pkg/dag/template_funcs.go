@@ -1,8 +1,10 @@
 package dag
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 )
@@ -20,6 +22,31 @@ func (r *renderer) shq(s string) (string, error) {
 		return "", err
 	}
 	return shellQuoteTemplate(s), nil
+}
+
+// fromjson reads a value that holds JSON, as a host's vars hold a list or
+// a mapping of an inventory (ntp: ["a","b"]), so that a template can go
+// over a list ({{ range fromjson .Vars.ntp }}) or read a field ({{
+// (fromjson .Vars.cfg).port }}). Numbers stay as written. Decoding JSON
+// costs about what a step does for each byte, so each byte is a step; more
+// than MaxRendered of it is refused.
+func (r *renderer) fromjson(s string) (any, error) {
+	if len(s) > MaxRendered {
+		return nil, fmt.Errorf("fromjson of more than %d bytes", MaxRendered)
+	}
+	if err := r.spend(len(s) + 1); err != nil {
+		return nil, err
+	}
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("fromjson: the value is not JSON: %v", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("fromjson: the value holds more than one JSON value")
+	}
+	return v, nil
 }
 
 func (r *renderer) printf(format string, args ...any) (string, error) {

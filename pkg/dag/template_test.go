@@ -253,3 +253,28 @@ func TestEnvFanOutBounded(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestTemplateFromJSON: a list or a mapping of an inventory reaches a
+// host's vars as its JSON; fromjson lets a template go over the list and
+// read the mapping's fields, within the steps.
+func TestTemplateFromJSON(t *testing.T) {
+	doc := func(run string) string {
+		return `{"name":"t","hosts":{"h":{"transport":"local","vars":{"ntp":"[\"0.pool.ntp.org\",\"1.pool.ntp.org\"]","cfg":"{\"port\":8080,\"tls\":true}","bad":"not json"}}},` +
+			`"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":` + fmt.Sprintf("%q", run) + `}]}]}`
+	}
+	c := loadFleet(t, doc(`{{ range fromjson .Vars.ntp }}server {{ . }}; {{ end }}port={{ (fromjson .Vars.cfg).port }} tls={{ (fromjson .Vars.cfg).tls }} second={{ index (fromjson .Vars.ntp) 1 }} raw={{ .Vars.ntp }}`))
+	want := `server 0.pool.ntp.org; server 1.pool.ntp.org; port=8080 tls=true second=1.pool.ntp.org raw=["0.pool.ntp.org","1.pool.ntp.org"]`
+	if got := c.Formulas[0].Nodes[0].Run; got != want {
+		t.Errorf("rendered %q, want %q", got, want)
+	}
+	refusedWithin(t, doc(`{{ range fromjson .Vars.bad }}{{ end }}echo`), "formulas[0].nodes[0].run", "fromjson: the value is not JSON")
+	refusedWithin(t, doc(`{{ range fromjson .Vars.cfg }}{{ end }}{{ range "abc" }}{{ end }}echo`), "formulas[0].nodes[0].run", "range over a string is not allowed")
+	// A long list in nested loops costs its items' runs.
+	items := make([]string, 3000)
+	for i := range items {
+		items[i] = fmt.Sprintf(`"%d"`, i)
+	}
+	long := `{"name":"t","hosts":{"h":{"transport":"local","vars":{"l":` + fmt.Sprintf("%q", "["+strings.Join(items, ",")+"]") + `}}},` +
+		`"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":"{{ range fromjson .Vars.l }}{{ range fromjson $.Vars.l }}{{ range fromjson $.Vars.l }}{{ end }}{{ end }}{{ end }}echo"}]}]}`
+	refusedWithin(t, long, "formulas[0].nodes[0].run", "takes more than")
+}

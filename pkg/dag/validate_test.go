@@ -345,3 +345,22 @@ func TestTimeoutsOfCompositionAndFormula(t *testing.T) {
 		t.Errorf("the normalized composition does not keep its timeouts: %s", b)
 	}
 }
+
+// TestHostBecomeAndIdentity: a host's become, become_user and
+// identity_file are read (an inventory's ansible_become,
+// ansible_become_user and ansible_ssh_private_key_file become them).
+func TestHostBecomeAndIdentity(t *testing.T) {
+	c, err := load(t, `{"name":"t","hosts":{"h1":{"address":"10.0.0.1","become":true,"become_user":"app","identity_file":"~/.ssh/fleet_ed25519"}},
+		"formulas":[`+okFormula+`]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dag.Host{Address: "10.0.0.1:22", Transport: dag.TransportSSH, Become: true, BecomeUser: "app", IdentityFile: "~/.ssh/fleet_ed25519"}
+	if h := c.Hosts["h1"]; fmt.Sprintf("%+v", h) != fmt.Sprintf("%+v", want) {
+		t.Errorf("host h1 = %+v, want %+v", h, want)
+	}
+	_, err = load(t, `{"name":"t","hosts":{"h1":{"address":"10.0.0.1","become":"yes"}},"formulas":[`+okFormula+`]}`)
+	if got := problemsOf(t, err); len(got) != 1 || got[0].Path != "hosts.h1.become" || got[0].Code != dag.CodeType {
+		t.Errorf("become \"yes\": %s", fmtProblems(got))
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -16,14 +17,19 @@ import (
 func newInventoryCmd() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
-		Use:   "inventory FILE",
-		Short: "Show the hosts and groups gantry reads from an Ansible YAML inventory",
-		Long: `inventory reads an Ansible YAML inventory (all: hosts, vars, children) as
-a composition's "inventory: FILE" does, and prints what gantry understood:
-each host with its address, user, transport, jump host (via) and variables,
-and each group with its hosts. -o json prints {"hosts": ..., "groups": ...}
-as a composition writes them. It prints every problem with its file and line
-and exits 1 when the inventory cannot be used.`,
+		Use:   "inventory PATH",
+		Short: "Show the hosts, groups and variables gantry reads from an Ansible inventory",
+		Long: `inventory reads an Ansible inventory as a composition's "inventory: PATH"
+does: an INI, YAML or ansible-inventory --list JSON file, or a directory of
+them, with the group_vars/ and host_vars/ beside it. It prints what gantry
+understood: each host with its address, user, transport, jump host (via),
+become user, key and variables (typed as Ansible types them), each group
+with its hosts, the ansible_* variables gantry does not act on, and
+warnings (a secret's value written in the inventory, an ansible-vault
+value). Secrets are printed as ***. -o json prints {"hosts", "groups"} as a
+composition writes them, with "vars", "ignored" and "warnings". It prints
+every problem with its file and line and exits 1 when the inventory cannot
+be used.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			inv, err := composition.ReadInventoryFile(args[0])
@@ -32,8 +38,9 @@ and exits 1 when the inventory cannot be used.`,
 				return failed("")
 			}
 			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), inv)
+				return printJSON(cmd.OutOrStdout(), inventoryJSON(inv))
 			}
+			printWarnings(cmd.ErrOrStderr(), inv.Warnings)
 			return printInventory(cmd.OutOrStdout(), inv)
 		},
 	}
@@ -41,23 +48,53 @@ and exits 1 when the inventory cannot be used.`,
 	return cmd
 }
 
-// printInventory prints the hosts and groups of an inventory as tables,
-// what it says (addresses, users, variables) with control characters
-// shown escaped.
+// inventoryOutput is what gantry inventory -o json prints.
+type inventoryOutput struct {
+	Hosts     map[string]dag.Host       `json:"hosts"`
+	Groups    map[string]dag.Group      `json:"groups"`
+	Vars      map[string]map[string]any `json:"vars"`
+	Ignored   []composition.IgnoredVar  `json:"ignored"`
+	IgnoredBy map[string][]string       `json:"ignored_by_host"`
+	Warnings  []dag.Problem             `json:"warnings"`
+}
+
+func inventoryJSON(inv *composition.Inventory) inventoryOutput {
+	out := inventoryOutput{Hosts: inv.Hosts, Groups: inv.Groups, Vars: inv.Shown(), Ignored: inv.IgnoredCounts(),
+		IgnoredBy: inv.Ignored, Warnings: inv.Warnings}
+	if out.Warnings == nil {
+		out.Warnings = []dag.Problem{}
+	}
+	return out
+}
+
+// printWarnings prints each warning as "file:line: path: warning: ...".
+func printWarnings(w io.Writer, ws []dag.Problem) {
+	for _, p := range ws {
+		loc := p.File
+		if p.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", loc, p.Line)
+		}
+		if p.Path != "" {
+			loc += ": " + p.Path
+		}
+		linef(w, "%s: warning: %s", loc, p.Message)
+	}
+}
+
+// printInventory prints the hosts, groups and ignored variables of an
+// inventory as tables, what it says (addresses, users, variables) with
+// control characters shown escaped.
 func printInventory(w io.Writer, inv *composition.Inventory) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tADDRESS\tUSER\tTRANSPORT\tVIA\tVARS")
+	fmt.Fprintln(tw, "HOST\tADDRESS\tUSER\tTRANSPORT\tVIA\tBECOME\tKEY\tVARS")
+	shown := inv.Shown()
 	for _, name := range sortedNames(inv.Hosts) {
 		h := inv.Hosts[name]
-		vars := make([]string, 0, len(h.Vars))
-		for _, k := range sortedNames(h.Vars) {
-			vars = append(vars, k+"="+shellish(h.Vars[k]))
-		}
 		tr := h.Transport
 		if tr == "" {
 			tr = dag.TransportSSH
 		}
-		row(tw, name, dash(h.Address), dash(h.User), string(tr), dash(h.Via), dash(strings.Join(vars, " ")))
+		row(tw, name, dash(h.Address), dash(h.User), string(tr), dash(h.Via), becomeText(h), dash(h.IdentityFile), dash(varsText(shown[name])))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -72,8 +109,57 @@ func printInventory(w io.Writer, inv *composition.Inventory) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "%d host(s), %d group(s)\n", len(inv.Hosts), len(inv.Groups))
+	if ignored := inv.IgnoredCounts(); len(ignored) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "IGNORED (gantry does not act on these)\tHOSTS")
+		for _, v := range ignored {
+			row(tw, v.Name, strconv.Itoa(v.Hosts))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "%d host(s), %d group(s), %d warning(s)\n", len(inv.Hosts), len(inv.Groups), len(inv.Warnings))
 	return err
+}
+
+// becomeText is whom a host's commands run as through sudo, or -.
+func becomeText(h dag.Host) string {
+	switch {
+	case !h.Become:
+		return "-"
+	case h.BecomeUser != "":
+		return h.BecomeUser
+	}
+	return "root"
+}
+
+// varsText writes a host's variables but ansible_* ones, name=value,
+// sorted: text as a word or quoted, anything else as JSON.
+func varsText(vars map[string]any) string {
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		if !strings.HasPrefix(k, "ansible_") {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, k := range names {
+		v := vars[k]
+		s, ok := v.(string)
+		if ok {
+			s = shellish(s)
+		} else {
+			var b strings.Builder
+			e := json.NewEncoder(&b)
+			e.SetEscapeHTML(false)
+			_ = e.Encode(v)
+			s = strings.TrimSuffix(b.String(), "\n")
+		}
+		parts = append(parts, k+"="+s)
+	}
+	return strings.Join(parts, " ")
 }
 
 func sortedNames[V any](m map[string]V) []string {

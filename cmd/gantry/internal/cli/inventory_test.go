@@ -15,18 +15,18 @@ import (
 func TestInventoryCommand(t *testing.T) {
 	inv := examples + "fleet/inventory.yaml"
 	code, out, errOut := run(t, "inventory", inv)
-	want := `HOST     ADDRESS         USER      TRANSPORT  VIA      VARS
-bastion  203.0.113.5     ops       ssh        -        domain=example.com
-db-1     10.0.0.21:2222  postgres  ssh        bastion  domain=example.com env=prod
-web-1    10.0.0.11       ops       ssh        bastion  app_root=/srv/app domain=example.com env=prod port=8081
-web-2    10.0.0.12       ops       ssh        bastion  app_root=/srv/app domain=example.com env=prod port=8082
-web-3    10.0.0.13       ops       ssh        bastion  app_root=/srv/app domain=example.com env=prod port=8083
+	want := `HOST     ADDRESS         USER      TRANSPORT  VIA      BECOME  KEY  VARS
+bastion  203.0.113.5     ops       ssh        -        -       -    domain=example.com
+db-1     10.0.0.21:2222  postgres  ssh        bastion  -       -    domain=example.com env=prod
+web-1    10.0.0.11       ops       ssh        bastion  -       -    app_root=/srv/app domain=example.com env=prod port=8081
+web-2    10.0.0.12       ops       ssh        bastion  -       -    app_root=/srv/app domain=example.com env=prod port=8082
+web-3    10.0.0.13       ops       ssh        bastion  -       -    app_root=/srv/app domain=example.com env=prod port=8083
 
 GROUP  HOSTS
 db     db-1
 prod   db-1, web-1, web-2, web-3
 web    web-1, web-2, web-3
-5 host(s), 3 group(s)
+5 host(s), 3 group(s), 0 warning(s)
 `
 	if code != ExitOK || out != want {
 		t.Fatalf("exit %d\n%s\nwant\n%s\n%s", code, out, want, errOut)
@@ -50,21 +50,17 @@ web    web-1, web-2, web-3
 
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "inventory.yaml")
-	os.WriteFile(bad, []byte(`all:
-  hosts:
-    Web1.example.com:
-  children:
-    web:
-      hosts:
-        web-1:
-          ports: [80, 443]
-          ansible_ssh_common_args: -J gone
+	os.WriteFile(bad, []byte(`[web]
+web-1 ansible_become_method=su
+web-2 ansible_ssh_common_args='-o ProxyCommand="ssh -W %h:%p bastion"'
+[web:vars]
+ansible_ssh_common_args=-J gone
 `), 0o644)
 	code, out, errOut = run(t, "inventory", bad)
 	for _, w := range []string{
-		bad + `:3: all.hosts["Web1.example.com"]: host name "Web1.example.com" contains '.', which would break NATS subjects; names match [a-z0-9][a-z0-9_-]{0,62}; write it as web1-example-com with ansible_host: Web1.example.com`,
-		bad + `:8: all.children.web.hosts.web-1.ports: expected a string, number or boolean, got a list: gantry variables are text`,
-		bad + `:9: all.children.web.hosts.web-1.ansible_ssh_common_args: ProxyJump gone is not a host of the inventory`,
+		bad + `:2: [web] web-1 ansible_become_method: ansible_become_method "su" is not supported: gantry becomes another user with sudo -n (passwordless sudo) only`,
+		bad + `:3: [web] web-2 ansible_ssh_common_args: ansible_ssh_common_args: ProxyCommand "ssh -W %h:%p bastion" is refused: gantry runs no proxy command, it jumps through a host of the inventory itself: write -o ProxyJump=bastion (or -J bastion) instead`,
+		bad + `:5: [web:vars] ansible_ssh_common_args: ProxyJump gone is not a host of the inventory`,
 		bad + ": 3 problem(s)",
 	} {
 		if !strings.Contains(errOut, w) {
@@ -91,7 +87,76 @@ web    web-1, web-2, web-3
 	}
 	os.WriteFile(comp, []byte("name: c\ninventory: inventory.yaml\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'true'}]\n"), 0o644)
 	code, _, errOut = run(t, "validate", comp)
-	if code != ExitFailed || !strings.Contains(errOut, bad+`:8: all.children.web.hosts.web-1.ports: expected a string`) || !strings.Contains(errOut, comp+": 3 problem(s)") {
+	if code != ExitFailed || !strings.Contains(errOut, bad+`:2: [web] web-1 ansible_become_method: ansible_become_method "su" is not supported`) || !strings.Contains(errOut, comp+": 3 problem(s)") {
 		t.Errorf("validate with a bad inventory: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestInventoryCommandShowsWhatItLeavesOut: an INI inventory with its
+// group_vars/: typed variables, the become user and key, the ansible_*
+// variables gantry does not act on, and warnings on stderr; a secret's
+// value is printed as ***, in the table and in -o json.
+func TestInventoryCommandShowsWhatItLeavesOut(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "group_vars"), 0o755)
+	inv := filepath.Join(dir, "hosts")
+	os.WriteFile(inv, []byte(`[web]
+10.0.0.11 ansible_user=ops ansible_become=true ansible_become_user=app ansible_ssh_private_key_file=~/.ssh/fleet
+[web:vars]
+ansible_python_interpreter=/usr/bin/python3
+`), 0o644)
+	os.WriteFile(filepath.Join(dir, "group_vars", "web.yml"), []byte("ntp_servers: [0.pool.ntp.org, 1.pool.ntp.org]\ncfg: {port: 8080, tls: yes}\ndb_password: hunter2\n"), 0o644)
+
+	code, out, errOut := run(t, "inventory", inv)
+	want := `HOST       ADDRESS    USER  TRANSPORT  VIA  BECOME  KEY           VARS
+10.0.0.11  10.0.0.11  ops   ssh        -    app     ~/.ssh/fleet  cfg={"port":8080,"tls":true} db_password=*** ntp_servers=["0.pool.ntp.org","1.pool.ntp.org"]
+
+GROUP  HOSTS
+web    10.0.0.11
+
+IGNORED (gantry does not act on these)  HOSTS
+ansible_python_interpreter              1
+1 host(s), 1 group(s), 1 warning(s)
+`
+	if code != ExitOK || out != want {
+		t.Errorf("exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	wantErr := filepath.Join(dir, "group_vars", "web.yml") + ":3: db_password: warning: db_password looks like a secret and holds its value: gantry leaves it out of the hosts' vars (they travel as plain text) and never prints it; keep the value in a file db_password in the executor's --secrets-dir and give it to the commands that need it as env: {DB_PASSWORD: {secret: db_password}}\n"
+	if errOut != wantErr {
+		t.Errorf("stderr %q, want %q", errOut, wantErr)
+	}
+
+	code, out, _ = run(t, "inventory", inv, "-o", "json")
+	var got struct {
+		Hosts    map[string]dag.Host       `json:"hosts"`
+		Vars     map[string]map[string]any `json:"vars"`
+		Ignored  []map[string]any          `json:"ignored"`
+		Warnings []dag.Problem             `json:"warnings"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != ExitOK {
+		t.Fatalf("json: exit %d %v\n%s", code, err, out)
+	}
+	h := got.Hosts["10.0.0.11"]
+	if !h.Become || h.BecomeUser != "app" || h.IdentityFile != "~/.ssh/fleet" || h.Vars["ntp_servers"] != `["0.pool.ntp.org","1.pool.ntp.org"]` || h.Vars["db_password"] != "" {
+		t.Errorf("host %+v", h)
+	}
+	v := got.Vars["10.0.0.11"]
+	if servers, _ := v["ntp_servers"].([]any); len(servers) != 2 || v["db_password"] != "***" || v["cfg"].(map[string]any)["tls"] != true {
+		t.Errorf("vars %v", v)
+	}
+	if len(got.Ignored) != 1 || got.Ignored[0]["name"] != "ansible_python_interpreter" || len(got.Warnings) != 1 {
+		t.Errorf("ignored %v, warnings %v", got.Ignored, got.Warnings)
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("-o json prints the secret:\n%s", out)
+	}
+
+	// validate warns too: a command that needs the secret takes it from
+	// the executor's --secrets-dir.
+	comp := filepath.Join(dir, "c.yaml")
+	os.WriteFile(comp, []byte("name: c\ninventory: hosts\nformulas:\n  - id: a\n    group: web\n    nodes: [{name: n, run: 'echo {{ index .Vars \"ntp_servers\" }}', env: {DB_PASSWORD: {secret: db_password}}}]\n"), 0o644)
+	code, out, errOut = run(t, "validate", comp)
+	if code != ExitFailed || !strings.Contains(errOut, wantErr) || !strings.Contains(errOut, `hosts["10.0.0.11"]: host name "10.0.0.11" contains '.'`) {
+		t.Errorf("validate: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -22,7 +22,7 @@ for graphviz (gantry plan f.yaml --format dot | dot -Tsvg > plan.svg) and
 			if !ok {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("unknown --format %q: use text, json, dot or mermaid", format)}
 			}
-			plan, err := loadPlan(args[0])
+			plan, err := loadPlan(cmd.ErrOrStderr(), args[0])
 			if err != nil {
 				printProblems(cmd.ErrOrStderr(), args[0], err)
 				return failed("")

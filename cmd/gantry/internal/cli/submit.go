@@ -91,7 +91,7 @@ part of that trace instead of a new one.`,
 // and only once it is valid: its problems are printed here, with the file
 // and line of each, as gantry validate prints them.
 func readComposition(stderr io.Writer, path string) ([]byte, error) {
-	data, inlined, err := composition.ReadForSubmit(path)
+	data, inlined, err := composition.ReadForSubmitWarn(path, warnTo(stderr))
 	if err != nil {
 		var bad *dag.InvalidError
 		if inlined && errors.As(err, &bad) {

@@ -35,7 +35,7 @@ path and line. It exits 1 when any file is invalid.`,
 }
 
 func validateFile(stdout, stderr io.Writer, file string) bool {
-	plan, err := loadPlan(file)
+	plan, err := loadPlan(stderr, file)
 	if err != nil {
 		printProblems(stderr, file, err)
 		return false
@@ -44,13 +44,19 @@ func validateFile(stdout, stderr io.Writer, file string) bool {
 	return true
 }
 
-// loadPlan reads, validates and plans one composition file.
-func loadPlan(file string) (*dag.Plan, error) {
-	c, err := composition.LoadFile(file)
+// loadPlan reads, validates and plans one composition file, printing the
+// warnings of the inventory it names on stderr.
+func loadPlan(stderr io.Writer, file string) (*dag.Plan, error) {
+	c, err := composition.LoadFileWarn(file, warnTo(stderr))
 	if err != nil {
 		return nil, err
 	}
 	return dag.PlanLoaded(c), nil
+}
+
+// warnTo prints an inventory's warnings as printWarnings does.
+func warnTo(w io.Writer) func(dag.Problem) {
+	return func(p dag.Problem) { printWarnings(w, []dag.Problem{p}) }
 }
 
 // printProblems prints every problem as "file:line: path: message", the
