@@ -31,7 +31,7 @@ func newDevCmd() *cobra.Command {
 	var syncAlways bool
 	var ssh hostexec.SSHConfig
 	var secretsDir string
-	var perHost int
+	var perHost, maxFormulas int
 	var cancelWait, unclaimedAfter time.Duration
 	var httpAddr string
 	var metrics string
@@ -134,7 +134,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, CancelWait: cancelWait, UnclaimedAfter: unclaimedAfter, Log: log, Tracer: tracers, Retention: retention}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, MaxFormulas: maxFormulas, CancelWait: cancelWait, UnclaimedAfter: unclaimedAfter, Log: log, Tracer: tracers, Retention: retention}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -148,6 +148,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	rfs := flag.NewFlagSet("retention", flag.ContinueOnError)
 	planner.RegisterRetentionFlags(rfs, &retention)
 	cmd.Flags().AddGoFlagSet(rfs)
+	cmd.Flags().IntVar(&maxFormulas, "max-formulas", 64, "formulas the executor runs at once")
 	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
 	cmd.Flags().DurationVar(&cancelWait, "cancel-wait", planner.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them")
 	cmd.Flags().DurationVar(&unclaimedAfter, "unclaimed-after", planner.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone")
@@ -187,16 +188,13 @@ func boundStop(ctx, parent context.Context, stop func(), stopped <-chan struct{}
 	}
 }
 
-// addSSHFlags adds the SSH settings of the executor and health-gate.
+// addSSHFlags adds the SSH settings of the executor and health-gate: the
+// very flags the services declare (hostexec.SSHConfig.RegisterFlags), so
+// gantry dev takes every one of them.
 func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
-	cmd.Flags().StringVar(&c.KeyFile, "ssh-key", os.Getenv("GANTRY_SSH_KEY"), "SSH private key (default $GANTRY_SSH_KEY, else ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
-	cmd.Flags().StringVar(&c.CertFile, "ssh-cert", os.Getenv("GANTRY_SSH_CERT"), "SSH user certificate for the --ssh-key key (default $GANTRY_SSH_CERT, else KEY-cert.pub beside the key when there is one)")
-	cmd.Flags().StringVar(&c.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file (default $GANTRY_KNOWN_HOSTS, else ~/.ssh/known_hosts)")
-	cmd.Flags().BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
-	cmd.Flags().BoolVar(&c.UseAgent, "ssh-agent", true, "also offer the keys of the ssh-agent at $SSH_AUTH_SOCK")
-	cmd.Flags().DurationVar(&c.ConnectTimeout, "ssh-connect-timeout", hostexec.DefaultConnectTimeout, "bound on setting up each hop's SSH connection: TCP, banner, key exchange and authentication")
-	cmd.Flags().DurationVar(&c.Keepalive, "ssh-keepalive", hostexec.DefaultKeepalive, "ask open SSH connections this often whether the host still answers; 3 unanswered in a row close it (negative: never)")
-	cmd.Flags().DurationVar(&c.SessionWait, "ssh-session-wait", hostexec.DefaultSessionWait, "how long a new SSH session that the host's sshd keeps refusing (its MaxSessions) is tried again, with none of gantry's own sessions on the connection to wait for, before the node fails")
+	fs := flag.NewFlagSet("ssh", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	cmd.Flags().AddGoFlagSet(fs)
 }
 
 // defaultDataDir is dev's data directory when --data-dir is not given.

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"flag"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,5 +140,25 @@ func TestBoundStop(t *testing.T) {
 				t.Errorf("signal default restored: %v, want %v", restored, c.interrupt)
 			}
 		})
+	}
+}
+
+// gantry dev takes every SSH flag the executor and health-gate declare
+// (it used to re-declare them, and lacked --ssh-max-sessions and
+// --ssh-idle), and the executor's --max-formulas.
+func TestDevTakesTheWorkersFlags(t *testing.T) {
+	dev := newDevCmd()
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var c hostexec.HostsConfig
+	c.RegisterFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if dev.Flags().Lookup(f.Name) == nil {
+			t.Errorf("gantry dev has no --%s, which the workers take", f.Name)
+		}
+	})
+	for _, name := range []string{"max-formulas", "per-host"} {
+		if dev.Flags().Lookup(name) == nil {
+			t.Errorf("gantry dev has no --%s, which the executor takes", name)
+		}
 	}
 }
