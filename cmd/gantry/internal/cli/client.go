@@ -26,11 +26,21 @@ type connFlags struct {
 }
 
 func (c *connFlags) add(cmd *cobra.Command) {
+	c.addConn(cmd)
+	cmd.Flags().DurationVar(&c.timeout, "timeout", defaultReplyTimeout, "how long to wait for a reply")
+}
+
+// defaultReplyTimeout is how long a request waits for its reply.
+const defaultReplyTimeout = 30 * time.Second
+
+// addConn adds the flags of the connection alone, for a command whose
+// --timeout means something else: its requests wait defaultReplyTimeout.
+func (c *connFlags) addConn(cmd *cobra.Command) {
+	c.timeout = defaultReplyTimeout
 	cmd.Flags().StringVarP(&c.opts.URL, "server", "s", "", "NATS URL (default $NATS_URL, else the context's, else "+natsconn.DefaultURL+")")
 	fs := flag.NewFlagSet("conn", flag.ContinueOnError)
 	c.opts.RegisterCredentials(fs)
 	cmd.Flags().AddGoFlagSet(fs)
-	cmd.Flags().DurationVar(&c.timeout, "timeout", 30*time.Second, "how long to wait for a reply")
 }
 
 // connect connects with the flags, the nats CLI's environment and

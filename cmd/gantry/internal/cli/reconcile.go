@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -165,18 +164,7 @@ func printDryRun(out io.Writer, path string, body []byte, drifted, targets []str
 // streams it as submit --watch does.
 func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, path string, body []byte, targets []string, watch bool) error {
 	since := time.Now().Add(-time.Second)
-	var reply events.SubmitReply
-	err := request(nc, events.SubjectSubmit, body, cf.timeout, &reply)
-	var se *serviceError
-	if errors.As(err, &se) {
-		if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
-			for _, m := range reply.Errors {
-				linef(cmd.ErrOrStderr(), "%s: %s", path, m)
-			}
-			return failed("%s with targets %s rejected: %d problem(s); nothing was run", path, strings.Join(targets, ", "), len(reply.Errors))
-		}
-		return &exitError{code: ExitProblem, err: fmt.Errorf("planner: %s", se.Description)}
-	}
+	reply, err := sendComposition(cmd.ErrOrStderr(), nc, cf.timeout, sent{file: path, what: path + " with targets " + strings.Join(targets, ", "), data: body})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,23 +45,7 @@ part of that trace instead of a new one.`,
 			}
 			defer nc.Close()
 			since := time.Now().Add(-time.Second)
-			var reply events.SubmitReply
-			tr := startSubmitTrace(cmd.ErrOrStderr())
-			err = requestWith(nc, events.SubjectSubmit, data, tr.header, cf.timeout, &reply)
-			tr.end(reply.WorkflowID, err)
-			var se *serviceError
-			if errors.As(err, &se) {
-				if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
-					for _, m := range reply.Errors {
-						linef(cmd.ErrOrStderr(), "%s: %s", args[0], m)
-					}
-					return failed("%s rejected: %d problem(s); nothing was run", args[0], len(reply.Errors))
-				}
-				return &exitError{code: ExitProblem, err: fmt.Errorf("planner: %s", se.Description)}
-			}
-			if errors.Is(err, nats.ErrTimeout) {
-				return &exitError{code: ExitProblem, err: fmt.Errorf("no answer from the planner within %s (--timeout): it may still have accepted the workflow; gantry list shows it if so", cf.timeout)}
-			}
+			reply, err := sendComposition(cmd.ErrOrStderr(), nc, cf.timeout, sent{file: args[0], data: data})
 			if err != nil {
 				return err
 			}
@@ -82,6 +67,39 @@ part of that trace instead of a new one.`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the workflow id")
 	return cmd
+}
+
+// sent is a composition to submit: its document, and the file its
+// problems are reported against ("what" names it in the verdict, file
+// when empty).
+type sent struct {
+	file, what string
+	data       []byte
+}
+
+// sendComposition submits a composition to the planner, as one trace (see
+// trace.go), and returns its reply. A rejection prints each problem on
+// stderr after the file and is an ExitFailed error; a planner that cannot
+// take it, ExitProblem.
+func sendComposition(stderr io.Writer, nc *nats.Conn, timeout time.Duration, s sent) (events.SubmitReply, error) {
+	var reply events.SubmitReply
+	tr := startSubmitTrace(stderr)
+	err := requestWith(nc, events.SubjectSubmit, s.data, tr.header, timeout, &reply)
+	tr.end(reply.WorkflowID, err)
+	var se *serviceError
+	if errors.As(err, &se) {
+		if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
+			for _, m := range reply.Errors {
+				linef(stderr, "%s: %s", s.file, m)
+			}
+			return reply, failed("%s rejected: %d problem(s); nothing was run", cmp.Or(s.what, s.file), len(reply.Errors))
+		}
+		return reply, &exitError{code: ExitProblem, err: fmt.Errorf("planner: %s", se.Description)}
+	}
+	if errors.Is(err, nats.ErrTimeout) {
+		return reply, &exitError{code: ExitProblem, err: fmt.Errorf("no answer from the planner within %s: it may still have accepted the workflow; gantry list shows it if so", timeout)}
+	}
+	return reply, err
 }
 
 // readComposition reads a composition to send, refusing one over the size

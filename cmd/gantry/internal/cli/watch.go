@@ -174,23 +174,10 @@ func runGeneration(record []byte) (int, bool) {
 func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
-	js, err := jetstream.New(nc)
+	feed, err := openEventFeed(ctx, nc, id, since, cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
-	})
-	if err != nil {
-		return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
-	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
-	}
-	go func() { <-ctx.Done(); msgs.Stop() }()
 	out := cmd.OutOrStdout()
 	var sum summary
 	status := newStatusLine(out)
@@ -199,7 +186,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	}
 	changes := map[string]bool{} // nodes an operation: check run says would change
 	for {
-		m, err := msgs.Next()
+		m, env, err := feed.next()
 		if err != nil {
 			status.end(sum.String(), time.Now())
 			if errors.Is(context.Cause(ctx), errWatchTimeout) {
@@ -208,15 +195,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			if ctx.Err() != nil {
 				return interrupted(id)
 			}
-			return &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
-		}
-		env, err := events.Parse(m.Data())
-		if err != nil || !strings.HasPrefix(env.Subject, id) {
-			continue
-		}
-		if err := events.Admit(m.Subject(), env); err != nil {
-			refused(cmd.ErrOrStderr(), err) // forged or misrouted: never shown as news
-			continue
+			return err
 		}
 		if sum.observe(env) {
 			continue // the same event stored again: shown once
@@ -245,6 +224,58 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			return nil
 		}
 		status.show(sum.String(), time.Now())
+	}
+}
+
+// eventFeed is one workflow's events, read from the event stream from a
+// start time on: its workflow, formula, node, health and progress events,
+// each admitted (events.Admit) before it is given out.
+type eventFeed struct {
+	id     string
+	msgs   jetstream.MessagesContext
+	stderr io.Writer // where events refused by events.Admit are reported
+}
+
+// openEventFeed starts reading workflow id's events from since; the feed
+// stops when ctx ends.
+func openEventFeed(ctx context.Context, nc *nats.Conn, id string, since time.Time, stderr io.Writer) (*eventFeed, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &since,
+	})
+	if err != nil {
+		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
+	}
+	go func() { <-ctx.Done(); msgs.Stop() }()
+	return &eventFeed{id: id, msgs: msgs, stderr: stderr}, nil
+}
+
+// next waits for the workflow's next event. An error (ExitProblem) means
+// the feed has stopped: its context ended, or the stream failed.
+func (f *eventFeed) next() (jetstream.Msg, *events.Envelope, error) {
+	for {
+		m, err := f.msgs.Next()
+		if err != nil {
+			return nil, nil, &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
+		}
+		env, err := events.Parse(m.Data())
+		if err != nil || !strings.HasPrefix(env.Subject, f.id) {
+			continue
+		}
+		if err := events.Admit(m.Subject(), env); err != nil {
+			refused(f.stderr, err) // forged or misrouted: never shown as news
+			continue
+		}
+		return m, env, nil
 	}
 }
 
