@@ -79,7 +79,7 @@ until health gates pass, and publishes every transition on NATS.`,
 	}
 	// --version prints what gantry version does.
 	root.SetVersionTemplate(versionText())
-	root.AddCommand(newValidateCmd(), newPlanCmd(), newInventoryCmd(), newSubmitCmd(), newWatchCmd(), newLogsCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDriftCmd(), newReconcileCmd(), newPruneCmd(), newDevCmd(), newUICmd(), newPingCmd(), newAuthCmd(),
+	root.AddCommand(newValidateCmd(), newPlanCmd(), newInventoryCmd(), newSubmitCmd(), newExecCmd(), newWatchCmd(), newLogsCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDriftCmd(), newReconcileCmd(), newPruneCmd(), newDevCmd(), newUICmd(), newPingCmd(), newAuthCmd(),
 		newControlCmd(events.VerbCancel), newControlCmd(events.VerbPause), newControlCmd(events.VerbResume), newControlCmd(events.VerbRetry), newVersionCmd())
 	return root
 }
