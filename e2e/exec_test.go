@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// execFleet is a stack with 5 sshd hosts and an Ansible inventory naming
+// them h-1..h-5 (group web: h-1..h-3, group db: h-4, h-5).
+func execFleet(t *testing.T) (*stack, string) {
+	s := newStack(t, stackOptions{hosts: 5})
+	var b strings.Builder
+	b.WriteString("all:\n  children:\n")
+	for _, g := range []struct {
+		name  string
+		hosts []int
+	}{{"web", []int{0, 1, 2}}, {"db", []int{3, 4}}} {
+		fmt.Fprintf(&b, "    %s:\n      hosts:\n", g.name)
+		for _, i := range g.hosts {
+			h := s.fleet.Hosts[i]
+			port := h.Addr[strings.LastIndexByte(h.Addr, ':')+1:]
+			fmt.Fprintf(&b, "        h-%d: {ansible_host: 127.0.0.1, ansible_port: %s, ansible_user: %s}\n", i+1, port, s.fleet.User)
+		}
+	}
+	inv := filepath.Join(t.TempDir(), "hosts.yaml")
+	if err := os.WriteFile(inv, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s, inv
+}
+
+// execCmd is gantry exec as an operator: flags go before the "--".
+func (s *stack) execCmd(bin string, args []string, command string) *exec.Cmd {
+	a := append([]string{"exec"}, args...)
+	a = append(a, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator), "--", command)
+	return exec.Command(bin, a...)
+}
+
+func (s *stack) runExec(t *testing.T, bin string, args []string, command string) (int, string, string) {
+	t.Helper()
+	cmd := s.execCmd(bin, args, command)
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	code := exitOf(t, cmd.Run())
+	return code, out.String(), errOut.String()
+}
+
+// hostBlocks cuts exec's output into each host's header and lines.
+func hostBlocks(out string) (map[string][]string, []string) {
+	blocks := map[string][]string{}
+	var order []string
+	var cur string
+	header := regexp.MustCompile(`^== (\S+) \((.*)\) ==$`)
+	summary := regexp.MustCompile(`^\d+ hosts?: \d+ ok, `)
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if summary.MatchString(l) {
+			break
+		}
+		if m := header.FindStringSubmatch(l); m != nil {
+			cur = m[1]
+			order = append(order, cur)
+			blocks[cur] = []string{m[2]}
+			continue
+		}
+		if cur != "" {
+			blocks[cur] = append(blocks[cur], l)
+		}
+	}
+	return blocks, order
+}
+
+// gantry exec runs a command on every host a pattern matches, as a
+// workflow: each host's output under its own header when its command
+// ends, a summary, exit 1 when a host failed; the workflow is in gantry
+// list; -o json has each host's result; a pattern that matches nothing is
+// a usage error naming it and the groups.
+func TestCLIExec(t *testing.T) {
+	s, inv := execFleet(t)
+	bin := buildGantry(t)
+	command := `echo "out of $GANTRY_HOST"; echo "err of $GANTRY_HOST" >&2; echo '{{ .Host }}'; [ "$GANTRY_HOST" != h-3 ] || exit 3`
+	code, out, errOut := s.runExec(t, bin, []string{inv, "all"}, command)
+	t.Logf("gantry exec %s all:\n%s\nstderr:\n%s", inv, out, errOut)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (h-3 failed)", code)
+	}
+	blocks, order := hostBlocks(out)
+	if len(order) != 5 {
+		t.Fatalf("%d host blocks, want 5: %v", len(order), order)
+	}
+	for i := 1; i <= 5; i++ {
+		h := fmt.Sprintf("h-%d", i)
+		b := blocks[h]
+		exit := "exit 0, "
+		if h == "h-3" {
+			exit = "exit 3, "
+		}
+		if len(b) != 4 || !strings.HasPrefix(b[0], exit) || !regexp.MustCompile(`, \d+\.\d\d?s$`).MatchString(b[0]) {
+			t.Errorf("%s: block %q", h, b)
+			continue
+		}
+		got := b[1:]
+		sort.Strings(got) // stdout and stderr lines come in the order printed, which pipes may reorder
+		want := []string{"err of " + h, "out of " + h, "{{ .Host }}"}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("%s: lines %q, want %q", h, got, want)
+		}
+	}
+	if !strings.HasSuffix(out, "\n5 hosts: 4 ok, 1 failed\n") {
+		t.Errorf("summary missing:\n%s", out)
+	}
+	m := regexp.MustCompile(`gantry: workflow (\S+) \((exec-[0-9a-f]{12})\) on 5 host\(s\)`).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("stderr does not name the workflow:\n%s", errOut)
+	}
+	list, err := s.gantryCmd(bin, events.Viewer, "list").CombinedOutput()
+	if err != nil || !strings.Contains(string(list), m[1]) || !strings.Contains(string(list), m[2]) {
+		t.Errorf("gantry list does not show %s %s: %v\n%s", m[1], m[2], err, list)
+	}
+
+	// -o json, a union with an exclusion, and a literal template; the
+	// same exec twice runs twice (nothing is skipped as done).
+	for range 2 {
+		execJSON(t, s, bin, inv)
+	}
+
+	// A pattern that matches nothing: exit 2, nothing submitted.
+	code, out, errOut = s.runExec(t, bin, []string{inv, "web:dbs"}, "true")
+	if code != 2 || out != "" || !strings.Contains(errOut, `gantry: host pattern: "dbs" matches no host or group of the inventory (its groups: db, web; it has 5 host(s)): nothing to run`) {
+		t.Errorf("a pattern matching nothing: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+func execJSON(t *testing.T, s *stack, bin, inv string) {
+	code, out, errOut := s.runExec(t, bin, []string{inv, "web:db:!h-5", "-o", "json"}, `echo "{{ .Host }} $GANTRY_HOST"`)
+	var doc struct {
+		WorkflowID string `json:"workflow_id"`
+		Status     string `json:"status"`
+		Hosts      []struct {
+			Host     string  `json:"host"`
+			Status   string  `json:"status"`
+			ExitCode *int    `json:"exit_code"`
+			Duration float64 `json:"duration"`
+			Stdout   string  `json:"stdout"`
+			Output   []struct{ Stream, Line string }
+		} `json:"hosts"`
+		Summary struct{ Hosts, OK, Failed int } `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 {
+		t.Fatalf("-o json: exit %d, %v\n%s\nstderr:\n%s", code, err, out, errOut)
+	}
+	if doc.Status != "succeeded" || doc.WorkflowID == "" || len(doc.Hosts) != 4 || doc.Summary.Hosts != 4 || doc.Summary.OK != 4 {
+		t.Fatalf("-o json: %+v", doc)
+	}
+	var hosts []string
+	for _, h := range doc.Hosts {
+		hosts = append(hosts, h.Host)
+		if h.Status != "succeeded" || h.ExitCode == nil || *h.ExitCode != 0 || h.Duration < 0 || h.Stdout != "{{ .Host }} "+h.Host+"\n" ||
+			len(h.Output) != 1 || h.Output[0].Stream != "stdout" {
+			t.Errorf("-o json host %+v", h)
+		}
+	}
+	sort.Strings(hosts)
+	if strings.Join(hosts, " ") != "h-1 h-2 h-3 h-4" {
+		t.Errorf("-o json hosts %v", hosts)
+	}
+}
+
+// --forks 2 runs the command on at most 2 hosts at once: each host writes
+// when its command starts and ends.
+func TestCLIExecForks(t *testing.T) {
+	s, inv := execFleet(t)
+	bin := buildGantry(t)
+	dir := t.TempDir()
+	command := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s/$GANTRY_HOST; sleep 1; echo "end $(date +%%s%%N)" >> %[1]s/$GANTRY_HOST`, dir)
+	code, out, errOut := s.runExec(t, bin, []string{inv, "all", "--forks", "2"}, command)
+	if code != 0 || !strings.Contains(out, "5 hosts: 5 ok, 0 failed") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	type mark struct {
+		at    int64
+		delta int
+	}
+	var marks []mark
+	for i := 1; i <= 5; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("h-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			what, ns, _ := strings.Cut(l, " ")
+			at, err := strconv.ParseInt(ns, 10, 64)
+			if err != nil {
+				t.Fatalf("h-%d: %q", i, l)
+			}
+			marks = append(marks, mark{at, map[string]int{"start": 1, "end": -1}[what]})
+		}
+	}
+	if len(marks) != 10 {
+		t.Fatalf("%d marks, want a start and an end on each of 5 hosts", len(marks))
+	}
+	sort.Slice(marks, func(i, j int) bool { // an end before a start at the same instant
+		return marks[i].at < marks[j].at || marks[i].at == marks[j].at && marks[i].delta < marks[j].delta
+	})
+	running, most := 0, 0
+	for _, m := range marks {
+		running += m.delta
+		most = max(most, running)
+	}
+	t.Logf("at most %d host(s) ran the command at once", most)
+	if most > 2 || most < 1 {
+		t.Fatalf("%d hosts ran at once with --forks 2", most)
+	}
+}
+
+// Ctrl-C cancels the exec's workflow: its commands are killed on the
+// hosts, each host is printed as cancelled, and gantry exits 130.
+func TestCLIExecInterrupted(t *testing.T) {
+	s, inv := execFleet(t)
+	bin := buildGantry(t)
+	dir := t.TempDir()
+	marker := fmt.Sprintf("gantry-e2e-exec-%d", time.Now().UnixNano())
+	cmd := s.execCmd(bin, []string{inv, "web"}, fmt.Sprintf("echo started; touch %s/$GANTRY_HOST; sleep 60; echo %s", dir, marker))
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	re := regexp.MustCompile(`gantry: workflow (\S+) `)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := re.FindStringSubmatch(errOut.String()); m != nil {
+			id = m[1]
+			break
+		}
+	}
+	if id == "" {
+		cmd.Process.Kill()
+		t.Fatalf("no workflow:\n%s", errOut.String())
+	}
+	s.waitFor("the commands to run on the hosts", 30*time.Second, func() bool {
+		n, _ := filepath.Glob(filepath.Join(dir, "h-*"))
+		return len(n) == 3
+	})
+	// A command's output streams once it has run 150 ms (before, it comes
+	// with its result, which a killed command has not).
+	s.waitFor("the commands' output to stream", 30*time.Second, func() bool {
+		logs, _ := s.gantryCmd(bin, events.Viewer, "logs", id).Output()
+		return strings.Count(string(logs), " stdout started\n") == 3
+	})
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	code := exitOf(t, cmd.Wait())
+	t.Logf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", code, time.Since(start), out.String(), errOut.String())
+	blocks, _ := hostBlocks(out.String())
+	if code != 130 || len(blocks) != 3 || !strings.Contains(errOut.String(), "cancelling workflow "+id) ||
+		!strings.Contains(out.String(), "3 hosts: 0 ok, 0 failed, 3 cancelled") {
+		t.Fatalf("exit %d, %d host blocks", code, len(blocks))
+	}
+	for h, b := range blocks {
+		if !strings.HasPrefix(b[0], "cancelled, ") || len(b) < 2 || b[1] != "started" {
+			t.Errorf("%s: %q", h, b)
+		}
+	}
+	if st := s.status(id).Status; st != dag.WorkflowCancelled {
+		t.Errorf("workflow %s", st)
+	}
+	s.waitFor("no command left on the hosts", 10*time.Second, func() bool {
+		out, _ := exec.Command("pgrep", "-f", marker).Output()
+		return strings.TrimSpace(string(out)) == ""
+	})
+}
