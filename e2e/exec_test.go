@@ -282,3 +282,45 @@ func TestCLIExecInterrupted(t *testing.T) {
 		return strings.TrimSpace(string(out)) == ""
 	})
 }
+
+// gantry exec --become runs the command through sudo -n; --become=false
+// runs it as the login user on a host that becomes. The hosts come from a
+// composition file (one logs in with its identity_file).
+func TestCLIExecBecome(t *testing.T) {
+	b := newBecomeSetup(t)
+	bin := buildGantry(t)
+	addr := b.s.fleet.Hosts[0].Addr
+	comp := filepath.Join(t.TempDir(), "fleet.yaml")
+	doc := fmt.Sprintf(`name: fleet
+hosts:
+  plain: {address: "%[1]s", user: %[2]s, identity_file: %[3]s}
+  root: {address: "%[1]s", user: %[2]s, identity_file: %[3]s, become: true}
+formulas: [{id: x, server: plain, nodes: [{name: n, run: "true"}]}]
+`, addr, b.login, b.key)
+	if err := os.WriteFile(comp, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string // plain's user, root's
+	}{
+		{nil, b.login + " root"},
+		{[]string{"--become"}, "root root"},
+		{[]string{"--become=false"}, b.login + " " + b.login},
+	} {
+		code, out, errOut := b.s.runExec(t, bin, append([]string{comp, "all", "-o", "json"}, tc.flags...), "id -un")
+		var doc struct {
+			Hosts []struct{ Host, Stdout string } `json:"hosts"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 {
+			t.Fatalf("%v: exit %d %v\n%s\n%s", tc.flags, code, err, out, errOut)
+		}
+		users := map[string]string{}
+		for _, h := range doc.Hosts {
+			users[h.Host] = strings.TrimSpace(h.Stdout)
+		}
+		if got := users["plain"] + " " + users["root"]; got != tc.want {
+			t.Errorf("%v: users %q, want %q", tc.flags, got, tc.want)
+		}
+	}
+}
