@@ -44,14 +44,22 @@ func execFleet(t *testing.T) (*stack, string) {
 
 // execCmd is gantry exec as an operator: flags go before the "--".
 func (s *stack) execCmd(bin string, args []string, command string) *exec.Cmd {
+	return s.execAs(events.Operator, bin, args, command)
+}
+
+func (s *stack) execAs(id events.Identity, bin string, args []string, command string) *exec.Cmd {
 	a := append([]string{"exec"}, args...)
-	a = append(a, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator), "--", command)
+	a = append(a, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(id), "--", command)
 	return exec.Command(bin, a...)
 }
 
 func (s *stack) runExec(t *testing.T, bin string, args []string, command string) (int, string, string) {
 	t.Helper()
-	cmd := s.execCmd(bin, args, command)
+	return runCmd(t, s.execCmd(bin, args, command))
+}
+
+func runCmd(t *testing.T, cmd *exec.Cmd) (int, string, string) {
+	t.Helper()
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	code := exitOf(t, cmd.Run())
@@ -86,7 +94,7 @@ func hostBlocks(out string) (map[string][]string, []string) {
 // workflow: each host's output under its own header when its command
 // ends, a summary, exit 1 when a host failed; the workflow is in gantry
 // list; -o json has each host's result; a pattern that matches nothing is
-// a usage error naming it and the groups.
+// a usage error naming it and the groups; a viewer may not exec.
 func TestCLIExec(t *testing.T) {
 	s, inv := execFleet(t)
 	bin := buildGantry(t)
@@ -134,6 +142,12 @@ func TestCLIExec(t *testing.T) {
 	// same exec twice runs twice (nothing is skipped as done).
 	for range 2 {
 		execJSON(t, s, bin, inv)
+	}
+
+	// An exec is a submit: a viewer may not.
+	code, out, errOut = runCmd(t, s.execAs(events.Viewer, bin, []string{inv, "all"}, "true"))
+	if code != 3 || out != "" || !strings.Contains(errOut, "workflow.submit: not allowed for this identity") {
+		t.Errorf("a viewer's exec: exit %d\n%s\n%s", code, out, errOut)
 	}
 
 	// A pattern that matches nothing: exit 2, nothing submitted.
