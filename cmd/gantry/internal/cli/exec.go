@@ -171,15 +171,15 @@ type fleet struct {
 
 // readFleet reads the hosts and groups of an Ansible inventory (a file or
 // a directory) or of a composition (a document with formulas). Problems
-// are printed with their file and line (exit 1); a file that cannot be
-// read is exit 3.
+// are printed with their file and line (exit 1), and so are the
+// inventory's warnings; a file that cannot be read is exit 3.
 func readFleet(stderr io.Writer, path string) (*fleet, error) {
 	isComp, err := isCompositionFile(path)
 	if err != nil {
 		return nil, &exitError{code: ExitProblem, err: err}
 	}
 	if isComp {
-		c, err := composition.LoadFile(path)
+		c, err := composition.LoadFileWarn(path, warnTo(stderr))
 		if err != nil {
 			return nil, fleetProblem(stderr, path, err)
 		}
@@ -189,6 +189,7 @@ func readFleet(stderr io.Writer, path string) (*fleet, error) {
 	if err != nil {
 		return nil, fleetProblem(stderr, path, err)
 	}
+	printWarnings(stderr, inv.Warnings)
 	return &fleet{Hosts: inv.Hosts, Groups: inv.Groups}, nil
 }
 

@@ -111,8 +111,8 @@ func TestExecLiteralCommand(t *testing.T) {
 	}
 }
 
-// TestExecPatterns: which hosts an inventory's and a composition's
-// patterns select, and what matches nothing (exit 2, naming it and the
+// TestExecPatterns: which hosts patterns select of an inventory (INI or
+// YAML) and of a composition, and what matches nothing (exit 2, naming it and the
 // groups).
 func TestExecPatterns(t *testing.T) {
 	inv := writeFile(t, "hosts.yaml", execInventory)
@@ -127,7 +127,10 @@ groups:
 formulas:
   - {id: x, server: b-1, nodes: [{name: n, run: "true"}]}
 `)
+	ini := writeFile(t, "hosts.ini", "[web]\nweb-[1:3] ansible_host=10.0.0.1\n[db]\ndb-1\n[prod:children]\nweb\n")
 	for _, tc := range []struct{ file, pattern, limit, want string }{
+		{ini, "prod:!web-2", "", "web-1 web-3"},
+		{ini, "all", "~(db|web-3)", "db-1 web-3"},
 		{inv, "web", "", "web-1 web-2 web-3"},
 		{inv, "all", "", "bastion db-1 web-1 web-2 web-3"},
 		{inv, "web-*:db", "", "db-1 web-1 web-2 web-3"},
@@ -220,5 +223,20 @@ func TestOutputComplete(t *testing.T) {
 		if got := outputComplete(tc.lines, tc.tails); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestExecInventoryWarnings: what gantry inventory warns about (a secret
+// written in the inventory, left out) exec says too, never the value.
+func TestExecInventoryWarnings(t *testing.T) {
+	inv := writeFile(t, "hosts.ini", "[web]\nweb-1 ansible_host=10.0.0.1 db_password=hunter2\n")
+	var stderr bytes.Buffer
+	f, err := readFleet(&stderr, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := f.Hosts["web-1"].Vars["db_password"]; kept || !strings.Contains(stderr.String(), inv+":2: ") ||
+		!strings.Contains(stderr.String(), "warning: ") || strings.Contains(stderr.String(), "hunter2") {
+		t.Errorf("vars %v, stderr:\n%s", f.Hosts["web-1"].Vars, stderr.String())
 	}
 }

@@ -49,9 +49,6 @@ part of that trace instead of a new one.`,
 			if err != nil {
 				return err
 			}
-			for _, w := range reply.Warnings {
-				linef(cmd.ErrOrStderr(), "warning: %s", w)
-			}
 			if quiet {
 				linef(cmd.OutOrStdout(), "%s", reply.WorkflowID)
 			} else {
@@ -78,7 +75,8 @@ type sent struct {
 }
 
 // sendComposition submits a composition to the planner, as one trace (see
-// trace.go), and returns its reply. A rejection prints each problem on
+// trace.go), and returns its reply; the planner's warnings about an
+// accepted one are printed on stderr. A rejection prints each problem on
 // stderr after the file and is an ExitFailed error; a planner that cannot
 // take it, ExitProblem.
 func sendComposition(stderr io.Writer, nc *nats.Conn, timeout time.Duration, s sent) (events.SubmitReply, error) {
@@ -98,6 +96,9 @@ func sendComposition(stderr io.Writer, nc *nats.Conn, timeout time.Duration, s s
 	}
 	if errors.Is(err, nats.ErrTimeout) {
 		return reply, &exitError{code: ExitProblem, err: fmt.Errorf("no answer from the planner within %s: it may still have accepted the workflow; gantry list shows it if so", timeout)}
+	}
+	for _, w := range reply.Warnings {
+		linef(stderr, "warning: %s", w)
 	}
 	return reply, err
 }
