@@ -18,24 +18,23 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
-// execFleet is a stack with 5 sshd hosts and an Ansible inventory naming
-// them h-1..h-5 (group web: h-1..h-3, group db: h-4, h-5).
+// execFleet is a stack with 5 sshd hosts and an Ansible INI inventory
+// naming them h-1..h-5 (group web: h-1..h-3, group db: h-4, h-5).
 func execFleet(t *testing.T) (*stack, string) {
 	s := newStack(t, stackOptions{hosts: 5})
 	var b strings.Builder
-	b.WriteString("all:\n  children:\n")
 	for _, g := range []struct {
 		name  string
 		hosts []int
 	}{{"web", []int{0, 1, 2}}, {"db", []int{3, 4}}} {
-		fmt.Fprintf(&b, "    %s:\n      hosts:\n", g.name)
+		fmt.Fprintf(&b, "[%s]\n", g.name)
 		for _, i := range g.hosts {
 			h := s.fleet.Hosts[i]
 			port := h.Addr[strings.LastIndexByte(h.Addr, ':')+1:]
-			fmt.Fprintf(&b, "        h-%d: {ansible_host: 127.0.0.1, ansible_port: %s, ansible_user: %s}\n", i+1, port, s.fleet.User)
+			fmt.Fprintf(&b, "h-%d ansible_host=127.0.0.1 ansible_port=%s ansible_user=%s\n", i+1, port, s.fleet.User)
 		}
 	}
-	inv := filepath.Join(t.TempDir(), "hosts.yaml")
+	inv := filepath.Join(t.TempDir(), "hosts.ini")
 	if err := os.WriteFile(inv, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
