@@ -305,11 +305,15 @@ var errMissing = errors.New("missing")
 func (r *Ref) validate(needFormula, needNode bool) error {
 	var errs []error
 	check := func(name, v string, need bool) {
+		ok, what := dag.IsToken, "token"
+		if name == "host" {
+			ok, what = dag.IsHostName, "host name"
+		}
 		switch {
 		case need && v == "":
 			errs = append(errs, fmt.Errorf("%s: %w", name, errMissing))
-		case v != "" && !dag.IsToken(v):
-			errs = append(errs, fmt.Errorf("%s %q is not a token", name, v))
+		case v != "" && !ok(v):
+			errs = append(errs, fmt.Errorf("%s %q is not a %s", name, v, what))
 		}
 	}
 	check("workflow_id", r.WorkflowID, true)
