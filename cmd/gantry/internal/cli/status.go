@@ -244,6 +244,9 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 				}
 				return rebuildState(cmd, cf, check, time.Now().Add(timeout), timeout)
 			}
+			if p := dag.HostNameProblem(host); host != "" && p != "" {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--host: host name %s", p)}
+			}
 			nc, err := cf.connect()
 			if err != nil {
 				return err
@@ -260,7 +263,7 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVar(&host, "host", "", "only this host")
+	cmd.Flags().StringVar(&host, "host", "", "only this host, by its name (10.0.0.5, web-1.example.com)")
 	outputFlag(cmd, &output, "table", "json")
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
