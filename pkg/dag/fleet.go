@@ -261,7 +261,7 @@ type TemplateData struct {
 	Host    string      // the host's name in the composition
 	Address string      // its address (host:port), or "" for transport local
 	Labels  TemplateMap // its labels
-	Vars    TemplateMap // the composition's vars, overridden by the host's
+	Vars    TemplateMap // the composition's vars, overridden by the host's, overridden by the extra vars
 }
 
 // String is what printing the whole of it ({{ . }}) gives: its host, not
@@ -334,13 +334,12 @@ func renderEnv(env map[string]EnvValue, p string, r func(*string, string) bool, 
 
 func templateData(c *Composition, name string, h Host) TemplateData {
 	vars := TemplateMap(c.Vars) // shared, read only
-	if len(h.Vars) > 0 {
-		vars = make(TemplateMap, len(c.Vars)+len(h.Vars))
-		for k, v := range c.Vars {
-			vars[k] = v
-		}
-		for k, v := range h.Vars {
-			vars[k] = v
+	if len(h.Vars) > 0 || len(c.ExtraVars) > 0 {
+		vars = make(TemplateMap, len(c.Vars)+len(h.Vars)+len(c.ExtraVars))
+		for _, layer := range []map[string]string{c.Vars, h.Vars, c.ExtraVars} { // each over the one before
+			for k, v := range layer {
+				vars[k] = v
+			}
 		}
 	}
 	if vars == nil {
