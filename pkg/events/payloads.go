@@ -98,6 +98,10 @@ type WorkflowEvent struct {
 	// Graph, on accepted only, is the run's DAG without commands (absent
 	// for a plan too large; see Graph).
 	Graph *Graph `json:"graph,omitempty"`
+	// Vars, on accepted only, are the composition's extra vars (--var,
+	// --var-file) as dag.ShownVars shows them: a secret-looking name's
+	// value is "***".
+	Vars map[string]string `json:"vars,omitempty"`
 }
 
 // FormulaEvent is published on decky.<host>.lifecycle.

@@ -57,6 +57,9 @@ type WorkflowDoc struct {
 	// the planner carried out, in order.
 	SubmittedBy *Principal `json:"submitted_by,omitempty"`
 	Requests    []Request  `json:"requests,omitempty"`
+	// Vars are the extra vars it was submitted with (--var, --var-file),
+	// a secret-looking name's value shown as "***" (WorkflowEvent.Vars).
+	Vars map[string]string `json:"vars,omitempty"`
 	// EventIDs are the ids of the last MaxWorkflowEventIDs workflow
 	// events applied: running and paused alternate, so only its id tells
 	// a pause stored twice from a new one.

@@ -112,6 +112,9 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 	if d.SubmittedBy != nil {
 		fmt.Fprintf(w, "  submitted by %s\n", termsafe.Line(d.SubmittedBy.String()))
 	}
+	if len(d.Vars) > 0 {
+		fmt.Fprintf(w, "  vars (--var, --var-file): %s\n", termsafe.Line(varsText(d.Vars)))
+	}
 	for _, r := range d.Requests {
 		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.String()))
 	}
@@ -407,6 +410,7 @@ func printFindings(w io.Writer, rep *events.RebuildReport) int {
 
 func newDriftCmd() *cobra.Command {
 	var cf connFlags
+	var vf *varFlags
 	var output string
 	cmd := &cobra.Command{
 		Use:   "drift FILE",
@@ -417,10 +421,12 @@ same spec), changed (in place with another spec hash), or missing (never
 created, deleted, or its last run did not complete; a check run does not
 count), and each node the composition put in place on its hosts but no longer
 has is orphaned. Other compositions' nodes on the same hosts are theirs, and
-are not reported. It exits 0 when everything is ok and 1 when anything drifted.`,
+are not reported. It exits 0 when everything is ok and 1 when anything drifted.
+Give the --var and --var-file the composition was submitted with: a var a
+command uses changes its spec.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := readComposition(cmd.ErrOrStderr(), args[0])
+			data, err := vf.readForSubmit(cmd.ErrOrStderr(), args[0])
 			if err != nil {
 				return err
 			}
@@ -462,6 +468,7 @@ are not reported. It exits 0 when everything is ok and 1 when anything drifted.`
 		},
 	}
 	cf.add(cmd)
+	vf = addVarFlags(cmd)
 	outputFlag(cmd, &output, "table", "json")
 	return cmd
 }

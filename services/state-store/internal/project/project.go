@@ -647,7 +647,7 @@ func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.W
 	doc.Error = w.Error
 	doc.EndedAt = w.EndedAt
 	if w.Status == dag.WorkflowAccepted {
-		doc.CreatedAt = ev.Time
+		doc.CreatedAt, doc.Vars = ev.Time, dag.ShownVars(w.Vars) // masked again: whoever published it
 	}
 	if n := sum(w.Formulas); n > 0 {
 		doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
