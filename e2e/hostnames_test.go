@@ -18,8 +18,8 @@ import (
 
 // dottedComposition: two sshd hosts named as machines are, an IPv4
 // address and a fully qualified name (both reached at 127.0.0.1 and
-// their sshd's port), a formula on one and a group formula on both;
-// every node prints its host and a var.
+// their sshd's port), a formula on one and a group formula with a health
+// gate on both; every node prints its host and a var.
 func dottedComposition(s *stack) string {
 	h, user := s.fleet.Hosts, s.fleet.User
 	return fmt.Sprintf(`name: dotted
@@ -37,6 +37,7 @@ formulas:
     group: web
     depends_on: [base]
     nodes: [{name: conf, run: "echo conf on {{ .Host }} env={{ .Vars.env }}"}]
+    health_gate: {check: "test {{ .Host }} = $(echo {{ .Host }})", timeout: 10s, retries: 2}
 `, h[0].Addr, user, h[1].Addr, user)
 }
 
@@ -124,6 +125,11 @@ func TestDottedHostNames(t *testing.T) {
 		}
 	}
 	doc := s.wait(id, 30*time.Second)
+	for _, f := range []string{"app-10_0_0_5", "app-web-1_example_com"} {
+		if fd := doc.Formulas[f]; fd == nil || fd.Status != "healthy" || fd.Health == nil || fd.Health.Status != events.HealthPass {
+			t.Errorf("%s's health gate on its dotted host: %+v", f, fd)
+		}
+	}
 	if doc.Formulas["base"].Host != "10.0.0.5" || doc.Formulas["app-web-1_example_com"].Host != "web-1.example.com" {
 		t.Errorf("workflow document hosts: base on %q, app-web-1_example_com on %q", doc.Formulas["base"].Host, doc.Formulas["app-web-1_example_com"].Host)
 	}
