@@ -74,7 +74,12 @@ type Composition struct {
 	// of hosts that formulas fan out over, the inventory file that stands
 	// in for hosts and groups (read by the CLI, never sent), the run's
 	// priority, and limits on nodes running at once across executors.
-	Vars      map[string]string `json:"vars,omitempty"`
+	Vars map[string]string `json:"vars,omitempty"`
+	// ExtraVars are the vars given on the command line (gantry's --var
+	// and --var-file): over the composition's and every host's own (see
+	// extravars.go). The submitted composition carries them, so the
+	// workflow's record keeps what its commands were rendered with.
+	ExtraVars map[string]string `json:"extra_vars,omitempty"`
 	Groups    map[string]Group  `json:"groups,omitempty"`
 	Inventory string            `json:"inventory,omitempty"`
 	Priority  int               `json:"priority,omitempty"`

@@ -217,6 +217,7 @@ func (d *decoder) composition(v *Value) *Composition {
 		"targets":    d.strings(&c.Targets),
 		"reset":      d.boolean(&c.Reset),
 		"vars":       d.scalars(&c.Vars),
+		"extra_vars": d.scalars(&c.ExtraVars),
 		"groups":     func(v *Value, p string) { c.Groups = d.groups(v, p) },
 		"inventory":  d.str(&c.Inventory),
 		"priority":   d.priority(&c.Priority),

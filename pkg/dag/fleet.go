@@ -8,7 +8,7 @@ import (
 
 // Fleets. Hosts carry labels and vars; groups select hosts by label or by
 // name; a formula with `group` instead of `server` fans out into one
-// instance per host of the group, named "<formula>-<host>", each a formula
+// instance per host of the group, named "<formula>-<host token>" (InstanceID), each a formula
 // of its own. Every command (run, check, delete, a gate's check, plain env
 // values) is a Go text/template over the host it runs on, rendered when
 // the composition is loaded, so plans, spec hashes and records hold the
@@ -145,7 +145,7 @@ func expand(c *Composition, ps *problems) {
 	ids := make(map[string]string, len(out)) // instance id -> its path, to find clashes
 	for i, f := range out {
 		if first, dup := ids[f.ID]; dup {
-			ps.add(first, 0, CodeDuplicate, "formula id %q is made twice (an instance of a group formula is named <formula>-<host>; rename one)", f.ID)
+			ps.add(first, 0, CodeDuplicate, "formula id %q is made twice (an instance of a group formula is named <formula>-<host token>; rename one)", f.ID)
 		}
 		ids[f.ID] = indexPath("formulas", i)
 		out[i].DependsOn = expandDeps(f.DependsOn, instances)
@@ -203,7 +203,7 @@ func fanOut(c *Composition, f Formula, p string, hosts []string, rd *renderer, p
 	made := make([]Formula, 0, len(hosts))
 	for k, h := range hosts {
 		m := f
-		m.ID, m.Server, m.Group, m.Rollout = f.ID+"-"+h, h, "", nil
+		m.ID, m.Server, m.Group, m.Rollout = InstanceID(f.ID, h), h, "", nil
 		if !IsToken(m.ID) {
 			ps.add(p+".id", 0, CodeToken, "instance %q of formula %q on host %q: %s", m.ID, f.ID, h, tokenProblem(m.ID))
 		}
@@ -212,7 +212,7 @@ func fanOut(c *Composition, f Formula, p string, hosts []string, rd *renderer, p
 			m.Instance.Batch, m.Instance.Batches, m.Instance.MaxFailed = k/size+1, batches, maxFailed
 			if b := k / size; b > 0 {
 				for _, prev := range hosts[(b-1)*size : b*size] {
-					m.DependsOn = append(slices.Clip(m.DependsOn), FormulaDep{Formula: f.ID + "-" + prev, Condition: ConditionRollout})
+					m.DependsOn = append(slices.Clip(m.DependsOn), FormulaDep{Formula: InstanceID(f.ID, prev), Condition: ConditionRollout})
 				}
 			}
 		}
@@ -261,7 +261,7 @@ type TemplateData struct {
 	Host    string      // the host's name in the composition
 	Address string      // its address (host:port), or "" for transport local
 	Labels  TemplateMap // its labels
-	Vars    TemplateMap // the composition's vars, overridden by the host's
+	Vars    TemplateMap // the composition's vars, overridden by the host's, overridden by the extra vars
 }
 
 // String is what printing the whole of it ({{ . }}) gives: its host, not
@@ -334,13 +334,12 @@ func renderEnv(env map[string]EnvValue, p string, r func(*string, string) bool, 
 
 func templateData(c *Composition, name string, h Host) TemplateData {
 	vars := TemplateMap(c.Vars) // shared, read only
-	if len(h.Vars) > 0 {
-		vars = make(TemplateMap, len(c.Vars)+len(h.Vars))
-		for k, v := range c.Vars {
-			vars[k] = v
-		}
-		for k, v := range h.Vars {
-			vars[k] = v
+	if len(h.Vars) > 0 || len(c.ExtraVars) > 0 {
+		vars = make(TemplateMap, len(c.Vars)+len(h.Vars)+len(c.ExtraVars))
+		for _, layer := range []map[string]string{c.Vars, h.Vars, c.ExtraVars} { // each over the one before
+			for k, v := range layer {
+				vars[k] = v
+			}
 		}
 	}
 	if vars == nil {

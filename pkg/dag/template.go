@@ -87,14 +87,15 @@ type renderer struct {
 }
 
 // data is what the templates of host name see, made once a host. A host
-// with vars of its own gets a copy of the composition's with its own over
-// them, charged copySteps an entry; the others share the composition's.
+// with vars of its own (or a composition with extra vars) gets a copy of
+// the composition's with the others over them, charged copySteps an
+// entry; the others share the composition's.
 func (r *renderer) data(c *Composition, name string, h Host) (TemplateData, error) {
 	if d, ok := r.hosts[name]; ok {
 		return d, nil
 	}
-	if len(h.Vars) > 0 {
-		if err := r.spend(copySteps * (len(c.Vars) + len(h.Vars))); err != nil {
+	if len(h.Vars) > 0 || len(c.ExtraVars) > 0 {
+		if err := r.spend(copySteps * (len(c.Vars) + len(h.Vars) + len(c.ExtraVars))); err != nil {
 			return TemplateData{}, err
 		}
 	}

@@ -120,6 +120,7 @@ func (v *validator) run() {
 	for _, name := range sortedKeys(c.Hosts) {
 		v.host(keyPath("hosts", name), name, c.Hosts[name])
 	}
+	v.hostTokens() // host.go
 	v.fleet()
 	v.limits() // limits.go
 	if len(c.Formulas) == 0 {
@@ -146,7 +147,7 @@ func (v *validator) run() {
 }
 
 func (v *validator) host(p, name string, h Host) {
-	v.token(p, name, "host name")
+	v.hostName(p, name)
 	switch h.Transport {
 	case "", TransportSSH:
 		if h.Address == "" {
@@ -378,7 +379,7 @@ func (v *validator) targets(ids map[string]int) {
 }
 
 // isInstance reports whether id names an instance of a group formula
-// ("<formula>-<host>" for a host of its group).
+// (InstanceID: "<formula>-<host token>" for a host of its group).
 func (v *validator) isInstance(id string) bool {
 	for _, f := range v.c.Formulas {
 		if f.Group == "" || !strings.HasPrefix(id, f.ID+"-") {
@@ -387,7 +388,7 @@ func (v *validator) isInstance(id string) bool {
 		if v.hostsOf == nil {
 			v.hostsOf = groupHostsOnce(v.c)
 		}
-		if _, ok := v.c.Groups[f.Group]; ok && slices.Contains(v.hostsOf(f.Group), strings.TrimPrefix(id, f.ID+"-")) {
+		if _, ok := v.c.Groups[f.Group]; ok && slices.ContainsFunc(v.hostsOf(f.Group), func(h string) bool { return InstanceID(f.ID, h) == id }) {
 			return true
 		}
 	}

@@ -230,7 +230,7 @@ func TestDecodeDataRejectsBadPayloads(t *testing.T) {
 		msg string
 	}{
 		"node without node":     {&events.NodeEvent{Ref: fmlRef(), Status: dag.NodeRunning}, "node: missing"},
-		"bad host token":        {&events.NodeEvent{Ref: func() events.Ref { r := ref; r.Host = "a.b"; return r }(), Status: dag.NodeRunning}, `host "a.b" is not a token`},
+		"bad host name":         {&events.NodeEvent{Ref: func() events.Ref { r := ref; r.Host = "a..b"; return r }(), Status: dag.NodeRunning}, `host "a..b" is not a host name`},
 		"bad operation":         {&events.FormulaEvent{Ref: func() events.Ref { r := fmlRef(); r.Operation = "zap"; return r }(), Status: dag.FormulaRunning}, "operation"},
 		"dispatch no nodes":     {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1}, "nodes: missing"},
 		"dispatch bad dep":      {&events.Dispatch{Ref: fmlRef(), Host: events.HostSpec{Transport: dag.TransportLocal}, MaxParallel: 1, Nodes: []events.WorkNode{{Name: "a", DependsOn: []string{"zz"}}}, Order: []string{"a"}}, `unknown node "zz"`},

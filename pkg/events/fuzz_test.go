@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
@@ -17,6 +18,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"gantry.node.failed","data":{"attempt":-1}}`))
 	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"gantry.progress.update","data":{"workflow_id":"w","workflow":"w","formula":"f","host":"h","node":"n","operation":"create","attempt":1,"percent":101}}`))
+	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"gantry.node.running","data":{"workflow_id":"w","workflow":"w","formula":"f","host":"10.0.0.5","node":"n","operation":"create","status":"running"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, err := events.Parse(b)
 		if err != nil {
@@ -31,6 +33,24 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		_, _ = events.ParseSubject(string(b))
+	})
+}
+
+// FuzzParseSubject: a subject parses or is refused; a host's part is
+// always a host token, which a host name with dots never is.
+func FuzzParseSubject(f *testing.F) {
+	for _, s := range []string{"decky.10_0_0_5.logs.n", "decky.web-1.example.com.lifecycle", "decky.cp-0.dispatch._", "decky.h.dispatch.eu-1",
+		"workflow.abc.cancel", "state.host", "decky..lifecycle", "decky.*.lifecycle"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sub, err := events.ParseSubject(s)
+		if err != nil || sub.Host == "" {
+			return
+		}
+		if !dag.IsHostToken(sub.Host) || dag.HostToken(sub.Host) != sub.Host {
+			t.Fatalf("%q: host %q is not a host token", s, sub.Host)
+		}
 	})
 }
 

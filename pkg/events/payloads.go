@@ -98,6 +98,10 @@ type WorkflowEvent struct {
 	// Graph, on accepted only, is the run's DAG without commands (absent
 	// for a plan too large; see Graph).
 	Graph *Graph `json:"graph,omitempty"`
+	// Vars, on accepted only, are the composition's extra vars (--var,
+	// --var-file) as dag.ShownVars shows them: a secret-looking name's
+	// value is "***".
+	Vars map[string]string `json:"vars,omitempty"`
 }
 
 // FormulaEvent is published on decky.<host>.lifecycle.
@@ -305,11 +309,15 @@ var errMissing = errors.New("missing")
 func (r *Ref) validate(needFormula, needNode bool) error {
 	var errs []error
 	check := func(name, v string, need bool) {
+		ok, what := dag.IsToken, "token"
+		if name == "host" {
+			ok, what = dag.IsHostName, "host name"
+		}
 		switch {
 		case need && v == "":
 			errs = append(errs, fmt.Errorf("%s: %w", name, errMissing))
-		case v != "" && !dag.IsToken(v):
-			errs = append(errs, fmt.Errorf("%s %q is not a token", name, v))
+		case v != "" && !ok(v):
+			errs = append(errs, fmt.Errorf("%s %q is not a %s", name, v, what))
 		}
 	}
 	check("workflow_id", r.WorkflowID, true)

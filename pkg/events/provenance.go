@@ -178,7 +178,7 @@ func Admit(subject string, env *Envelope) error {
 		return fmt.Errorf("%w: %s on %s: data: %w", ErrNotAdmitted, env.Type, subject, err)
 	}
 	switch {
-	case sub.Host != "" && a.Host != sub.Host:
+	case sub.Host != "" && dag.HostToken(a.Host) != sub.Host:
 		return fmt.Errorf("%w: %s on %s is about host %q", ErrNotAdmitted, env.Type, subject, a.Host)
 	case sub.WorkflowID != "" && a.WorkflowID != sub.WorkflowID:
 		return fmt.Errorf("%w: %s on %s is about workflow %q", ErrNotAdmitted, env.Type, subject, a.WorkflowID)

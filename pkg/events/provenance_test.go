@@ -81,6 +81,10 @@ func TestAdmit(t *testing.T) {
 	workflow := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: "wf1", Workflow: "w", Operation: dag.OpCreate, Generation: 1}, Status: dag.WorkflowSucceeded}
 	health := &events.HealthEvent{Ref: ref, Status: events.HealthPass, Final: true}
 	line := &events.LogLine{Ref: node, Stream: events.Stdout, Seq: 1, Line: "x"}
+	dotted := &events.FormulaEvent{Ref: ref, Status: dag.FormulaSucceeded}
+	dotted.Host = "10.0.0.5"
+	dottedLine := &events.LogLine{Ref: node, Stream: events.Stdout, Seq: 1, Line: "x"}
+	dottedLine.Host = "10.0.0.5"
 	cases := []struct {
 		name    string
 		subject string
@@ -101,6 +105,10 @@ func TestAdmit(t *testing.T) {
 		{"log line of another node", "decky.h1.logs.m", line, `about node "n"`},
 		{"dispatch on a lifecycle subject", "decky.h1.lifecycle", &events.Dispatch{Ref: ref}, "comes only on dispatch"},
 		{"not a gantry subject", "foo.bar", formula, "not a gantry subject"},
+		{"dotted host on its token's lifecycle", "decky.10_0_0_5.lifecycle", dotted, ""},
+		{"dotted host's log line on its token's logs", "decky.10_0_0_5.logs.n", dottedLine, ""},
+		{"dotted host on another token", "decky.10_0_0_6.lifecycle", dotted, `about host "10.0.0.5"`},
+		{"plain host on a dotted host's token", "decky.10_0_0_5.lifecycle", formula, `about host "h1"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

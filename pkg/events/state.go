@@ -19,18 +19,22 @@ const MaxHostLog = 50
 // already done comes from the executors' node records (NodeRecord), so
 // the state-store cannot change what runs. Each composition has its
 // own records, so two that use the same formula ids never overwrite each
-// other's. Every part is a token (no dots), so the key splits one way.
-// The rest of the bucket's layout is the state-store's own.
+// other's. Every part is a token (no dots: the host goes as its host
+// token, dag.HostToken), so the key splits one way; the record holds the
+// host's name, which readers compare (two names may share a token across
+// compositions). The rest of the bucket's layout is the state-store's own.
 func HostNodeKey(host, workflow, formula, node string) string {
-	return "host." + host + "." + workflow + "." + formula + "." + node
+	return "host." + dag.HostToken(host) + "." + workflow + "." + formula + "." + node
 }
 
 // HostNodePrefix is the start of every HostNodeKey of a host.
-func HostNodePrefix(host string) string { return "host." + host + "." }
+func HostNodePrefix(host string) string { return "host." + dag.HostToken(host) + "." }
 
 // HostWorkflowPrefix is the start of every HostNodeKey of a composition on
 // a host.
-func HostWorkflowPrefix(host, workflow string) string { return "host." + host + "." + workflow + "." }
+func HostWorkflowPrefix(host, workflow string) string {
+	return "host." + dag.HostToken(host) + "." + workflow + "."
+}
 
 // WorkflowDoc is the per-workflow projection: every formula and node.
 type WorkflowDoc struct {
@@ -53,6 +57,9 @@ type WorkflowDoc struct {
 	// the planner carried out, in order.
 	SubmittedBy *Principal `json:"submitted_by,omitempty"`
 	Requests    []Request  `json:"requests,omitempty"`
+	// Vars are the extra vars it was submitted with (--var, --var-file),
+	// a secret-looking name's value shown as "***" (WorkflowEvent.Vars).
+	Vars map[string]string `json:"vars,omitempty"`
 	// EventIDs are the ids of the last MaxWorkflowEventIDs workflow
 	// events applied: running and paused alternate, so only its id tells
 	// a pause stored twice from a new one.

@@ -64,16 +64,24 @@ func WorkflowLifecycle(id string) string { return "workflow." + id + ".lifecycle
 // WorkflowControl is workflow.<id>.<verb> for cancel, pause, resume, retry.
 func WorkflowControl(id, verb string) string { return "workflow." + id + "." + verb }
 
-// HostLifecycle is decky.<host>.lifecycle.
-func HostLifecycle(host string) string { return "decky." + host + ".lifecycle" }
+// Every decky.<host>... subject carries the host's host token
+// (dag.HostToken: its name with each '.' written '_', as in
+// decky.10_0_0_5.lifecycle), never the name itself, which may have dots.
+// The builders below take the host's name (or "*") and write its token;
+// the payload keeps the name.
+
+// HostLifecycle is decky.<host token>.lifecycle.
+func HostLifecycle(host string) string { return "decky." + dag.HostToken(host) + ".lifecycle" }
 
 // NoZone is the zone token of the dispatch subject of a host without a
 // zone label.
 const NoZone = "_"
 
-// HostDispatch is decky.<host>.dispatch.<zone>: the host's zone label, or
-// NoZone.
-func HostDispatch(host, zone string) string { return "decky." + host + ".dispatch." + zoneToken(zone) }
+// HostDispatch is decky.<host token>.dispatch.<zone>: the host's zone
+// label, or NoZone.
+func HostDispatch(host, zone string) string {
+	return "decky." + dag.HostToken(host) + ".dispatch." + zoneToken(zone)
+}
 
 // ZoneDispatch is decky.*.dispatch.<zone>: the work of every host of the
 // zone ("" for hosts without one), what the executors of a zone consume.
@@ -86,14 +94,14 @@ func zoneToken(zone string) string {
 	return zone
 }
 
-// HostGate is decky.<host>.gate.
-func HostGate(host string) string { return "decky." + host + ".gate" }
+// HostGate is decky.<host token>.gate.
+func HostGate(host string) string { return "decky." + dag.HostToken(host) + ".gate" }
 
-// HostHealth is decky.<host>.health.
-func HostHealth(host string) string { return "decky." + host + ".health" }
+// HostHealth is decky.<host token>.health.
+func HostHealth(host string) string { return "decky." + dag.HostToken(host) + ".health" }
 
-// HostLogs is decky.<host>.logs.<node>.
-func HostLogs(host, node string) string { return "decky." + host + ".logs." + node }
+// HostLogs is decky.<host token>.logs.<node>.
+func HostLogs(host, node string) string { return "decky." + dag.HostToken(host) + ".logs." + node }
 
 // Kind classifies a parsed subject.
 type Kind string
@@ -118,7 +126,7 @@ type Subject struct {
 	Kind       Kind
 	WorkflowID string // workflow.<id>...
 	Verb       string // cancel, pause, resume, retry; the state endpoint; or the service of a status
-	Host       string // decky.<host>...
+	Host       string // decky.<host>...: the host token (dag.HostToken), not the name
 	Node       string // decky.<host>.logs.<node>
 	Zone       string // decky.<host>.dispatch.<zone> ("" for NoZone)
 }
@@ -164,8 +172,8 @@ func ParseSubject(s string) (Subject, error) {
 		if len(parts) < 3 {
 			return bad("want decky.<host>.<kind>")
 		}
-		if err := token("host", parts[1]); err != nil {
-			return bad("%v", err)
+		if !dag.IsHostToken(parts[1]) {
+			return bad("host token %q is not a host name without dots", parts[1])
 		}
 		sub := Subject{Host: parts[1]}
 		switch {

@@ -47,6 +47,47 @@ func TestSubjectsRoundTrip(t *testing.T) {
 	}
 }
 
+// A host whose name has dots is written in subjects as its host token
+// (dots as '_'), which ParseSubject returns; a subject never has a name
+// with dots in the host's place.
+func TestHostSubjectsCarryTheHostToken(t *testing.T) {
+	cases := []struct {
+		subject string
+		want    string
+		parsed  events.Subject
+	}{
+		{events.HostLifecycle("10.0.0.5"), "decky.10_0_0_5.lifecycle", events.Subject{Kind: events.KindHostLifecycle, Host: "10_0_0_5"}},
+		{events.HostDispatch("web-1.example.com", ""), "decky.web-1_example_com.dispatch._", events.Subject{Kind: events.KindDispatch, Host: "web-1_example_com"}},
+		{events.HostDispatch("10.0.0.5", "eu-1"), "decky.10_0_0_5.dispatch.eu-1", events.Subject{Kind: events.KindDispatch, Host: "10_0_0_5", Zone: "eu-1"}},
+		{events.HostGate("10.0.0.5"), "decky.10_0_0_5.gate", events.Subject{Kind: events.KindGate, Host: "10_0_0_5"}},
+		{events.HostHealth("web-1.example.com"), "decky.web-1_example_com.health", events.Subject{Kind: events.KindHealth, Host: "web-1_example_com"}},
+		{events.HostLogs("10.0.0.5", "conf"), "decky.10_0_0_5.logs.conf", events.Subject{Kind: events.KindLogs, Host: "10_0_0_5", Node: "conf"}},
+		{events.HostLogs("*", "*"), "decky.*.logs.*", events.Subject{}},
+		{events.HostLifecycle("cp-0"), "decky.cp-0.lifecycle", events.Subject{Kind: events.KindHostLifecycle, Host: "cp-0"}},
+	}
+	for _, tc := range cases {
+		if tc.subject != tc.want {
+			t.Errorf("built %q, want %q", tc.subject, tc.want)
+		}
+		if tc.parsed.Kind == "" {
+			continue
+		}
+		got, err := events.ParseSubject(tc.subject)
+		if err != nil || got != tc.parsed {
+			t.Errorf("ParseSubject(%q) = %+v, %v; want %+v", tc.subject, got, err, tc.parsed)
+		}
+	}
+	if _, err := events.ParseSubject("decky.10.0.0.5.lifecycle"); !errors.Is(err, events.ErrBadSubject) {
+		t.Errorf("a host name with dots in a subject parsed: %v", err)
+	}
+	if got := events.HostNodeKey("10.0.0.5", "w", "f", "n"); got != "host.10_0_0_5.w.f.n" {
+		t.Errorf("HostNodeKey %q", got)
+	}
+	if got := events.HostNodePrefix("web-1.example.com"); got != "host.web-1_example_com." {
+		t.Errorf("HostNodePrefix %q", got)
+	}
+}
+
 func TestTypes(t *testing.T) {
 	for _, ty := range []events.Type{"gantry.node.failed", "gantry.formula.gating", "gantry.workflow.paused", events.TypeHealthPassed, events.TypeDispatch} {
 		if !ty.Known() {

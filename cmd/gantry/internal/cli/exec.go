@@ -38,6 +38,7 @@ type execOptions struct {
 	forks      int
 	timeout    time.Duration
 	output     string
+	vars       *varFlags
 }
 
 func newExecCmd() *cobra.Command {
@@ -100,6 +101,7 @@ the hosts) and prints what the hosts said so far.`,
 	f.IntVarP(&o.forks, "forks", "f", 0, "run on at most this many hosts at once (0: no limit)")
 	f.DurationVar(&o.timeout, "timeout", 0, "kill a host's command after this long (default 30m)")
 	outputFlag(cmd, &o.output, "text", "json")
+	o.vars = addVarFlags(cmd)
 	return cmd
 }
 
@@ -159,7 +161,7 @@ func prepareExec(stderr io.Writer, args []string, o execOptions) (*execRun, erro
 // applyFlags puts into the composition exec builds what the command line
 // says of it beyond the command, before it is checked and sent.
 func (o execOptions) applyFlags(c *dag.Composition) error {
-	return nil
+	return o.vars.applyTo(c)
 }
 
 // fleet is what exec takes of an inventory or a composition.

@@ -240,3 +240,21 @@ func TestExecInventoryWarnings(t *testing.T) {
 		t.Errorf("vars %v, stderr:\n%s", f.Hosts["web-1"].Vars, stderr.String())
 	}
 }
+
+// --var and --var-file on exec are recorded with the workflow as its
+// extra_vars, as on submit.
+func TestExecRecordsVars(t *testing.T) {
+	inv := writeFile(t, "hosts.yaml", execInventory)
+	o := execOptions{vars: &varFlags{vars: []string{"env=prod", "db_password=hunter2"}}}
+	ex, err := prepareExec(&bytes.Buffer{}, []string{inv, "web-1", "uptime"}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := composition.Load("exec.json", ex.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ExtraVars["env"] != "prod" || c.ExtraVars["db_password"] != "hunter2" {
+		t.Errorf("extra_vars sent %v, want env and db_password from --var", c.ExtraVars)
+	}
+}

@@ -94,7 +94,7 @@ func printInventory(w io.Writer, inv *composition.Inventory) error {
 		if tr == "" {
 			tr = dag.TransportSSH
 		}
-		row(tw, name, dash(h.Address), dash(h.User), string(tr), dash(h.Via), becomeText(h), dash(h.IdentityFile), dash(varsText(shown[name])))
+		row(tw, name, dash(h.Address), dash(h.User), string(tr), dash(h.Via), becomeText(h), dash(h.IdentityFile), dash(hostVarsText(shown[name])))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -134,9 +134,9 @@ func becomeText(h dag.Host) string {
 	return "root"
 }
 
-// varsText writes a host's variables but ansible_* ones, name=value,
+// hostVarsText writes a host's variables but ansible_* ones, name=value,
 // sorted: text as a word or quoted, anything else as JSON.
-func varsText(vars map[string]any) string {
+func hostVarsText(vars map[string]any) string {
 	names := make([]string, 0, len(vars))
 	for k := range vars {
 		if !strings.HasPrefix(k, "ansible_") {

@@ -26,19 +26,20 @@ func newLogsCmd() *cobra.Command {
 	var follow bool
 	var output string
 	cmd := &cobra.Command{
-		Use:   "logs WORKFLOW_ID [FORMULA/NODE]",
+		Use:   "logs WORKFLOW_ID [FORMULA/NODE | HOST]",
 		Short: "Print the output lines of a workflow's nodes",
 		Long: `logs prints the output lines of a workflow's nodes (of one node, with
 FORMULA/NODE), in the order they were published, each after its time, host,
 formula/node (#n for an attempt after the first) and stream (stdout or
-stderr), with control characters shown escaped (\x1b; \u009b for a C1
+stderr); with HOST, the lines of every node on that host (its name as the
+composition gives it: 10.0.0.5, web-1.example.com), with control characters shown escaped (\x1b; \u009b for a C1
 control, \xff for a byte that is not UTF-8): a host's output cannot drive
 the terminal (-o json has them as JSON escapes). It prints
 what the log stream holds (lines are kept for 24 hours) and exits; with -f it then follows new lines until the workflow ends, or
 Ctrl-C (exit 130). -o json prints each line's LogLine (the payload of its
 gantry.log.line event) as one JSON object per line. WORKFLOW_ID may be the
 start of an id, as for watch. A workflow no one submitted, or a node the
-workflow does not have, is an error.`,
+workflow does not have (or a host it does not run on), is an error.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var sel nodeSel
@@ -75,21 +76,30 @@ workflow does not have, is an error.`,
 	return cmd
 }
 
-// nodeSel is the FORMULA/NODE of gantry logs; empty: every node.
-type nodeSel struct{ formula, node string }
+// nodeSel is the FORMULA/NODE or HOST of gantry logs; empty: every node.
+type nodeSel struct{ formula, node, host string }
 
 func parseNodeSel(s string) (nodeSel, error) {
 	f, n, ok := strings.Cut(s, "/")
-	if !ok || !dag.IsToken(f) || !dag.IsToken(n) {
-		return nodeSel{}, fmt.Errorf("%q is not FORMULA/NODE (as gantry status lists them)", s)
+	switch {
+	case !ok && dag.IsHostName(s):
+		return nodeSel{host: s}, nil
+	case !ok || !dag.IsToken(f) || !dag.IsToken(n):
+		return nodeSel{}, fmt.Errorf("%q is not FORMULA/NODE or a host name (as gantry status lists them)", s)
 	}
-	return nodeSel{f, n}, nil
+	return nodeSel{formula: f, node: n}, nil
 }
 
-func (s nodeSel) all() bool { return s.formula == "" }
+func (s nodeSel) all() bool { return s.formula == "" && s.host == "" }
 
 func (s nodeSel) match(ll *events.LogLine) bool {
-	return s.all() || ll.Formula == s.formula && ll.Node == s.node
+	switch {
+	case s.host != "":
+		return ll.Host == s.host
+	case s.formula != "":
+		return ll.Formula == s.formula && ll.Node == s.node
+	}
+	return true
 }
 
 // check says whether the workflow has the node. Its document lists the
@@ -99,6 +109,9 @@ func (s nodeSel) match(ll *events.LogLine) bool {
 func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, follow bool) error {
 	if s.all() || doc == nil {
 		return nil
+	}
+	if s.host != "" {
+		return s.checkHost(stderr, id, doc, follow)
 	}
 	if f, ok := doc.Formulas[s.formula]; ok && f.Nodes[s.node] != nil {
 		return nil
@@ -124,6 +137,30 @@ func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, fol
 	return nil
 }
 
+// checkHost says whether the workflow runs anything on the host, as check
+// does for a node.
+func (s nodeSel) checkHost(stderr io.Writer, id string, doc *events.WorkflowDoc, follow bool) error {
+	var known []string
+	for _, f := range doc.Formulas {
+		if f.Host == s.host {
+			return nil
+		}
+		if f.Host != "" && !slices.Contains(known, f.Host) {
+			known = append(known, f.Host)
+		}
+	}
+	sort.Strings(known)
+	list := strings.Join(known, ", ")
+	switch {
+	case doc.Status.Terminal():
+		return failed("workflow %s ran nothing on host %s (its hosts: %s)", id, s.host, list)
+	case !follow:
+		return failed("workflow %s has started nothing on host %s (so far: %s); logs -f waits for it", id, s.host, list)
+	}
+	linef(stderr, "gantry: workflow %s has started nothing on host %s yet; waiting for it", id, s.host)
+	return nil
+}
+
 // logsQuery is what gantry logs reads.
 type logsQuery struct {
 	id     string
@@ -135,9 +172,12 @@ type logsQuery struct {
 	json   bool
 }
 
-// subjects are the log subjects to read: the node's, the workflow's hosts'
+// subjects are the log subjects to read: the host's, the node's, the workflow's hosts'
 // when they are all known, else every host's.
 func (q logsQuery) subjects() []string {
+	if q.sel.host != "" {
+		return []string{events.HostLogs(q.sel.host, "*")}
+	}
 	if q.doc == nil {
 		return []string{events.AllLogs}
 	}

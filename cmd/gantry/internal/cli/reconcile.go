@@ -17,6 +17,7 @@ import (
 
 func newReconcileCmd() *cobra.Command {
 	var cf connFlags
+	var vf *varFlags
 	var watch, dryRun bool
 	cmd := &cobra.Command{
 		Use:   "reconcile FILE",
@@ -31,11 +32,12 @@ left alone: a delete removes them. When nothing is missing or changed it
 says "nothing to reconcile" and submits nothing. With --dry-run it prints
 what it would run and submits nothing; with --watch it streams the run as
 gantry submit --watch does. The composition must not set targets or reset:
-reconcile chooses what runs.`,
+reconcile chooses what runs. Give the --var and --var-file it was submitted
+with (gantry status shows them): drift and the run both use them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
-			data, err := readComposition(cmd.ErrOrStderr(), path)
+			data, err := vf.readForSubmit(cmd.ErrOrStderr(), path)
 			if err != nil {
 				return err
 			}
@@ -74,6 +76,7 @@ reconcile chooses what runs.`,
 		},
 	}
 	cf.add(cmd)
+	vf = addVarFlags(cmd)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would run; submit nothing")
 	return cmd

@@ -112,6 +112,9 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 	if d.SubmittedBy != nil {
 		fmt.Fprintf(w, "  submitted by %s\n", termsafe.Line(d.SubmittedBy.String()))
 	}
+	if len(d.Vars) > 0 {
+		fmt.Fprintf(w, "  vars (--var, --var-file): %s\n", termsafe.Line(varsText(d.Vars)))
+	}
 	for _, r := range d.Requests {
 		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.String()))
 	}
@@ -244,6 +247,9 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 				}
 				return rebuildState(cmd, cf, check, time.Now().Add(timeout), timeout)
 			}
+			if p := dag.HostNameProblem(host); host != "" && p != "" {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--host: host name %s", p)}
+			}
 			nc, err := cf.connect()
 			if err != nil {
 				return err
@@ -260,7 +266,7 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVar(&host, "host", "", "only this host")
+	cmd.Flags().StringVar(&host, "host", "", "only this host, by its name (10.0.0.5, web-1.example.com)")
 	outputFlag(cmd, &output, "table", "json")
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
@@ -404,6 +410,7 @@ func printFindings(w io.Writer, rep *events.RebuildReport) int {
 
 func newDriftCmd() *cobra.Command {
 	var cf connFlags
+	var vf *varFlags
 	var output string
 	cmd := &cobra.Command{
 		Use:   "drift FILE",
@@ -414,10 +421,12 @@ same spec), changed (in place with another spec hash), or missing (never
 created, deleted, or its last run did not complete; a check run does not
 count), and each node the composition put in place on its hosts but no longer
 has is orphaned. Other compositions' nodes on the same hosts are theirs, and
-are not reported. It exits 0 when everything is ok and 1 when anything drifted.`,
+are not reported. It exits 0 when everything is ok and 1 when anything drifted.
+Give the --var and --var-file the composition was submitted with: a var a
+command uses changes its spec.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := readComposition(cmd.ErrOrStderr(), args[0])
+			data, err := vf.readForSubmit(cmd.ErrOrStderr(), args[0])
 			if err != nil {
 				return err
 			}
@@ -459,6 +468,7 @@ are not reported. It exits 0 when everything is ok and 1 when anything drifted.`
 		},
 	}
 	cf.add(cmd)
+	vf = addVarFlags(cmd)
 	outputFlag(cmd, &output, "table", "json")
 	return cmd
 }

@@ -17,6 +17,7 @@ import (
 
 func newSubmitCmd() *cobra.Command {
 	var cf connFlags
+	var vf *varFlags
 	var watch, quiet bool
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
@@ -32,10 +33,15 @@ that would change.
 The workflow is one OpenTelemetry trace. With OTEL_EXPORTER_OTLP_ENDPOINT
 set, submit records a "gantry submit" span there and the workflow's spans
 hang under it; TRACEPARENT (and TRACESTATE), when set, make the submit
-part of that trace instead of a new one.`,
+part of that trace instead of a new one.
+
+--var name=value and --var-file FILE (a YAML or JSON mapping) set vars over
+the composition's and every host's (an inventory's too); the composition is
+then checked here and sent with them as extra_vars, which the workflow
+keeps (gantry status shows them, a secret-looking name's value as ***).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := readComposition(cmd.ErrOrStderr(), args[0])
+			data, err := vf.readForSubmit(cmd.ErrOrStderr(), args[0])
 			if err != nil {
 				return err
 			}
@@ -61,6 +67,7 @@ part of that trace instead of a new one.`,
 		},
 	}
 	cf.add(cmd)
+	vf = addVarFlags(cmd)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the workflow id")
 	return cmd
@@ -111,9 +118,19 @@ func sendComposition(stderr io.Writer, nc *nats.Conn, timeout time.Duration, s s
 // and line of each, as gantry validate prints them.
 func readComposition(stderr io.Writer, path string) ([]byte, error) {
 	data, inlined, err := composition.ReadForSubmitWarn(path, warnTo(stderr))
+	if err != nil && !inlined {
+		return nil, &exitError{code: ExitProblem, err: err}
+	}
+	return checkedForSubmit(stderr, path, data, err)
+}
+
+// checkedForSubmit is what was read to be sent (data, or err with every
+// problem found here, printed with their lines), refused over the size
+// limit.
+func checkedForSubmit(stderr io.Writer, path string, data []byte, err error) ([]byte, error) {
 	if err != nil {
 		var bad *dag.InvalidError
-		if inlined && errors.As(err, &bad) {
+		if errors.As(err, &bad) {
 			printProblems(stderr, path, err)
 			return nil, failed("%s rejected: %d problem(s); nothing was run", path, len(bad.Problems))
 		}

@@ -6,23 +6,27 @@ import (
 	"io"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
-	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/spf13/cobra"
 )
 
 func newValidateCmd() *cobra.Command {
-	return &cobra.Command{
+	var vf *varFlags
+	cmd := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check compositions and list every problem",
 		Long: `validate checks each composition (YAML or JSON; "-" reads standard input)
 and prints a one-line summary for a valid one, or every problem with its
-path and line. It exits 1 when any file is invalid.`,
+path and line. It exits 1 when any file is invalid. --var and --var-file
+set vars over the composition's and its hosts', as on submit.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := vf.values(); err != nil {
+				return err
+			}
 			bad := 0
 			for _, file := range args {
-				if !validateFile(cmd.OutOrStdout(), cmd.ErrOrStderr(), file) {
+				if !validateFile(cmd.OutOrStdout(), cmd.ErrOrStderr(), file, vf) {
 					bad++
 				}
 			}
@@ -32,10 +36,12 @@ path and line. It exits 1 when any file is invalid.`,
 			return nil
 		},
 	}
+	vf = addVarFlags(cmd)
+	return cmd
 }
 
-func validateFile(stdout, stderr io.Writer, file string) bool {
-	plan, err := loadPlan(stderr, file)
+func validateFile(stdout, stderr io.Writer, file string, vf *varFlags) bool {
+	plan, err := loadPlan(stderr, file, vf)
 	if err != nil {
 		printProblems(stderr, file, err)
 		return false
@@ -44,10 +50,11 @@ func validateFile(stdout, stderr io.Writer, file string) bool {
 	return true
 }
 
-// loadPlan reads, validates and plans one composition file, printing the
-// warnings of the inventory it names on stderr.
-func loadPlan(stderr io.Writer, file string) (*dag.Plan, error) {
-	c, err := composition.LoadFileWarn(file, warnTo(stderr))
+// loadPlan reads, validates and plans one composition file, with the
+// extra vars of vf, printing the warnings of the inventory it names on
+// stderr.
+func loadPlan(stderr io.Writer, file string, vf *varFlags) (*dag.Plan, error) {
+	c, err := vf.loadFile(file, warnTo(stderr))
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
 	d := nr.d
 	limits := d.Limits
 	if len(limits) == 0 { // a planner that sends none: the host's own limit
-		limits = []dag.SlotLimit{{ID: "n-" + strings.ReplaceAll(d.Ref.Host, "_", "-"), Name: "host " + d.Ref.Host}}
+		limits = []dag.SlotLimit{{ID: "n-" + strings.ReplaceAll(dag.HostToken(d.Ref.Host), "_", "-"), Name: "host " + d.Ref.Host}}
 	}
 	req := slots.Request{
 		Limits:   limits,

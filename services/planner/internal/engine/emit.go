@@ -137,6 +137,7 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 	}
 	if st == dag.WorkflowAccepted {
 		ev.Graph = events.GraphOf(r.plan) // what viewers draw
+		ev.Vars = dag.ShownVars(r.rec.Composition.ExtraVars)
 	}
 	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
 	if st.Terminal() {

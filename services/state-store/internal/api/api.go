@@ -157,7 +157,7 @@ func (s *server) drift(req micro.Request) {
 	defer cancel()
 	var recorded []events.HostNode
 	for name := range c.Hosts {
-		nodes, err := s.hostNodes(cx, events.HostWorkflowPrefix(name, c.Name)+">")
+		nodes, err := s.hostNodes(cx, events.HostWorkflowPrefix(name, c.Name)+">", name)
 		if err != nil {
 			s.fail(req, err)
 			return
@@ -377,8 +377,10 @@ func (s *server) list(req micro.Request) {
 	respond(req, rows)
 }
 
-// hostNodes reads every per-host document matching filter, sorted by key.
-func (s *server) hostNodes(c context.Context, filter string) ([]events.HostNode, error) {
+// hostNodes reads every per-host document matching filter, sorted by key:
+// of host only, unless host is "" (keys carry a host token, which two
+// names may share).
+func (s *server) hostNodes(c context.Context, filter, host string) ([]events.HostNode, error) {
 	keys, err := s.keys(c, filter)
 	if err != nil {
 		return nil, err
@@ -394,7 +396,7 @@ func (s *server) hostNodes(c context.Context, filter string) ([]events.HostNode,
 			continue
 		}
 		var hn events.HostNode
-		if json.Unmarshal(e.Value(), &hn) == nil {
+		if json.Unmarshal(e.Value(), &hn) == nil && (host == "" || hn.Host == host) {
 			nodes = append(nodes, hn)
 		}
 	}
@@ -408,8 +410,8 @@ func (s *server) host(req micro.Request) {
 	}
 	prefix := "host.>"
 	if q.Host != "" {
-		if !dag.IsToken(q.Host) {
-			_ = req.Error("400", "host is not a token", nil)
+		if p := dag.HostNameProblem(q.Host); p != "" {
+			_ = req.Error("400", "host name "+p, nil)
 			return
 		}
 		prefix = events.HostNodePrefix(q.Host) + ">"
@@ -419,7 +421,7 @@ func (s *server) host(req micro.Request) {
 		return
 	}
 	defer cancel()
-	nodes, err := s.hostNodes(c, prefix)
+	nodes, err := s.hostNodes(c, prefix, q.Host)
 	if err != nil {
 		s.fail(req, err)
 		return

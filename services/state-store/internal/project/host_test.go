@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -403,4 +405,29 @@ func TestNodeEventAboutAnotherHostIgnored(t *testing.T) {
 	if len(typed) != 1 || typed[0].Host != "h" || typed[0].Status != dag.NodeFailed {
 		t.Fatalf("host documents %+v, want the real node on h, failed", typed)
 	}
+}
+
+// A host whose name has dots is kept under its host token, with its name
+// in the record; a later run of the composition on another host whose
+// name has the same token (web_1 after web.1) starts that host's own
+// record there rather than carry on the other's.
+func TestHostProjectionOfDottedHostName(t *testing.T) {
+	f := newFeed(t)
+	w := f.workflow("app", "wf-1", dag.OpCreate)
+	w.host = "web.1"
+	w.ran("a", spec("a"), dag.NodeSucceeded)
+	if _, ok := f.mem.Vals["host.web_1.app.f.a"]; !ok {
+		t.Fatalf("no record under the host token: %v", slices.Collect(maps.Keys(f.mem.Vals)))
+	}
+	raw, _ := f.docs()
+	wantFields(t, "web.1 a", doc(t, raw, "app", "f", "a"), `{"host": "web.1", "status": "succeeded", "workflow_id": "wf-1"}`)
+
+	w2 := f.workflow("app", "wf-2", dag.OpCreate)
+	w2.host = "web_1"
+	w2.node("a", dag.NodeRunning, events.NodeEvent{SpecHash: spec("a"), Run: events.Run{Attempt: 1}})
+	raw, typed := f.docs()
+	if len(typed) != 1 {
+		t.Fatalf("%d records, want the one of web_1", len(typed))
+	}
+	wantFields(t, "web_1 a", doc(t, raw, "app", "f", "a"), `{"host": "web_1", "status": "running", "workflow_id": "wf-2", "in_place": null}`)
 }

@@ -265,3 +265,19 @@ func TestEarlierWorkflowStoredAgainLeavesTheHostNode(t *testing.T) {
 		t.Errorf("per-host log of %d transitions, want 3", n)
 	}
 }
+
+// The accepted event's vars (--var, --var-file) are kept on the
+// workflow's document, a secret-looking name's value masked even when the
+// event carried it.
+func TestAcceptedVarsKept(t *testing.T) {
+	f := newFeed(t)
+	r := f.run("wf-1", 1)
+	f.put("acc", &events.WorkflowEvent{Ref: events.Ref{WorkflowID: "wf-1", Workflow: "w", Operation: dag.OpCreate, Generation: 1},
+		Status: dag.WorkflowAccepted, Vars: map[string]string{"env": "prod", "api_token": "abc"}})
+	r.workflow("run", dag.WorkflowRunning, "")
+	var doc events.WorkflowDoc
+	f.decode(project.WorkflowDocKey("wf-1"), &doc)
+	if len(doc.Vars) != 2 || doc.Vars["env"] != "prod" || doc.Vars["api_token"] != "***" {
+		t.Fatalf("vars %v, want env=prod and api_token masked", doc.Vars)
+	}
+}

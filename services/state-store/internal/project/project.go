@@ -658,7 +658,7 @@ func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.W
 	doc.Error = w.Error
 	doc.EndedAt = w.EndedAt
 	if w.Status == dag.WorkflowAccepted {
-		doc.CreatedAt = ev.Time
+		doc.CreatedAt, doc.Vars = ev.Time, dag.ShownVars(w.Vars) // masked again: whoever published it
 	}
 	if n := sum(w.Formulas); n > 0 {
 		doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
@@ -830,7 +830,10 @@ func (p *Projector) hostNode(ctx context.Context, ev *consume.Event, e *events.N
 	if err != nil {
 		return err
 	}
-	if hn == nil {
+	if hn == nil || hn.Host != e.Ref.Host {
+		// None yet, or one of another host whose name has the same host
+		// token (a composition that renamed web_1 to web.1): this host's
+		// record starts here.
 		hn = &events.HostNode{Host: e.Ref.Host, Workflow: e.Workflow, Formula: e.Formula, Node: e.Node, Status: dag.NodePending}
 	}
 	if ev.Stream <= hn.LastSeq {
