@@ -151,12 +151,13 @@ ansible_python_interpreter              1
 		t.Errorf("-o json prints the secret:\n%s", out)
 	}
 
-	// validate warns too: a command that needs the secret takes it from
-	// the executor's --secrets-dir.
+	// validate warns too (a command that needs the secret takes it from
+	// the executor's --secrets-dir), and takes the hosts named by their
+	// addresses.
 	comp := filepath.Join(dir, "c.yaml")
 	os.WriteFile(comp, []byte("name: c\ninventory: hosts\nformulas:\n  - id: a\n    group: web\n    nodes: [{name: n, run: 'echo {{ index .Vars \"ntp_servers\" }}', env: {DB_PASSWORD: {secret: db_password}}}]\n"), 0o644)
 	code, out, errOut = run(t, "validate", comp)
-	if code != ExitFailed || !strings.Contains(errOut, wantErr) || !strings.Contains(errOut, `hosts["10.0.0.11"]: host name "10.0.0.11" contains '.'`) {
+	if code != ExitOK || !strings.Contains(errOut, wantErr) || strings.Contains(errOut, "contains '.'") {
 		t.Errorf("validate: exit %d\n%s%s", code, out, errOut)
 	}
 }
