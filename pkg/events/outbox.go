@@ -167,11 +167,18 @@ func (o *Outbox) Flush(ctx context.Context) error {
 }
 
 // flush is Flush, its caller holding o.sending. The acknowledgements of
-// what was sent are waited for PublishTimeout in all.
+// what was sent are waited for PublishTimeout in all. Without a Recheck,
+// the subjects read for events in doubt are those of this flush only: an
+// outbox lives as long as its service (the planner's), and a scan of an
+// earlier unit would be read on through everything stored on its subject
+// since.
 func (o *Outbox) flush(ctx context.Context) error {
 	o.mu.Lock()
 	pending, err := o.pending, o.err
 	o.pending, o.err = nil, nil
+	if o.since.IsZero() {
+		o.scans = scans{}
+	}
 	o.mu.Unlock()
 	deadline := time.Now().Add(PublishTimeout)
 	for _, p := range pending {

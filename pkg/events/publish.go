@@ -150,6 +150,12 @@ func whenConnected(ctx context.Context, nc *nats.Conn, op func() error) error {
 	}
 }
 
+// WhenConnected is whenConnected, for the writes of other packages to
+// JetStream that have no retry of their own (the executor's slots).
+func WhenConnected(ctx context.Context, nc *nats.Conn, op func() error) error {
+	return whenConnected(ctx, nc, op)
+}
+
 // PublishTimeout bounds one try of a publish waiting for its stream's
 // acknowledgement.
 const PublishTimeout = 5 * time.Second

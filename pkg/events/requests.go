@@ -18,10 +18,16 @@ const WaitHeader = "Gantry-Wait"
 // (WaitHeader), so that an error it ends with still reaches the
 // requester.
 func HandlerContext(h micro.Headers, limit time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), HandlerBudget(h, limit))
+}
+
+// HandlerBudget is how long HandlerContext gives a handler: limit, or
+// nine tenths of what the requester waits when that is less.
+func HandlerBudget(h micro.Headers, limit time.Duration) time.Duration {
 	if w, err := time.ParseDuration(h.Get(WaitHeader)); err == nil && w > 0 {
 		limit = min(limit, w*9/10)
 	}
-	return context.WithTimeout(context.Background(), limit)
+	return limit
 }
 
 // A person may read the event and log streams, and so may create

@@ -154,7 +154,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Bus:      formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:    cfg.Instance,
 		PerHost:  cfg.PerHost,
-		Slots:    &slots.Manager{Store: slots.KV{KV: slotsKV}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
+		Slots:    &slots.Manager{Store: slots.KV{KV: slotsKV, NC: nc}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
 		Log:      log,
 		Stopping: ctx,
 	}

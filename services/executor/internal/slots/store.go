@@ -8,27 +8,47 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // KV is the Store of a JetStream KV bucket (gantry_slots): its TTL is the
 // bucket's, and an expired key leaves a marker watchers see as a delete.
-type KV struct{ KV jetstream.KeyValue }
+// Its writes wait for NC while it is down (a service's connection keeps
+// nothing to send then: events.WhenConnected), within their context, or
+// events.PublishTimeout when it has no deadline: a slot given back during
+// a disconnect is deleted once it is back, not left taken until it
+// expires.
+type KV struct {
+	KV jetstream.KeyValue
+	NC *nats.Conn
+}
 
-func (s KV) Create(ctx context.Context, key string, val []byte) (uint64, error) {
-	rev, err := s.KV.Create(ctx, key, val)
+// whenConnected runs a write, again once NC is back (see KV).
+func (s KV) whenConnected(ctx context.Context, op func(ctx context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, events.PublishTimeout)
+		defer cancel()
+	}
+	return events.WhenConnected(ctx, s.NC, func() error { return op(ctx) })
+}
+
+func (s KV) Create(ctx context.Context, key string, val []byte) (rev uint64, err error) {
+	err = s.whenConnected(ctx, func(ctx context.Context) error { rev, err = s.KV.Create(ctx, key, val); return err })
 	if events.IsConflict(err) {
 		return 0, ErrExists // taken (on an R3 bucket, also the 10164 form)
 	}
 	return rev, err
 }
 
-func (s KV) Update(ctx context.Context, key string, val []byte, rev uint64) (uint64, error) {
-	return s.KV.Update(ctx, key, val, rev)
+func (s KV) Update(ctx context.Context, key string, val []byte, rev uint64) (n uint64, err error) {
+	err = s.whenConnected(ctx, func(ctx context.Context) error { n, err = s.KV.Update(ctx, key, val, rev); return err })
+	return n, err
 }
 
 func (s KV) Delete(ctx context.Context, key string, rev uint64) error {
-	err := s.KV.Delete(ctx, key, jetstream.LastRevision(rev))
+	err := s.whenConnected(ctx, func(ctx context.Context) error { return s.KV.Delete(ctx, key, jetstream.LastRevision(rev)) })
 	if err != nil && (events.IsConflict(err) || strings.Contains(err.Error(), "wrong last sequence")) {
 		return nil // no longer ours: expired and taken by another
 	}

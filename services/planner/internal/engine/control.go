@@ -36,7 +36,9 @@ func (e *Engine) ControlRequest(ctx context.Context, id, verb string, req events
 }
 
 func (e *Engine) control(ctx context.Context, id, verb string, req events.ControlRequest, by events.Principal) (reply *ControlReply, err error) {
-	e.mu.Lock()
+	if err := e.lockFor(ctx); err != nil {
+		return nil, err
+	}
 	defer e.mu.Unlock()
 	err = e.unit(ctx, func() error {
 		reply, err = e.request(ctx, id, verb, req, &by)

@@ -145,7 +145,9 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 		return &events.SubmitReply{Status: "rejected", Errors: []string{
 			"composition " + c.Name + " is too large to record: " + err.Error() + "; split it into several compositions (for example one per group or zone)"}}, nil
 	}
-	e.mu.Lock()
+	if err := e.lockFor(ctx); err != nil {
+		return nil, err
+	}
 	defer e.mu.Unlock()
 	r := &run{rec: rec, plan: plan, state: plan.NewRunState(), done: toSet(rec.AlreadyDone)}
 	r.snap = Snapshot{Generation: 1, Status: dag.WorkflowAccepted}
@@ -365,6 +367,22 @@ func redelivered(evs []*consume.Event) (since time.Time, again bool) {
 // redelivered).
 func unusable(err error) bool {
 	return errors.Is(err, consume.ErrPoison) || errors.Is(err, events.ErrMalformed) || errors.Is(err, events.ErrUnknownType)
+}
+
+// lockFor takes the engine for a request, or gives up when ctx ends
+// first: a unit of work may hold it for most of a minute (its events not
+// stored, the publisher trying each again), and a request's answer must
+// reach its requester before it gives up (events.HandlerContext).
+func (e *Engine) lockFor(ctx context.Context) error {
+	began := time.Now()
+	for !e.mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waited %s for the planner's work in progress: %w", time.Since(began).Round(time.Millisecond), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // unit runs fn as one unit of work: what it decided is published, then the

@@ -118,13 +118,20 @@ func (s *server) down() string {
 }
 
 // fail answers a read that failed: 503 when JetStream did not answer
-// (events.Transient), remembered for DownFor; else 500.
+// (events.Transient), remembered for DownFor; else 500. A read that ran
+// out of a budget shorter than events.NoAnswerAfter (its requester said
+// it waits that little) ran out of its requester's time, which says
+// nothing of JetStream: it is not remembered.
 func (s *server) fail(req micro.Request, err error) {
 	if !events.Transient(err) {
 		_ = req.Error("500", err.Error(), nil)
 		return
 	}
 	why := "the state-store cannot read its projection now (JetStream did not answer): " + err.Error()
+	if errors.Is(err, context.DeadlineExceeded) && events.HandlerBudget(req.Headers(), ReadBudget) < events.NoAnswerAfter {
+		_ = req.Error("503", why, nil)
+		return
+	}
 	s.mu.Lock()
 	first := s.downAt.IsZero() || time.Since(s.downAt) > DownFor
 	s.downAt, s.downWhy = time.Now(), why

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
@@ -63,4 +64,57 @@ func TestReadsFailFastWithoutJetStream(t *testing.T) {
 		t.Fatalf("the next read: %v after %v (%v), want 503 at once", r, took, err)
 	}
 	t.Logf("next read: 503 after %v", took.Round(time.Millisecond))
+}
+
+// TestAShortWaitDoesNotFailOtherReads: a read whose requester waits less
+// than a write's NoAnswerAfter (a viewer may say Gantry-Wait: 1ns) ends
+// with its own error, and the replica, whose JetStream answers, goes on
+// answering the next reads; it answered every read 503 for DownFor, so
+// one such request every 5 s, on state.retry.* to every replica at once,
+// kept every read of everyone failing.
+func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
+	ns := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := jetstream.New(ns.Connect(busauth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg jetstream.KeyValueConfig
+	for _, c := range events.KeyValues(1) {
+		if c.Bucket == events.BucketState {
+			cfg = c
+		}
+	}
+	kv, err := admin.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caughtUp := func(context.Context) error { return nil }
+	svc, err := api.Register(ns.Connect(events.StateStore), events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+		kv, slog.Default(), nil, caughtUp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	viewer := ns.Connect(events.Viewer)
+	ask := func(subject string, wait time.Duration) (*nats.Msg, time.Duration, error) {
+		m := &nats.Msg{Subject: subject, Data: []byte(`{"workflow_id":"w1"}`), Header: nats.Header{events.WaitHeader: {wait.String()}}}
+		began := time.Now()
+		r, err := viewer.RequestMsg(m, 4*time.Second)
+		return r, time.Since(began), err
+	}
+	r, _, err := ask(events.StateRetry(events.StateWorkflow), time.Nanosecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a read waited for 1ns: %s %s", r.Header.Get(micro.ErrorCodeHeader), r.Header.Get(micro.ErrorHeader))
+	r, took, err := ask(events.StateWorkflow, 4*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := r.Header.Get(micro.ErrorCodeHeader); code != "404" {
+		t.Fatalf("the next read, of a workflow there is not: %q %q after %v, want 404", code, r.Header.Get(micro.ErrorHeader), took.Round(time.Millisecond))
+	}
+	t.Logf("the next read: %s after %v", r.Header.Get(micro.ErrorCodeHeader), took.Round(time.Millisecond))
 }
