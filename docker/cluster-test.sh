@@ -58,9 +58,9 @@ keep_evidence() {
 		"$bin/gantry" status "$id" -o json >"$evidence/status.json" 2>&1 || true
 		timeout 30 "$bin/gantry" watch "$id" >"$evidence/watch.txt" 2>&1 || true
 		# every event of the stream, as stored (the state-store's identity reads all of it)
-		n=$("$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store stream info GANTRY_EVENTS --json 2>/dev/null |
+		n=$("$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state_store stream info GANTRY_EVENTS --json 2>/dev/null |
 			python3 -c 'import json, sys; print(json.load(sys.stdin)["state"]["messages"])' 2>/dev/null || echo 0)
-		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store \
+		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state_store \
 			sub --stream GANTRY_EVENTS --all --raw --count "$n" '>' >"$evidence/events.jsonl" 2>"$evidence/events.err" || true
 		# the executor's node records (attempts, status) of the workflow
 		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/executor.nk" --inbox-prefix _INBOX_executor \
