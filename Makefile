@@ -83,8 +83,9 @@ LINUX_BIN := $(BIN)/linux
 TARGET_BASE ?= gantry/debian-sshd-base:bookworm
 export TARGET_BASE
 # GANTRY_TAG: the tag of the images `make images` builds and the compose
-# files run (default dev), so two checkouts can keep their own images.
-GANTRY_TAG ?= dev
+# files run: dev for the default project (gantry), else the project's name,
+# so a checkout with its own COMPOSE_PROJECT_NAME keeps its own images.
+GANTRY_TAG ?= $(if $(filter gantry,$(COMPOSE_PROJECT_NAME)),dev,$(COMPOSE_PROJECT_NAME))
 export GANTRY_TAG
 
 ## linux-bins: static (CGO_ENABLED=0) binaries of the services, the CLI and nats-server for the images.
@@ -128,8 +129,13 @@ tidy:
 clean:
 	rm -rf $(BIN) build
 
-## --- the 3-node NATS cluster (docker-compose.cluster.yml, project gantry-cluster) ---
-CLUSTER_COMPOSE = COMPOSE_PROJECT_NAME=gantry-cluster $(COMPOSE) -f docker-compose.cluster.yml
+## --- the 3-node NATS cluster (docker-compose.cluster.yml, project $(CLUSTER_PROJECT_NAME)) ---
+# CLUSTER_PROJECT_NAME: the cluster stack's compose project, named after
+# COMPOSE_PROJECT_NAME (gantry-cluster by default), so checkouts with their
+# own COMPOSE_PROJECT_NAME never touch each other's stack.
+CLUSTER_PROJECT_NAME ?= $(COMPOSE_PROJECT_NAME)-cluster
+export CLUSTER_PROJECT_NAME
+CLUSTER_COMPOSE = COMPOSE_PROJECT_NAME=$(CLUSTER_PROJECT_NAME) $(COMPOSE) -f docker-compose.cluster.yml
 # The host ports' leading digits: nats-1..3 on $(GANTRY_CLUSTER_PORTS)22..24,
 # their monitoring on $(GANTRY_CLUSTER_MONITOR_PORTS)22..24.
 GANTRY_CLUSTER_PORTS ?= 43
