@@ -527,14 +527,16 @@ spread_check() {
 }
 
 scenario_b() {
-	local l node st ndone started fin name id
+	local l cut node='' n st ndone started fin name id
 	begin b "partitions: the meta leader, then a node that is not, cut off for ${PARTITION}s each"
 	ensure_probe
-	l=$(meta_leader) || l=nats-1
-	partition "meta leader" "$l" chaos-b1
+	cut=$(meta_leader) || cut=nats-1
+	partition "meta leader" "$cut" chaos-b1
 	l=$(check_py wait-leader 60 "${monitor_ports[@]}") || l=$(meta_leader) || l=nats-1
 	tl "meta leader now: $l"
-	for node in nats-1 nats-2 nats-3; do [ "$node" = "$l" ] || break; done
+	# not the leader, and another node than the one cut off before if it can
+	for n in nats-1 nats-2 nats-3; do [ "$n" = "$l" ] || [ "$n" = "$cut" ] || node=${node:-$n}; done
+	for n in nats-1 nats-2 nats-3; do [ "$n" = "$l" ] || node=${node:-$n}; done
 	partition "not the meta leader" "$node" chaos-b2
 	for name in chaos-b1 chaos-b2; do
 		id=${run_id[$name]:-}
