@@ -459,6 +459,8 @@ partition() {
 		else
 			tl "  submit (try $tries) failed after $(secs_since "$t_sub") s: $(head -1 "$work/submit.err" | cut -c1-200)"
 			id=
+			# a submit refused at once is tried again 3 s after the one before
+			while [ "$(now_us)" -lt $((t_sub + 3000000)) ]; do sleep 0.2; done
 		fi
 	done
 	if [ -n "$id" ]; then
