@@ -611,7 +611,8 @@ scenario_d() {
 }
 
 # The whole script is read before anything runs (main is called on its
-# last line), so editing it meanwhile changes nothing of a run.
+# last line, with the exit on the same line), so editing it meanwhile
+# changes nothing of a run.
 main() {
 	setup
 	[[ $SCENARIOS != *a* ]] || scenario_a
@@ -624,5 +625,4 @@ main() {
 	[ "${#failures[@]}" = 0 ]
 }
 
-main "$@"
-exit
+main "$@"; exit
