@@ -10,7 +10,8 @@
 # durable command's supervisor names its files after), so executions are
 # counted from the hosts, not from what gantry says.
 #   a. quorum loss: mid-run, 2 of the 3 NATS nodes (the meta leader and
-#      another) stopped for QUORUM_LOSS seconds (150), then started: the
+#      another) stopped (docker stop -t 1: lame duck mode cut short, as in a
+#      crash) for QUORUM_LOSS seconds (150), then started: the
 #      run succeeds, every node succeeded; the services are connected to 2
 #      servers or more within SPREAD_BOUND seconds (60); the composition
 #      was accepted once; every node ran exactly once (markers); its events
