@@ -13,7 +13,7 @@ GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 VERSION ?= 0.1.0-dev$(if $(GIT_REV),+$(GIT_REV))
 VERSION_FLAG := -X github.com/gantry-dev/gantry/pkg/buildinfo.version=$(VERSION)
 
-.PHONY: tools all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test
+.PHONY: tools all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test cluster-chaos
 
 all: build test
 
@@ -83,8 +83,9 @@ LINUX_BIN := $(BIN)/linux
 TARGET_BASE ?= gantry/debian-sshd-base:bookworm
 export TARGET_BASE
 # GANTRY_TAG: the tag of the images `make images` builds and the compose
-# files run (default dev), so two checkouts can keep their own images.
-GANTRY_TAG ?= dev
+# files run: dev for the default project (gantry), else the project's name,
+# so a checkout with its own COMPOSE_PROJECT_NAME keeps its own images.
+GANTRY_TAG ?= $(if $(filter gantry,$(COMPOSE_PROJECT_NAME)),dev,$(COMPOSE_PROJECT_NAME))
 export GANTRY_TAG
 
 ## linux-bins: static (CGO_ENABLED=0) binaries of the services, the CLI and nats-server for the images.
@@ -128,8 +129,13 @@ tidy:
 clean:
 	rm -rf $(BIN) build
 
-## --- the 3-node NATS cluster (docker-compose.cluster.yml, project gantry-cluster) ---
-CLUSTER_COMPOSE = COMPOSE_PROJECT_NAME=gantry-cluster $(COMPOSE) -f docker-compose.cluster.yml
+## --- the 3-node NATS cluster (docker-compose.cluster.yml, project $(CLUSTER_PROJECT_NAME)) ---
+# CLUSTER_PROJECT_NAME: the cluster stack's compose project, named after
+# COMPOSE_PROJECT_NAME (gantry-cluster by default), so checkouts with their
+# own COMPOSE_PROJECT_NAME never touch each other's stack.
+CLUSTER_PROJECT_NAME ?= $(COMPOSE_PROJECT_NAME)-cluster
+export CLUSTER_PROJECT_NAME
+CLUSTER_COMPOSE = COMPOSE_PROJECT_NAME=$(CLUSTER_PROJECT_NAME) $(COMPOSE) -f docker-compose.cluster.yml
 # The host ports' leading digits: nats-1..3 on $(GANTRY_CLUSTER_PORTS)22..24,
 # their monitoring on $(GANTRY_CLUSTER_MONITOR_PORTS)22..24.
 GANTRY_CLUSTER_PORTS ?= 43
@@ -149,3 +155,7 @@ cluster-down:
 ## cluster-test: a 100-node run while the JetStream meta leader is stopped and one replica of each service killed.
 cluster-test: build tools images dev-keys
 	COMPOSE="$(COMPOSE)" docker/cluster-test.sh
+
+## cluster-chaos: 120-node runs through a quorum loss, partitions of NATS nodes and a frozen state-store replica (docker/cluster-chaos.sh).
+cluster-chaos: build tools images dev-keys
+	COMPOSE="$(COMPOSE)" docker/cluster-chaos.sh

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make cluster-test`: gantry on a 3-node NATS cluster (docker-compose.cluster.yml,
-# project gantry-cluster: the `make up` stack is never touched).
+# in its own compose project, CLUSTER_PROJECT_NAME, by default
+# "${COMPOSE_PROJECT_NAME:-gantry}-cluster": the `make up` stack is never
+# touched; see docker/cluster-lib.sh for the images and ports).
 #   1. from nothing: down -v, cluster-up (R3 streams and KV, 2 replicas of
 #      every service), services answering
 #   2. a 100-node run (10 formulas x 10 nodes over the 3 targets; each node
@@ -25,54 +27,27 @@
 # nodes' errors), the node records, the attempt files and marker lines on
 # each target, and each service's and nats-server's logs.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-bin=$root/bin
-if [ -z "${COMPOSE:-}" ]; then
-	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
-fi
-export COMPOSE_PROJECT_NAME=${CLUSTER_PROJECT_NAME:-gantry-cluster}
-COMPOSE="$COMPOSE -f $root/docker-compose.cluster.yml"
-cp=${GANTRY_CLUSTER_PORTS:-43}        # nats-N's client port on the host: ${cp}22..24
-mp=${GANTRY_CLUSTER_MONITOR_PORTS:-83} # its monitoring port: ${mp}22..24
-export GANTRY_CLUSTER_PORTS=$cp GANTRY_CLUSTER_MONITOR_PORTS=$mp
-export NATS_URL=nats://127.0.0.1:${cp}22,nats://127.0.0.1:${cp}23,nats://127.0.0.1:${cp}24
-export NATS_NKEY=$root/dev/keys/nats/operator.nk
-work=$(mktemp -d)
-t0=$EPOCHREALTIME
+# shellcheck source=docker/cluster-lib.sh
+. "$(dirname "$0")/cluster-lib.sh"
 evidence=${EVIDENCE_DIR:-$root/build/cluster-test/$(date -u +%Y%m%dT%H%M%SZ)}
 id=
 
-say() { printf '[%6ss] %s\n' "$(awk -v a="$EPOCHREALTIME" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')" "$*"; }
 # keep_evidence: what a failure is read from, into $evidence.
 keep_evidence() {
-	mkdir -p "$evidence/logs" "$evidence/targets"
-	$COMPOSE ps >"$evidence/ps.txt" 2>&1 || true
-	for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do
-		n=$(docker inspect -f '{{.Name}}' "$c" | sed 's#^/##')
-		docker logs --timestamps "$c" >"$evidence/logs/$n.log" 2>&1 || true
-	done
+	keep_logs "$evidence"
 	if [ -n "$id" ]; then
 		echo "$id" >"$evidence/workflow_id"
 		"$bin/gantry" status "$id" >"$evidence/status.txt" 2>&1 || true
 		"$bin/gantry" status "$id" -o json >"$evidence/status.json" 2>&1 || true
 		timeout 30 "$bin/gantry" watch "$id" >"$evidence/watch.txt" 2>&1 || true
-		# every event of the stream, as stored (the state-store's identity reads all of it)
-		n=$("$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store stream info GANTRY_EVENTS --json 2>/dev/null |
-			python3 -c 'import json, sys; print(json.load(sys.stdin)["state"]["messages"])' 2>/dev/null || echo 0)
-		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/state-store.nk" --inbox-prefix _INBOX_state-store \
-			sub --stream GANTRY_EVENTS --all --raw --count "$n" '>' >"$evidence/events.jsonl" 2>"$evidence/events.err" || true
+		# every event of the stream, as stored
+		dump_events "$evidence/events.jsonl" >"$evidence/events.txt" 2>&1 || true
 		# the executor's node records (attempts, status) of the workflow
-		timeout 60 "$bin/nats" --nkey "$root/dev/keys/nats/executor.nk" --inbox-prefix _INBOX_executor \
-			kv ls gantry_nodes 2>/dev/null | grep "^$id" | while read -r k; do
-			printf '%s %s\n' "$k" "$("$bin/nats" --nkey "$root/dev/keys/nats/executor.nk" --inbox-prefix _INBOX_executor kv get gantry_nodes "$k" --raw 2>/dev/null)"
+		nats_as executor kv ls gantry_nodes 2>/dev/null | grep "^$id" | while read -r k; do
+			printf '%s %s\n' "$k" "$(nats_as executor kv get gantry_nodes "$k" --raw 2>/dev/null)"
 		done >"$evidence/node-records.txt" 2>&1 || true
 	fi
-	for t in 1 2 3; do
-		c=$(ids target-$t)
-		[ -n "$c" ] || continue
-		docker exec "$c" sh -c 'cat /var/lib/wuji/markers; echo; cd /root/.gantry/attempts 2>/dev/null && for f in *.exit; do echo "$f $(cat "$f")"; done; ls -la --time-style=full-iso /root/.gantry/attempts' >"$evidence/targets/target-$t.txt" 2>&1 || true
-	done
+	keep_targets "$evidence"
 	say "    evidence kept in $evidence"
 }
 fail() {
@@ -83,37 +58,13 @@ fail() {
 	exit 1
 }
 cleanup() {
-	if [ -z "${KEEP:-}" ]; then $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true; fi
+	cluster_remove
 	rm -rf "$work"
 }
 trap cleanup EXIT
-ids() { docker ps -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" --filter "label=com.docker.compose.service=$1"; }
-# meta_leader: the JetStream meta leader's server name, as a running node's /jsz says
-meta_leader() {
-	local p
-	for p in "${mp}22" "${mp}23" "${mp}24"; do
-		python3 - "$p" <<'PY' 2>/dev/null && return 0
-import json, sys, urllib.request
-d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/jsz", timeout=2))
-l = (d.get("meta_cluster") or {}).get("leader")
-if not l:
-    sys.exit(1)
-print(l)
-PY
-	done
-	return 1
-}
-status_of() { "$bin/gantry" status "$1" -o json 2>/dev/null | python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["status"], sum(1 for f in d["formulas"].values() for n in f["nodes"].values() if n["status"] == "succeeded"))' 2>/dev/null || echo "? ?"; }
 
 say "1. from nothing: $COMPOSE_PROJECT_NAME down -v, cluster-up"
-$COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
-docker/cluster-conf.sh >/dev/null
-$COMPOSE up -d 2>&1 | tail -2 | sed 's/^/    /'
-"$bin/gantry" ping --service gantry-planner --service gantry-state-store --wait 90s >/dev/null || fail "services not answering"
-say "    services up: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
-for p in "${mp}22" "${mp}23" "${mp}24"; do
-	python3 -c 'import json, sys, urllib.request; d = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/varz", timeout=2)); print("   ", d["server_name"], d["version"], "routes", len(d.get("cluster", {}).get("urls") or []))' "$p"
-done
+cluster_start || fail "the stack did not come up"
 say "    meta leader: $(meta_leader)"
 
 # The composition: 10 formulas x 10 nodes, formula f on target-(f%3+1); a
@@ -197,7 +148,7 @@ done
 say "    100 marker lines, each node exactly once"
 "$bin/gantry" state --rebuild --check >"$work/check.txt" 2>&1 || { cat "$work/check.txt"; fail "the projection differs from the stream, or the stream has problems (listed above)"; }
 sed 's/^/    /' "$work/check.txt" | tail -5
-say "    restarts (docker RestartCount): $(for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker inspect -f '{{.Name}}={{.RestartCount}}/{{.State.Status}}' "$c"; done | sed 's#^/##; s#^gantry-cluster_##' | sort | tr '\n' ' ')"
+say "    restarts (docker RestartCount): $(for c in $(all_ids); do echo "$(cname "$c")=$(docker inspect -f '{{.RestartCount}}/{{.State.Status}}' "$c")"; done | sort | tr '\n' ' ')"
 say "    meta leader now: $(meta_leader); running: $($COMPOSE ps --services --filter status=running | tr '\n' ' ')"
 # What the services' logs say they did about it (killed replicas' logs included).
 for c in $(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME"); do docker logs "$c" 2>&1; done >"$work/all.log"
