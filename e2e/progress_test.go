@@ -166,7 +166,8 @@ func TestProgressLogsAndWatchOverSSH(t *testing.T) {
 	}{
 		{[]string{"logs", id, "web/nope"}, "workflow " + id + " has no node web/nope (its nodes: web/build, web/test)"},
 		{[]string{"logs", "01a2000f-0000-7000-8000-000000000000"}, "no workflow 01a2000f"},
-		{[]string{"logs", id, "web"}, `"web" is not FORMULA/NODE`},
+		{[]string{"logs", id, "web"}, "ran nothing on host web (its hosts: h0)"},
+		{[]string{"logs", id, "Web"}, `"Web" is not FORMULA/NODE or a host name`},
 	} {
 		out, err := s.gantryCmd(bin, events.Viewer, c.args...).CombinedOutput()
 		if code := exitOf(t, err); code == 0 || !strings.Contains(string(out), c.want) {
