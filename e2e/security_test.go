@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,10 +148,34 @@ func TestAttacksRefused(t *testing.T) {
 		t.Errorf("the node did not run: %v", err)
 	}
 	// A viewer still watches: nats sub with no credentials sees the events.
+	// The submit waits for the CLI to say it subscribed (a fixed pause
+	// was too short on a loaded machine).
 	sub := exec.Command(nats, "--server", s.ns.URL(), "sub", events.AllHostLifecycle, "--count", "1")
+	pr, pw := io.Pipe()
+	sub.Stdout, sub.Stderr = pw, pw
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
 	outc := make(chan []byte, 1)
-	go func() { b, _ := sub.CombinedOutput(); outc <- b }()
-	time.Sleep(300 * time.Millisecond)
+	subscribed := make(chan struct{})
+	go func() {
+		var all bytes.Buffer
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "Subscribing on") {
+				close(subscribed)
+			}
+		}
+		outc <- all.Bytes()
+	}()
+	go func() { _ = sub.Wait(); pw.Close() }()
+	select {
+	case <-subscribed:
+	case <-time.After(10 * time.Second):
+		_ = sub.Process.Kill()
+		t.Fatal("nats sub did not say it subscribed within 10s")
+	}
 	id = s.mustSubmit(c)
 	s.wait(id, 30*time.Second)
 	select {
