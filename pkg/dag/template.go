@@ -84,6 +84,7 @@ type renderer struct {
 	// enough.
 	failed map[string]bool
 	hosts  map[string]TemplateData // each host's, made once
+	shared TemplateVars            // the composition's vars, for hosts with none of their own
 }
 
 // data is what the templates of host name see, made once a host. A host
@@ -99,7 +100,24 @@ func (r *renderer) data(c *Composition, name string, h Host) (TemplateData, erro
 			return TemplateData{}, err
 		}
 	}
-	d := templateData(c, name, h)
+	if r.shared == nil {
+		r.shared = make(TemplateVars, len(c.Vars))
+		for k, v := range c.Vars {
+			r.shared[k] = v
+		}
+	}
+	d := templateData(c, name, h, r.shared)
+	for _, k := range h.TypedVars {
+		text, own := h.Vars[k]
+		if _, over := c.ExtraVars[k]; !own || over {
+			continue // an extra var is text
+		}
+		v, err := r.typedVar(k, text)
+		if err != nil {
+			return TemplateData{}, err
+		}
+		d.Vars[k] = v
+	}
 	r.hosts[name] = d
 	return d, nil
 }
@@ -205,7 +223,7 @@ func (r *renderer) parse(s string) *parsedTemplate {
 // proportion to their arguments, each charging for it first (funcs.go).
 func (r *renderer) funcs() template.FuncMap {
 	return template.FuncMap{
-		loopFunc: r.loop, "shq": r.shq, "index": r.index, "fromjson": r.fromjson,
+		loopFunc: r.loop, printFunc: r.printed, "shq": r.shq, "index": r.index, "fromjson": r.fromjson,
 		"printf": r.printf, "print": r.print, "println": r.println,
 		"html": r.escaper("html", 6, template.HTMLEscaper), "js": r.escaper("js", 6, template.JSEscaper),
 		"urlquery": r.escaper("urlquery", 3, template.URLQueryEscaper),
@@ -290,6 +308,10 @@ func guardLoops(n parse.Node) (int, error) {
 		return steps, nil
 	case *parse.ActionNode:
 		steps, err := pipeSteps(n.Pipe)
+		if len(n.Pipe.Decl) == 0 { // it prints
+			n.Pipe.Cmds = append(n.Pipe.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: n.Pos,
+				Args: []parse.Node{parse.NewIdentifier(printFunc).SetPos(n.Pos)}})
+		}
 		return 1 + steps, err
 	case *parse.TemplateNode:
 		return 0, errors.New("template: calling a template ({{ template }}) is not allowed: write the command out")
@@ -409,5 +431,7 @@ func cleanExecErr(s string) string {
 			s = s[:i] + s[i+j+3:]
 		}
 	}
+	s = strings.Replace(s, " | "+printFunc+">: ", ">: ", 1)
+	s = strings.Replace(s, "error calling "+printFunc+": ", "", 1)
 	return strings.Replace(s, "error calling "+loopFunc+": ", "", 1)
 }
