@@ -1,0 +1,87 @@
+package dag_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// typedDoc is a composition whose host h has typed vars (an inventory's
+// list, mapping, number and boolean, as their JSON text, named in
+// typed_vars), a text var that looks like JSON, and a composition var;
+// its node runs run and its health gate checks check.
+func typedDoc(run, check string) string {
+	return `{"name":"t","vars":{"env":"prod","port":"8080"},"hosts":{"h":{"transport":"local",` +
+		`"vars":{"ntp":"[\"0.pool.ntp.org\",\"1.pool.ntp.org\"]","cfg":"{\"port\":8080,\"tls\":true,\"ratio\":1.0,\"names\":[\"a\",\"b\"]}",` +
+		`"workers":"4","debug":"true","ratio":"1.0","big":"123456789012345678901234","text":"[1,2]","bad":"not json"},` +
+		`"typed_vars":["big","cfg","debug","ntp","ratio","workers"]}},` +
+		`"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":` + fmt.Sprintf("%q", run) + `}],` +
+		`"health_gate":{"check":` + fmt.Sprintf("%q", check) + `,"timeout":"10s","retries":1}}]}`
+}
+
+// TestTypedVarsRender: a host's typed vars reach templates decoded (a
+// list ranged over, a mapping's fields, whole numbers compared as
+// numbers, booleans), in commands and health gates; composition vars and
+// text vars stay text; fromjson and printing a whole list work as before.
+func TestTypedVarsRender(t *testing.T) {
+	cases := []struct{ name, tmpl, want string }{
+		{"range over a typed list", `{{ range .Vars.ntp }}server {{ . }}; {{ end }}`, "server 0.pool.ntp.org; server 1.pool.ntp.org; "},
+		{"a mapping's field", `port={{ .Vars.cfg.port }} tls={{ .Vars.cfg.tls }}`, "port=8080 tls=true"},
+		{"a list in a mapping", `{{ range .Vars.cfg.names }}{{ . }},{{ end }} {{ index .Vars.cfg.names 1 }}`, "a,b, b"},
+		{"a whole number is a number", `{{ if gt .Vars.workers 3 }}many{{ end }} {{ if eq .Vars.cfg.port 8080 }}8080{{ end }}`, "many 8080"},
+		{"a boolean is a boolean", `{{ if .Vars.cfg.tls }}tls{{ end }} {{ if .Vars.debug }}debug{{ end }} {{ .Vars.debug }}`, "tls debug true"},
+		{"other numbers print as written", `{{ .Vars.ratio }} {{ .Vars.cfg.ratio }} {{ .Vars.big }} {{ .Vars.workers }}`, "1.0 1.0 123456789012345678901234 4"},
+		{"a composition var stays text", `{{ if eq .Vars.port "8080" }}text{{ end }} {{ .Vars.env }}`, "text prod"},
+		{"a var not typed stays text", `{{ if eq .Vars.text "[1,2]" }}text{{ end }}`, "text"},
+		{"a list printed whole is its JSON", `{{ .Vars.ntp }} {{ .Vars.cfg }} {{ printf "%s" .Vars.ntp }} {{ print .Vars.cfg.names }}`,
+			`["0.pool.ntp.org","1.pool.ntp.org"] {"names":["a","b"],"port":8080,"ratio":1.0,"tls":true} ["0.pool.ntp.org","1.pool.ntp.org"] ["a","b"]`},
+		{"shq quotes a typed value's text", `{{ shq .Vars.ntp }} {{ shq .Vars.workers }} {{ shq .Vars.debug }}`, `'["0.pool.ntp.org","1.pool.ntp.org"]' '4' 'true'`},
+		{"fromjson still works", `{{ range fromjson .Vars.ntp }}{{ . }} {{ end }}{{ (fromjson .Vars.cfg).port }} {{ range fromjson .Vars.text }}{{ . }}{{ end }}`, "0.pool.ntp.org 1.pool.ntp.org 8080 12"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := loadFleet(t, typedDoc(tc.tmpl, tc.tmpl))
+			f := c.Formulas[0]
+			if got := f.Nodes[0].Run; got != tc.want {
+				t.Errorf("run rendered %q, want %q", got, tc.want)
+			}
+			if got := f.HealthGate.Check; got != tc.want {
+				t.Errorf("health gate rendered %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTypedVarsRefused: a typed var that is not JSON, a typed list
+// compared with text, a mapping's missing field: each is a template
+// problem with its path.
+func TestTypedVarsRefused(t *testing.T) {
+	cases := []struct{ name, run, msg string }{
+		{"a field the mapping lacks", `{{ .Vars.cfg.nope }}echo`, `map has no entry for key "nope"`},
+		{"a typed number compared with text", `{{ if eq .Vars.workers "4" }}{{ end }}echo`, "incompatible types for comparison"},
+		{"range over a typed number", `{{ range .Vars.workers }}{{ end }}echo`, "range over a number is not allowed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			refusedWithin(t, typedDoc(tc.run, "true"), "formulas[0].nodes[0].run", tc.msg)
+		})
+	}
+	bad := strings.Replace(typedDoc("{{ .Host }}", "true"), `"typed_vars":["big"`, `"typed_vars":["bad","big"`, 1)
+	refusedWithin(t, bad, "formulas[0]", "vars.bad is a typed var (typed_vars) but its value is not JSON")
+}
+
+// TestTypedListLoopsBounded: ranging over a large typed list in nested
+// loops costs its items' runs, as over fromjson's list, and printing it
+// costs its bytes.
+func TestTypedListLoopsBounded(t *testing.T) {
+	items := make([]string, 3000)
+	for i := range items {
+		items[i] = fmt.Sprintf(`"%d"`, i)
+	}
+	doc := func(run string) string {
+		return `{"name":"t","hosts":{"h":{"transport":"local","vars":{"l":` + fmt.Sprintf("%q", "["+strings.Join(items, ",")+"]") + `},"typed_vars":["l"]}},` +
+			`"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":` + fmt.Sprintf("%q", run) + `}]}]}`
+	}
+	refusedWithin(t, doc(`{{ range .Vars.l }}{{ range $.Vars.l }}{{ range $.Vars.l }}{{ end }}{{ end }}{{ end }}echo`), "formulas[0].nodes[0].run", "takes more than")
+	refusedWithin(t, doc(`{{ range .Vars.l }}{{ range $.Vars.l }}{{ $.Vars.l }}{{ end }}{{ end }}echo`), "formulas[0].nodes[0].run", "renders to more than 262144 bytes")
+}
