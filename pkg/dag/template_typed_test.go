@@ -85,3 +85,12 @@ func TestTypedListLoopsBounded(t *testing.T) {
 	refusedWithin(t, doc(`{{ range .Vars.l }}{{ range $.Vars.l }}{{ range $.Vars.l }}{{ end }}{{ end }}{{ end }}echo`), "formulas[0].nodes[0].run", "takes more than")
 	refusedWithin(t, doc(`{{ range .Vars.l }}{{ range $.Vars.l }}{{ $.Vars.l }}{{ end }}{{ end }}echo`), "formulas[0].nodes[0].run", "renders to more than 262144 bytes")
 }
+
+// TestTypedVarOverriddenByAnExtraVar: an extra var (--var) over a typed
+// var is text, as every extra var is.
+func TestTypedVarOverriddenByAnExtraVar(t *testing.T) {
+	doc := strings.Replace(typedDoc(`{{ if eq .Vars.workers "8" }}text{{ end }}`, "true"), `{"name":"t",`, `{"name":"t","extra_vars":{"workers":"8"},`, 1)
+	if got := loadFleet(t, doc).Formulas[0].Nodes[0].Run; got != "text" {
+		t.Errorf("rendered %q", got)
+	}
+}
