@@ -262,6 +262,7 @@ type TemplateData struct {
 	Address string       // its address (host:port), or "" for transport local
 	Labels  TemplateMap  // its labels
 	Vars    TemplateVars // the composition's vars, overridden by the host's (typed ones decoded), overridden by the extra vars
+	typed   bool         // some of Vars are typed
 }
 
 // String is what printing the whole of it ({{ . }}) gives: its host, not

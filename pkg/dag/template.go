@@ -76,9 +76,10 @@ const loopFunc = "gantry_loop"
 // all of them within MaxTemplateSteps.
 type renderer struct {
 	parsed   map[string]*parsedTemplate
-	steps    int  // steps left
-	bytes    int  // bytes left to render
-	reported bool // errStepsSpent was reported
+	typed    map[string]*parsedTemplate // parsed for hosts with typed vars
+	steps    int                        // steps left
+	bytes    int                        // bytes left to render
+	reported bool                       // errStepsSpent was reported
 	// failed holds the paths with a template problem reported: a group
 	// formula's instances share their paths, and one problem a path is
 	// enough.
@@ -116,7 +117,7 @@ func (r *renderer) data(c *Composition, name string, h Host) (TemplateData, erro
 		if err != nil {
 			return TemplateData{}, err
 		}
-		d.Vars[k] = v
+		d.Vars[k], d.typed = v, true
 	}
 	r.hosts[name] = d
 	return d, nil
@@ -129,7 +130,7 @@ type parsedTemplate struct {
 }
 
 func newRenderer() *renderer {
-	return &renderer{parsed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal,
+	return &renderer{parsed: map[string]*parsedTemplate{}, typed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal,
 		failed: map[string]bool{}, hosts: map[string]TemplateData{}}
 }
 
@@ -182,7 +183,7 @@ func (r *renderer) render(s string, data TemplateData) (string, error) {
 	if !strings.Contains(s, "{{") {
 		return s, nil
 	}
-	pt := r.parse(s)
+	pt := r.parse(s, data.typed)
 	if pt.err != nil {
 		return "", pt.err
 	}
@@ -199,12 +200,18 @@ func (r *renderer) render(s string, data TemplateData) (string, error) {
 	return b.String(), nil
 }
 
-func (r *renderer) parse(s string) *parsedTemplate {
-	if pt, ok := r.parsed[s]; ok {
+// parse parses s once, and once more for hosts with typed vars (typed),
+// whose actions print a typed list or mapping as its JSON.
+func (r *renderer) parse(s string, typed bool) *parsedTemplate {
+	parsed := r.parsed
+	if typed {
+		parsed = r.typed
+	}
+	if pt, ok := parsed[s]; ok {
 		return pt
 	}
 	pt := &parsedTemplate{}
-	r.parsed[s] = pt
+	parsed[s] = pt
 	t, err := template.New("").Funcs(r.funcs()).Option("missingkey=error").Parse(s)
 	switch {
 	case err != nil:
@@ -214,6 +221,9 @@ func (r *renderer) parse(s string) *parsedTemplate {
 	default:
 		pt.t = t
 		pt.nodes, pt.err = guardLoops(t.Tree.Root)
+		if typed {
+			printTyped(t.Tree.Root)
+		}
 	}
 	return pt
 }
@@ -308,10 +318,6 @@ func guardLoops(n parse.Node) (int, error) {
 		return steps, nil
 	case *parse.ActionNode:
 		steps, err := pipeSteps(n.Pipe)
-		if len(n.Pipe.Decl) == 0 { // it prints
-			n.Pipe.Cmds = append(n.Pipe.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: n.Pos,
-				Args: []parse.Node{parse.NewIdentifier(printFunc).SetPos(n.Pos)}})
-		}
 		return 1 + steps, err
 	case *parse.TemplateNode:
 		return 0, errors.New("template: calling a template ({{ template }}) is not allowed: write the command out")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"text/template/parse"
 )
 
 // A host's typed vars (Host.TypedVars: an inventory's lists, mappings,
@@ -31,8 +32,38 @@ type TemplateVars map[string]any
 func (m TemplateVars) String() string { return fmt.Sprintf("<%d entries>", len(m)) }
 
 // printFunc is the function the renderer puts at the end of every action
-// that prints: a typed list or mapping prints as its JSON text.
+// that prints, in the templates of hosts with typed vars: a typed list or
+// mapping prints as its JSON text, charged as made. (The hosts without
+// do without the call.)
 const printFunc = "gantry_print"
+
+// printTyped ends the pipeline of every action under n that prints with
+// printFunc.
+func printTyped(n parse.Node) {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Nodes {
+			printTyped(c)
+		}
+	case *parse.ActionNode:
+		if len(n.Pipe.Decl) == 0 && !printsText(n.Pipe) {
+			n.Pipe.Cmds = append(n.Pipe.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: n.Pos,
+				Args: []parse.Node{parse.NewIdentifier(printFunc).SetPos(n.Pos)}})
+		}
+	case *parse.RangeNode:
+		printTyped(n.List)
+		printTyped(n.ElseList)
+	case *parse.IfNode:
+		printTyped(n.List)
+		printTyped(n.ElseList)
+	case *parse.WithNode:
+		printTyped(n.List)
+		printTyped(n.ElseList)
+	}
+}
 
 // decodeTyped decodes a typed var's JSON text.
 func decodeTyped(s string) (any, error) {
@@ -138,4 +169,18 @@ func (r *renderer) textOf(v any) (string, error) {
 		return "", errors.New("shq of no value")
 	}
 	return "", fmt.Errorf("shq of a %T: give it a var's value", v)
+}
+
+// printsText says whether a pipeline ends in a call of a function that
+// returns text or a boolean (shq, printf, eq...), which needs no
+// printFunc.
+func printsText(p *parse.PipeNode) bool {
+	last := p.Cmds[len(p.Cmds)-1]
+	if id, call := last.Args[0].(*parse.IdentifierNode); call {
+		switch id.Ident {
+		case "shq", "printf", "print", "println", "html", "js", "urlquery", "eq", "ne", "lt", "le", "gt", "ge", "len", "not":
+			return true
+		}
+	}
+	return false
 }

@@ -94,3 +94,29 @@ func TestTypedVarOverriddenByAnExtraVar(t *testing.T) {
 		t.Errorf("rendered %q", got)
 	}
 }
+
+// TestFleetTypedEnvFilesRender: TestFleetEnvFilesRender's fleet with a
+// typed var on every host (whose templates print through gantry_print)
+// renders within the steps too.
+func TestFleetTypedEnvFilesRender(t *testing.T) {
+	vars := make([]string, 30)
+	for i := range vars {
+		vars[i] = fmt.Sprintf(`"var_%d":"value-%d"`, i, i)
+	}
+	hosts := make([]string, 5000)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf(`"h%d":{"transport":"local","labels":{"r":"x"},"vars":{"ntp":"[\"a\",\"b\"]"},"typed_vars":["ntp"]}`, i)
+	}
+	nodes := make([]string, 5)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf(`{"name":"n%d","run":%q}`, i, `cat > /etc/app.env <<'EOF'
+{{ range $k, $v := .Vars }}export {{ $k }}={{ shq $v }}
+{{ end }}EOF`)
+	}
+	doc := `{"name":"t","vars":{` + strings.Join(vars, ",") + `},"hosts":{` + strings.Join(hosts, ",") + `},"groups":{"g":{"labels":{"r":"x"}}},` +
+		`"formulas":[{"id":"f","group":"g","nodes":[` + strings.Join(nodes, ",") + `]}]}`
+	c := loadFleet(t, doc)
+	if got := c.Formulas[0].Nodes[0].Run; !strings.Contains(got, "export var_9='value-9'\n") || !strings.Contains(got, `export ntp='["a","b"]'`) {
+		t.Errorf("rendered %q", got)
+	}
+}
