@@ -52,3 +52,4 @@ func write(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+

@@ -77,6 +77,7 @@ const loopFunc = "gantry_loop"
 type renderer struct {
 	parsed   map[string]*parsedTemplate
 	typed    map[string]*parsedTemplate // parsed for hosts with typed vars
+	decoded  map[string]any             // typed vars' values by their text
 	steps    int                        // steps left
 	bytes    int                        // bytes left to render
 	reported bool                       // errStepsSpent was reported
@@ -130,7 +131,7 @@ type parsedTemplate struct {
 }
 
 func newRenderer() *renderer {
-	return &renderer{parsed: map[string]*parsedTemplate{}, typed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal,
+	return &renderer{parsed: map[string]*parsedTemplate{}, typed: map[string]*parsedTemplate{}, decoded: map[string]any{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal,
 		failed: map[string]bool{}, hosts: map[string]TemplateData{}}
 }
 

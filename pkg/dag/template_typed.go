@@ -100,9 +100,14 @@ func typedOf(v any) any {
 	return v
 }
 
-// typedVar decodes var name of host h, charging a step a byte (what
-// decoding JSON costs).
+// typedVar decodes the text of a host's typed var name, charging a step
+// a byte (what decoding JSON costs); hosts whose var holds the same text
+// (an inventory group's) share what it decodes to, read only, charged
+// what looking it up costs.
 func (r *renderer) typedVar(name, text string) (any, error) {
+	if v, ok := r.decoded[text]; ok {
+		return v, r.spendBytes(len(text), comparedPerStep)
+	}
 	if err := r.spend(len(text) + 1); err != nil {
 		return nil, err
 	}
@@ -110,6 +115,7 @@ func (r *renderer) typedVar(name, text string) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vars.%s is a typed var (typed_vars) but its value is %w", name, err)
 	}
+	r.decoded[text] = v
 	return v, nil
 }
 
