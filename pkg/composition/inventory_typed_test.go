@@ -52,4 +52,3 @@ func write(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
-
