@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
 )
 
 // typedDoc is a composition whose host h has typed vars (an inventory's
@@ -118,5 +120,17 @@ func TestFleetTypedEnvFilesRender(t *testing.T) {
 	c := loadFleet(t, doc)
 	if got := c.Formulas[0].Nodes[0].Run; !strings.Contains(got, "export var_9='value-9'\n") || !strings.Contains(got, `export ntp='["a","b"]'`) {
 		t.Errorf("rendered %q", got)
+	}
+}
+
+// TestTypedVarSpecHash: a node's spec hash changes when a typed var its
+// command ranges over changes, and not otherwise.
+func TestTypedVarSpecHash(t *testing.T) {
+	run := `{{ range .Vars.ntp }}server {{ . }}; {{ end }}`
+	hash := func(doc string) string { return dag.SpecHash(&loadFleet(t, doc).Formulas[0].Nodes[0]) }
+	a, b := hash(typedDoc(run, "true")), hash(typedDoc(run, "true"))
+	changed := hash(strings.Replace(typedDoc(run, "true"), `1.pool.ntp.org`, `2.pool.ntp.org`, 1))
+	if a != b || a == changed {
+		t.Errorf("hashes %s, %s, changed %s", a, b, changed)
 	}
 }
