@@ -26,7 +26,7 @@ func TestCLIInventory(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "inv", "hosts"), []byte("[ctl]\nme ansible_connection=local\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "inv", "group_vars", "ctl.yml"), []byte("role: ctl\nntp: [a, b]\n"), 0o644)
 	comp := filepath.Join(dir, "fleet.yaml")
-	doc := "name: inv\ninventory: inv/hosts\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'test from-{{ .Vars.role }}{{ range fromjson .Vars.ntp }}-{{ . }}{{ end }} = from-ctl-a-b'}]\n"
+	doc := "name: inv\ninventory: inv/hosts\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: 'test from-{{ .Vars.role }}{{ range fromjson .Vars.ntp }}-{{ . }}{{ end }}{{ range .Vars.ntp }}+{{ . }}{{ end }} = from-ctl-a-b+a+b'}]\n"
 	os.WriteFile(comp, []byte(doc), 0o644)
 	run := func(args ...string) (int, string) {
 		cmd := exec.Command(bin, append(args, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Operator))...)

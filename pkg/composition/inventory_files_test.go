@@ -125,7 +125,7 @@ func TestInventoryListJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]dag.Host{
-		"web1": {Address: "10.0.0.1", Vars: map[string]string{"ntp": `["a","b"]`, "n": "1.0", "role": "web", "env": "prod"}},
+		"web1": {Address: "10.0.0.1", Vars: map[string]string{"ntp": `["a","b"]`, "n": "1.0", "role": "web", "env": "prod"}, TypedVars: []string{"n", "ntp"}},
 		"db1":  {Address: "db1", User: "pg", Vars: map[string]string{"env": "prod"}},
 	}
 	if !reflect.DeepEqual(inv.Hosts, want) {

@@ -222,6 +222,7 @@ func (r *invReader) hostKeyChecking(vars map[string]invVar) {
 type carried struct {
 	typed   map[string]any
 	text    map[string]string
+	names   []string // the names in text that hold a typed value's JSON text, sorted
 	ignored []string
 }
 
@@ -248,9 +249,13 @@ func (r *invReader) carry(vars map[string]invVar, local bool) *carried {
 				c.text = make(map[string]string, len(vars))
 			}
 			c.text[k] = varText(v.val)
+			if isTyped(v.val) {
+				c.names = append(c.names, k)
+			}
 		}
 	}
 	slices.Sort(c.ignored)
+	slices.Sort(c.names)
 	return c
 }
 
@@ -376,4 +381,14 @@ func (r *invReader) viaCycles(hosts map[string]dag.Host) {
 		h := r.hosts[ring[0]]
 		r.fail(h.source, dag.CodeCycle, "hosts jump through each other: %s -> %s", strings.Join(ring, " -> "), ring[0])
 	}
+}
+
+// isTyped says whether a variable's text is a typed value's JSON text
+// (a list, a mapping, a number, a boolean), which templates see decoded.
+func isTyped(v any) bool {
+	switch v.(type) {
+	case bool, json.Number, []any, map[string]any:
+		return true
+	}
+	return false
 }

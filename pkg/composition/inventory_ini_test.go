@@ -109,10 +109,10 @@ app_port=8080
 		t.Fatal(err)
 	}
 	want := map[string]dag.Host{
-		"web1":     {Address: "10.0.0.1:2222", User: "ops", Via: "bastion", Become: true, BecomeUser: "app", IdentityFile: "~/.ssh/k", Vars: map[string]string{"app_port": "8080"}},
-		"web2":     {Address: "10.0.0.2:22", User: "legacy", Via: "bastion", Vars: map[string]string{"app_port": "8080"}},
-		"ctl":      {Transport: dag.TransportLocal, Vars: map[string]string{"app_port": "8080"}},
-		"10.0.0.9": {Address: "10.0.0.9:2200", Via: "bastion", Vars: map[string]string{"app_port": "8080"}},
+		"web1":     {Address: "10.0.0.1:2222", User: "ops", Via: "bastion", Become: true, BecomeUser: "app", IdentityFile: "~/.ssh/k", Vars: map[string]string{"app_port": "8080"}, TypedVars: []string{"app_port"}},
+		"web2":     {Address: "10.0.0.2:22", User: "legacy", Via: "bastion", Vars: map[string]string{"app_port": "8080"}, TypedVars: []string{"app_port"}},
+		"ctl":      {Transport: dag.TransportLocal, Vars: map[string]string{"app_port": "8080"}, TypedVars: []string{"app_port"}},
+		"10.0.0.9": {Address: "10.0.0.9:2200", Via: "bastion", Vars: map[string]string{"app_port": "8080"}, TypedVars: []string{"app_port"}},
 		"bastion":  {Address: "203.0.113.5"},
 	}
 	if !reflect.DeepEqual(inv.Hosts, want) {

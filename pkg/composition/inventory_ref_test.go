@@ -86,7 +86,7 @@ func (r *invReader) refResolve() *Inventory {
 	for _, name := range r.hostOrder {
 		h, jump := r.host(r.hosts[name], merged[name])
 		c := r.carry(merged[name], h.Transport == dag.TransportLocal)
-		h.Vars = c.text
+		h.Vars, h.TypedVars = c.text, c.names
 		inv.Hosts[name] = h
 		inv.Vars[name] = c.typed
 		if len(c.ignored) > 0 {

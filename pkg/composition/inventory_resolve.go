@@ -182,6 +182,7 @@ func (r *invReader) resolve() *Inventory {
 			}
 		}
 		h.Vars = maps.Clone(c.text)
+		h.TypedVars = slices.Clone(c.names)
 		inv.Hosts[name] = h
 		inv.Vars[name] = c.typed
 		if len(c.ignored) > 0 {

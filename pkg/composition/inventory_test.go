@@ -39,7 +39,7 @@ all:
 `,
 			hosts: map[string]dag.Host{
 				"h1": {Address: "h1", Vars: map[string]string{"a": "all", "b": "parent", "c": "child", "d": "child"}},
-				"h2": {Address: "h2", Vars: map[string]string{"a": "all", "b": "parent", "c": "child", "d": "host", "n": "8080", "ok": "true"}},
+				"h2": {Address: "h2", Vars: map[string]string{"a": "all", "b": "parent", "c": "child", "d": "host", "n": "8080", "ok": "true"}, TypedVars: []string{"n", "ok"}},
 			},
 			groups: map[string]dag.Group{"parent": {Hosts: []string{"h1", "h2"}}, "child": {Hosts: []string{"h1", "h2"}}},
 		},
@@ -207,7 +207,7 @@ all:
 `,
 			hosts: map[string]dag.Host{"h": {Address: "h", Vars: map[string]string{
 				"ntp": `["0.pool.ntp.org","1.pool.ntp.org"]`, "cfg": `{"port":8080,"tls":true}`, "flag": "true", "mode": "420", "plain": "yes", "nothing": "",
-			}}},
+			}, TypedVars: []string{"cfg", "flag", "mode", "ntp"}}},
 			groups: map[string]dag.Group{},
 		},
 		{
@@ -234,7 +234,7 @@ all:
   vars: {ansible_python_interpreter: /usr/bin/python3, db_password: hunter2, api_token: "{{ vault_api_token }}", app_port: 8080}
   hosts: {h: {ansible_password: x}}
 `,
-			hosts:  map[string]dag.Host{"h": {Address: "h", Vars: map[string]string{"api_token": "{{ vault_api_token }}", "app_port": "8080"}}},
+			hosts:  map[string]dag.Host{"h": {Address: "h", Vars: map[string]string{"api_token": "{{ vault_api_token }}", "app_port": "8080"}, TypedVars: []string{"app_port"}}},
 			groups: map[string]dag.Group{},
 		},
 	}
@@ -443,6 +443,13 @@ func TestFleetExampleInventoryIsTheInlineOne(t *testing.T) {
 	inv, inline := resolve("../../examples/fleet/fleet.yaml"), resolve("../../examples/fleet/fleet-inline.yaml")
 	if inv.Inventory != "" || len(inv.Hosts) != 5 || len(inv.Groups) != 3 {
 		t.Fatalf("inventory not inlined: inventory %q, %d hosts, %d groups", inv.Inventory, len(inv.Hosts), len(inv.Groups))
+	}
+	for name, h := range inv.Hosts { // the inventory's ports are numbers, the inline ones text
+		if h.TypedVars != nil && !reflect.DeepEqual(h.TypedVars, []string{"port"}) {
+			t.Errorf("%s: typed vars %v, want [port]", name, h.TypedVars)
+		}
+		h.TypedVars = nil
+		inv.Hosts[name] = h
 	}
 	if !reflect.DeepEqual(inv.Hosts, inline.Hosts) {
 		t.Errorf("hosts differ:\ninventory %s\n   inline %s", js(inv.Hosts), js(inline.Hosts))

@@ -120,10 +120,14 @@ type Host struct {
 	Transport Transport `json:"transport,omitempty"`
 	// Via is the jump host this host is reached through (ssh ProxyJump);
 	// jump hosts may have their own.
-	Via         string            `json:"via,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Vars        map[string]string `json:"vars,omitempty"`         // over the composition's vars
-	MaxParallel int               `json:"max_parallel,omitempty"` // nodes at once on it; 0: the executor's --per-host
+	Via    string            `json:"via,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Vars   map[string]string `json:"vars,omitempty"` // over the composition's vars
+	// TypedVars names the vars that hold a typed value as JSON text (a
+	// list, a mapping, a number or a boolean of an inventory): templates
+	// see them decoded (.Vars.ntp is a list), the others as text.
+	TypedVars   []string `json:"typed_vars,omitempty"`
+	MaxParallel int      `json:"max_parallel,omitempty"` // nodes at once on it; 0: the executor's --per-host
 	// Become runs the commands on the host (its nodes', its health
 	// gates') through sudo -n, as BecomeUser (root when empty); formulas
 	// and nodes may say otherwise (see Normalize). ssh only.

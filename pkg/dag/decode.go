@@ -243,6 +243,7 @@ func (d *decoder) hosts(v *Value, path string) map[string]Host {
 			"via":           d.str(&h.Via),
 			"labels":        d.scalars(&h.Labels),
 			"vars":          d.scalars(&h.Vars),
+			"typed_vars":    d.strings(&h.TypedVars),
 			"max_parallel":  d.integer(&h.MaxParallel),
 			"become":        d.boolean(&h.Become),
 			"become_user":   d.str(&h.BecomeUser),

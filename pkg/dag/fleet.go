@@ -258,10 +258,11 @@ func expandTargets(targets []string, instances map[string][]string) []string {
 
 // TemplateData is what a command template sees: the host it runs on.
 type TemplateData struct {
-	Host    string      // the host's name in the composition
-	Address string      // its address (host:port), or "" for transport local
-	Labels  TemplateMap // its labels
-	Vars    TemplateMap // the composition's vars, overridden by the host's, overridden by the extra vars
+	Host    string       // the host's name in the composition
+	Address string       // its address (host:port), or "" for transport local
+	Labels  TemplateMap  // its labels
+	Vars    TemplateVars // the composition's vars, overridden by the host's (typed ones decoded), overridden by the extra vars
+	typed   bool         // some of Vars are typed
 }
 
 // String is what printing the whole of it ({{ . }}) gives: its host, not
@@ -332,18 +333,17 @@ func renderEnv(env map[string]EnvValue, p string, r func(*string, string) bool, 
 	return out
 }
 
-func templateData(c *Composition, name string, h Host) TemplateData {
-	vars := TemplateMap(c.Vars) // shared, read only
+// templateData is what host name's templates see; shared holds the
+// composition's vars, for a host with none of its own (read only).
+func templateData(c *Composition, name string, h Host, shared TemplateVars) TemplateData {
+	vars := shared
 	if len(h.Vars) > 0 || len(c.ExtraVars) > 0 {
-		vars = make(TemplateMap, len(c.Vars)+len(h.Vars)+len(c.ExtraVars))
+		vars = make(TemplateVars, len(c.Vars)+len(h.Vars)+len(c.ExtraVars))
 		for _, layer := range []map[string]string{c.Vars, h.Vars, c.ExtraVars} { // each over the one before
 			for k, v := range layer {
 				vars[k] = v
 			}
 		}
-	}
-	if vars == nil {
-		vars = TemplateMap{}
 	}
 	labels := h.Labels
 	if labels == nil {

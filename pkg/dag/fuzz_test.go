@@ -22,6 +22,8 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(fleetDoc))
 	f.Add([]byte(`{"name":"t","hosts":{"h":{"address":"a","become":true,"become_user":"app","identity_file":"~/k"},"l":{"transport":"local"}},"formulas":[{"id":"f","server":"h","become":false,"become_user":"#0","nodes":[{"name":"n","run":"x","become":true,"become_user":"db"}]},{"id":"g","server":"l","nodes":[{"name":"n","run":"x","become":true}]}]}`))
 	f.Add([]byte(strings.ReplaceAll(fleetDoc, "{{ .Vars.port }}", "{{ .Vars.port | printf \"%q\" }} {{ range .Labels }}{{ . }}{{ end }}")))
+	f.Add([]byte(`{"name":"t","extra_vars":{"n":"2"},"hosts":{"h":{"transport":"local","vars":{"l":"[1,{\"a\":[true]}]","m":"{\"p\":8080}","n":"1","b":"x"},"typed_vars":["l","m","n","b"]}},` +
+		`"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":"{{ range .Vars.l }}{{ . }}{{ end }}{{ .Vars.m.p }}{{ shq .Vars.l }}{{ .Vars.n }}"}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := dag.ParseJSONComposition(data)
 		if err != nil {

@@ -76,14 +76,17 @@ const loopFunc = "gantry_loop"
 // all of them within MaxTemplateSteps.
 type renderer struct {
 	parsed   map[string]*parsedTemplate
-	steps    int  // steps left
-	bytes    int  // bytes left to render
-	reported bool // errStepsSpent was reported
+	typed    map[string]*parsedTemplate // parsed for hosts with typed vars
+	decoded  map[string]any             // typed vars' values by their text
+	steps    int                        // steps left
+	bytes    int                        // bytes left to render
+	reported bool                       // errStepsSpent was reported
 	// failed holds the paths with a template problem reported: a group
 	// formula's instances share their paths, and one problem a path is
 	// enough.
 	failed map[string]bool
 	hosts  map[string]TemplateData // each host's, made once
+	shared TemplateVars            // the composition's vars, for hosts with none of their own
 }
 
 // data is what the templates of host name see, made once a host. A host
@@ -99,7 +102,24 @@ func (r *renderer) data(c *Composition, name string, h Host) (TemplateData, erro
 			return TemplateData{}, err
 		}
 	}
-	d := templateData(c, name, h)
+	if r.shared == nil {
+		r.shared = make(TemplateVars, len(c.Vars))
+		for k, v := range c.Vars {
+			r.shared[k] = v
+		}
+	}
+	d := templateData(c, name, h, r.shared)
+	for _, k := range h.TypedVars {
+		text, own := h.Vars[k]
+		if _, over := c.ExtraVars[k]; !own || over {
+			continue // an extra var is text
+		}
+		v, err := r.typedVar(k, text)
+		if err != nil {
+			return TemplateData{}, err
+		}
+		d.Vars[k], d.typed = v, true
+	}
 	r.hosts[name] = d
 	return d, nil
 }
@@ -111,7 +131,7 @@ type parsedTemplate struct {
 }
 
 func newRenderer() *renderer {
-	return &renderer{parsed: map[string]*parsedTemplate{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal,
+	return &renderer{parsed: map[string]*parsedTemplate{}, typed: map[string]*parsedTemplate{}, decoded: map[string]any{}, steps: MaxTemplateSteps, bytes: MaxRenderedTotal,
 		failed: map[string]bool{}, hosts: map[string]TemplateData{}}
 }
 
@@ -164,7 +184,7 @@ func (r *renderer) render(s string, data TemplateData) (string, error) {
 	if !strings.Contains(s, "{{") {
 		return s, nil
 	}
-	pt := r.parse(s)
+	pt := r.parse(s, data.typed)
 	if pt.err != nil {
 		return "", pt.err
 	}
@@ -181,12 +201,18 @@ func (r *renderer) render(s string, data TemplateData) (string, error) {
 	return b.String(), nil
 }
 
-func (r *renderer) parse(s string) *parsedTemplate {
-	if pt, ok := r.parsed[s]; ok {
+// parse parses s once, and once more for hosts with typed vars (typed),
+// whose actions print a typed list or mapping as its JSON.
+func (r *renderer) parse(s string, typed bool) *parsedTemplate {
+	parsed := r.parsed
+	if typed {
+		parsed = r.typed
+	}
+	if pt, ok := parsed[s]; ok {
 		return pt
 	}
 	pt := &parsedTemplate{}
-	r.parsed[s] = pt
+	parsed[s] = pt
 	t, err := template.New("").Funcs(r.funcs()).Option("missingkey=error").Parse(s)
 	switch {
 	case err != nil:
@@ -196,6 +222,9 @@ func (r *renderer) parse(s string) *parsedTemplate {
 	default:
 		pt.t = t
 		pt.nodes, pt.err = guardLoops(t.Tree.Root)
+		if typed {
+			printTyped(t.Tree.Root)
+		}
 	}
 	return pt
 }
@@ -205,7 +234,7 @@ func (r *renderer) parse(s string) *parsedTemplate {
 // proportion to their arguments, each charging for it first (funcs.go).
 func (r *renderer) funcs() template.FuncMap {
 	return template.FuncMap{
-		loopFunc: r.loop, "shq": r.shq, "index": r.index, "fromjson": r.fromjson,
+		loopFunc: r.loop, printFunc: r.printed, "shq": r.shq, "index": r.index, "fromjson": r.fromjson,
 		"printf": r.printf, "print": r.print, "println": r.println,
 		"html": r.escaper("html", 6, template.HTMLEscaper), "js": r.escaper("js", 6, template.JSEscaper),
 		"urlquery": r.escaper("urlquery", 3, template.URLQueryEscaper),
@@ -409,5 +438,7 @@ func cleanExecErr(s string) string {
 			s = s[:i] + s[i+j+3:]
 		}
 	}
+	s = strings.Replace(s, " | "+printFunc+">: ", ">: ", 1)
+	s = strings.Replace(s, "error calling "+printFunc+": ", "", 1)
 	return strings.Replace(s, "error calling "+loopFunc+": ", "", 1)
 }

@@ -17,7 +17,11 @@ import (
 // licence), which a FuncMap cannot wrap.
 
 // shq quotes a value for a POSIX shell: {{ shq .Vars.x }}.
-func (r *renderer) shq(s string) (string, error) {
+func (r *renderer) shq(v any) (string, error) {
+	s, err := r.textOf(v)
+	if err != nil {
+		return "", err
+	}
 	if err := r.made("shq", len(s)+2+3*strings.Count(s, "'")); err != nil {
 		return "", err
 	}
@@ -29,8 +33,17 @@ func (r *renderer) shq(s string) (string, error) {
 // over a list ({{ range fromjson .Vars.ntp }}) or read a field ({{
 // (fromjson .Vars.cfg).port }}). Numbers stay as written. Decoding JSON
 // costs about what a step does for each byte, so each byte is a step; more
-// than MaxRendered of it is refused.
-func (r *renderer) fromjson(s string) (any, error) {
+// than MaxRendered of it is refused. A typed var (already decoded) is
+// returned as it is.
+func (r *renderer) fromjson(v any) (any, error) {
+	s, text := v.(string)
+	if !text {
+		switch v.(type) {
+		case TemplateList, TemplateObject, json.Number, int64, bool:
+			return v, nil
+		}
+		return nil, fmt.Errorf("fromjson of a %T: give it text", v)
+	}
 	if len(s) > MaxRendered {
 		return nil, fmt.Errorf("fromjson of more than %d bytes", MaxRendered)
 	}
@@ -39,32 +52,44 @@ func (r *renderer) fromjson(s string) (any, error) {
 	}
 	d := json.NewDecoder(strings.NewReader(s))
 	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
+	var out any
+	if err := d.Decode(&out); err != nil {
 		return nil, fmt.Errorf("fromjson: the value is not JSON: %v", err)
 	}
 	if _, err := d.Token(); err != io.EOF {
 		return nil, errors.New("fromjson: the value holds more than one JSON value")
 	}
-	return v, nil
+	return out, nil
 }
 
 func (r *renderer) printf(format string, args ...any) (string, error) {
-	if err := r.made("printf", printfSize(format, args)); err != nil {
+	args, err := r.plain(args)
+	if err != nil {
+		return "", err
+	}
+	if err = r.made("printf", printfSize(format, args)); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf(format, args...), nil
 }
 
 func (r *renderer) print(args ...any) (string, error) {
-	if err := r.made("print", argsSize(args)+len(args)); err != nil {
+	args, err := r.plain(args)
+	if err != nil {
+		return "", err
+	}
+	if err = r.made("print", argsSize(args)+len(args)); err != nil {
 		return "", err
 	}
 	return fmt.Sprint(args...), nil
 }
 
 func (r *renderer) println(args ...any) (string, error) {
-	if err := r.made("println", argsSize(args)+len(args)+1); err != nil {
+	args, err := r.plain(args)
+	if err != nil {
+		return "", err
+	}
+	if err = r.made("println", argsSize(args)+len(args)+1); err != nil {
 		return "", err
 	}
 	return fmt.Sprintln(args...), nil

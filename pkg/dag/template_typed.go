@@ -1,0 +1,192 @@
+package dag
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/template/parse"
+)
+
+// A host's typed vars (Host.TypedVars: an inventory's lists, mappings,
+// numbers and booleans, which travel as their JSON text) reach templates
+// decoded: a list as a TemplateList, a mapping as a TemplateObject, a
+// whole number as an int64, another number as its text (json.Number), a
+// boolean as a bool. Printed whole ({{ .Vars.ntp }}), a list or mapping
+// gives its JSON text, as the text var did.
+
+// TemplateList is a typed list a template sees: {{ range .Vars.ntp }}.
+type TemplateList []any
+
+// TemplateObject is a typed mapping a template sees: {{ .Vars.cfg.port }}.
+type TemplateObject map[string]any
+
+// TemplateVars is the vars a template sees: text, or typed values.
+type TemplateVars map[string]any
+
+// String is what printing the whole map ({{ .Vars }}) gives: how many
+// entries it has, not the entries.
+func (m TemplateVars) String() string { return fmt.Sprintf("<%d entries>", len(m)) }
+
+// printFunc is the function the renderer puts at the end of every action
+// that prints, in the templates of hosts with typed vars: a typed list or
+// mapping prints as its JSON text, charged as made. (The hosts without
+// do without the call.)
+const printFunc = "gantry_print"
+
+// printTyped ends the pipeline of every action under n that prints with
+// printFunc.
+func printTyped(n parse.Node) {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Nodes {
+			printTyped(c)
+		}
+	case *parse.ActionNode:
+		if len(n.Pipe.Decl) == 0 && !printsText(n.Pipe) {
+			n.Pipe.Cmds = append(n.Pipe.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: n.Pos,
+				Args: []parse.Node{parse.NewIdentifier(printFunc).SetPos(n.Pos)}})
+		}
+	case *parse.RangeNode:
+		printTyped(n.List)
+		printTyped(n.ElseList)
+	case *parse.IfNode:
+		printTyped(n.List)
+		printTyped(n.ElseList)
+	case *parse.WithNode:
+		printTyped(n.List)
+		printTyped(n.ElseList)
+	}
+}
+
+// decodeTyped decodes a typed var's JSON text.
+func decodeTyped(s string) (any, error) {
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value")
+	}
+	return typedOf(v), nil
+}
+
+// typedOf is a decoded JSON value as templates see it.
+func typedOf(v any) any {
+	switch v := v.(type) {
+	case []any:
+		for i := range v {
+			v[i] = typedOf(v[i])
+		}
+		return TemplateList(v)
+	case map[string]any:
+		for k := range v {
+			v[k] = typedOf(v[k])
+		}
+		return TemplateObject(v)
+	case json.Number:
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && strconv.FormatInt(n, 10) == string(v) {
+			return n // prints as written
+		}
+	}
+	return v
+}
+
+// typedVar decodes the text of a host's typed var name, charging a step
+// a byte (what decoding JSON costs); hosts whose var holds the same text
+// (an inventory group's) share what it decodes to, read only, charged
+// what looking it up costs.
+func (r *renderer) typedVar(name, text string) (any, error) {
+	if v, ok := r.decoded[text]; ok {
+		return v, r.spendBytes(len(text), comparedPerStep)
+	}
+	if err := r.spend(len(text) + 1); err != nil {
+		return nil, err
+	}
+	v, err := decodeTyped(text)
+	if err != nil {
+		return nil, fmt.Errorf("vars.%s is a typed var (typed_vars) but its value is %w", name, err)
+	}
+	r.decoded[text] = v
+	return v, nil
+}
+
+// jsonOf is a typed list or mapping as compact JSON text (keys sorted),
+// charged as made before it is.
+func (r *renderer) jsonOf(what string, v any) (string, error) {
+	if err := r.made(what, argsSize([]any{v})); err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+// printed is v as an action prints it: a typed list or mapping as its
+// JSON text, anything else as it is.
+func (r *renderer) printed(v any) (any, error) {
+	switch v.(type) {
+	case TemplateList, TemplateObject:
+		return r.jsonOf("printing a typed var", v)
+	}
+	return v, nil
+}
+
+// plain is args with every typed list or mapping as its JSON text, for
+// print, printf and println.
+func (r *renderer) plain(args []any) ([]any, error) {
+	for i, a := range args {
+		p, err := r.printed(a)
+		if err != nil {
+			return nil, err
+		}
+		args[i] = p
+	}
+	return args, nil
+}
+
+// textOf is a value as shq quotes it: text as it is, a typed value as
+// its text.
+func (r *renderer) textOf(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case json.Number:
+		return string(v), nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case TemplateList, TemplateObject:
+		return r.jsonOf("shq", v)
+	case nil:
+		return "", errors.New("shq of no value")
+	}
+	return "", fmt.Errorf("shq of a %T: give it a var's value", v)
+}
+
+// printsText says whether a pipeline ends in a call of a function that
+// returns text or a boolean (shq, printf, eq...), which needs no
+// printFunc.
+func printsText(p *parse.PipeNode) bool {
+	last := p.Cmds[len(p.Cmds)-1]
+	if id, call := last.Args[0].(*parse.IdentifierNode); call {
+		switch id.Ident {
+		case "shq", "printf", "print", "println", "html", "js", "urlquery", "eq", "ne", "lt", "le", "gt", "ge", "len", "not":
+			return true
+		}
+	}
+	return false
+}
