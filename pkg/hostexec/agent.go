@@ -328,8 +328,20 @@ func agentRequest(cmd Command, ex string) (req, nonce, token string, err error) 
 	if err != nil {
 		return "", "", "", err
 	}
-	// the directory superviseScript finds once cmd.Env is exported (a
-	// re-attach looks there): HOME and GANTRY_ATTEMPTS may be in it
+	turn := ""
+	if cmd.Turn != nil {
+		turn = "1"
+	}
+	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + agentBase(cmd) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
+	text := sec + ex + "eval " + shellQuote(cmd.Script) + "\n"
+	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, token, nil
+}
+
+// agentBase is the shell that sets _gb to cmd's attempts directory as its
+// agent finds it: the directory superviseScript finds once cmd.Env is
+// exported (a re-attach looks there): HOME and GANTRY_ATTEMPTS may be in
+// it.
+func agentBase(cmd Command) string {
 	home := `"$HOME"`
 	if h, ok := cmd.Env["HOME"]; ok {
 		home = shellQuote(h)
@@ -340,13 +352,7 @@ func agentRequest(cmd Command, ex string) (req, nonce, token string, err error) 
 	} else if ok {
 		base = `"$_gH/.gantry/attempts"`
 	}
-	turn := ""
-	if cmd.Turn != nil {
-		turn = "1"
-	}
-	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; _gH=" + home + "; _gb=" + base + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
-	text := sec + ex + "eval " + shellQuote(cmd.Script) + "\n"
-	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, token, nil
+	return "_gH=" + home + "; _gb=" + base
 }
 
 // usesAgent says whether cmd runs in an agent: a durable command whose
@@ -431,8 +437,11 @@ func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd 
 		select {
 		case got = <-lines:
 		case <-rctx.Done():
+			// The agent may have read the request and be about to start
+			// the attempt: closing its session does not stop it.
+			kerr := r.cancelStart(a.client, cmd)
 			c.dropAgent(a) // its read ends with the session
-			return "", endErr(rctx)
+			return "", errors.Join(endErr(rctx), kerr)
 		}
 		l := got.line
 		switch {
@@ -472,6 +481,14 @@ func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd 
 		c.dropAgent(a)
 		return "", fmt.Errorf("%w on %s: the agent answered %q", ErrSession, r.address, l)
 	}
+}
+
+// cancelStart makes sure the attempt cmd asked an agent to start, which
+// did not say it started, is not running on the host: it never starts
+// (cancelScript claims it first), or it is killed; as killRemote does, in
+// a fresh session of the connection client.
+func (r *sshRunner) cancelStart(client *ssh.Client, cmd Command) error {
+	return r.remoteKill(client, cmd.as(), cancelScript(agentBase(cmd), cmd.Attempt), "attempt "+cmd.Attempt)
 }
 
 // waitingLine is what an attempt that waits for its host lock says on its

@@ -245,6 +245,32 @@ else x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] || printf 
 	return b.String()
 }
 
+// cancelScript ends the durable attempt at "$_gb"/attempt (base sets
+// _gb) that was asked to start but did not say it started: it may start
+// any moment. It claims the attempt first, with the atomic create of its
+// run file that a supervisor starts an attempt with, and records it never
+// started (no pid, the status a kill by SIGTERM gives, "unstarted"): a
+// supervisor that comes to it later finds the attempt claimed and starts
+// nothing, a re-attach reads that status, a settle says it never started. When a supervisor claimed it first, it waits for the pid in
+// the run file (at most 5 s, as a re-attach does) and kills the
+// supervisor's process group as killScript does. It prints "gone" once
+// nothing of the attempt runs.
+// unstarted is the third line of the run file of an attempt that its
+// cancel claimed: it never started.
+const unstarted = "unstarted"
+
+func cancelScript(base, attempt string) string {
+	return base + `; _gd="$_gb/"` + shellQuote(attempt) + `
+` + checkID + `_gn() { set -C; echo '0
+143
+` + unstarted + `' 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" 2>/dev/null && _gn; }; then echo gone; exit 0; fi
+_gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
+[ -n "$_gp" ] || { echo "no pid in the attempt's run file"; exit 1; }
+_gJ "$_gp" && [ "$_gp" -gt 1 ] 2>/dev/null || { echo gone; exit 0; }
+` + killText(`"$_gp"`, `"$_gd"`, "gone")
+}
+
 // marked is what a command's first line says: its process group and, for a
 // durable attempt, its directory.
 type marked struct {

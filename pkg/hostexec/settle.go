@@ -28,7 +28,8 @@ import (
 //     attempt that succeeded while nobody followed it is a success);
 //   - this call (or an earlier kill by gantry) killed it: the kill's
 //     status and ErrCancelled;
-//   - it never started on the host: ErrNoAttempt;
+//   - it never started on the host (or a cancel claimed it before it
+//     started: see cancelScript): ErrNoAttempt;
 //   - it ended without recording an exit status: ErrLost;
 //   - it could not be confirmed gone: ErrKill.
 //
@@ -72,6 +73,7 @@ if ! _ge; then
   fi
 fi
 _gy=; { read -r _gy; read -r _gy; read -r _gy; } <"$_gd.run" 2>/dev/null; [ "$_gy" = killed ] && _gk=killed
+[ "$_gy" = ` + unstarted + ` ] && { echo '` + settleMarker + `absent'; exit 0; }
 if _ge; then echo "` + settleMarker + `$_gk $_gx"; else echo '` + settleMarker + `lost'; fi
 tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.out" 2>/dev/null; tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.err" >&2 2>/dev/null
 exit 0

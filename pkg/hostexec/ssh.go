@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1262,6 +1263,13 @@ func (r *sshRunner) killRemote(client *ssh.Client, m marked, as becomeAs) error 
 	if pgid <= 1 {
 		return fmt.Errorf("%w: cannot kill the command on %s: its process group is unknown", ErrKill, r.address)
 	}
+	return r.remoteKill(client, as, killScript(pgid, m.dir), "process group "+strconv.Itoa(pgid))
+}
+
+// remoteKill runs a kill script on the host in a fresh session of client,
+// as the user as, and says whether it confirmed (printed "gone") the end
+// of what (the process group or attempt it kills).
+func (r *sshRunner) remoteKill(client *ssh.Client, as becomeAs, script, what string) error {
 	s, err := client.NewSession()
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrKill, r.address, err)
@@ -1273,17 +1281,17 @@ func (r *sshRunner) killRemote(client *ssh.Client, m marked, as becomeAs) error 
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := s.Output(as.remote(killScript(pgid, m.dir)))
+		out, err := s.Output(as.remote(script))
 		done <- result{out, err}
 	}()
 	select {
 	case res := <-done:
 		if strings.TrimSpace(string(res.out)) != "gone" {
-			return fmt.Errorf("%w: process group %d on %s: %s %v", ErrKill, pgid, r.address, strings.TrimSpace(string(res.out)), res.err)
+			return fmt.Errorf("%w: %s on %s: %s %v", ErrKill, what, r.address, strings.TrimSpace(string(res.out)), res.err)
 		}
 		return nil
-	case <-time.After(KillGrace + 5*time.Second):
-		return fmt.Errorf("%w: process group %d on %s: no answer", ErrKill, pgid, r.address)
+	case <-time.After(KillGrace + 10*time.Second):
+		return fmt.Errorf("%w: %s on %s: no answer", ErrKill, what, r.address)
 	}
 }
 

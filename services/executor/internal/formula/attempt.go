@@ -317,7 +317,7 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 		ev.Status = dag.NodeSucceeded
 		return dag.NodeSucceeded, ev, false
 	case errors.Is(err, hostexec.ErrCancelled):
-		ev.Status, ev.Reason = dag.NodeCancelled, "cancelled: killed on the host"
+		ev.Status, ev.Reason = dag.NodeCancelled, cancelledReason(err)
 		if sh.nr.pastDeadline() {
 			ev.Reason += ": " + sh.nr.deadline()
 		}
@@ -325,6 +325,15 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 	}
 	ev.Status = dag.NodeFailed
 	return dag.NodeFailed, ev, isPermanent(err)
+}
+
+// cancelledReason says what became of a cancelled command on its host:
+// killed, unless the kill was not confirmed.
+func cancelledReason(err error) string {
+	if errors.Is(err, hostexec.ErrKill) {
+		return "cancelled: its kill on the host was not confirmed, it may still run there"
+	}
+	return "cancelled: killed on the host"
 }
 
 // isPermanent says retrying cannot help: the host cannot be reached or

@@ -42,6 +42,34 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 	}
 }
 
+// A cancelled node whose kill on the host was not confirmed is not said
+// to have been killed there.
+func TestCancelUnconfirmedKillNotReportedKilled(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	d := dispatch(dag.OpCreate, 1, node("n", "blockunkillable", 3))
+	done := make(chan error, 1)
+	go func() { done <- h.x.Run(context.Background(), d) }()
+	select {
+	case <-h.host.start:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node never started")
+	}
+	h.x.CancelWorkflow("w1")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the formula did not end after the cancel")
+	}
+	want := "n cancelled 1: cancelled: its kill on the host was not confirmed, it may still run there cancelled: context canceled\nkill not confirmed: still running"
+	if got := h.stored(); !slices.Contains(got, want) {
+		t.Fatalf("stored\n  %s\nwant among them\n  %s", strings.Join(got, "\n  "), want)
+	}
+}
+
 // An outcome that cannot be recorded is not announced: the dispatch is
 // delivered again, and decides from the records.
 func TestUnrecordedOutcomeIsRedelivered(t *testing.T) {

@@ -2,6 +2,7 @@ package formula
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -78,7 +79,11 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	if strings.HasPrefix(cmd.Script, "block") {
 		h.start <- cmd.Script
 		<-ctx.Done()
-		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", hostexec.ErrCancelled, ctx.Err())
+		cancelled := fmt.Errorf("%w: %w", hostexec.ErrCancelled, ctx.Err())
+		if strings.HasPrefix(cmd.Script, "blockunkillable") {
+			return hostexec.Result{ExitCode: -1}, errors.Join(cancelled, fmt.Errorf("%w: still running", hostexec.ErrKill))
+		}
+		return hostexec.Result{ExitCode: -1}, cancelled
 	}
 	res := hostexec.Result{ExitCode: code, Stdout: "ran " + cmd.Script + "\n"}
 	h.mu.Lock()
