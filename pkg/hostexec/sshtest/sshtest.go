@@ -23,6 +23,29 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
+// ensurePackage installs Debian's package pkg with apt-get (once per
+// process, guarded by once) when the file binary is missing, and fails
+// the test when it is still missing.
+func ensurePackage(t testing.TB, once *sync.Once, binary, pkg string) {
+	t.Helper()
+	once.Do(func() {
+		if _, err := os.Stat(binary); err == nil {
+			return
+		}
+		t.Logf("%s missing: installing %s with apt-get", binary, pkg)
+		for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", pkg}} {
+			cmd := exec.Command("apt-get", args...)
+			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Logf("apt-get %v: %v\n%s", args, err, out)
+			}
+		}
+	})
+	if _, err := os.Stat(binary); err != nil {
+		t.Fatalf("%s is not available and could not be installed (%s): %v", binary, pkg, err)
+	}
+}
+
 // SSHD is the OpenSSH server binary.
 const SSHD = "/usr/sbin/sshd"
 
@@ -31,22 +54,7 @@ var installOnce sync.Once
 // EnsureSSHD installs openssh-server when sshd is missing.
 func EnsureSSHD(t testing.TB) {
 	t.Helper()
-	installOnce.Do(func() {
-		if _, err := os.Stat(SSHD); err == nil {
-			return
-		}
-		t.Logf("sshd missing: installing openssh-server with apt-get")
-		for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "openssh-server"}} {
-			cmd := exec.Command("apt-get", args...)
-			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Logf("apt-get %v: %v\n%s", args, err, out)
-			}
-		}
-	})
-	if _, err := os.Stat(SSHD); err != nil {
-		t.Fatalf("sshd is not available and could not be installed: %v", err)
-	}
+	ensurePackage(t, &installOnce, SSHD, "openssh-server")
 	_ = os.MkdirAll("/run/sshd", 0o755) // privilege separation directory
 }
 

@@ -31,22 +31,7 @@ var sudoOnce sync.Once
 // EnsureSudo installs sudo with apt-get when it is missing.
 func EnsureSudo(t testing.TB) {
 	t.Helper()
-	sudoOnce.Do(func() {
-		if _, err := os.Stat(Sudo); err == nil {
-			return
-		}
-		t.Logf("sudo missing: installing it with apt-get")
-		for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "sudo"}} {
-			cmd := exec.Command("apt-get", args...)
-			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Logf("apt-get %v: %v\n%s", args, err, out)
-			}
-		}
-	})
-	if _, err := os.Stat(Sudo); err != nil {
-		t.Fatalf("sudo is not available and could not be installed: %v", err)
-	}
+	ensurePackage(t, &sudoOnce, Sudo, "sudo")
 }
 
 // AddUser adds a throwaway user (shell /bin/sh, a home directory, no

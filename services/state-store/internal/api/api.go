@@ -86,7 +86,15 @@ type server struct {
 	mu      sync.Mutex
 	downAt  time.Time // the last read that failed for want of JetStream
 	downWhy string
+	// behindAt is when a read last said it answered from a projection
+	// behind the stream; behindQuiet counts the reads since that did not.
+	behindAt    time.Time
+	behindQuiet int
 }
+
+// BehindLogEvery bounds how often reads say they answer from a
+// projection behind the stream: while it catches up, every read does.
+const BehindLogEvery = 30 * time.Second
 
 // read returns the context of a read request (ReadBudget), once the
 // projection has caught up with the stream or CatchUpWait has passed;
@@ -101,9 +109,24 @@ func (s *server) read(req micro.Request) (context.Context, context.CancelFunc, b
 	w, stop := context.WithTimeout(c, min(CatchUpWait, time.Until(d)/2))
 	defer stop()
 	if err := s.catchUp(w); err != nil {
-		s.log.Warn("answering from a projection behind the stream", "err", err)
+		s.behind(err)
 	}
 	return c, cancel, true
+}
+
+// behind logs that a read answers from a projection behind the stream,
+// at most once per BehindLogEvery, with how many reads since did too.
+func (s *server) behind(err error) {
+	s.mu.Lock()
+	if !s.behindAt.IsZero() && time.Since(s.behindAt) < BehindLogEvery {
+		s.behindQuiet++
+		s.mu.Unlock()
+		return
+	}
+	quiet := s.behindQuiet
+	s.behindAt, s.behindQuiet = time.Now(), 0
+	s.mu.Unlock()
+	s.log.Warn("answering from a projection behind the stream", "err", err, "reads_since_last_said", quiet)
 }
 
 // down is the error every read answers at once while DownFor has not
