@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -37,7 +38,7 @@ const devTmpfs = 1800 << 20
 // dev quickly.
 func TestStorageFullThenFreed(t *testing.T) {
 	fleet := sshtest.Start(t, 2, sshtest.Options{})
-	fs := mountTmpfs(t, devTmpfs)
+	fs := natstest.MountTmpfs(t, devTmpfs)
 	d := startStorageDev(t, fs, fleet)
 	tl := newTimeline()
 	note := func(format string, args ...any) {
@@ -50,7 +51,7 @@ func TestStorageFullThenFreed(t *testing.T) {
 	first := d.submit(t, storageComposition("storage", fleet, 4, 4, "1"))
 	note("submitted %s (32 nodes)", first[:8])
 	waitFor(t, 60*time.Second, func() bool { return countMarkers(t, fleet, "storage") >= 6 })
-	filler := fillUp(t, fs)
+	filler := natstest.FillUp(t, fs)
 	note("file system full: %d markers written", countMarkers(t, fleet, "storage"))
 
 	var troubled []string
@@ -141,11 +142,11 @@ func TestStorageFullThenFreed(t *testing.T) {
 // even while the services wait for JetStream to store (its disk full).
 func TestDevStopsWhileStorageFull(t *testing.T) {
 	fleet := sshtest.Start(t, 1, sshtest.Options{})
-	fs := mountTmpfs(t, devTmpfs)
+	fs := natstest.MountTmpfs(t, devTmpfs)
 	d := startStorageDev(t, fs, fleet)
 	d.submit(t, storageComposition("storage", fleet, 4, 4, "1"))
 	waitFor(t, 60*time.Second, func() bool { return countMarkers(t, fleet, "storage") >= 4 })
-	fillUp(t, fs)
+	natstest.FillUp(t, fs)
 	time.Sleep(10 * time.Second) // the work in flight now waits for storage
 	took := d.interrupt(t, 90*time.Second)
 	t.Logf("gantry dev stopped %.1fs after the interrupt, its disk full", took.Seconds())
@@ -371,51 +372,6 @@ func waitFor(t *testing.T, timeout time.Duration, ok func() bool) {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted
-// when the test ends (after what was cleaned up later than this call:
-// mount it before starting what writes there).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("mount a tmpfs on %s (this test needs root): %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillUp writes a file in dir until its file system has no space left,
-// and returns its path.
-func fillUp(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, chunk := range []int{1 << 20, 4 << 10, 512} {
-		buf := make([]byte, chunk)
-		for {
-			if _, err := f.Write(buf); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatalf("fill %s: %v", path, err)
-				}
-				break
-			}
-		}
-	}
-	return path
-}
 
 // storageComposition: on each host, formulas in a chain, each of nodes
 // nodes two at a time, each sleeping a little and then writing its marker

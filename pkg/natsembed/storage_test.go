@@ -3,15 +3,12 @@ package natsembed_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,7 +25,7 @@ import (
 // notices, says so, and loads the stream again once there is room, and
 // the bucket then takes writes again with what it held before.
 func TestStreamTakesWritesAgainOnceSpaceIsBack(t *testing.T) {
-	dir := mountTmpfs(t, 64<<20)
+	dir := natstest.MountTmpfs(t, 64<<20)
 	logs := &syncBuffer{}
 	ns := natstest.StartWith(t, natsembed.Config{StoreDir: filepath.Join(dir, "js"), MaxStore: 2 << 30, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx := context.Background()
@@ -49,7 +46,7 @@ func TestStreamTakesWritesAgainOnceSpaceIsBack(t *testing.T) {
 	if err := put("before"); err != nil {
 		t.Fatal(err)
 	}
-	filler := fillUp(t, dir)
+	filler := natstest.FillUp(t, dir)
 	var failed error
 	for i := 0; i < 20 && failed == nil; i++ {
 		failed = put(fmt.Sprintf("full-%d", i))
@@ -76,48 +73,6 @@ func TestStreamTakesWritesAgainOnceSpaceIsBack(t *testing.T) {
 			t.Errorf("the log does not say %q:\n%s", want, logs)
 		}
 	}
-}
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted
-// when the test ends (after what was cleaned up later than this call).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs on %s (this test needs root): %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillUp writes a file in dir until its file system has no space left.
-func fillUp(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, chunk := range []int{1 << 20, 4 << 10, 512} {
-		buf := make([]byte, chunk)
-		for {
-			if _, err := f.Write(buf); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatalf("fill %s: %v", path, err)
-				}
-				break
-			}
-		}
-	}
-	return path
 }
 
 // syncBuffer is a bytes.Buffer that several goroutines may write.
