@@ -38,12 +38,18 @@ func (hangingKV) ListKeysFiltered(ctx context.Context, _ ...string) (jetstream.K
 func TestReadsFailFastWithoutJetStream(t *testing.T) {
 	ns := natstest.Start(t)
 	hang := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
-	svc, err := api.Register(ns.Connect(events.StateStore), events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+	served := ns.Connect(events.StateStore)
+	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
 		hangingKV{}, slog.Default(), nil, hang)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
+	// The endpoints' subscriptions reach the server before the first
+	// request (another connection's request could find no responder).
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	viewer := ns.Connect(events.Viewer)
 	ask := func(wait time.Duration) (*nats.Msg, time.Duration, error) {
 		m := &nats.Msg{Subject: events.StateWorkflow, Data: []byte(`{"workflow_id":"w1"}`), Header: nats.Header{events.WaitHeader: {wait.String()}}}
@@ -91,12 +97,18 @@ func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	caughtUp := func(context.Context) error { return nil }
-	svc, err := api.Register(ns.Connect(events.StateStore), events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+	served := ns.Connect(events.StateStore)
+	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
 		kv, slog.Default(), nil, caughtUp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
+	// The endpoints' subscriptions reach the server before the first
+	// request (another connection's request could find no responder).
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	viewer := ns.Connect(events.Viewer)
 	ask := func(subject string, wait time.Duration) (*nats.Msg, time.Duration, error) {
 		m := &nats.Msg{Subject: subject, Data: []byte(`{"workflow_id":"w1"}`), Header: nats.Header{events.WaitHeader: {wait.String()}}}
