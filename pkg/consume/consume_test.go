@@ -191,7 +191,10 @@ func TestRunBatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- consume.RunBatch(ctx, cons, handler, consume.Options{Name: "t", Prefetch: 64, AckWait: time.Second, Logger: quiet,
+		// A linger: the first batch waits for what the first pull
+		// brought, rather than racing the goroutine that hands it over
+		// (under load the first batch held one event).
+		done <- consume.RunBatch(ctx, cons, handler, consume.Options{Name: "t", Prefetch: 64, AckWait: time.Second, Logger: quiet, Linger: 300 * time.Millisecond,
 			NakDelay: func(uint64) time.Duration { return 50 * time.Millisecond }})
 	}()
 	deadline := time.Now().Add(5 * time.Second)

@@ -248,3 +248,51 @@ func TestMemoryBucketFilters(t *testing.T) {
 		}
 	}
 }
+
+// Absent asks the stream's leader, with the executor's permissions, and
+// tells a record there from one never written or deleted since.
+func TestBucketAbsentAsksTheLeader(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := natstest.Start(t)
+	jsPlanner, err := events.Open(ctx, ns.Connect(events.Planner), events.Planner, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsExec, err := events.Open(ctx, ns.Connect(events.Executor), events.Executor, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write, err := events.NewBucket[events.RunSnapshot](ctx, jsPlanner, events.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := events.NewBucket[events.RunSnapshot](ctx, jsExec, events.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := func(want bool, when string) {
+		t.Helper()
+		got, err := read.Absent(ctx, "w1")
+		if err != nil || got != want {
+			t.Fatalf("%s: absent %v, %v; want %v", when, got, err, want)
+		}
+	}
+	absent(true, "never written")
+	if _, err := write.Put(ctx, "w1", events.RunSnapshot{Generation: 1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	absent(false, "written")
+	if err := write.KV.Delete(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	absent(true, "deleted")
+	if _, err := write.Put(ctx, "w1", events.RunSnapshot{Generation: 2}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := write.KV.Purge(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	absent(true, "purged")
+}

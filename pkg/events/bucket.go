@@ -73,6 +73,24 @@ func (b Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 	return v, e.Revision(), nil
 }
 
+// Absent asks the bucket stream's leader whether key holds no record.
+// Get reads any replica (a direct get), and a replica that is behind (cut
+// off in a partition, say) answers "no record" for a key written since:
+// Absent is the answer to act on before treating a record as gone.
+func (b Bucket[T]) Absent(ctx context.Context, key string) (bool, error) {
+	var seq uint64
+	var h nats.Header
+	err := b.whenConnected(ctx, func() (err error) {
+		seq, h, err = leaderMsgGet(ctx, b.JS.Conn(), KVStream(b.KV.Bucket()), msgGetRequest{LastFor: "$KV." + b.KV.Bucket() + "." + key})
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("ask the leader of %s for %s: %w", b.KV.Bucket(), key, err)
+	}
+	op := h.Get("KV-Operation")
+	return seq == 0 || op == "DEL" || op == "PURGE", nil
+}
+
 // Put writes v at key: a create when rev is 0, else a compare-and-set on
 // rev (ErrChanged when either finds something else). It returns the new
 // revision.
@@ -329,6 +347,15 @@ func (m *MemoryBucket[T]) Get(_ context.Context, key string) (T, uint64, error) 
 		return v, r.rev, fmt.Errorf("%w: %s: %w", ErrBadRecord, key, err)
 	}
 	return v, r.rev, nil
+}
+
+// Absent is Bucket.Absent.
+func (m *MemoryBucket[T]) Absent(ctx context.Context, key string) (bool, error) {
+	_, _, err := m.Get(ctx, key)
+	if errors.Is(err, ErrNoRecord) {
+		return true, nil
+	}
+	return false, err
 }
 
 // Put is Bucket.Put.

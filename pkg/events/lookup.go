@@ -131,37 +131,42 @@ func (c *scan) last() uint64 { return c.next - 1 }
 // msgGet asks the stream's leader for the first message of a request: its
 // sequence (0 when there is none) and message id.
 func (p *Publisher) msgGet(ctx context.Context, stream string, req msgGetRequest) (uint64, string, error) {
+	seq, h, err := leaderMsgGet(ctx, p.conn(), stream, req)
+	return seq, h.Get(nats.MsgIdHdr), err
+}
+
+// leaderMsgGet asks the stream's leader for the first message of a
+// request: its sequence (0 when there is none) and headers.
+func leaderMsgGet(ctx context.Context, nc *nats.Conn, stream string, req msgGetRequest) (uint64, nats.Header, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return 0, "", err
+		return 0, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
 	defer cancel()
-	msg, err := p.conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, b)
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, b)
 	if err != nil {
-		return 0, "", err
+		return 0, nil, err
 	}
 	var resp msgGetResponse
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, "", fmt.Errorf("message get on %s: %w", stream, err)
+		return 0, nil, fmt.Errorf("message get on %s: %w", stream, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
-		return 0, "", nil
+		return 0, nil, nil
 	case resp.Error != nil:
-		return 0, "", fmt.Errorf("message get on %s: %s (%d)", stream, resp.Error.Description, resp.Error.ErrCode)
+		return 0, nil, fmt.Errorf("message get on %s: %s (%d)", stream, resp.Error.Description, resp.Error.ErrCode)
 	case resp.Message == nil:
-		return 0, "", fmt.Errorf("message get on %s: empty answer", stream)
+		return 0, nil, fmt.Errorf("message get on %s: empty answer", stream)
 	}
-	id := ""
+	var h nats.Header
 	if len(resp.Message.Header) > 0 {
-		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
-		if err != nil {
-			return 0, "", fmt.Errorf("message get on %s: headers: %w", stream, err)
+		if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return 0, nil, fmt.Errorf("message get on %s: headers: %w", stream, err)
 		}
-		id = h.Get(nats.MsgIdHdr)
 	}
-	return resp.Message.Seq, id, nil
+	return resp.Message.Seq, h, nil
 }
 
 // conn is the publisher's connection.

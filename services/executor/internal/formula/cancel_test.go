@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
 )
 
 // A cancelled workflow's running node is killed on the host, and what has
@@ -173,5 +174,40 @@ func TestDispatchOfAPrunedWorkflowRunsNothing(t *testing.T) {
 	}
 	if got := h.stored(); len(got) != 0 {
 		t.Errorf("published %v", got)
+	}
+}
+
+// laggingRuns is a replica behind the others: it holds no run state, while
+// the leader (the memory bucket under it) does.
+type laggingRuns struct {
+	*events.MemoryBucket[events.RunSnapshot]
+}
+
+func (laggingRuns) Get(context.Context, string) (events.RunSnapshot, uint64, error) {
+	return events.RunSnapshot{}, 0, events.ErrNoRecord
+}
+
+// A run state that the replica read does not hold (cut off in a partition
+// since before the run began) is no proof that the workflow was pruned:
+// the dispatch runs nothing yet and comes back later, rather than being
+// dropped, which would leave its nodes undone for good.
+func TestDispatchReadFromALaggingReplicaComesBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.x.Runs = laggingRuns{h.runs}
+	d := dispatch(dag.OpCreate, 1, node("n", "ok", 1))
+	err := h.x.Run(context.Background(), d)
+	if err == nil || !strings.Contains(err.Error(), "a replica behind") {
+		t.Fatalf("the dispatch was dropped (err %v): it must come back", err)
+	}
+	if got := h.host.scripts(); len(got) != 0 {
+		t.Errorf("ran %v", got)
+	}
+	h.x.Runs = h.runs // the replica caught up
+	if err := h.x.Run(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.host.scripts(); len(got) != 1 {
+		t.Errorf("ran %v; want the node once", got)
 	}
 }

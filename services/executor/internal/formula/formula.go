@@ -243,7 +243,7 @@ func (x *Executor) watchRunState(ctx context.Context, d *events.Dispatch, kill c
 func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later, expired bool, err error) {
 	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
 	if errors.Is(err, events.ErrNoRecord) {
-		return false, false, false, errPruned
+		return false, false, false, x.gone(ctx, d.WorkflowID)
 	}
 	if err != nil {
 		return false, false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
@@ -256,6 +256,25 @@ func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelle
 	}
 	return w.Status == dag.WorkflowCancelled || w.Cancelling, false, slices.Contains(w.Expired, d.Formula), nil
 }
+
+// gone is errPruned when the authoritative copy confirms that the run
+// state of a workflow is gone, and otherwise an error that brings the
+// dispatch back later: a replica behind the others (one cut off in a
+// partition) does not hold a run started since.
+func (x *Executor) gone(ctx context.Context, id string) error {
+	absent, err := x.Runs.Absent(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the run state of %s was not found; confirming it: %w", id, err)
+	case !absent:
+		return fmt.Errorf("the run state of %s: %w", id, errRunStateBehind)
+	}
+	return errPruned
+}
+
+// errRunStateBehind: the run state read is not found where the stream's
+// leader holds it.
+var errRunStateBehind = errors.New("not found on the replica read, but held by the leader (a replica behind)")
 
 // Handle is the consumer handler for decky.*.dispatch.
 func (x *Executor) Handle(ctx context.Context, ev *consume.Event) error {

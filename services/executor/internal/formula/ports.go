@@ -26,6 +26,10 @@ type Records interface {
 // Runs reads the planner's run states (gantry_runs).
 type Runs interface {
 	Get(ctx context.Context, id string) (events.RunSnapshot, uint64, error)
+	// Absent asks the authoritative copy whether the run state is gone:
+	// Get may read a replica that is behind, whose "no record" is no
+	// proof.
+	Absent(ctx context.Context, id string) (bool, error)
 }
 
 // Emitter publishes a formula run's transitions in order; Flush returns

@@ -29,6 +29,9 @@ type Nodes interface {
 // Runs are the planner's run snapshots (gantry_runs), read only.
 type Runs interface {
 	Get(ctx context.Context, key string) (events.RunSnapshot, uint64, error)
+	// Absent asks the authoritative copy whether key holds no snapshot:
+	// Get may read a replica that is behind.
+	Absent(ctx context.Context, key string) (bool, error)
 	Keys(ctx context.Context, filter string) ([]string, error)
 }
 
@@ -109,13 +112,12 @@ func (r *Remover) Reconcile(ctx context.Context) ([]string, error) {
 	}
 	var gone []string
 	for _, id := range ids {
-		_, _, err := r.Runs.Get(ctx, id)
-		switch {
-		case errors.Is(err, events.ErrNoRecord):
-		case err == nil || errors.Is(err, events.ErrBadRecord):
+		held, err := r.held(ctx, id)
+		if err != nil {
+			return gone, err
+		}
+		if held {
 			continue
-		default:
-			return gone, fmt.Errorf("read the run snapshot of %s: %w", id, err)
 		}
 		if _, err := r.Nodes.Remove(ctx, id+".>"); err != nil {
 			return gone, fmt.Errorf("remove the node records of %s: %w", id, err)
@@ -126,4 +128,22 @@ func (r *Remover) Reconcile(ctx context.Context) ([]string, error) {
 		r.Log.Info("removed the node records of workflows pruned while this executor did not hear of it", "workflows", len(gone))
 	}
 	return gone, nil
+}
+
+// held says whether the run snapshot of workflow id is still there. A
+// replica behind the others answers "no record" for a run started since
+// it fell behind: only the authoritative copy's answer removes anything.
+func (r *Remover) held(ctx context.Context, id string) (bool, error) {
+	_, _, err := r.Runs.Get(ctx, id)
+	switch {
+	case err == nil || errors.Is(err, events.ErrBadRecord):
+		return true, nil
+	case !errors.Is(err, events.ErrNoRecord):
+		return false, fmt.Errorf("read the run snapshot of %s: %w", id, err)
+	}
+	absent, err := r.Runs.Absent(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("confirm the run snapshot of %s is gone: %w", id, err)
+	}
+	return !absent, nil
 }

@@ -97,3 +97,26 @@ func TestReconcile(t *testing.T) {
 		})
 	}
 }
+
+// laggingRuns is a replica behind the others: it holds none of the run
+// snapshots the leader (the memory bucket under it) holds.
+type laggingRuns struct{ *events.MemoryBucket[events.RunSnapshot] }
+
+func (laggingRuns) Get(context.Context, string) (events.RunSnapshot, uint64, error) {
+	return events.RunSnapshot{}, 0, events.ErrNoRecord
+}
+
+// A run snapshot a replica behind does not hold is not gone: only the
+// leader's answer removes node records (removing a live run's would let
+// its nodes run again).
+func TestReconcileTrustsOnlyTheLeader(t *testing.T) {
+	rm, nodes, _ := setup("w1", "w3")
+	rm.Runs = laggingRuns{rm.Runs.(*events.MemoryBucket[events.RunSnapshot])}
+	gone, err := rm.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(gone, " ") != "w2" || workflows(t, nodes) != "w1 w3" {
+		t.Errorf("removed %v, left %q; want only w2 removed", gone, workflows(t, nodes))
+	}
+}

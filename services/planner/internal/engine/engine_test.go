@@ -203,3 +203,36 @@ func TestRunTransitions(t *testing.T) {
 		})
 	}
 }
+
+// laggingWorkflows is a replica behind the others: it holds none of the
+// workflows the leader (the memory bucket under it) holds.
+type laggingWorkflows struct{ *events.MemoryBucket[Record] }
+
+func (laggingWorkflows) Get(context.Context, string) (Record, uint64, error) {
+	return Record{}, 0, events.ErrNoRecord
+}
+
+// An event of a workflow that the replica read does not hold, while the
+// leader does (a replica cut off in a partition), is not ignored: it is
+// handled again later. Ignored, its run stayed stuck.
+func TestEventOfAWorkflowOnALaggingReplicaComesBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	if err := h.submit(chain); err != nil {
+		t.Fatal(err)
+	}
+	h.fresh() // nothing in memory: the event's workflow is read from the store
+	h.e.Workflows = laggingWorkflows{h.workflows}
+	ev := &events.FormulaEvent{Ref: events.Ref{WorkflowID: h.id, Workflow: "w", Operation: dag.OpCreate, Formula: "a", Host: "h1", Generation: 1}, Status: dag.FormulaSucceeded}
+	err := h.handle(ev)
+	if err == nil || !strings.Contains(err.Error(), "a replica behind") {
+		t.Fatalf("the event was ignored (err %v): it must come back", err)
+	}
+	h.e.Workflows = h.workflows // the replica caught up
+	if err := h.handle(ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.stored(); !slices.Contains(got, "dispatch b create g1") {
+		t.Errorf("stored %v: want b dispatched once a succeeded", got)
+	}
+}

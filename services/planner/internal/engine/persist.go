@@ -9,6 +9,26 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
+// unknown is nil when the authoritative copy confirms that a workflow the
+// replica read does not hold is unknown, and an error (the work is tried
+// again later) when it is held there: a replica behind the others (cut
+// off in a partition) does not hold a workflow accepted since, and an
+// event of it ignored would leave its run stuck.
+func (e *Engine) unknown(ctx context.Context, id string) error {
+	absent, err := e.Workflows.Absent(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("workflow %s was not found; confirming it: %w", id, err)
+	case !absent:
+		return fmt.Errorf("workflow %s: %w", id, errReplicaBehind)
+	}
+	return nil
+}
+
+// errReplicaBehind: a record read is not found where the stream's leader
+// holds it.
+var errReplicaBehind = errors.New("not found on the replica read, but held by the leader (a replica behind)")
+
 // load returns the run of a workflow from the cache, else from the stores.
 // It returns nil, nil for a workflow that does not exist.
 //
@@ -30,7 +50,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	}
 	rec, recRev, err := e.Workflows.Get(ctx, id)
 	if errors.Is(err, events.ErrNoRecord) {
-		return nil, nil
+		return nil, e.unknown(ctx, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load workflow %s: %w", id, err)

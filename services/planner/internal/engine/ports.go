@@ -18,6 +18,9 @@ type Records[T any] interface {
 	// Get returns the record at key and its revision (events.ErrNoRecord
 	// when there is none).
 	Get(ctx context.Context, key string) (T, uint64, error)
+	// Absent asks the authoritative copy whether key holds no record: Get
+	// may read a replica that is behind, whose "no record" is no proof.
+	Absent(ctx context.Context, key string) (bool, error)
 	// Put creates the record (rev 0) or replaces revision rev
 	// (events.ErrChanged when the store holds something else).
 	Put(ctx context.Context, key string, v T, rev uint64) (uint64, error)
