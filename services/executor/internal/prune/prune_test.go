@@ -100,7 +100,9 @@ func TestReconcile(t *testing.T) {
 
 // laggingRuns is a replica behind the others: it holds none of the run
 // snapshots the leader (the memory bucket under it) holds.
-type laggingRuns struct{ *events.MemoryBucket[events.RunSnapshot] }
+type laggingRuns struct {
+	*events.MemoryBucket[events.RunSnapshot]
+}
 
 func (laggingRuns) Get(context.Context, string) (events.RunSnapshot, uint64, error) {
 	return events.RunSnapshot{}, 0, events.ErrNoRecord
