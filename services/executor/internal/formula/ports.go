@@ -10,8 +10,8 @@ import (
 
 // The formula runner's ports: its node records, what it reads of the
 // planner, where its events go and how it reaches hosts. events.Bucket,
-// NewBus and hostexec.Hosts are the real adapters; events.MemoryBucket,
-// events.MemoryOutbox and any hostexec.Runner serve the tests.
+// NewBus and hostexec.Hosts are the real adapters; eventstest.MemoryBucket,
+// eventstest.MemoryOutbox and any hostexec.Runner serve the tests.
 
 // Records holds the executor's node records (gantry_nodes).
 type Records interface {
@@ -63,7 +63,7 @@ func target(h events.HostSpec) hostexec.Target {
 }
 
 // Secrets finds the value of a secret a node's env names, on this worker
-// (secrets.Dir; secrets.Map in tests).
+// (secrets.Dir; secretstest.Map in tests).
 type Secrets interface {
 	Lookup(name string) (string, error)
 }
