@@ -187,3 +187,8 @@ func (m *MemoryBucket[T]) Moved(key string, rev uint64) bool {
 	defer m.mu.Unlock()
 	return m.recs[key].rev != rev
 }
+
+// Update is events.Bucket.Update.
+func (m *MemoryBucket[T]) Update(ctx context.Context, key string, change func(*T) error) (uint64, error) {
+	return events.UpdateRecord[T](ctx, m, key, change)
+}

@@ -21,6 +21,10 @@ type Records interface {
 	// Put creates the record (rev 0) or replaces revision rev
 	// (events.ErrChanged when the store holds something else).
 	Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error)
+	// Update reads the record (none: the zero record), changes it and
+	// writes it back, again while other writers get there first
+	// (events.UpdateRecord); it returns the revision written.
+	Update(ctx context.Context, key string, change func(*Record) error) (uint64, error)
 }
 
 // Runs reads the planner's run states (gantry_runs).
