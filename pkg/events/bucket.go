@@ -5,15 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Errors of record stores (Bucket, MemoryBucket). A missing record, a
+// Errors of record stores (Bucket, eventstest.MemoryBucket). A missing record, a
 // record changed underneath and a failed read are different things: only
 // the first two are answers.
 var (
@@ -67,7 +65,7 @@ func (b Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 	if err != nil {
 		return v, 0, fmt.Errorf("read %s/%s: %w", b.KV.Bucket(), key, err)
 	}
-	if err := decodeRecord(e.Value(), &v); err != nil {
+	if err := DecodeRecord(e.Value(), &v); err != nil {
 		return v, e.Revision(), fmt.Errorf("%w: %s/%s: %w", ErrBadRecord, b.KV.Bucket(), key, err)
 	}
 	return v, e.Revision(), nil
@@ -182,7 +180,7 @@ func (b Bucket[T]) Entries(ctx context.Context, filter string) (recs map[string]
 				return recs, bad, nil
 			}
 			var v T
-			if err := decodeRecord(e.Value(), &v); err != nil {
+			if err := DecodeRecord(e.Value(), &v); err != nil {
 				if bad == nil {
 					bad = map[string]error{}
 				}
@@ -231,16 +229,16 @@ func (b Bucket[T]) Size(ctx context.Context, filter string) (StoreSize, error) {
 				return sz, nil
 			}
 			sz.Messages++
-			sz.Bytes += uint64(kvRecordSize(b.KV.Bucket(), e.Key(), len(e.Value())))
+			sz.Bytes += uint64(KVRecordSize(b.KV.Bucket(), e.Key(), len(e.Value())))
 		}
 	}
 }
 
-// kvRecordSize is about what a KV record counts for in its stream's
+// KVRecordSize is about what a KV record counts for in its stream's
 // bytes: subject, value, the expected-revision header a compare-and-set
 // write carries, and the store's own per-message bytes (measured: within
 // a few bytes for gantry's records).
-func kvRecordSize(bucket, key string, value int) int {
+func KVRecordSize(bucket, key string, value int) int {
 	return len("$KV.") + len(bucket) + 1 + len(key) + value + 88
 }
 
@@ -284,7 +282,8 @@ func EncodeRecord(v any) ([]byte, error) {
 	return data, err
 }
 
-func decodeRecord(data []byte, v any) error {
+// DecodeRecord reads a record as EncodeRecord stored it.
+func DecodeRecord(data []byte, v any) error {
 	data, err := Unpack(data)
 	if err != nil {
 		return err
@@ -308,133 +307,9 @@ func IsConflict(err error) bool {
 	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// MemoryBucket is Bucket in memory, for the services' use-case tests. Its
-// records are stored encoded, so a caller never shares one with the store.
-type MemoryBucket[T any] struct {
-	mu   sync.Mutex
-	recs map[string]memRecord
-	rev  uint64
-	// Fail, when set, is asked before each operation ("get", "put",
-	// "keys") and the error it returns is the operation's.
-	Fail func(op, key string) error
-}
-
-type memRecord struct {
-	data []byte
-	rev  uint64
-}
-
-func (m *MemoryBucket[T]) fail(op, key string) error {
-	if m.Fail == nil {
-		return nil
-	}
-	return m.Fail(op, key)
-}
-
-// Get is Bucket.Get.
-func (m *MemoryBucket[T]) Get(_ context.Context, key string) (T, uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var v T
-	if err := m.fail("get", key); err != nil {
-		return v, 0, err
-	}
-	r, ok := m.recs[key]
-	if !ok {
-		return v, 0, fmt.Errorf("%s: %w", key, ErrNoRecord)
-	}
-	if err := decodeRecord(r.data, &v); err != nil {
-		return v, r.rev, fmt.Errorf("%w: %s: %w", ErrBadRecord, key, err)
-	}
-	return v, r.rev, nil
-}
-
-// Absent is Bucket.Absent.
-func (m *MemoryBucket[T]) Absent(ctx context.Context, key string) (bool, error) {
-	_, _, err := m.Get(ctx, key)
-	if errors.Is(err, ErrNoRecord) {
-		return true, nil
-	}
-	return false, err
-}
-
-// Put is Bucket.Put.
-func (m *MemoryBucket[T]) Put(_ context.Context, key string, v T, rev uint64) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.fail("put", key); err != nil {
-		return 0, err
-	}
-	if m.recs[key].rev != rev {
-		return 0, fmt.Errorf("write %s at revision %d: %w", key, rev, ErrChanged)
-	}
-	data, err := EncodeRecord(v)
-	if err != nil {
-		return 0, fmt.Errorf("encode %s: %w", key, err)
-	}
-	if m.recs == nil {
-		m.recs = map[string]memRecord{}
-	}
-	m.rev++
-	m.recs[key] = memRecord{data: data, rev: m.rev}
-	return m.rev, nil
-}
-
-// Revision is Bucket.Revision.
-func (m *MemoryBucket[T]) Revision(context.Context) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.fail("revision", ""); err != nil {
-		return 0, err
-	}
-	return m.rev, nil
-}
-
-// Keys is Bucket.Keys for filters of the form "prefix.>" or "".
-func (m *MemoryBucket[T]) Keys(_ context.Context, filter string) ([]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.fail("keys", filter); err != nil {
-		return nil, err
-	}
-	var keys []string
-	for k := range m.recs {
-		if filter == "" || keyMatches(filter, k) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return keys, nil
-}
-
-// Entries reads every record whose key matches filter, as Bucket.Entries.
-func (m *MemoryBucket[T]) Entries(_ context.Context, filter string) (recs map[string]T, bad map[string]error, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.fail("entries", filter); err != nil {
-		return nil, nil, err
-	}
-	recs = map[string]T{}
-	for k, r := range m.recs {
-		if !keyMatches(filter, k) {
-			continue
-		}
-		var v T
-		if err := decodeRecord(r.data, &v); err != nil {
-			if bad == nil {
-				bad = map[string]error{}
-			}
-			bad[k] = fmt.Errorf("%w: memory/%s: %w", ErrBadRecord, k, err)
-			continue
-		}
-		recs[k] = v
-	}
-	return recs, bad, nil
-}
-
-// keyMatches says whether a KV key matches a subject filter: "*" is one
+// KeyMatches says whether a KV key matches a subject filter: "*" is one
 // token, a final ">" one or more.
-func keyMatches(filter, key string) bool {
+func KeyMatches(filter, key string) bool {
 	ft, kt := strings.Split(filter, "."), strings.Split(key, ".")
 	for i, f := range ft {
 		if f == ">" {
@@ -445,56 +320,4 @@ func keyMatches(filter, key string) bool {
 		}
 	}
 	return len(ft) == len(kt)
-}
-
-// Remove is Bucket.Remove.
-func (m *MemoryBucket[T]) Remove(_ context.Context, filter string) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.fail("remove", filter); err != nil {
-		return 0, err
-	}
-	var n uint64
-	for k := range m.recs {
-		if keyMatches(filter, k) {
-			delete(m.recs, k)
-			n++
-		}
-	}
-	return n, nil
-}
-
-// Size is Bucket.Size.
-func (m *MemoryBucket[T]) Size(_ context.Context, filter string) (StoreSize, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var sz StoreSize
-	for k, r := range m.recs {
-		if keyMatches(filter, k) {
-			sz.Messages++
-			sz.Bytes += uint64(kvRecordSize("memory", k, len(r.data)))
-		}
-	}
-	return sz, nil
-}
-
-// Set writes v at key whatever is there (a test's arrangement).
-func (m *MemoryBucket[T]) Set(key string, v T) {
-	m.mu.Lock()
-	rev := m.recs[key].rev
-	m.mu.Unlock()
-	if _, err := m.Put(context.Background(), key, v, rev); err != nil {
-		panic(err)
-	}
-}
-
-// SetRaw stores data at key as it is (a damaged record, in a test).
-func (m *MemoryBucket[T]) SetRaw(key string, data []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.recs == nil {
-		m.recs = map[string]memRecord{}
-	}
-	m.rev++
-	m.recs[key] = memRecord{data: data, rev: m.rev}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxOutboxPending bounds the publishes an Outbox has in flight, well
@@ -234,72 +233,4 @@ func acked(ctx context.Context, f jetstream.PubAckFuture, deadline time.Time) (b
 	case <-t.C:
 	}
 	return false, nil
-}
-
-// MemoryOutbox is Outbox in memory, for the services' use-case tests.
-// Flush stores what was emitted, each message id once, as Outbox does.
-type MemoryOutbox struct {
-	mu      sync.Mutex
-	pending []Emitted
-	stored  []Emitted
-	seen    map[string]bool
-	// Fail, when set, is asked for each event at Flush; an error leaves
-	// that event and the rest of the flush unstored.
-	Fail func(e Emitted) error
-}
-
-// Emitted is one event given to a MemoryOutbox.
-type Emitted struct {
-	Subject string
-	MsgID   string
-	Payload Payload
-	// Trace is the span context its headers would carry (invalid: none).
-	Trace trace.SpanContext
-}
-
-// Emit is Outbox.Emit.
-func (m *MemoryOutbox) Emit(ctx context.Context, subject string, pl Payload, msgID string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.pending = append(m.pending, Emitted{Subject: subject, MsgID: msgID, Payload: pl, Trace: trace.SpanContextFromContext(ctx)})
-}
-
-// Flush is Outbox.Flush.
-func (m *MemoryOutbox) Flush(context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	pending := m.pending
-	m.pending = nil
-	if m.seen == nil {
-		m.seen = map[string]bool{}
-	}
-	for _, e := range pending {
-		if m.Fail != nil {
-			if err := m.Fail(e); err != nil {
-				return err
-			}
-		}
-		if !m.seen[e.MsgID] {
-			m.seen[e.MsgID] = true
-			m.stored = append(m.stored, e)
-		}
-	}
-	return nil
-}
-
-// Recheck is Outbox.Recheck: nothing to do, Flush stores each message id
-// once whenever it came.
-func (m *MemoryOutbox) Recheck(time.Time) {}
-
-// Publish is Publisher.Publish: Emit, then Flush.
-func (m *MemoryOutbox) Publish(ctx context.Context, subject string, pl Payload, msgID string) error {
-	m.Emit(ctx, subject, pl, msgID)
-	return m.Flush(ctx)
-}
-
-// Stored returns the events stored so far, in order.
-func (m *MemoryOutbox) Stored() []Emitted {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]Emitted(nil), m.stored...)
 }

@@ -59,11 +59,3 @@ func (r *Revisions) Moved(key string, rev uint64) bool {
 	defer r.mu.Unlock()
 	return r.revs[key] > rev
 }
-
-// Moved is Revisions.Moved, exact: whether key's record is at another
-// revision than rev (or gone).
-func (m *MemoryBucket[T]) Moved(key string, rev uint64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.recs[key].rev != rev
-}

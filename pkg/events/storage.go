@@ -270,7 +270,7 @@ func (s *Storage) Status() StorageStatus {
 func StreamOf(subject string) string {
 	for _, cfg := range Streams(1) {
 		for _, f := range cfg.Subjects {
-			if keyMatches(f, subject) {
+			if KeyMatches(f, subject) {
 				return cfg.Name
 			}
 		}

@@ -164,22 +164,6 @@ func Split(l Lookuper, env map[string]dag.EnvValue) (plain, secret map[string]st
 	return plain, secret, nil
 }
 
-// Map is secrets held in memory, by name (tests, and callers that read
-// secrets elsewhere).
-type Map map[string]string
-
-// Lookup returns the named secret or ErrNotFound.
-func (m Map) Lookup(name string) (string, error) {
-	if !dag.IsSecretName(name) {
-		return "", fmt.Errorf("secret %q: %w (%s)", name, ErrBadName, dag.SecretNameRule)
-	}
-	s, ok := m[name]
-	if !ok {
-		return "", fmt.Errorf("secret %q: %w", name, ErrNotFound)
-	}
-	return s, nil
-}
-
 // RegisterFlag adds --secrets-dir to a worker's flags, defaulting from
 // GANTRY_SECRETS_DIR.
 func RegisterFlag(fs *flag.FlagSet, dst *string) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
 func write(t *testing.T, path, s string) {
@@ -95,7 +96,7 @@ func TestNoDir(t *testing.T) {
 }
 
 func TestSplit(t *testing.T) {
-	m := secrets.Map{"db": "pw", "tok": "t0k"}
+	m := secretstest.Map{"db": "pw", "tok": "t0k"}
 	plain, sec, err := secrets.Split(m, map[string]dag.EnvValue{"A": dag.Text("1"), "DB": dag.SecretRef("db"), "T": dag.SecretRef("tok")})
 	if err != nil || plain["A"] != "1" || len(plain) != 1 || sec["DB"] != "pw" || sec["T"] != "t0k" || len(sec) != 2 {
 		t.Errorf("split: %v %v %v", plain, sec, err)

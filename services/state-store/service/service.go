@@ -48,7 +48,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv, Storage: storage}, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes}
+	store := &project.KVStore{JS: js, KV: kv, Storage: storage}
+	p := &project.Projector{Store: store, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes}
 	meter := &lag.Meter{Instance: cfg.Instance, Applied: p.Applied, LastSeq: func(ctx context.Context) (uint64, error) {
 		s, err := js.Stream(ctx, events.StreamEvents)
 		if err != nil {
@@ -62,7 +63,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		st.Storage = storage.Status()
 		return st
 	}}
-	svc, err := api.Register(nc, spec, kv, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
+	svc, err := api.Register(nc, spec, store, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
 		return p.Rebuild(ctx, js, kv, checkOnly)
 	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })
 	if err != nil {

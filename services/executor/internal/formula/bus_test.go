@@ -10,12 +10,13 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots/slotstest"
 )
 
 // flakySlots is a slots store whose first creates fail, as the slots
 // bucket of a NATS cluster does while its leader is being elected.
 type flakySlots struct {
-	*slots.Memory
+	*slotstest.Memory
 	fail atomic.Int32
 }
 
@@ -34,7 +35,7 @@ func (f *flakySlots) Create(ctx context.Context, key string, val []byte) (uint64
 func TestSlotsThatDoNotAnswerDoNotFailTheNode(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
-	store := &flakySlots{Memory: slots.NewMemory(time.Minute)}
+	store := &flakySlots{Memory: slotstest.NewMemory(time.Minute)}
 	defer store.Close()
 	store.fail.Store(3)
 	h.x.Slots = &slots.Manager{Store: store, Executor: "executor/test"}
@@ -58,7 +59,7 @@ func TestSlotsThatNeverAnswerGiveTheDispatchBack(t *testing.T) {
 	defer func(d time.Duration) { SlotRetryFor = d }(SlotRetryFor)
 	SlotRetryFor = 300 * time.Millisecond
 	h := newHarness()
-	store := &flakySlots{Memory: slots.NewMemory(time.Minute)}
+	store := &flakySlots{Memory: slotstest.NewMemory(time.Minute)}
 	defer store.Close()
 	store.fail.Store(1 << 30)
 	h.x.Slots = &slots.Manager{Store: store, Executor: "executor/test"}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // A cancelled workflow's running node is killed on the host, and what has
@@ -180,7 +181,7 @@ func TestDispatchOfAPrunedWorkflowRunsNothing(t *testing.T) {
 // laggingRuns is a replica behind the others: it holds no run state, while
 // the leader (the memory bucket under it) does.
 type laggingRuns struct {
-	*events.MemoryBucket[events.RunSnapshot]
+	*eventstest.MemoryBucket[events.RunSnapshot]
 }
 
 func (laggingRuns) Get(context.Context, string) (events.RunSnapshot, uint64, error) {

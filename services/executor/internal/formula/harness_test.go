@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 )
 
@@ -130,7 +131,7 @@ func (r runners) Runner(hostexec.Target) (hostexec.Runner, error) { return r.r, 
 
 // bus keeps events in a MemoryOutbox and output lines in a list.
 type bus struct {
-	out   *events.MemoryOutbox
+	out   *eventstest.MemoryOutbox
 	mu    sync.Mutex
 	lines []string
 }
@@ -146,15 +147,15 @@ func (b *bus) Fire(_ string, pl events.Payload) {
 type harness struct {
 	x       *Executor
 	host    *host
-	records *events.MemoryBucket[Record]
-	runs    *events.MemoryBucket[events.RunSnapshot]
+	records *eventstest.MemoryBucket[Record]
+	runs    *eventstest.MemoryBucket[events.RunSnapshot]
 	bus     *bus
 }
 
 func newHarness() *harness {
 	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, orphans: map[string]bool{}, holders: map[string]hostexec.Holder{},
-		start: make(chan string, 8)}, records: &events.MemoryBucket[Record]{},
-		runs: &events.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &events.MemoryOutbox{}}}
+		start: make(chan string, 8)}, records: &eventstest.MemoryBucket[Record]{},
+		runs: &eventstest.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &eventstest.MemoryOutbox{}}}
 	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	// The planner writes a run's snapshot before it dispatches any of it.

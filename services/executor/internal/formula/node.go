@@ -343,18 +343,25 @@ func (h hold) giveBackNow() {
 // generation) is left as it is: ErrChanged, and the node is decided again
 // from it.
 func (nr *nodeRun) saveOutcome(ctx context.Context, rec Record) error {
-	for range 5 {
-		err := nr.save(ctx, rec)
-		if !errors.Is(err, events.ErrChanged) {
-			return err
-		}
-		cur, rev, gerr := nr.x.Records.Get(ctx, nr.key)
-		if gerr != nil || cur.Status != dag.NodeRunning || cur.Generation != rec.Generation || cur.Attempt != rec.Attempt {
-			return err
-		}
-		nr.rev, nr.known = rev, true
+	changed := nr.save(ctx, rec)
+	if !errors.Is(changed, events.ErrChanged) {
+		return changed
 	}
-	return fmt.Errorf("node record %s: %w under every try", nr.key, events.ErrChanged)
+	n, err := nr.x.Records.Update(ctx, nr.key, func(cur *Record) error {
+		if cur.Status != dag.NodeRunning || cur.Generation != rec.Generation || cur.Attempt != rec.Attempt {
+			return changed // moved on: left as it is
+		}
+		*cur = rec
+		return nil
+	})
+	if errors.Is(err, events.ErrBadRecord) {
+		return changed // damaged since: decided again from it
+	}
+	if err != nil {
+		return err
+	}
+	nr.rec, nr.rev, nr.known = rec, n, true
+	return nil
 }
 
 func (nr *nodeRun) emit(ctx context.Context, ev *events.NodeEvent, attempt int) {

@@ -10,8 +10,8 @@ import (
 
 // The formula runner's ports: its node records, what it reads of the
 // planner, where its events go and how it reaches hosts. events.Bucket,
-// NewBus and hostexec.Hosts are the real adapters; events.MemoryBucket,
-// events.MemoryOutbox and any hostexec.Runner serve the tests.
+// NewBus and hostexec.Hosts are the real adapters; eventstest.MemoryBucket,
+// eventstest.MemoryOutbox and any hostexec.Runner serve the tests.
 
 // Records holds the executor's node records (gantry_nodes).
 type Records interface {
@@ -21,6 +21,10 @@ type Records interface {
 	// Put creates the record (rev 0) or replaces revision rev
 	// (events.ErrChanged when the store holds something else).
 	Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error)
+	// Update reads the record (none: the zero record), changes it and
+	// writes it back, again while other writers get there first
+	// (events.UpdateRecord); it returns the revision written.
+	Update(ctx context.Context, key string, change func(*Record) error) (uint64, error)
 }
 
 // Runs reads the planner's run states (gantry_runs).
@@ -67,7 +71,7 @@ func target(h events.HostSpec) hostexec.Target {
 }
 
 // Secrets finds the value of a secret a node's env names, on this worker
-// (secrets.Dir; secrets.Map in tests).
+// (secrets.Dir; secretstest.Map in tests).
 type Secrets interface {
 	Lookup(name string) (string, error)
 }

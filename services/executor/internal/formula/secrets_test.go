@@ -11,7 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
-	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
 // envHost keeps the environment each command was given.
@@ -41,7 +41,7 @@ func TestSecretsAreResolvedOnTheWorker(t *testing.T) {
 	h := newHarness()
 	eh := &envHost{host: h.host}
 	h.x.Hosts = runners{r: eh}
-	h.x.Secrets = secrets.Map{"db_pass": "s3cr3t"}
+	h.x.Secrets = secretstest.Map{"db_pass": "s3cr3t"}
 	d := dispatch(dag.OpCreate, 1, secretNode(1, map[string]dag.EnvValue{"PORT": dag.Text("5432"), "DB_PASS": dag.SecretRef("db_pass")}))
 	if err := h.x.Run(context.Background(), d); err != nil {
 		t.Fatal(err)
@@ -60,10 +60,10 @@ func TestAMissingSecretFailsTheNodeBeforeAnythingRuns(t *testing.T) {
 		env     map[string]dag.EnvValue
 		want    string
 	}{
-		"missing":        {secrets.Map{}, map[string]dag.EnvValue{"DB_PASS": dag.SecretRef("db_pass")}, `secret "db_pass": not found`},
+		"missing":        {secretstest.Map{}, map[string]dag.EnvValue{"DB_PASS": dag.SecretRef("db_pass")}, `secret "db_pass": not found`},
 		"no secrets dir": {nil, map[string]dag.EnvValue{"DB_PASS": dag.SecretRef("db_pass")}, `secret "db_pass": no secrets directory on this worker: start it with --secrets-dir`},
 		// A dispatch that did not come through the planner's validation.
-		"path as name": {secrets.Map{}, map[string]dag.EnvValue{"X": dag.SecretRef("../../etc/shadow")}, `secret "../../etc/shadow": not a secret name (letters, digits`},
+		"path as name": {secretstest.Map{}, map[string]dag.EnvValue{"X": dag.SecretRef("../../etc/shadow")}, `secret "../../etc/shadow": not a secret name (letters, digits`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness()

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots/slotstest"
 )
 
 // countedSlots counts the deletes of each slot key.
 type countedSlots struct {
-	*slots.Memory
+	*slotstest.Memory
 	mu      sync.Mutex
 	deletes map[string]int
 }
@@ -74,7 +75,7 @@ func TestUnrecordedOutcomeGivesTheKeptSlotsBackOnce(t *testing.T) {
 		t.Run("linger="+linger.String(), func(t *testing.T) {
 			t.Parallel()
 			h := newHarness()
-			store := &countedSlots{Memory: slots.NewMemory(time.Minute)}
+			store := &countedSlots{Memory: slotstest.NewMemory(time.Minute)}
 			defer store.Close()
 			logged := &slotErrors{}
 			h.x.Slots = &slots.Manager{Store: store, Executor: "executor/test", Linger: linger, Log: slog.New(logged)}
@@ -114,7 +115,7 @@ func TestUnrecordedOutcomeGivesTheKeptSlotsBackOnce(t *testing.T) {
 // a's record on to an attempt of its own (running): the outcome's write
 // finds the record changed, and the node is decided again from it.
 type movedRecords struct {
-	*events.MemoryBucket[Record]
+	*eventstest.MemoryBucket[Record]
 	mu    sync.Mutex
 	moved bool
 }
@@ -148,7 +149,7 @@ func TestChangedOutcomeLeavesNoSlotHeld(t *testing.T) {
 	h := newHarness()
 	recs := &movedRecords{MemoryBucket: h.records}
 	h.x.Records = recs
-	store := &countedSlots{Memory: slots.NewMemory(time.Minute)}
+	store := &countedSlots{Memory: slotstest.NewMemory(time.Minute)}
 	defer store.Close()
 	h.x.Slots = &slots.Manager{Store: store, Executor: "executor/test"}
 	d := dispatch(dag.OpCreate, 1, node("a", "run-a", 1), node("b", "run-b", 1, "a"))

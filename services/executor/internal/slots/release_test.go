@@ -1,4 +1,4 @@
-package slots
+package slots_test
 
 import (
 	"context"
@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 )
 
 // countingStore counts the deletes of each slot key.
 type countingStore struct {
-	Store
+	slots.Store
 	mu      sync.Mutex
 	deletes map[string]int
 }
@@ -62,7 +63,7 @@ func (o *ownership) Handle(_ context.Context, r slog.Record) error {
 }
 
 // watch makes ms log to o, and the test fail at its end if o saw a bug.
-func (o *ownership) watch(t *testing.T, ms ...*Manager) {
+func (o *ownership) watch(t *testing.T, ms ...*slots.Manager) {
 	for _, m := range ms {
 		m.Log = slog.New(o)
 	}
@@ -93,7 +94,7 @@ func TestReleaseTwiceGivesBackOnce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			for i := range 10 {
-				l, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: fmt.Sprint(i)})
+				l, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: fmt.Sprint(i)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -107,7 +108,7 @@ func TestReleaseTwiceGivesBackOnce(t *testing.T) {
 				wg.Wait()
 				time.Sleep(2 * linger) // the lingering ends: the next attempt takes the slot anew
 				waitFor(t, func() bool { return len(mem.Keys("slot.")) == 0 })
-				if n := s.deleted(SlotKey("h-1", 0)); n != i+1 {
+				if n := s.deleted(slots.SlotKey("h-1", 0)); n != i+1 {
 					t.Errorf("round %d: the slot was deleted %d times in all, want %d", i, n, i+1)
 				}
 			}
@@ -126,12 +127,12 @@ func TestStaleReleaseKeepsTheNextHoldersSlots(t *testing.T) {
 	(&ownership{}).watch(t, m)
 	host := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
 	ctx := context.Background()
-	first, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
+	first, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first.Release() // lingers
-	next, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "2"})
+	next, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: "2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestStaleReleaseKeepsTheNextHoldersSlots(t *testing.T) {
 	next.Release()
 	m.GiveBackLingering()
 	waitFor(t, func() bool { return len(mem.Keys("slot.")) == 0 })
-	if n := s.deleted(SlotKey("h-1", 0)); n != 1 {
+	if n := s.deleted(slots.SlotKey("h-1", 0)); n != 1 {
 		t.Errorf("the slot was deleted %d times, want 1", n)
 	}
 }
@@ -171,11 +172,11 @@ func TestReleaseRaces(t *testing.T) {
 	defer cancel()
 	var holders atomic.Int32
 	var wg sync.WaitGroup
-	worker := func(m *Manager, w int) {
+	worker := func(m *slots.Manager, w int) {
 		defer wg.Done()
 		r := rand.New(rand.NewPCG(uint64(w), 1))
 		for i := range 40 {
-			l, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{label, host}, Attempt: fmt.Sprintf("%d-%d", w, i)})
+			l, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{label, host}, Attempt: fmt.Sprintf("%d-%d", w, i)})
 			if err != nil {
 				t.Error(err)
 				return

@@ -27,7 +27,7 @@ import (
 // ErrExists is returned by Store.Create when the key is there.
 var ErrExists = errors.New("key exists")
 
-// Store is the shared key space of slots (gantry_slots; Memory in tests).
+// Store is the shared key space of slots (gantry_slots; slotstest.Memory in tests).
 // Every write lives the store's TTL unless written again.
 type Store interface {
 	// Create writes key if it is absent (ErrExists if not).

@@ -1,4 +1,4 @@
-package slots
+package slots_test
 
 import (
 	"context"
@@ -11,23 +11,25 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots/slotstest"
 )
 
-func newStore(t *testing.T, ttl time.Duration) *Memory {
-	s := NewMemory(ttl)
+func newStore(t *testing.T, ttl time.Duration) *slotstest.Memory {
+	s := slotstest.NewMemory(ttl)
 	t.Cleanup(s.Close)
 	return s
 }
 
-func manager(s Store, name string, ttl time.Duration) *Manager {
-	return &Manager{Store: s, Executor: "executor/" + name, TTL: ttl, MaxPoll: 100 * time.Millisecond}
+func manager(s slots.Store, name string, ttl time.Duration) *slots.Manager {
+	return &slots.Manager{Store: s, Executor: "executor/" + name, TTL: ttl, MaxPoll: 100 * time.Millisecond}
 }
 
 // Three executors, 30 attempts over three hosts of one label limit: at no
 // time do more hold a slot than the host's max (1) or the limit's (2).
 func TestLimitsHoldAcrossManagers(t *testing.T) {
 	s := newStore(t, time.Second)
-	ms := []*Manager{manager(s, "a", time.Second), manager(s, "b", time.Second), manager(s, "c", time.Second)}
+	ms := []*slots.Manager{manager(s, "a", time.Second), manager(s, "b", time.Second), manager(s, "c", time.Second)}
 	label := dag.SlotLimit{ID: "l-web", Name: "role=web", MaxParallel: 2}
 	var perHost [3]atomic.Int32
 	var inLabel, maxLabel atomic.Int32
@@ -41,7 +43,7 @@ func TestLimitsHoldAcrossManagers(t *testing.T) {
 			host := dag.SlotLimit{ID: fmt.Sprintf("h-%d", h), Name: fmt.Sprintf("host %d", h), MaxParallel: 1}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			l, err := ms[i%3].Acquire(ctx, Request{Limits: []dag.SlotLimit{label, host}, Attempt: fmt.Sprint(i)})
+			l, err := ms[i%3].Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{label, host}, Attempt: fmt.Sprint(i)})
 			if err != nil {
 				t.Error(err)
 				return
@@ -93,7 +95,7 @@ func TestNoDeadlock(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			l, err := manager(s, fmt.Sprint(i%4), time.Second).Acquire(ctx, Request{Limits: ls})
+			l, err := manager(s, fmt.Sprint(i%4), time.Second).Acquire(ctx, slots.Request{Limits: ls})
 			if err != nil {
 				t.Error(err)
 				return
@@ -111,14 +113,14 @@ func TestPriorityFirst(t *testing.T) {
 	s := newStore(t, time.Second)
 	lim := dag.SlotLimit{ID: "one", Name: "one", MaxParallel: 1}
 	ctx := context.Background()
-	holder, err := manager(s, "a", time.Second).Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}})
+	holder, err := manager(s, "a", time.Second).Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	order := make(chan string, 2)
 	var waited atomic.Int32
-	run := func(m *Manager, prio int, name string) {
-		l, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}, Priority: prio, Waiting: func(l dag.SlotLimit, running int) {
+	run := func(m *slots.Manager, prio int, name string) {
+		l, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}, Priority: prio, Waiting: func(l dag.SlotLimit, running int) {
 			if l.ID != "one" || running != 1 {
 				t.Errorf("waiting for %v with %d running", l, running)
 			}
@@ -151,7 +153,7 @@ func TestPriorityFirst(t *testing.T) {
 func TestCancelWhileWaiting(t *testing.T) {
 	s := newStore(t, time.Second)
 	lim := dag.SlotLimit{ID: "one", MaxParallel: 1}
-	holder, err := manager(s, "a", time.Second).Acquire(context.Background(), Request{Limits: []dag.SlotLimit{lim}})
+	holder, err := manager(s, "a", time.Second).Acquire(context.Background(), slots.Request{Limits: []dag.SlotLimit{lim}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := manager(s, "b", time.Second).Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}})
+		_, err := manager(s, "b", time.Second).Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}})
 		done <- err
 	}()
 	waitFor(t, func() bool { return len(s.Keys("wait.")) == 1 })
@@ -181,7 +183,7 @@ func TestDeadHolderExpires(t *testing.T) {
 	ttl := 300 * time.Millisecond
 	s := newStore(t, ttl)
 	lim := dag.SlotLimit{ID: "one", MaxParallel: 1}
-	live, err := manager(s, "a", ttl).Acquire(context.Background(), Request{Limits: []dag.SlotLimit{lim}})
+	live, err := manager(s, "a", ttl).Acquire(context.Background(), slots.Request{Limits: []dag.SlotLimit{lim}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,12 +191,11 @@ func TestDeadHolderExpires(t *testing.T) {
 	if len(s.Keys("slot.one.")) != 1 {
 		t.Fatal("a refreshed slot expired")
 	}
-	close(live.set.stop) // the holder dies: no refresh, no release
-	<-live.set.done
+	live.Die() // the holder dies: no refresh, no release
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*ttl)
 	defer cancel()
-	l, err := manager(s, "b", ttl).Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}})
+	l, err := manager(s, "b", ttl).Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}})
 	if err != nil {
 		t.Fatalf("the dead holder's slot did not free: %v", err)
 	}
@@ -205,7 +206,7 @@ func TestDeadHolderExpires(t *testing.T) {
 }
 
 // slowSlots takes 50 ms to create a slot key.
-type slowSlots struct{ Store }
+type slowSlots struct{ slots.Store }
 
 func (s slowSlots) Create(ctx context.Context, key string, val []byte) (uint64, error) {
 	if strings.HasPrefix(key, "slot.") {
@@ -234,14 +235,14 @@ func TestLeaseKeep(t *testing.T) {
 	lim := dag.SlotLimit{ID: "one", Name: "one", MaxParallel: 1}
 	ctx := context.Background()
 	a := manager(s, "a", time.Second)
-	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{lim}, Priority: 50})
+	l, err := a.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}, Priority: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !l.Keep() {
 		t.Fatal("nobody waits: the lease should be kept")
 	}
-	var nilLease *Lease
+	var nilLease *slots.Lease
 	if nilLease.Keep() {
 		t.Fatal("no lease kept")
 	}
@@ -253,32 +254,19 @@ func TestLeaseKeep(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if w, err := manager(s, "b", time.Second).Acquire(wctx, Request{Limits: []dag.SlotLimit{lim}, Priority: c.prio}); err == nil {
+			if w, err := manager(s, "b", time.Second).Acquire(wctx, slots.Request{Limits: []dag.SlotLimit{lim}, Priority: c.prio}); err == nil {
 				w.Release()
 			}
 		}()
-		waitFor(t, func() bool { return len(a.keysWithPrefix("wait.one.")) == 1 })
+		waitFor(t, func() bool { return len(a.KeysWithPrefix("wait.one.")) == 1 })
 		if got := l.Keep(); got != c.keep {
 			t.Errorf("a waiter of priority %d: Keep = %v, want %v", c.prio, got, c.keep)
 		}
 		cancel()
 		<-done
-		waitFor(t, func() bool { return len(a.keysWithPrefix("wait.one.")) == 0 })
+		waitFor(t, func() bool { return len(a.KeysWithPrefix("wait.one.")) == 0 })
 	}
 	l.Release()
-}
-
-// keysWithPrefix are the keys as this manager last saw them (for tests).
-func (m *Manager) keysWithPrefix(prefix string) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	for k := range m.keys {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 // With Linger, the slots of an ended attempt stay taken for the next
@@ -290,18 +278,18 @@ func TestLingerHandsSlotsToTheNextAttempt(t *testing.T) {
 	m.Linger = 300 * time.Millisecond
 	host := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
 	ctx := context.Background()
-	l, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
+	l, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Release()
 	writes := s.Writes()
-	again, err := m.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "2"})
+	again, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: "2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.set != l.set || s.Writes() != writes {
-		t.Fatalf("the next attempt took its slot with %d writes (same slots: %v), want the lingering ones and none", s.Writes()-writes, again.set == l.set)
+	if !slots.SameSlots(again, l) || s.Writes() != writes {
+		t.Fatalf("the next attempt took its slot with %d writes (same slots: %v), want the lingering ones and none", s.Writes()-writes, slots.SameSlots(again, l))
 	}
 	if k := s.Keys("slot."); len(k) != 1 {
 		t.Fatalf("slots held: %v", k)
@@ -327,27 +315,27 @@ func TestLingerYieldsToAWaiter(t *testing.T) {
 	other := dag.SlotLimit{ID: "h-2", Name: "host 2", MaxParallel: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
+	l, err := a.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Release()
-	if o, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{other}, Attempt: "2"}); err != nil || o.set == l.set {
-		t.Fatalf("another limit's attempt got the lingering lease (%v) or %v", err == nil && o.set == l.set, err)
+	if o, err := a.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{other}, Attempt: "2"}); err != nil || slots.SameSlots(o, l) {
+		t.Fatalf("another limit's attempt got the lingering lease (%v) or %v", err == nil && slots.SameSlots(o, l), err)
 	}
 	start := time.Now()
-	got, err := b.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "3"})
+	got, err := b.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: "3"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Fatalf("the waiter waited %s for a lingering slot", waited)
 	}
-	if k := got.Keys(); len(k) != 1 || k[0] != SlotKey("h-1", 0) {
+	if k := got.Keys(); len(k) != 1 || k[0] != slots.SlotKey("h-1", 0) {
 		t.Fatalf("keys %v", k)
 	}
 	got.Release()
-	if again, _ := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Attempt: "4"}); again != nil && again.set == l.set {
+	if again, _ := a.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Attempt: "4"}); slots.SameSlots(again, l) {
 		t.Fatal("the lease given up for the waiter was lent again")
 	}
 }
@@ -362,13 +350,13 @@ func TestLingerYieldsToALowerPriorityWaiter(t *testing.T) {
 	host := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Priority: 80, Attempt: "1"})
+	l, err := a.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Priority: 80, Attempt: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Release()
 	start := time.Now()
-	got, err := b.Acquire(ctx, Request{Limits: []dag.SlotLimit{host}, Priority: 10, Attempt: "2"})
+	got, err := b.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{host}, Priority: 10, Attempt: "2"})
 	if err != nil {
 		t.Fatalf("the lower-priority waiter did not get the lingering slot after %s: %v", time.Since(start), err)
 	}
@@ -389,19 +377,19 @@ func TestLingerRespectsTheTakersMax(t *testing.T) {
 	two := dag.SlotLimit{ID: "l-web", Name: "role=web", MaxParallel: 2}
 	one := dag.SlotLimit{ID: "l-web", Name: "role=web", MaxParallel: 1}
 	ctx := context.Background()
-	other, err := b.Acquire(ctx, Request{Limits: []dag.SlotLimit{two}, Attempt: "b1"}) // slot 0
+	other, err := b.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{two}, Attempt: "b1"}) // slot 0
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Release()
-	l, err := a.Acquire(ctx, Request{Limits: []dag.SlotLimit{two}, Attempt: "a1"}) // slot 1
+	l, err := a.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{two}, Attempt: "a1"}) // slot 1
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Release()
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	got, err := a.Acquire(short, Request{Limits: []dag.SlotLimit{one}, Attempt: "a2"})
+	got, err := a.Acquire(short, slots.Request{Limits: []dag.SlotLimit{one}, Attempt: "a2"})
 	if err == nil {
 		t.Fatalf("an attempt of max 1 started while another holds the limit, with keys %v", got.Keys())
 	}

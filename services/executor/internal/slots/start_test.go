@@ -1,4 +1,4 @@
-package slots
+package slots_test
 
 import (
 	"context"
@@ -8,16 +8,18 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots"
+	"github.com/gantry-dev/gantry/services/executor/internal/slots/slotstest"
 )
 
 // downFirst is a store whose watch cannot start the first times (the bus
 // down when the executor first needs a slot).
 type downFirst struct {
-	*Memory
+	*slotstest.Memory
 	fails atomic.Int32
 }
 
-func (d *downFirst) Watch(ctx context.Context) (<-chan Change, error) {
+func (d *downFirst) Watch(ctx context.Context) (<-chan slots.Change, error) {
 	if d.fails.Add(-1) >= 0 {
 		return nil, errors.New("nats: connection reconnecting")
 	}
@@ -34,7 +36,7 @@ func TestSlotsComeBackWithTheBus(t *testing.T) {
 	m := manager(s, "a", time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r := Request{Limits: []dag.SlotLimit{{ID: "h-1", Name: "host 1", MaxParallel: 1}}, Attempt: "1"}
+	r := slots.Request{Limits: []dag.SlotLimit{{ID: "h-1", Name: "host 1", MaxParallel: 1}}, Attempt: "1"}
 	for i := range 2 {
 		if _, err := m.Acquire(ctx, r); err == nil {
 			t.Fatalf("Acquire %d with the bus down: no error", i)

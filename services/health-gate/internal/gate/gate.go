@@ -54,13 +54,13 @@ func target(h events.HostSpec) hostexec.Target {
 }
 
 // Secrets finds the value of a secret a gate's env names, on this worker
-// (secrets.Dir; secrets.Map in tests).
+// (secrets.Dir; secretstest.Map in tests).
 type Secrets interface {
 	Lookup(name string) (string, error)
 }
 
 // Publisher stores each check's event before the next check starts
-// (events.Publisher; events.MemoryOutbox in tests).
+// (events.Publisher; eventstest.MemoryOutbox in tests).
 type Publisher interface {
 	Publish(ctx context.Context, subject string, pl events.Payload, msgID string) error
 }

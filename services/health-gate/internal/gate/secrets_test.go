@@ -6,18 +6,18 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
+	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
 // A gate's env reaches its check, with its secrets read on this worker and
 // given apart (kept out of argv, masked in output).
 func TestGateSecrets(t *testing.T) {
 	t.Parallel()
-	out := &events.MemoryOutbox{}
+	out := &eventstest.MemoryOutbox{}
 	p := &probe{exits: []int{0}}
 	ck, _ := fake(p, out)
-	ck.Secrets = secrets.Map{"api_token": "t0k3n"}
+	ck.Secrets = secretstest.Map{"api_token": "t0k3n"}
 	g := request(time.Second, 3)
 	g.Gate.Env = map[string]dag.EnvValue{"URL": dag.Text("http://localhost"), "TOKEN": dag.SecretRef("api_token")}
 	if err := ck.Run(context.Background(), g); err != nil {
@@ -33,10 +33,10 @@ func TestGateSecrets(t *testing.T) {
 // the secret; no check runs.
 func TestGateMissingSecretFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	out := &events.MemoryOutbox{}
+	out := &eventstest.MemoryOutbox{}
 	p := &probe{exits: []int{0}}
 	ck, _ := fake(p, out)
-	ck.Secrets = secrets.Map{}
+	ck.Secrets = secretstest.Map{}
 	g := request(time.Second, 3)
 	g.Gate.Env = map[string]dag.EnvValue{"TOKEN": dag.SecretRef("api_token")}
 	if err := ck.Run(context.Background(), g); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/planner/internal/api"
 	"github.com/gantry-dev/gantry/services/planner/internal/engine"
@@ -17,7 +18,7 @@ import (
 
 // hanging are records whose JetStream never answers: every call waits
 // until its context ends.
-type hanging[T any] struct{ *events.MemoryBucket[T] }
+type hanging[T any] struct{ *eventstest.MemoryBucket[T] }
 
 func (hanging[T]) Get(ctx context.Context, _ string) (T, uint64, error) {
 	var zero T
@@ -53,15 +54,21 @@ const composition = `{"name":"w","hosts":{"h1":{"transport":"local"}},"formulas"
 // as the CLI waits by default, so the CLI saw a timeout and no reason.
 func TestSubmitFailsBeforeTheRequesterGivesUp(t *testing.T) {
 	ns := natstest.Start(t)
-	workflows := hanging[engine.Record]{&events.MemoryBucket[engine.Record]{}}
-	e := &engine.Engine{Workflows: workflows, Runs: &events.MemoryBucket[engine.Snapshot]{},
-		Nodes: hanging[events.NodeRecord]{&events.MemoryBucket[events.NodeRecord]{}}, Out: &events.MemoryOutbox{},
+	workflows := hanging[engine.Record]{&eventstest.MemoryBucket[engine.Record]{}}
+	e := &engine.Engine{Workflows: workflows, Runs: &eventstest.MemoryBucket[engine.Snapshot]{},
+		Nodes: hanging[events.NodeRecord]{&eventstest.MemoryBucket[events.NodeRecord]{}}, Out: &eventstest.MemoryOutbox{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	svc, err := api.Register(ns.Connect(events.Planner), events.ServiceSpec{Version: "0.0.1"}, e, e.Log, func(string) {})
+	served := ns.Connect(events.Planner)
+	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1"}, e, e.Log, func(string) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
+	// The service's subscriptions reach the server before any request:
+	// otherwise the first one may meet "no responders".
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	m := &nats.Msg{Subject: events.SubjectSubmit, Data: []byte(composition), Header: nats.Header{events.WaitHeader: {"3s"}}}
 	began := time.Now()
 	r, err := ns.Connect(events.Operator).RequestMsg(m, 3*time.Second)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // stuckOutbox is a MemoryOutbox whose next Flush, once armed, lasts until
@@ -17,7 +18,7 @@ import (
 // (8 tries of PublishTimeout, each after a look-up), while the unit holds
 // the planner.
 type stuckOutbox struct {
-	*events.MemoryOutbox
+	*eventstest.MemoryOutbox
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}

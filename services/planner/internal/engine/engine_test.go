@@ -9,6 +9,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // chain: a, then b after a completed. b has a delete, a has none.
@@ -206,7 +207,9 @@ func TestRunTransitions(t *testing.T) {
 
 // laggingWorkflows is a replica behind the others: it holds none of the
 // workflows the leader (the memory bucket under it) holds.
-type laggingWorkflows struct{ *events.MemoryBucket[Record] }
+type laggingWorkflows struct {
+	*eventstest.MemoryBucket[Record]
+}
 
 func (laggingWorkflows) Get(context.Context, string) (Record, uint64, error) {
 	return Record{}, 0, events.ErrNoRecord

@@ -12,20 +12,21 @@ import (
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // harness is an engine on in-memory ports.
 type harness struct {
 	t         *testing.T
 	e         *Engine
-	workflows *events.MemoryBucket[Record]
-	runs      *events.MemoryBucket[Snapshot]
-	nodes     *events.MemoryBucket[events.NodeRecord]
+	workflows *eventstest.MemoryBucket[Record]
+	runs      *eventstest.MemoryBucket[Snapshot]
+	nodes     *eventstest.MemoryBucket[events.NodeRecord]
 	// hosts is the state-store's per-host projection (gantry_state): what
 	// a test writes there as a thief of the state-store's credential
 	// would; the engine is not given it.
-	hosts *events.MemoryBucket[events.HostNode]
-	out   *events.MemoryOutbox
+	hosts *eventstest.MemoryBucket[events.HostNode]
+	out   *eventstest.MemoryOutbox
 	// errors shows a formula event's error in stored's lines.
 	errors bool
 	seen   int    // events stored before the current step
@@ -36,8 +37,8 @@ type harness struct {
 var operator = events.Principal{Name: "operator", Attested: true}
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, workflows: &events.MemoryBucket[Record]{}, runs: &events.MemoryBucket[Snapshot]{},
-		nodes: &events.MemoryBucket[events.NodeRecord]{}, hosts: &events.MemoryBucket[events.HostNode]{}, out: &events.MemoryOutbox{}}
+	h := &harness{t: t, workflows: &eventstest.MemoryBucket[Record]{}, runs: &eventstest.MemoryBucket[Snapshot]{},
+		nodes: &eventstest.MemoryBucket[events.NodeRecord]{}, hosts: &eventstest.MemoryBucket[events.HostNode]{}, out: &eventstest.MemoryOutbox{}}
 	h.e = &Engine{Workflows: h.workflows, Runs: h.runs, Nodes: h.nodes, Out: h.out, WorkflowRevs: h.workflows, RunRevs: h.runs,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
 	return h
@@ -122,7 +123,7 @@ func (h *harness) stored() []string {
 	return out
 }
 
-func describe(e events.Emitted) string {
+func describe(e eventstest.Emitted) string {
 	switch p := e.Payload.(type) {
 	case *events.WorkflowEvent:
 		if p.Reason != "" {

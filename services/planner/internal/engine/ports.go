@@ -9,7 +9,7 @@ import (
 
 // The engine's ports: where it keeps runs, what it reads of the other
 // services, and where its decisions go. events.Bucket and events.Outbox
-// are the JetStream adapters; events.MemoryBucket and events.MemoryOutbox
+// are the JetStream adapters; eventstest.MemoryBucket and eventstest.MemoryOutbox
 // the in-memory ones.
 
 // Records is a store of one record type with compare-and-set writes: the
@@ -34,7 +34,7 @@ type Records[T any] interface {
 
 // Revisions says, without a round trip, whether a record has been written
 // at a revision after rev (by another planner replica): events.Revisions,
-// a watch of a bucket's revisions; events.MemoryBucket in tests.
+// a watch of a bucket's revisions; eventstest.MemoryBucket in tests.
 type Revisions interface {
 	Moved(key string, rev uint64) bool
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // storageFull is what an observed write returns while JetStream cannot
@@ -41,7 +42,7 @@ func TestSubmitRefusedNamingStorage(t *testing.T) {
 func TestSubmitAcceptedWhileItsEventWaits(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.out.Fail = func(events.Emitted) error { return storageFull(events.StreamEvents) }
+	h.out.Fail = func(eventstest.Emitted) error { return storageFull(events.StreamEvents) }
 	reply, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
 	if err != nil || reply.Status != "accepted" {
 		t.Fatalf("submit: %+v, %v; want accepted", reply, err)
@@ -58,7 +59,7 @@ func TestSubmitAcceptedWhileItsEventWaits(t *testing.T) {
 // reports their creation as unanswered, as a write whose acknowledgement
 // was lost.
 type storedButUnanswered struct {
-	*events.MemoryBucket[Record]
+	*eventstest.MemoryBucket[Record]
 }
 
 func (s storedButUnanswered) Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error) {

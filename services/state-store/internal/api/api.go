@@ -20,7 +20,6 @@ import (
 	"github.com/gantry-dev/gantry/services/state-store/internal/drift"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -45,19 +44,33 @@ const ReadBudget = 10 * time.Second
 // of every replica (events.StateRetry).
 const DownFor = 5 * time.Second
 
+// Documents is the projection the reads answer from: project.KVStore on
+// gantry_state.
+type Documents interface {
+	// Get returns a document and its revision, or nil when the key is
+	// absent.
+	Get(ctx context.Context, key string) ([]byte, uint64, error)
+	// Keys lists the keys matching a KV subject filter ("wf.*"); none is
+	// an empty list, not an error.
+	Keys(ctx context.Context, filter string) ([]string, error)
+	// Values reads every document whose key matches a KV subject filter,
+	// in one pass.
+	Values(ctx context.Context, filter string) (map[string][]byte, error)
+}
+
 // Register adds the state-store service (version, instance and status as
 // spec says) and its endpoints. catchUp returns once every event
 // stored so far is projected: reads wait for it (at most CatchUpWait), so
 // that whoever saw an event on the stream (gantry watch) then reads its
 // effect.
-func Register(nc *nats.Conn, spec events.ServiceSpec, kv jetstream.KeyValue, log *slog.Logger, rebuild Rebuilder, catchUp func(context.Context) error) (micro.Service, error) {
+func Register(nc *nats.Conn, spec events.ServiceSpec, docs Documents, log *slog.Logger, rebuild Rebuilder, catchUp func(context.Context) error) (micro.Service, error) {
 	spec.ID = events.StateStore
 	spec.Description = "gantry state-store: workflow and per-host projections"
 	svc, err := events.AddService(nc, spec)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{kv: kv, log: log, rebuild: rebuild, catchUp: catchUp}
+	s := &server{docs: docs, log: log, rebuild: rebuild, catchUp: catchUp}
 	g := svc.AddGroup("state")
 	reads := map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift}
 	for name, h := range reads {
@@ -78,7 +91,7 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, kv jetstream.KeyValue, log
 }
 
 type server struct {
-	kv      jetstream.KeyValue
+	docs    Documents
 	log     *slog.Logger
 	rebuild Rebuilder
 	catchUp func(context.Context) error
@@ -274,17 +287,17 @@ func (s *server) workflow(req micro.Request) {
 		return
 	}
 	defer cancel()
-	e, err := s.kv.Get(c, project.WorkflowDocKey(q.WorkflowID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		_ = req.Error("404", "no workflow "+q.WorkflowID, nil)
-		return
-	}
+	b, _, err := s.docs.Get(c, project.WorkflowDocKey(q.WorkflowID))
 	if err != nil {
 		s.fail(req, err)
 		return
 	}
+	if b == nil {
+		_ = req.Error("404", "no workflow "+q.WorkflowID, nil)
+		return
+	}
 	var doc events.WorkflowDoc
-	if err := json.Unmarshal(e.Value(), &doc); err != nil {
+	if err := json.Unmarshal(b, &doc); err != nil {
 		_ = req.Error("500", "decode: "+err.Error(), nil)
 		return
 	}
@@ -296,31 +309,20 @@ func (s *server) workflow(req micro.Request) {
 }
 
 // assemble fills a workflow document with its formula and node documents,
-// read in one pass with a watcher on wf.<id>.> (it delivers the current
-// value of every key, then a nil entry).
+// read in one pass (Documents.Values of wf.<id>.>).
 func (s *server) assemble(c context.Context, doc *events.WorkflowDoc) error {
 	prefix := project.FormulaDocPrefix(doc.WorkflowID)
-	w, err := s.kv.Watch(c, prefix+">", jetstream.IgnoreDeletes())
+	vals, err := s.docs.Values(c, prefix+">")
 	if err != nil {
 		return fmt.Errorf("read %s>: %w", prefix, err)
 	}
-	defer func() { _ = w.Stop() }()
 	doc.Formulas = map[string]*events.FormulaDoc{}
 	nodes := map[string]map[string]*events.NodeDoc{}
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-c.Done():
-			return fmt.Errorf("read %s>: %w", prefix, c.Err())
-		}
-		if e == nil {
-			break // every current value has been delivered
-		}
-		formula, node, isNode := strings.Cut(strings.TrimPrefix(e.Key(), prefix), ".")
+	for key, val := range vals {
+		formula, node, isNode := strings.Cut(strings.TrimPrefix(key, prefix), ".")
 		if isNode {
 			var n events.NodeDoc
-			if json.Unmarshal(e.Value(), &n) == nil {
+			if json.Unmarshal(val, &n) == nil {
 				if nodes[formula] == nil {
 					nodes[formula] = map[string]*events.NodeDoc{}
 				}
@@ -329,7 +331,7 @@ func (s *server) assemble(c context.Context, doc *events.WorkflowDoc) error {
 			continue
 		}
 		var f events.FormulaDoc
-		if json.Unmarshal(e.Value(), &f) == nil {
+		if json.Unmarshal(val, &f) == nil {
 			doc.Formulas[formula] = &f
 		}
 	}
@@ -340,22 +342,6 @@ func (s *server) assemble(c context.Context, doc *events.WorkflowDoc) error {
 		}
 	}
 	return nil
-}
-
-// keys lists the keys matching a NATS subject filter ("wf.*").
-func (s *server) keys(c context.Context, filter string) ([]string, error) {
-	l, err := s.kv.ListKeysFiltered(c, filter)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var out []string
-	for k := range l.Keys() {
-		out = append(out, k)
-	}
-	return out, nil
 }
 
 func (s *server) list(req micro.Request) {
@@ -371,23 +357,23 @@ func (s *server) list(req micro.Request) {
 		return
 	}
 	defer cancel()
-	keys, err := s.keys(c, "wf.*")
+	keys, err := s.docs.Keys(c, "wf.*")
 	if err != nil {
 		s.fail(req, err)
 		return
 	}
 	rows := []events.WorkflowSummary{}
 	for _, k := range keys {
-		e, err := s.kv.Get(c, k)
+		b, _, err := s.docs.Get(c, k)
 		if err != nil && c.Err() != nil {
 			s.fail(req, err) // not a partial list
 			return
 		}
-		if err != nil {
-			continue
+		if err != nil || b == nil {
+			continue // gone since listed
 		}
 		var d events.WorkflowDoc
-		if json.Unmarshal(e.Value(), &d) != nil {
+		if json.Unmarshal(b, &d) != nil {
 			continue
 		}
 		row := events.WorkflowSummary{WorkflowID: d.WorkflowID, Workflow: d.Workflow, Operation: d.Operation, Status: d.Status,
@@ -411,22 +397,22 @@ func (s *server) list(req micro.Request) {
 // of host only, unless host is "" (keys carry a host token, which two
 // names may share).
 func (s *server) hostNodes(c context.Context, filter, host string) ([]events.HostNode, error) {
-	keys, err := s.keys(c, filter)
+	keys, err := s.docs.Keys(c, filter)
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(keys)
 	nodes := []events.HostNode{}
 	for _, k := range keys {
-		e, err := s.kv.Get(c, k)
+		b, _, err := s.docs.Get(c, k)
 		if err != nil && c.Err() != nil {
 			return nil, err // not a partial answer
 		}
-		if err != nil {
-			continue
+		if err != nil || b == nil {
+			continue // gone since listed
 		}
 		var hn events.HostNode
-		if json.Unmarshal(e.Value(), &hn) == nil && (host == "" || hn.Host == host) {
+		if json.Unmarshal(b, &hn) == nil && (host == "" || hn.Host == host) {
 			nodes = append(nodes, hn)
 		}
 	}

@@ -10,22 +10,28 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
+	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
-// hangingKV is a bucket whose JetStream never answers (a stream without a
-// leader, a connection to a server cut off from the cluster): every read
-// waits until its context ends.
-type hangingKV struct{ jetstream.KeyValue }
+// hangingDocs is a projection whose JetStream never answers (a stream
+// without a leader, a connection to a server cut off from the cluster):
+// every read waits until its context ends.
+type hangingDocs struct{}
 
-func (hangingKV) Get(ctx context.Context, _ string) (jetstream.KeyValueEntry, error) {
+func (hangingDocs) Get(ctx context.Context, _ string) ([]byte, uint64, error) {
+	<-ctx.Done()
+	return nil, 0, ctx.Err()
+}
+
+func (hangingDocs) Keys(ctx context.Context, _ string) ([]string, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
 
-func (hangingKV) ListKeysFiltered(ctx context.Context, _ ...string) (jetstream.KeyLister, error) {
+func (hangingDocs) Values(ctx context.Context, _ string) (map[string][]byte, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -40,7 +46,7 @@ func TestReadsFailFastWithoutJetStream(t *testing.T) {
 	hang := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 	served := ns.Connect(events.StateStore)
 	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
-		hangingKV{}, slog.Default(), nil, hang)
+		hangingDocs{}, slog.Default(), nil, hang)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +105,7 @@ func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
 	caughtUp := func(context.Context) error { return nil }
 	served := ns.Connect(events.StateStore)
 	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
-		kv, slog.Default(), nil, caughtUp)
+		&project.KVStore{KV: kv}, slog.Default(), nil, caughtUp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,7 @@
 package project
 
+import "strings"
+
 // The layout of the gantry_state bucket that is the state-store's own (the
 // per-host keys, which the planner reads, are events.HostNodeKey): a
 // workflow's summary, one document per formula and one per node, so that
@@ -26,3 +28,13 @@ func NodeDocKey(id, formula, node string) string {
 // which the state-store has written every event's effects: where it
 // resumes following the stream.
 const CheckpointKey = "meta.applied"
+
+// workflowOf returns the workflow id of a wf.<id>[.<formula>[.<node>]] key.
+func workflowOf(key string) string {
+	rest, ok := strings.CutPrefix(key, "wf.")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ".")
+	return id
+}
