@@ -20,6 +20,10 @@ var chainOnH2 = strings.Replace(strings.Replace(chain, "hosts: {h1: {transport: 
 // chainDelete deletes what chain created.
 var chainDelete = strings.Replace(chain, "name: chain\n", "name: chain\noperation: delete\n", 1)
 
+// chainRerun is chain with its node a/x named in rerun: run again though
+// in place.
+var chainRerun = strings.Replace(chain, "name: chain\n", "name: chain\nrerun: [a/x]\n", 1)
+
 // otherChain is chain under another name: the same formula ids and specs.
 var otherChain = strings.Replace(chain, "name: chain\n", "name: other\n", 1)
 
@@ -87,6 +91,7 @@ func TestAlreadyDoneFromThePastRuns(t *testing.T) {
 		"created, then a delete of it failed":       {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": failed}, nil}}},
 		"another composition with the same ids":     {runs: []past{{otherChain, map[string]dag.NodeState{"a/x": ok}, nil}}},
 		"created on another host":                   {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainOnH2},
+		"created, then submitted with rerun naming it": {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainRerun},
 		"created on this host, then on another":     {runs: []past{{chainOnH2, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainOnH2, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
 	}
 	for name, tc := range cases {
