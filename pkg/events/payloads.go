@@ -126,6 +126,10 @@ type NodeEvent struct {
 	Blocker    string      `json:"blocker,omitempty"`    // the failed node behind blocked
 	Actor      string      `json:"actor,omitempty"`      // the executor instance that ran it
 	Check      CheckResult `json:"check,omitempty"`      // operation check only
+	// Unreachable, on a failed attempt, says its host could not be
+	// reached or trusted (no connection or no answer in time, its host key
+	// or the credentials refused): nothing of the attempt ran there.
+	Unreachable bool `json:"unreachable,omitempty"`
 	Reason     string      `json:"reason,omitempty"`     // why skipped or cancelled
 	WillRetry  bool        `json:"will_retry,omitempty"` // failed, but another attempt follows
 	StdoutTail string      `json:"stdout_tail,omitempty"`
