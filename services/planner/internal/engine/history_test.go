@@ -84,15 +84,15 @@ func TestAlreadyDoneFromThePastRuns(t *testing.T) {
 		"running":                    {runs: []past{{chain, map[string]dag.NodeState{"a/x": dag.NodeRunning}, nil}}},
 		"cancelled between attempts": {runs: []past{{chain, map[string]dag.NodeState{"a/x": dag.NodeCancelled}, nil}}},
 		"created with another spec":  {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, map[string]string{"a/x": "sha256:old"}}}},
-		"created, then a run that did not reach it": {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, nil, nil}}, skip: "x"},
-		"created, then failed":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": failed}, nil}}},
-		"failed, then created":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
-		"created, then deleted":                     {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": ok}, nil}}},
-		"created, then a delete of it failed":       {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": failed}, nil}}},
-		"another composition with the same ids":     {runs: []past{{otherChain, map[string]dag.NodeState{"a/x": ok}, nil}}},
-		"created on another host":                   {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainOnH2},
+		"created, then a run that did not reach it":    {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, nil, nil}}, skip: "x"},
+		"created, then failed":                         {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": failed}, nil}}},
+		"failed, then created":                         {runs: []past{{chain, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+		"created, then deleted":                        {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": ok}, nil}}},
+		"created, then a delete of it failed":          {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": failed}, nil}}},
+		"another composition with the same ids":        {runs: []past{{otherChain, map[string]dag.NodeState{"a/x": ok}, nil}}},
+		"created on another host":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainOnH2},
 		"created, then submitted with rerun naming it": {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainRerun},
-		"created on this host, then on another":     {runs: []past{{chainOnH2, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainOnH2, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+		"created on this host, then on another":        {runs: []past{{chainOnH2, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainOnH2, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
