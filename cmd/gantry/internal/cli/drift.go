@@ -259,16 +259,12 @@ func invalidComposition(stderr io.Writer, path string, err error) error {
 func askHosts(ctx context.Context, stderr io.Writer, nc *nats.Conn, cf connFlags, run *hostDriftRun) (*hostdrift.Report, error) {
 	var rec events.DriftReport
 	if err := request(nc, events.StateDrift, run.data, cf.timeout, &rec); err != nil {
-		return nil, stateErr(err)
+		return nil, operatorOnly(stateErr(err))
 	}
 	since := time.Now().Add(-time.Second)
 	reply, err := sendComposition(stderr, nc, cf.timeout, sent{file: run.path, what: run.path + " (its checks, for drift)", data: run.check})
 	if err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) && ee.code == ExitProblem && strings.Contains(ee.err.Error(), "not allowed for this identity") {
-			return nil, &exitError{code: ExitProblem, err: fmt.Errorf("%w\ndrift asks the hosts by running the composition's checks on them, which only an operator may do; gantry drift --records compares the records alone", ee.err)}
-		}
-		return nil, err
+		return nil, operatorOnly(err)
 	}
 	linef(stderr, "gantry: asking %d host(s) about %d node(s): workflow %s (operation check); gantry status %s", run.hosts, len(run.nodes), reply.WorkflowID, reply.WorkflowID)
 	f := newDriftFollow(run, stderr)
@@ -282,6 +278,17 @@ func askHosts(ctx context.Context, stderr io.Writer, nc *nats.Conn, cf connFlags
 	}
 	rep := hostdrift.Merge(run.name, reply.WorkflowID, f.items(), &rec)
 	return &rep, nil
+}
+
+// operatorOnly adds to a refusal by the NATS server why: asking the hosts
+// runs commands on them (an operator's connection, its replies to the
+// operator's inbox prefix).
+func operatorOnly(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) && ee.code == ExitProblem && strings.Contains(ee.err.Error(), "not allowed for this identity") {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("%w\ndrift asks the hosts by running the composition's checks on them, which only an operator may do; gantry drift --records compares the records alone", ee.err)}
+	}
+	return err
 }
 
 // driftFollow follows a check run: each node's end, the run's end.
