@@ -176,11 +176,11 @@ func TestDottedHostNames(t *testing.T) {
 	}
 
 	// drift with the vars it ran with: ok; without them a command differs.
-	code, out = gantry("drift", file, "--var-file", varFile, "--var", "env=from-flag")
+	code, out = gantry("drift", file, "--records", "--var-file", varFile, "--var", "env=from-flag")
 	if code != 0 || !strings.Contains(out, "dotted: 3 ok, 0 changed, 0 missing, 0 orphaned") {
 		t.Errorf("drift with the vars: exit %d\n%s", code, out)
 	}
-	code, out = gantry("drift", file)
+	code, out = gantry("drift", file, "--records")
 	if code != 1 || !strings.Contains(out, "dotted: 0 ok, 3 changed") {
 		t.Errorf("drift without the vars: exit %d\n%s", code, out)
 	}

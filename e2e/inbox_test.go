@@ -91,7 +91,7 @@ func TestViewerOperatorCommandRefusedAtOnce(t *testing.T) {
 	c := &dag.Composition{Name: "rec", Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
 		Formulas: []dag.Formula{{ID: "a", Server: "me", Nodes: []dag.Node{{Name: "n", Run: "true"}}}}}
 	file := writeJSON(t, filepath.Join(t.TempDir(), "rec.json"), c)
-	for _, args := range [][]string{{"reconcile", file}, {"state", "--rebuild", "--check"}, {"cancel", "01a20000-0000-7000-8000-000000000000"}} {
+	for _, args := range [][]string{{"reconcile", file}, {"drift", file}, {"state", "--rebuild", "--check"}, {"cancel", "01a20000-0000-7000-8000-000000000000"}} {
 		start := time.Now()
 		cmd := exec.Command(bin, append(args, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer), "--timeout", "20s")...)
 		out, err := cmd.CombinedOutput()

@@ -64,7 +64,7 @@ func reconcileComp(f *sshtest.Fleet) *dag.Composition {
 		}}
 }
 
-// gantry reconcile runs exactly what drift reports missing or changed:
+// gantry reconcile --records runs exactly what the records call missing or changed:
 // after a run, one node's command is edited (app/d), one formula's node is
 // deleted (tools/e, by a delete with targets) and one node is dropped from
 // the composition (app/old). Reconcile runs app/d's new command and
@@ -81,7 +81,7 @@ func TestReconcileRunsOnlyWhatDrifted(t *testing.T) {
 	if code, out := s.cli(bin, "submit", v1, "--watch"); code != 0 {
 		t.Fatalf("first run: exit %d\n%s", code, out)
 	}
-	if code, out := s.cli(bin, "reconcile", v1); code != 0 || !strings.Contains(out, "0 changed, 0 missing, 0 orphaned") || !strings.Contains(out, "nothing to reconcile") {
+	if code, out := s.cli(bin, "reconcile", v1, "--records"); code != 0 || !strings.Contains(out, "0 changed, 0 missing, 0 orphaned") || !strings.Contains(out, "nothing to reconcile") {
 		t.Fatalf("reconcile right after the run: exit %d\n%s", code, out)
 	}
 	del := reconcileComp(s.fleet)
@@ -95,7 +95,7 @@ func TestReconcileRunsOnlyWhatDrifted(t *testing.T) {
 	v2 := writeJSON(t, filepath.Join(dir, "v2.json"), v2c)
 
 	before0, before1 := markers(t, h0), markers(t, h1)
-	code, out := s.cli(bin, "reconcile", v2, "--dry-run")
+	code, out := s.cli(bin, "reconcile", v2, "--records", "--dry-run")
 	for _, want := range []string{"drift of recon: 3 ok, 1 changed, 1 missing, 1 orphaned", "changed  h1 app/d", "missing  h1 tools/e",
 		"orphaned h1 app/old", "orphaned: not in the composition any more; run a delete to remove them",
 		"would run: app/d (changed on h1), tools/e (missing on h1)", "with targets app, tools: formulas base, app, tools", "dry run: nothing was submitted"} {
@@ -112,7 +112,7 @@ func TestReconcileRunsOnlyWhatDrifted(t *testing.T) {
 		t.Fatalf("a dry run (or a refused reconcile) ran something: %v %v", a, b)
 	}
 
-	code, out = s.cli(bin, "reconcile", v2, "--watch")
+	code, out = s.cli(bin, "reconcile", v2, "--records", "--watch")
 	if code != 0 || !strings.Contains(out, "reconciling with targets app, tools") || !strings.Contains(out, "workflow recon SUCCEEDED") {
 		t.Fatalf("reconcile --watch: exit %d\n%s", code, out)
 	}
@@ -125,7 +125,7 @@ func TestReconcileRunsOnlyWhatDrifted(t *testing.T) {
 	if got := markers(t, h1); fmt.Sprint(got) != fmt.Sprint(want1) {
 		t.Errorf("h1 ran %v, want %v", got, want1)
 	}
-	if code, out := s.cli(bin, "reconcile", v2); code != 0 || !strings.Contains(out, "5 ok, 0 changed, 0 missing, 1 orphaned") || !strings.Contains(out, "nothing to reconcile") {
+	if code, out := s.cli(bin, "reconcile", v2, "--records"); code != 0 || !strings.Contains(out, "5 ok, 0 changed, 0 missing, 1 orphaned") || !strings.Contains(out, "nothing to reconcile") {
 		t.Fatalf("reconcile after reconciling: exit %d\n%s", code, out)
 	}
 }

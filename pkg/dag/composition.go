@@ -64,6 +64,13 @@ type Composition struct {
 	OnFailure OnFailure       `json:"on_failure,omitempty"`
 	Targets   []string        `json:"targets,omitempty"`
 	Reset     bool            `json:"reset,omitempty"`
+	// Rerun names nodes ("formula/node") that a create runs even though
+	// the composition has them in place with the same spec: they are not
+	// skipped as already done when the workflow is accepted (their own
+	// check still runs first: exit 0 skips them). A group formula's name
+	// stands for each of its instances. gantry reconcile sets it for the
+	// nodes whose host says they changed. Create only.
+	Rerun []string `json:"rerun,omitempty"`
 	// Timeout bounds the whole run, counted from its acceptance (and
 	// from each retry): past it, what has not finished is stopped (killed
 	// on the hosts, or never started) and the workflow fails with the

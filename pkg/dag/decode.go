@@ -216,6 +216,7 @@ func (d *decoder) composition(v *Value) *Composition {
 		"on_failure": d.str(&onf),
 		"targets":    d.strings(&c.Targets),
 		"reset":      d.boolean(&c.Reset),
+		"rerun":      d.strings(&c.Rerun),
 		"vars":       d.scalars(&c.Vars),
 		"extra_vars": d.scalars(&c.ExtraVars),
 		"groups":     func(v *Value, p string) { c.Groups = d.groups(v, p) },

@@ -151,6 +151,7 @@ func expand(c *Composition, ps *problems) {
 		out[i].DependsOn = expandDeps(f.DependsOn, instances)
 	}
 	c.Targets = expandTargets(c.Targets, instances)
+	c.Rerun = expandRerun(c.Rerun, instances)
 	c.Formulas = out
 }
 
@@ -252,6 +253,23 @@ func expandTargets(targets []string, instances map[string][]string) []string {
 			continue
 		}
 		out = append(out, t)
+	}
+	return out
+}
+
+// expandRerun puts each instance of a group formula in place of the
+// formula's name in rerun references ("formula/node").
+func expandRerun(refs []string, instances map[string][]string) []string {
+	var out []string
+	for _, r := range refs {
+		f, n, _ := strings.Cut(r, "/")
+		if ids, ok := instances[f]; ok {
+			for _, id := range ids {
+				out = append(out, id+"/"+n)
+			}
+			continue
+		}
+		out = append(out, r)
 	}
 	return out
 }

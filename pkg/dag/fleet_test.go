@@ -200,3 +200,19 @@ func TestFanOutBounded(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// rerun may name a group formula's node (every instance's) or one
+// instance's; a reference to no instance is refused with its path.
+func TestFanOutRerun(t *testing.T) {
+	doc := strings.Replace(fleetDoc, `{"name":"fleet",`, `{"name":"fleet","rerun":["app/conf","eu-web-2/x","base/n"],`, 1)
+	doc = strings.ReplaceAll(doc, " {{ shq .Vars.msg }}", "")
+	c := loadFleet(t, doc)
+	want := []string{"app-web-1/conf", "app-web-2/conf", "app-web-3/conf", "eu-web-2/x", "base/n"}
+	if !slices.Equal(c.Rerun, want) {
+		t.Errorf("rerun %q, want %q", c.Rerun, want)
+	}
+	_, err := dag.ParseJSONComposition([]byte(strings.Replace(doc, `"eu-web-2/x"`, `"eu-web-3/x"`, 1)))
+	if err == nil || !strings.Contains(err.Error(), `rerun "eu-web-3/x": no formula (or instance of a group formula) "eu-web-3"`) {
+		t.Errorf("a rerun naming no instance: %v", err)
+	}
+}

@@ -144,6 +144,7 @@ func (v *validator) run() {
 	}
 	v.formulaCycles(ids)
 	v.targets(ids)
+	v.rerun(ids)
 }
 
 func (v *validator) host(p, name string, h Host) {
@@ -378,10 +379,49 @@ func (v *validator) targets(ids map[string]int) {
 	}
 }
 
+// rerun checks the rerun references: "formula/node", each naming a node
+// of a formula (or of an instance of a group formula) once, on a create.
+func (v *validator) rerun(ids map[string]int) {
+	if len(v.c.Rerun) > 0 && v.c.Operation != "" && v.c.Operation != OpCreate {
+		v.bad("rerun", CodeValue, "rerun applies to a create, not to operation %s", v.c.Operation)
+		return
+	}
+	seen := make(map[string]bool, len(v.c.Rerun))
+	for i, r := range v.c.Rerun {
+		p := indexPath("rerun", i)
+		fid, node, ok := strings.Cut(r, "/")
+		f := v.formulaOf(fid, ids)
+		switch {
+		case !ok || !IsToken(fid) || !IsToken(node):
+			v.bad(p, CodeValue, "rerun %q: name a node as formula/node", r)
+		case seen[r]:
+			v.bad(p, CodeDuplicate, "rerun %q is listed twice", r)
+		case f == nil:
+			v.bad(p, CodeUnknownRef, "rerun %q: no formula (or instance of a group formula) %q", r, fid)
+		case !slices.ContainsFunc(f.Nodes, func(n Node) bool { return n.Name == node }):
+			v.bad(p, CodeUnknownRef, "rerun %q: formula %s has no node %s", r, f.ID, node)
+		}
+		seen[r] = true
+	}
+}
+
+// formulaOf is the formula id names, or whose instance it names; nil when
+// none.
+func (v *validator) formulaOf(id string, ids map[string]int) *Formula {
+	if i, ok := ids[id]; ok {
+		return &v.c.Formulas[i]
+	}
+	return v.instanceOf(id)
+}
+
 // isInstance reports whether id names an instance of a group formula
 // (InstanceID: "<formula>-<host token>" for a host of its group).
-func (v *validator) isInstance(id string) bool {
-	for _, f := range v.c.Formulas {
+func (v *validator) isInstance(id string) bool { return v.instanceOf(id) != nil }
+
+// instanceOf is the group formula id names an instance of, or nil.
+func (v *validator) instanceOf(id string) *Formula {
+	for i := range v.c.Formulas {
+		f := &v.c.Formulas[i]
 		if f.Group == "" || !strings.HasPrefix(id, f.ID+"-") {
 			continue
 		}
@@ -389,10 +429,10 @@ func (v *validator) isInstance(id string) bool {
 			v.hostsOf = groupHostsOnce(v.c)
 		}
 		if _, ok := v.c.Groups[f.Group]; ok && slices.ContainsFunc(v.hostsOf(f.Group), func(h string) bool { return InstanceID(f.ID, h) == id }) {
-			return true
+			return f
 		}
 	}
-	return false
+	return nil
 }
 
 func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }

@@ -123,13 +123,17 @@ type NodeEvent struct {
 	// Attempt counts every generation's.
 	GenAttempt int         `json:"gen_attempt,omitempty"`
 	SpecHash   string      `json:"spec_hash,omitempty"`
-	Blocker    string      `json:"blocker,omitempty"`    // the failed node behind blocked
-	Actor      string      `json:"actor,omitempty"`      // the executor instance that ran it
-	Check      CheckResult `json:"check,omitempty"`      // operation check only
-	Reason     string      `json:"reason,omitempty"`     // why skipped or cancelled
-	WillRetry  bool        `json:"will_retry,omitempty"` // failed, but another attempt follows
-	StdoutTail string      `json:"stdout_tail,omitempty"`
-	StderrTail string      `json:"stderr_tail,omitempty"`
+	Blocker    string      `json:"blocker,omitempty"` // the failed node behind blocked
+	Actor      string      `json:"actor,omitempty"`   // the executor instance that ran it
+	Check      CheckResult `json:"check,omitempty"`   // operation check only
+	// Unreachable, on a failed attempt, says its host could not be
+	// reached or trusted (no connection or no answer in time, its host key
+	// or the credentials refused): nothing of the attempt ran there.
+	Unreachable bool   `json:"unreachable,omitempty"`
+	Reason      string `json:"reason,omitempty"`     // why skipped or cancelled
+	WillRetry   bool   `json:"will_retry,omitempty"` // failed, but another attempt follows
+	StdoutTail  string `json:"stdout_tail,omitempty"`
+	StderrTail  string `json:"stderr_tail,omitempty"`
 }
 
 // RolloutEvent is published on workflow.<id>.lifecycle when a batch of a

@@ -262,10 +262,10 @@ func TestCommandsEscapeWhatServicesSay(t *testing.T) {
 		{"state", []string{"state"}, map[string]answer{events.StateHost: {body: []events.HostNode{{Host: hostile, Workflow: hostile, Formula: "a", Node: hostile, Status: dag.NodeFailed, Operation: dag.OpCreate,
 			SpecHash: hostile, WorkflowID: hostile, EndedAt: &now, InPlace: &events.InPlace{SpecHash: "sha256:" + hostile}, Check: &events.HostCheck{Status: dag.NodeState(hostile)}}}}}},
 		{"state --rebuild", []string{"state", "--rebuild", "--check"}, map[string]answer{events.StateRebuild: {body: events.RebuildReport{Differing: []string{hostile, "k" + hostile}, Kept: []string{"k" + hostile}, Lost: hostile}}}},
-		{"drift", []string{"drift", comp}, map[string]answer{events.StateDrift: {body: drift}}},
-		{"drift rejected", []string{"drift", comp}, map[string]answer{events.StateDrift: rejected}},
-		{"reconcile --dry-run", []string{"reconcile", comp, "--dry-run"}, map[string]answer{events.StateDrift: {body: drift}}},
-		{"reconcile rejected", []string{"reconcile", comp}, map[string]answer{events.StateDrift: {body: drift}, events.SubjectSubmit: rejected}},
+		{"drift --records", []string{"drift", comp, "--records"}, map[string]answer{events.StateDrift: {body: drift}}},
+		{"drift --records rejected", []string{"drift", comp, "--records"}, map[string]answer{events.StateDrift: rejected}},
+		{"reconcile --records --dry-run", []string{"reconcile", comp, "--records", "--dry-run"}, map[string]answer{events.StateDrift: {body: drift}}},
+		{"reconcile --records rejected", []string{"reconcile", comp, "--records"}, map[string]answer{events.StateDrift: {body: drift}, events.SubjectSubmit: rejected}},
 		{"submit rejected", []string{"submit", comp}, map[string]answer{events.SubjectSubmit: rejected}},
 		{"submit accepted", []string{"submit", comp}, map[string]answer{events.SubjectSubmit: {body: events.SubmitReply{Status: "accepted", WorkflowID: "w1" + hostile, Plan: &dag.Plan{Workflow: hostile}}}}},
 		{"planner error", []string{"submit", comp}, map[string]answer{events.SubjectSubmit: {code: "500", desc: hostile}}},
@@ -353,7 +353,7 @@ func TestJSONOutputEscapesC1(t *testing.T) {
 		events.StateDrift:    {body: events.DriftReport{Workflow: "wf", Items: []events.DriftItem{{Host: "h1", Formula: "a", Node: "n", Drift: events.DriftMissing, HaveStatus: c1}}}},
 	})
 	outs := map[string]string{}
-	for _, args := range [][]string{{"list"}, {"status", "w1"}, {"state"}, {"drift", comp}} {
+	for _, args := range [][]string{{"list"}, {"status", "w1"}, {"state"}, {"drift", comp, "--records"}} {
 		_, out, errOut := run(t, append(args, "-o", "json", "--server", url, "--timeout", "5s")...)
 		outs[args[0]+" -o json"] = out + errOut
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/hostdrift"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -18,22 +20,37 @@ import (
 func newReconcileCmd() *cobra.Command {
 	var cf connFlags
 	var vf *varFlags
-	var watch, dryRun bool
+	var watch, dryRun, records, progress bool
+	var driftTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "reconcile FILE",
-		Short: "Run only what drift reports missing or changed",
-		Long: `reconcile asks the state for the composition's drift (as gantry drift does)
-and submits the composition limited to the formulas holding the nodes drift
-reports missing or changed. In them, and in their prerequisites, every node
-already in place with the same spec is skipped as already done, so only the
-drifted nodes run (the prerequisites' health gates are checked again).
-Orphaned nodes (in place, but no longer in the composition) are listed and
-left alone: a delete removes them. When nothing is missing or changed it
-says "nothing to reconcile" and submits nothing. With --dry-run it prints
-what it would run and submits nothing; with --watch it streams the run as
-gantry submit --watch does. The composition must not set targets or reset:
-reconcile chooses what runs. Give the --var and --var-file it was submitted
-with (gantry status shows them): drift and the run both use them.`,
+		Short: "Run only what the hosts report changed or missing",
+		Long: `reconcile asks the hosts for the composition's drift (as gantry drift does:
+the nodes' checks run on their hosts) and submits the composition limited
+to the formulas holding the nodes to run:
+
+  - changed or missing on the host: they run (named in rerun when the
+    records have them in place with the same spec, so they are not skipped
+    as already done; their check still runs first);
+  - unknown (no check, no files): they run when the records do not have
+    them in place with the same spec (missing or changed there), and are
+    left alone otherwise;
+  - ok: skipped; unreachable: left alone, and listed.
+
+In the targeted formulas, and in their prerequisites, every other node in
+place with the same spec is skipped as already done (the prerequisites'
+health gates are checked again). Orphaned nodes (in place, but no longer
+in the composition) are listed and left alone: a delete removes them. When
+nothing is to run it says "nothing to reconcile" and submits nothing (exit
+1 when hosts were unreachable). --drift-timeout bounds the hosts' answers
+(default 5m). --records decides from the records alone, asking no host
+(changed and missing there run), as gantry drift --records does. With
+--dry-run it prints what it would run and submits nothing but drift's check
+run (nothing at all with --records); with --watch it
+streams the run as gantry submit --watch does. The composition must not
+set targets, rerun or reset: reconcile chooses what runs. Give the --var
+and --var-file it was submitted with (gantry status shows them): drift and
+the run both use them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
@@ -45,8 +62,18 @@ with (gantry status shows them): drift and the run both use them.`,
 			if err != nil {
 				return err
 			}
+			if driftTimeout < 0 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--drift-timeout %s: give a duration above 0", driftTimeout)}
+			}
+			var run *hostDriftRun
+			if !records {
+				if run, err = prepareHostDrift(cmd.ErrOrStderr(), path, data, cmp.Or(driftTimeout, defaultHostDriftTimeout)); err != nil {
+					return err
+				}
+				run.progress = progress
+			}
 			connect := cf.connectOperator // it submits
-			if dryRun {
+			if dryRun && records {
 				connect = cf.connect
 			}
 			nc, err := connect()
@@ -54,32 +81,97 @@ with (gantry status shows them): drift and the run both use them.`,
 				return err
 			}
 			defer nc.Close()
-			var rep events.DriftReport
-			if err := request(nc, events.StateDrift, data, cf.timeout, &rep); err != nil {
-				return stateErr(err)
-			}
 			out := cmd.OutOrStdout()
-			drifted, targets := printDrift(out, &rep)
-			if len(drifted) == 0 {
+			var pick reconcilePick
+			if records {
+				var rep events.DriftReport
+				if err := request(nc, events.StateDrift, data, cf.timeout, &rep); err != nil {
+					return stateErr(err)
+				}
+				pick.drifted, pick.targets = printDrift(out, &rep)
+			} else {
+				rep, err := askHosts(cmd.Context(), cmd.ErrOrStderr(), nc, cf, run)
+				if err != nil {
+					return err
+				}
+				pick = printHostReconcile(out, rep)
+			}
+			if len(pick.drifted) == 0 {
 				fmt.Fprintln(out, "nothing to reconcile")
+				if pick.unreachable > 0 {
+					return failed("%d node(s) could not be asked: their hosts are unreachable", pick.unreachable)
+				}
 				return nil
 			}
-			tree.Set("targets", dag.Strings(targets))
+			tree.Set("targets", dag.Strings(pick.targets))
+			if len(pick.rerun) > 0 {
+				tree.Set("rerun", dag.Strings(pick.rerun))
+			}
 			body, err := tree.MarshalJSON()
 			if err != nil {
 				return failed("%s: %w", path, err)
 			}
 			if dryRun {
-				return printDryRun(out, path, body, drifted, targets)
+				return printDryRun(out, path, body, pick.drifted, pick.targets)
 			}
-			return submitReconcile(cmd, nc, cf, path, body, targets, watch)
+			return submitReconcile(cmd, nc, cf, path, body, pick.targets, watch)
 		},
 	}
 	cf.add(cmd)
 	vf = addVarFlags(cmd)
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would run; submit nothing")
+	f := cmd.Flags()
+	f.BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
+	f.BoolVar(&dryRun, "dry-run", false, "print what would run; submit nothing")
+	f.BoolVar(&records, "records", false, "decide from the records alone; ask no host")
+	f.DurationVar(&driftTimeout, "drift-timeout", 0, "how long the hosts have to answer (default 5m)")
+	f.BoolVar(&progress, "progress", false, "print how many hosts have answered on stderr, also when it is not a terminal")
 	return cmd
+}
+
+// reconcilePick is what a reconcile runs: the nodes ("formula/node
+// (why)"), the formulas holding them (targets), those to name in rerun,
+// and how many nodes it could not ask.
+type reconcilePick struct {
+	drifted, targets, rerun []string
+	unreachable             int
+}
+
+// printHostReconcile prints what the hosts reported and picks what runs
+// (hostdrift.Item.Reconcile), in report order.
+func printHostReconcile(out io.Writer, rep *hostdrift.Report) reconcilePick {
+	counts := make([]string, 0, len(hostdrift.States))
+	for _, s := range hostdrift.States {
+		counts = append(counts, fmt.Sprintf("%d %s", rep.Counts[s], s))
+	}
+	linef(out, "drift of %s on its hosts: %s", rep.Workflow, strings.Join(counts, ", "))
+	var pick reconcilePick
+	var orphaned []string
+	for _, it := range rep.Items {
+		run, rerun := it.Reconcile()
+		switch {
+		case run:
+			linef(out, "  %-11s %s %s/%s: %s (records: %s)", it.Drift, it.Host, it.Formula, it.Node, it.Reason, it.Records)
+			pick.drifted = append(pick.drifted, fmt.Sprintf("%s/%s (%s on %s)", it.Formula, it.Node, it.Drift, it.Host))
+			if !slices.Contains(pick.targets, it.Formula) {
+				pick.targets = append(pick.targets, it.Formula)
+			}
+			if rerun {
+				pick.rerun = append(pick.rerun, it.Formula+"/"+it.Node)
+			}
+		case it.Drift == hostdrift.Unreachable:
+			pick.unreachable++
+			linef(out, "  %-11s %s %s/%s: %s (left alone)", it.Drift, it.Host, it.Formula, it.Node, it.Reason)
+		case it.Drift == hostdrift.Orphaned:
+			orphaned = append(orphaned, fmt.Sprintf("%s %s/%s", it.Host, it.Formula, it.Node))
+		}
+	}
+	for _, o := range orphaned {
+		linef(out, "  orphaned    %s", o)
+	}
+	if len(orphaned) > 0 {
+		fmt.Fprintf(out, "orphaned: not in the composition any more; run a delete to remove them (%d left as they are)\n", len(orphaned))
+	}
+	return pick
 }
 
 // reconcilable parses the composition and refuses one that chooses what
@@ -102,6 +194,9 @@ func reconcilable(cmd *cobra.Command, path string, data []byte) (*dag.Value, err
 	if tree.Kind == dag.KindMap {
 		if t := tree.Get("targets"); t != nil && t.Kind != dag.KindNull {
 			return nil, failed("%s: targets: reconcile chooses the targets itself (the nodes drift reports missing or changed); remove them", path)
+		}
+		if r := tree.Get("rerun"); r != nil && r.Kind != dag.KindNull {
+			return nil, failed("%s: rerun: reconcile chooses what runs again itself (the nodes the hosts report changed or missing); remove it", path)
 		}
 		if r := tree.Get("reset"); r != nil && r.Kind == dag.KindBool && r.Scalar == "true" {
 			return nil, failed("%s: reset: reconcile runs only what drifted, and reset would run again what is in place; remove it", path)

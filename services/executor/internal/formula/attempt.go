@@ -277,7 +277,7 @@ func (sh *shell) fill(res hostexec.Result, err error) {
 	ev.StdoutTail, ev.StderrTail = events.BoundTail(res.Stdout, events.MaxTailBytes), events.BoundTail(res.Stderr, events.MaxTailBytes)
 	switch {
 	case err != nil:
-		ev.Error = events.BoundError(err.Error())
+		ev.Error, ev.Unreachable = events.BoundError(err.Error()), isUnreachable(err)
 	case res.ExitCode != 0:
 		ev.Error = fmt.Sprintf("exit status %d", res.ExitCode)
 	}
@@ -334,6 +334,19 @@ func cancelledReason(err error) string {
 		return "cancelled: its kill on the host was not confirmed, it may still run there"
 	}
 	return "cancelled: killed on the host"
+}
+
+// isUnreachable says the host could not be reached or trusted: no
+// connection, or none in time, or it stopped answering; its host key or
+// our credentials refused.
+func isUnreachable(err error) bool {
+	for _, p := range []error{errUnreachable, hostexec.ErrConnect, hostexec.ErrStoppedAnswering, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged,
+		hostexec.ErrHostKeyRevoked, hostexec.ErrAuth, hostexec.ErrIdentity} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // isPermanent says retrying cannot help: the host cannot be reached or

@@ -108,7 +108,7 @@ func TestNodeTransitions(t *testing.T) {
 		name:    "an unreachable host fails at once, without retries",
 		arrange: func(h *harness) { h.x.Hosts = runners{err: errors.New("no key for user deploy")} },
 		d:       dispatch(op, 1, node("n", "ok", 3)),
-		want: []string{"f running", "n running 1", "n failed 1: host unreachable: no key for user deploy",
+		want: []string{"f running", "n running 1", "n failed 1 unreachable: host unreachable: no key for user deploy",
 			"f failed: node(s) failed: n"},
 		ran: nil, record: Record{Status: dag.NodeFailed, Attempt: 1, GenAttempts: 1},
 	}, {
@@ -178,6 +178,13 @@ func TestNodeTransitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refusing is a host whose sshd port is closed.
+type refusing struct{}
+
+func (refusing) Run(context.Context, hostexec.Command) (hostexec.Result, error) {
+	return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w to 127.0.0.1:1: connection refused", hostexec.ErrConnect)
 }
 
 // Each attempt's commands run under their own durable id on the host, and

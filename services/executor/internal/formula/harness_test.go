@@ -213,6 +213,9 @@ func (h *harness) stored() []string {
 			if p.Check != "" {
 				s += " " + string(p.Check)
 			}
+			if p.Unreachable {
+				s += " unreachable"
+			}
 			if why := strings.TrimSpace(p.Reason + " " + p.Error); why != "" {
 				s += ": " + why
 			}

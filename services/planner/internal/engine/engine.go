@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,6 +222,7 @@ func (e *Engine) newRecord(ctx context.Context, c *dag.Composition, plan *dag.Pl
 		if rec.AlreadyDone, err = e.alreadyDone(ctx, rec.ID, plan); err != nil {
 			return nil, err
 		}
+		rec.AlreadyDone = slices.DeleteFunc(rec.AlreadyDone, func(k string) bool { return slices.Contains(c.Rerun, k) })
 	}
 	return rec, nil
 }

@@ -20,6 +20,10 @@ var chainOnH2 = strings.Replace(strings.Replace(chain, "hosts: {h1: {transport: 
 // chainDelete deletes what chain created.
 var chainDelete = strings.Replace(chain, "name: chain\n", "name: chain\noperation: delete\n", 1)
 
+// chainRerun is chain with its node a/x named in rerun: run again though
+// in place.
+var chainRerun = strings.Replace(chain, "name: chain\n", "name: chain\nrerun: [a/x]\n", 1)
+
 // otherChain is chain under another name: the same formula ids and specs.
 var otherChain = strings.Replace(chain, "name: chain\n", "name: other\n", 1)
 
@@ -80,14 +84,15 @@ func TestAlreadyDoneFromThePastRuns(t *testing.T) {
 		"running":                    {runs: []past{{chain, map[string]dag.NodeState{"a/x": dag.NodeRunning}, nil}}},
 		"cancelled between attempts": {runs: []past{{chain, map[string]dag.NodeState{"a/x": dag.NodeCancelled}, nil}}},
 		"created with another spec":  {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, map[string]string{"a/x": "sha256:old"}}}},
-		"created, then a run that did not reach it": {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, nil, nil}}, skip: "x"},
-		"created, then failed":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": failed}, nil}}},
-		"failed, then created":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
-		"created, then deleted":                     {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": ok}, nil}}},
-		"created, then a delete of it failed":       {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": failed}, nil}}},
-		"another composition with the same ids":     {runs: []past{{otherChain, map[string]dag.NodeState{"a/x": ok}, nil}}},
-		"created on another host":                   {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainOnH2},
-		"created on this host, then on another":     {runs: []past{{chainOnH2, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainOnH2, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+		"created, then a run that did not reach it":    {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, nil, nil}}, skip: "x"},
+		"created, then failed":                         {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": failed}, nil}}},
+		"failed, then created":                         {runs: []past{{chain, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+		"created, then deleted":                        {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": ok}, nil}}},
+		"created, then a delete of it failed":          {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainDelete, map[string]dag.NodeState{"a/x": failed}, nil}}},
+		"another composition with the same ids":        {runs: []past{{otherChain, map[string]dag.NodeState{"a/x": ok}, nil}}},
+		"created on another host":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainOnH2},
+		"created, then submitted with rerun naming it": {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainRerun},
+		"created on this host, then on another":        {runs: []past{{chainOnH2, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainOnH2, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
