@@ -3,7 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 # One module (github.com/gantry-dev/gantry); go.work adds tools/, whose
-# go.mod pins the nats CLI apart from gantry's own dependencies.
+# go.mod pins the nats CLI and helm apart from gantry's own dependencies,
+# and holds the Helm chart's tests.
 FUZZTIME ?= 2m
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 6
@@ -13,7 +14,7 @@ GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 VERSION ?= 0.1.0-dev$(if $(GIT_REV),+$(GIT_REV))
 VERSION_FLAG := -X github.com/gantry-dev/gantry/pkg/buildinfo.version=$(VERSION)
 
-.PHONY: tools all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test cluster-chaos
+.PHONY: tools helm helm-test all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test cluster-chaos
 
 all: build test
 
@@ -22,13 +23,14 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -buildvcs=auto -ldflags '$(VERSION_FLAG)' -o $(BIN)/gantry ./cmd/gantry
 
-## test: formatting, vet, and every test (fuzz seed corpora included).
+## test: formatting, vet, and every test (fuzz seed corpora included), the Helm chart's too.
 test: fmt-check vet
 	@scripts/test-deps.sh
 	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 15m ./tools/...
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet ./... ./tools/...
 
 fmt-check:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || echo .)); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
@@ -71,6 +73,20 @@ run: build
 tools:
 	@mkdir -p $(BIN)
 	cd tools && GOWORK=off $(GO) build -o $(BIN)/nats github.com/nats-io/natscli/nats
+
+## helm: the helm CLI (pinned in tools/go.mod) into bin/helm.
+helm:
+	@mkdir -p $(BIN)
+	cd tools && GOWORK=off $(GO) build -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
+
+CHART := deploy/helm/gantry
+## helm-test: helm lint and helm template of deploy/helm/gantry (default values and values-cluster.yaml), then the chart's Go tests (every rendered object decoded strictly into its Kubernetes type).
+helm-test: helm
+	$(BIN)/helm lint --strict $(CHART)
+	$(BIN)/helm lint --strict $(CHART) -f $(CHART)/values-cluster.yaml
+	$(BIN)/helm template gantry $(CHART) >/dev/null
+	$(BIN)/helm template gantry $(CHART) -f $(CHART)/values-cluster.yaml >/dev/null
+	$(GO) test -count=1 ./tools/helmchart/
 
 ## --- docker compose (docker-compose.yml; see README "Docker Compose") ---
 # Compose v2 (`docker compose`) when present, else Debian's docker-compose 1.29.

@@ -36,17 +36,26 @@ func problemsOf(t *testing.T, err error) []dag.Problem {
 	return inv.Problems
 }
 
-func TestValidationErrors(t *testing.T) {
-	type want struct {
-		path string
-		code dag.Code
-		msg  string // substring
-	}
-	cases := []struct {
-		name string
-		doc  string
-		want []want
-	}{
+// want is a problem a validation case expects: its path ("*": any), code
+// and a substring of its message.
+type want struct {
+	path string
+	code dag.Code
+	msg  string // substring
+}
+
+// validationCase is an invalid composition and the problems it must get.
+type validationCase struct {
+	name string
+	doc  string
+	want []want
+}
+
+// validationCases are the corpus of invalid compositions:
+// TestValidationErrors holds the decoder and validator to them, and
+// TestSchemaRejectsStructuralProblems docs/composition.schema.json.
+func validationCases() []validationCase {
+	return []validationCase{
 		{"empty formula list", base(``), []want{{"formulas", dag.CodeRequired, "at least one formula"}}},
 		{"no formulas field", `{"name":"t","hosts":{}}`, []want{{"formulas", dag.CodeRequired, "at least one formula"}}},
 		{"formula cycle named", base(`
@@ -213,7 +222,10 @@ func TestValidationErrors(t *testing.T) {
 		{"too deep", strings.Repeat(`{"a":`, 100) + `1` + strings.Repeat(`}`, 100), []want{{"*", dag.CodeTooDeep, "deeper than 64"}}},
 		{"too large", `{"name":"` + strings.Repeat("x", dag.DefaultMaxBytes) + `"}`, []want{{"", dag.CodeTooLarge, "over the 1048576-byte limit"}}},
 	}
-	for _, tc := range cases {
+}
+
+func TestValidationErrors(t *testing.T) {
+	for _, tc := range validationCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := load(t, tc.doc)
 			if err == nil {
