@@ -247,6 +247,10 @@ type SubmitReply struct {
 	// Warnings are what the submitter should know of an accepted
 	// workflow (its accepted event not stored yet).
 	Warnings []string `json:"warnings,omitempty"`
+	// TraceID is the OpenTelemetry trace of an accepted workflow, when
+	// anything traces it (the submitter's traceparent, or a planner that
+	// exports spans).
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Drift states of a node: what a composition wants against what the

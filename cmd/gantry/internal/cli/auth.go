@@ -91,13 +91,16 @@ and server.conf enforce them; -o json for nsc or your own configuration.`,
 				ids = []events.Identity{id}
 			}
 			out := cmd.OutOrStdout()
-			if output == "json" {
+			if structured(output) {
 				m := map[events.Identity]any{}
 				for _, id := range ids {
 					m[id] = struct {
 						Account string `json:"account"`
 						events.Permissions
 					}{id.Account(), events.PermissionsFor(id)}
+				}
+				if output == formatYAML {
+					return printAs(out, output, m)
 				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")

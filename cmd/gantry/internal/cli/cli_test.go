@@ -63,7 +63,7 @@ formulas:
 	if !strings.Contains(out, "hello.yaml: valid") {
 		t.Errorf("valid file not reported: %s", out)
 	}
-	if code, _, errOut = run(t, "validate", "/nonexistent.yaml"); code != ExitFailed || !strings.Contains(errOut, "no such file") {
+	if code, _, errOut = run(t, "validate", "/nonexistent.yaml"); code != ExitProblem || !strings.Contains(errOut, "no such file") {
 		t.Errorf("missing file: %d %s", code, errOut)
 	}
 	if code, _, _ = run(t, "validate"); code != ExitUsage {

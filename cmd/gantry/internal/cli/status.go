@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,23 +73,30 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status WORKFLOW_ID",
 		Short: "Show a workflow's formulas and nodes",
-		Long:  "status prints a workflow's state from the state-store. -o json prints the workflow document; its top-level \"status\" is the workflow's state.",
-		Args:  cobra.ExactArgs(1),
+		Long: `status prints a workflow's state from the state-store: the workflow's,
+then a row per formula and its nodes, in the order they ran (by start
+time; what has not started in the order of the plan), with how long each
+took (or has been running). WORKFLOW_ID may be any unique start of a
+workflow's id (as gantry list prints them). -o json (or yaml) prints the
+workflow document; its top-level "status" is the workflow's state.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "table" && output != "json" {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("unknown -o %q: use table or json", output)}
-			}
 			nc, err := cf.connect()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			if err != nil {
+				return err
+			}
 			var doc events.WorkflowDoc
-			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: args[0]}), cf.timeout, &doc); err != nil {
+			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &doc); err != nil {
 				return stateErr(err)
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), doc)
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, doc)
 			}
 			return statusTable(cmd.OutOrStdout(), &doc)
 		},
@@ -195,8 +201,8 @@ func newListCmd() *cobra.Command {
 			if err := request(nc, events.StateList, mustJSON(events.ListQuery{Limit: limit}), cf.timeout, &rows); err != nil {
 				return stateErr(err)
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), rows)
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, rows)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "WORKFLOW_ID\tNAME\tOPERATION\tSTATUS\tFORMULAS\tNODES\tCREATED")
@@ -259,14 +265,15 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 			if err := request(nc, events.StateHost, mustJSON(events.HostQuery{Host: host}), cf.timeout, &nodes); err != nil {
 				return stateErr(err)
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), nodes)
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, nodes)
 			}
 			return printHostNodes(cmd.OutOrStdout(), nodes)
 		},
 	}
 	cf.add(cmd)
 	cmd.Flags().StringVar(&host, "host", "", "only this host, by its name (10.0.0.5, web-1.example.com)")
+	_ = cmd.RegisterFlagCompletionFunc("host", completeKnownHosts)
 	outputFlag(cmd, &output, "table", "json")
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
@@ -447,8 +454,8 @@ command uses changes its spec.`,
 				}
 				return stateErr(err)
 			}
-			if output == "json" {
-				if err := printJSON(cmd.OutOrStdout(), rep); err != nil {
+			if structured(output) {
+				if err := printAs(cmd.OutOrStdout(), output, rep); err != nil {
 					return err
 				}
 			} else {
@@ -480,16 +487,4 @@ func blockerText[S ~string](status S, blocker string) string {
 		return "not started: " + blocker + " failed"
 	}
 	return "blocked by " + blocker
-}
-
-// outputFlag registers -o with its formats (the first is the default) and
-// refuses any other value before the command does anything.
-func outputFlag(cmd *cobra.Command, output *string, formats ...string) {
-	cmd.Flags().StringVarP(output, "output", "o", formats[0], strings.Join(formats, " or "))
-	cmd.PreRunE = func(*cobra.Command, []string) error {
-		if !slices.Contains(formats, *output) {
-			return &exitError{code: ExitUsage, err: fmt.Errorf("unknown -o %q: use %s", *output, strings.Join(formats, " or "))}
-		}
-		return nil
-	}
 }

@@ -167,6 +167,9 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	e.cacheRun(r)
 	e.Log.Info("workflow accepted", "workflow_id", rec.ID, "workflow", rec.Name, "formulas", len(plan.Formulas), "already_done", len(rec.AlreadyDone), "submitted_by", by.String())
 	reply := &events.SubmitReply{WorkflowID: rec.ID, Status: "accepted", Plan: plan}
+	if rec.Trace != nil {
+		reply.TraceID = rec.Trace.TraceID
+	}
 	e.publishWorkflow(ctx, r, dag.WorkflowAccepted, "", &by)
 	fctx, cancel := context.WithTimeout(ctx, AcceptedEventWait)
 	defer cancel()
