@@ -60,6 +60,9 @@ type WorkflowDoc struct {
 	// Vars are the extra vars it was submitted with (--var, --var-file),
 	// a secret-looking name's value shown as "***" (WorkflowEvent.Vars).
 	Vars map[string]string `json:"vars,omitempty"`
+	// TraceID is the workflow's OpenTelemetry trace, from the traceparent
+	// of its accepted event (none when nothing traces it).
+	TraceID string `json:"trace_id,omitempty"`
 	// EventIDs are the ids of the last MaxWorkflowEventIDs workflow
 	// events applied: running and paused alternate, so only its id tells
 	// a pause stored twice from a new one.

@@ -25,6 +25,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Store holds projection documents: the gantry_state bucket, or memory
@@ -659,6 +660,7 @@ func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.W
 	doc.EndedAt = w.EndedAt
 	if w.Status == dag.WorkflowAccepted {
 		doc.CreatedAt, doc.Vars = ev.Time, dag.ShownVars(w.Vars) // masked again: whoever published it
+		doc.TraceID = traceID(ev)
 	}
 	if n := sum(w.Formulas); n > 0 {
 		doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
@@ -949,4 +951,13 @@ func (p *Projector) health(ctx context.Context, ev *consume.Event, h *events.Hea
 	}
 	f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error}
 	return p.put(ctx, FormulaDocKey(h.WorkflowID, h.Formula), f, rev)
+}
+
+// traceID is the trace id an event's traceparent names ("" for none).
+func traceID(ev *consume.Event) string {
+	sc := trace.SpanContextFromContext(events.ExtractTrace(context.Background(), ev.Header))
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
 }
