@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// idCommands are the commands that take a workflow id.
+var idCommands = []string{"status", "watch", "logs", "cancel", "pause", "resume", "retry"}
+
+// TestEveryCommandTakesAnIDPrefix: against a real dev stack, a unique
+// start of a workflow's id works for status, watch, logs and the control
+// verbs alike; a start two ids share is a usage error (exit 2) listing
+// both; one no id has is exit 1. Workflow ids are UUIDv7s, so those
+// submitted in a row share their start.
+func TestEveryCommandTakesAnIDPrefix(t *testing.T) {
+	s := startDevStack(t)
+	two := compositionFile(t, "two.yaml", twoFormulas)
+	var ids []string
+	for range 3 {
+		ids = append(ids, s.submitted(t, two))
+	}
+	id := ids[0]
+	p := uniquePrefix(id, ids)
+	if code, out, errOut := s.gantry(t, "watch", p, "--timeout", "60s"); code != ExitOK {
+		t.Fatalf("watch %s: exit %d\n%s%s", p, code, out, errOut)
+	}
+	code, out, errOut := s.gantry(t, "status", p)
+	if code != ExitOK || !strings.Contains(out, "("+id+")") || strings.Index(out, "\na ") > strings.Index(out, "\nb ") {
+		t.Errorf("status %s: exit %d, want %s's formulas a then b\n%s%s", p, code, id, out, errOut)
+	}
+	if code, out, errOut = s.gantry(t, "status", p, "-o", "yaml"); code != ExitOK || !strings.Contains(out, "workflow_id: "+id+"\n") {
+		t.Errorf("status %s -o yaml: exit %d\n%s%s", p, code, out, errOut)
+	}
+	code, out, errOut = s.gantry(t, "logs", p, "a")
+	if code != ExitOK || !strings.Contains(out, "line-of-a") || strings.Contains(out, "line-of-b") {
+		t.Errorf("logs %s a (the whole formula a): exit %d\n%s%s", p, code, out, errOut)
+	}
+	code, out, errOut = s.gantry(t, "logs", p, "--host", "me")
+	if code != ExitOK || !strings.Contains(out, "line-of-a") || !strings.Contains(out, "line-of-b") {
+		t.Errorf("logs %s --host me: exit %d\n%s%s", p, code, out, errOut)
+	}
+	if code, _, errOut = s.gantry(t, "logs", p, "nosuch"); code != ExitFailed || !strings.Contains(errOut, "has no formula or host nosuch (its formulas: a, b)") {
+		t.Errorf("logs %s nosuch: exit %d\n%s", p, code, errOut)
+	}
+	// The control verbs reach the planner about the whole id: a finished
+	// workflow cannot be paused, resumed or cancelled, and this one
+	// succeeded, so there is nothing to retry.
+	for _, verb := range []string{"cancel", "pause", "resume", "retry"} {
+		code, out, errOut = s.gantry(t, verb, p)
+		if code != ExitFailed || !strings.Contains(errOut, verb+" "+id+":") {
+			t.Errorf("%s %s: exit %d, want the planner's refusal about %s\n%s%s", verb, p, code, id, out, errOut)
+		}
+	}
+	shared, both := sharedPrefix(ids)
+	for _, c := range idCommands {
+		code, out, errOut = s.gantry(t, c, shared)
+		if code != ExitUsage || !strings.Contains(errOut, `"`+shared+`" starts the ids of `) || !strings.Contains(errOut, both[0]) || !strings.Contains(errOut, both[1]) {
+			t.Errorf("%s %s (the start of %v): exit %d, want %d listing both\n%s%s", c, shared, both, code, ExitUsage, out, errOut)
+		}
+		code, out, errOut = s.gantry(t, c, "nosuch")
+		if code != ExitFailed || !strings.Contains(errOut, "no workflow nosuch") {
+			t.Errorf("%s nosuch: exit %d, want %d\n%s%s", c, code, ExitFailed, out, errOut)
+		}
+	}
+}
+
+// TestControlVerbsByPrefix: pause, resume and cancel of a running
+// workflow, each given a start of its id.
+func TestControlVerbsByPrefix(t *testing.T) {
+	s := startDevStack(t)
+	slow := compositionFile(t, "slow.yaml", "name: slow\nhosts: {me: {transport: local}}\nformulas:\n  - id: a\n    server: me\n    nodes: [{name: n, run: sleep 60}]\n")
+	id := s.submitted(t, slow)
+	p := id[:8]
+	for _, c := range []struct{ verb, want string }{{"pause", "paused"}, {"resume", "running"}, {"cancel", ""}} {
+		code, out, errOut := s.gantry(t, c.verb, p, "-o", "json")
+		if code != ExitOK || !strings.Contains(out, `"workflow_id": "`+id+`"`) || !strings.Contains(out, `"status": "`+c.want) {
+			t.Errorf("%s %s: exit %d\n%s%s", c.verb, p, code, out, errOut)
+		}
+	}
+	if code, out, errOut := s.gantry(t, "watch", p, "--timeout", "60s"); code != ExitFailed || !strings.Contains(out, "CANCELLED") {
+		t.Errorf("watch %s after cancel: exit %d\n%s%s", p, code, out, errOut)
+	}
+}
