@@ -21,7 +21,7 @@ func TestStatusInRunOrderWithDurations(t *testing.T) {
 	doc := &events.WorkflowDoc{WorkflowID: "w1", Workflow: "w", Status: dag.WorkflowRunning, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 		Formulas: map[string]*events.FormulaDoc{
 			"zeta": {Host: "h1", Status: dag.FormulaSucceeded, StartedAt: at(0), EndedAt: at(75), Nodes: map[string]*events.NodeDoc{
-				"zz-first": {Status: dag.NodeSucceeded, Attempts: 1, StartedAt: at(0), EndedAt: at(2.5)},
+				"zz-first":  {Status: dag.NodeSucceeded, Attempts: 1, StartedAt: at(0), EndedAt: at(2.5)},
 				"mm-second": {Status: dag.NodeSucceeded, Attempts: 1, StartedAt: at(2.5), EndedAt: at(75)},
 				"aa-third":  {Status: dag.NodeRunning, Attempts: 1, StartedAt: at(75)},
 			}},
