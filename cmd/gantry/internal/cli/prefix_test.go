@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bytes"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/tracing"
 )
 
 // idCommands are the commands that take a workflow id.
@@ -80,5 +84,43 @@ func TestControlVerbsByPrefix(t *testing.T) {
 	}
 	if code, out, errOut := s.gantry(t, "watch", p, "--timeout", "60s"); code != ExitFailed || !strings.Contains(out, "CANCELLED") {
 		t.Errorf("watch %s after cancel: exit %d\n%s%s", p, code, out, errOut)
+	}
+}
+
+// TestSubmitAndStatusShowTheTrace: with OTEL_TRACES_EXPORTER=console,
+// gantry submit prints its "gantry submit" span (on stderr) and the
+// workflow's trace id; gantry status shows the same trace id, and
+// -o json has it.
+func TestSubmitAndStatusShowTheTrace(t *testing.T) {
+	s := startDevStack(t)
+	var spans bytes.Buffer
+	was := tracing.Console
+	tracing.Console = &spans
+	t.Cleanup(func() { tracing.Console = was })
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("TRACEPARENT", "")
+	t.Setenv(tracing.ExporterEnv, "console")
+	two := compositionFile(t, "two.yaml", twoFormulas)
+	code, out, errOut := s.gantry(t, "submit", two)
+	m := regexp.MustCompile(`(?m)^accepted (\S+) .*\ntrace ([0-9a-f]{32})$`).FindStringSubmatch(out)
+	if code != ExitOK || m == nil {
+		t.Fatalf("submit: exit %d, want the id and the trace\n%s%s", code, out, errOut)
+	}
+	id, trace := m[1], m[2]
+	if !strings.Contains(spans.String(), `"Name":"gantry submit"`) || !strings.Contains(spans.String(), `"TraceID":"`+trace+`"`) {
+		t.Errorf("no submit span of trace %s printed:\n%s", trace, spans.String())
+	}
+	if code, out, errOut = s.gantry(t, "watch", id, "--timeout", "60s"); code != ExitOK {
+		t.Fatalf("watch: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut = s.gantry(t, "status", id); code != ExitOK || !strings.Contains(out, "\n  trace "+trace+"\n") {
+		t.Errorf("status: exit %d, want trace %s\n%s%s", code, trace, out, errOut)
+	}
+	if code, out, _ = s.gantry(t, "status", id, "-o", "json"); code != ExitOK || !strings.Contains(out, `"trace_id": "`+trace+`"`) {
+		t.Errorf("status -o json: exit %d, want trace_id %s\n%s", code, trace, out)
+	}
+	if code, out, _ = s.gantry(t, "submit", two, "-o", "json"); code != ExitOK || !strings.Contains(out, `"trace_id": "`) || !strings.Contains(out, `"status": "accepted"`) {
+		t.Errorf("submit -o json: exit %d\n%s", code, out)
 	}
 }
