@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
@@ -59,31 +58,5 @@ func versionText() string {
 	return b.String()
 }
 
-// revision is the VCS commit the build was made from, "-dirty" after it
-// for uncommitted changes, or "unknown".
-func revision() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	return revisionOf(bi)
-}
-
-func revisionOf(bi *debug.BuildInfo) string {
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	switch {
-	case rev == "":
-		return "unknown"
-	case dirty:
-		return rev + "-dirty"
-	}
-	return rev
-}
+// revision is the VCS commit the build was made from (buildinfo.Commit).
+func revision() string { return buildinfo.Commit() }

@@ -66,6 +66,9 @@ type Engine struct {
 	// ended are the workflow ends the unit of work under way published:
 	// counted once it is stored.
 	ended []dag.WorkflowState
+	// stopped are the nodes the unit of work blocked or cancelled before
+	// dispatch, counted with ended.
+	stoppedNodes []stoppedNode
 	// active are the workflows not ended this engine has stepped.
 	active  map[string]bool
 	activeN atomic.Int64 // len(active), read without mu
@@ -434,7 +437,7 @@ func (e *Engine) commit(ctx context.Context) error {
 }
 
 func (e *Engine) forget(ctx context.Context) {
-	e.cache, e.dirty, e.ended = nil, nil, nil
+	e.cache, e.dirty, e.ended, e.stoppedNodes = nil, nil, nil, nil
 	if err := e.Out.Flush(ctx); err != nil {
 		e.Log.Debug("events of a failed unit of work not stored", "err", err)
 	}
