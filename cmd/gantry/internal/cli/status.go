@@ -77,8 +77,9 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show a workflow's formulas and nodes",
 		Long: `status prints a workflow's state from the state-store: the workflow's,
 then a row per formula and its nodes, in the order they ran (by start
-time; what has not started in the order of the plan), with how long each
-took (or has been running). WORKFLOW_ID may be any unique start of a
+time; one blocked or cancelled before it started by when that was; what
+has not started yet last), with how long each took (or, with "…", has
+been running). WORKFLOW_ID may be any unique start of a
 workflow's id (as gantry list prints them). -o json (or yaml) prints the
 workflow document; its top-level "status" is the workflow's state.`,
 		Args:              cobra.ExactArgs(1),
