@@ -124,3 +124,42 @@ func TestSubmitAndStatusShowTheTrace(t *testing.T) {
 		t.Errorf("submit -o json: exit %d\n%s", code, out)
 	}
 }
+
+// TestCompletionAsksTheServer: shell completion offers the server's
+// workflow ids (with their names and states), a workflow's formulas and
+// nodes, its hosts for --host, and its nodes for retry --node.
+func TestCompletionAsksTheServer(t *testing.T) {
+	s := startDevStack(t)
+	id := s.submitted(t, compositionFile(t, "two.yaml", twoFormulas))
+	if code, out, errOut := s.gantry(t, "watch", id, "--timeout", "60s"); code != ExitOK {
+		t.Fatalf("watch: exit %d\n%s%s", code, out, errOut)
+	}
+	complete := func(args ...string) []string {
+		t.Helper()
+		toComplete := args[len(args)-1]
+		args = append(append(s.as(s.viewer, "__complete", args[0]), args[1:len(args)-1]...), toComplete) // the connection's flags first, the flag being completed last
+		code, out, errOut := run(t, args...)
+		if code != ExitOK {
+			t.Fatalf("gantry %v: exit %d\n%s", args, code, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return lines[:len(lines)-1] // the last is the directive (":4")
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"status", id[:4]}, []string{id + "\ttwo succeeded"}},
+		{[]string{"cancel", ""}, []string{id + "\ttwo succeeded"}},
+		{[]string{"logs", id[:8], ""}, []string{"a", "b", "a/n", "b/m"}},
+		{[]string{"logs", id, "a"}, []string{"a", "a/n"}},
+		{[]string{"logs", id, "--host", ""}, []string{"me"}},
+		{[]string{"retry", id, "--node", "b"}, []string{"b/m"}},
+		{[]string{"state", "--host", ""}, []string{"me"}},
+		{[]string{"status", "-o", ""}, []string{"table", "json", "yaml"}},
+	} {
+		if got := complete(c.args...); strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("completion of %q: %q, want %q", c.args, got, c.want)
+		}
+	}
+}
