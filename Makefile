@@ -14,7 +14,7 @@ GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 VERSION ?= 0.1.0-dev$(if $(GIT_REV),+$(GIT_REV))
 VERSION_FLAG := -X github.com/gantry-dev/gantry/pkg/buildinfo.version=$(VERSION)
 
-.PHONY: tools helm helm-test all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test cluster-chaos
+.PHONY: docs tools helm helm-test all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test cluster-chaos
 
 all: build test
 
@@ -175,3 +175,9 @@ cluster-test: build tools images dev-keys
 ## cluster-chaos: 120-node runs through a quorum loss, partitions of NATS nodes and a frozen state-store replica (docker/cluster-chaos.sh).
 cluster-chaos: build tools images dev-keys
 	COMPOSE="$(COMPOSE)" docker/cluster-chaos.sh
+
+# The reference of every command (Markdown and man pages), generated from
+# the commands; commit what it changes (a test fails when it is stale).
+docs:
+	rm -rf docs/cli
+	go run ./cmd/gantry/internal/cli/gendocs docs/cli

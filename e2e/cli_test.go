@@ -106,7 +106,7 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 	if code, out = run("pause", id); code != 1 || !strings.Contains(out, "only a running workflow can be paused") {
 		t.Fatalf("pause of a failed workflow: exit %d\n%s", code, out)
 	}
-	if code, out = run("cancel", "nonexistent-id"); code != 1 || !strings.Contains(out, "no such workflow") {
+	if code, out = run("cancel", "nonexistent-id"); code != 1 || !strings.Contains(out, "no workflow nonexistent-id") {
 		t.Fatalf("cancel of an unknown workflow: exit %d\n%s", code, out)
 	}
 	if code, out = run("drift", bad, "--records"); code != 1 || !strings.Contains(out, "bad: 0 ok, 0 changed, 2 missing, 0 orphaned") {

@@ -260,13 +260,13 @@ func TestMetricsAfterRun(t *testing.T) {
 		t.Fatalf("workflow %s, want failed (one node fails)", doc.Status)
 	}
 	want := map[string]float64{
-		`gantry_node_results_total{status="succeeded"}`:          3,
-		`gantry_node_results_total{status="failed"}`:             1,
-		`gantry_node_duration_seconds_count{status="succeeded"}`: 3,
-		`gantry_node_duration_seconds_count{status="failed"}`:    1,
-		`gantry_gate_results_total{status="pass"}`:               1,
-		`gantry_gate_duration_seconds_count{status="pass"}`:      1,
-		`gantry_workflow_results_total{status="failed"}`:         1,
+		`gantry_node_results_total{operation="create",status="succeeded"}`: 3,
+		`gantry_node_results_total{operation="create",status="failed"}`:    1,
+		`gantry_node_duration_seconds_count{status="succeeded"}`:           3,
+		`gantry_node_duration_seconds_count{status="failed"}`:              1,
+		`gantry_gate_results_total{status="pass"}`:                         1,
+		`gantry_gate_duration_seconds_count{status="pass"}`:                1,
+		`gantry_workflow_results_total{status="failed"}`:                   1,
 		// the executor's pool dials a and b, the health-gate's a
 		`gantry_ssh_dials_total{result="ok"}`: 3,
 	}

@@ -66,3 +66,33 @@ func resolve(linked string, bi *debug.BuildInfo) string {
 	}
 	return Dev + "+" + rev
 }
+
+// Commit is the VCS commit this build was made from, "-dirty" after it
+// for uncommitted changes, or "unknown" for a build without version
+// control information.
+func Commit() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	return commitOf(bi)
+}
+
+func commitOf(bi *debug.BuildInfo) string {
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	switch {
+	case rev == "":
+		return "unknown"
+	case dirty:
+		return rev + "-dirty"
+	}
+	return rev
+}

@@ -44,3 +44,25 @@ func TestVersionIsSemver(t *testing.T) {
 		t.Fatalf("Version() = %q: not a semantic version (NATS micro refuses it)", v)
 	}
 }
+
+func TestCommitOf(t *testing.T) {
+	bi := func(kv ...string) *debug.BuildInfo {
+		b := &debug.BuildInfo{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			b.Settings = append(b.Settings, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return b
+	}
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{bi(), "unknown"},
+		{bi("vcs.revision", "abc123", "vcs.modified", "false"), "abc123"},
+		{bi("vcs.revision", "abc123", "vcs.modified", "true"), "abc123-dirty"},
+	} {
+		if got := commitOf(c.bi); got != c.want {
+			t.Errorf("commitOf(%v) = %q, want %q", c.bi.Settings, got, c.want)
+		}
+	}
+}

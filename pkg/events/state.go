@@ -60,6 +60,9 @@ type WorkflowDoc struct {
 	// Vars are the extra vars it was submitted with (--var, --var-file),
 	// a secret-looking name's value shown as "***" (WorkflowEvent.Vars).
 	Vars map[string]string `json:"vars,omitempty"`
+	// TraceID is the workflow's OpenTelemetry trace, from the traceparent
+	// of its accepted event (none when nothing traces it).
+	TraceID string `json:"trace_id,omitempty"`
 	// EventIDs are the ids of the last MaxWorkflowEventIDs workflow
 	// events applied: running and paused alternate, so only its id tells
 	// a pause stored twice from a new one.
@@ -247,6 +250,10 @@ type SubmitReply struct {
 	// Warnings are what the submitter should know of an accepted
 	// workflow (its accepted event not stored yet).
 	Warnings []string `json:"warnings,omitempty"`
+	// TraceID is the OpenTelemetry trace of an accepted workflow, when
+	// anything traces it (the submitter's traceparent, or a planner that
+	// exports spans).
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Drift states of a node: what a composition wants against what the

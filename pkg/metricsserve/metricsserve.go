@@ -1,7 +1,12 @@
 // Package metricsserve serves the Prometheus metrics of a gantry process
 // (everything registered on prometheus.DefaultRegisterer) at /metrics on
 // the address of --metrics (GANTRY_METRICS_ADDR). Off unless an address
-// is given.
+// is given. Every process serves its metrics at one endpoint only: a
+// second endpoint of the same process would serve the same series, and a
+// Prometheus scraping both would count everything twice.
+//
+// Every process that serves metrics has gantry_build_info{version,
+// commit, go} 1: the build it runs.
 package metricsserve
 
 import (
@@ -13,8 +18,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -32,11 +41,26 @@ func RegisterFlag(fs *flag.FlagSet, dst *string) {
 	fs.StringVar(dst, "metrics", os.Getenv(Env), Usage)
 }
 
+// BuildInfoName is the gauge that names the build a process runs.
+const BuildInfoName = "gantry_build_info"
+
+func init() {
+	promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: BuildInfoName,
+		Help: "Always 1: the build of gantry this process runs, its version, VCS commit and Go version as labels.",
+	}, []string{"version", "commit", "go"}).WithLabelValues(buildinfo.Version(), buildinfo.Commit(), runtime.Version()).Set(1)
+}
+
+// Metrics is the handler of the metrics themselves (the default
+// registry), for a server that serves them on a path of its own choosing
+// (the web view's /metrics).
+func Metrics() http.Handler { return promhttp.Handler() }
+
 // Handler serves GET /metrics (and nothing else: 404, or 405 for another
 // method).
 func Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET "+Path, promhttp.Handler()) // GET (and HEAD) only: it reads
+	mux.Handle("GET "+Path, Metrics()) // GET (and HEAD) only: it reads
 	return mux
 }
 

@@ -126,6 +126,9 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.MaxStore > 0 {
 		opts.JetStreamMaxStore = cfg.MaxStore
 	}
+	if err := portFree(cfg.Host, cfg.Port); err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
@@ -138,6 +141,21 @@ func Start(cfg Config) (*Server, error) {
 	r := newRepairer(ns, cfg.StoreDir, cfg.Log)
 	r.start()
 	return &Server{Server: ns, repair: r}, nil
+}
+
+// portFree says whether the client port can be listened on (0: any port
+// can): nats-server itself only logs that it cannot and never becomes
+// ready, so a port in use would be found only when the wait for it ran
+// out.
+func portFree(host string, port int) error {
+	if port == 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("natsembed: NATS client port %d: %w", port, err)
+	}
+	return ln.Close()
 }
 
 func clusterOptions(opts *server.Options, cfg Config) error {

@@ -3,21 +3,40 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
-// Configured says the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable names a collector.
+// ExporterEnv is the standard variable that picks the span exporter:
+// "otlp" (the default: OTLP/HTTP once an endpoint is set), "console"
+// (each span printed as JSON on stderr) or "none".
+const ExporterEnv = "OTEL_TRACES_EXPORTER"
+
+// Configured says spans are exported: OTEL_TRACES_EXPORTER is "console",
+// or the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable names a collector and
+// OTEL_TRACES_EXPORTER is not "none".
 func Configured() bool {
+	switch os.Getenv(ExporterEnv) {
+	case "console":
+		return true
+	case "none":
+		return false
+	}
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
+
+// Console is where OTEL_TRACES_EXPORTER=console prints spans.
+var Console io.Writer = os.Stderr
 
 // NewProvider is a tracer provider for service (the service.name
 // resource, with service.version and whatever OTEL_RESOURCE_ATTRIBUTES
@@ -35,33 +54,32 @@ func NewProvider(ctx context.Context, service, version string, exp sdktrace.Span
 	return sdktrace.NewTracerProvider(export, sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{})), nil
 }
 
-// FromEnv is the Tracer of service: exporting over OTLP/HTTP when
+// FromEnv is the Tracer of service, its spans carrying this build's
+// version (buildinfo.Version): printing them on Console with
+// OTEL_TRACES_EXPORTER=console, else exporting over OTLP/HTTP when
 // Configured (every standard OTEL_EXPORTER_OTLP_* variable applies:
 // endpoint, headers, timeout, TLS, compression), else nil (nothing is
 // recorded). shutdown flushes what is pending; call it on the way out.
-func FromEnv(ctx context.Context, service, version string) (t *Tracer, shutdown func(context.Context) error, err error) {
+func FromEnv(ctx context.Context, service string) (t *Tracer, shutdown func(context.Context) error, err error) {
 	if !Configured() {
 		return nil, func(context.Context) error { return nil }, nil
 	}
-	exp, err := otlptracehttp.New(ctx)
+	exp, err := exporter(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
+		return nil, nil, err
 	}
-	tp, err := NewProvider(ctx, service, version, exp, true)
+	tp, err := NewProvider(ctx, service, buildinfo.Version(), exp, true)
 	if err != nil {
 		return nil, nil, err
 	}
 	return New(tp), tp.Shutdown, nil
 }
 
-// Version is gantry's version, the service.version of every span.
-const Version = "0.1.0"
-
 // ForService is FromEnv for a service's main: a configuration the
 // exporter refuses is logged and ends the process (exit 2); flush, called
 // on the way out, sends what is pending (within 5 seconds).
 func ForService(service string, log *slog.Logger) (t *Tracer, flush func()) {
-	t, shutdown, err := FromEnv(context.Background(), service, Version)
+	t, shutdown, err := FromEnv(context.Background(), service)
 	if err != nil {
 		log.Error("bad trace export settings", "err", err)
 		os.Exit(2)
@@ -73,4 +91,20 @@ func ForService(service string, log *slog.Logger) (t *Tracer, flush func()) {
 			log.Warn("spans not exported", "err", err)
 		}
 	}
+}
+
+// exporter is the span exporter OTEL_TRACES_EXPORTER names.
+func exporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	if os.Getenv(ExporterEnv) == "console" {
+		exp, err := stdouttrace.New(stdouttrace.WithWriter(Console))
+		if err != nil {
+			return nil, fmt.Errorf("console trace exporter: %w", err)
+		}
+		return exp, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	return exp, nil
 }

@@ -1,7 +1,9 @@
 package tracing_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -86,14 +89,15 @@ func TestRecordHonoursTheParentsSampling(t *testing.T) {
 }
 
 func TestFromEnvWithoutEndpointIsOff(t *testing.T) {
+	t.Setenv(tracing.ExporterEnv, "")
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test", "0")
+	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test")
 	if err != nil || tr.Enabled() || shutdown(context.Background()) != nil {
 		t.Fatalf("tracer %v, err %v", tr, err)
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-	tr, shutdown, err = tracing.FromEnv(context.Background(), "gantry-test", "0")
+	tr, shutdown, err = tracing.FromEnv(context.Background(), "gantry-test")
 	if err != nil || !tr.Enabled() {
 		t.Fatalf("with an endpoint: tracer %v, err %v", tr, err)
 	}
@@ -132,7 +136,7 @@ func TestFromEnvExportsOverOTLPHTTP(t *testing.T) {
 	defer srv.Close()
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test", "0")
+	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +154,53 @@ func TestFromEnvExportsOverOTLPHTTP(t *testing.T) {
 		}
 	default:
 		t.Fatal("nothing exported by shutdown")
+	}
+}
+
+// OTEL_TRACES_EXPORTER=console prints each span as JSON (on stderr:
+// tracing.Console), with this build's version as service.version, and no
+// collector is needed; "none" turns an endpoint off.
+func TestFromEnvConsole(t *testing.T) {
+	var out bytes.Buffer
+	was := tracing.Console
+	tracing.Console = &out
+	t.Cleanup(func() { tracing.Console = was })
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv(tracing.ExporterEnv, "console")
+	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test")
+	if err != nil || !tr.Enabled() {
+		t.Fatalf("tracer %v, err %v", tr, err)
+	}
+	tid := tracing.NewTraceID()
+	now := time.Now()
+	tr.Record(context.Background(), tracing.Span{Name: "workflow", TraceID: tid, Start: now, End: now.Add(time.Second)})
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var sp struct {
+		Name        string
+		SpanContext struct{ TraceID string }
+		Resource    []struct {
+			Key   string
+			Value struct{ Value any }
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &sp); err != nil {
+		t.Fatalf("console output is not a span as JSON: %v\n%s", err, out.String())
+	}
+	version := ""
+	for _, kv := range sp.Resource {
+		if kv.Key == "service.version" {
+			version, _ = kv.Value.Value.(string)
+		}
+	}
+	if sp.Name != "workflow" || sp.SpanContext.TraceID != tid.String() || version != buildinfo.Version() {
+		t.Errorf("span %q in trace %s, version %q; want workflow, %s, %s\n%s", sp.Name, sp.SpanContext.TraceID, version, tid, buildinfo.Version(), out.String())
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv(tracing.ExporterEnv, "none")
+	if tracing.Configured() {
+		t.Error("OTEL_TRACES_EXPORTER=none exports spans")
 	}
 }

@@ -70,7 +70,7 @@ func EnvTracers(ctx context.Context) (func(service string) *tracing.Tracer, func
 	tracers := map[string]*tracing.Tracer{}
 	var shutdowns []func(context.Context) error
 	for _, s := range []string{"gantry-planner", "gantry-executor", "gantry-health-gate"} {
-		t, shutdown, err := tracing.FromEnv(ctx, s, tracing.Version)
+		t, shutdown, err := tracing.FromEnv(ctx, s)
 		if err != nil {
 			return nil, nil, err
 		}

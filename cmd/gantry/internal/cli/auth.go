@@ -24,6 +24,7 @@ func newAuthCmd() *cobra.Command {
 func newAuthInitCmd() *cobra.Command {
 	var dir string
 	var anonymousViewer, operatorMode bool
+	var output string
 	cmd := &cobra.Command{
 		Use:   "init --dir DIR",
 		Short: "Write an nkey seed per identity and the nats-server accounts configuration",
@@ -39,7 +40,11 @@ With --jwt the server runs in operator mode instead: an operator key and the
 two account keys (DIR/signing) sign a user JWT per identity, written with its
 seed as DIR/<identity>.creds, to give with --creds (or $NATS_CREDS); the
 user's name then shows in audit records. nats-server has no anonymous users
-in operator mode.`,
+in operator mode.
+
+It prints each identity with its public key and the file of its seed or
+creds, and where server.conf is; -o json (or yaml) prints them as
+{"identities": [{"identity", "public_key", "file"}], "server_config"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
@@ -57,10 +62,17 @@ in operator mode.`,
 				return &exitError{code: ExitProblem, err: err}
 			}
 			out := cmd.OutOrStdout()
+			res := authInitResult{ServerConfig: path}
 			for _, id := range busauth.Identities() {
 				pub, _ := keys.Public(id)
 				creds, seed := keys.Credentials(id)
-				fmt.Fprintf(out, "%-12s %s  %s%s\n", id, pub, creds, seed)
+				res.Identities = append(res.Identities, authIdentity{Identity: id, PublicKey: pub, File: creds + seed})
+			}
+			if structured(output) {
+				return printAs(out, output, res)
+			}
+			for _, i := range res.Identities {
+				fmt.Fprintf(out, "%-12s %s  %s\n", i.Identity, i.PublicKey, i.File)
 			}
 			fmt.Fprintf(out, "server configuration: %s\n", path)
 			return nil
@@ -69,7 +81,22 @@ in operator mode.`,
 	cmd.Flags().StringVar(&dir, "dir", "", "where to write the seeds and server.conf")
 	cmd.Flags().BoolVar(&anonymousViewer, "anonymous-viewer", false, "let a client with no credentials in as a viewer (no_auth_user)")
 	cmd.Flags().BoolVar(&operatorMode, "jwt", false, "operator mode: user JWTs and creds files instead of nkey users")
+	outputFlag(cmd, &output, "text", formatJSON)
 	return cmd
+}
+
+// authInitResult is what gantry auth init -o json prints.
+type authInitResult struct {
+	Identities   []authIdentity `json:"identities"`
+	ServerConfig string         `json:"server_config"`
+}
+
+// authIdentity is one identity auth init wrote: its public key and the
+// file of its seed (or creds).
+type authIdentity struct {
+	Identity  events.Identity `json:"identity"`
+	PublicKey string          `json:"public_key"`
+	File      string          `json:"file"`
 }
 
 func newAuthPermissionsCmd() *cobra.Command {
@@ -91,13 +118,16 @@ and server.conf enforce them; -o json for nsc or your own configuration.`,
 				ids = []events.Identity{id}
 			}
 			out := cmd.OutOrStdout()
-			if output == "json" {
+			if structured(output) {
 				m := map[events.Identity]any{}
 				for _, id := range ids {
 					m[id] = struct {
 						Account string `json:"account"`
 						events.Permissions
 					}{id.Account(), events.PermissionsFor(id)}
+				}
+				if output == formatYAML {
+					return printAs(out, output, m)
 				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")

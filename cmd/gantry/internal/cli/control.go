@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"errors"
+	"io"
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
@@ -19,44 +20,63 @@ func newControlCmd(verb string) *cobra.Command {
 	var cf connFlags
 	var watch bool
 	var nodes []string
+	var output string
 	cmd := &cobra.Command{
 		Use:   verb + " WORKFLOW_ID",
 		Short: controlHelp[verb],
-		Args:  cobra.ExactArgs(1),
+		Long: controlHelp[verb] + `.
+
+WORKFLOW_ID may be any unique start of a workflow's id (as gantry list
+prints them). It prints the workflow's status and run generation after the
+request; -o json (or yaml) prints them as {"workflow_id", "status",
+"generation"}. It exits 1 when the planner refuses the request (the
+workflow's state does not allow it).`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connectOperator()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			if err != nil {
+				return err
+			}
 			var body []byte
 			if len(nodes) > 0 {
 				body, _ = json.Marshal(events.ControlRequest{Nodes: nodes})
 			}
 			var reply events.ControlReply
-			err = request(nc, events.WorkflowControl(args[0], verb), body, cf.timeout, &reply)
+			err = request(nc, events.WorkflowControl(id, verb), body, cf.timeout, &reply)
 			var se *serviceError
 			if errors.As(err, &se) {
-				return failed("%s %s: %s", verb, args[0], se.Description)
+				return failed("%s %s: %s", verb, id, se.Description)
 			}
 			if err != nil {
 				return err
 			}
-			linef(cmd.OutOrStdout(), "%s: %s (generation %d)", reply.WorkflowID, reply.Status, reply.Generation)
+			if err := printControlReply(cmd.OutOrStdout(), reply, output, watch); err != nil {
+				return err
+			}
 			if watch && verb != events.VerbPause {
-				since, gen := watchStart(cmd.Context(), nc, args[0], cf)
-				return watchWorkflow(cmd, nc, args[0], since, max(gen, reply.Generation), false)
+				since, gen := watchStart(cmd.Context(), nc, id, cf)
+				return watchWorkflow(cmd, nc, id, since, max(gen, reply.Generation), output)
 			}
 			return nil
 		},
 	}
 	cf.add(cmd)
+	outputFlag(cmd, &output, "text", formatJSON)
 	if verb != events.VerbPause {
 		cmd.Flags().BoolVarP(&watch, "watch", "w", false, "then stream the workflow until it ends")
 	}
 	if verb == events.VerbRetry {
 		cmd.Flags().StringArrayVar(&nodes, "node", nil, "re-run only this failed node (FORMULA/NODE; repeatable) and what depends on it; other failures stay failed")
-		cmd.Long = `retry starts a new generation of a failed or cancelled workflow. Without
+		_ = cmd.RegisterFlagCompletionFunc("node", completeNodesOfArg)
+		cmd.Long += `
+
+retry starts a new generation of a failed or cancelled workflow. Without
 --node it re-runs every failed node, and what they blocked or kept from
 starting; succeeded and skipped nodes stay done. With --node FORMULA/NODE
 (repeatable) it re-runs only those failed nodes and what depends on them:
@@ -67,4 +87,17 @@ failed again. A node that did not fail, or does not exist, is refused and
 nothing starts.`
 	}
 	return cmd
+}
+
+// printControlReply prints what a control request led to: as text, or as
+// JSON or YAML (a record of the stream that follows, with watch).
+func printControlReply(w io.Writer, reply events.ControlReply, format string, watch bool) error {
+	switch {
+	case structured(format) && watch:
+		return printRecord(w, format, mustJSON(reply))
+	case structured(format):
+		return printAs(w, format, reply)
+	}
+	linef(w, "%s: %s (generation %d)", reply.WorkflowID, reply.Status, reply.Generation)
+	return nil
 }

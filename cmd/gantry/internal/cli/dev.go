@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -117,7 +118,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 					return &exitError{code: ExitProblem, err: fmt.Errorf("web view: %w", err)}
 				}
 				defer vnc.Close()
-				wait, err := startWebView(ctx, out, "gantry dev", httpAddr, vnc, 10*time.Second, log)
+				wait, err := startWebView(ctx, out, "gantry dev", httpAddr, vnc, 10*time.Second, log, webViewMetrics(metrics))
 				if err != nil {
 					return err
 				}
@@ -153,10 +154,21 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().DurationVar(&cancelWait, "cancel-wait", planner.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them")
 	cmd.Flags().DurationVar(&unclaimedAfter, "unclaimed-after", planner.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
-	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
-	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default $"+metricsserve.Env+", else off)")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics, unless --metrics is given) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
+	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464, and not on the web view's address (default $"+metricsserve.Env+", else off)")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	return cmd
+}
+
+// webViewMetrics is what gantry dev's web view serves at /metrics: the
+// process's metrics, unless --metrics serves them at an address of their
+// own (metricsAddr): a process serves its metrics at one endpoint, or a
+// Prometheus scraping both would count every series twice.
+func webViewMetrics(metricsAddr string) http.Handler {
+	if metricsAddr != "" {
+		return nil
+	}
+	return metricsserve.Metrics()
 }
 
 // DevStopWait bounds how long gantry dev takes to stop once interrupted.

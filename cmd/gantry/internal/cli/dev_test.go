@@ -5,8 +5,10 @@ import (
 	"context"
 	"flag"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +162,26 @@ func TestDevTakesTheWorkersFlags(t *testing.T) {
 		if dev.Flags().Lookup(name) == nil {
 			t.Errorf("gantry dev has no --%s, which the executor takes", name)
 		}
+	}
+}
+
+// TestDevPortInUse: gantry dev on a port another process listens on says
+// so at once, naming the port, instead of waiting for a server that never
+// becomes ready.
+func TestDevPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	began := time.Now()
+	code, _, errOut := run(t, "dev", "--port", port, "--data-dir", t.TempDir())
+	took := time.Since(began)
+	if code != ExitProblem || !strings.Contains(errOut, "address already in use") || !strings.Contains(errOut, "port "+port) {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	if took > 10*time.Second {
+		t.Errorf("took %s to say the port is in use", took.Round(time.Millisecond))
 	}
 }

@@ -130,7 +130,7 @@ func TestLogLineEscapesHost(t *testing.T) {
 	env := &events.Envelope{Time: time.Now()}
 	ll := &events.LogLine{Ref: events.Ref{Host: "h1" + attack, Formula: "f", Node: "n"}, Attempt: 1, Stream: events.Stderr, Line: "caf\xe9 \x9b2J"}
 	var b strings.Builder
-	if err := printLogLine(&b, env, ll, false); err != nil {
+	if err := printLogLine(&b, env, ll, "text"); err != nil {
 		t.Fatal(err)
 	}
 	assertTermSafe(t, "logs", b.String(), true)
@@ -258,7 +258,7 @@ func TestCommandsEscapeWhatServicesSay(t *testing.T) {
 	}{
 		{"list", []string{"list"}, map[string]answer{events.StateList: {body: []events.WorkflowSummary{{WorkflowID: "w1" + hostile, Workflow: hostile, Operation: dag.Operation(hostile), Status: dag.WorkflowState(hostile), CreatedAt: now}}}}},
 		{"status", []string{"status", "w1"}, map[string]answer{events.StateWorkflow: {body: doc}}},
-		{"status of none", []string{"status", "w1"}, map[string]answer{events.StateWorkflow: {code: "404", desc: "no workflow " + hostile}}},
+		{"status of none", []string{"status", "w1"}, map[string]answer{events.StateWorkflow: {code: "404", desc: "no workflow " + hostile}, events.StateList: {body: []events.WorkflowSummary{}}}},
 		{"state", []string{"state"}, map[string]answer{events.StateHost: {body: []events.HostNode{{Host: hostile, Workflow: hostile, Formula: "a", Node: hostile, Status: dag.NodeFailed, Operation: dag.OpCreate,
 			SpecHash: hostile, WorkflowID: hostile, EndedAt: &now, InPlace: &events.InPlace{SpecHash: "sha256:" + hostile}, Check: &events.HostCheck{Status: dag.NodeState(hostile)}}}}}},
 		{"state --rebuild", []string{"state", "--rebuild", "--check"}, map[string]answer{events.StateRebuild: {body: events.RebuildReport{Differing: []string{hostile, "k" + hostile}, Kept: []string{"k" + hostile}, Lost: hostile}}}},
@@ -269,9 +269,9 @@ func TestCommandsEscapeWhatServicesSay(t *testing.T) {
 		{"submit rejected", []string{"submit", comp}, map[string]answer{events.SubjectSubmit: rejected}},
 		{"submit accepted", []string{"submit", comp}, map[string]answer{events.SubjectSubmit: {body: events.SubmitReply{Status: "accepted", WorkflowID: "w1" + hostile, Plan: &dag.Plan{Workflow: hostile}}}}},
 		{"planner error", []string{"submit", comp}, map[string]answer{events.SubjectSubmit: {code: "500", desc: hostile}}},
-		{"cancel", []string{"cancel", "w1"}, map[string]answer{events.WorkflowControl("w1", events.VerbCancel): {body: events.ControlReply{WorkflowID: "w1" + hostile, Status: dag.WorkflowState(hostile)}}}},
-		{"cancel refused", []string{"cancel", "w1"}, map[string]answer{events.WorkflowControl("w1", events.VerbCancel): {code: "409", desc: hostile}}},
-		{"watch of an id many start", []string{"watch", "w"}, map[string]answer{events.StateList: {body: []events.WorkflowSummary{{WorkflowID: "w1" + hostile}, {WorkflowID: "w2" + hostile}}}}},
+		{"cancel", []string{"cancel", "w1"}, map[string]answer{events.StateWorkflow: {body: doc}, events.WorkflowControl("w1", events.VerbCancel): {body: events.ControlReply{WorkflowID: "w1" + hostile, Status: dag.WorkflowState(hostile)}}}},
+		{"cancel refused", []string{"cancel", "w1"}, map[string]answer{events.StateWorkflow: {body: doc}, events.WorkflowControl("w1", events.VerbCancel): {code: "409", desc: hostile}}},
+		{"watch of an id many start", []string{"watch", "w"}, map[string]answer{events.StateWorkflow: {code: "404", desc: "no workflow w"}, events.StateList: {body: []events.WorkflowSummary{{WorkflowID: "w1" + hostile}, {WorkflowID: "w2" + hostile}}}}},
 		{"logs of a node not there", []string{"logs", "w1", "a/x"}, map[string]answer{events.StateWorkflow: {body: doc}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -362,7 +362,7 @@ func TestJSONOutputEscapesC1(t *testing.T) {
 	_, out, errOut = run(t, "inventory", inv, "-o", "json")
 	outs["inventory -o json"] = out + errOut
 	var b strings.Builder
-	if err := printLogLine(&b, &events.Envelope{Time: now}, &events.LogLine{Ref: events.Ref{Host: "h1", Formula: "a", Node: "n"}, Attempt: 1, Stream: events.Stdout, Line: c1}, true); err != nil {
+	if err := printLogLine(&b, &events.Envelope{Time: now}, &events.LogLine{Ref: events.Ref{Host: "h1", Formula: "a", Node: "n"}, Attempt: 1, Stream: events.Stdout, Line: c1}, formatJSON); err != nil {
 		t.Fatal(err)
 	}
 	outs["logs -o json"] = b.String()

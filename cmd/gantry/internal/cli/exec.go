@@ -90,7 +90,7 @@ the hosts) and prints what the hosts said so far.`,
 			if err != nil {
 				return err
 			}
-			return runExec(cmd, cf, ex, o.output == "json")
+			return runExec(cmd, cf, ex, o.output)
 		},
 	}
 	cf.addConn(cmd)

@@ -180,7 +180,7 @@ func TestExecCommandLine(t *testing.T) {
 		{[]string{"exec", inv, "web", "--", " "}, ExitUsage, "the command after -- is empty"},
 		{[]string{"exec", inv, "web", "--forks", "-1", "--", "uptime"}, ExitUsage, "--forks -1"},
 		{[]string{"exec", inv, "nope", "--", "uptime"}, ExitUsage, `"nope" matches no host or group`},
-		{[]string{"exec", inv, "web", "-o", "yaml", "--", "uptime"}, ExitUsage, `unknown -o "yaml"`},
+		{[]string{"exec", inv, "web", "-o", "toml", "--", "uptime"}, ExitUsage, `unknown -o "toml"`},
 		{[]string{"exec", filepath.Join(t.TempDir(), "missing"), "web", "--", "uptime"}, ExitProblem, "no such file"},
 		{[]string{"exec", bad, "web-1", "--", "uptime"}, ExitFailed, bad + ":3: "},
 	} {

@@ -32,7 +32,7 @@ const (
 
 // runExec submits the exec's composition as gantry submit does and
 // follows the workflow to its end.
-func runExec(cmd *cobra.Command, cf connFlags, ex *execRun, asJSON bool) error {
+func runExec(cmd *cobra.Command, cf connFlags, ex *execRun, format string) error {
 	nc, err := cf.connectOperator()
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func runExec(cmd *cobra.Command, cf connFlags, ex *execRun, asJSON bool) error {
 		return err
 	}
 	linef(cmd.ErrOrStderr(), "gantry: workflow %s (%s) on %d host(s); gantry logs %s, gantry cancel %s", reply.WorkflowID, ex.name, len(ex.hosts), reply.WorkflowID, reply.WorkflowID)
-	f := newExecFollow(ex, reply.WorkflowID, cmd.OutOrStdout(), asJSON)
+	f := newExecFollow(ex, reply.WorkflowID, cmd.OutOrStdout(), format)
 	return f.follow(cmd.Context(), nc, cf, since, cmd.ErrOrStderr())
 }
 

@@ -48,7 +48,7 @@ type execFollow struct {
 	ex          *execRun
 	id          string
 	out         io.Writer
-	asJSON      bool
+	format      string // "text", json or yaml
 	book        *logBook
 	seen        map[string]bool        // event ids taken in
 	byHost      map[string]*hostResult // hosts whose node has started or ended
@@ -59,8 +59,8 @@ type execFollow struct {
 	interrupted bool
 }
 
-func newExecFollow(ex *execRun, id string, out io.Writer, asJSON bool) *execFollow {
-	return &execFollow{ex: ex, id: id, out: out, asJSON: asJSON, book: newLogBook(id, ex.byID),
+func newExecFollow(ex *execRun, id string, out io.Writer, format string) *execFollow {
+	return &execFollow{ex: ex, id: id, out: out, format: format, book: newLogBook(id, ex.byID),
 		seen: map[string]bool{}, byHost: map[string]*hostResult{}}
 }
 
@@ -158,7 +158,7 @@ func (f *execFollow) flush(now time.Time) bool {
 			continue
 		}
 		f.settle(r, k)
-		if !f.asJSON {
+		if !structured(f.format) {
 			printHost(f.out, r, f.id)
 		}
 	}
@@ -315,7 +315,7 @@ type execSummary struct {
 // report prints the summary line, or the JSON document.
 func (f *execFollow) report() error {
 	c := f.counts()
-	if !f.asJSON {
+	if !structured(f.format) {
 		_, err := fmt.Fprintln(f.out, c.String())
 		return err
 	}
@@ -325,6 +325,6 @@ func (f *execFollow) report() error {
 			hosts = append(hosts, r)
 		}
 	}
-	return printJSON(f.out, execReport{WorkflowID: f.id, Workflow: f.ex.name, Command: f.ex.command, Status: f.state, Reason: f.reason, Hosts: hosts,
+	return printAs(f.out, f.format, execReport{WorkflowID: f.id, Workflow: f.ex.name, Command: f.ex.command, Status: f.state, Reason: f.reason, Hosts: hosts,
 		Summary: execSummary{Hosts: c.hosts, OK: c.ok, Failed: c.failed, Cancelled: c.cancelled, NotRun: c.notRun}})
 }

@@ -21,13 +21,13 @@ func TestLogsSelectsAHostByName(t *testing.T) {
 	}{
 		{arg: "10.0.0.5", want: nodeSel{host: "10.0.0.5"}, subject: "decky.10_0_0_5.logs.*"},
 		{arg: "web-1.example.com", want: nodeSel{host: "web-1.example.com"}, subject: "decky.web-1_example_com.logs.*"},
-		{arg: "cp-0", want: nodeSel{host: "cp-0"}, subject: "decky.cp-0.logs.*"},
+		{arg: "cp-0", want: nodeSel{name: "cp-0"}, subject: "decky.*.logs.*"}, // a formula or a host: check resolves it
 		{arg: "app/conf", want: nodeSel{formula: "app", node: "conf"}, subject: "decky.*.logs.conf"},
-		{arg: "Web.example.com", bad: `"Web.example.com" is not FORMULA/NODE or a host name`},
-		{arg: "a/b.c", bad: `"a/b.c" is not FORMULA/NODE`},
+		{arg: "Web.example.com", bad: `"Web.example.com" is not FORMULA, FORMULA/NODE or a host name`},
+		{arg: "a/b.c", bad: `"a/b.c" is not FORMULA, FORMULA/NODE`},
 	}
 	for _, tc := range cases {
-		sel, err := parseNodeSel(tc.arg)
+		sel, err := parseNodeSel(tc.arg, "")
 		if tc.bad != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.bad) {
 				t.Errorf("%s: err %v, want %q", tc.arg, err, tc.bad)
@@ -47,10 +47,10 @@ func TestLogsSelectsAHostByName(t *testing.T) {
 		t.Error("a host is matched by its name only")
 	}
 	done := &events.WorkflowDoc{Status: dag.WorkflowSucceeded, Formulas: map[string]*events.FormulaDoc{"app": {Host: "10.0.0.5"}}}
-	if err := (nodeSel{host: "10.0.0.5"}).check(nil, "w1", done, false); err != nil {
+	if _, err := (nodeSel{host: "10.0.0.5"}).check(nil, "w1", done, false); err != nil {
 		t.Errorf("a host of the workflow: %v", err)
 	}
-	err := (nodeSel{host: "10.0.0.6"}).check(nil, "w1", done, false)
+	_, err := (nodeSel{host: "10.0.0.6"}).check(nil, "w1", done, false)
 	if err == nil || !strings.Contains(err.Error(), "workflow w1 ran nothing on host 10.0.0.6 (its hosts: 10.0.0.5)") {
 		t.Errorf("another host: %v", err)
 	}

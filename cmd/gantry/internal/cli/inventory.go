@@ -27,18 +27,21 @@ become user, key and variables (typed as Ansible types them), each group
 with its hosts, the ansible_* variables gantry does not act on, and
 warnings (a secret's value written in the inventory, an ansible-vault
 value). Secrets are printed as ***. -o json prints {"hosts", "groups"} as a
-composition writes them, with "vars", "ignored" and "warnings". It prints
-every problem with its file and line and exits 1 when the inventory cannot
-be used.`,
+composition writes them, with "vars", "ignored" and "warnings" (-o yaml
+the same as YAML). It prints every problem with its file and line and
+exits 1 when the inventory cannot be used, 3 when it cannot be read.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			inv, err := composition.ReadInventoryFile(args[0])
 			if err != nil {
 				printProblems(cmd.ErrOrStderr(), args[0], err)
+				if unreadable(err) {
+					return &exitError{code: ExitProblem, err: fmt.Errorf("%s could not be read", args[0])}
+				}
 				return failed("")
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), inventoryJSON(inv))
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, inventoryJSON(inv))
 			}
 			printWarnings(cmd.ErrOrStderr(), inv.Warnings)
 			return printInventory(cmd.OutOrStdout(), inv)

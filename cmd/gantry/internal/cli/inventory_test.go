@@ -70,7 +70,7 @@ ansible_ssh_common_args=-J gone
 	if code != ExitFailed || out != "" {
 		t.Errorf("bad inventory: exit %d, stdout %q", code, out)
 	}
-	if code, _, _ = run(t, "inventory", bad, "-o", "yaml"); code != ExitUsage {
+	if code, _, _ = run(t, "inventory", bad, "-o", "toml"); code != ExitUsage {
 		t.Errorf("-o yaml: exit %d", code)
 	}
 

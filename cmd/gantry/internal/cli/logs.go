@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,30 +25,36 @@ import (
 func newLogsCmd() *cobra.Command {
 	var cf connFlags
 	var follow bool
-	var output string
+	var output, host string
 	cmd := &cobra.Command{
-		Use:   "logs WORKFLOW_ID [FORMULA/NODE | HOST]",
+		Use:   "logs WORKFLOW_ID [FORMULA | FORMULA/NODE | HOST] [--host HOST]",
 		Short: "Print the output lines of a workflow's nodes",
-		Long: `logs prints the output lines of a workflow's nodes (of one node, with
-FORMULA/NODE), in the order they were published, each after its time, host,
-formula/node (#n for an attempt after the first) and stream (stdout or
-stderr); with HOST, the lines of every node on that host (its name as the
-composition gives it: 10.0.0.5, web-1.example.com), with control characters shown escaped (\x1b; \u009b for a C1
-control, \xff for a byte that is not UTF-8): a host's output cannot drive
-the terminal (-o json has them as JSON escapes). It prints
-what the log stream holds (lines are kept for 24 hours) and exits; with -f it then follows new lines until the workflow ends, or
-Ctrl-C (exit 130). -o json prints each line's LogLine (the payload of its
-gantry.log.line event) as one JSON object per line. WORKFLOW_ID may be the
-start of an id, as for watch. A workflow no one submitted, or a node the
-workflow does not have (or a host it does not run on), is an error.`,
-		Args: cobra.RangeArgs(1, 2),
+		Long: `logs prints the output lines of a workflow's nodes (of one formula's
+nodes, with FORMULA; of one node, with FORMULA/NODE), in the order they
+were published, each after its time, host, formula/node (#n for an attempt
+after the first) and stream (stdout or stderr). With --host HOST (or HOST
+in place of FORMULA, when no formula has that name), the lines of every
+node on that host (its name as the composition gives it: 10.0.0.5,
+web-1.example.com); --host with FORMULA or FORMULA/NODE prints only what
+of them ran there. Control characters are shown escaped (\x1b; \u009b for
+a C1 control, \xff for a byte that is not UTF-8): a host's output cannot
+drive the terminal (-o json has them as JSON escapes). It prints what the
+log stream holds (lines are kept for 24 hours) and exits; with -f it then
+follows new lines until the workflow ends, or Ctrl-C (exit 130). -o json
+prints each line's LogLine (the payload of its gantry.log.line event) as
+one JSON object per line; -o yaml as a YAML document each. WORKFLOW_ID may
+be any unique start of an id, as for watch. A workflow no one submitted,
+or a formula, node or host the workflow does not have, is an error.`,
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: completeLogsArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var sel nodeSel
+			arg := ""
 			if len(args) == 2 {
-				var err error
-				if sel, err = parseNodeSel(args[1]); err != nil {
-					return &exitError{code: ExitUsage, err: err}
-				}
+				arg = args[1]
+			}
+			sel, err := parseNodeSel(arg, host)
+			if err != nil {
+				return &exitError{code: ExitUsage, err: err}
 			}
 			nc, err := cf.connect()
 			if err != nil {
@@ -63,93 +70,126 @@ workflow does not have (or a host it does not run on), is an error.`,
 			if request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &d) == nil {
 				doc = &d
 			}
-			if err := sel.check(cmd.ErrOrStderr(), id, doc, follow); err != nil {
+			if sel, err = sel.check(cmd.ErrOrStderr(), id, doc, follow); err != nil {
 				return err
 			}
 			since, gen := watchStart(cmd.Context(), nc, id, cf)
-			return printLogs(cmd, nc, logsQuery{id: id, sel: sel, doc: doc, since: since, gen: gen, follow: follow, json: output == "json"})
+			return printLogs(cmd, nc, logsQuery{id: id, sel: sel, doc: doc, since: since, gen: gen, follow: follow, format: output})
 		},
 	}
 	cf.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow new lines until the workflow ends")
-	outputFlag(cmd, &output, "text", "json")
+	cmd.Flags().StringVar(&host, "host", "", "only the lines of nodes on this host, by its name (10.0.0.5, web-1.example.com)")
+	_ = cmd.RegisterFlagCompletionFunc("host", completeWorkflowHosts)
+	outputFlag(cmd, &output, "text", formatJSON)
 	return cmd
 }
 
-// nodeSel is the FORMULA/NODE or HOST of gantry logs; empty: every node.
-type nodeSel struct{ formula, node, host string }
+// nodeSel is what gantry logs prints the lines of: a formula's nodes, one
+// node (formula and node), a host's nodes, or every node (all empty).
+// name is an argument that may be a formula or a host (a token): check
+// resolves it against the workflow, a formula first.
+type nodeSel struct{ formula, node, host, name string }
 
-func parseNodeSel(s string) (nodeSel, error) {
-	f, n, ok := strings.Cut(s, "/")
-	switch {
-	case !ok && dag.IsHostName(s):
-		return nodeSel{host: s}, nil
-	case !ok || !dag.IsToken(f) || !dag.IsToken(n):
-		return nodeSel{}, fmt.Errorf("%q is not FORMULA/NODE or a host name (as gantry status lists them)", s)
+// parseNodeSel reads the FORMULA, FORMULA/NODE or HOST argument (arg, ""
+// for none) and --host.
+func parseNodeSel(arg, host string) (nodeSel, error) {
+	var s nodeSel
+	if host != "" {
+		if !dag.IsHostName(host) {
+			return s, fmt.Errorf("--host %q is not a host name (as gantry status lists them)", host)
+		}
+		s.host = host
 	}
-	return nodeSel{formula: f, node: n}, nil
+	f, n, isNode := strings.Cut(arg, "/")
+	switch {
+	case arg == "":
+	case isNode && dag.IsToken(f) && dag.IsToken(n):
+		s.formula, s.node = f, n
+	case !isNode && dag.IsToken(arg):
+		s.name = arg
+	case !isNode && dag.IsHostName(arg) && host == "":
+		s.host = arg
+	case !isNode && dag.IsHostName(arg):
+		return nodeSel{}, fmt.Errorf("host %s and --host %s: give the host once", arg, host)
+	default:
+		return nodeSel{}, fmt.Errorf("%q is not FORMULA, FORMULA/NODE or a host name (as gantry status lists them)", arg)
+	}
+	return s, nil
 }
 
-func (s nodeSel) all() bool { return s.formula == "" && s.host == "" }
+func (s nodeSel) all() bool { return s == nodeSel{} }
 
 func (s nodeSel) match(ll *events.LogLine) bool {
 	switch {
-	case s.host != "":
-		return ll.Host == s.host
-	case s.formula != "":
-		return ll.Formula == s.formula && ll.Node == s.node
+	case s.host != "" && ll.Host != s.host,
+		s.formula != "" && ll.Formula != s.formula,
+		s.node != "" && ll.Node != s.node,
+		s.name != "" && ll.Formula != s.name && ll.Host != s.name:
+		return false
 	}
 	return true
 }
 
-// check says whether the workflow has the node. Its document lists the
+// check says whether the workflow has what s names, and resolves a name
+// to the formula or the host it is. Its document lists the formulas and
 // nodes that have started (or were blocked or cancelled): one it does not
 // list is an error once the workflow has ended; while it runs, logs -f
-// waits for the node to start, logs without -f says it has not.
-func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, follow bool) error {
+// waits for it to start, logs without -f says it has not.
+func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, follow bool) (nodeSel, error) {
 	if s.all() || doc == nil {
-		return nil
+		return s, nil
 	}
-	if s.host != "" {
-		return s.checkHost(stderr, id, doc, follow)
-	}
-	if f, ok := doc.Formulas[s.formula]; ok && f.Nodes[s.node] != nil {
-		return nil
-	}
-	var known []string
-	for fid, f := range doc.Formulas {
-		for n := range f.Nodes {
-			known = append(known, fid+"/"+n)
+	if s.name != "" {
+		switch {
+		case doc.Formulas[s.name] != nil:
+			s.formula, s.name = s.name, ""
+		case slices.Contains(hostNames(doc), s.name) && s.host == "":
+			s.host, s.name = s.name, ""
+		default:
+			what := fmt.Sprintf("formula or host %s", s.name)
+			return s, notStarted(stderr, id, doc, follow, what, "formulas", formulaNames(doc))
 		}
 	}
-	sort.Strings(known)
+	if s.formula != "" {
+		f := doc.Formulas[s.formula]
+		switch {
+		case s.node == "" && f == nil:
+			return s, notStarted(stderr, id, doc, follow, "formula "+s.formula, "formulas", formulaNames(doc))
+		case s.node != "" && (f == nil || f.Nodes[s.node] == nil):
+			return s, notStarted(stderr, id, doc, follow, "node "+s.formula+"/"+s.node, "nodes", nodeNames(doc))
+		}
+	}
+	if s.host != "" {
+		return s, s.checkHost(stderr, id, doc, follow)
+	}
+	return s, nil
+}
+
+// notStarted is the error (or, following, the note) of a formula or node
+// (what) the workflow's document does not list; known are those it lists.
+func notStarted(stderr io.Writer, id string, doc *events.WorkflowDoc, follow bool, what, kind string, known []string) error {
 	list := strings.Join(known[:min(len(known), 20)], ", ")
 	if len(known) > 20 {
 		list += fmt.Sprintf(" and %d more", len(known)-20)
 	}
 	if doc.Status.Terminal() {
-		return failed("workflow %s has no node %s/%s (its nodes: %s)", id, s.formula, s.node, list)
+		return failed("workflow %s has no %s (its %s: %s)", id, what, kind, list)
 	}
 	if !follow {
-		return failed("workflow %s has no node %s/%s that has started (so far: %s); logs -f waits for it", id, s.formula, s.node, list)
+		return failed("workflow %s has no %s that has started (so far: %s); logs -f waits for it", id, what, list)
 	}
-	linef(stderr, "gantry: node %s/%s of workflow %s has not started yet; waiting for it", s.formula, s.node, id)
+	linef(stderr, "gantry: %s of workflow %s has not started yet; waiting for it", what, id)
 	return nil
 }
 
 // checkHost says whether the workflow runs anything on the host, as check
 // does for a node.
 func (s nodeSel) checkHost(stderr io.Writer, id string, doc *events.WorkflowDoc, follow bool) error {
-	var known []string
-	for _, f := range doc.Formulas {
-		if f.Host == s.host {
-			return nil
-		}
-		if f.Host != "" && !slices.Contains(known, f.Host) {
-			known = append(known, f.Host)
-		}
+	known := hostNames(doc)
+	if slices.Contains(known, s.host) {
+		return nil
 	}
-	sort.Strings(known)
 	list := strings.Join(known, ", ")
 	switch {
 	case doc.Status.Terminal():
@@ -169,23 +209,28 @@ type logsQuery struct {
 	since  time.Time
 	gen    int
 	follow bool
-	json   bool
+	format string // "text", json or yaml
 }
 
-// subjects are the log subjects to read: the host's, the node's, the workflow's hosts'
-// when they are all known, else every host's.
+// subjects are the log subjects to read: the host's, the node's or the
+// formula's on its host, the workflow's hosts' when they are all known,
+// else every host's.
 func (q logsQuery) subjects() []string {
+	node := cmp.Or(q.sel.node, "*")
 	if q.sel.host != "" {
-		return []string{events.HostLogs(q.sel.host, "*")}
+		return []string{events.HostLogs(q.sel.host, node)}
 	}
-	if q.doc == nil {
+	if q.doc == nil || q.sel.name != "" {
 		return []string{events.AllLogs}
 	}
-	if !q.sel.all() {
+	if q.sel.formula != "" {
 		if f, ok := q.doc.Formulas[q.sel.formula]; ok && f.Host != "" {
-			return []string{events.HostLogs(f.Host, q.sel.node)}
+			return []string{events.HostLogs(f.Host, node)}
 		}
-		return []string{events.HostLogs("*", q.sel.node)}
+		if q.sel.node == "" {
+			return []string{events.AllLogs}
+		}
+		return []string{events.HostLogs("*", node)}
 	}
 	if !q.doc.Status.Terminal() { // formulas not yet started have no host here
 		return []string{events.AllLogs}
@@ -270,7 +315,7 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 		}
 		lastConsumerSeq = meta.Sequence.Consumer
 		if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && events.Admit(m.Subject(), env) == nil && ll.WorkflowID == q.id && q.sel.match(ll) {
-			if err := printLogLine(out, env, ll, q.json); err != nil {
+			if err := printLogLine(out, env, ll, q.format); err != nil {
 				return err
 			}
 		}
@@ -324,14 +369,13 @@ func awaitEnd(ctx context.Context, js jetstream.JetStream, q logsQuery, ended ch
 
 // printLogLine prints a line: "15:04:05.000 HOST FORMULA/NODE STREAM line"
 // or its LogLine as JSON.
-func printLogLine(w io.Writer, env *events.Envelope, ll *events.LogLine, asJSON bool) error {
-	if asJSON {
+func printLogLine(w io.Writer, env *events.Envelope, ll *events.LogLine, format string) error {
+	if structured(format) {
 		b, err := json.Marshal(ll)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
-		return err
+		return printRecord(w, format, b)
 	}
 	name := ll.Formula + "/" + ll.Node
 	if ll.Attempt > 1 {

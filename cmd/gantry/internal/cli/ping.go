@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ func newPingCmd() *cobra.Command {
 	var cf connFlags
 	var services []string
 	var wait time.Duration
+	var output string
 	cmd := &cobra.Command{
 		Use:   "ping",
 		Short: "Check that NATS answers with JetStream enabled (and, with --service, that services answer)",
@@ -31,17 +33,19 @@ stores its writes, and names each stream or bucket one of them cannot store
 on (a full disk, a storage limit). With --wait it keeps trying until
 everything answers or the time is up. It exits 0 when ready and 3 when not:
 a container health check or a script waiting for a stack to come up can use
-it.`,
+it. It prints "ok", or with -o json (or yaml) {"ready", "error"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			deadline := time.Now().Add(wait)
 			for {
 				err := ping(cmd.Context(), &cf, services)
 				if err == nil {
-					fmt.Fprintln(cmd.OutOrStdout(), "ok")
-					return nil
+					return printPing(cmd.OutOrStdout(), output, nil)
 				}
 				if time.Now().Add(250 * time.Millisecond).After(deadline) {
+					if err := printPing(cmd.OutOrStdout(), output, err); err != nil {
+						return err
+					}
 					return &exitError{code: ExitProblem, err: err}
 				}
 				time.Sleep(250 * time.Millisecond)
@@ -51,7 +55,28 @@ it.`,
 	cf.add(cmd)
 	cmd.Flags().StringSliceVar(&services, "service", nil, "micro service that must answer (repeatable), e.g. gantry-planner")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "keep trying this long")
+	outputFlag(cmd, &output, "text", formatJSON)
 	return cmd
+}
+
+// pingResult is what gantry ping -o json prints.
+type pingResult struct {
+	Ready bool   `json:"ready"`
+	Error string `json:"error,omitempty"`
+}
+
+// printPing prints ping's verdict: "ok" (text, only when ready: the error
+// goes to stderr), or the verdict as JSON or YAML.
+func printPing(w io.Writer, format string, err error) error {
+	switch {
+	case structured(format) && err != nil:
+		return printAs(w, format, pingResult{Error: err.Error()})
+	case structured(format):
+		return printAs(w, format, pingResult{Ready: true})
+	case err == nil:
+		fmt.Fprintln(w, "ok")
+	}
+	return nil
 }
 
 func ping(ctx context.Context, cf *connFlags, services []string) error {

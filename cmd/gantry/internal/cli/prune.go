@@ -106,8 +106,8 @@ planner also prunes on its own by its retention setting (--retention-age,
 			} else {
 				out.Sizes = measuredAfter(ctx, js, before, &reply)
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), out)
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, out)
 			}
 			printPrune(cmd.OutOrStdout(), &out)
 			if len(reply.Errors) > 0 {

@@ -22,6 +22,7 @@ func newReconcileCmd() *cobra.Command {
 	var vf *varFlags
 	var watch, dryRun, records, progress bool
 	var driftTimeout time.Duration
+	var output string
 	cmd := &cobra.Command{
 		Use:   "reconcile FILE",
 		Short: "Run only what the hosts report changed or missing",
@@ -50,7 +51,9 @@ run (nothing at all with --records); with --watch it
 streams the run as gantry submit --watch does. The composition must not
 set targets, rerun or reset: reconcile chooses what runs. Give the --var
 and --var-file it was submitted with (gantry status shows them): drift and
-the run both use them.`,
+the run both use them. -o json (or yaml) prints {"workflow", "drifted",
+"targets", "rerun", "unreachable", "formulas", "dry_run", "workflow_id",
+"trace_id"} instead of the text.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
@@ -82,22 +85,29 @@ the run both use them.`,
 			}
 			defer nc.Close()
 			out := cmd.OutOrStdout()
+			text := out
+			if structured(output) {
+				text = io.Discard // the result is printed whole at the end
+			}
 			var pick reconcilePick
 			if records {
 				var rep events.DriftReport
 				if err := request(nc, events.StateDrift, data, cf.timeout, &rep); err != nil {
 					return stateErr(err)
 				}
-				pick.drifted, pick.targets = printDrift(out, &rep)
+				pick.drifted, pick.targets = printDrift(text, &rep)
 			} else {
 				rep, err := askHosts(cmd.Context(), cmd.ErrOrStderr(), nc, cf, run)
 				if err != nil {
 					return err
 				}
-				pick = printHostReconcile(out, rep)
+				pick = printHostReconcile(text, rep)
 			}
+			res := pick.result(dryRun)
 			if len(pick.drifted) == 0 {
-				fmt.Fprintln(out, "nothing to reconcile")
+				if err := res.print(out, output, "nothing to reconcile"); err != nil {
+					return err
+				}
 				if pick.unreachable > 0 {
 					return failed("%d node(s) could not be asked: their hosts are unreachable", pick.unreachable)
 				}
@@ -112,9 +122,9 @@ the run both use them.`,
 				return failed("%s: %w", path, err)
 			}
 			if dryRun {
-				return printDryRun(out, path, body, pick.drifted, pick.targets)
+				return printDryRun(out, path, body, res, output)
 			}
-			return submitReconcile(cmd, nc, cf, path, body, pick.targets, watch)
+			return submitReconcile(cmd, nc, cf, reconcileSubmit{path: path, body: body, res: res, output: output, watch: watch})
 		},
 	}
 	cf.add(cmd)
@@ -125,6 +135,7 @@ the run both use them.`,
 	f.BoolVar(&records, "records", false, "decide from the records alone; ask no host")
 	f.DurationVar(&driftTimeout, "drift-timeout", 0, "how long the hosts have to answer (default 5m)")
 	f.BoolVar(&progress, "progress", false, "print how many hosts have answered on stderr, also when it is not a terminal")
+	outputFlag(cmd, &output, "text", formatJSON)
 	return cmd
 }
 
@@ -134,6 +145,33 @@ the run both use them.`,
 type reconcilePick struct {
 	drifted, targets, rerun []string
 	unreachable             int
+}
+
+// reconcileResult is what reconcile found and did, as -o json prints it.
+type reconcileResult struct {
+	Drifted     []string `json:"drifted"` // "formula/node (state on host)": what runs
+	Targets     []string `json:"targets"` // the formulas holding them
+	Rerun       []string `json:"rerun"`   // of them, those in place in the records
+	Unreachable int      `json:"unreachable"`
+	Formulas    []string `json:"formulas,omitempty"`
+	DryRun      bool     `json:"dry_run"`
+	WorkflowID  string   `json:"workflow_id,omitempty"`
+	TraceID     string   `json:"trace_id,omitempty"`
+}
+
+// result is the pick as -o json prints it (empty lists, not null).
+func (p reconcilePick) result(dryRun bool) *reconcileResult {
+	return &reconcileResult{Drifted: append([]string{}, p.drifted...), Targets: append([]string{}, p.targets...),
+		Rerun: append([]string{}, p.rerun...), Unreachable: p.unreachable, DryRun: dryRun}
+}
+
+// print prints the result as JSON or YAML, or the line text.
+func (r *reconcileResult) print(w io.Writer, format, text string) error {
+	if structured(format) {
+		return printAs(w, format, r)
+	}
+	fmt.Fprintln(w, text)
+	return nil
 }
 
 // printHostReconcile prints what the hosts reported and picks what runs
@@ -240,36 +278,64 @@ func printDrift(out io.Writer, rep *events.DriftReport) (drifted, targets []stri
 }
 
 // printDryRun says what a reconcile would run, from the plan of the
-// composition limited to targets.
-func printDryRun(out io.Writer, path string, body []byte, drifted, targets []string) error {
+// composition limited to its targets.
+func printDryRun(out io.Writer, path string, body []byte, res *reconcileResult, format string) error {
+	targets := strings.Join(res.Targets, ", ")
 	c, err := composition.Load(path+" (with targets)", body)
 	if err != nil {
-		return failed("%s: with targets %s: %w", path, strings.Join(targets, ", "), err)
+		return failed("%s: with targets %s: %w", path, targets, err)
 	}
 	p := dag.PlanLoaded(c)
-	ids := make([]string, len(p.Formulas))
+	res.Formulas = make([]string, len(p.Formulas))
 	for i := range p.Formulas {
-		ids[i] = p.Formulas[i].ID
+		res.Formulas[i] = p.Formulas[i].ID
 	}
-	linef(out, "would run: %s", strings.Join(drifted, ", "))
+	if structured(format) {
+		return printAs(out, format, res)
+	}
+	linef(out, "would run: %s", strings.Join(res.Drifted, ", "))
 	linef(out, "with targets %s: formulas %s (nodes already in place with the same spec are skipped; health gates are checked)",
-		strings.Join(targets, ", "), strings.Join(ids, ", "))
+		targets, strings.Join(res.Formulas, ", "))
 	fmt.Fprintln(out, "dry run: nothing was submitted")
 	return nil
 }
 
+// reconcileSubmit is a reconcile to submit: the composition limited to
+// the drifted formulas (body), and how to show it.
+type reconcileSubmit struct {
+	path   string
+	body   []byte
+	res    *reconcileResult
+	output string
+	watch  bool
+}
+
 // submitReconcile submits the targeted composition and, with watch,
 // streams it as submit --watch does.
-func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, path string, body []byte, targets []string, watch bool) error {
+func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, rs reconcileSubmit) error {
 	since := time.Now().Add(-time.Second)
-	reply, err := sendComposition(cmd.ErrOrStderr(), nc, cf.timeout, sent{file: path, what: path + " with targets " + strings.Join(targets, ", "), data: body})
+	targets := strings.Join(rs.res.Targets, ", ")
+	reply, err := sendComposition(cmd.ErrOrStderr(), nc, cf.timeout, sent{file: rs.path, what: rs.path + " with targets " + targets, data: rs.body})
 	if err != nil {
 		return err
 	}
-	linef(cmd.OutOrStdout(), "reconciling with targets %s", strings.Join(targets, ", "))
-	linef(cmd.OutOrStdout(), "accepted %s (%s)", reply.WorkflowID, reply.Plan)
-	if !watch {
+	out := cmd.OutOrStdout()
+	rs.res.WorkflowID, rs.res.TraceID = reply.WorkflowID, reply.TraceID
+	switch {
+	case structured(rs.output) && rs.watch:
+		if err := printRecord(out, rs.output, mustJSON(rs.res)); err != nil {
+			return err
+		}
+	case structured(rs.output):
+		return printAs(out, rs.output, rs.res)
+	default:
+		linef(out, "reconciling with targets %s", targets)
+		if err := printAccepted(out, reply, "text", false, false); err != nil {
+			return err
+		}
+	}
+	if !rs.watch {
 		return nil
 	}
-	return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, false)
+	return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, rs.output)
 }

@@ -12,14 +12,45 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit codes.
+// Exit codes, the same for every command (gantry help exit-codes).
 const (
 	ExitOK      = 0
 	ExitFailed  = 1 // the command ran and the answer is "no": invalid input, a failed run
-	ExitUsage   = 2 // bad flags or arguments
+	ExitUsage   = 2 // bad flags or arguments, an ambiguous workflow id prefix
 	ExitProblem = 3 // the command could not do its work (unreadable file, no server)
 	ExitChanges = 4 // an operation: check run found something that would change
+	// ExitInterrupted: stopped with Ctrl-C (SIGINT), as a shell reports a
+	// command SIGINT ended.
+	ExitInterrupted = 130
 )
+
+// exitCodesHelp is what gantry help exit-codes prints.
+const exitCodesHelp = `Every gantry command exits with one of these codes:
+
+  0    done: the command did what was asked (a watched workflow succeeded)
+  1    the workflow failed or was cancelled, or the input is invalid (a
+       composition, inventory or --var-file with problems; drift found)
+  2    usage error: an unknown command or flag, a missing or extra
+       argument, a bad flag value, a workflow id prefix that more than one
+       workflow's id starts with (the error lists them)
+  3    cannot read an input (a missing or unreadable file) or reach the
+       server (NATS, or a service that does not answer); a watch's
+       --timeout passed
+  4    an operation: check run found something that would change
+  130  interrupted (Ctrl-C); a workflow being watched keeps running
+
+A workflow id may be given as any unique prefix of it (as gantry list
+prints them) wherever a command takes one; a prefix no workflow's id starts
+with is exit 1, as a workflow that does not exist.`
+
+// newExitCodesTopic is the help topic "exit-codes".
+func newExitCodesTopic() *cobra.Command {
+	return &cobra.Command{
+		Use:   "exit-codes",
+		Short: "The exit codes of every gantry command",
+		Long:  exitCodesHelp,
+	}
+}
 
 // exitError carries an exit code through cobra.
 type exitError struct {
@@ -42,6 +73,7 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	classifyErrors(root)
 	err := root.Execute()
 	if err == nil {
 		return ExitOK
@@ -80,6 +112,7 @@ until health gates pass, and publishes every transition on NATS.`,
 	// --version prints what gantry version does.
 	root.SetVersionTemplate(versionText())
 	root.AddCommand(newValidateCmd(), newPlanCmd(), newInventoryCmd(), newSubmitCmd(), newExecCmd(), newWatchCmd(), newLogsCmd(), newStatusCmd(), newListCmd(), newStateCmd(), newDriftCmd(), newReconcileCmd(), newPruneCmd(), newDevCmd(), newUICmd(), newPingCmd(), newAuthCmd(),
-		newControlCmd(events.VerbCancel), newControlCmd(events.VerbPause), newControlCmd(events.VerbResume), newControlCmd(events.VerbRetry), newVersionCmd())
+		newControlCmd(events.VerbCancel), newControlCmd(events.VerbPause), newControlCmd(events.VerbResume), newControlCmd(events.VerbRetry), newVersionCmd(),
+		newExitCodesTopic())
 	return root
 }

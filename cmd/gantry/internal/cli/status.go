@@ -1,12 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -74,23 +75,31 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status WORKFLOW_ID",
 		Short: "Show a workflow's formulas and nodes",
-		Long:  "status prints a workflow's state from the state-store. -o json prints the workflow document; its top-level \"status\" is the workflow's state.",
-		Args:  cobra.ExactArgs(1),
+		Long: `status prints a workflow's state from the state-store: the workflow's,
+then a row per formula and its nodes, in the order they ran (by start
+time; one blocked or cancelled before it started by when that was; what
+has not started yet last), with how long each took (or, with "…", has
+been running). WORKFLOW_ID may be any unique start of a
+workflow's id (as gantry list prints them). -o json (or yaml) prints the
+workflow document; its top-level "status" is the workflow's state.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "table" && output != "json" {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("unknown -o %q: use table or json", output)}
-			}
 			nc, err := cf.connect()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			if err != nil {
+				return err
+			}
 			var doc events.WorkflowDoc
-			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: args[0]}), cf.timeout, &doc); err != nil {
+			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &doc); err != nil {
 				return stateErr(err)
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), doc)
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, doc)
 			}
 			return statusTable(cmd.OutOrStdout(), &doc)
 		},
@@ -101,10 +110,17 @@ func newStatusCmd() *cobra.Command {
 }
 
 // statusTable prints a workflow document: its state, error, submitter and
-// control requests, and a row per formula and node. What hosts and the bus
-// said is shown with control characters escaped; the workflow's error keeps
-// its lines, indented.
+// control requests, and a row per formula and node, in the order they ran,
+// with how long each took. What hosts and the bus said is shown with
+// control characters escaped; the workflow's error keeps its lines,
+// indented.
 func statusTable(w io.Writer, d *events.WorkflowDoc) error {
+	return statusTableAt(w, d, time.Now())
+}
+
+// statusTableAt is statusTable at time now (what has run since its start
+// and not ended has been running until now).
+func statusTableAt(w io.Writer, d *events.WorkflowDoc, now time.Time) error {
 	fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("workflow %s (%s)  %s  %s", d.Workflow, d.WorkflowID, d.Operation, strings.ToUpper(string(d.Status)))))
 	if d.Error != "" {
 		fmt.Fprintf(w, "  %s\n", termsafe.Lines(d.Error, "    "))
@@ -115,19 +131,15 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 	if len(d.Vars) > 0 {
 		fmt.Fprintf(w, "  vars (--var, --var-file): %s\n", termsafe.Line(varsText(d.Vars)))
 	}
+	if d.TraceID != "" {
+		fmt.Fprintf(w, "  trace %s\n", termsafe.Line(d.TraceID))
+	}
 	for _, r := range d.Requests {
 		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.String()))
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FORMULA\tHOST\tNODE\tSTATUS\tATTEMPTS\tEXIT\tDETAIL")
-	ids := make([]string, 0, len(d.Formulas))
-	for id := range d.Formulas {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool {
-		return startOf(d.Formulas[ids[i]]).Before(startOf(d.Formulas[ids[j]])) || ids[i] < ids[j] && startOf(d.Formulas[ids[i]]).Equal(startOf(d.Formulas[ids[j]]))
-	})
-	for _, id := range ids {
+	fmt.Fprintln(tw, "FORMULA\tHOST\tNODE\tSTATUS\tATTEMPTS\tEXIT\tTOOK\tDETAIL")
+	for _, id := range formulasInRunOrder(d) {
 		f := d.Formulas[id]
 		detail := f.Error
 		if f.Blocker != "" {
@@ -136,13 +148,8 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 		if f.Health != nil {
 			detail = strings.TrimSpace(detail + " health " + string(f.Health.Status) + " after " + strconv.Itoa(f.Health.Attempts))
 		}
-		row(tw, id, f.Host, "", string(f.Status), "", "", detail)
-		names := make([]string, 0, len(f.Nodes))
-		for n := range f.Nodes {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		row(tw, id, f.Host, "", string(f.Status), "", "", took(f.StartedAt, f.EndedAt, now), detail)
+		for _, n := range nodesInRunOrder(f) {
 			nd := f.Nodes[n]
 			exit := ""
 			if nd.ExitCode != nil {
@@ -161,20 +168,81 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			if nd.Status == dag.NodeRunning && nd.Progress > 0 {
 				detail = strings.TrimSpace(fmt.Sprintf("%d%% %s", nd.Progress, detail))
 			}
-			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, detail)
+			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, took(nd.StartedAt, nd.EndedAt, now), detail)
 		}
 	}
 	return tw.Flush()
 }
 
-func startOf(f *events.FormulaDoc) time.Time {
-	if f.StartedAt != nil {
-		return *f.StartedAt
+// runOrder is where a formula or node stands in the order a workflow ran:
+// by its start (else its end: a blocked or cancelled one never started),
+// then by the stream sequence of its last event; one with neither comes
+// after all that have one.
+type runOrder struct {
+	at   *time.Time
+	seq  uint64
+	name string
+}
+
+func (a runOrder) compare(b runOrder) int {
+	switch {
+	case a.at == nil && b.at != nil:
+		return 1
+	case a.at != nil && b.at == nil:
+		return -1
+	case a.at != nil && !a.at.Equal(*b.at):
+		return a.at.Compare(*b.at)
+	case a.seq != b.seq:
+		return cmp.Compare(a.seq, b.seq)
 	}
-	if f.EndedAt != nil {
-		return *f.EndedAt
+	return strings.Compare(a.name, b.name)
+}
+
+func formulasInRunOrder(d *events.WorkflowDoc) []string {
+	ids := slices.Collect(maps.Keys(d.Formulas))
+	slices.SortFunc(ids, func(a, b string) int {
+		fa, fb := d.Formulas[a], d.Formulas[b]
+		return runOrder{cmp.Or(fa.StartedAt, fa.EndedAt), fa.LastSeq, a}.compare(runOrder{cmp.Or(fb.StartedAt, fb.EndedAt), fb.LastSeq, b})
+	})
+	return ids
+}
+
+func nodesInRunOrder(f *events.FormulaDoc) []string {
+	names := slices.Collect(maps.Keys(f.Nodes))
+	slices.SortFunc(names, func(a, b string) int {
+		na, nb := f.Nodes[a], f.Nodes[b]
+		return runOrder{cmp.Or(na.StartedAt, na.EndedAt), na.LastSeq, a}.compare(runOrder{cmp.Or(nb.StartedAt, nb.EndedAt), nb.LastSeq, b})
+	})
+	return names
+}
+
+// took is how long something ran: from its start to its end, or to now
+// while it runs ("…" after it); "-" when it never started.
+func took(start, end *time.Time, now time.Time) string {
+	switch {
+	case start == nil:
+		return "-"
+	case end == nil:
+		return durationText(now.Sub(*start)) + "…"
 	}
-	return time.Time{}
+	return durationText(end.Sub(*start))
+}
+
+// durationText is d rounded for reading: 0.4s, 12s, 3m05s, 1h02m.
+func durationText(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds()))
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	}
+	d = d.Round(time.Minute)
+	return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
 }
 
 func newListCmd() *cobra.Command {
@@ -195,8 +263,8 @@ func newListCmd() *cobra.Command {
 			if err := request(nc, events.StateList, mustJSON(events.ListQuery{Limit: limit}), cf.timeout, &rows); err != nil {
 				return stateErr(err)
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), rows)
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, rows)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "WORKFLOW_ID\tNAME\tOPERATION\tSTATUS\tFORMULAS\tNODES\tCREATED")
@@ -245,7 +313,7 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 				if cmd.Flags().Changed("timeout") {
 					timeout = cf.timeout
 				}
-				return rebuildState(cmd, cf, check, time.Now().Add(timeout), timeout)
+				return rebuildState(cmd, cf, rebuildAsk{checkOnly: check, deadline: time.Now().Add(timeout), timeout: timeout, output: output})
 			}
 			if p := dag.HostNameProblem(host); host != "" && p != "" {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--host: host name %s", p)}
@@ -259,14 +327,15 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 			if err := request(nc, events.StateHost, mustJSON(events.HostQuery{Host: host}), cf.timeout, &nodes); err != nil {
 				return stateErr(err)
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), nodes)
+			if structured(output) {
+				return printAs(cmd.OutOrStdout(), output, nodes)
 			}
 			return printHostNodes(cmd.OutOrStdout(), nodes)
 		},
 	}
 	cf.add(cmd)
 	cmd.Flags().StringVar(&host, "host", "", "only this host, by its name (10.0.0.5, web-1.example.com)")
+	_ = cmd.RegisterFlagCompletionFunc("host", completeKnownHosts)
 	outputFlag(cmd, &output, "table", "json")
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")
@@ -330,10 +399,20 @@ func orDash(s string) string {
 	return s
 }
 
-// rebuildState asks the state-store for a rebuild (or, checkOnly, a
-// comparison) and prints what it found, all by deadline (timeout: the
-// --timeout it comes from).
-func rebuildState(cmd *cobra.Command, cf connFlags, checkOnly bool, deadline time.Time, timeout time.Duration) error {
+// rebuildAsk is a rebuild to ask for: only a comparison (checkOnly), all
+// by deadline (timeout: the --timeout it comes from), printed as output
+// says.
+type rebuildAsk struct {
+	checkOnly bool
+	deadline  time.Time
+	timeout   time.Duration
+	output    string
+}
+
+// rebuildState asks the state-store for a rebuild (or a comparison) and
+// prints what it found.
+func rebuildState(cmd *cobra.Command, cf connFlags, ask rebuildAsk) error {
+	checkOnly, deadline, timeout := ask.checkOnly, ask.deadline, ask.timeout
 	nc, err := cf.connectOperator()
 	if err != nil {
 		return err
@@ -354,6 +433,12 @@ func rebuildState(cmd *cobra.Command, cf connFlags, checkOnly bool, deadline tim
 		return stateErr(err)
 	}
 	out := cmd.OutOrStdout()
+	if structured(ask.output) {
+		if err := printAs(out, ask.output, rep); err != nil {
+			return err
+		}
+		return rebuildVerdict(&rep, checkOnly, len(rep.Findings)+rep.MoreFindings)
+	}
 	fmt.Fprintf(out, "replayed the event stream up to sequence %d: %d documents, %d differ from the projection\n", rep.UpTo, rep.Keys, len(rep.Differing))
 	kept := map[string]bool{}
 	for _, k := range rep.Kept {
@@ -370,10 +455,18 @@ func rebuildState(cmd *cobra.Command, cf connFlags, checkOnly bool, deadline tim
 		fmt.Fprintf(out, "not rebuilt: %s (%d documents)\n", termsafe.Line(rep.Lost), len(rep.Kept))
 	}
 	problems := printFindings(out, &rep)
+	if rep.Rewritten {
+		fmt.Fprintln(out, "the projection was rewritten from the stream")
+	}
+	return rebuildVerdict(&rep, checkOnly, problems)
+}
+
+// rebuildVerdict is ExitFailed, saying why, when the projection differs
+// (checkOnly) or the stream has problems.
+func rebuildVerdict(rep *events.RebuildReport, checkOnly bool, problems int) error {
 	var why []string
 	switch {
 	case rep.Rewritten:
-		fmt.Fprintln(out, "the projection was rewritten from the stream")
 	case checkOnly && len(rep.Differing) > len(rep.Kept):
 		why = append(why, "the projection differs from the event stream")
 	}
@@ -415,16 +508,4 @@ func blockerText[S ~string](status S, blocker string) string {
 		return "not started: " + blocker + " failed"
 	}
 	return "blocked by " + blocker
-}
-
-// outputFlag registers -o with its formats (the first is the default) and
-// refuses any other value before the command does anything.
-func outputFlag(cmd *cobra.Command, output *string, formats ...string) {
-	cmd.Flags().StringVarP(output, "output", "o", formats[0], strings.Join(formats, " or "))
-	cmd.PreRunE = func(*cobra.Command, []string) error {
-		if !slices.Contains(formats, *output) {
-			return &exitError{code: ExitUsage, err: fmt.Errorf("unknown -o %q: use %s", *output, strings.Join(formats, " or "))}
-		}
-		return nil
-	}
 }

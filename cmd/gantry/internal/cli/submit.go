@@ -19,21 +19,26 @@ func newSubmitCmd() *cobra.Command {
 	var cf connFlags
 	var vf *varFlags
 	var watch, quiet bool
+	var output string
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
 		Short: "Submit a composition and print its workflow id",
 		Long: `submit sends a composition (YAML or JSON; "-" reads standard input) to the
 planner. It prints the workflow id, or every problem when the composition is
-rejected (exit 1; nothing is written or run); with --quiet only the id, for
-scripts: id=$(gantry submit -q FILE). With --watch it then streams
+rejected (exit 1; nothing is written or run; exit 3 when FILE cannot be
+read); with --quiet only the id, for scripts: id=$(gantry submit -q FILE);
+with -o json (or yaml) the planner's reply: {"workflow_id", "status",
+"plan", "warnings", "trace_id"}. With --watch it then streams
 the run until it ends, and exits non-zero unless it succeeded: 1 when it
 failed or was cancelled, 4 when an operation: check run found something
 that would change.
 
-The workflow is one OpenTelemetry trace. With OTEL_EXPORTER_OTLP_ENDPOINT
-set, submit records a "gantry submit" span there and the workflow's spans
-hang under it; TRACEPARENT (and TRACESTATE), when set, make the submit
-part of that trace instead of a new one.
+The workflow is one OpenTelemetry trace, whose id submit prints ("trace
+ID") when anything traces it. With OTEL_EXPORTER_OTLP_ENDPOINT set (or
+OTEL_TRACES_EXPORTER=console, which prints the spans on stderr), submit
+records a "gantry submit" span and the workflow's spans hang under it;
+TRACEPARENT (and TRACESTATE), when set, make the submit part of that trace
+instead of a new one.
 
 --var name=value and --var-file FILE (a YAML or JSON mapping) set vars over
 the composition's and every host's (an inventory's too); the composition is
@@ -41,6 +46,9 @@ then checked here and sent with them as extra_vars, which the workflow
 keeps (gantry status shows them, a secret-looking name's value as ***).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if quiet && cmd.Flags().Changed("output") {
+				return &exitError{code: ExitUsage, err: errors.New("--quiet and -o: give one of them")}
+			}
 			data, err := vf.readForSubmit(cmd.ErrOrStderr(), args[0])
 			if err != nil {
 				return err
@@ -55,22 +63,45 @@ keeps (gantry status shows them, a secret-looking name's value as ***).`,
 			if err != nil {
 				return err
 			}
-			if quiet {
-				linef(cmd.OutOrStdout(), "%s", reply.WorkflowID)
-			} else {
-				linef(cmd.OutOrStdout(), "accepted %s (%s)", reply.WorkflowID, reply.Plan)
+			if err := printAccepted(cmd.OutOrStdout(), reply, output, quiet, watch); err != nil {
+				return err
 			}
 			if !watch {
 				return nil
 			}
-			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, false)
+			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, output)
 		},
 	}
 	cf.add(cmd)
 	vf = addVarFlags(cmd)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the workflow id")
+	outputFlag(cmd, &output, "text", formatJSON)
 	return cmd
+}
+
+// printAccepted prints an accepted submission: its id and plan, and its
+// trace when it has one; only the id (quiet); or the reply as JSON or YAML
+// (as a record of the stream that follows, with watch).
+func printAccepted(w io.Writer, reply events.SubmitReply, format string, quiet, watch bool) error {
+	switch {
+	case quiet:
+		linef(w, "%s", reply.WorkflowID)
+	case structured(format) && watch:
+		b, err := json.Marshal(reply)
+		if err != nil {
+			return err
+		}
+		return printRecord(w, format, b)
+	case structured(format):
+		return printAs(w, format, reply)
+	default:
+		linef(w, "accepted %s (%s)", reply.WorkflowID, reply.Plan)
+		if reply.TraceID != "" {
+			linef(w, "trace %s", reply.TraceID)
+		}
+	}
+	return nil
 }
 
 // sent is a composition to submit: its document, and the file its

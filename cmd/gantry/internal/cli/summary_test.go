@@ -223,7 +223,7 @@ func TestLogLineEscapesControls(t *testing.T) {
 	ll := &events.LogLine{Ref: events.Ref{Host: "h1", Formula: "f", Node: "n"}, Attempt: 1, Stream: events.Stdout,
 		Line: "a\tb \x1b]0;pwned\x07\x1b[2J\rdone \u00e9\u009b"}
 	var b strings.Builder
-	if err := printLogLine(&b, env, ll, false); err != nil {
+	if err := printLogLine(&b, env, ll, "text"); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

@@ -41,7 +41,7 @@ func envParent() trace.SpanContext {
 func startSubmitTrace(stderr io.Writer) *submitTrace {
 	parent := envParent()
 	st := &submitTrace{}
-	tr, flush, err := tracing.FromEnv(context.Background(), "gantry-cli", tracing.Version)
+	tr, flush, err := tracing.FromEnv(context.Background(), "gantry-cli")
 	if err != nil {
 		linef(stderr, "gantry: no trace of this submit: %v", err)
 	}

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
+	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -26,7 +28,8 @@ func newUICmd() *cobra.Command {
 		Long: `ui serves the web view on --http ADDR (e.g. 127.0.0.1:8080): the list of
 workflows, and for each its DAG of formulas and nodes, coloured by state and
 updated live, with every node's attempts, output and health gate. It also
-serves /metrics (Prometheus) and /healthz.
+serves /metrics (Prometheus: the web view's own, and gantry_build_info)
+and /healthz.
 
 It only reads, so a viewer's credentials suffice (--creds or --nkey, or the
 NATS_* environment, or --context); with none, a ` + "`gantry dev`" + ` server takes it
@@ -46,7 +49,7 @@ bind it to 127.0.0.1 unless everyone who can reach ADDR may see the runs.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			wait, err := startWebView(ctx, cmd.OutOrStdout(), "gantry ui", addr, nc, cf.timeout, log)
+			wait, err := startWebView(ctx, cmd.OutOrStdout(), "gantry ui", addr, nc, cf.timeout, log, metricsserve.Metrics())
 			if err != nil {
 				return err
 			}
@@ -59,19 +62,25 @@ bind it to 127.0.0.1 unless everyone who can reach ADDR may see the runs.`,
 }
 
 // startWebView listens on addr and serves the web view there, reading
-// through nc, until ctx ends; wait waits for that.
-func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats.Conn, timeout time.Duration, log *slog.Logger) (wait func() error, err error) {
+// through nc, until ctx ends; wait waits for that. metrics, when not
+// nil, is served at /metrics: nil when the process serves its metrics at
+// another address.
+func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats.Conn, timeout time.Duration, log *slog.Logger, metrics http.Handler) (wait func() error, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("--http: %w", err)}
 	}
 	a := ln.Addr()
-	fmt.Fprintf(out, "%s: web view at http://%s/ (metrics at /metrics)\n", who, a)
+	if metrics != nil {
+		fmt.Fprintf(out, "%s: web view at http://%s/ (metrics at /metrics)\n", who, a)
+	} else {
+		fmt.Fprintf(out, "%s: web view at http://%s/\n", who, a)
+	}
 	if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
 		fmt.Fprintf(out, "%s: %s is reachable from other machines: anyone who can reach it sees the runs\n", who, a)
 	}
 	ta, _ := a.(*net.TCPAddr)
-	srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: timeout}, Log: log, LoopbackOnly: ta != nil && ta.IP.IsLoopback()}
+	srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: timeout}, Log: log, LoopbackOnly: ta != nil && ta.IP.IsLoopback(), Metrics: metrics}
 	done := make(chan error, 1)
 	go func() { done <- webview.Serve(ctx, ln, srv.Handler()) }()
 	return func() error {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,8 +46,9 @@ with control characters escaped (\x1b), as gantry logs shows output.
 
 -o json prints each event as it is on the bus (a CloudEvent, one JSON
 object per line; DEL, C1 controls and bytes that are not UTF-8 as JSON
-escapes) and the summary on stderr.`,
-		Args: cobra.ExactArgs(1),
+escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nc, err := cf.connect()
 			if err != nil {
@@ -67,7 +67,7 @@ escapes) and the summary on stderr.`,
 				cmd.SetContext(ctx)
 			}
 			since, gen := watchStart(ctx, nc, id, cf)
-			return watchWorkflow(cmd, nc, id, since, gen, output == "json")
+			return watchWorkflow(cmd, nc, id, since, gen, output)
 		},
 	}
 	cf.add(cmd)
@@ -82,8 +82,13 @@ var errWatchTimeout = errors.New("the workflow had not ended")
 // state-store or the planner knows, else the one id that starts with it.
 func resolveWorkflow(nc *nats.Conn, typed string, timeout time.Duration) (string, error) {
 	var doc events.WorkflowDoc
-	if request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: typed}), timeout, &doc) == nil {
+	exact := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: typed}), timeout, &doc)
+	var se *serviceError
+	switch {
+	case exact == nil:
 		return typed, nil
+	case !errors.As(exact, &se) || se.Code != "404":
+		return "", stateErr(exact) // no state-store answers: nothing to look in
 	}
 	if runKnown(nc, typed, timeout) {
 		return typed, nil // accepted, not yet seen by the state-store
@@ -92,19 +97,36 @@ func resolveWorkflow(nc *nats.Conn, typed string, timeout time.Duration) (string
 	if err := request(nc, events.StateList, mustJSON(events.ListQuery{Limit: 100000}), timeout, &rows); err != nil {
 		return "", stateErr(err)
 	}
-	var match []string
+	var match []events.WorkflowSummary
 	for _, r := range rows {
-		if strings.HasPrefix(r.WorkflowID, typed) {
-			match = append(match, r.WorkflowID)
+		if typed != "" && strings.HasPrefix(r.WorkflowID, typed) {
+			match = append(match, r)
 		}
 	}
 	switch len(match) {
 	case 1:
-		return match[0], nil
+		return match[0].WorkflowID, nil
 	case 0:
-		return "", failed("no workflow %s (gantry list shows them)", typed)
+		return "", failed("%s (gantry list shows them)", se.Description)
 	}
-	return "", &exitError{code: ExitUsage, err: fmt.Errorf("%q starts %d workflow ids (%s): give more of it", typed, len(match), strings.Join(match[:min(len(match), 5)], ", "))}
+	return "", ambiguous(typed, match)
+}
+
+// maxCandidates is how many workflows an ambiguous prefix's error lists.
+const maxCandidates = 10
+
+// ambiguous is the usage error of a prefix more than one workflow's id
+// starts with, listing them (newest first).
+func ambiguous(typed string, match []events.WorkflowSummary) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q starts the ids of %d workflows; give more of it:", typed, len(match))
+	for _, r := range match[:min(len(match), maxCandidates)] {
+		fmt.Fprintf(&b, "\n%s  %s  %s  %s", r.WorkflowID, r.Workflow, r.Status, r.CreatedAt.Local().Format(time.DateTime))
+	}
+	if len(match) > maxCandidates {
+		fmt.Fprintf(&b, "\nand %d more", len(match)-maxCandidates)
+	}
+	return &exitError{code: ExitUsage, err: errors.New(b.String())}
 }
 
 // runKnown says whether the planner has a run state for id.
@@ -169,9 +191,10 @@ func runGeneration(record []byte) (int, bool) {
 // when run generation gen (or a later one) ends. Ctrl-C stops the watch,
 // not the workflow: it says so and exits with ExitInterrupted.
 //
-// asJSON prints each event's CloudEvent as one line of JSON instead, and
-// the summary on stderr.
-func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int, asJSON bool) error {
+// format json prints each event's CloudEvent as one line of JSON
+// instead (yaml: as a YAML document), and the summary on stderr.
+func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int, format string) error {
+	asJSON := structured(format)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
 	feed, err := openEventFeed(ctx, nc, id, since, cmd.ErrOrStderr())
@@ -209,7 +232,9 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		var done bool
 		if asJSON {
 			st, g, done = workflowEnd(env)
-			fmt.Fprintf(out, "%s\n", termsafe.JSON(bytes.TrimSpace(m.Data())))
+			if err := printRecord(out, format, m.Data()); err != nil {
+				return err
+			}
 		} else {
 			st, g, done = printEvent(out, env)
 		}
@@ -278,10 +303,6 @@ func (f *eventFeed) next() (jetstream.Msg, *events.Envelope, error) {
 		return m, env, nil
 	}
 }
-
-// ExitInterrupted is the exit code of a watch (or logs -f) stopped with
-// Ctrl-C, as a shell reports a command SIGINT ended.
-const ExitInterrupted = 130
 
 // interrupted is the error of a watch stopped with Ctrl-C: the workflow
 // goes on.

@@ -60,8 +60,8 @@ func TestWatchCancelledIsNotBlocked(t *testing.T) {
 // connection is tried (no server here).
 func TestUnknownOutputFormatRefused(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"list", "-o", "yaml", "--server", "nats://127.0.0.1:1"}, {"status", "x", "-o", "xml", "--server", "nats://127.0.0.1:1"},
-		{"state", "-o", "xml", "--server", "nats://127.0.0.1:1"}, {"drift", examples + "hello.yaml", "-o", "xml", "--server", "nats://127.0.0.1:1"}, {"auth", "permissions", "-o", "yaml"}} {
+	for _, args := range [][]string{{"list", "-o", "toml", "--server", "nats://127.0.0.1:1"}, {"status", "x", "-o", "xml", "--server", "nats://127.0.0.1:1"},
+		{"state", "-o", "xml", "--server", "nats://127.0.0.1:1"}, {"drift", examples + "hello.yaml", "-o", "xml", "--server", "nats://127.0.0.1:1"}, {"auth", "permissions", "-o", "toml"}} {
 		code, out, errOut := run(t, args...)
 		bad := args[slices.Index(args, "-o")+1]
 		if code != ExitUsage || !strings.Contains(errOut, "unknown -o \""+bad+"\"") || out != "" {

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 //go:embed static
@@ -50,6 +49,11 @@ type Server struct {
 	// stream, and its slot, once a write has waited this long;
 	// DefaultWriteTimeout when zero.
 	WriteTimeout time.Duration
+	// Metrics, when set, is served at /metrics (the process's Prometheus
+	// metrics); nil when the process serves them elsewhere (gantry dev
+	// --metrics): one endpoint per process, or a Prometheus scraping both
+	// would count every series twice.
+	Metrics http.Handler
 
 	once  sync.Once
 	slots chan struct{}
@@ -78,7 +82,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/workflows", s.list)
 	mux.HandleFunc("GET /api/workflows/events", s.listStream)
 	mux.HandleFunc("GET /api/workflows/{id}/events", s.stream)
-	mux.Handle("GET /metrics", promhttp.Handler())
+	if s.Metrics != nil {
+		mux.Handle("GET /metrics", s.Metrics)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")

@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/metricsserve"
 )
 
 // memSource is the Source in memory: a document, a history, and a channel
@@ -263,7 +264,7 @@ func TestStreamMissingWorkflow(t *testing.T) {
 
 func TestOnlyGET(t *testing.T) {
 	src := &memSource{rows: []events.WorkflowSummary{{WorkflowID: wfID, Workflow: "demo", Status: dag.WorkflowRunning}}, live: make(chan webview.Item)}
-	srv := httptest.NewServer((&webview.Server{Src: src}).Handler())
+	srv := httptest.NewServer((&webview.Server{Src: src, Metrics: metricsserve.Metrics()}).Handler())
 	defer srv.Close()
 	for _, c := range []struct {
 		method, path string
@@ -278,6 +279,7 @@ func TestOnlyGET(t *testing.T) {
 		{"GET", "/api/workflows?limit=0", 400, "limit"},
 		{"GET", "/healthz", 200, "ok"},
 		{"GET", "/metrics", 200, "gantry_webview_streams"},
+		{"GET", "/metrics", 200, "gantry_build_info{"},
 		{"GET", "/api/workflows/a.b/events", 400, "not a token"},
 		{"GET", "/nothing", 404, ""},
 		{"POST", "/api/workflows", 405, "GET only"},
@@ -426,5 +428,21 @@ func TestStreamOfAClientThatDoesNotRead(t *testing.T) {
 			t.Fatalf("a client that does not read still holds the only slot after 20s: %d %v", code, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A web view whose process serves its metrics elsewhere (gantry dev
+// --metrics) has no /metrics: one endpoint per process, or a Prometheus
+// scraping both would count every series twice.
+func TestNoMetricsWhenServedElsewhere(t *testing.T) {
+	srv := httptest.NewServer((&webview.Server{Src: &memSource{live: make(chan webview.Item)}}).Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /metrics: %d, want 404", resp.StatusCode)
 	}
 }

@@ -348,7 +348,7 @@ func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, 
 		return errors.Join(f.err, f.out.Flush(ctx))
 	}
 	st, why := f.outcome(states, failed)
-	countNodes(states)
+	countNodes(states, d.Ref.Operation)
 	f.log.Info("formula finished", "status", st, "nodes", len(f.pf.Nodes))
 	f.emitFormula(ctx, st, why)
 	// The outcome follows the node events in the stream; all are stored

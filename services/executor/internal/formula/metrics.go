@@ -6,15 +6,12 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/nodemetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 var (
-	nodeResults = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "gantry_node_results_total",
-		Help: "Nodes an executor finished, by final status in their formula run (succeeded, failed, skipped, blocked, cancelled).",
-	}, []string{"status"})
 	nodeDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gantry_node_duration_seconds",
 		Help:    "Time from a node's turn to its final status (every attempt and the backoff between them), by that status.",
@@ -26,18 +23,11 @@ var (
 	})
 )
 
-func init() { // every status from 0, so rates and alerts see it before it first happens
-	for _, st := range []dag.NodeState{dag.NodeSucceeded, dag.NodeFailed, dag.NodeSkipped, dag.NodeBlocked, dag.NodeCancelled} {
-		nodeResults.WithLabelValues(string(st))
-	}
-}
-
-// countNodes counts the final states of a formula run's nodes.
-func countNodes(states []dag.NodeState) {
+// countNodes counts the final states of a formula run's nodes, in a run
+// of operation op (gantry_node_results_total).
+func countNodes(states []dag.NodeState, op dag.Operation) {
 	for _, st := range states {
-		if st.Done() || st == dag.NodeFailed || st == dag.NodeBlocked || st == dag.NodeCancelled {
-			nodeResults.WithLabelValues(string(st)).Inc()
-		}
+		nodemetrics.Count(st, op)
 	}
 }
 

@@ -39,7 +39,7 @@ func (nr *nodeRun) recordAttempt(ctx context.Context, ev *events.NodeEvent, atte
 	if !nr.x.Tracer.Enabled() || !nr.span.IsValid() {
 		return
 	}
-	s := tracing.Span{Name: "attempt " + strconv.Itoa(attempt), Parent: nr.span.WithSpanID(nr.nodeSpan(nr.j)),
+	s := tracing.Span{Name: "attempt", Parent: nr.span.WithSpanID(nr.nodeSpan(nr.j)),
 		ID:    tracing.SpanID(nr.span.TraceID(), nr.d.WorkflowID, strconv.Itoa(nr.d.Generation), "attempt", nr.d.Formula, nr.n.Name, strconv.Itoa(attempt)),
 		Start: start, End: end,
 		Attrs: append(nr.attrs(nr.j), attribute.Int("gantry.attempt", attempt), attribute.String("gantry.status", string(ev.Status)), attribute.Bool("gantry.will_retry", ev.WillRetry))}
@@ -58,7 +58,7 @@ func (nr *nodeRun) recordNode(ctx context.Context, st dag.NodeState) {
 	if !nr.x.Tracer.Enabled() || !nr.span.IsValid() || nr.first.IsZero() {
 		return
 	}
-	s := tracing.Span{Name: "node " + nr.n.Name, Parent: nr.span, ID: nr.nodeSpan(nr.j), Start: nr.first, End: time.Now().UTC(),
+	s := tracing.Span{Name: "node", Parent: nr.span, ID: nr.nodeSpan(nr.j), Start: nr.first, End: time.Now().UTC(),
 		Attrs: append(nr.attrs(nr.j), attribute.String("gantry.status", string(st)), attribute.Int("gantry.attempts", nr.rec.Attempt))}
 	if nr.rec.ExitCode != nil {
 		s.Attrs = append(s.Attrs, attribute.Int("gantry.exit_code", *nr.rec.ExitCode))

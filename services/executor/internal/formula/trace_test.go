@@ -52,7 +52,8 @@ func TestNodeAndAttemptSpans(t *testing.T) {
 	}
 	for i, w := range want {
 		sp := spans[i]
-		if sp.Name != w.name || sp.Parent.SpanID() != w.parent || sp.SpanContext.SpanID() != w.id || sp.SpanContext.TraceID() != tid ||
+		label := sp.Name + " " + attr(sp, map[string]string{"attempt": "gantry.attempt", "node": "gantry.node"}[sp.Name])
+		if label != w.name || sp.Parent.SpanID() != w.parent || sp.SpanContext.SpanID() != w.id || sp.SpanContext.TraceID() != tid ||
 			attr(sp, "gantry.exit_code") != w.exit || (sp.Status.Code == codes.Error) != w.err || attr(sp, "gantry.host") != "h1" {
 			t.Errorf("span %d: %s %v parent %v exit %s status %v; want %+v", i, sp.Name, sp.SpanContext.SpanID(), sp.Parent.SpanID(), attr(sp, "gantry.exit_code"), sp.Status, w)
 		}

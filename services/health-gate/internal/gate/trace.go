@@ -38,7 +38,7 @@ func (r *gateRun) record(ctx context.Context, ev *events.HealthEvent) {
 	if !r.c.Tracer.Enabled() || !r.parent.IsValid() {
 		return
 	}
-	s := tracing.Span{Name: "gate " + r.g.Formula, Parent: r.parent, ID: r.spanID(), Start: r.begun, End: *ev.EndedAt, Events: r.checks,
+	s := tracing.Span{Name: "gate", Parent: r.parent, ID: r.spanID(), Start: r.begun, End: *ev.EndedAt, Events: r.checks,
 		Attrs: []attribute.KeyValue{
 			attribute.String("gantry.workflow_id", r.g.WorkflowID), attribute.String("gantry.formula", r.g.Formula), attribute.String("gantry.host", r.g.Ref.Host),
 			attribute.Int("gantry.generation", r.g.Generation), attribute.String("gantry.status", string(ev.Status)), attribute.Int("gantry.checks", ev.Attempt),

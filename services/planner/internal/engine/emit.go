@@ -97,6 +97,7 @@ func (e *Engine) stopFormula(ctx context.Context, r *run, b dag.Blocked, fs dag.
 		}
 		e.Out.Emit(ctx, events.HostLifecycle(pf.Server), ev, e.msgID(r, pf.ID, ev.Node, string(ns)))
 	}
+	e.nodesStopped(r, ns, len(pf.Nodes))
 	ev := e.formulaEvent(r, b.Formula, fs, blocker)
 	ev.Error = rolloutStop(r, b.Formula) // a rollout past max_failed says so
 	e.Out.Emit(ctx, events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, pf.ID, string(fs)))

@@ -67,6 +67,9 @@ type Engine struct {
 	// ended are the workflow ends the unit of work under way published:
 	// counted once it is stored.
 	ended []dag.WorkflowState
+	// stopped are the nodes the unit of work blocked or cancelled before
+	// dispatch, counted with ended.
+	stoppedNodes []stoppedNode
 	// active are the workflows not ended this engine has stepped.
 	active  map[string]bool
 	activeN atomic.Int64 // len(active), read without mu
@@ -168,6 +171,9 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	e.cacheRun(r)
 	e.Log.Info("workflow accepted", "workflow_id", rec.ID, "workflow", rec.Name, "formulas", len(plan.Formulas), "already_done", len(rec.AlreadyDone), "submitted_by", by.String())
 	reply := &events.SubmitReply{WorkflowID: rec.ID, Status: "accepted", Plan: plan}
+	if rec.Trace != nil {
+		reply.TraceID = rec.Trace.TraceID
+	}
 	e.publishWorkflow(ctx, r, dag.WorkflowAccepted, "", &by)
 	fctx, cancel := context.WithTimeout(ctx, AcceptedEventWait)
 	defer cancel()
@@ -433,7 +439,7 @@ func (e *Engine) commit(ctx context.Context) error {
 }
 
 func (e *Engine) forget(ctx context.Context) {
-	e.cache, e.dirty, e.ended = nil, nil, nil
+	e.cache, e.dirty, e.ended, e.stoppedNodes = nil, nil, nil, nil
 	if err := e.Out.Flush(ctx); err != nil {
 		e.Log.Debug("events of a failed unit of work not stored", "err", err)
 	}

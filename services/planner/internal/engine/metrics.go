@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/nodemetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -58,12 +59,30 @@ func (e *Engine) settled(r *run) {
 	workflowsActive.Set(float64(len(e.active)))
 }
 
-// countEnded counts the workflow ends a stored unit of work published.
+// countEnded counts the workflow ends and the nodes it stopped before
+// dispatch that a stored unit of work published.
 func (e *Engine) countEnded() {
 	for _, st := range e.ended {
 		workflowResults.WithLabelValues(string(st)).Inc()
 	}
-	e.ended = nil
+	for _, n := range e.stoppedNodes {
+		nodemetrics.Count(n.status, n.operation)
+	}
+	e.ended, e.stoppedNodes = nil, nil
+}
+
+// stoppedNode is a node the planner ended (blocked or cancelled) without
+// dispatching its formula, counted once its unit of work is stored.
+type stoppedNode struct {
+	status    dag.NodeState
+	operation dag.Operation
+}
+
+// nodesStopped notes n nodes of a run that the planner ended in state st.
+func (e *Engine) nodesStopped(r *run, st dag.NodeState, n int) {
+	for range n {
+		e.stoppedNodes = append(e.stoppedNodes, stoppedNode{st, r.rec.Operation})
+	}
 }
 
 // Active is the number of workflows not ended that this engine has

@@ -134,7 +134,7 @@ func (e *Engine) recordFormula(ctx context.Context, r *run, i int, st dag.Formul
 		start = now
 	}
 	delete(r.started, i)
-	s := tracing.Span{Name: "formula " + pf.ID, Parent: r.rec.Trace.spanContext(r.workflowSpan(r.rec.Trace.Span)), ID: r.formulaSpan(i),
+	s := tracing.Span{Name: "formula", Parent: r.rec.Trace.spanContext(r.workflowSpan(r.rec.Trace.Span)), ID: r.formulaSpan(i),
 		Start: start, End: now, Attrs: []attribute.KeyValue{
 			attribute.String("gantry.workflow_id", r.rec.ID), attribute.String("gantry.formula", pf.ID), attribute.String("gantry.host", pf.Server),
 			attribute.String("gantry.status", string(st)), attribute.Int("gantry.generation", r.rec.Generation), attribute.Int("gantry.nodes", len(pf.Nodes)),
@@ -152,7 +152,7 @@ func (e *Engine) recordWorkflow(ctx context.Context, r *run, st dag.WorkflowStat
 	if !e.Tracer.Enabled() || t == nil {
 		return
 	}
-	s := tracing.Span{Name: "workflow " + r.rec.Name, ID: r.workflowSpan(t.Span), Start: t.Since, End: e.now(), Attrs: []attribute.KeyValue{
+	s := tracing.Span{Name: "workflow", ID: r.workflowSpan(t.Span), Start: t.Since, End: e.now(), Attrs: []attribute.KeyValue{
 		attribute.String("gantry.workflow_id", r.rec.ID), attribute.String("gantry.workflow", r.rec.Name), attribute.String("gantry.operation", string(r.rec.Operation)),
 		attribute.String("gantry.status", string(st)), attribute.Int("gantry.generation", r.rec.Generation), attribute.Int("gantry.formulas", len(r.plan.Formulas)),
 	}}

@@ -1,11 +1,13 @@
 package project
 
 import (
+	"context"
 	"slices"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The projection's rules: how one event changes the document it is about.
@@ -43,6 +45,7 @@ func foldWorkflow(doc *events.WorkflowDoc, ev *consume.Event, w *events.Workflow
 	doc.EndedAt = w.EndedAt
 	if w.Status == dag.WorkflowAccepted {
 		doc.CreatedAt, doc.Vars = ev.Time, dag.ShownVars(w.Vars) // masked again: whoever published it
+		doc.TraceID = traceID(ev)
 	}
 	if n := sum(w.Formulas); n > 0 {
 		doc.FormulaCount, doc.NodeCount = n, w.TotalNodes
@@ -322,4 +325,13 @@ func inPlace(hn *events.HostNode, e *events.NodeEvent) {
 	default:
 		hn.InPlace = nil
 	}
+}
+
+// traceID is the trace id an event's traceparent names ("" for none).
+func traceID(ev *consume.Event) string {
+	sc := trace.SpanContextFromContext(events.ExtractTrace(context.Background(), ev.Header))
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
 }
