@@ -401,3 +401,10 @@ func (w *Want) readAll(max int64) ([]byte, error) {
 	defer r.Close()
 	return io.ReadAll(bufio.NewReader(io.LimitReader(r, max)))
 }
+
+// Content is a file's content as a Want takes it.
+type Content struct {
+	Size   int64
+	SHA256 string
+	Open   func() (io.ReadCloser, error)
+}
