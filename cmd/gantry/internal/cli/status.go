@@ -164,7 +164,11 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, detail)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printNodeFiles(w, d)
+	return nil
 }
 
 func startOf(f *events.FormulaDoc) time.Time {
