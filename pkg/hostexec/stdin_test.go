@@ -34,4 +34,3 @@ func TestStdinAndMask(t *testing.T) {
 		})
 	}
 }
-
