@@ -262,6 +262,14 @@ func TestFilesOnAFleet(t *testing.T) {
 		t.Errorf("gantry status of the check: exit %d\n%s", code, status)
 	}
 
+	// gantry drift asks the hosts the same way: h1's node is changed, by
+	// that file.
+	code, drift := ff.cli("drift", file)
+	if code != 4 || !regexp.MustCompile(`h1 +app-h1 +conf +changed +\S+ +file `+regexp.QuoteMeta(edited)+` changed`).MatchString(drift) ||
+		!regexp.MustCompile(`h0 +app-h0 +conf +ok`).MatchString(drift) {
+		t.Errorf("gantry drift: exit %d\n%s", code, drift)
+	}
+
 	// A normal run puts back that file, and only it.
 	id3 := s.mustSubmit(c)
 	doc = s.wait(id3, 120*time.Second)

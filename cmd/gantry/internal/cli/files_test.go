@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,5 +65,18 @@ func TestSubmitCheckFlags(t *testing.T) {
 	checkEdit(true)(root)
 	if op, diff := root.Get("operation"), root.Get("diff"); op.Scalar != "check" || diff == nil || diff.Scalar != "true" || len(root.Keys) != 3 {
 		t.Errorf("after the edit: %v %v", root.Keys, root.Vals)
+	}
+}
+
+// drift reads a check run's file results: changed, missing (a changed
+// file that was not there) or ok.
+func TestDriftReadsFileResults(t *testing.T) {
+	t.Parallel()
+	o := outcomeOf(&events.NodeEvent{Status: dag.NodeSucceeded, Check: events.CheckWouldChange, Files: []events.FileResult{
+		{Path: "/a", Status: events.FileUnchanged}, {Path: "/b", Status: events.FileChanged, Differs: []string{"content"}, Diff: "-x\n+y\n"},
+		{Path: "/c", Status: events.FileChanged, Differs: []string{"missing"}}}})
+	got := fmt.Sprint(o.Files)
+	if want := "[{/a ok } {/b changed -x\n+y\n} {/c missing }]"; got != want {
+		t.Errorf("files %q, want %q", got, want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
-	"github.com/gantry-dev/gantry/pkg/secrets"
+	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
 // filesHarness is a harness whose host is this machine (hostexec.Local),
@@ -127,7 +127,7 @@ func TestFilesInACreate(t *testing.T) {
 func TestFilesInACheck(t *testing.T) {
 	t.Parallel()
 	h := newFilesHarness(t)
-	h.x.Secrets = secrets.Map{"key": "k3y-line-one\nk3y-line-two"}
+	h.x.Secrets = secretstest.Map{"key": "k3y-line-one\nk3y-line-two"}
 	p, k := filepath.Join(h.dir, "app.conf"), filepath.Join(h.dir, "tls.key")
 	for path, text := range map[string]string{p: "port=9999\n", k: "old-key-value\n"} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -168,7 +168,7 @@ func TestFilesInACheck(t *testing.T) {
 func TestSecretFileIsMasked(t *testing.T) {
 	t.Parallel()
 	h := newFilesHarness(t)
-	h.x.Secrets = secrets.Map{"key": "k3y-line-one\nk3y-line-two"}
+	h.x.Secrets = secretstest.Map{"key": "k3y-line-one\nk3y-line-two"}
 	k := filepath.Join(h.dir, "tls.key")
 	n := h.fileNode("cat "+k+"; echo; cat "+k+" >&2", events.WorkFile{Path: k, Kind: events.FileSecret, Secret: "key"})
 	ev := h.run(t, "w1", dag.OpCreate, n, false)
