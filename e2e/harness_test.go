@@ -57,6 +57,8 @@ type stackOptions struct {
 	refuseLocal bool
 	// secretsDir is the workers' --secrets-dir.
 	secretsDir string
+	// filesDir is the executors' --files-dir.
+	filesDir string
 	// ssh are the fleet's options (listen addresses, sshd logs).
 	ssh sshtest.Options
 	// executors are started besides the stack's own, each on its own
@@ -116,7 +118,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, SSH: ssh, Log: log,
-		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer, Retention: o.retention,
+		AllowLocal: !o.refuseLocal, SecretsDir: o.secretsDir, FilesDir: o.filesDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas, Tracer: o.tracer, Retention: o.retention,
 		UnclaimedAfter: o.unclaimedAfter}
 	go func() { done <- devstack.Run(ctx, dcfg) }()
 	for _, eo := range o.executors {

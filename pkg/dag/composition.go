@@ -76,6 +76,9 @@ type Composition struct {
 	// on the hosts, or never started) and the workflow fails with the
 	// reason deadline. 0: no bound.
 	Timeout Duration `json:"timeout,omitempty"`
+	// Diff, with operation check, carries a unified diff of each file
+	// that would change in the node events (gantry submit --check --diff).
+	Diff bool `json:"diff,omitempty"`
 
 	// Fleets (see fleet.go): variables every host's templates see, groups
 	// of hosts that formulas fan out over, the inventory file that stands
@@ -206,6 +209,10 @@ type Node struct {
 	// become. They count in its SpecHash then.
 	Become     *bool  `json:"become,omitempty"`
 	BecomeUser string `json:"become_user,omitempty"`
+	// Files are placed on the host before the node's run (create), or
+	// compared with what is there (check); see files.go. A node with files
+	// needs no run.
+	Files []File `json:"files,omitempty"`
 
 	// dependsOnSet records whether depends_on was given at all: an absent
 	// depends_on under max_parallel 1 means "the previous node", an empty

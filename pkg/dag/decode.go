@@ -224,6 +224,7 @@ func (d *decoder) composition(v *Value) *Composition {
 		"priority":   d.priority(&c.Priority),
 		"limits":     func(v *Value, p string) { c.Limits = d.limits(v, p) },
 		"timeout":    d.bound(&c.Timeout),
+		"diff":       d.boolean(&c.Diff),
 	})
 	c.Operation, c.OnFailure = Operation(op), OnFailure(onf)
 	return c
@@ -336,9 +337,50 @@ func (d *decoder) nodes(v *Value, path string) []Node {
 			"retry":       func(v *Value, p string) { n.Retry = d.retry(v, p) },
 			"become":      d.optBoolean(&n.Become),
 			"become_user": d.str(&n.BecomeUser),
+			"files":       func(v *Value, p string) { n.Files = d.files(v, p) },
 		})
 	}
 	return out
+}
+
+func (d *decoder) files(v *Value, path string) []File {
+	if !d.want(v, path, KindList) {
+		return nil
+	}
+	out := make([]File, len(v.Items))
+	for i, it := range v.Items {
+		f := &out[i]
+		ip := indexPath(path, i)
+		d.mark(ip, it)
+		d.object(it, ip, fields{
+			"path":     d.str(&f.Path),
+			"content":  d.optStr(&f.Content),
+			"template": d.optStr(&f.Template),
+			"source":   d.str(&f.Source),
+			"secret":   d.str(&f.Secret),
+			"mode": func(v *Value, p string) {
+				if v.Kind == KindNumber {
+					d.ps.add(p, v.Line, CodeType, "mode must be a quoted octal string like \"0640\" (unquoted, %s is read as a number)", v.Scalar)
+					return
+				}
+				d.str(&f.Mode)(v, p)
+			},
+			"owner": d.str(&f.Owner),
+			"group": d.str(&f.Group),
+			"mkdir": d.boolean(&f.Mkdir),
+		})
+	}
+	return out
+}
+
+// optStr reads a string that may be left out (nil); an empty one is given.
+func (d *decoder) optStr(dst **string) func(*Value, string) {
+	return func(v *Value, path string) {
+		if d.want(v, path, KindString) {
+			s := v.Scalar
+			*dst = &s
+		}
+	}
 }
 
 func (d *decoder) env(v *Value, path string) map[string]EnvValue {

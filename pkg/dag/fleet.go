@@ -123,6 +123,7 @@ func expand(c *Composition, ps *problems) {
 	}
 	instances := make(map[string][]string) // group formula id -> instance ids
 	var out []Formula
+	var at []string // each formula's path as written
 	rd := newRenderer()
 	for i := range c.Formulas {
 		f := c.Formulas[i]
@@ -130,14 +131,17 @@ func expand(c *Composition, ps *problems) {
 		if f.Group == "" {
 			renderFormula(c, &f, p, rd, ps)
 			out = append(out, f)
+			at = append(at, p)
 			continue
 		}
 		made := fanOut(c, f, p, hostsOf(f.Group), rd, ps)
 		for _, m := range made {
 			instances[f.ID] = append(instances[f.ID], m.ID)
+			at = append(at, p)
 		}
 		out = append(out, made...)
 	}
+	checkFiles(&Composition{Formulas: out}, at, ps)
 	if len(instances) == 0 {
 		c.Formulas = out
 		return
@@ -322,6 +326,7 @@ func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *probl
 		r(&n.Check, np+".check")
 		r(&n.Delete, np+".delete")
 		n.Env = renderEnv(n.Env, np+".env", r, ps)
+		renderFiles(n, np, r, ps)
 	}
 	if g := f.HealthGate; g != nil {
 		r(&g.Check, p+".health_gate.check")

@@ -117,6 +117,9 @@ func (v *validator) run() {
 	if c.Timeout < 0 {
 		v.bad("timeout", CodeValue, "timeout must be greater than 0 (leave it out for none)")
 	}
+	if c.Diff && c.Operation != OpCheck {
+		v.bad("diff", CodeValue, "diff shows what operation check would change: it needs operation: check")
+	}
 	for _, name := range sortedKeys(c.Hosts) {
 		v.host(keyPath("hosts", name), name, c.Hosts[name])
 	}
@@ -276,8 +279,8 @@ func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string
 	path := func(field string) string { return indexPath(fp+".nodes", j) + field }
 	switch v.c.Operation {
 	case "", OpCreate:
-		if isBlank(n.Run) {
-			v.bad(path(".run"), CodeRequired, "run is required for operation create")
+		if isBlank(n.Run) && len(n.Files) == 0 {
+			v.bad(path(".run"), CodeRequired, "run is required for operation create (or files)")
 		}
 	case OpDelete:
 		if isBlank(n.Delete) {
@@ -303,6 +306,7 @@ func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string
 	if n.Retry != nil {
 		v.retry(path(".retry"), n.Retry)
 	}
+	v.files(path, n)
 }
 
 // env checks an environment's variable names and the secret names it

@@ -134,6 +134,42 @@ type NodeEvent struct {
 	WillRetry   bool   `json:"will_retry,omitempty"` // failed, but another attempt follows
 	StdoutTail  string `json:"stdout_tail,omitempty"`
 	StderrTail  string `json:"stderr_tail,omitempty"`
+	// Files are the node's files as its attempt found (and, in a create,
+	// left) them, on its final event: never their content.
+	Files []FileResult `json:"files,omitempty"`
+}
+
+// FileStatus is what an attempt did to (create) or found of (check) a
+// file of its node.
+type FileStatus string
+
+const (
+	FileChanged   FileStatus = "changed"   // written or fixed (check: would be)
+	FileUnchanged FileStatus = "unchanged" // in place: not touched
+)
+
+// Bounds of what node events say of files.
+const (
+	MaxFileDiffBytes  = 4096     // one file's diff (operation check with diff)
+	MaxFilesDiffBytes = 64 << 10 // all of one event's diffs
+)
+
+// FileResult is one file of a node, as an attempt found (and left) it.
+type FileResult struct {
+	Path   string     `json:"path"`
+	Status FileStatus `json:"status"`
+	// SHA256 is the hex SHA-256 of the content wanted (and, unless
+	// failed, placed); none for a secret file.
+	SHA256 string `json:"sha256,omitempty"`
+	// Differs says what differed: missing, type, content, mode, owner,
+	// group.
+	Differs []string `json:"differs,omitempty"`
+	// Diff, in an operation check with diff, is a unified diff of the
+	// host's file into the one wanted, bounded (MaxFileDiffBytes); a
+	// secret's says only "content differs".
+	Diff string `json:"diff,omitempty"`
+	// Error says why the file could not be placed or compared.
+	Error string `json:"error,omitempty"`
 }
 
 // RolloutEvent is published on workflow.<id>.lifecycle when a batch of a
@@ -227,6 +263,81 @@ type WorkNode struct {
 	// (root when empty).
 	Become     bool   `json:"become,omitempty"`
 	BecomeUser string `json:"become_user,omitempty"`
+	// Files are placed before Command runs (create), or compared with
+	// the host's (check).
+	Files []WorkFile `json:"files,omitempty"`
+}
+
+// WorkFile is one file of a dispatched node. An inline file carries its
+// content (a template rendered for the host); a source or secret file
+// only the name the executor reads it by.
+type WorkFile struct {
+	Path    string       `json:"path"`
+	Kind    WorkFileKind `json:"kind"`
+	Content []byte       `json:"content,omitempty"` // inline
+	Source  string       `json:"source,omitempty"`  // under the executor's --files-dir
+	Secret  string       `json:"secret,omitempty"`  // in the executor's --secrets-dir
+	Mode    string       `json:"mode,omitempty"`
+	Owner   string       `json:"owner,omitempty"`
+	Group   string       `json:"group,omitempty"`
+	Mkdir   bool         `json:"mkdir,omitempty"`
+}
+
+// WorkFileKind says where a dispatched file's content comes from.
+type WorkFileKind string
+
+const (
+	FileInline WorkFileKind = "inline"
+	FileSource WorkFileKind = "source"
+	FileSecret WorkFileKind = "secret"
+)
+
+func (f *WorkFile) validate() error {
+	var errs []error
+	if p := dag.FilePathProblem(f.Path); p != "" {
+		errs = append(errs, errors.New(p))
+	}
+	switch f.Kind {
+	case FileInline:
+	case FileSource:
+		if p := dag.SourceProblem(f.Source); p != "" || f.Source == "" {
+			errs = append(errs, fmt.Errorf("source %q: %s", f.Source, p))
+		}
+	case FileSecret:
+		if p := dag.SecretNameProblem(f.Secret); p != "" {
+			errs = append(errs, errors.New(p))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("kind %q is not inline, source or secret", f.Kind))
+	}
+	if f.Mode != "" {
+		if _, err := dag.ParseMode(f.Mode); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WorkFiles are the dispatched form of a node's files.
+func WorkFiles(files []dag.File) []WorkFile {
+	if len(files) == 0 {
+		return nil
+	}
+	out := make([]WorkFile, len(files))
+	for i := range files {
+		f := &files[i]
+		w := WorkFile{Path: f.Path, Mode: f.Mode, Owner: f.Owner, Group: f.Group, Mkdir: f.Mkdir}
+		switch {
+		case f.Inline():
+			w.Kind, w.Content = FileInline, []byte(f.Text())
+		case f.Source != "":
+			w.Kind, w.Source = FileSource, f.Source
+		default:
+			w.Kind, w.Secret = FileSecret, f.Secret
+		}
+		out[i] = w
+	}
+	return out
 }
 
 // Dispatch is formula-ready work on decky.<host>.dispatch.<zone>:
@@ -261,6 +372,9 @@ type Dispatch struct {
 	// says when it has passed (WorkflowEvent.Stopping, RunSnapshot.Expired);
 	// the executor names it in the failure it reports.
 	Timeout dag.Duration `json:"timeout,omitempty"`
+	// Diff, in an operation check, asks for a diff of each file that
+	// would change (FileResult.Diff).
+	Diff bool `json:"diff,omitempty"`
 }
 
 // GateRequest is health-gate work on decky.<host>.gate.
@@ -401,6 +515,11 @@ func (e *Dispatch) Validate() error {
 			errs = append(errs, fmt.Errorf("nodes[%d].name %q is not a token", i, n.Name))
 		}
 		names[n.Name] = true
+		for k := range n.Files {
+			if err := n.Files[k].validate(); err != nil {
+				errs = append(errs, fmt.Errorf("nodes[%d].files[%d]: %w", i, k, err))
+			}
+		}
 	}
 	for i, n := range e.Nodes {
 		for _, d := range n.DependsOn {

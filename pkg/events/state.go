@@ -123,6 +123,9 @@ type NodeDoc struct {
 	// Progress is the last percent the node's current attempt reported
 	// (a "PROGRESS: n" line); a new attempt starts without one.
 	Progress int `json:"progress,omitempty"`
+	// Files are the node's files as its last attempt found (and left)
+	// them (NodeEvent.Files).
+	Files []FileResult `json:"files,omitempty"`
 	// Mark is where the last transition applied stands (dag.CompareNode):
 	// an event behind it changes nothing, one at the same place is not
 	// counted again. Documents written before it was kept have none.

@@ -389,7 +389,7 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 		c.dropAgent(a)
 		return res, errAgentGone
 	}
-	mask := newMasker(cmd.Secrets)
+	mask := newMasker(cmd.Secrets, cmd.Mask...)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	started, err := r.awaitStart(rctx, c, a, cmd, errOut)

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sort"
@@ -128,7 +129,20 @@ type Command struct {
 	// (root when empty): see become.go. Over SSH only.
 	Become     bool
 	BecomeUser string
+	// Stdin, for a command that is not durable (no Attempt), is what its
+	// script reads on its standard input: over SSH it is streamed on the
+	// session (after the secrets' line), so its size is not bounded by
+	// memory or by a command line. Nil: an empty stdin.
+	Stdin io.Reader
+	// Mask are more values hidden as *** in the output, as Secrets' are
+	// (line by line), without being in the command's environment: the
+	// contents of secret files a node places.
+	Mask []string
 }
+
+// errStdinDurable: a durable command cannot take a stdin (it may be
+// re-attached to, and its stdin is the supervisor's).
+var errStdinDurable = errors.New("a durable command (Attempt) takes no Stdin")
 
 // shellText is what the shell runs for cmd: the script with its
 // environment, or, for a durable command, the supervisor around it.

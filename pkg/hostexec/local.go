@@ -31,6 +31,9 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	if err := becomeLocal(cmd); err != nil {
 		return res, err
 	}
+	if cmd.Stdin != nil && cmd.Attempt != "" {
+		return res, errStdinDurable
+	}
 	if cmd.Attempt != "" {
 		if err := validAttempt(cmd.Attempt); err != nil {
 			return res, err
@@ -64,7 +67,7 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		}
 	}
 	pgid := make(chan marked, 1)
-	mask := newMasker(cmd.Secrets)
+	mask := newMasker(cmd.Secrets, cmd.Mask...)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
 	if cmd.Attempt != "" {
 		out.marker, out.onMarker = pidMarker, markerSink(pgid)
@@ -72,7 +75,7 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	c := exec.Command("/bin/sh", "-c", text)
 	c.Stdout, c.Stderr = out, errOut
-	c.Stdin = nil
+	c.Stdin = cmd.Stdin // nil: /dev/null
 	c.Env = localEnv(cmd.Secrets)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = KillGrace

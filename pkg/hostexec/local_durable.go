@@ -153,7 +153,7 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
-	mask := newMasker(cmd.Secrets)
+	mask := newMasker(cmd.Secrets, cmd.Mask...)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	var t turn

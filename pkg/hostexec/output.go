@@ -2,6 +2,7 @@ package hostexec
 
 import (
 	"bytes"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -135,12 +136,12 @@ type masker struct {
 }
 
 // newMasker returns nil when there is nothing to mask.
-func newMasker(secrets map[string]string) *masker {
-	if len(secrets) == 0 {
+func newMasker(secrets map[string]string, more ...string) *masker {
+	if len(secrets)+len(more) == 0 {
 		return nil
 	}
 	m := &masker{}
-	for _, v := range secrets {
+	for _, v := range slices.Concat(slices.Collect(maps.Values(secrets)), more) {
 		for piece := range strings.SplitSeq(v, "\n") {
 			if piece == "" || slices.ContainsFunc(m.vals, func(b []byte) bool { return string(b) == piece }) {
 				continue

@@ -92,7 +92,7 @@ func settled(cmd Command, where string, stdout, stderr []byte, werr error) (Resu
 		}
 		return res, fmt.Errorf("%w on %s: settle attempt %s: %w (%s)", ErrSession, where, cmd.Attempt, werr, strings.TrimSpace(string(stderr)))
 	}
-	mask := newMasker(cmd.Secrets)
+	mask := newMasker(cmd.Secrets, cmd.Mask...)
 	res.Stdout, res.Stderr = maskAll(mask, rest), maskAll(mask, stderr)
 	how, status, _ := strings.Cut(what, " ")
 	switch how {

@@ -1023,6 +1023,9 @@ var (
 // failure, which a retry would have answered with a second copy of the
 // command.
 func (r *sshRunner) Run(ctx context.Context, cmd Command) (Result, error) {
+	if cmd.Stdin != nil && cmd.Attempt != "" {
+		return Result{ExitCode: -1, Started: time.Now()}, errStdinDurable
+	}
 	if cmd.Become {
 		if err := r.checkBecome(ctx, r.entry(), cmd.as()); err != nil {
 			return Result{ExitCode: -1, Started: time.Now()}, err
@@ -1151,11 +1154,14 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
 	stdin := io.Reader(eofReader{})
+	if cmd.Stdin != nil {
+		stdin = cmd.Stdin
+	}
 	if len(cmd.Secrets) > 0 {
 		// Before the environment: its exports, and a durable command's
 		// supervisor, come after the secrets are set.
 		ex = readSecrets + ex
-		stdin = strings.NewReader(secretLine(cmd.Secrets))
+		stdin = io.MultiReader(strings.NewReader(secretLine(cmd.Secrets)), stdin)
 	}
 	text, err := shellText(cmd, ex)
 	if err != nil {
@@ -1193,7 +1199,7 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	defer sess.Close()
 
 	pgid := make(chan marked, 1)
-	mask := newMasker(cmd.Secrets)
+	mask := newMasker(cmd.Secrets, cmd.Mask...)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: markerSink(pgid), mask: mask}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	sess.Stdout, sess.Stderr = out, errOut

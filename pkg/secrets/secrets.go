@@ -74,6 +74,19 @@ func (d *Dir) Lookup(name string) (string, error) {
 	return value(name, b)
 }
 
+// Bytes reads the secret named name as its file holds it, byte for byte
+// (a trailing newline kept, any byte allowed): the content of a secret
+// file a node places.
+func (d *Dir) Bytes(name string) ([]byte, error) {
+	if !dag.IsSecretName(name) {
+		return nil, fmt.Errorf("secret %q: %w (%s)", name, ErrBadName, dag.SecretNameRule)
+	}
+	if d.path == "" {
+		return nil, fmt.Errorf("secret %q: %w on this worker: start it with --secrets-dir DIR holding a file named %s", name, ErrNoDir, name)
+	}
+	return d.read(name)
+}
+
 func (d *Dir) read(name string) ([]byte, error) {
 	r, err := os.OpenRoot(d.path)
 	if err != nil {

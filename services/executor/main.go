@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/secrets"
@@ -29,6 +30,7 @@ func main() {
 	nf.Register(flag.CommandLine)
 	cfg.Hosts.RegisterFlags(flag.CommandLine)
 	secrets.RegisterFlag(flag.CommandLine, &cfg.SecretsDir)
+	hostfile.RegisterFlag(flag.CommandLine, &cfg.FilesDir)
 	flag.IntVar(&cfg.MaxFormulas, "max-formulas", 64, "formulas running at once")
 	flag.IntVar(&cfg.PerHost, "per-host", 8, "nodes running at once per host without max_parallel, across all executors")
 	labels := flag.String("labels", "", "zone=ZONE: take only the work of hosts labelled with that zone ($GANTRY_EXECUTOR_LABELS; default none: only hosts without a zone)")

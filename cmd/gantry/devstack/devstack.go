@@ -35,6 +35,7 @@ type Config struct {
 	// commands (as this process's user, on this machine).
 	AllowLocal bool
 	SecretsDir string // where the secrets commands name are read
+	FilesDir   string // where the files nodes place as source are read (the executor's --files-dir)
 	PerHost    int    // the executor's --per-host (default 8)
 	// MaxFormulas is the executor's --max-formulas (default 64).
 	MaxFormulas int
@@ -108,7 +109,7 @@ func RunExecutor(ctx context.Context, cfg Config, o ExecutorOptions) error {
 	}
 	defer func() { _ = nc.Drain() }()
 	return executor.Run(ctx, nc, executor.Config{Instance: fmt.Sprintf("executor/%s-dev-%d-%s", host, os.Getpid(), o.Name),
-		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log, Tracer: cfg.tracer("gantry-executor")})
+		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, FilesDir: cfg.FilesDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log, Tracer: cfg.tracer("gantry-executor")})
 }
 
 // RunPlanner runs one more planner on its own connection, as the planner
@@ -145,7 +146,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), CancelWait: cfg.CancelWait, UnclaimedAfter: cfg.UnclaimedAfter, Retention: cfg.Retention})
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
-			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log, Tracer: cfg.tracer("gantry-executor")})
+			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, FilesDir: cfg.FilesDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log, Tracer: cfg.tracer("gantry-executor")})
 		}},
 		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
 			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log, Tracer: cfg.tracer("gantry-health-gate")})

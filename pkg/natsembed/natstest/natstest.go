@@ -55,6 +55,9 @@ func StartWith(t testing.TB, cfg natsembed.Config) *Server {
 	return &Server{Server: ns, Keys: cfg.Auth, t: t, cfg: cfg}
 }
 
+// StoreDir is where the server keeps JetStream's files.
+func (s *Server) StoreDir() string { return s.cfg.StoreDir }
+
 // StartAgain starts the server again after Stop, on the same port and
 // storage.
 func (s *Server) StartAgain() {

@@ -26,3 +26,13 @@ func (m Map) Lookup(name string) (string, error) {
 	}
 	return s, nil
 }
+
+// Bytes is the named secret as bytes (Lookup's value), as
+// secrets.Dir.Bytes reads a secret file's content.
+func (m Map) Bytes(name string) ([]byte, error) {
+	s, err := m.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
+}

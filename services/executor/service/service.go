@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/formula"
@@ -32,6 +33,7 @@ type Config struct {
 	Replicas    int                  // stream replicas (1 for a single server)
 	Hosts       hostexec.HostsConfig // SSH, and whether transport local is allowed
 	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
+	FilesDir    string               // --files-dir: where the files nodes place as source are read
 	MaxFormulas int                  // formulas running at once in this executor (default 64)
 	PerHost     int                  // nodes running at once per host without max_parallel, across executors (default 8)
 	// Labels (--labels zone=eu-1) say which work this executor takes: with
@@ -110,6 +112,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", "executor", err)
 	}
+	files, err := hostfile.OpenDir(cfg.FilesDir)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
 	js, err := events.Open(ctx, nc, events.Executor, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
@@ -150,6 +156,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Hosts:    hosts,
 		Records:  records,
 		Secrets:  sec,
+		Sources:  files,
 		Tracer:   cfg.Tracer,
 		Bus:      formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:    cfg.Instance,
@@ -200,7 +207,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	defer func() { _ = svc.Stop() }()
 	go consume.WatchLag(ctx, js, events.StreamDispatch, ccfg.Durable, 0, log)
 	log.Info("executor started", "max_formulas", cfg.MaxFormulas, "per_host", cfg.PerHost, "zone", zone, "consumer", ccfg.Durable,
-		"secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
+		"secrets_dir", sec.Path(), "files_dir", files.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log,
 		Repair: func(ctx context.Context) (jetstream.Consumer, error) {
 			if err := heal.Heal(ctx); err != nil {

@@ -31,7 +31,7 @@ func newDevCmd() *cobra.Command {
 	var dataDir, logLevel string
 	var syncAlways bool
 	var ssh hostexec.SSHConfig
-	var secretsDir string
+	var secretsDir, filesDir string
 	var perHost, maxFormulas int
 	var cancelWait, unclaimedAfter time.Duration
 	var httpAddr string
@@ -55,7 +55,8 @@ finish there, and their results are read at the next start).
 
 Commands of hosts with transport local run as this process's user, with a
 small clean environment; --allow-local=false refuses them. Secrets that
-commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
+commands name ({secret: NAME}) are read from --secrets-dir, one file each;
+the files nodes place as source, from --files-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lvl slog.Level
@@ -135,7 +136,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 			}
 			defer flush()
 			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, PerHost: perHost, MaxFormulas: maxFormulas, CancelWait: cancelWait, UnclaimedAfter: unclaimedAfter, Log: log, Tracer: tracers, Retention: retention}); err != nil {
+				AllowLocal: allowLocal, SecretsDir: secretsDir, FilesDir: filesDir, PerHost: perHost, MaxFormulas: maxFormulas, CancelWait: cancelWait, UnclaimedAfter: unclaimedAfter, Log: log, Tracer: tracers, Retention: retention}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -157,6 +158,7 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each.`,
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics, unless --metrics is given) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
 	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464, and not on the web view's address (default $"+metricsserve.Env+", else off)")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
+	cmd.Flags().StringVar(&filesDir, "files-dir", os.Getenv("GANTRY_FILES_DIR"), "directory holding the files nodes place with files: [{source: NAME}] (default $GANTRY_FILES_DIR)")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -218,7 +219,7 @@ func prepareHostDrift(stderr io.Writer, path string, data []byte, timeout time.D
 		for j := range pf.Nodes {
 			pn := &pf.Nodes[j]
 			run.nodes = append(run.nodes, driftNode{key: hostdrift.Key{Host: pf.Server, Formula: pf.ID, Node: pn.Name},
-				tell: hostdrift.Node{HasCheck: strings.TrimSpace(pn.Check) != ""}})
+				tell: hostdrift.Node{HasCheck: strings.TrimSpace(pn.Check) != "", HasFiles: len(p.Spec(i).Nodes[j].Files) > 0}})
 		}
 	}
 	run.hosts = len(hosts)
@@ -387,8 +388,19 @@ func (f *driftFollow) node(e *events.NodeEvent) {
 // manages files, their per-file check results are mapped into
 // Outcome.Files here.
 func outcomeOf(e *events.NodeEvent) *hostdrift.Outcome {
-	return &hostdrift.Outcome{Status: e.Status, Check: e.Check, Unreachable: e.Unreachable, ExitCode: e.ExitCode,
+	o := &hostdrift.Outcome{Status: e.Status, Check: e.Check, Unreachable: e.Unreachable, ExitCode: e.ExitCode,
 		Error: e.Error, Reason: e.Reason, Blocker: e.Blocker}
+	for _, f := range e.Files {
+		st := hostdrift.OK
+		if f.Status == events.FileChanged {
+			st = hostdrift.Changed
+			if slices.Contains(f.Differs, "missing") {
+				st = hostdrift.Missing
+			}
+		}
+		o.Files = append(o.Files, hostdrift.File{Path: f.Path, State: st, Diff: f.Diff})
+	}
+	return o
 }
 
 // showProgress prints "drift: 120/500 hosts" on stderr when more hosts

@@ -171,7 +171,11 @@ func statusTableAt(w io.Writer, d *events.WorkflowDoc, now time.Time) error {
 			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, took(nd.StartedAt, nd.EndedAt, now), detail)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printNodeFiles(w, d)
+	return nil
 }
 
 // runOrder is where a formula or node stands in the order a workflow ran:

@@ -18,7 +18,7 @@ import (
 func newSubmitCmd() *cobra.Command {
 	var cf connFlags
 	var vf *varFlags
-	var watch, quiet bool
+	var watch, quiet, check, diff bool
 	var output string
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
@@ -43,13 +43,25 @@ instead of a new one.
 --var name=value and --var-file FILE (a YAML or JSON mapping) set vars over
 the composition's and every host's (an inventory's too); the composition is
 then checked here and sent with them as extra_vars, which the workflow
-keeps (gantry status shows them, a secret-looking name's value as ***).`,
+keeps (gantry status shows them, a secret-looking name's value as ***).
+
+--check submits the composition as an operation: check (what would change,
+nothing changed) and watches it: exit 4 when something would change. With
+--diff each file a node places that would change is shown as a unified diff
+(a secret file's only as "content differs"); gantry status shows them too.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if quiet && cmd.Flags().Changed("output") {
 				return &exitError{code: ExitUsage, err: errors.New("--quiet and -o: give one of them")}
 			}
-			data, err := vf.readForSubmit(cmd.ErrOrStderr(), args[0])
+			if diff && !check {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--diff shows what --check would change: give both")}
+			}
+			var edits []composition.Edit
+			if check {
+				edits, watch = append(edits, checkEdit(diff)), true
+			}
+			data, err := vf.readForSubmit(cmd.ErrOrStderr(), args[0], edits...)
 			if err != nil {
 				return err
 			}
@@ -77,6 +89,8 @@ keeps (gantry status shows them, a secret-looking name's value as ***).`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream the run until it ends")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the workflow id")
 	outputFlag(cmd, &output, "text", formatJSON)
+	cmd.Flags().BoolVar(&check, "check", false, "run as operation: check (nothing changes) and watch it; exit 4 when something would change")
+	cmd.Flags().BoolVar(&diff, "diff", false, "with --check: show a unified diff of each file that would change")
 	return cmd
 }
 

@@ -115,15 +115,24 @@ func (f *varFlags) loadFile(path string, warn func(dag.Problem)) (*dag.Compositi
 // readForSubmit is readComposition with the extra vars: with any, the
 // composition is checked here (its problems printed with their lines) and
 // sent as JSON with them as extra_vars.
-func (f *varFlags) readForSubmit(stderr io.Writer, path string) ([]byte, error) {
+//
+// edits change the document too (gantry submit --check), after the vars.
+func (f *varFlags) readForSubmit(stderr io.Writer, path string, edits ...composition.Edit) ([]byte, error) {
 	vars, err := f.values()
-	if err != nil || vars == nil {
+	if err != nil || vars == nil && len(edits) == 0 {
 		if err != nil {
 			return nil, err
 		}
 		return readComposition(stderr, path)
 	}
-	data, err := composition.ReadForSubmitWith(path, setExtraVars(vars), warnTo(stderr))
+	if vars != nil {
+		edits = append([]composition.Edit{setExtraVars(vars)}, edits...)
+	}
+	data, err := composition.ReadForSubmitWith(path, func(root *dag.Value) {
+		for _, e := range edits {
+			e(root)
+		}
+	}, warnTo(stderr))
 	return checkedForSubmit(stderr, path, data, err)
 }
 

@@ -400,6 +400,7 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 			line += "\n      stderr: " + termsafe.Line(firstLine(lastLine(e.StderrTail)))
 		}
 		fmt.Fprintln(w, line)
+		printFiles(w, "      ", e.Files)
 	case events.FamilyHealth:
 		var e events.HealthEvent
 		if events.DecodeData(env, &e) != nil {

@@ -88,6 +88,9 @@ type Node struct {
 	Check     string    `json:"check,omitempty"`
 	Progress  *int      `json:"progress,omitempty"`
 	Attempts  []Attempt `json:"attempts,omitempty"`
+	// Files are what its last attempt found (and left) of its files,
+	// with their diffs in a check with diff.
+	Files []events.FileResult `json:"files,omitempty"`
 	// Output is the last MaxOutputLines lines; a patch carries it only
 	// when it was replaced (from an event's tails), else lines come one by
 	// one as Line messages.
@@ -239,6 +242,7 @@ func (m *Model) Seed(d *Doc) {
 			nd := fd.Nodes[name]
 			n := m.node(id, name)
 			n.Status, n.Blocker, n.Error, n.Check, n.Progress, n.gen = string(nd.Status), nd.Blocker, nd.Error, string(nd.Check), nd.Progress, nd.Generation
+			n.Files = nd.Files
 			n.mark = nd.LastMark()
 			if nd.LastAttempt > 0 || nd.StartedAt != nil {
 				n.Attempts = []Attempt{{N: max(nd.LastAttempt, 1), Status: string(nd.Status), StartedAt: nd.StartedAt, EndedAt: nd.EndedAt, ExitCode: nd.ExitCode, Error: nd.Error, Generation: nd.Generation}}
@@ -417,6 +421,9 @@ func (m *Model) applyNode(e *events.NodeEvent) Patch {
 	if next := e.Mark(); dag.CompareNode(n.mark, next) != dag.Behind {
 		n.gen, n.mark = e.Generation, next
 		n.Status, n.Blocker, n.Reason, n.Error, n.Check = string(e.Status), e.Blocker, e.Reason, e.Error, string(e.Check)
+		if e.Files != nil {
+			n.Files = e.Files
+		}
 	}
 	if e.Attempt > 0 {
 		a := n.attempt(e.Attempt)

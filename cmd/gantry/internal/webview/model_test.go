@@ -187,3 +187,20 @@ func TestModelStaleAndRepeatedEvents(t *testing.T) {
 		t.Errorf("node %+v, attempts %+v; want succeeded after one attempt", n, n.Attempts)
 	}
 }
+
+// A node's files, with their diffs, reach the page from its event; a
+// later attempt's running keeps them until its own end says otherwise.
+func TestModelFiles(t *testing.T) {
+	m := webview.NewModel(wfID)
+	files := []events.FileResult{{Path: "/etc/app.conf", Status: events.FileChanged, Differs: []string{"content"}, Diff: "-a\n+b\n"}}
+	ev := &events.NodeEvent{Ref: ref("base", "h1", "a"), Status: dag.NodeSucceeded, Check: events.CheckWouldChange, Run: events.Run{Attempt: 1, StartedAt: &t0, EndedAt: &t0}, Files: files}
+	apply(t, m, accepted(t), node(t, "base", "a", dag.NodeRunning, 1), env(t, ev))
+	n := nodeOf(t, m, "base/a")
+	if len(n.Files) != 1 || n.Files[0].Diff != "-a\n+b\n" || n.Files[0].Status != events.FileChanged {
+		t.Fatalf("files %+v", n.Files)
+	}
+	b, _ := json.Marshal(m.Snapshot())
+	if !strings.Contains(string(b), `"files":[{"path":"/etc/app.conf","status":"changed","differs":["content"],"diff":"-a\n+b\n"}]`) {
+		t.Errorf("the page's snapshot does not carry the files: %s", b)
+	}
+}

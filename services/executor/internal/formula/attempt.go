@@ -60,7 +60,13 @@ func (sh *shell) steps() (dag.NodeState, *events.NodeEvent, bool) {
 	case dag.OpCheck:
 		return sh.check()
 	case dag.OpCreate:
-		if strings.TrimSpace(sh.nr.n.Check) != "" {
+		if len(sh.nr.n.Files) > 0 {
+			if fd := sh.placeFiles(); fd.done {
+				return fd.state, ev, fd.permanent
+			}
+		}
+		// A node whose files changed is not in place: its check is not asked.
+		if strings.TrimSpace(sh.nr.n.Check) != "" && len(sh.changed) == 0 {
 			res, err := sh.run("check", sh.nr.n.Check)
 			if err != nil && isPermanent(err) {
 				sh.fill(res, err)
@@ -92,6 +98,11 @@ type shell struct {
 	// doneBy is the workflow whose run of the node on the host its turn
 	// found (see turn): the attempt did not start.
 	doneBy string
+	// changed are the paths of the node's files the attempt changed
+	// ($GANTRY_CHANGED); mask, the lines of its secret files, hidden in
+	// its output.
+	changed []string
+	mask    []string
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -106,9 +117,15 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	if err != nil {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errSecret, err)
 	}
+	if len(n.Files) > 0 {
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[changedEnv] = sh.changedList()
+	}
 	cmd := hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
 		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark(),
-		Become: n.Become, BecomeUser: n.BecomeUser}
+		Become: n.Become, BecomeUser: n.BecomeUser, Mask: sh.mask}
 	if sh.nr.d.Operation == dag.OpCreate && sh.nr.d.SkipAtTurnAfter != nil {
 		cmd.Turn = sh.turn
 	}
@@ -285,10 +302,31 @@ func (sh *shell) fill(res hostexec.Result, err error) {
 
 // check runs the command of an operation: check node, whose exit status is
 // the verdict: 0 nothing would change.
+//
+// A node's files are compared first: one that differs makes the verdict
+// would_change; a node with files and no check command is judged by its
+// files alone.
 func (sh *shell) check() (dag.NodeState, *events.NodeEvent, bool) {
 	ev := sh.ev
+	files := len(sh.nr.n.Files) > 0
+	differ := false
+	if files {
+		var fd filesDone
+		if differ, fd = sh.compareFiles(); fd.done {
+			return fd.state, ev, fd.permanent
+		}
+	}
+	verdict := func(changes bool) events.CheckResult {
+		if changes || differ {
+			return events.CheckWouldChange
+		}
+		return events.CheckOK
+	}
 	if strings.TrimSpace(sh.nr.n.Command) == "" {
-		ev.Status, ev.Check, ev.Reason = dag.NodeSucceeded, events.CheckWouldChange, "no check command: cannot tell"
+		ev.Status, ev.Check = dag.NodeSucceeded, verdict(!files)
+		if !files {
+			ev.Reason = "no check command: cannot tell"
+		}
 		return dag.NodeSucceeded, ev, false
 	}
 	res, err := sh.run("run", sh.nr.n.Command)
@@ -297,10 +335,7 @@ func (sh *shell) check() (dag.NodeState, *events.NodeEvent, bool) {
 		ev.Status = dag.NodeFailed
 		return dag.NodeFailed, ev, isPermanent(err)
 	}
-	ev.Status, ev.Error, ev.Check = dag.NodeSucceeded, "", events.CheckOK
-	if res.ExitCode != 0 {
-		ev.Check = events.CheckWouldChange
-	}
+	ev.Status, ev.Error, ev.Check = dag.NodeSucceeded, "", verdict(res.ExitCode != 0)
 	return dag.NodeSucceeded, ev, false
 }
 
@@ -353,7 +388,7 @@ func isUnreachable(err error) bool {
 // trusted, refuses the credentials (or its identity file cannot be
 // used), or its sudo does not run commands as asked (become).
 func isPermanent(err error) bool {
-	for _, p := range []error{errUnreachable, errRefused, errSecret, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
+	for _, p := range []error{errUnreachable, errRefused, errSecret, errFiles, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
 		hostexec.ErrAuth, hostexec.ErrIdentity, hostexec.ErrBecome} {
 		if errors.Is(err, p) {
 			return true

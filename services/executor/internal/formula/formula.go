@@ -21,6 +21,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
@@ -38,6 +39,9 @@ type Executor struct {
 	Bus  Bus
 	// Secrets holds the values of the secrets nodes name (none when nil).
 	Secrets Secrets
+	// Sources holds the files nodes place as source (--files-dir; none
+	// when nil).
+	Sources Sources
 	Actor   string
 	PerHost int // nodes running at once per host (default 8)
 	// Slots holds the dispatches' limits across executors; without it,
@@ -649,6 +653,13 @@ func (x *Executor) secrets() Secrets {
 		return &secrets.Dir{} // no secrets directory: each lookup says so
 	}
 	return x.Secrets
+}
+
+func (x *Executor) sources() Sources {
+	if x.Sources == nil {
+		return &hostfile.Dir{} // no files directory: each read says so
+	}
+	return x.Sources
 }
 
 // unreachable is the runner of a host that cannot be reached at all (no

@@ -146,7 +146,9 @@ func (nr *nodeRun) fromRecord(ctx context.Context) (dag.NodeState, error) {
 			return dag.NodeCancelled, nil
 		}
 	}
-	if nr.n.AlreadyDone {
+	if nr.n.AlreadyDone && len(nr.n.Files) == 0 {
+		// (A node with files is compared with its host all the same: a
+		// file changed there by hand is put back.)
 		return nr.skip(ctx)
 	}
 	return nr.attempts(ctx)

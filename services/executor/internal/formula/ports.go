@@ -6,6 +6,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostfile"
 )
 
 // The formula runner's ports: its node records, what it reads of the
@@ -74,6 +75,14 @@ func target(h events.HostSpec) hostexec.Target {
 // (secrets.Dir; secretstest.Map in tests).
 type Secrets interface {
 	Lookup(name string) (string, error)
+	// Bytes is the secret as its file holds it: a secret file's content.
+	Bytes(name string) ([]byte, error)
+}
+
+// Sources reads the files nodes place from the worker's --files-dir
+// (hostfile.Dir).
+type Sources interface {
+	Content(name string) (hostfile.Content, error)
 }
 
 // NewBus is the Bus of a publisher.

@@ -44,7 +44,11 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name],
 			NotRetried: r.notRetried(pf.ID, pn.Name)}
 		d.Nodes[j].Become, d.Nodes[j].BecomeUser = dag.Becomes(n.Become, n.BecomeUser)
+		if r.plan.Operation != dag.OpDelete { // a delete leaves the files to the node's delete command
+			d.Nodes[j].Files = events.WorkFiles(n.Files)
+		}
 	}
+	d.Diff = c.Diff && r.plan.Operation == dag.OpCheck
 	now := e.now()
 	e.formulaStarted(r, i, now)
 	e.dispatched(r, i, now)

@@ -151,7 +151,10 @@ func foldNode(n *events.NodeDoc, ev *consume.Event, e *events.NodeEvent) (*event
 		// host lock, is the same attempt.)
 		n.Attempts++
 		n.LastAttempt = e.Attempt
-		n.StartedAt, n.EndedAt, n.ExitCode, n.Error, n.Progress = e.StartedAt, nil, nil, "", 0
+		n.StartedAt, n.EndedAt, n.ExitCode, n.Error, n.Progress, n.Files = e.StartedAt, nil, nil, "", 0, nil
+	}
+	if e.Files != nil {
+		n.Files = e.Files
 	}
 	if e.EndedAt != nil {
 		n.EndedAt = e.EndedAt

@@ -598,6 +598,21 @@ function nodePanel(p, n, key) {
     p.querySelector(".pbar-fill").style.width = n.progress + "%";
   }
   p.append(kv([["waits for", (n.depends_on || []).join(", ")], ["blocked by", n.blocker], ["reason", n.reason], ["check", n.check], ["error", n.error]]));
+  if ((n.files || []).length) {
+    p.append(el("h3", { text: "Files" }));
+    const ft = el("table", { class: "files" }, el("thead", {}, el("tr", {}, ...["path", "result", "what differs", "sha256"].map((h) => el("th", { text: h })))));
+    const fb = el("tbody");
+    for (const f of n.files) {
+      fb.append(el("tr", { "data-file": f.status },
+        el("td", { text: f.path }),
+        el("td", { text: f.status }),
+        el("td", { class: f.error ? "err" : "", text: [(f.differs || []).join(", "), f.error].filter(Boolean).join(" · ") }),
+        el("td", { class: "num", text: (f.sha256 || "").slice(0, 12) })));
+      if (f.diff) fb.append(el("tr", {}, el("td", { colspan: 4 }, el("pre", { class: "diff", text: f.diff }))));
+    }
+    ft.append(fb);
+    p.append(ft);
+  }
   p.append(el("h3", { text: "Attempts" }));
   if (!(n.attempts || []).length) p.append(el("p", { class: "hint", text: "Not started." }));
   else {
