@@ -89,3 +89,47 @@ func TestSlotsThatNeverAnswerGiveTheDispatchBack(t *testing.T) {
 		t.Fatalf("ran %q", got)
 	}
 }
+
+// countingSlots counts the slots asked for.
+type countingSlots struct {
+	*slotstest.Memory
+	creates atomic.Int32
+}
+
+func (c *countingSlots) Create(ctx context.Context, key string, val []byte) (uint64, error) {
+	c.creates.Add(1)
+	return c.Memory.Create(ctx, key, val)
+}
+
+// A redelivered dispatch (the bus lost for longer than its ack wait) whose
+// nodes an earlier delivery saw succeed takes no slot for them and says
+// nothing but that they are recorded: before, it asked for their slots
+// first, announcing a wait (node.running) that was stored after the
+// nodes' node.succeeded (11 nodes in a 150 s quorum loss on the cluster).
+func TestRedeliveryTakesNoSlotForARecordedNode(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	store := &countingSlots{Memory: slotstest.NewMemory(time.Minute)}
+	defer store.Close()
+	h.x.Slots = &slots.Manager{Store: store, Executor: "executor/test"}
+	d := dispatch(dag.OpCreate, 1, node("a", "run-a", 1), node("b", "run-b", 1, "a"))
+	if err := h.x.Run(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	first := store.creates.Load()
+	before := len(h.stored())
+	if err := h.x.run(context.Background(), d, time.Now(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.creates.Load() - first; got != 0 {
+		t.Errorf("the redelivery asked for %d slots for nodes recorded succeeded", got)
+	}
+	for _, e := range h.stored()[before:] {
+		if strings.Contains(e, " running") {
+			t.Errorf("the redelivery announced %q for a node recorded succeeded", e)
+		}
+	}
+	if got := h.host.scripts(); len(got) != 2 {
+		t.Errorf("ran %v", got)
+	}
+}

@@ -308,7 +308,7 @@ func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, 
 	if err != nil {
 		return consume.Poison(err)
 	}
-	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), sent: sent, started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
+	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), sent: sent, again: again, started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
 		log: x.Log.With("workflow_id", d.WorkflowID, "host", d.Ref.Host, "formula", d.Formula)}
 	if again {
 		f.out.Recheck(sent)
@@ -373,8 +373,12 @@ type formulaRun struct {
 	stop   context.Context // done when the formula is cancelled (or its timeout passed): running nodes are killed
 	// expired: the dispatch came after its formula's timeout passed, and
 	// starts nothing (see stopped).
-	expired  bool
-	sent     time.Time // when the dispatch was published (zero: unknown)
+	expired bool
+	sent    time.Time // when the dispatch was published (zero: unknown)
+	// again: the dispatch was delivered before (here or elsewhere), so
+	// its nodes may be recorded already: each node's record is read
+	// before anything about it is said or taken.
+	again    bool
 	started  time.Time
 	span     trace.SpanContext // the formula's span (invalid: untraced)
 	log      *slog.Logger

@@ -62,7 +62,11 @@ func (f *formulaRun) runNode(ctx context.Context, j int, handed *slots.Lease) no
 }
 
 func (nr *nodeRun) run(ctx context.Context) (dag.NodeState, error) {
-	if nr.n.AlreadyDone {
+	// A first delivery creates the record when the attempt starts (a
+	// create finding one there reads it); a redelivery reads it first, or
+	// it would announce a wait for a slot (node.running) for a node an
+	// earlier delivery saw succeed, stored after its node.succeeded.
+	if nr.n.AlreadyDone || nr.again {
 		if err := nr.read(ctx); err != nil {
 			return dag.NodeFailed, err
 		}
@@ -88,12 +92,22 @@ func (nr *nodeRun) run(ctx context.Context) (dag.NodeState, error) {
 	return dag.NodeFailed, fmt.Errorf("node record %s changed under every try", nr.key)
 }
 
+// errRecordBehind: a node record read is not found where the stream's
+// leader holds it (or the leader could not be asked).
+var errRecordBehind = errors.New("not found on the replica read; the leader holds it or did not answer")
+
 // read reads the node's record (none: a zero record). A record that does
 // not decode reads as none at its revision, and is logged: the node is
 // decided from its attempts on the host, not from a damaged record.
 func (nr *nodeRun) read(ctx context.Context) error {
 	rec, rev, err := nr.x.Records.Get(ctx, nr.key)
 	switch {
+	case errors.Is(err, events.ErrNoRecord) && nr.again:
+		// A redelivery acts on "none" only from the authoritative copy.
+		if absent, aerr := nr.x.Records.Absent(ctx, nr.key); aerr != nil || !absent {
+			return errors.Join(fmt.Errorf("node record %s: %w", nr.key, errRecordBehind), aerr)
+		}
+		rec, rev = Record{}, 0
 	case errors.Is(err, events.ErrNoRecord):
 		rec, rev = Record{}, 0
 	case errors.Is(err, events.ErrBadRecord):

@@ -19,6 +19,9 @@ type Records interface {
 	// Get returns the record at key and its revision: events.ErrNoRecord
 	// when there is none, events.ErrBadRecord when it does not decode.
 	Get(ctx context.Context, key string) (Record, uint64, error)
+	// Absent asks the authoritative copy whether key holds no record:
+	// Get may read a replica that is behind.
+	Absent(ctx context.Context, key string) (bool, error)
 	// Put creates the record (rev 0) or replaces revision rev
 	// (events.ErrChanged when the store holds something else).
 	Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error)
