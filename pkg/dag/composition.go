@@ -199,6 +199,9 @@ type Node struct {
 	// become. They count in its SpecHash then.
 	Become     *bool  `json:"become,omitempty"`
 	BecomeUser string `json:"become_user,omitempty"`
+	// Outputs are the values its run hands to later nodes and formulas,
+	// written to $GANTRY_OUTPUT and read with {{ output }} (outputs.go).
+	Outputs []Output `json:"outputs,omitempty"`
 
 	// dependsOnSet records whether depends_on was given at all: an absent
 	// depends_on under max_parallel 1 means "the previous node", an empty

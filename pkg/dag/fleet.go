@@ -124,6 +124,10 @@ func expand(c *Composition, ps *problems) {
 	instances := make(map[string][]string) // group formula id -> instance ids
 	var out []Formula
 	rd := newRenderer()
+	rd.outputs = &outputScope{written: make(map[string]*Formula, len(c.Formulas))}
+	for i := range c.Formulas {
+		rd.outputs.written[c.Formulas[i].ID] = &c.Formulas[i]
+	}
 	for i := range c.Formulas {
 		f := c.Formulas[i]
 		p := indexPath("formulas", i)
@@ -287,6 +291,9 @@ func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *probl
 	if err != nil {
 		rd.report(ps, p, f, err)
 		return
+	}
+	if rd.outputs != nil {
+		rd.outputs.f = f
 	}
 	r := func(s *string, path string) bool {
 		out, err := rd.render(*s, data)
