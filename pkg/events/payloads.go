@@ -130,6 +130,10 @@ type NodeEvent struct {
 	WillRetry  bool        `json:"will_retry,omitempty"` // failed, but another attempt follows
 	StdoutTail string      `json:"stdout_tail,omitempty"`
 	StderrTail string      `json:"stderr_tail,omitempty"`
+	// Outputs are the values a succeeded node handed on, but the secret
+	// ones, whose names only are in SecretOutputs.
+	Outputs       map[string]string `json:"outputs,omitempty"`
+	SecretOutputs []string          `json:"secret_outputs,omitempty"`
 }
 
 // RolloutEvent is published on workflow.<id>.lifecycle when a batch of a
