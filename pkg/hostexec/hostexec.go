@@ -128,6 +128,9 @@ type Command struct {
 	// (root when empty): see become.go. Over SSH only.
 	Become     bool
 	BecomeUser string
+	// Output, with Attempt, gives the command GANTRY_OUTPUT: a file made
+	// empty for the attempt, which ReadOutput reads back (outputfile.go).
+	Output bool
 }
 
 // shellText is what the shell runs for cmd: the script with its
@@ -155,7 +158,7 @@ func shellTextHeld(cmd Command, ex string, held bool) (string, error) {
 			return "", fmt.Errorf("mark: %w", err)
 		}
 	}
-	return superviseScript(cmd.Attempt, cmd.Lock, cmd.Mark, ex, cmd.Script, held), nil
+	return superviseScript(cmd.Attempt, cmd.Lock, cmd.Mark, ex, cmd.script(), held), nil
 }
 
 // Holder is the attempt that held a host lock last, as an attempt that
