@@ -206,7 +206,7 @@ func (f *Filler) value(ctx context.Context, r dag.OutputRef) (string, bool, erro
 }
 
 // quoted is v as shq quoted it n times around its marker: each time, a
-// single quote in it is written '\''.
+// single quote in it is written '\”.
 func quoted(v string, n int) string {
 	for range n {
 		v = strings.ReplaceAll(v, "'", `'\''`)
