@@ -227,6 +227,9 @@ type WorkNode struct {
 	// (root when empty).
 	Become     bool   `json:"become,omitempty"`
 	BecomeUser string `json:"become_user,omitempty"`
+	// Outputs are the values its run writes to $GANTRY_OUTPUT (create
+	// only), which the executor keeps in gantry_outputs once it succeeds.
+	Outputs []dag.Output `json:"outputs,omitempty"`
 }
 
 // Dispatch is formula-ready work on decky.<host>.dispatch.<zone>:

@@ -120,6 +120,10 @@ type NodeDoc struct {
 	// Progress is the last percent the node's current attempt reported
 	// (a "PROGRESS: n" line); a new attempt starts without one.
 	Progress int `json:"progress,omitempty"`
+	// Outputs are the values the node handed on when it succeeded, but
+	// the secret ones, named in SecretOutputs only.
+	Outputs       map[string]string `json:"outputs,omitempty"`
+	SecretOutputs []string          `json:"secret_outputs,omitempty"`
 	// Mark is where the last transition applied stands (dag.CompareNode):
 	// an event behind it changes nothing, one at the same place is not
 	// counted again. Documents written before it was kept have none.

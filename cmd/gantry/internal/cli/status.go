@@ -161,10 +161,30 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			if nd.Status == dag.NodeRunning && nd.Progress > 0 {
 				detail = strings.TrimSpace(fmt.Sprintf("%d%% %s", nd.Progress, detail))
 			}
+			if detail == "" {
+				detail = outputsText(nd)
+			}
 			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, detail)
 		}
 	}
 	return tw.Flush()
+}
+
+// outputsText names the outputs a node handed on (their values are in
+// -o json, but the secret ones', which nothing shows).
+func outputsText(nd *events.NodeDoc) string {
+	names := make([]string, 0, len(nd.Outputs)+len(nd.SecretOutputs))
+	for k := range nd.Outputs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range nd.SecretOutputs {
+		names = append(names, k+" (secret)")
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "outputs: " + strings.Join(names, ", ")
 }
 
 func startOf(f *events.FormulaDoc) time.Time {

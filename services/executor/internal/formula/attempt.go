@@ -92,6 +92,9 @@ type shell struct {
 	// doneBy is the workflow whose run of the node on the host its turn
 	// found (see turn): the attempt did not start.
 	doneBy string
+	// cmd is the last script's command, whose outputs file keepOutputs
+	// reads.
+	cmd hostexec.Command
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -106,9 +109,15 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	if err != nil {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errSecret, err)
 	}
+	script, env, secret, err = sh.fillOutputs(script, env, secret)
+	if err != nil {
+		return hostexec.Result{ExitCode: -1}, err
+	}
 	cmd := hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
 		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark(),
 		Become: n.Become, BecomeUser: n.BecomeUser}
+	cmd.Output = what == "run" && sh.nr.d.Operation == dag.OpCreate && len(n.Outputs) > 0
+	sh.cmd = cmd
 	if sh.nr.d.Operation == dag.OpCreate && sh.nr.d.SkipAtTurnAfter != nil {
 		cmd.Turn = sh.turn
 	}
@@ -313,6 +322,15 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 	}
 	sh.fill(res, err)
 	switch {
+	case err == nil && res.ExitCode == 0 && sh.cmd.Output:
+		if oerr := sh.keepOutputs(); oerr != nil {
+			// Retrying would run the command again for what it did: the
+			// node fails, and a retry of the workflow runs it again.
+			ev.Status, ev.Error = dag.NodeFailed, events.BoundError(oerr.Error())
+			return dag.NodeFailed, ev, true
+		}
+		ev.Status = dag.NodeSucceeded
+		return dag.NodeSucceeded, ev, false
 	case err == nil && res.ExitCode == 0:
 		ev.Status = dag.NodeSucceeded
 		return dag.NodeSucceeded, ev, false
@@ -340,7 +358,7 @@ func cancelledReason(err error) string {
 // trusted, refuses the credentials (or its identity file cannot be
 // used), or its sudo does not run commands as asked (become).
 func isPermanent(err error) bool {
-	for _, p := range []error{errUnreachable, errRefused, errSecret, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
+	for _, p := range []error{errUnreachable, errRefused, errSecret, errOutputMissing, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
 		hostexec.ErrAuth, hostexec.ErrIdentity, hostexec.ErrBecome} {
 		if errors.Is(err, p) {
 			return true

@@ -804,6 +804,9 @@ func (p *Projector) node(ctx context.Context, ev *consume.Event, e *events.NodeE
 	if e.SpecHash != "" {
 		n.SpecHash = e.SpecHash
 	}
+	if e.Status == dag.NodeSucceeded { // what this run handed on (secret ones by name)
+		n.Outputs, n.SecretOutputs = e.Outputs, e.SecretOutputs
+	}
 	return p.put(ctx, key, n, rev)
 }
 
