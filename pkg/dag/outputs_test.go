@@ -1,6 +1,7 @@
 package dag_test
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -42,8 +43,14 @@ func TestOutputValidation(t *testing.T) {
 			[]want{{"formulas[1].nodes[0].run", "a comparison or index of an output"}}},
 		{"printf of an output", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"{{ printf \"%q\" (output \"cp/init\" \"join_cmd\") }}"}]}`),
 			[]want{{"formulas[1].nodes[0].run", "printf of an output"}}},
-		{"a marker written out", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"echo ⟦output:cp/init/join_cmd⟧"}]}`),
-			[]want{{"formulas[1].nodes[0].run", "that no {{ output }} of it made"}}},
+		{"a marker of an undeclared output", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"echo ⟦output:cp/init/join⟧"}]}`),
+			[]want{{"formulas[1].nodes[0].run", `node cp/init does not declare output "join"`}}},
+		{"a marker not closed", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"echo ⟦output:cp/init/join_cmd"}]}`),
+			[]want{{"formulas[1].nodes[0].run", `is not closed`}}},
+		{"a marker that lies about a secret", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"echo ⟦output:cp/init/token⟧"}]}`),
+			[]want{{"formulas[1].nodes[0].run", `the marker says secret false, the output is declared secret true`}}},
+		{"printf cuts a marker", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"{{ print (output \"cp/init\" \"join_cmd\") | html }}"}]}`),
+			[]want{{"formulas[1].nodes[0].run", `html of an output`}}},
 		{"secret quoted twice", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"{{ shq (shq (output \"cp/init\" \"token\")) }}"}]}`),
 			[]want{{"formulas[1].nodes[0].run", "quote it with shq once at most"}}},
 		{"secret name from an output", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"x","env":{"T":{"secret":"{{ output \"cp/init\" \"token\" }}"}}}]}`),
@@ -141,6 +148,28 @@ func TestOutputReadsRenderAndLink(t *testing.T) {
 		if !slices.ContainsFunc(lb.DependsOn, func(d dag.FormulaDep) bool { return d.Formula == id }) {
 			t.Errorf("lb does not depend on %s: %v", id, lb.DependsOn)
 		}
+	}
+	// A composition rendered already (one without groups: an instance is
+	// not a field a composition may give) loads again the same: its
+	// reads, markers now, are checked again.
+	c, err = load(t, outputsDoc(cpFormula+`,
+		{"id":"w","server":"h1","nodes":[
+			{"name":"join","run":"{{ output \"cp/init\" \"join_cmd\" }} --token {{ shq (output \"cp/init\" \"token\") }}","outputs":["node_name"]},
+			{"name":"after","run":"echo {{ output \"w/join\" \"node_name\" }}"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := dag.ParseJSONComposition(b)
+	if err != nil {
+		t.Fatalf("the rendered composition does not load again: %v", err)
+	}
+	b2, _ := json.Marshal(again)
+	if string(b) != string(b2) {
+		t.Errorf("loaded again, the composition changed:\n%s\n%s", b, b2)
 	}
 }
 

@@ -184,9 +184,6 @@ func (r *renderer) report(ps *problems, path string, f *Formula, err error) {
 // render executes s as a template; text without "{{" is returned as is.
 // A missing variable is an error, not "<no value>".
 func (r *renderer) render(s string, data TemplateData) (string, error) {
-	if r.outputs != nil {
-		r.outputs.made = r.outputs.made[:0]
-	}
 	if !strings.Contains(s, "{{") {
 		return s, r.checkMarkers(s)
 	}
