@@ -189,6 +189,8 @@ func walkOutputCalls(n parse.Node, inCond bool, calls *[]outputCall) error {
 				return err
 			}
 		}
+	case *parse.ChainNode: // (output "f/n" "x").Field
+		return walkOutputCalls(n.Node, inCond, calls)
 	case *parse.IdentifierNode:
 		if n.Ident == "output" { // passed on in a pipeline: {{ "x" | output }}
 			return errOutputWords

@@ -37,6 +37,8 @@ func TestOutputValidation(t *testing.T) {
 			[]want{{"formulas[1].nodes[0].run", `name the producing node as "formula/node"`}}},
 		{"words not quoted", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"{{ output .Host \"join_cmd\" }}"}]}`),
 			[]want{{"formulas[1].nodes[0].run", "output takes two or three quoted words"}}},
+		{"unknown name in a chain", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"{{ (output \"cp/init\" \"nope\").X }}"}]}`),
+			[]want{{"formulas[1].nodes[0].run", `does not declare output "nope"`}}},
 		{"output decides an if", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"{{ if output \"cp/init\" \"join_cmd\" }}x{{ end }}"}]}`),
 			[]want{{"formulas[1].nodes[0].run", "cannot decide an if"}}},
 		{"compared", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"{{ $j := output \"cp/init\" \"join_cmd\" }}{{ if eq $j \"x\" }}y{{ end }}"}]}`),
