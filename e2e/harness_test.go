@@ -360,7 +360,9 @@ func index(evs []evt, family, formula, node, status string) int {
 // k8sOnFleet is examples/kubernetes.yaml aimed at the fleet: the same
 // formulas, dependencies, gates and parallelism, with every command
 // replaced by one that appends "<formula>/<node>" to the host's marker
-// file, and every gate checking that its formula's markers are there.
+// file (the workers' join only once they read the join command the
+// control plane's kubeadm-init hands on), and every gate checking that
+// its formula's markers are there.
 func k8sOnFleet(t *testing.T, f *sshtest.Fleet) (*dag.Composition, map[string]*sshtest.Host) {
 	t.Helper()
 	c, err := composition.LoadFile("../examples/kubernetes.yaml")
@@ -377,7 +379,14 @@ func k8sOnFleet(t *testing.T, f *sshtest.Fleet) (*dag.Composition, map[string]*s
 		markers := hosts[fm.Server].Dir + "/markers"
 		for j := range fm.Nodes {
 			n := &fm.Nodes[j]
+			reads := n.Run // kubeadm-join's: the join command kubeadm-init hands on
 			n.Run = fmt.Sprintf("echo %s/%s >> %s", fm.ID, n.Name, markers)
+			switch {
+			case len(n.Outputs) > 0:
+				n.Run += `; echo "join_cmd=echo joined" >> "$GANTRY_OUTPUT"`
+			case dag.HasOutputs(reads):
+				n.Run = fmt.Sprintf(`[ "$(%s)" = joined ] && %s`, reads, n.Run)
+			}
 			n.Check = ""
 			n.Delete = fmt.Sprintf("echo delete %s/%s >> %s", fm.ID, n.Name, markers)
 			n.Env = map[string]dag.EnvValue{"GANTRY_TEST": dag.Text("1")}

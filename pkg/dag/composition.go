@@ -213,6 +213,9 @@ type Node struct {
 	// compared with what is there (check); see files.go. A node with files
 	// needs no run.
 	Files []File `json:"files,omitempty"`
+	// Outputs are the values its run hands to later nodes and formulas,
+	// written to $GANTRY_OUTPUT and read with {{ output }} (outputs.go).
+	Outputs []Output `json:"outputs,omitempty"`
 
 	// dependsOnSet records whether depends_on was given at all: an absent
 	// depends_on under max_parallel 1 means "the previous node", an empty

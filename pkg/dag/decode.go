@@ -25,10 +25,11 @@ func Decode(root *Value) (*Composition, error) {
 func Load(root *Value) (*Composition, error) {
 	var d decoder
 	c := d.composition(root)
-	validate(c, &d.ps)
+	links := validate(c, &d.ps)
 	if err := d.ps.err(); err != nil {
 		return nil, err
 	}
+	linkOutputs(c, links)
 	expand(c, &d.ps)
 	if err := d.ps.err(); err != nil {
 		return nil, err
@@ -338,6 +339,7 @@ func (d *decoder) nodes(v *Value, path string) []Node {
 			"become":      d.optBoolean(&n.Become),
 			"become_user": d.str(&n.BecomeUser),
 			"files":       func(v *Value, p string) { n.Files = d.files(v, p) },
+			"outputs":     func(v *Value, p string) { n.Outputs = d.outputs(v, p) },
 		})
 	}
 	return out

@@ -125,6 +125,10 @@ func expand(c *Composition, ps *problems) {
 	var out []Formula
 	var at []string // each formula's path as written
 	rd := newRenderer()
+	rd.outputs = &outputScope{written: make(map[string]*Formula, len(c.Formulas))}
+	for i := range c.Formulas {
+		rd.outputs.written[c.Formulas[i].ID] = &c.Formulas[i]
+	}
 	for i := range c.Formulas {
 		f := c.Formulas[i]
 		p := indexPath("formulas", i)
@@ -309,6 +313,9 @@ func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *probl
 	if err != nil {
 		rd.report(ps, p, f, err)
 		return
+	}
+	if rd.outputs != nil {
+		rd.outputs.f = f
 	}
 	r := func(s *string, path string) bool {
 		out, err := rd.render(*s, data)

@@ -24,6 +24,8 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(strings.ReplaceAll(fleetDoc, "{{ .Vars.port }}", "{{ .Vars.port | printf \"%q\" }} {{ range .Labels }}{{ . }}{{ end }}")))
 	f.Add([]byte(`{"name":"t","extra_vars":{"n":"2"},"hosts":{"h":{"transport":"local","vars":{"l":"[1,{\"a\":[true]}]","m":"{\"p\":8080}","n":"1","b":"x"},"typed_vars":["l","m","n","b"]}},` +
 		`"formulas":[{"id":"f","server":"h","nodes":[{"name":"n","run":"{{ range .Vars.l }}{{ . }}{{ end }}{{ .Vars.m.p }}{{ shq .Vars.l }}{{ .Vars.n }}"}]}]}`))
+	f.Add([]byte(outputsDoc(cpFormula + `,{"id":"w","group":"web","nodes":[{"name":"j","run":"{{ output \"cp/init\" \"join_cmd\" }} {{ shq (output \"cp/init\" \"token\") }}","outputs":["x"]},` +
+		`{"name":"k","run":"echo {{ output \"w/j\" \"x\" }} ⟦output:cp/init/join_cmd⟧"}]}`)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := dag.ParseJSONComposition(data)
 		if err != nil {

@@ -10,9 +10,9 @@ import (
 // SpecHash identifies what a node does: its run, check and delete commands,
 // its environment (a secret by its name, not its value), its timeout (the
 // default when none is given), on a normalized node that becomes, whom
-// it becomes (a node that does not hashes as before become existed), and
-// its files (an inline one by its content's SHA-256, a source or secret
-// by its name). It is
+// it becomes (a node that does not hashes as before become existed), its
+// files (an inline one by its content's SHA-256, a source or secret by its
+// name), and the outputs it declares (a node without hashes as before). It is
 // the same for a node written in YAML or JSON, whatever the key order or
 // duration spelling ("10m" and "600s"), and changes when any of those
 // change. The state-store records it to decide skip, rerun and drift.
@@ -53,6 +53,13 @@ func SpecHash(n *Node) string {
 	}
 	if len(n.Files) > 0 { // a node without files hashes as before files existed
 		fileHash(field, n.Files)
+	}
+	if len(n.Outputs) > 0 { // declaring an output runs the node again
+		field("outputs")
+		for _, o := range n.Outputs {
+			field(o.Name)
+			field(map[bool]string{true: "secret", false: ""}[o.Secret])
+		}
 	}
 	sum := sha256.Sum256(buf)
 	const prefix = "sha256:"

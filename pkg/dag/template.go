@@ -87,6 +87,9 @@ type renderer struct {
 	failed map[string]bool
 	hosts  map[string]TemplateData // each host's, made once
 	shared TemplateVars            // the composition's vars, for hosts with none of their own
+	// outputs renders the output reads of the formula being rendered
+	// (nil: none may be read).
+	outputs *outputScope
 }
 
 // data is what the templates of host name see, made once a host. A host
@@ -182,7 +185,7 @@ func (r *renderer) report(ps *problems, path string, f *Formula, err error) {
 // A missing variable is an error, not "<no value>".
 func (r *renderer) render(s string, data TemplateData) (string, error) {
 	if !strings.Contains(s, "{{") {
-		return s, nil
+		return s, r.checkMarkers(s)
 	}
 	pt := r.parse(s, data.typed)
 	if pt.err != nil {
@@ -197,6 +200,9 @@ func (r *renderer) render(s string, data TemplateData) (string, error) {
 			return "", errStepsSpent
 		}
 		return "", fmt.Errorf("template: %s", cleanExecErr(err.Error()))
+	}
+	if err := r.checkMarkers(b.String()); err != nil {
+		return "", fmt.Errorf("template: %w", err)
 	}
 	return b.String(), nil
 }
@@ -229,12 +235,12 @@ func (r *renderer) parse(s string, typed bool) *parsedTemplate {
 	return pt
 }
 
-// funcs are the functions templates may call: shq, gantry_loop, and in
+// funcs are the functions templates may call: shq, output, gantry_loop, and in
 // place of text/template's own, those that read or make text in
 // proportion to their arguments, each charging for it first (funcs.go).
 func (r *renderer) funcs() template.FuncMap {
 	return template.FuncMap{
-		loopFunc: r.loop, printFunc: r.printed, "shq": r.shq, "index": r.index, "fromjson": r.fromjson,
+		loopFunc: r.loop, printFunc: r.printed, "shq": r.shq, "index": r.index, "fromjson": r.fromjson, "output": r.output,
 		"printf": r.printf, "print": r.print, "println": r.println,
 		"html": r.escaper("html", 6, template.HTMLEscaper), "js": r.escaper("js", 6, template.JSEscaper),
 		"urlquery": r.escaper("urlquery", 3, template.URLQueryEscaper),

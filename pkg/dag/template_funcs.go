@@ -25,7 +25,11 @@ func (r *renderer) shq(v any) (string, error) {
 	if err := r.made("shq", len(s)+2+3*strings.Count(s, "'")); err != nil {
 		return "", err
 	}
-	return shellQuoteTemplate(s), nil
+	q := shellQuoteTemplate(s)
+	if HasOutputs(q) { // the value goes in quoted, when the node runs
+		return quoteOutputs(q)
+	}
+	return q, nil
 }
 
 // fromjson reads a value that holds JSON, as a host's vars hold a list or
@@ -36,6 +40,9 @@ func (r *renderer) shq(v any) (string, error) {
 // than MaxRendered of it is refused. A typed var (already decoded) is
 // returned as it is.
 func (r *renderer) fromjson(v any) (any, error) {
+	if err := noOutputs("fromjson", v); err != nil {
+		return nil, err
+	}
 	s, text := v.(string)
 	if !text {
 		switch v.(type) {
@@ -65,6 +72,9 @@ func (r *renderer) fromjson(v any) (any, error) {
 func (r *renderer) printf(format string, args ...any) (string, error) {
 	args, err := r.plain(args)
 	if err != nil {
+		return "", err
+	}
+	if err := noOutputs("printf", append([]any{format}, args...)...); err != nil {
 		return "", err
 	}
 	if err = r.made("printf", printfSize(format, args)); err != nil {
@@ -99,6 +109,9 @@ func (r *renderer) println(args ...any) (string, error) {
 // byte it is given.
 func (r *renderer) escaper(name string, grow int, escape func(...any) string) func(...any) (string, error) {
 	return func(args ...any) (string, error) {
+		if err := noOutputs(name, args...); err != nil {
+			return "", err
+		}
 		if err := r.made(name, grow*(argsSize(args)+len(args))); err != nil {
 			return "", err
 		}
@@ -185,12 +198,16 @@ func sizeOf(v reflect.Value) int {
 	return 32
 }
 
-// compared charges the strings among args.
+// compared charges the strings among args, and refuses an output's
+// value (known only when the node runs).
 func (r *renderer) compared(args ...reflect.Value) error {
 	n := 0
 	for _, a := range args {
 		if a = indirectInterface(a); a.Kind() == reflect.String {
 			n += a.Len()
+			if err := noOutputs("a comparison or index", a.String()); err != nil {
+				return err
+			}
 		}
 	}
 	return r.spendBytes(n, comparedPerStep)
@@ -395,6 +412,11 @@ func (r *renderer) ge(arg1, arg2 reflect.Value) (bool, error) {
 // index is text/template's index: item[i][j]..., over maps, lists and
 // strings; a key's bytes are charged (a map hashes them).
 func (r *renderer) index(item reflect.Value, indexes ...reflect.Value) (reflect.Value, error) {
+	if it := indirectInterface(item); it.Kind() == reflect.String {
+		if err := noOutputs("index", it.String()); err != nil {
+			return reflect.Value{}, err
+		}
+	}
 	if err := r.compared(indexes...); err != nil {
 		return reflect.Value{}, err
 	}

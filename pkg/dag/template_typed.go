@@ -184,7 +184,7 @@ func printsText(p *parse.PipeNode) bool {
 	last := p.Cmds[len(p.Cmds)-1]
 	if id, call := last.Args[0].(*parse.IdentifierNode); call {
 		switch id.Ident {
-		case "shq", "printf", "print", "println", "html", "js", "urlquery", "eq", "ne", "lt", "le", "gt", "ge", "len", "not":
+		case "shq", "output", "printf", "print", "println", "html", "js", "urlquery", "eq", "ne", "lt", "le", "gt", "ge", "len", "not":
 			return true
 		}
 	}

@@ -69,9 +69,12 @@ func Validate(c *Composition) error {
 	return ps.err()
 }
 
-func validate(c *Composition, ps *problems) {
+// validate checks c and returns the dependencies its output reads make
+// (see linkOutputs).
+func validate(c *Composition, ps *problems) []outputLink {
 	v := validator{c: c, ps: ps}
 	v.run()
+	return v.links
 }
 
 type validator struct {
@@ -79,6 +82,10 @@ type validator struct {
 	ps *problems
 	// hostsOf lists a group's hosts, each group once (nil: not yet made)
 	hostsOf func(group string) []string
+	// links are the dependencies output reads make, and edges the same
+	// for the cycle checks (outputs.go).
+	links []outputLink
+	edges outputEdges
 }
 
 func (v *validator) bad(path string, code Code, format string, args ...any) {
@@ -142,6 +149,8 @@ func (v *validator) run() {
 			}
 		}
 	}
+	v.links = v.outputReads(ids)
+	v.edges = newOutputEdges(c, v.links)
 	for i := range c.Formulas {
 		v.formula(indexPath("formulas", i), &c.Formulas[i], ids)
 	}
@@ -307,6 +316,7 @@ func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string
 		v.retry(path(".retry"), n.Retry)
 	}
 	v.files(path, n)
+	v.outputDecls(path(".outputs"), n)
 }
 
 // env checks an environment's variable names and the secret names it
@@ -451,14 +461,23 @@ func (v *validator) formulaCycles(ids map[string]int) {
 				adj[i] = append(adj[i], k)
 			}
 		}
+		for _, k := range v.edges.formulas[i] {
+			if !slices.Contains(adj[i], k) {
+				adj[i] = append(adj[i], k)
+			}
+		}
 	}
 	for _, cyc := range findCycles(adj) {
 		names := make([]string, len(cyc)+1)
+		reads := ""
 		for i, k := range cyc {
 			names[i] = fs[k].ID
+			if next := cyc[(i+1)%len(cyc)]; slices.Contains(v.edges.formulas[k], next) {
+				reads = " (a formula that reads another's output depends on it)"
+			}
 		}
 		names[len(cyc)] = fs[cyc[0]].ID
-		v.bad(indexPath("formulas", cyc[0])+".depends_on", CodeCycle, "dependency cycle between formulas: %s", strings.Join(names, " -> "))
+		v.bad(indexPath("formulas", cyc[0])+".depends_on", CodeCycle, "dependency cycle between formulas: %s%s", strings.Join(names, " -> "), reads)
 	}
 }
 
@@ -466,9 +485,15 @@ func (v *validator) formulaCycles(ids map[string]int) {
 func (v *validator) nodeCycles(p string, f *Formula, names map[string]int) {
 	// A cycle needs a dependency on a node listed later (or unnamed); in
 	// the common case there is none and the search is skipped.
+	deps := func(j int) []string {
+		if extra := v.edges.nodes[&f.Nodes[j]]; len(extra) > 0 {
+			return append(slices.Clip(effectiveNodeDeps(f, j)), extra...)
+		}
+		return effectiveNodeDeps(f, j)
+	}
 	forward := false
 	for j := range f.Nodes {
-		for _, d := range effectiveNodeDeps(f, j) {
+		for _, d := range deps(j) {
 			if k, ok := names[d]; ok && k >= j {
 				forward = true
 			}
@@ -479,19 +504,23 @@ func (v *validator) nodeCycles(p string, f *Formula, names map[string]int) {
 	}
 	adj := make([][]int, len(f.Nodes))
 	for j := range f.Nodes {
-		for _, d := range effectiveNodeDeps(f, j) {
-			if k, ok := names[d]; ok && k != j && f.Nodes[k].Name == d {
+		for _, d := range deps(j) {
+			if k, ok := names[d]; ok && k != j && f.Nodes[k].Name == d && !slices.Contains(adj[j], k) {
 				adj[j] = append(adj[j], k)
 			}
 		}
 	}
 	for _, cyc := range findCycles(adj) {
 		ns := make([]string, len(cyc)+1)
+		reads := ""
 		for i, k := range cyc {
 			ns[i] = f.Nodes[k].Name
+			if next := f.Nodes[cyc[(i+1)%len(cyc)]].Name; slices.Contains(v.edges.nodes[&f.Nodes[k]], next) {
+				reads = " (a node that reads another's output depends on it)"
+			}
 		}
 		ns[len(cyc)] = f.Nodes[cyc[0]].Name
-		v.bad(indexPath(p+".nodes", cyc[0])+".depends_on", CodeCycle, "dependency cycle between nodes of formula %q: %s", f.ID, strings.Join(ns, " -> "))
+		v.bad(indexPath(p+".nodes", cyc[0])+".depends_on", CodeCycle, "dependency cycle between nodes of formula %q: %s%s", f.ID, strings.Join(ns, " -> "), reads)
 	}
 }
 

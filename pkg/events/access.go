@@ -90,9 +90,12 @@ type Usage struct {
 	// (consumer info only, not their messages): the planner sees whether
 	// any executor takes a zone's dispatches.
 	Inspects []string
-	Read     []string  // KV buckets it reads
-	Write    []string  // KV buckets it writes (and reads)
-	Retire   []Durable // retired durable consumers it deletes
+	Read     []string // KV buckets it reads
+	Write    []string // KV buckets it writes (and reads)
+	// ByKey are buckets of Read and Write it only gets and puts by key,
+	// never lists: it needs no consumers on them.
+	ByKey  []string
+	Retire []Durable // retired durable consumers it deletes
 	// Checks are streams it reads single messages of, by subject, from
 	// their leader: the ones its events go to, to find whether an event
 	// whose acknowledgement never came was stored (see ClockSkew).
@@ -133,7 +136,8 @@ func Uses(id Identity) Usage {
 			Follows:   []string{StreamLogs}, // a pruned workflow's output lines, found by reading
 			Checks:    []string{StreamEvents},
 			Read:      []string{BucketRuns},
-			Write:     []string{BucketNodes, BucketSlots},
+			Write:     []string{BucketNodes, BucketSlots, BucketOutputs},
+			ByKey:     []string{BucketOutputs},
 			Prune:     []string{BucketNodes, StreamLogs},
 		}
 	case HealthGate:
@@ -143,6 +147,8 @@ func Uses(id Identity) Usage {
 			Streams:  []string{StreamEvents, StreamGates},
 			Consumes: []Durable{{StreamGates, ConsumerHealthGate}},
 			Checks:   []string{StreamEvents},
+			Read:     []string{BucketOutputs}, // the outputs its checks read
+			ByKey:    []string{BucketOutputs},
 		}
 	case StateStore:
 		return Usage{
@@ -357,18 +363,54 @@ func servicePermissions(id Identity, u Usage) Permissions {
 	for _, s := range u.Checks {
 		p.PublishAllow = append(p.PublishAllow, "$JS.API.STREAM.MSG.GET."+s)
 	}
+	read := func(b string) []string {
+		if slices.Contains(u.ByKey, b) {
+			return kvGetAPI(b)
+		}
+		return kvReadAPI(b)
+	}
 	for _, b := range u.Read {
 		p.PublishAllow = append(p.PublishAllow, kvEnsureAPI(b)...)
-		p.PublishAllow = append(p.PublishAllow, kvReadAPI(b)...)
+		p.PublishAllow = append(p.PublishAllow, read(b)...)
 	}
 	for _, b := range u.Write {
 		p.PublishAllow = append(p.PublishAllow, kvEnsureAPI(b)...)
-		p.PublishAllow = append(p.PublishAllow, kvReadAPI(b)...)
+		p.PublishAllow = append(p.PublishAllow, read(b)...)
 		p.PublishAllow = append(p.PublishAllow, "$KV."+b+".>")
 	}
-	p.PublishAllow = joinWildcards(dedupe(p.PublishAllow))
+	p.PublishAllow = dropCovered(joinWildcards(dedupe(p.PublishAllow)))
 	p.PublishDeny = dedupe(p.PublishDeny)
 	return p
+}
+
+// dropCovered leaves out the subjects that another of allow covers (a
+// durable's own CREATE under the CREATE of every consumer of its stream):
+// the same permissions, in fewer bytes of user JWT.
+func dropCovered(allow []string) []string {
+	out := make([]string, 0, len(allow))
+	for i, s := range allow {
+		if !slices.ContainsFunc(allow, func(p string) bool { return p != s && covers(p, s) }) || slices.Index(allow, s) != i {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// covers says whether subject pattern p matches every subject s does.
+func covers(p, s string) bool {
+	pt, st := strings.Split(p, "."), strings.Split(s, ".")
+	for i, t := range pt {
+		switch {
+		case t == ">":
+			return i < len(st)
+		case i >= len(st):
+			return false
+		case t == "*" && st[i] != ">":
+		case t != st[i]:
+			return false
+		}
+	}
+	return len(pt) == len(st)
 }
 
 // joinWildcards writes "X.*" and "X.*.>" as the one "X.>" that means the
@@ -432,6 +474,10 @@ func kvReadAPI(bucket string) []string {
 		"$JS.FC." + s + ".>",
 	}
 }
+
+// kvGetAPI is what getting a bucket's records by key takes: info, direct
+// and stored gets.
+func kvGetAPI(bucket string) []string { return kvReadAPI(bucket)[:3] }
 
 // durableDenies keeps a reader of stream off its durable consumers (other
 // than own): it may not create, pull from or delete them under their names.

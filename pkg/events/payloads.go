@@ -137,6 +137,10 @@ type NodeEvent struct {
 	// Files are the node's files as its attempt found (and, in a create,
 	// left) them, on its final event: never their content.
 	Files []FileResult `json:"files,omitempty"`
+	// Outputs are the values a succeeded node handed on, but the secret
+	// ones, whose names only are in SecretOutputs.
+	Outputs       map[string]string `json:"outputs,omitempty"`
+	SecretOutputs []string          `json:"secret_outputs,omitempty"`
 }
 
 // FileStatus is what an attempt did to (create) or found of (check) a
@@ -266,6 +270,9 @@ type WorkNode struct {
 	// Files are placed before Command runs (create), or compared with
 	// the host's (check).
 	Files []WorkFile `json:"files,omitempty"`
+	// Outputs are the values its run writes to $GANTRY_OUTPUT (create
+	// only), which the executor keeps in gantry_outputs once it succeeds.
+	Outputs []dag.Output `json:"outputs,omitempty"`
 }
 
 // WorkFile is one file of a dispatched node. An inline file carries its

@@ -52,6 +52,22 @@ type NodeRecord struct {
 	SpecHash    string        `json:"spec_hash,omitempty"`
 }
 
+// OutputRecord is what a node's run handed on (its outputs), in
+// gantry_outputs under OutputKey: written by the executor that ran it once
+// it succeeded, before its success is recorded, and read by the executors
+// and health gates of the nodes that read them. Values holds every value
+// written, secret ones too: the bucket is readable by no one else, and
+// secret values never leave it but for the commands that read them.
+type OutputRecord struct {
+	WorkflowID string            `json:"workflow_id"` // the run that wrote them
+	Generation int               `json:"generation"`
+	Attempt    int               `json:"attempt"`
+	SpecHash   string            `json:"spec_hash"`
+	Values     map[string]string `json:"values"`
+	Secret     []string          `json:"secret,omitempty"` // the names of the secret ones
+	WrittenAt  time.Time         `json:"written_at"`
+}
+
 // ControlReply answers cancel, pause, resume and retry.
 type ControlReply struct {
 	WorkflowID string            `json:"workflow_id"`

@@ -16,6 +16,8 @@ func TestRecordsGolden(t *testing.T) {
 	for name, v := range map[string]any{
 		"record_run_snapshot": events.RunSnapshot{Generation: 2, Status: dag.WorkflowRunning, StartedAt: t0, Formulas: "shRrp", Blockers: map[int]int{4: 1},
 			Deadlines: map[string]time.Time{"cp-containerd": t1}, Expired: []string{"cp-os"}},
+		"record_outputs": events.OutputRecord{WorkflowID: ref.WorkflowID, Generation: 1, Attempt: 2, SpecHash: "sha256:ab",
+			Values: map[string]string{"join_cmd": "kubeadm join 10.0.0.10:6443", "token": "abcdef.0123456789abcdef"}, Secret: []string{"token"}, WrittenAt: t0},
 		"record_node": events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 3, Generation: 2, GenAttempts: 1, ExitCode: &exit, SpecHash: "sha256:ab"},
 		"record_host_node": events.HostNode{Host: "cp-0", Workflow: "wuji", Formula: "os", Node: "base", Status: dag.NodeSucceeded, Operation: dag.OpCreate,
 			SpecHash: "sha256:ab", WorkflowID: ref.WorkflowID, StartedAt: &t0, EndedAt: &t0, Actor: "executor/vm-1", LastSeq: 42,

@@ -126,6 +126,10 @@ type NodeDoc struct {
 	// Files are the node's files as its last attempt found (and left)
 	// them (NodeEvent.Files).
 	Files []FileResult `json:"files,omitempty"`
+	// Outputs are the values the node handed on when it succeeded, but
+	// the secret ones, named in SecretOutputs only.
+	Outputs       map[string]string `json:"outputs,omitempty"`
+	SecretOutputs []string          `json:"secret_outputs,omitempty"`
 	// Mark is where the last transition applied stands (dag.CompareNode):
 	// an event behind it changes nothing, one at the same place is not
 	// counted again. Documents written before it was kept have none.

@@ -41,6 +41,10 @@ const (
 	BucketState     = "gantry_state"     // projections (state-store)
 	BucketNodes     = "gantry_nodes"     // node attempts and completions (executor)
 	BucketRuns      = "gantry_runs"      // run state snapshots (planner)
+	// BucketOutputs holds the values nodes hand on (outputs), secret ones
+	// too: executors write it, executors and health gates read it, no one
+	// else may (see OutputRecord).
+	BucketOutputs = "gantry_outputs"
 )
 
 // Retention and delivery settings.
@@ -188,6 +192,7 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 		{Bucket: BucketState, Description: "gantry state projections", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
 		{Bucket: BucketNodes, Description: "gantry node attempts and completions", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: 64 << 10},
 		{Bucket: BucketRuns, Description: "gantry run state snapshots", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
+		{Bucket: BucketOutputs, Description: "gantry node outputs", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, MaxValueSize: MaxMessageBytes},
 		// Every write of a slot lives SlotTTL; an expired one leaves a
 		// marker, so executors watching the bucket see the slot free.
 		{Bucket: BucketSlots, Description: "gantry concurrency slots in use and nodes waiting for them", History: 1, TTL: SlotTTL, LimitMarkerTTL: SlotTTL,
@@ -210,6 +215,13 @@ func MsgID(parts ...string) string {
 		b = append(b, p...)
 	}
 	return string(b)
+}
+
+// OutputKey is the gantry_outputs key of a node's outputs: by the
+// composition's name, not a workflow's id, so that a later run that skips
+// the node (already succeeded) reads what it wrote then.
+func OutputKey(workflow, formula, node string) string {
+	return workflow + "." + formula + "." + node
 }
 
 // NodeKey is the gantry_nodes key of a node in a workflow for one

@@ -333,7 +333,7 @@ func agentRequest(cmd Command, ex string) (req, nonce, token string, err error) 
 		turn = "1"
 	}
 	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + agentBase(cmd) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
-	text := sec + ex + "eval " + shellQuote(cmd.Script) + "\n"
+	text := sec + ex + "eval " + shellQuote(cmd.script()) + "\n"
 	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, token, nil
 }
 

@@ -138,6 +138,9 @@ type Command struct {
 	// (line by line), without being in the command's environment: the
 	// contents of secret files a node places.
 	Mask []string
+	// Output, with Attempt, gives the command GANTRY_OUTPUT: a file made
+	// empty for the attempt, which ReadOutput reads back (outputfile.go).
+	Output bool
 }
 
 // errStdinDurable: a durable command cannot take a stdin (it may be
@@ -169,7 +172,7 @@ func shellTextHeld(cmd Command, ex string, held bool) (string, error) {
 			return "", fmt.Errorf("mark: %w", err)
 		}
 	}
-	return superviseScript(cmd.Attempt, cmd.Lock, cmd.Mark, ex, cmd.Script, held), nil
+	return superviseScript(cmd.Attempt, cmd.Lock, cmd.Mark, ex, cmd.script(), held), nil
 }
 
 // Holder is the attempt that held a host lock last, as an attempt that

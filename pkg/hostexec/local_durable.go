@@ -120,7 +120,7 @@ func localAttemptScript(cmd Command, ex, run string, held bool) string {
 		b.WriteString("exec 9>&3 3>&-; ")
 	}
 	b.WriteString(hostLock(cmd.Lock, cmd.Mark, held))
-	b.WriteString(`( eval ` + shellQuote(cmd.Script) + ` ) </dev/null 9>&-; _gx=$?; echo $_gx >>"$_gr"; exit $_gx`)
+	b.WriteString(`( eval ` + shellQuote(cmd.script()) + ` ) </dev/null 9>&-; _gx=$?; echo $_gx >>"$_gr"; exit $_gx`)
 	return b.String()
 }
 

@@ -74,7 +74,7 @@ func warmRest(cmd Command, ex string) string {
 	sec, _ := exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
 	b.WriteString("{\nexec >>\"$_gd.out\" 2>>\"$_gd.err\" 3>&-\n" + recordID + "_gI\necho $$ >>\"$_gd.run\"\n")
-	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.Script) + "\n) </dev/null 9>&-\n")
+	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.script()) + "\n) </dev/null 9>&-\n")
 	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n}\n")
 	return b.String()
 }

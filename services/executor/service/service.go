@@ -151,10 +151,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
+	outs, err := events.NewBucket[events.OutputRecord](ctx, js, events.BucketOutputs)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
 	x := &formula.Executor{
 		Runs:     runs,
 		Hosts:    hosts,
 		Records:  records,
+		Outputs:  outs,
 		Secrets:  sec,
 		Sources:  files,
 		Tracer:   cfg.Tracer,

@@ -59,7 +59,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	defer hosts.Close()
 	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	c := &gate.Checker{Hosts: hosts, Secrets: sec, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
+	outs, err := events.NewBucket[events.OutputRecord](ctx, js, events.BucketOutputs)
+	if err != nil {
+		return fmt.Errorf("health-gate: %w", err)
+	}
+	c := &gate.Checker{Hosts: hosts, Secrets: sec, Outputs: outs, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
 	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
 		Description: "gantry health-gate: checks formulas' health gates on their hosts", Status: func() any {
 			gates, n := c.Status()

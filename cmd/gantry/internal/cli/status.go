@@ -168,6 +168,9 @@ func statusTableAt(w io.Writer, d *events.WorkflowDoc, now time.Time) error {
 			if nd.Status == dag.NodeRunning && nd.Progress > 0 {
 				detail = strings.TrimSpace(fmt.Sprintf("%d%% %s", nd.Progress, detail))
 			}
+			if detail == "" {
+				detail = outputsText(nd)
+			}
 			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, took(nd.StartedAt, nd.EndedAt, now), detail)
 		}
 	}
@@ -200,6 +203,23 @@ func (a runOrder) compare(b runOrder) int {
 		return cmp.Compare(a.seq, b.seq)
 	}
 	return strings.Compare(a.name, b.name)
+}
+
+// outputsText names the outputs a node handed on (their values are in
+// -o json, but the secret ones', which nothing shows).
+func outputsText(nd *events.NodeDoc) string {
+	names := make([]string, 0, len(nd.Outputs)+len(nd.SecretOutputs))
+	for k := range nd.Outputs {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range nd.SecretOutputs {
+		names = append(names, k+" (secret)")
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "outputs: " + strings.Join(names, ", ")
 }
 
 func formulasInRunOrder(d *events.WorkflowDoc) []string {

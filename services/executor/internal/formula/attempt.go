@@ -103,6 +103,9 @@ type shell struct {
 	// its output.
 	changed []string
 	mask    []string
+	// cmd is the last script's command, whose outputs file keepOutputs
+	// reads.
+	cmd hostexec.Command
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -117,6 +120,10 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	if err != nil {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errSecret, err)
 	}
+	script, env, secret, err = sh.fillOutputs(script, env, secret)
+	if err != nil {
+		return hostexec.Result{ExitCode: -1}, err
+	}
 	if len(n.Files) > 0 {
 		if env == nil {
 			env = map[string]string{}
@@ -126,6 +133,8 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 	cmd := hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
 		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark(),
 		Become: n.Become, BecomeUser: n.BecomeUser, Mask: sh.mask}
+	cmd.Output = what == "run" && sh.nr.d.Operation == dag.OpCreate && len(n.Outputs) > 0
+	sh.cmd = cmd
 	if sh.nr.d.Operation == dag.OpCreate && sh.nr.d.SkipAtTurnAfter != nil {
 		cmd.Turn = sh.turn
 	}
@@ -348,6 +357,15 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 	}
 	sh.fill(res, err)
 	switch {
+	case err == nil && res.ExitCode == 0 && sh.cmd.Output:
+		if oerr := sh.keepOutputs(); oerr != nil {
+			// Retrying would run the command again for what it did: the
+			// node fails, and a retry of the workflow runs it again.
+			ev.Status, ev.Error = dag.NodeFailed, events.BoundError(oerr.Error())
+			return dag.NodeFailed, ev, true
+		}
+		ev.Status = dag.NodeSucceeded
+		return dag.NodeSucceeded, ev, false
 	case err == nil && res.ExitCode == 0:
 		ev.Status = dag.NodeSucceeded
 		return dag.NodeSucceeded, ev, false
@@ -388,7 +406,7 @@ func isUnreachable(err error) bool {
 // trusted, refuses the credentials (or its identity file cannot be
 // used), or its sudo does not run commands as asked (become).
 func isPermanent(err error) bool {
-	for _, p := range []error{errUnreachable, errRefused, errSecret, errFiles, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
+	for _, p := range []error{errUnreachable, errRefused, errSecret, errFiles, errOutputMissing, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
 		hostexec.ErrAuth, hostexec.ErrIdentity, hostexec.ErrBecome} {
 		if errors.Is(err, p) {
 			return true

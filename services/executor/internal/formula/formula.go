@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
+	"github.com/gantry-dev/gantry/pkg/outputs"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
@@ -42,6 +43,10 @@ type Executor struct {
 	// Sources holds the files nodes place as source (--files-dir; none
 	// when nil).
 	Sources Sources
+	// Outputs holds what nodes hand on (gantry_outputs): written once a
+	// node that declares outputs succeeds, read by the nodes that read
+	// them. Nil: no node may declare or read one.
+	Outputs outputs.Store
 	Actor   string
 	PerHost int // nodes running at once per host (default 8)
 	// Slots holds the dispatches' limits across executors; without it,

@@ -5,6 +5,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/bits"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/outputs"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"go.opentelemetry.io/otel/trace"
@@ -26,6 +29,9 @@ type Checker struct {
 	Pub   Publisher
 	// Secrets holds the values of the secrets gates name (none when nil).
 	Secrets Secrets
+	// Outputs holds what nodes hand on (gantry_outputs), for the checks
+	// that read them (nil: none may).
+	Outputs outputs.Store
 	Log     *slog.Logger
 	// Now and Sleep are the clock: time.Now and a timer when nil, a fake
 	// clock in tests. Sleep returns early with ctx's error.
@@ -153,6 +159,7 @@ type gateRun struct {
 	g        *events.GateRequest
 	log      *slog.Logger
 	runner   hostexec.Runner
+	script   string // the check, with the outputs it reads put in
 	env      map[string]string
 	secret   map[string]string
 	rerr     error // the host cannot be reached, or a secret read: the first check fails final
@@ -175,7 +182,45 @@ func (c *Checker) start(g *events.GateRequest) *gateRun {
 			r.rerr = fmt.Errorf("nothing ran: its secrets could not be read: %w", r.rerr)
 		}
 	}
+	r.script = g.Gate.Check
+	if r.rerr == nil {
+		r.rerr = r.fillOutputs()
+	}
 	return r
+}
+
+// outputsWait bounds reading the outputs a check reads.
+const outputsWait = 30 * time.Second
+
+// fillOutputs puts the outputs the check and its env read into them
+// (see outputs.Filler): a secret one is masked in its output.
+func (r *gateRun) fillOutputs() error {
+	reads := dag.HasOutputs(r.script)
+	for _, v := range r.env {
+		reads = reads || dag.HasOutputs(v)
+	}
+	if !reads {
+		return nil
+	}
+	if r.c.Outputs == nil {
+		return errors.New("nothing ran: it reads outputs, and this health-gate keeps none")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outputsWait)
+	defer cancel()
+	if r.secret == nil {
+		r.secret = map[string]string{}
+	}
+	f := &outputs.Filler{Store: r.c.Outputs, Workflow: r.g.Workflow}
+	script, err := f.Script(ctx, r.script)
+	if err == nil {
+		r.env, err = f.Env(ctx, r.env, r.secret)
+	}
+	if err != nil {
+		return fmt.Errorf("nothing ran: %w", err)
+	}
+	f.Secrets(r.env, r.secret)
+	r.script = script
+	return nil
 }
 
 // waitTurn sleeps until the attempt's offset, or not at all when an
@@ -198,7 +243,7 @@ func (r *gateRun) check(ctx context.Context, attempt int) *events.HealthEvent {
 		return ev
 	}
 	left := max(r.deadline.Sub(started), time.Millisecond) // 0 would be no limit
-	res, err := r.runner.Run(ctx, hostexec.Command{Script: r.g.Gate.Check, Env: r.env, Secrets: r.secret, Timeout: left, Become: r.g.Become, BecomeUser: r.g.BecomeUser})
+	res, err := r.runner.Run(ctx, hostexec.Command{Script: r.script, Env: r.env, Secrets: r.secret, Timeout: left, Become: r.g.Become, BecomeUser: r.g.BecomeUser})
 	ev.OutputTail = events.BoundTail(res.Stdout+res.Stderr, events.MaxTailBytes)
 	switch {
 	case err != nil:

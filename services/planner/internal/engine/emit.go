@@ -42,7 +42,7 @@ func (e *Engine) dispatch(ctx context.Context, r *run, i int) {
 		pn, n := &pf.Nodes[j], &spec.Nodes[j]
 		d.Nodes[j] = events.WorkNode{Name: pn.Name, Command: pn.Command, Check: pn.Check, DependsOn: pn.DependsOn,
 			Timeout: n.Timeout, Env: n.Env, Retry: c.NodeRetry(n), SpecHash: pn.SpecHash, AlreadyDone: r.done[pf.ID+"/"+pn.Name],
-			NotRetried: r.notRetried(pf.ID, pn.Name)}
+			NotRetried: r.notRetried(pf.ID, pn.Name), Outputs: n.Outputs}
 		d.Nodes[j].Become, d.Nodes[j].BecomeUser = dag.Becomes(n.Become, n.BecomeUser)
 		if r.plan.Operation != dag.OpDelete { // a delete leaves the files to the node's delete command
 			d.Nodes[j].Files = events.WorkFiles(n.Files)

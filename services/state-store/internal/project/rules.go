@@ -173,6 +173,9 @@ func foldNode(n *events.NodeDoc, ev *consume.Event, e *events.NodeEvent) (*event
 	if e.SpecHash != "" {
 		n.SpecHash = e.SpecHash
 	}
+	if e.Status == dag.NodeSucceeded { // what this run handed on (secret ones by name)
+		n.Outputs, n.SecretOutputs = e.Outputs, e.SecretOutputs
+	}
 	return n, true
 }
 

@@ -1,0 +1,108 @@
+package hostexec
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Outputs files. A durable command with Output gets GANTRY_OUTPUT in its
+// environment: the path of a file made empty for its attempt, beside the
+// attempt's other files (<attempt>.output), where it writes the values it
+// hands on. ReadOutput reads it back once the attempt has ended, however
+// often the attempt was re-attached to.
+
+// outputPrelude makes the attempt's outputs file ($_gd is the path of the
+// attempt's files, in every supervisor) and names it in GANTRY_OUTPUT.
+const outputPrelude = `GANTRY_OUTPUT="$_gd.output"; export GANTRY_OUTPUT; : >"$GANTRY_OUTPUT" || exit 125
+`
+
+// script is what a durable command's supervisor evaluates: its Script,
+// after the making of its outputs file when it has Output.
+func (cmd Command) script() string {
+	if !cmd.Output || cmd.Attempt == "" {
+		return cmd.Script
+	}
+	return outputPrelude + cmd.Script
+}
+
+// ErrNoOutputFile: the attempt's outputs file is not on the host (the
+// attempt did not start with Output, or its files were swept).
+var ErrNoOutputFile = errors.New("the attempt's outputs file is not on the host")
+
+// noOutputExit is the exit status of the read when there is no file.
+const noOutputExit = 3
+
+// ReadOutput reads the outputs file of cmd's attempt (a durable command
+// run with Output, ended) on r's host: at most limit+1 bytes, so that a
+// caller can tell a file over limit. It runs one command as cmd's user
+// (Become), finding the attempt's directory as cmd's supervisor did (from
+// its Env, or its secret HOME or GANTRY_ATTEMPTS). The file travels as
+// hex (od), so its bytes arrive as they are, whatever lines they make.
+func ReadOutput(ctx context.Context, r Runner, cmd Command, limit int) ([]byte, error) {
+	if err := validAttempt(cmd.Attempt); err != nil {
+		return nil, err
+	}
+	read := Command{
+		Script: `_gf=` + attemptsDir + `/` + shellQuote(cmd.Attempt) + `.output; [ -f "$_gf" ] || exit ` + strconv.Itoa(noOutputExit) +
+			`; head -c ` + strconv.Itoa(limit+1) + ` "$_gf" | od -An -v -tx1`,
+		Env: cmd.Env, Become: cmd.Become, BecomeUser: cmd.BecomeUser, Timeout: cmd.Timeout,
+	}
+	for _, k := range []string{"HOME", "GANTRY_ATTEMPTS"} {
+		if v, ok := cmd.Secrets[k]; ok {
+			if read.Secrets == nil {
+				read.Secrets = map[string]string{}
+			}
+			read.Secrets[k] = v
+		}
+	}
+	var (
+		mu  sync.Mutex
+		hx  strings.Builder
+		bad error
+	)
+	read.OnLine = func(s Stream, line string) {
+		if s != Stdout {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		hx.WriteString(strings.Join(strings.Fields(line), ""))
+		if hx.Len() > 2*(limit+1) && bad == nil {
+			bad = fmt.Errorf("the outputs file read back is larger than asked")
+		}
+	}
+	res, err := r.Run(ctx, read)
+	if err != nil {
+		return nil, fmt.Errorf("read the outputs file: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case res.ExitCode == noOutputExit:
+		return nil, ErrNoOutputFile
+	case res.ExitCode != 0:
+		return nil, fmt.Errorf("read the outputs file: exit status %d: %s", res.ExitCode, boundStderr(res.Stderr))
+	case bad != nil:
+		return nil, bad
+	}
+	data, err := hex.DecodeString(hx.String())
+	if err != nil {
+		return nil, fmt.Errorf("read the outputs file: %w", err)
+	}
+	return data, nil
+}
+
+// boundStderr is the end of a command's stderr, at most 200 bytes, for an
+// error.
+func boundStderr(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 200 {
+		s = "…" + strings.ToValidUTF8(s[len(s)-200:], "")
+	}
+	return s
+}

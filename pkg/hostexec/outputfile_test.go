@@ -1,0 +1,78 @@
+package hostexec
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+)
+
+// outputWriter writes values to $GANTRY_OUTPUT, a multi-line one and one
+// that is no text at all, and prints nothing of them.
+func outputWriter(dir, attempt string) Command {
+	return Command{Attempt: attempt, Output: true, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+		Script: `printf 'a=1\nca<<EOF\nline 1\n\nline 3\nEOF\n' >>"$GANTRY_OUTPUT"; printf 'raw=\001\377\n' >>"$GANTRY_OUTPUT"; echo done`}
+}
+
+const wantOutput = "a=1\nca<<EOF\nline 1\n\nline 3\nEOF\nraw=\001\377\n"
+
+// checkOutputRead runs outputWriter on r and reads its file back, whole,
+// cut at a limit, and for an attempt that never ran.
+func checkOutputRead(t *testing.T, r Runner, cmd Command) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := r.Run(ctx, cmd)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("run: %v, exit %d, stderr %q", err, res.ExitCode, res.Stderr)
+	}
+	got, err := ReadOutput(ctx, r, cmd, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != wantOutput {
+		t.Fatalf("read back %q, want %q", got, wantOutput)
+	}
+	if got, err := ReadOutput(ctx, r, cmd, 4); err != nil || string(got) != wantOutput[:5] {
+		t.Fatalf("read back with a limit of 4: %q, %v; want the first 5 bytes", got, err)
+	}
+	other := cmd
+	other.Attempt += "x"
+	if _, err := ReadOutput(ctx, r, other, 1000); !errors.Is(err, ErrNoOutputFile) {
+		t.Fatalf("an attempt that never ran: %v, want ErrNoOutputFile", err)
+	}
+	// A run again of the attempt re-attaches, and finds the file as it was.
+	if res, err := r.Run(ctx, cmd); err != nil || res.ExitCode != 0 {
+		t.Fatalf("re-attach: %v, %d", err, res.ExitCode)
+	}
+	if got, err := ReadOutput(ctx, r, cmd, 1000); err != nil || string(got) != wantOutput {
+		t.Fatalf("after a re-attach: %q, %v", got, err)
+	}
+}
+
+func TestOutputFileOverSSH(t *testing.T) {
+	t.Parallel()
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	r := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "")
+	t.Run("agent", func(t *testing.T) {
+		cmd := outputWriter(t.TempDir(), "w1.1.create.f.n.1.run")
+		if !usesAgent(cmd) {
+			t.Fatal("the command does not run in a host agent")
+		}
+		checkOutputRead(t, r, cmd)
+	})
+	t.Run("session", func(t *testing.T) {
+		cmd := outputWriter(t.TempDir(), "w1.1.create.f.n.2.run")
+		cmd.Secrets = map[string]string{"GANTRY_ATTEMPTS": cmd.Env["GANTRY_ATTEMPTS"]}
+		delete(cmd.Env, "GANTRY_ATTEMPTS")
+		if usesAgent(cmd) {
+			t.Fatal("the command runs in a host agent")
+		}
+		checkOutputRead(t, r, cmd)
+	})
+}
+
+func TestOutputFileLocal(t *testing.T) {
+	t.Parallel()
+	checkOutputRead(t, Local{}, outputWriter(t.TempDir(), "w1.1.create.f.n.1.run"))
+}

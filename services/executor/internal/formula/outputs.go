@@ -1,0 +1,101 @@
+package formula
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/outputs"
+)
+
+// Outputs. A node that declares outputs gets $GANTRY_OUTPUT for its run
+// (create); once the run succeeded, its file is read back from the host,
+// parsed and stored in gantry_outputs before the success is recorded, so
+// every node that sees it succeeded finds them. A node whose scripts or
+// env read outputs gets them put in when each script starts (the planner
+// rendered each read as a marker): a secret one as an environment
+// variable the command's output masks.
+
+// errOutputMissing: an output a node reads is not stored. Retrying at
+// once would not help; the node fails and names it.
+var errOutputMissing = errors.New("nothing ran: an output it reads is missing")
+
+// outputsWait bounds reading and storing outputs.
+const outputsWait = 30 * time.Second
+
+// fillOutputs puts the outputs script and env read into them; a secret
+// one goes to secret (made when nil).
+func (sh *shell) fillOutputs(script string, env, secret map[string]string) (string, map[string]string, map[string]string, error) {
+	if !dag.HasOutputs(script) && !readsOutputs(env) {
+		return script, env, secret, nil
+	}
+	if sh.nr.x.Outputs == nil {
+		return "", nil, nil, fmt.Errorf("%w: this executor keeps no outputs", errOutputMissing)
+	}
+	ctx, cancel := context.WithTimeout(sh.nr.stop, outputsWait)
+	defer cancel()
+	if secret == nil {
+		secret = map[string]string{}
+	}
+	f := &outputs.Filler{Store: sh.nr.x.Outputs, Workflow: sh.nr.d.Workflow}
+	filled, err := f.Script(ctx, script)
+	if err == nil {
+		env, err = f.Env(ctx, env, secret)
+	}
+	switch {
+	case errors.Is(err, outputs.ErrMissing):
+		return "", nil, nil, fmt.Errorf("%w: %w", errOutputMissing, err)
+	case err != nil:
+		return "", nil, nil, fmt.Errorf("nothing ran: %w", err)
+	}
+	f.Secrets(env, secret)
+	return filled, env, secret, nil
+}
+
+func readsOutputs(env map[string]string) bool {
+	for _, v := range env {
+		if dag.HasOutputs(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepOutputs reads back, parses and stores what the node's succeeded run
+// wrote to $GANTRY_OUTPUT, and puts it on the node's event: the values
+// but the secret ones, which are masked in its output tails.
+func (sh *shell) keepOutputs() error {
+	nr := sh.nr
+	if nr.x.Outputs == nil {
+		return errors.New("outputs: this executor keeps no outputs")
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(nr.stop), outputsWait)
+	defer cancel()
+	data, err := hostexec.ReadOutput(ctx, nr.runner, sh.cmd, outputs.MaxFileBytes)
+	if err != nil {
+		return fmt.Errorf("outputs: %w", err)
+	}
+	values, err := outputs.Parse(data, nr.n.Outputs)
+	if err != nil {
+		return fmt.Errorf("outputs: %w", err)
+	}
+	rec := outputs.Record(values, nr.n.Outputs, nr.d.Ref, sh.attempt, nr.n.SpecHash)
+	if err := outputs.Save(ctx, nr.x.Outputs, events.OutputKey(nr.d.Workflow, nr.d.Formula, nr.n.Name), rec); err != nil {
+		return fmt.Errorf("outputs: %w", err)
+	}
+	ev := sh.ev
+	ev.Outputs, ev.SecretOutputs = outputs.Public(rec)
+	for _, k := range ev.SecretOutputs {
+		if v := values[k]; v != "" {
+			ev.StdoutTail = strings.ReplaceAll(ev.StdoutTail, v, "***")
+			ev.StderrTail = strings.ReplaceAll(ev.StderrTail, v, "***")
+		}
+	}
+	nr.log.Info("outputs stored", "outputs", len(values), "secret", len(ev.SecretOutputs))
+	return nil
+}
