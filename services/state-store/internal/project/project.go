@@ -947,6 +947,6 @@ func (p *Projector) health(ctx context.Context, ev *consume.Event, h *events.Hea
 	if !ok || err != nil {
 		return err
 	}
-	f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error}
+	f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error, ExitCode: h.ExitCode}
 	return p.put(ctx, FormulaDocKey(h.WorkflowID, h.Formula), f, rev)
 }
