@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/summary"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -74,7 +75,12 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status WORKFLOW_ID",
 		Short: "Show a workflow's formulas and nodes",
-		Long:  "status prints a workflow's state from the state-store. -o json prints the workflow document; its top-level \"status\" is the workflow's state.",
+		Long: `status prints a workflow's state from the state-store: its nodes counted
+by state as gantry watch counts them ("9/9 nodes done, 0 running, 1
+failed"), a row per formula and node, each failed health gate's last check
+(its exit status and the last lines it printed), and what failed. -o json
+prints the workflow document, its top-level "status" the workflow's state,
+with that count and the failures under "summary".`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "table" && output != "json" {
@@ -90,7 +96,7 @@ func newStatusCmd() *cobra.Command {
 				return stateErr(err)
 			}
 			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), doc)
+				return printJSON(cmd.OutOrStdout(), statusDoc{WorkflowDoc: &doc, Summary: summary.FromDoc(&doc)})
 			}
 			return statusTable(cmd.OutOrStdout(), &doc)
 		},
@@ -118,6 +124,8 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 	for _, r := range d.Requests {
 		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.String()))
 	}
+	sum := summary.FromDoc(d)
+	fmt.Fprintf(w, "  %s\n", termsafe.Line(sum.String()))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FORMULA\tHOST\tNODE\tSTATUS\tATTEMPTS\tEXIT\tDETAIL")
 	ids := make([]string, 0, len(d.Formulas))
@@ -134,7 +142,7 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			detail = blockerText(f.Status, f.Blocker)
 		}
 		if f.Health != nil {
-			detail = strings.TrimSpace(detail + " health " + string(f.Health.Status) + " after " + strconv.Itoa(f.Health.Attempts))
+			detail = strings.TrimSpace(detail + " " + healthText(f.Health))
 		}
 		row(tw, id, f.Host, "", string(f.Status), "", "", detail)
 		names := make([]string, 0, len(f.Nodes))
@@ -164,7 +172,59 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			row(tw, "", "", n, string(nd.Status), strconv.Itoa(nd.Attempts), exit, detail)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printGates(w, d, ids)
+	if line := sum.FailedLine(d.WorkflowID); line != "" {
+		fmt.Fprintln(w, termsafe.Cell(line)) // a tab in an error shown escaped, as in the table
+	}
+	return nil
+}
+
+// statusDoc is what status -o json prints: the workflow document, and
+// its summary.
+type statusDoc struct {
+	*events.WorkflowDoc
+	Summary summary.Summary `json:"summary"`
+}
+
+// healthText is a formula's health gate as its row says it.
+func healthText(h *events.HealthDoc) string {
+	exit := ""
+	if h.ExitCode != nil && h.Status == events.HealthFail {
+		exit = fmt.Sprintf(" (exit %d)", *h.ExitCode)
+	}
+	switch {
+	case h.Status == events.HealthFail && h.Final:
+		return h.GateFailure() + exit
+	case h.Status == events.HealthFail:
+		return fmt.Sprintf("health check %d failed%s", h.Attempts, exit)
+	}
+	return fmt.Sprintf("health %s after %d", h.Status, h.Attempts)
+}
+
+// printGates prints the last lines the last check of each failing health
+// gate printed, indented under a line naming it.
+func printGates(w io.Writer, d *events.WorkflowDoc, ids []string) {
+	for _, id := range ids {
+		h := d.Formulas[id].Health
+		if h == nil || h.Status != events.HealthFail {
+			continue
+		}
+		lines := events.LastLines(h.Output, gateLines)
+		if len(lines) == 0 {
+			continue
+		}
+		what := fmt.Sprintf("health gate of %s on %s, check %d", id, d.Formulas[id].Host, h.Attempts)
+		if h.ExitCode != nil {
+			what += fmt.Sprintf(" (exit %d)", *h.ExitCode)
+		}
+		fmt.Fprintln(w, termsafe.Line(what)+":")
+		for _, l := range lines {
+			fmt.Fprintln(w, "    "+termsafe.Line(l))
+		}
+	}
 }
 
 func startOf(f *events.FormulaDoc) time.Time {

@@ -114,7 +114,9 @@ func (s Summary) FailedLine(workflowID string) string {
 }
 
 // Tally folds a workflow's events (and, to start from, its state-store
-// document) into a Summary. It is not safe for concurrent use.
+// document) into a Summary, keeping its counts as it goes: each event
+// costs the same however large the workflow. It is not safe for
+// concurrent use.
 type Tally struct {
 	total    int
 	gen      int
@@ -122,6 +124,13 @@ type Tally struct {
 	formulas map[string]*formula // formula id
 	seq      int                 // orders failures
 	seen     map[string]bool     // ids of the events taken in
+	counts   Summary             // the node counts (Done, Running, ...)
+	runs     map[int]*Count      // the nodes whose last transition is of each run
+	// failed are the nodes failed now; failedIn counts them by formula;
+	// failedFormulas are the formulas failed or unhealthy now.
+	failed         map[*node]bool
+	failedIn       map[string]int
+	failedFormulas map[*formula]bool
 }
 
 type node struct {
@@ -129,6 +138,15 @@ type node struct {
 	mark                dag.NodeMark
 	why                 string
 	at                  int // when it last changed
+}
+
+// state is the node's state as counted: a failed attempt that another
+// follows is running.
+func (n *node) state() dag.NodeState {
+	if n.mark.WillRetry {
+		return dag.NodeRunning
+	}
+	return n.mark.State
 }
 
 type formula struct {
@@ -191,6 +209,14 @@ func (t *Tally) formula(id, host string, next dag.FormulaMark, why string) {
 	case dag.Ahead:
 		t.seq++
 		f.mark, f.why, f.at = next, why, t.seq
+		if t.failedFormulas == nil {
+			t.failedFormulas = map[*formula]bool{}
+		}
+		if st := next.State; st == dag.FormulaFailed || st == dag.FormulaUnhealthy {
+			t.failedFormulas[f] = true
+		} else {
+			delete(t.failedFormulas, f)
+		}
 	case dag.Same:
 		if f.why == "" {
 			f.why = why
@@ -210,8 +236,41 @@ func (t *Tally) node(formula, name, host string, next dag.NodeMark, why string) 
 		t.nodes[k] = n
 	}
 	if dag.CompareNode(n.mark, next).Moves() {
+		t.count(n, -1)
 		t.seq++
 		n.mark, n.why, n.at = next, why, t.seq
+		t.count(n, 1)
+	}
+}
+
+// count adds a node's last transition to the counts (by -1: takes it
+// out).
+func (t *Tally) count(n *node, by int) {
+	if n.mark.State == "" {
+		return
+	}
+	st := n.state()
+	t.counts.add(st, by)
+	if t.runs == nil {
+		t.runs = map[int]*Count{}
+		t.failed, t.failedIn = map[*node]bool{}, map[string]int{}
+	}
+	r := t.runs[n.mark.Generation]
+	if r == nil {
+		r = &Count{}
+		t.runs[n.mark.Generation] = r
+	}
+	r.Nodes += by
+	if st.Terminal() {
+		r.Done += by
+	}
+	if st == dag.NodeFailed {
+		t.failedIn[n.formula] += by
+		if by > 0 {
+			t.failed[n] = true
+		} else {
+			delete(t.failed, n)
+		}
 	}
 }
 
@@ -244,37 +303,26 @@ func FromDoc(d *events.WorkflowDoc) Summary {
 
 // Summary is what the events taken in say.
 func (t *Tally) Summary() Summary {
-	s := Summary{Total: t.total, Generation: max(t.gen, 1)}
-	var run Count
-	failedNode := map[string]bool{} // formulas with a failed node
+	s := t.counts
+	s.Total, s.Generation = t.total, max(t.gen, 1)
+	if r := t.runs[t.gen]; t.gen > 1 {
+		s.Run = &Count{}
+		if r != nil {
+			*s.Run = *r
+		}
+	}
 	type at struct {
 		f   Failure
 		seq int
 	}
 	var fails []at
-	for _, n := range t.nodes {
-		st := n.mark.State
-		if n.mark.WillRetry {
-			st = dag.NodeRunning // failed, but the node is still at work
-		}
-		s.count(st)
-		if t.gen > 1 && n.mark.Generation == t.gen {
-			run.Nodes++
-			if st.Terminal() {
-				run.Done++
-			}
-		}
-		if st == dag.NodeFailed {
-			failedNode[n.formula] = true
-			fails = append(fails, at{Failure{Formula: n.formula, Node: n.name, Host: n.host, Why: n.why}, n.at})
-		}
+	for n := range t.failed {
+		fails = append(fails, at{Failure{Formula: n.formula, Node: n.name, Host: n.host, Why: n.why}, n.at})
 	}
-	for _, f := range t.formulas {
-		switch f.mark.State {
-		case dag.FormulaFailed, dag.FormulaUnhealthy:
-			if f.mark.State == dag.FormulaUnhealthy || !failedNode[f.id] {
-				fails = append(fails, at{Failure{Formula: f.id, Host: f.host, Why: f.why}, f.at})
-			}
+	for f := range t.failedFormulas {
+		// a formula failed by its failed nodes is said by them
+		if f.mark.State == dag.FormulaUnhealthy || t.failedIn[f.id] == 0 {
+			fails = append(fails, at{Failure{Formula: f.id, Host: f.host, Why: f.why}, f.at})
 		}
 	}
 	sort.Slice(fails, func(i, j int) bool {
@@ -287,30 +335,28 @@ func (t *Tally) Summary() Summary {
 		s.Failures = append(s.Failures, f.f)
 	}
 	s.Failed = len(s.Failures)
-	if t.gen > 1 {
-		s.Run = &run
-	}
 	return s
 }
 
-func (s *Summary) count(st dag.NodeState) {
+// add counts a node in state st (by -1: takes it out).
+func (s *Summary) add(st dag.NodeState, by int) {
 	switch st {
 	case dag.NodeRunning:
-		s.Running++
+		s.Running += by
 		return
 	case dag.NodeSucceeded:
-		s.Succeeded++
+		s.Succeeded += by
 	case dag.NodeSkipped:
-		s.Skipped++
+		s.Skipped += by
 	case dag.NodeBlocked:
-		s.Blocked++
+		s.Blocked += by
 	case dag.NodeCancelled:
-		s.Cancelled++
+		s.Cancelled += by
 	case dag.NodeFailed:
 	default:
 		return // pending
 	}
-	s.Done++
+	s.Done += by
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -200,6 +200,10 @@ func TestStreamSnapshotThenPatches(t *testing.T) {
 	if ev != "node" || !strings.Contains(data, `"name":"b"`) || !strings.Contains(data, `"status":"running"`) {
 		t.Errorf("live node: %s %s", ev, data)
 	}
+	// the header follows with the summary that counts it
+	if ev, data = s.next(t); ev != "workflow" || !strings.Contains(data, `"running":1`) || !strings.Contains(data, `"succeeded":1`) {
+		t.Errorf("summary after the live node: %s %s", ev, data)
+	}
 	src.live <- webview.Item{Line: &events.LogLine{Ref: ref("base", "h1", "b"), Attempt: 1, Stream: events.Stderr, Seq: 1, Line: "<script>alert(1)</script>"}}
 	ev, data = s.next(t)
 	if ev != "line" || strings.Contains(data, "<script>") || !strings.Contains(data, `\u003cscript\u003e`) {
