@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -338,6 +339,11 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *
 	r.rec.CancelledBy, r.rec.CancelledAt, r.rec.Expired = nil, nil, ""
 	r.rec.setDeadline(e.now()) // a retry has the whole timeout again
 	r.snap.Deadlines, r.snap.Expired = nil, nil
+	for id := range r.snap.Failures { // a failure a retry carries stays, with why
+		if !slices.Contains(r.rec.Carried, id) {
+			delete(r.snap.Failures, id)
+		}
+	}
 	delete(e.cancelling, r.rec.ID)
 	r.snap.Status = dag.WorkflowRunning
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)

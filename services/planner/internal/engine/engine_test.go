@@ -96,7 +96,7 @@ func TestRunTransitions(t *testing.T) {
 		"an unhealthy gate blocks dependents": {
 			{do: submit(gated)},
 			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"a gating", "gate a"}},
-			{do: health("a", false), want: []string{"a unhealthy", "b/y blocked", "b blocked (a)", "workflow failed: formula a failed"}, status: dag.WorkflowFailed},
+			{do: health("a", false), want: []string{"a unhealthy", "b/y blocked", "b blocked (a)", "workflow failed: formula a: health gate failed after 3 checks: pg_isready: no response"}, status: dag.WorkflowFailed},
 		},
 		"a health verdict without a gate running is ignored": {
 			{do: submit(gated)},
