@@ -176,7 +176,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		}
 		if w.Status == dag.WorkflowCancelled || w.Cancelling {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
-			x.Cancelled(w.WorkflowID, w.Generation)
+			by := ""
+			if w.RequestedBy != nil {
+				by = w.RequestedBy.Display()
+			}
+			x.Cancelled(w.WorkflowID, w.Generation, by)
 		}
 		if len(w.Stopping) > 0 {
 			log.Info("formulas past their timeout: killing their nodes here", "workflow_id", w.WorkflowID, "formulas", w.Stopping)

@@ -84,6 +84,17 @@ type tracked struct {
 // errDeadline is why a formula is stopped when its timeout has passed.
 var errDeadline = errors.New("the formula's timeout passed")
 
+// cancelRequest is why a formula is stopped when its workflow was
+// cancelled, by whom (the requester's name as the cancel event gives it).
+type cancelRequest struct{ by string }
+
+func (c *cancelRequest) Error() string {
+	if c.by == "" {
+		return "cancelled by request"
+	}
+	return "cancelled by " + c.by
+}
+
 // cancelMemory is how long a cancel seen on the bus is remembered: the
 // run snapshot says so long before.
 const cancelMemory = 10 * time.Minute
@@ -95,11 +106,15 @@ const cancelMemory = 10 * time.Minute
 type Record = events.NodeRecord
 
 // CancelWorkflow kills every node of the workflow running here.
-func (x *Executor) CancelWorkflow(id string) {
+func (x *Executor) CancelWorkflow(id string) { x.cancelWorkflow(id, "") }
+
+// cancelWorkflow kills every node of the workflow running here, cancelled
+// by by ("": a request, of whom is not known).
+func (x *Executor) cancelWorkflow(id, by string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for c := range x.running[id] {
-		c.kill(nil)
+		c.kill(&cancelRequest{by: by})
 	}
 }
 
@@ -139,9 +154,10 @@ func (x *Executor) seenExpired(d *events.Dispatch) bool {
 }
 
 // Cancelled kills every node of generation gen (or an earlier one) of the
-// workflow running here, and remembers the cancel for the dispatches of
-// that generation that arrive next.
-func (x *Executor) Cancelled(id string, gen int) {
+// workflow running here, cancelled by by (the requester's name, "" when
+// not known), and remembers the cancel for the dispatches of that
+// generation that arrive next.
+func (x *Executor) Cancelled(id string, gen int, by string) {
 	x.mu.Lock()
 	now := time.Now()
 	if x.cancelled == nil {
@@ -156,7 +172,7 @@ func (x *Executor) Cancelled(id string, gen int) {
 		x.cancelled[id] = cancelSeen{generation: gen, at: now}
 	}
 	x.mu.Unlock()
-	x.CancelWorkflow(id)
+	x.cancelWorkflow(id, by)
 }
 
 // seenCancelled says whether a cancel of the dispatch's generation (or a
@@ -473,9 +489,23 @@ func (f *formulaRun) cancelReason(failed []string) string {
 		return "not started: " + f.deadline()
 	}
 	if f.stop.Err() != nil {
-		return "cancelled"
+		return f.cancelWhy() + ": not started"
 	}
 	return "on_failure " + string(f.d.OnFailure) + ": " + strings.Join(failed, ", ") + " failed"
+}
+
+// cancelWhy says what stopped the formula: "cancelled by operator" (a
+// cancel, by whom when the cancel event said), "cancelled: formula f's
+// timeout of 3s passed".
+func (f *formulaRun) cancelWhy() string {
+	if f.pastDeadline() {
+		return "cancelled: " + f.deadline()
+	}
+	var c *cancelRequest
+	if f.stop != nil && errors.As(context.Cause(f.stop), &c) {
+		return c.Error()
+	}
+	return "cancelled by request"
 }
 
 // pastDeadline says the formula is stopped because its timeout passed.
