@@ -81,7 +81,7 @@ failed"), a row per formula and node, each failed health gate's last check
 (its exit status and the last lines it printed), and what failed. -o json
 prints the workflow document, its top-level "status" the workflow's state,
 with that count and the failures under "summary".`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "table" && output != "json" {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("unknown -o %q: use table or json", output)}
