@@ -86,8 +86,9 @@ func CheckCounts(maxFormulas, perHost int) error {
 func status(x *formula.Executor, cfg Config, zone string, storage *events.Storage) func() any {
 	return func() any {
 		formulas, nodes, total := x.Status()
+		held, nHeld := x.Held()
 		return events.ExecutorStatus{Instance: cfg.Instance, Zone: zone, MaxFormulas: cfg.MaxFormulas,
-			RunningFormulas: formulas, RunningNodes: total, Nodes: nodes, Storage: storage.Status()}
+			RunningFormulas: formulas, RunningNodes: total, Nodes: nodes, HeldFormulas: nHeld, Held: held, Storage: storage.Status()}
 	}
 }
 
@@ -160,7 +161,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	defer x.Slots.GiveBackLingering()
 	// A cancelled (or cancelling) workflow's running nodes are killed
-	// here, and those of its formulas whose timeout passed.
+	// here, and those of its formulas whose timeout passed; a resumed
+	// workflow's formulas held by its pause go on.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
 		env, err := events.Parse(m.Data)
 		if err != nil || env.Type.Family() != events.FamilyWorkflow {
@@ -173,6 +175,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		var w events.WorkflowEvent
 		if events.DecodeData(env, &w) != nil {
 			return
+		}
+		if w.Status != dag.WorkflowPaused {
+			x.Resumed(w.WorkflowID) // its formulas held by a pause read their run state again
 		}
 		if w.Status == dag.WorkflowCancelled || w.Cancelling {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)

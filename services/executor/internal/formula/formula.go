@@ -67,6 +67,10 @@ type Executor struct {
 	// their timeout passed (WorkflowEvent.Stopping), by workflow id and
 	// formula, for the same reason.
 	expired map[string]cancelSeen
+	// resumes wake the formulas a pause holds, by workflow id (Resumed);
+	// held are those formulas, for the status.
+	resumes map[string]map[chan struct{}]struct{}
+	held    map[*formulaRun]events.HeldFormula
 }
 
 type cancelSeen struct {
@@ -413,6 +417,7 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 	// back once: whatever is released leaves spare.
 	var spare []*slots.Lease
 	defer func() { f.releaseAll(spare) }()
+	defer f.x.unhold(f) // no longer held by a pause, whatever ended it
 	f.unstarted.Store(int32(len(f.pf.Nodes)))
 	failed, held := f.holdNodes(ctx, states)
 	if f.err != nil {
@@ -427,6 +432,29 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 		for _, j := range step.Cancelled {
 			states[j] = dag.NodeCancelled
 			f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: f.cancelReason(failed)}, 0)
+		}
+		if startsAny(step.Start, held) {
+			if p, ok := f.paused(ctx); ok {
+				// Paused: nothing new starts; what runs finishes (its
+				// result taken, its slots given back) until it goes on.
+				f.releaseAll(spare)
+				spare = nil
+				f.x.hold(f, time.Now().UTC())
+				outcome, r := f.waitPaused(p, results)
+				p.done()
+				switch outcome {
+				case pauseStopping:
+					f.fail(fmt.Errorf("%w: the workflow is paused", ErrStopping))
+				case pauseResult:
+					running--
+					spare, failed = f.took(r, states, spare, failed)
+				}
+				if f.unrecorded() {
+					return f.drain(results, states, running, &spare), failed
+				}
+				continue
+			}
+			f.x.unhold(f)
 		}
 		again := false
 		for _, j := range step.Start {
@@ -455,27 +483,51 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 		}
 		r := <-results
 		running--
-		states[r.index] = r.state
-		if r.kept != nil {
-			spare = append(spare, r.kept)
-		}
+		spare, failed = f.took(r, states, spare, failed)
 		if f.unrecorded() {
-			// An outcome could not be recorded: the dispatch is delivered
-			// again and decided from the records. Nothing more starts here,
-			// and no node is blocked or cancelled for it.
-			for ; running > 0; running-- {
-				r := <-results
-				states[r.index] = r.state
-				if r.kept != nil {
-					spare = append(spare, r.kept)
-				}
-			}
-			return states, failed // spare is given back on return
-		}
-		if r.state == dag.NodeFailed {
-			failed = append(failed, f.pf.Nodes[r.index].Name)
+			return f.drain(results, states, running, &spare), failed
 		}
 	}
+}
+
+// took takes a node's result in: its state, the lease it kept (for the
+// next node), and its name among the failed when it failed (unless its
+// outcome went unrecorded).
+func (f *formulaRun) took(r nodeResult, states []dag.NodeState, spare []*slots.Lease, failed []string) ([]*slots.Lease, []string) {
+	states[r.index] = r.state
+	if r.kept != nil {
+		spare = append(spare, r.kept)
+	}
+	if r.state == dag.NodeFailed && !f.unrecorded() {
+		failed = append(failed, f.pf.Nodes[r.index].Name)
+	}
+	return spare, failed
+}
+
+// drain waits for the running nodes of a formula whose outcome could not
+// be recorded: the dispatch is delivered again and decided from the
+// records. Nothing more starts here, and no node is blocked or cancelled
+// for it. Their leases join spare, given back on return.
+func (f *formulaRun) drain(results <-chan nodeResult, states []dag.NodeState, running int, spare *[]*slots.Lease) []dag.NodeState {
+	for ; running > 0; running-- {
+		r := <-results
+		states[r.index] = r.state
+		if r.kept != nil {
+			*spare = append(*spare, r.kept)
+		}
+	}
+	return states
+}
+
+// startsAny says whether a step starts a node (one a retry holds does
+// not start).
+func startsAny(start []int, held map[int]bool) bool {
+	for _, j := range start {
+		if !held[j] {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *formulaRun) unrecorded() bool {

@@ -128,9 +128,9 @@ func TestRunTransitions(t *testing.T) {
 		},
 		"pause holds new work, resume releases it as a new transition": {
 			{do: submit(chain)},
-			{do: control(events.VerbPause), want: []string{"workflow paused: paused by request"}, status: dag.WorkflowPaused},
+			{do: control(events.VerbPause), want: []string{"workflow paused: " + PausedReason}, status: dag.WorkflowPaused},
 			{do: formula("a", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowPaused},
-			{do: control(events.VerbResume), want: []string{"workflow running: resumed", "b ready", "dispatch b create g1"}, status: dag.WorkflowRunning},
+			{do: control(events.VerbResume), want: []string{"workflow running: resumed: nodes start again", "b ready", "dispatch b create g1"}, status: dag.WorkflowRunning},
 			{do: control(events.VerbResume), err: ErrConflict, status: dag.WorkflowRunning},
 			{do: formula("b", 1, dag.FormulaSucceeded), want: []string{"workflow succeeded"}, status: dag.WorkflowSucceeded},
 		},

@@ -272,3 +272,25 @@ func TestFailedReasonNamesEveryFailure(t *testing.T) {
 		}
 	}
 }
+
+// A pause is in the run state the executors read before they start a
+// node (so a running formula's next node waits), saved before the pause
+// is answered; the resume takes it out.
+func TestPauseIsInTheRunState(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	runStatus := func() dag.WorkflowState {
+		snap, _, err := h.runs.Get(context.Background(), h.id)
+		must(t, err)
+		return snap.Status
+	}
+	must(t, h.control(events.VerbPause))
+	if st := runStatus(); st != dag.WorkflowPaused {
+		t.Fatalf("run state after the pause: %s, want paused", st)
+	}
+	must(t, h.control(events.VerbResume))
+	if st := runStatus(); st != dag.WorkflowRunning {
+		t.Fatalf("run state after the resume: %s, want running", st)
+	}
+}
