@@ -25,7 +25,7 @@ func TestPauseHoldsTheNextNode(t *testing.T) {
 		t.Fatal("s1 never started")
 	}
 	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowPaused}) // as the planner saves a pause
-	close(h.host.release)                                                          // s1 ends
+	close(h.host.release)                                                           // s1 ends
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if slices.Contains(h.host.scripts(), "s2") {
