@@ -26,12 +26,14 @@ func newLogsCmd() *cobra.Command {
 	var follow bool
 	var output string
 	cmd := &cobra.Command{
-		Use:   "logs WORKFLOW_ID [FORMULA/NODE | HOST]",
+		Use:   "logs WORKFLOW_ID [FORMULA/NODE | FORMULA/gate | HOST]",
 		Short: "Print the output lines of a workflow's nodes",
 		Long: `logs prints the output lines of a workflow's nodes (of one node, with
 FORMULA/NODE), in the order they were published, each after its time, host,
 formula/node (#n for an attempt after the first) and stream (stdout or
-stderr); with HOST, the lines of every node on that host (its name as the
+stderr); with FORMULA/gate, what the formula's health gate checks printed
+(each check as an attempt, its output lines, then its result: "fail: exit
+2"), which every node's and a host's lines include too; with HOST, the lines of every node on that host (its name as the
 composition gives it: 10.0.0.5, web-1.example.com), with control characters shown escaped (\x1b; \u009b for a C1
 control, \xff for a byte that is not UTF-8): a host's output cannot drive
 the terminal (-o json has them as JSON escapes). It prints
@@ -113,8 +115,8 @@ func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, fol
 	if s.host != "" {
 		return s.checkHost(stderr, id, doc, follow)
 	}
-	if f, ok := doc.Formulas[s.formula]; ok && f.Nodes[s.node] != nil {
-		return nil
+	if f, ok := doc.Formulas[s.formula]; ok && (f.Nodes[s.node] != nil || s.node == GateNode) {
+		return nil // FORMULA/gate: its health gate's checks
 	}
 	var known []string
 	for fid, f := range doc.Formulas {
@@ -230,6 +232,19 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
 	}
 	defer msgs.Stop()
+	gates, err := openGateFeed(ctx, js, q)
+	if err != nil {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
+	}
+	out := cmd.OutOrStdout()
+	// done prints the gates' lines not printed yet: logs has read all
+	// there is.
+	done := func() error {
+		if err := gates.fetch(); err != nil {
+			return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
+		}
+		return gates.print(out, time.Time{}, q.json)
+	}
 	ended := make(chan struct{})
 	if q.follow {
 		if err := awaitEnd(ctx, js, q, ended); err != nil {
@@ -238,7 +253,7 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 	} else {
 		close(ended)
 		if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-			return nil // nothing at all
+			return done() // no node's line at all
 		}
 	}
 	isEnded := func() bool {
@@ -249,16 +264,23 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 			return false
 		}
 	}
-	out := cmd.OutOrStdout()
 	var lastConsumerSeq uint64
 	for {
+		if q.follow && gates.due() {
+			if err := gates.fetch(); err != nil {
+				return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
+			}
+		}
 		m, err := msgs.Next(jetstream.NextMaxWait(logsPoll))
 		switch {
 		case ctx.Err() != nil:
 			return &exitError{code: ExitInterrupted, err: errors.New("logs interrupted")}
 		case errors.Is(err, nats.ErrTimeout):
 			if isEnded() && caughtUp(ctx, cons, lastConsumerSeq) {
-				return nil
+				return done()
+			}
+			if err := gates.print(out, time.Now(), q.json); err != nil {
+				return err
 			}
 			continue
 		case err != nil:
@@ -270,12 +292,15 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 		}
 		lastConsumerSeq = meta.Sequence.Consumer
 		if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && events.Admit(m.Subject(), env) == nil && ll.WorkflowID == q.id && q.sel.match(ll) {
+			if err := gates.print(out, env.Time, q.json); err != nil { // the gates' lines before it
+				return err
+			}
 			if err := printLogLine(out, env, ll, q.json); err != nil {
 				return err
 			}
 		}
 		if meta.NumPending == 0 && isEnded() {
-			return nil
+			return done()
 		}
 	}
 }

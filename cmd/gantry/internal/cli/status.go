@@ -142,7 +142,12 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 			detail = blockerText(f.Status, f.Blocker)
 		}
 		if f.Health != nil {
-			detail = strings.TrimSpace(detail + " " + healthText(f.Health))
+			// the gate's failure is the formula's error too: said once
+			if ht := healthText(f.Health); strings.Contains(ht, detail) {
+				detail = ht
+			} else {
+				detail += " " + ht
+			}
 		}
 		row(tw, id, f.Host, "", string(f.Status), "", "", detail)
 		names := make([]string, 0, len(f.Nodes))
