@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,11 +41,14 @@ func stateErr(err error) error {
 // printJSON prints v as indented JSON, safe on a terminal (see
 // termsafe.JSON).
 func printJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // a command's &&, < and > as they are
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
+	_, err := fmt.Fprintf(w, "%s\n", termsafe.JSON(bytes.TrimRight(b.Bytes(), "\n")))
 	return err
 }
 
