@@ -120,13 +120,13 @@ func statusTable(w io.Writer, d *events.WorkflowDoc) error {
 		fmt.Fprintf(w, "  %s\n", termsafe.Lines(d.Error, "    "))
 	}
 	if d.SubmittedBy != nil {
-		fmt.Fprintf(w, "  submitted by %s\n", termsafe.Line(d.SubmittedBy.String()))
+		fmt.Fprintf(w, "  submitted by %s\n", termsafe.Line(d.SubmittedBy.Display())) // -o json keeps the key
 	}
 	if len(d.Vars) > 0 {
 		fmt.Fprintf(w, "  vars (--var, --var-file): %s\n", termsafe.Line(varsText(d.Vars)))
 	}
 	for _, r := range d.Requests {
-		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.String()))
+		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.Display()))
 	}
 	sum := summary.FromDoc(d)
 	fmt.Fprintf(w, "  %s\n", termsafe.Line(sum.String()))

@@ -36,7 +36,7 @@ type Header struct {
 	Generation  int        `json:"generation"`
 	Reason      string     `json:"reason,omitempty"`
 	Cancelling  bool       `json:"cancelling,omitempty"`
-	SubmittedBy string     `json:"submitted_by,omitempty"`
+	SubmittedBy string     `json:"submitted_by,omitempty"` // its name (events.Principal.Display)
 	CreatedAt   *time.Time `json:"created_at,omitempty"`
 	EndedAt     *time.Time `json:"ended_at,omitempty"`
 	// Graph says the formulas and their dependencies are the plan's
@@ -224,7 +224,7 @@ func (m *Model) Seed(d *Doc) {
 	created := d.CreatedAt
 	m.h.CreatedAt, m.h.EndedAt = &created, d.EndedAt
 	if d.SubmittedBy != nil {
-		m.h.SubmittedBy = d.SubmittedBy.String()
+		m.h.SubmittedBy = d.SubmittedBy.Display()
 	}
 	ids := make([]string, 0, len(d.Formulas))
 	for id := range d.Formulas {
@@ -417,7 +417,7 @@ func (m *Model) applyWorkflow(env *events.Envelope, e *events.WorkflowEvent) Pat
 			h.CreatedAt = &t
 		}
 		if e.RequestedBy != nil {
-			h.SubmittedBy = e.RequestedBy.String()
+			h.SubmittedBy = e.RequestedBy.Display()
 		}
 	}
 	h.EndedAt = nil

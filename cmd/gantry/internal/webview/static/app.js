@@ -115,11 +115,13 @@ function shortKeys(s) {
   return s.replace(/\b([UA][A-Z2-7]{55})\b/g, (k) => k.slice(0, 8) + "…");
 }
 
+// who is a requester by name (operator, a creds file's user); only one
+// without a name shows by its key, shortened.
 function who(p) {
   if (!p) return "–";
   if (!p.attested) return "unattested";
-  const user = p.user ? p.user.slice(0, 8) + "…" : "?";
-  return (p.name ? p.name + " (" + user + ")" : user) + " · " + p.account;
+  if (p.name) return p.name;
+  return (p.user ? p.user.slice(0, 8) + "…" : "?") + " · " + p.account;
 }
 
 // ---------- one workflow ----------
