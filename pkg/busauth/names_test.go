@@ -31,8 +31,10 @@ func TestNamesFile(t *testing.T) {
 		t.Fatalf("names %v", names)
 	}
 	b, _ := os.ReadFile(path)
-	if strings.Contains(string(b), "SU") { // a seed starts SU
-		t.Fatalf("the names file holds a seed:\n%s", b)
+	for _, id := range Identities() {
+		if seed, _ := os.ReadFile(k.SeedFile(id)); strings.Contains(string(b), strings.TrimSpace(string(seed))) {
+			t.Fatalf("the names file holds %s's seed:\n%s", id, b)
+		}
 	}
 	for content, want := range map[string]string{
 		`[]`:                  "not a JSON object",
