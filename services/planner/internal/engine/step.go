@@ -52,10 +52,7 @@ func (e *Engine) apply(ctx context.Context, ref events.Ref, st dag.FormulaState,
 	if started != nil {
 		e.formulaStarted(r, i, *started)
 	}
-	if why != "" && (st == dag.FormulaFailed || st == dag.FormulaUnhealthy) && r.state.Formula(i) != st {
-		r.failedBecause(r.plan.Formulas[i].ID, why)
-	}
-	return e.transition(ctx, r, i, st)
+	return e.transition(ctx, r, i, st, why)
 }
 
 // failedBecause keeps why formula id failed, for the workflow's reason
@@ -100,12 +97,13 @@ func (e *Engine) target(ctx context.Context, ref events.Ref) (*run, int, bool, e
 	return r, i, true, nil
 }
 
-// transition moves formula i to st when that is ahead of its state
+// transition moves formula i to st (failed or unhealthy: because of why)
+// when that is ahead of its state
 // (dag.CompareFormula; target has kept the run's generation only): a
 // redelivered, repeated or late event changes nothing, and the first end
 // of a formula is the one the run goes by (an executor's report after
 // the planner cancelled it changes nothing).
-func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaState) error {
+func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaState, why string) error {
 	cur := r.state.Formula(i)
 	if dag.CompareFormula(dag.FormulaMark{State: cur}, dag.FormulaMark{State: st}) != dag.Ahead {
 		return nil
@@ -113,6 +111,9 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 	gated := st == dag.FormulaHealthy || st == dag.FormulaUnhealthy
 	if gated && cur != dag.FormulaGating {
 		return nil
+	}
+	if why != "" && (st == dag.FormulaFailed || st == dag.FormulaUnhealthy) {
+		r.failedBecause(r.plan.Formulas[i].ID, why) // for the workflow's reason
 	}
 	if err := r.state.SetFormula(i, st, -1); err != nil {
 		return consume.Poison(err)
