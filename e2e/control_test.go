@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -215,5 +216,72 @@ func TestPoisonInputIsTerminated(t *testing.T) {
 		Formulas: []dag.Formula{{ID: "f", Server: "me", Nodes: []dag.Node{{Name: "n", Run: "true"}}, HealthGate: &dag.HealthGate{Check: "true", Timeout: dag.Duration(5 * time.Second), Retries: 2}}}}
 	if d := s.wait(s.mustSubmit(c), 15*time.Second); d.Status != dag.WorkflowSucceeded {
 		t.Fatalf("services stopped working after poison: %s", d.Status)
+	}
+}
+
+// A pause stops new nodes everywhere, not only new formulas: a formula
+// whose node runs on a real sshd host when the workflow is paused
+// finishes that node, and starts its next one only after the resume (the
+// executor says it holds it); what ran shows on the host.
+func TestPauseStartsNoNodeUntilResume(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	h := s.fleet.Hosts[0]
+	release := h.Dir + "/release"
+	c := &dag.Composition{Name: "pausenodes", Hosts: map[string]dag.Host{"h": {Address: h.Addr, User: s.fleet.User}},
+		Formulas: []dag.Formula{{ID: "f", Server: "h", Nodes: []dag.Node{
+			{Name: "s1", Run: "while [ ! -e " + release + " ]; do sleep 0.05; done; echo s1 >> " + h.Dir + "/markers"},
+			{Name: "s2", Run: "echo s2 >> " + h.Dir + "/markers"},
+			{Name: "s3", Run: "echo s3 >> " + h.Dir + "/markers"},
+		}}}}
+	id := s.mustSubmit(c)
+	s.waitFor("s1 to run on the host", 30*time.Second, func() bool {
+		f := s.status(id).Formulas["f"]
+		return f != nil && f.Nodes["s1"] != nil && f.Nodes["s1"].Status == dag.NodeRunning
+	})
+	if body, code := s.control(id, events.VerbPause); code != "" {
+		t.Fatalf("pause: %s %s", code, body)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil { // s1 ends
+		t.Fatal(err)
+	}
+	// The executor holds s2 (it reads the run state before it starts a
+	// node): it says so in its status, with s2 not started on the host.
+	s.waitFor("the executor to hold the formula", 30*time.Second, func() bool {
+		if m := markers(t, h); m["s2"] > 0 {
+			t.Fatalf("s2 ran on the host while the workflow was paused: %v", m)
+		}
+		msg, err := s.nc.Request(events.StatusSubject(events.Executor), nil, 5*time.Second)
+		if err != nil {
+			return false
+		}
+		var st events.ExecutorStatus
+		return decodeReply(msg, &st) == nil && st.HeldFormulas == 1 && st.Held[0].WorkflowID == id && st.Held[0].Formula == "f"
+	})
+	if m := markers(t, h); m["s1"] != 1 || m["s2"] != 0 {
+		t.Fatalf("while paused, the host has %v; want s1 done, s2 not started", m)
+	}
+	if d := s.status(id); d.Status != dag.WorkflowPaused || d.Formulas["f"].Nodes["s1"].Status != dag.NodeSucceeded || d.Formulas["f"].Nodes["s2"] != nil {
+		t.Fatalf("while paused: %s, nodes %+v", d.Status, d.Formulas["f"].Nodes)
+	}
+	if body, code := s.control(id, events.VerbResume); code != "" {
+		t.Fatalf("resume: %s %s", code, body)
+	}
+	if d := s.wait(id, 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Fatalf("after the resume: %s %s", d.Status, d.Error)
+	}
+	if m := markers(t, h); m["s1"] != 1 || m["s2"] != 1 || m["s3"] != 1 {
+		t.Fatalf("markers %v", m)
+	}
+	// In the stream: nothing of s2 between the pause and the resume.
+	evs := s.events(id)
+	paused, resumed, s2 := index(evs, events.FamilyWorkflow, "", "", "paused"), -1, index(evs, events.FamilyNode, "f", "s2", "running")
+	for i := paused + 1; i < len(evs); i++ {
+		if evs[i].typ.Family() == events.FamilyWorkflow && evs[i].status == "running" {
+			resumed = i
+			break
+		}
+	}
+	if paused < 0 || resumed < 0 || s2 < resumed {
+		t.Fatalf("s2 running at %d, paused at %d, resumed at %d: %v", s2, paused, resumed, evs)
 	}
 }

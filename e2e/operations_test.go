@@ -54,7 +54,7 @@ func TestRollback(t *testing.T) {
 	}
 	id := s.mustSubmit(c)
 	doc := s.wait(id, 30*time.Second)
-	if doc.Status != dag.WorkflowFailed || !strings.Contains(doc.Error, "formula app failed; rolled back: 3 of 3 succeeded nodes deleted") {
+	if doc.Status != dag.WorkflowFailed || !strings.Contains(doc.Error, "formula app: node(s) failed: d; rolled back: 3 of 3 succeeded nodes deleted") {
 		t.Fatalf("workflow %s: %q", doc.Status, doc.Error)
 	}
 	got := lines(t, dir+"/markers")

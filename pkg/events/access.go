@@ -547,6 +547,21 @@ func PrincipalFrom(requestInfo string) Principal {
 	return Principal{Account: ci.Account, User: ci.User, Name: ci.NameTag, Attested: true}
 }
 
+// Display is who this is for people: the identity's name (operator,
+// a creds file's user name) when known, else the user's public key and
+// account, or "unattested". String and the JSON keep the key.
+func (p Principal) Display() string {
+	switch {
+	case !p.Attested:
+		return "unattested"
+	case p.Name != "":
+		return p.Name
+	case p.User != "":
+		return p.User + " in " + p.Account
+	}
+	return "? in " + p.Account
+}
+
 // String is "name (user, account)", the user's key, or "unattested".
 func (p Principal) String() string {
 	if !p.Attested {

@@ -35,7 +35,18 @@ type RunSnapshot struct {
 	// while they were dispatched: nothing more of them may start, an
 	// executor stops what of them runs and reports them failed (deadline).
 	Expired []string `json:"expired,omitempty"`
+	// Failures says why formulas of this generation failed, by formula id
+	// (the executor's error, a health gate's failure), for the reason the
+	// workflow ends with: at most MaxFailureReasons, each bounded.
+	Failures map[string]string `json:"failures,omitempty"`
 }
+
+// MaxFailureReasons is how many formulas' failures a RunSnapshot says
+// why of; MaxFailureReasonBytes bounds each.
+const (
+	MaxFailureReasons     = 8
+	MaxFailureReasonBytes = 300
+)
 
 // NodeRecord is what the executor keeps per node of a workflow in
 // gantry_nodes (under NodeKey). It is written before each attempt and

@@ -101,6 +101,9 @@ type HealthDoc struct {
 	Final    bool         `json:"final"`
 	Output   string       `json:"output,omitempty"`
 	Error    string       `json:"error,omitempty"`
+	// ExitCode is the last check's exit status (absent when it did not
+	// run to an end: the host could not be reached, the check timed out).
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // NodeDoc is one node in a WorkflowDoc.

@@ -42,7 +42,21 @@ type ExecutorStatus struct {
 	RunningFormulas int           `json:"running_formulas"`
 	RunningNodes    int           `json:"running_nodes"`
 	Nodes           []RunningNode `json:"nodes"` // at most MaxStatusItems, oldest first
-	Storage         StorageStatus `json:"storage"`
+	// HeldFormulas counts the formulas holding their next nodes because
+	// their workflow is paused; Held lists them (at most MaxStatusItems,
+	// the longest held first).
+	HeldFormulas int           `json:"held_formulas"`
+	Held         []HeldFormula `json:"held,omitempty"`
+	Storage      StorageStatus `json:"storage"`
+}
+
+// HeldFormula is a formula whose workflow is paused: its running nodes
+// finish, its next ones wait for the resume.
+type HeldFormula struct {
+	WorkflowID string    `json:"workflow_id"`
+	Formula    string    `json:"formula"`
+	Host       string    `json:"host"`
+	Since      time.Time `json:"since"`
 }
 
 // RunningNode is a node running in an executor.

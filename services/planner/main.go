@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
@@ -29,6 +30,8 @@ func main() {
 	nf.Register(flag.CommandLine)
 	flag.DurationVar(&cfg.CancelWait, "cancel-wait", service.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them (their executors kill what still runs when they next see their work)")
 	flag.DurationVar(&cfg.UnclaimedAfter, "unclaimed-after", service.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone (no executor serves it, or its executors are busy)")
+	var names string
+	flag.StringVar(&names, "identity-names", "", "a JSON file of public nkeys and the names to show for them (gantry auth init writes DIR/names.json): who submitted or controlled a run shows by name when their credentials carry none (an nkey)")
 	var metrics string
 	metricsserve.RegisterFlag(flag.CommandLine, &metrics)
 	cfg.Retention = service.Retention{Age: service.DefaultRetentionAge, Keep: service.DefaultRetentionKeep}
@@ -44,6 +47,14 @@ func main() {
 	if cfg.UnclaimedAfter <= 0 {
 		log.Error("bad flag", "err", fmt.Sprintf("--unclaimed-after %s: a positive duration", cfg.UnclaimedAfter))
 		os.Exit(2)
+	}
+	if names != "" {
+		n, err := busauth.ReadNames(names)
+		if err != nil {
+			log.Error("bad flag", "err", "--identity-names: "+err.Error())
+			os.Exit(2)
+		}
+		cfg.Names = n
 	}
 	cfg.Replicas, cfg.Instance = nf.Replicas, natsconn.Instance("planner")
 	cfg.Log = log

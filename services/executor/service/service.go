@@ -88,8 +88,9 @@ func CheckCounts(maxFormulas, perHost int) error {
 func status(x *formula.Executor, cfg Config, zone string, storage *events.Storage) func() any {
 	return func() any {
 		formulas, nodes, total := x.Status()
+		held, nHeld := x.Held()
 		return events.ExecutorStatus{Instance: cfg.Instance, Zone: zone, MaxFormulas: cfg.MaxFormulas,
-			RunningFormulas: formulas, RunningNodes: total, Nodes: nodes, Storage: storage.Status()}
+			RunningFormulas: formulas, RunningNodes: total, Nodes: nodes, HeldFormulas: nHeld, Held: held, Storage: storage.Status()}
 	}
 }
 
@@ -172,7 +173,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	defer x.Slots.GiveBackLingering()
 	// A cancelled (or cancelling) workflow's running nodes are killed
-	// here, and those of its formulas whose timeout passed.
+	// here, and those of its formulas whose timeout passed; a resumed
+	// workflow's formulas held by its pause go on.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
 		env, err := events.Parse(m.Data)
 		if err != nil || env.Type.Family() != events.FamilyWorkflow {
@@ -186,9 +188,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		if events.DecodeData(env, &w) != nil {
 			return
 		}
+		if w.Status != dag.WorkflowPaused {
+			x.Resumed(w.WorkflowID) // its formulas held by a pause read their run state again
+		}
 		if w.Status == dag.WorkflowCancelled || w.Cancelling {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
-			x.Cancelled(w.WorkflowID, w.Generation)
+			by := ""
+			if w.RequestedBy != nil {
+				by = w.RequestedBy.Display()
+			}
+			x.Cancelled(w.WorkflowID, w.Generation, by)
 		}
 		if len(w.Stopping) > 0 {
 			log.Info("formulas past their timeout: killing their nodes here", "workflow_id", w.WorkflowID, "formulas", w.Stopping)

@@ -34,7 +34,9 @@ DIR/server.conf: the two accounts (GANTRY for the services and streams,
 GANTRY_CLIENTS for people) with every user's permissions and the imports that
 let people reach what they may. Run nats-server with -c DIR/server.conf, or
 include it from your own configuration; give each process its seed with
---nkey (or $NATS_NKEY).
+--nkey (or $NATS_NKEY). DIR/names.json names each identity's public key
+(public keys only): give it to the planner (--identity-names, or
+$GANTRY_IDENTITY_NAMES) and "submitted by" says "operator", not a key.
 
 With --jwt the server runs in operator mode instead: an operator key and the
 two account keys (DIR/signing) sign a user JWT per identity, written with its
@@ -61,6 +63,10 @@ creds, and where server.conf is; -o json (or yaml) prints them as
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
+			names, err := keys.WriteNames()
+			if err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
 			out := cmd.OutOrStdout()
 			res := authInitResult{ServerConfig: path}
 			for _, id := range busauth.Identities() {
@@ -75,6 +81,7 @@ creds, and where server.conf is; -o json (or yaml) prints them as
 				fmt.Fprintf(out, "%-12s %s  %s\n", i.Identity, i.PublicKey, i.File)
 			}
 			fmt.Fprintf(out, "server configuration: %s\n", path)
+			fmt.Fprintf(out, "identity names: %s (the planner's --identity-names: who submitted shows as operator, not a key)\n", names)
 			return nil
 		},
 	}

@@ -11,8 +11,8 @@ import (
 
 var controlHelp = map[string]string{
 	events.VerbCancel: "Cancel a workflow: running nodes are killed on their hosts, the rest are cancelled",
-	events.VerbPause:  "Pause a workflow: nothing new is dispatched until it is resumed",
-	events.VerbResume: "Resume a paused workflow",
+	events.VerbPause:  "Pause a workflow: running nodes finish, no new node starts anywhere until it is resumed",
+	events.VerbResume: "Resume a paused workflow: nodes start again",
 	events.VerbRetry:  "Retry a failed or cancelled workflow: only failed, blocked and cancelled parts run again",
 }
 
@@ -70,6 +70,15 @@ workflow's state does not allow it).`,
 	outputFlag(cmd, &output, "text", formatJSON)
 	if verb != events.VerbPause {
 		cmd.Flags().BoolVarP(&watch, "watch", "w", false, "then stream the workflow until it ends")
+	}
+	if verb == events.VerbPause {
+		cmd.Long = `pause stops a running workflow from starting new nodes, on every host:
+no formula is dispatched, and a formula already running on an executor
+finishes the nodes that run (their commands are not interrupted) and holds
+its next ones. A health gate being checked goes on. gantry resume lets
+everything go on where it stopped; gantry cancel ends a paused workflow.
+The executors' status (nats micro info gantry-executor) lists the formulas
+a pause holds.`
 	}
 	if verb == events.VerbRetry {
 		cmd.Flags().StringArrayVar(&nodes, "node", nil, "re-run only this failed node (FORMULA/NODE; repeatable) and what depends on it; other failures stay failed")

@@ -77,9 +77,10 @@ func TestWatchEscapesHostText(t *testing.T) {
 		var b strings.Builder
 		printEvent(&b, envOf(t, p))
 		assertTermSafe(t, name, b.String(), true)
-		// a failed node's stderr is one line of its own, under the node's
+		// a failed node's stderr is one line of its own, under the node's;
+		// a failed gate's last output too, under its verdict
 		want := 1
-		if name == "stderr tail" {
+		if name == "stderr tail" || name == "health gate" {
 			want = 2
 		}
 		if n := strings.Count(b.String(), "\n"); n != want {
@@ -114,7 +115,7 @@ func TestStatusEscapesHostText(t *testing.T) {
 	out := b.String()
 	assertTermSafe(t, "status", out, true)
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "web") && !strings.Contains(l, `h1\x09\x09succeeded`) {
+		if strings.HasPrefix(l, "web") && !strings.Contains(l, `h1\x09\x09succeeded`) { // the formula's row
 			t.Errorf("a tab in the host moved the columns: %q", l)
 		}
 	}
@@ -329,8 +330,8 @@ func TestWatchStreamEscapesHostText(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	assertTermSafe(t, "watch", out+errOut, true)
-	if n := strings.Count(out, shown); n != 3 {
-		t.Errorf("want the error, the stderr line and the reason shown escaped (3), got %d:\n%s", n, out)
+	if n := strings.Count(out, shown); n != 4 {
+		t.Errorf("want the error, the stderr line, the reason and what failed shown escaped (4), got %d:\n%s", n, out)
 	}
 }
 

@@ -27,12 +27,15 @@ func newLogsCmd() *cobra.Command {
 	var follow bool
 	var output, host string
 	cmd := &cobra.Command{
-		Use:   "logs WORKFLOW_ID [FORMULA | FORMULA/NODE | HOST] [--host HOST]",
+		Use:   "logs WORKFLOW_ID [FORMULA | FORMULA/NODE | FORMULA/gate | HOST] [--host HOST]",
 		Short: "Print the output lines of a workflow's nodes",
 		Long: `logs prints the output lines of a workflow's nodes (of one formula's
 nodes, with FORMULA; of one node, with FORMULA/NODE), in the order they
 were published, each after its time, host, formula/node (#n for an attempt
-after the first) and stream (stdout or stderr). With --host HOST (or HOST
+after the first) and stream (stdout or stderr). With FORMULA/gate, what the
+formula's health gate checks printed (each check as an attempt, its output
+lines, then its result: "fail: exit 2"), which a whole workflow's, a
+formula's and a host's lines include too. With --host HOST (or HOST
 in place of FORMULA, when no formula has that name), the lines of every
 node on that host (its name as the composition gives it: 10.0.0.5,
 web-1.example.com); --host with FORMULA or FORMULA/NODE prints only what
@@ -156,7 +159,7 @@ func (s nodeSel) check(stderr io.Writer, id string, doc *events.WorkflowDoc, fol
 		switch {
 		case s.node == "" && f == nil:
 			return s, notStarted(stderr, id, doc, follow, "formula "+s.formula, "formulas", formulaNames(doc))
-		case s.node != "" && (f == nil || f.Nodes[s.node] == nil):
+		case s.node != "" && (f == nil || (f.Nodes[s.node] == nil && s.node != GateNode)):
 			return s, notStarted(stderr, id, doc, follow, "node "+s.formula+"/"+s.node, "nodes", nodeNames(doc))
 		}
 	}
@@ -275,6 +278,19 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
 	}
 	defer msgs.Stop()
+	gates, err := openGateFeed(ctx, js, q)
+	if err != nil {
+		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
+	}
+	out := cmd.OutOrStdout()
+	// done prints the gates' lines not printed yet: logs has read all
+	// there is.
+	done := func() error {
+		if err := gates.fetch(); err != nil {
+			return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
+		}
+		return gates.print(out, time.Time{}, q.format)
+	}
 	ended := make(chan struct{})
 	if q.follow {
 		if err := awaitEnd(ctx, js, q, ended); err != nil {
@@ -283,7 +299,7 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 	} else {
 		close(ended)
 		if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-			return nil // nothing at all
+			return done() // no node's line at all
 		}
 	}
 	isEnded := func() bool {
@@ -294,16 +310,23 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 			return false
 		}
 	}
-	out := cmd.OutOrStdout()
 	var lastConsumerSeq uint64
 	for {
+		if q.follow && gates.due() {
+			if err := gates.fetch(); err != nil {
+				return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
+			}
+		}
 		m, err := msgs.Next(jetstream.NextMaxWait(logsPoll))
 		switch {
 		case ctx.Err() != nil:
 			return &exitError{code: ExitInterrupted, err: errors.New("logs interrupted")}
 		case errors.Is(err, nats.ErrTimeout):
 			if isEnded() && caughtUp(ctx, cons, lastConsumerSeq) {
-				return nil
+				return done()
+			}
+			if err := gates.print(out, time.Now(), q.format); err != nil {
+				return err
 			}
 			continue
 		case err != nil:
@@ -315,12 +338,15 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 		}
 		lastConsumerSeq = meta.Sequence.Consumer
 		if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && events.Admit(m.Subject(), env) == nil && ll.WorkflowID == q.id && q.sel.match(ll) {
+			if err := gates.print(out, env.Time, q.format); err != nil { // the gates' lines before it
+				return err
+			}
 			if err := printLogLine(out, env, ll, q.format); err != nil {
 				return err
 			}
 		}
 		if meta.NumPending == 0 && isEnded() {
-			return nil
+			return done()
 		}
 	}
 }

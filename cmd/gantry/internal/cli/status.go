@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/summary"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -40,11 +42,14 @@ func stateErr(err error) error {
 // printJSON prints v as indented JSON, safe on a terminal (see
 // termsafe.JSON).
 func printJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // a command's &&, < and > as they are
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
+	_, err := fmt.Fprintf(w, "%s\n", termsafe.JSON(bytes.TrimRight(b.Bytes(), "\n")))
 	return err
 }
 
@@ -75,13 +80,16 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status WORKFLOW_ID",
 		Short: "Show a workflow's formulas and nodes",
-		Long: `status prints a workflow's state from the state-store: the workflow's,
-then a row per formula and its nodes, in the order they ran (by start
+		Long: `status prints a workflow's state from the state-store: its nodes counted
+by state as gantry watch counts them ("9/9 nodes done, 0 running, 1
+failed"), a row per formula and its nodes, in the order they ran (by start
 time; one blocked or cancelled before it started by when that was; what
 has not started yet last), with how long each took (or, with "…", has
-been running). WORKFLOW_ID may be any unique start of a
-workflow's id (as gantry list prints them). -o json (or yaml) prints the
-workflow document; its top-level "status" is the workflow's state.`,
+been running), each failed health gate's last check (its exit status and
+the last lines it printed), and what failed. WORKFLOW_ID may be any
+unique start of a workflow's id (as gantry list prints them). -o json (or yaml)
+prints the workflow document, its top-level "status" the workflow's state,
+with that count and the failures under "summary".`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -99,7 +107,7 @@ workflow document; its top-level "status" is the workflow's state.`,
 				return stateErr(err)
 			}
 			if structured(output) {
-				return printAs(cmd.OutOrStdout(), output, doc)
+				return printAs(cmd.OutOrStdout(), output, statusDoc{WorkflowDoc: &doc, Summary: summary.FromDoc(&doc)})
 			}
 			return statusTable(cmd.OutOrStdout(), &doc)
 		},
@@ -126,7 +134,7 @@ func statusTableAt(w io.Writer, d *events.WorkflowDoc, now time.Time) error {
 		fmt.Fprintf(w, "  %s\n", termsafe.Lines(d.Error, "    "))
 	}
 	if d.SubmittedBy != nil {
-		fmt.Fprintf(w, "  submitted by %s\n", termsafe.Line(d.SubmittedBy.String()))
+		fmt.Fprintf(w, "  submitted by %s\n", termsafe.Line(d.SubmittedBy.Display())) // -o json keeps the key
 	}
 	if len(d.Vars) > 0 {
 		fmt.Fprintf(w, "  vars (--var, --var-file): %s\n", termsafe.Line(varsText(d.Vars)))
@@ -135,8 +143,10 @@ func statusTableAt(w io.Writer, d *events.WorkflowDoc, now time.Time) error {
 		fmt.Fprintf(w, "  trace %s\n", termsafe.Line(d.TraceID))
 	}
 	for _, r := range d.Requests {
-		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.String()))
+		fmt.Fprintf(w, "  %s %s by %s\n", r.At.Local().Format("15:04:05"), termsafe.Line(r.Reason), termsafe.Line(r.By.Display()))
 	}
+	sum := summary.FromDoc(d)
+	fmt.Fprintf(w, "  %s\n", termsafe.Line(sum.String()))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FORMULA\tHOST\tNODE\tSTATUS\tATTEMPTS\tEXIT\tTOOK\tDETAIL")
 	for _, id := range formulasInRunOrder(d) {
@@ -146,7 +156,12 @@ func statusTableAt(w io.Writer, d *events.WorkflowDoc, now time.Time) error {
 			detail = blockerText(f.Status, f.Blocker)
 		}
 		if f.Health != nil {
-			detail = strings.TrimSpace(detail + " health " + string(f.Health.Status) + " after " + strconv.Itoa(f.Health.Attempts))
+			// the gate's failure is the formula's error too: said once
+			if ht := healthText(f.Health); strings.Contains(ht, detail) {
+				detail = ht
+			} else {
+				detail += " " + ht
+			}
 		}
 		row(tw, id, f.Host, "", string(f.Status), "", "", took(f.StartedAt, f.EndedAt, now), detail)
 		for _, n := range nodesInRunOrder(f) {
@@ -178,7 +193,56 @@ func statusTableAt(w io.Writer, d *events.WorkflowDoc, now time.Time) error {
 		return err
 	}
 	printNodeFiles(w, d)
+	printGates(w, d, formulasInRunOrder(d))
+	if line := sum.FailedLine(d.WorkflowID); line != "" {
+		fmt.Fprintln(w, termsafe.Cell(line)) // a tab in an error shown escaped, as in the table
+	}
 	return nil
+}
+
+// statusDoc is what status -o json prints: the workflow document, and
+// its summary.
+type statusDoc struct {
+	*events.WorkflowDoc
+	Summary summary.Summary `json:"summary"`
+}
+
+// healthText is a formula's health gate as its row says it.
+func healthText(h *events.HealthDoc) string {
+	exit := ""
+	if h.ExitCode != nil && h.Status == events.HealthFail {
+		exit = fmt.Sprintf(" (exit %d)", *h.ExitCode)
+	}
+	switch {
+	case h.Status == events.HealthFail && h.Final:
+		return h.GateFailure() + exit
+	case h.Status == events.HealthFail:
+		return fmt.Sprintf("health check %d failed%s", h.Attempts, exit)
+	}
+	return fmt.Sprintf("health %s after %d", h.Status, h.Attempts)
+}
+
+// printGates prints the last lines the last check of each failing health
+// gate printed, indented under a line naming it.
+func printGates(w io.Writer, d *events.WorkflowDoc, ids []string) {
+	for _, id := range ids {
+		h := d.Formulas[id].Health
+		if h == nil || h.Status != events.HealthFail {
+			continue
+		}
+		lines := events.LastLines(h.Output, gateLines)
+		if len(lines) == 0 {
+			continue
+		}
+		what := fmt.Sprintf("health gate of %s on %s, check %d", id, d.Formulas[id].Host, h.Attempts)
+		if h.ExitCode != nil {
+			what += fmt.Sprintf(" (exit %d)", *h.ExitCode)
+		}
+		fmt.Fprintln(w, termsafe.Line(what)+":")
+		for _, l := range lines {
+			fmt.Fprintln(w, "    "+termsafe.Line(l))
+		}
+	}
 }
 
 // runOrder is where a formula or node stands in the order a workflow ran:

@@ -5,90 +5,7 @@ import (
 	"io"
 	"os"
 	"time"
-
-	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/events"
 )
-
-// summary counts a workflow's nodes by state as watch reads its events:
-// of the newest run (generation) only. A node's transition counts only
-// when it is ahead of the node's last one (dag.CompareNode): a running
-// stored again after the node succeeded changes nothing.
-type summary struct {
-	total int
-	gen   int
-	nodes map[string]dag.NodeMark // formula/node
-	// seen holds the ids of the events taken in: one stored twice is
-	// taken once.
-	seen map[string]bool
-}
-
-// observe takes an event in; repeat says it was taken in already (the
-// same event stored again), and changes nothing.
-func (s *summary) observe(env *events.Envelope) (repeat bool) {
-	if s.seen[env.ID] {
-		return true
-	}
-	if s.seen == nil {
-		s.seen = map[string]bool{}
-	}
-	s.seen[env.ID] = true
-	switch env.Type.Family() {
-	case events.FamilyWorkflow:
-		var e events.WorkflowEvent
-		if events.DecodeData(env, &e) == nil {
-			s.total = max(s.total, e.TotalNodes)
-			s.generation(e.Generation)
-		}
-	case events.FamilyNode:
-		var e events.NodeEvent
-		if events.DecodeData(env, &e) != nil || e.Generation < s.gen {
-			return false
-		}
-		s.generation(e.Generation)
-		if s.nodes == nil {
-			s.nodes = map[string]dag.NodeMark{}
-		}
-		k := e.Formula + "/" + e.Node
-		if next := e.Mark(); dag.CompareNode(s.nodes[k], next).Moves() {
-			s.nodes[k] = next
-		}
-	}
-	return false
-}
-
-// generation starts counting again for a newer run.
-func (s *summary) generation(g int) {
-	if g > s.gen {
-		s.gen, s.nodes = g, nil
-	}
-}
-
-// String is "3/10 nodes done, 2 running, 1 failed" (done: ended one way
-// or another; without the plan's size, "3 nodes done, ...").
-func (s *summary) String() string {
-	var done, running, failed int
-	for _, m := range s.nodes {
-		st := m.State
-		if m.WillRetry { // failed, but the node is still at work
-			st = dag.NodeRunning
-		}
-		switch {
-		case st == dag.NodeRunning:
-			running++
-		case st.Terminal():
-			done++
-		}
-		if st == dag.NodeFailed {
-			failed++
-		}
-	}
-	of := ""
-	if s.total > 0 {
-		of = fmt.Sprintf("/%d", s.total)
-	}
-	return fmt.Sprintf("%d%s nodes done, %d running, %d failed", done, of, running, failed)
-}
 
 // statusLine shows the summary. On a terminal it is one line kept under
 // the events, rewritten in place; elsewhere (CI logs, a pipe) it is
@@ -145,6 +62,12 @@ func (l *statusLine) show(text string, now time.Time) {
 	}
 }
 
+// due says whether show would print now: on a terminal always, else
+// once the interval has passed (the summary need not be made before).
+func (l *statusLine) due(now time.Time) bool {
+	return l.tty || now.Sub(l.lastAt) >= l.interval
+}
+
 // end prints the last status as a line of its own, unless it is the one
 // printed last.
 func (l *statusLine) end(text string, now time.Time) {
@@ -152,6 +75,13 @@ func (l *statusLine) end(text string, now time.Time) {
 	if l.tty || text != l.last {
 		l.print(text, now)
 	}
+}
+
+// note prints a line of its own after the summary (what failed, at the
+// end of a run).
+func (l *statusLine) note(text string) {
+	l.clear()
+	fmt.Fprintln(l.w, statusPrefix+text)
 }
 
 func (l *statusLine) print(text string, now time.Time) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -71,15 +72,15 @@ func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats
 		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("--http: %w", err)}
 	}
 	a := ln.Addr()
-	if metrics != nil {
-		fmt.Fprintf(out, "%s: web view at http://%s/ (metrics at /metrics)\n", who, a)
-	} else {
-		fmt.Fprintf(out, "%s: web view at http://%s/\n", who, a)
-	}
-	if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		fmt.Fprintf(out, "%s: %s is reachable from other machines: anyone who can reach it sees the runs\n", who, a)
-	}
 	ta, _ := a.(*net.TCPAddr)
+	if metrics != nil {
+		fmt.Fprintf(out, "%s: web view at %s (metrics at /metrics)\n", who, pasteableURL(ta, a))
+	} else {
+		fmt.Fprintf(out, "%s: web view at %s\n", who, pasteableURL(ta, a))
+	}
+	if ta != nil && !ta.IP.IsLoopback() {
+		fmt.Fprintf(out, "%s: %s is reachable from other machines: anyone who can reach it sees the runs%s\n", who, a, otherMachinesURL(ta))
+	}
 	srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: timeout}, Log: log, LoopbackOnly: ta != nil && ta.IP.IsLoopback(), Metrics: metrics}
 	done := make(chan error, 1)
 	go func() { done <- webview.Serve(ctx, ln, srv.Handler()) }()
@@ -89,6 +90,33 @@ func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats
 		}
 		return nil
 	}, nil
+}
+
+// pasteableURL is the web view's address as a browser takes it: one it
+// listens on every interface of (0.0.0.0, ::) is reached on this machine
+// at 127.0.0.1; an IPv6 address is written in brackets.
+func pasteableURL(ta *net.TCPAddr, a net.Addr) string {
+	if ta == nil {
+		return "http://" + a.String() + "/"
+	}
+	host := ta.IP.String()
+	if ta.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(ta.Port)) + "/"
+}
+
+// otherMachinesURL says how other machines reach a web view listening on
+// every interface: at this host's name.
+func otherMachinesURL(ta *net.TCPAddr) string {
+	if !ta.IP.IsUnspecified() {
+		return ""
+	}
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		return ""
+	}
+	return " (from another machine: http://" + net.JoinHostPort(name, strconv.Itoa(ta.Port)) + "/)"
 }
 
 // connectAs is connect; asOperator picks the key of a `gantry dev` on this

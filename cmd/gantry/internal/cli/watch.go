@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/summary"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -202,7 +203,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		return err
 	}
 	out := cmd.OutOrStdout()
-	var sum summary
+	var sum summary.Tally
 	status := newStatusLine(out)
 	if asJSON {
 		status = newStatusLine(cmd.ErrOrStderr())
@@ -211,7 +212,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	for {
 		m, env, err := feed.next()
 		if err != nil {
-			status.end(sum.String(), time.Now())
+			status.end(sum.Summary().String(), time.Now())
 			if errors.Is(context.Cause(ctx), errWatchTimeout) {
 				return &exitError{code: ExitProblem, err: fmt.Errorf("watch %s: %w after --timeout", id, errWatchTimeout)}
 			}
@@ -220,7 +221,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			}
 			return err
 		}
-		if sum.observe(env) {
+		if sum.Observe(env) {
 			continue // the same event stored again: shown once
 		}
 		if node, ok := wouldChange(env); ok {
@@ -239,7 +240,11 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			st, g, done = printEvent(out, env)
 		}
 		if done && g >= gen {
-			status.end(sum.String(), time.Now())
+			final := sum.Summary()
+			status.end(final.String(), time.Now())
+			if line := final.FailedLine(id); line != "" {
+				status.note(termsafe.Line(line))
+			}
 			switch {
 			case st != dag.WorkflowSucceeded:
 				return failed("workflow %s %s", id, st)
@@ -248,7 +253,9 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 			}
 			return nil
 		}
-		status.show(sum.String(), time.Now())
+		if now := time.Now(); status.due(now) {
+			status.show(sum.Summary().String(), now)
+		}
 	}
 }
 
@@ -389,12 +396,9 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		if e.Check != "" {
 			line += " [" + string(e.Check) + "]"
 		}
-		if e.Reason != "" {
-			line += ": " + e.Reason
-		}
-		if e.Error != "" {
-			line += ": " + firstLine(e.Error)
-		}
+		// why, and the error, each said once: "cancelled by operator:
+		// killed on the host"
+		line += strings.TrimPrefix(summary.Said(string(e.Status), e.Reason, e.Error), string(e.Status))
 		line = termsafe.Line(line)
 		if e.Status == dag.NodeFailed && e.StderrTail != "" {
 			line += "\n      stderr: " + termsafe.Line(firstLine(lastLine(e.StderrTail)))
@@ -406,15 +410,7 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		if events.DecodeData(env, &e) != nil {
 			return "", 0, false
 		}
-		kind := "health check"
-		if e.Final {
-			kind = "health gate"
-		}
-		line := fmt.Sprintf("%s %-12s %-28s %s %s (%d/%d)", ts, e.Ref.Host, e.Formula, kind, e.Status, e.Attempt, e.Retries)
-		if e.Error != "" && e.Final {
-			line += ": " + firstLine(e.Error)
-		}
-		fmt.Fprintln(w, termsafe.Line(line))
+		fmt.Fprint(w, healthLines(ts, &e))
 	case events.FamilyProgress:
 		var e events.ProgressEvent
 		if events.DecodeData(env, &e) != nil {
@@ -429,6 +425,45 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		fmt.Fprintln(w, termsafe.Line(rolloutLine(ts, &e)))
 	}
 	return "", 0, false
+}
+
+// Lines of a failing check's output watch shows: of each check, and more
+// of the gate's last.
+const (
+	checkLines = 3
+	gateLines  = 8
+)
+
+// healthLines is a check of a health gate, or its verdict: a failing one
+// with its exit status and the last lines it printed, indented under it,
+// and the verdict saying why the gate failed.
+func healthLines(ts string, e *events.HealthEvent) string {
+	kind := "health check"
+	if e.Final {
+		kind = "health gate"
+	}
+	line := fmt.Sprintf("%s %-12s %-28s %s %s (%d/%d)", ts, e.Ref.Host, e.Formula, kind, e.Status, e.Attempt, e.Retries)
+	if e.Status != events.HealthFail {
+		return termsafe.Line(line) + "\n"
+	}
+	switch {
+	case e.ExitCode != nil:
+		line += fmt.Sprintf(": exit %d", *e.ExitCode)
+	case e.Error != "" && !e.Final:
+		line += ": " + firstLine(e.Error)
+	}
+	if e.Final {
+		line += ": " + e.GateFailure()
+	}
+	out := termsafe.Line(line) + "\n"
+	n := checkLines
+	if e.Final {
+		n = gateLines
+	}
+	for _, l := range events.LastLines(e.OutputTail, n) {
+		out += "      | " + termsafe.Line(l) + "\n"
+	}
+	return out
 }
 
 // rolloutLine is a rollout's batch starting or finishing, or its stop.

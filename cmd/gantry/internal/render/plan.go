@@ -2,6 +2,7 @@
 package render
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,11 +27,14 @@ var Renderers = map[string]Renderer{
 // JSON writes the plan as indented JSON, safe on a terminal (see
 // termsafe.JSON).
 func JSON(w io.Writer, p *dag.Plan) error {
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // a command's &&, < and > as they are written
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(p); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
+	_, err := fmt.Fprintf(w, "%s\n", termsafe.JSON(bytes.TrimRight(b.Bytes(), "\n")))
 	return err
 }
 
@@ -80,22 +84,48 @@ func Text(w io.Writer, p *dag.Plan) error {
 			}
 			for k, j := range f.NodeOrder {
 				n := &f.Nodes[j]
-				after, run := "", " -- nothing to run for "+string(p.Operation)
+				after := ""
 				if len(n.DependsOn) > 0 {
 					after = fmt.Sprintf(" (after %s)", strings.Join(n.DependsOn, ", "))
 				}
-				if n.Command != "" {
-					run = ": " + oneLine(n.Command, 100)
+				head := fmt.Sprintf("    %d. %s%s", k+1, n.Name, after)
+				if n.Command == "" {
+					line("%s -- nothing to run for %s", head, p.Operation)
+					continue
 				}
-				line("    %d. %s%s%s", k+1, n.Name, after, run)
+				script(&b, head, n.Command, 100)
 			}
-			if g := f.Gate; g != nil {
+			if g := f.Gate; g != nil && strings.Contains(strings.Trim(g.Check, "\r\n"), "\n") {
+				script(&b, fmt.Sprintf("    gate (%s, %d retries)", g.Timeout, g.Retries), g.Check, 60)
+			} else if g != nil {
 				line("    gate: %s (%s, %d retries)", oneLine(g.Check, 60), g.Timeout, g.Retries)
 			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// script writes "head: command" for a one-line command (cut to n bytes),
+// and a command of several lines as a block under "head:", each line as
+// it is written, indented under the head: a script reads as it will run.
+// Control characters are shown escaped.
+func script(b *strings.Builder, head, command string, n int) {
+	command = strings.Trim(command, "\r\n")
+	if !strings.Contains(command, "\n") {
+		b.WriteString(termsafe.Line(head) + ": " + oneLine(command, n) + "\n")
+		return
+	}
+	indent := strings.Repeat(" ", len(head)-len(strings.TrimLeft(head, " "))+3)
+	b.WriteString(termsafe.Line(head) + ":\n")
+	for _, l := range strings.Split(command, "\n") {
+		l = strings.TrimRight(l, " \t\r")
+		if l == "" {
+			b.WriteString("\n")
+			continue
+		}
+		b.WriteString(indent + termsafe.Line(l) + "\n")
+	}
 }
 
 // instanceText names what a fanned-out formula is an instance of.

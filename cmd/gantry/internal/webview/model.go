@@ -2,10 +2,12 @@ package webview
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/summary"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
@@ -34,13 +36,16 @@ type Header struct {
 	Generation  int        `json:"generation"`
 	Reason      string     `json:"reason,omitempty"`
 	Cancelling  bool       `json:"cancelling,omitempty"`
-	SubmittedBy string     `json:"submitted_by,omitempty"`
+	SubmittedBy string     `json:"submitted_by,omitempty"` // its name (events.Principal.Display)
 	CreatedAt   *time.Time `json:"created_at,omitempty"`
 	EndedAt     *time.Time `json:"ended_at,omitempty"`
 	// Graph says the formulas and their dependencies are the plan's
 	// (from the accepted event); without it they are only those the
 	// events named, with no edges.
 	Graph bool `json:"graph"`
+	// Summary counts the nodes by state and names what failed, as gantry
+	// watch and gantry status do.
+	Summary summary.Summary `json:"summary"`
 }
 
 // Formula is one formula (or instance of a group formula) of the page.
@@ -166,6 +171,7 @@ type Model struct {
 	nodes    map[string]*Node // formula/node
 	rollouts map[string]*Rollout
 	seen     map[string]bool // ids of the events applied
+	tally    summary.Tally
 }
 
 // NewModel starts the page of workflow id.
@@ -214,12 +220,14 @@ func (d *Doc) Hosts() []string {
 // Seed fills the model from the state-store's document: what the page
 // shows if the events that built it have left the stream.
 func (m *Model) Seed(d *Doc) {
+	m.tally.Seed(d.plain())
+	m.h.Summary = m.tally.Summary()
 	m.h.Workflow, m.h.Operation, m.h.Status, m.h.Generation = d.Workflow, string(d.Operation), string(d.Status), d.Generation
 	m.h.Reason = d.Error
 	created := d.CreatedAt
 	m.h.CreatedAt, m.h.EndedAt = &created, d.EndedAt
 	if d.SubmittedBy != nil {
-		m.h.SubmittedBy = d.SubmittedBy.String()
+		m.h.SubmittedBy = d.SubmittedBy.Display()
 	}
 	ids := make([]string, 0, len(d.Formulas))
 	for id := range d.Formulas {
@@ -249,6 +257,21 @@ func (m *Model) Seed(d *Doc) {
 			}
 		}
 	}
+}
+
+// plain is the document as the state-store's type has it.
+func (d *Doc) plain() *events.WorkflowDoc {
+	wd := d.WorkflowDoc
+	wd.Formulas = make(map[string]*events.FormulaDoc, len(d.Formulas))
+	for id, f := range d.Formulas {
+		fd := f.FormulaDoc
+		fd.Nodes = make(map[string]*events.NodeDoc, len(f.Nodes))
+		for name, n := range f.Nodes {
+			fd.Nodes[name] = &n.NodeDoc
+		}
+		wd.Formulas[id] = &fd
+	}
+	return &wd
 }
 
 // Snapshot is the whole page, formulas and nodes in order.
@@ -326,6 +349,17 @@ func (m *Model) ApplyEvent(env *events.Envelope) Patch {
 		return Patch{}
 	}
 	m.seen[env.ID] = true
+	p := m.applyEvent(env)
+	m.tally.Observe(env)
+	if sum := m.tally.Summary(); !reflect.DeepEqual(sum, m.h.Summary) {
+		m.h.Summary = sum
+		hc := m.h
+		p.Header = &hc
+	}
+	return p
+}
+
+func (m *Model) applyEvent(env *events.Envelope) Patch {
 	switch {
 	case env.Type == TypeProgress:
 		return m.applyProgress(env)
@@ -387,7 +421,7 @@ func (m *Model) applyWorkflow(env *events.Envelope, e *events.WorkflowEvent) Pat
 			h.CreatedAt = &t
 		}
 		if e.RequestedBy != nil {
-			h.SubmittedBy = e.RequestedBy.String()
+			h.SubmittedBy = e.RequestedBy.Display()
 		}
 	}
 	h.EndedAt = nil

@@ -347,11 +347,10 @@ func (s *sseWriter) write(f func() error) bool {
 	return true
 }
 
+// patch sends what an event changed, the workflow's header last: its
+// summary counts the formulas and nodes sent before it.
 func (s *sseWriter) patch(p *Patch) bool {
 	ok := true
-	if p.Header != nil {
-		ok = ok && s.send("workflow", p.Header)
-	}
 	for _, f := range p.Formulas {
 		ok = ok && s.send("formula", f)
 	}
@@ -363,6 +362,9 @@ func (s *sseWriter) patch(p *Patch) bool {
 	}
 	if p.Line != nil {
 		ok = ok && s.send("line", p.Line)
+	}
+	if p.Header != nil {
+		ok = ok && s.send("workflow", p.Header)
 	}
 	return ok
 }

@@ -370,9 +370,10 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 		ev.Status = dag.NodeSucceeded
 		return dag.NodeSucceeded, ev, false
 	case errors.Is(err, hostexec.ErrCancelled):
-		ev.Status, ev.Reason = dag.NodeCancelled, cancelledReason(err)
-		if sh.nr.pastDeadline() {
-			ev.Reason += ": " + sh.nr.deadline()
+		// said once: who or what cancelled it, and what became of it
+		ev.Status, ev.Reason = dag.NodeCancelled, sh.nr.cancelWhy()+": "+killedReason(err)
+		if !errors.Is(err, hostexec.ErrKill) {
+			ev.Error = "" // the reason says it all; a kill not confirmed says why
 		}
 		return dag.NodeCancelled, ev, true
 	}
@@ -380,13 +381,13 @@ func (sh *shell) command() (dag.NodeState, *events.NodeEvent, bool) {
 	return dag.NodeFailed, ev, isPermanent(err)
 }
 
-// cancelledReason says what became of a cancelled command on its host:
+// killedReason says what became of a cancelled command on its host:
 // killed, unless the kill was not confirmed.
-func cancelledReason(err error) string {
+func killedReason(err error) string {
 	if errors.Is(err, hostexec.ErrKill) {
-		return "cancelled: its kill on the host was not confirmed, it may still run there"
+		return "its kill on the host was not confirmed, it may still run there"
 	}
-	return "cancelled: killed on the host"
+	return "killed on the host"
 }
 
 // isUnreachable says the host could not be reached or trusted: no

@@ -26,7 +26,7 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the node never started")
 	}
-	h.x.CancelWorkflow("w1")
+	h.x.Cancelled("w1", 1, "operator") // as the cancel event names who asked
 	select {
 	case err := <-done:
 		if err != nil {
@@ -35,7 +35,8 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the formula did not end after the cancel")
 	}
-	want := []string{"f running", "n running 1", "n cancelled 1: cancelled: killed on the host cancelled: context canceled", "m blocked 0", "f cancelled"}
+	// why is said once: no "cancelled: cancelled: ... context canceled"
+	want := []string{"f running", "n running 1", "n cancelled 1: cancelled by operator: killed on the host", "m blocked 0", "f cancelled"}
 	if got := h.stored(); !slices.Equal(got, want) {
 		t.Fatalf("stored\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
@@ -66,7 +67,7 @@ func TestCancelUnconfirmedKillNotReportedKilled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the formula did not end after the cancel")
 	}
-	want := "n cancelled 1: cancelled: its kill on the host was not confirmed, it may still run there cancelled: context canceled\nkill not confirmed: still running"
+	want := "n cancelled 1: cancelled by request: its kill on the host was not confirmed, it may still run there cancelled: context canceled\nkill not confirmed: still running"
 	if got := h.stored(); !slices.Contains(got, want) {
 		t.Fatalf("stored\n  %s\nwant among them\n  %s", strings.Join(got, "\n  "), want)
 	}

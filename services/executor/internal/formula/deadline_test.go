@@ -44,7 +44,7 @@ func TestStopForDeadlineKillsOnlyThatFormula(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the formula did not end after the stop")
 	}
-	if got, want := h.storedOf("f"), []string{"f running", "n running 1", "n cancelled 1: cancelled: killed on the host: formula f's timeout of 3s passed cancelled: context canceled",
+	if got, want := h.storedOf("f"), []string{"f running", "n running 1", "n cancelled 1: cancelled: formula f's timeout of 3s passed: killed on the host",
 		"m blocked 0", "f failed: deadline: formula f's timeout of 3s passed with 2 node(s) unfinished (n, m)"}; !slices.Equal(got, want) {
 		t.Fatalf("stored\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}

@@ -253,7 +253,7 @@ func (sh *shell) filesFailed(err error) filesDone {
 	ev := sh.ev
 	ev.Error = events.BoundError("files: " + err.Error())
 	if errors.Is(err, hostexec.ErrCancelled) && sh.nr.stop.Err() != nil {
-		ev.Status, ev.Reason = dag.NodeCancelled, cancelledReason(err)
+		ev.Status, ev.Reason = dag.NodeCancelled, sh.nr.cancelWhy()+": "+killedReason(err)
 		if sh.nr.pastDeadline() {
 			ev.Reason += ": " + sh.nr.deadline()
 		}

@@ -76,6 +76,10 @@ type Executor struct {
 	// their timeout passed (WorkflowEvent.Stopping), by workflow id and
 	// formula, for the same reason.
 	expired map[string]cancelSeen
+	// resumes wake the formulas a pause holds, by workflow id (Resumed);
+	// held are those formulas, for the status.
+	resumes map[string]map[chan struct{}]struct{}
+	held    map[*formulaRun]events.HeldFormula
 }
 
 type cancelSeen struct {
@@ -93,6 +97,17 @@ type tracked struct {
 // errDeadline is why a formula is stopped when its timeout has passed.
 var errDeadline = errors.New("the formula's timeout passed")
 
+// cancelRequest is why a formula is stopped when its workflow was
+// cancelled, by whom (the requester's name as the cancel event gives it).
+type cancelRequest struct{ by string }
+
+func (c *cancelRequest) Error() string {
+	if c.by == "" {
+		return "cancelled by request"
+	}
+	return "cancelled by " + c.by
+}
+
 // cancelMemory is how long a cancel seen on the bus is remembered: the
 // run snapshot says so long before.
 const cancelMemory = 10 * time.Minute
@@ -104,11 +119,15 @@ const cancelMemory = 10 * time.Minute
 type Record = events.NodeRecord
 
 // CancelWorkflow kills every node of the workflow running here.
-func (x *Executor) CancelWorkflow(id string) {
+func (x *Executor) CancelWorkflow(id string) { x.cancelWorkflow(id, "") }
+
+// cancelWorkflow kills every node of the workflow running here, cancelled
+// by by ("": a request, of whom is not known).
+func (x *Executor) cancelWorkflow(id, by string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for c := range x.running[id] {
-		c.kill(nil)
+		c.kill(&cancelRequest{by: by})
 	}
 }
 
@@ -148,9 +167,10 @@ func (x *Executor) seenExpired(d *events.Dispatch) bool {
 }
 
 // Cancelled kills every node of generation gen (or an earlier one) of the
-// workflow running here, and remembers the cancel for the dispatches of
-// that generation that arrive next.
-func (x *Executor) Cancelled(id string, gen int) {
+// workflow running here, cancelled by by (the requester's name, "" when
+// not known), and remembers the cancel for the dispatches of that
+// generation that arrive next.
+func (x *Executor) Cancelled(id string, gen int, by string) {
 	x.mu.Lock()
 	now := time.Now()
 	if x.cancelled == nil {
@@ -165,7 +185,7 @@ func (x *Executor) Cancelled(id string, gen int) {
 		x.cancelled[id] = cancelSeen{generation: gen, at: now}
 	}
 	x.mu.Unlock()
-	x.CancelWorkflow(id)
+	x.cancelWorkflow(id, by)
 }
 
 // seenCancelled says whether a cancel of the dispatch's generation (or a
@@ -429,6 +449,7 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 	// back once: whatever is released leaves spare.
 	var spare []*slots.Lease
 	defer func() { f.releaseAll(spare) }()
+	defer f.x.unhold(f) // no longer held by a pause, whatever ended it
 	f.unstarted.Store(int32(len(f.pf.Nodes)))
 	failed, held := f.holdNodes(ctx, states)
 	if f.err != nil {
@@ -443,6 +464,29 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 		for _, j := range step.Cancelled {
 			states[j] = dag.NodeCancelled
 			f.emitNode(ctx, j, &events.NodeEvent{Status: dag.NodeCancelled, Reason: f.cancelReason(failed)}, 0)
+		}
+		if startsAny(step.Start, held) {
+			if p, ok := f.paused(ctx); ok {
+				// Paused: nothing new starts; what runs finishes (its
+				// result taken, its slots given back) until it goes on.
+				f.releaseAll(spare)
+				spare = nil
+				f.x.hold(f, time.Now().UTC())
+				outcome, r := f.waitPaused(p, results)
+				p.done()
+				switch outcome {
+				case pauseStopping:
+					f.fail(fmt.Errorf("%w: the workflow is paused", ErrStopping))
+				case pauseResult:
+					running--
+					spare, failed = f.took(r, states, spare, failed)
+				}
+				if f.unrecorded() {
+					return f.drain(results, states, running, &spare), failed
+				}
+				continue
+			}
+			f.x.unhold(f)
 		}
 		again := false
 		for _, j := range step.Start {
@@ -471,27 +515,51 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 		}
 		r := <-results
 		running--
-		states[r.index] = r.state
-		if r.kept != nil {
-			spare = append(spare, r.kept)
-		}
+		spare, failed = f.took(r, states, spare, failed)
 		if f.unrecorded() {
-			// An outcome could not be recorded: the dispatch is delivered
-			// again and decided from the records. Nothing more starts here,
-			// and no node is blocked or cancelled for it.
-			for ; running > 0; running-- {
-				r := <-results
-				states[r.index] = r.state
-				if r.kept != nil {
-					spare = append(spare, r.kept)
-				}
-			}
-			return states, failed // spare is given back on return
-		}
-		if r.state == dag.NodeFailed {
-			failed = append(failed, f.pf.Nodes[r.index].Name)
+			return f.drain(results, states, running, &spare), failed
 		}
 	}
+}
+
+// took takes a node's result in: its state, the lease it kept (for the
+// next node), and its name among the failed when it failed (unless its
+// outcome went unrecorded).
+func (f *formulaRun) took(r nodeResult, states []dag.NodeState, spare []*slots.Lease, failed []string) ([]*slots.Lease, []string) {
+	states[r.index] = r.state
+	if r.kept != nil {
+		spare = append(spare, r.kept)
+	}
+	if r.state == dag.NodeFailed && !f.unrecorded() {
+		failed = append(failed, f.pf.Nodes[r.index].Name)
+	}
+	return spare, failed
+}
+
+// drain waits for the running nodes of a formula whose outcome could not
+// be recorded: the dispatch is delivered again and decided from the
+// records. Nothing more starts here, and no node is blocked or cancelled
+// for it. Their leases join spare, given back on return.
+func (f *formulaRun) drain(results <-chan nodeResult, states []dag.NodeState, running int, spare *[]*slots.Lease) []dag.NodeState {
+	for ; running > 0; running-- {
+		r := <-results
+		states[r.index] = r.state
+		if r.kept != nil {
+			*spare = append(*spare, r.kept)
+		}
+	}
+	return states
+}
+
+// startsAny says whether a step starts a node (one a retry holds does
+// not start).
+func startsAny(start []int, held map[int]bool) bool {
+	for _, j := range start {
+		if !held[j] {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *formulaRun) unrecorded() bool {
@@ -505,9 +573,23 @@ func (f *formulaRun) cancelReason(failed []string) string {
 		return "not started: " + f.deadline()
 	}
 	if f.stop.Err() != nil {
-		return "cancelled"
+		return f.cancelWhy() + ": not started"
 	}
 	return "on_failure " + string(f.d.OnFailure) + ": " + strings.Join(failed, ", ") + " failed"
+}
+
+// cancelWhy says what stopped the formula: "cancelled by operator" (a
+// cancel, by whom when the cancel event said), "cancelled: formula f's
+// timeout of 3s passed".
+func (f *formulaRun) cancelWhy() string {
+	if f.pastDeadline() {
+		return "cancelled: " + f.deadline()
+	}
+	var c *cancelRequest
+	if f.stop != nil && errors.As(context.Cause(f.stop), &c) {
+		return c.Error()
+	}
+	return "cancelled by request"
 }
 
 // pastDeadline says the formula is stopped because its timeout passed.

@@ -36,6 +36,10 @@ type host struct {
 	// the lock after.
 	holders map[string]hostexec.Holder
 	turns   []hostexec.Holder // what Turn was asked with
+	// release ends the scripts named "hold...": each says on start (as
+	// "block..." does) when it started, and exits 0 once release is
+	// closed.
+	release chan struct{}
 }
 
 func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
@@ -76,6 +80,14 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	h.mu.Unlock()
 	if cmd.OnLine != nil {
 		cmd.OnLine(hostexec.Stdout, "ran "+cmd.Script)
+	}
+	if strings.HasPrefix(cmd.Script, "hold") {
+		h.start <- cmd.Script
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", hostexec.ErrCancelled, ctx.Err())
+		}
 	}
 	if strings.HasPrefix(cmd.Script, "block") {
 		h.start <- cmd.Script
@@ -154,7 +166,7 @@ type harness struct {
 
 func newHarness() *harness {
 	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, orphans: map[string]bool{}, holders: map[string]hostexec.Holder{},
-		start: make(chan string, 8)}, records: &eventstest.MemoryBucket[Record]{},
+		start: make(chan string, 8), release: make(chan struct{})}, records: &eventstest.MemoryBucket[Record]{},
 		runs: &eventstest.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &eventstest.MemoryOutbox{}}}
 	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}

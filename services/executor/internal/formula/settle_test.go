@@ -126,7 +126,7 @@ func TestCancelSeenOnTheBusStopsALateDispatch(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
 	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
-	h.x.Cancelled("w1", 1)
+	h.x.Cancelled("w1", 1, "operator")
 	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 1))); err != nil {
 		t.Fatal(err)
 	}

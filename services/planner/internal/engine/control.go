@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,17 +102,29 @@ func (e *Engine) request(ctx context.Context, id, verb string, req events.Contro
 	return &ControlReply{WorkflowID: id, Status: r.rec.Status, Generation: r.rec.Generation}, nil
 }
 
-// pause stops new work from starting; what runs finishes.
+// PausedReason is the reason of a workflow's paused event: what a pause
+// does.
+const PausedReason = "paused by request: running nodes finish, no new node starts until resume"
+
+// pause stops new nodes from starting: no formula is dispatched, and the
+// executors hold the next nodes of the formulas they run (they read the
+// run state, saved paused with this unit of work, before starting any);
+// what runs finishes.
 func (e *Engine) pause(ctx context.Context, r *run, by *events.Principal) error {
 	r.rec.Status = dag.WorkflowPaused
-	e.publishWorkflow(ctx, r, dag.WorkflowPaused, "paused by request", by)
+	r.snap.Status = dag.WorkflowPaused
+	e.touched(r)
+	e.publishWorkflow(ctx, r, dag.WorkflowPaused, PausedReason, by)
 	return e.saveRecord(ctx, r)
 }
 
-// resume steps the run again: what became ready while paused starts.
+// resume steps the run again: what became ready while paused starts, and
+// the formulas held on the executors go on.
 func (e *Engine) resume(ctx context.Context, r *run, by *events.Principal) error {
 	r.rec.Status = dag.WorkflowRunning
-	e.publishWorkflow(ctx, r, dag.WorkflowRunning, "resumed", by)
+	r.snap.Status = dag.WorkflowRunning
+	e.touched(r)
+	e.publishWorkflow(ctx, r, dag.WorkflowRunning, "resumed: nodes start again", by)
 	if err := e.saveRecord(ctx, r); err != nil {
 		return err
 	}
@@ -338,6 +351,11 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *
 	r.rec.CancelledBy, r.rec.CancelledAt, r.rec.Expired = nil, nil, ""
 	r.rec.setDeadline(e.now()) // a retry has the whole timeout again
 	r.snap.Deadlines, r.snap.Expired = nil, nil
+	for id := range r.snap.Failures { // a failure a retry carries stays, with why
+		if !slices.Contains(r.rec.Carried, id) {
+			delete(r.snap.Failures, id)
+		}
+	}
 	delete(e.cancelling, r.rec.ID)
 	r.snap.Status = dag.WorkflowRunning
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)

@@ -97,7 +97,7 @@ func TestRunTransitions(t *testing.T) {
 		"an unhealthy gate blocks dependents": {
 			{do: submit(gated)},
 			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"a gating", "gate a"}},
-			{do: health("a", false), want: []string{"a unhealthy", "b/y blocked", "b blocked (a)", "workflow failed: formula a failed"}, status: dag.WorkflowFailed},
+			{do: health("a", false), want: []string{"a unhealthy", "b/y blocked", "b blocked (a)", "workflow failed: formula a: health gate failed after 3 checks: pg_isready: no response"}, status: dag.WorkflowFailed},
 		},
 		"a health verdict without a gate running is ignored": {
 			{do: submit(gated)},
@@ -129,9 +129,9 @@ func TestRunTransitions(t *testing.T) {
 		},
 		"pause holds new work, resume releases it as a new transition": {
 			{do: submit(chain)},
-			{do: control(events.VerbPause), want: []string{"workflow paused: paused by request"}, status: dag.WorkflowPaused},
+			{do: control(events.VerbPause), want: []string{"workflow paused: " + PausedReason}, status: dag.WorkflowPaused},
 			{do: formula("a", 1, dag.FormulaSucceeded), want: nil, status: dag.WorkflowPaused},
-			{do: control(events.VerbResume), want: []string{"workflow running: resumed", "b ready", "dispatch b create g1"}, status: dag.WorkflowRunning},
+			{do: control(events.VerbResume), want: []string{"workflow running: resumed: nodes start again", "b ready", "dispatch b create g1"}, status: dag.WorkflowRunning},
 			{do: control(events.VerbResume), err: ErrConflict, status: dag.WorkflowRunning},
 			{do: formula("b", 1, dag.FormulaSucceeded), want: []string{"workflow succeeded"}, status: dag.WorkflowSucceeded},
 		},

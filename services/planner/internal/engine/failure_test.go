@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -227,5 +228,69 @@ func TestStaleSnapshotIsDetected(t *testing.T) {
 	h.e.dirty = append(h.e.dirty, r)
 	if err := h.e.commit(context.Background()); !errors.Is(err, errStale) {
 		t.Fatalf("err %v, want errStale", err)
+	}
+}
+
+// A run that fails names every failed formula with why it failed (the
+// executor's error, a health gate's failure), the first five and how many
+// more; a restarted planner says the same (the whys are in the run state).
+func TestFailedReasonNamesEveryFailure(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		formulas int
+		want     string
+	}{
+		{1, "formula f0: node(s) failed: n"},
+		{3, "3 formulas failed: formula f0: node(s) failed: n; formula f1: health gate failed after 3 checks: pg_isready: no response; formula f2: node(s) failed: n"},
+		{7, "7 formulas failed: formula f0: node(s) failed: n; formula f1: health gate failed after 3 checks: pg_isready: no response; formula f2: node(s) failed: n; formula f3: node(s) failed: n; formula f4: node(s) failed: n; and 2 more (gantry status ID lists them)"},
+	} {
+		h := newHarness(t)
+		yaml := "name: w\non_failure: continue\nhosts: {h1: {transport: local}}\nformulas:\n"
+		for i := range c.formulas {
+			yaml += fmt.Sprintf("  - {id: f%d, server: h1, nodes: [{name: n, run: 'true'}], health_gate: {check: 'true', retries: 3, timeout: 10s}}\n", i)
+		}
+		must(t, h.submit(yaml))
+		for i := range c.formulas {
+			f := fmt.Sprintf("f%d", i)
+			if i == 1 {
+				must(t, h.formula(f, 1, dag.FormulaSucceeded))
+				if i == c.formulas-1 {
+					h.fresh()
+				}
+				must(t, h.health(f, 1, false))
+				continue
+			}
+			if i == c.formulas-1 {
+				h.fresh()
+			}
+			must(t, h.handle(&events.FormulaEvent{Ref: h.ref(f, 1), Status: dag.FormulaFailed, Run: events.Run{Error: "node(s) failed: n"}}))
+		}
+		got := h.stored()
+		want := "workflow failed: " + strings.ReplaceAll(c.want, "ID", h.id)
+		if !slices.Contains(got, want) {
+			t.Errorf("%d failed: stored\n  %s\nwant\n  %s", c.formulas, strings.Join(got, "\n  "), want)
+		}
+	}
+}
+
+// A pause is in the run state the executors read before they start a
+// node (so a running formula's next node waits), saved before the pause
+// is answered; the resume takes it out.
+func TestPauseIsInTheRunState(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	runStatus := func() dag.WorkflowState {
+		snap, _, err := h.runs.Get(context.Background(), h.id)
+		must(t, err)
+		return snap.Status
+	}
+	must(t, h.control(events.VerbPause))
+	if st := runStatus(); st != dag.WorkflowPaused {
+		t.Fatalf("run state after the pause: %s, want paused", st)
+	}
+	must(t, h.control(events.VerbResume))
+	if st := runStatus(); st != dag.WorkflowRunning {
+		t.Fatalf("run state after the resume: %s, want running", st)
 	}
 }

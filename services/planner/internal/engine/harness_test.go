@@ -92,7 +92,11 @@ func (h *harness) health(f string, gen int, pass bool) error {
 	if pass {
 		st = events.HealthPass
 	}
-	return h.handle(&events.HealthEvent{Ref: h.ref(f, gen), Status: st, Final: true})
+	ev := &events.HealthEvent{Ref: h.ref(f, gen), Status: st, Final: true, Retries: 3, Run: events.Run{Attempt: 1}}
+	if !pass { // as the health-gate says a gate failed
+		ev.Attempt, ev.OutputTail, ev.Error = 3, "starting\npg_isready: no response\n", "failed 3 of 3 checks; last: exit status 2"
+	}
+	return h.handle(ev)
 }
 
 func (h *harness) control(verb string) error {

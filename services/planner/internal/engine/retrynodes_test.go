@@ -111,7 +111,7 @@ func TestRetryOfNodesFailingAgainStops(t *testing.T) {
 	must(t, h.retryNodes("a/x"))
 	h.stored()
 	must(t, h.formula("a", 2, dag.FormulaFailed))
-	wantStored(t, h, "c/w blocked", "c blocked (a)", "e/t blocked", "e blocked (a)", "workflow failed: formula a failed")
+	wantStored(t, h, "c/w blocked", "c blocked (a)", "e/t blocked", "e blocked (a)", "workflow failed: 2 formulas failed: formula a failed; formula b failed")
 }
 
 // Two failed nodes in one formula: the retried one's formula is dispatched
@@ -124,7 +124,7 @@ func TestRetryOneOfTwoFailedNodesOfAFormula(t *testing.T) {
 	must(t, h.retryNodes("a/x"))
 	wantStored(t, h, "workflow running: retry of a/x: generation 2", "a ready", "dispatch a create g2 hold y")
 	must(t, h.formula("a", 2, dag.FormulaFailed))
-	wantStored(t, h, "c/w blocked", "c blocked (a)", "e/t blocked", "e blocked (a)", "workflow failed: formula a failed")
+	wantStored(t, h, "c/w blocked", "c blocked (a)", "e/t blocked", "e blocked (a)", "workflow failed: 2 formulas failed: formula a failed; formula b failed")
 }
 
 // Retrying every failure runs what they kept from starting too, as a plain

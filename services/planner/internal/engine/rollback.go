@@ -34,6 +34,7 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 	r.state = r.plan.NewRunState()
 	r.done = map[string]bool{}
 	r.snap.Deadlines, r.snap.Expired = nil, nil // the rollback's formulas have no timeout; the composition's still holds
+	r.snap.Failures = nil
 	msg := fmt.Sprintf("rolling back after %s: deleting %d formulas", reason, len(r.plan.Formulas))
 	if skipped > 0 {
 		msg += fmt.Sprintf(" (%d succeeded nodes have no delete and stay)", skipped)
@@ -64,11 +65,7 @@ func (e *Engine) rolledBack(ctx context.Context, r *run, result dag.WorkflowStat
 	}
 	reason := fmt.Sprintf("%s; rolled back: %d of %d succeeded nodes deleted", r.rec.FailReason, deleted, total)
 	if result != dag.WorkflowSucceeded {
-		what := ""
-		if k := firstFailed(r); k >= 0 {
-			what = r.plan.Formulas[k].ID
-		}
-		reason += " (rollback incomplete: " + what + " failed)"
+		reason += " (rollback incomplete: " + failedReason(r) + ")"
 	}
 	return reason, nil
 }

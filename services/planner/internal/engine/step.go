@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
@@ -18,7 +20,7 @@ func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 		}
 		switch f.Status { // the executor's transitions; the rest are the planner's own
 		case dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed, dag.FormulaCancelled:
-			return e.apply(ctx, f.Ref, f.Status, f.StartedAt)
+			return e.apply(ctx, f.Ref, f.Status, f.StartedAt, f.Error)
 		}
 	case events.FamilyHealth:
 		var h events.HealthEvent
@@ -29,9 +31,9 @@ func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 			return nil
 		}
 		if h.Status == events.HealthPass {
-			return e.apply(ctx, h.Ref, dag.FormulaHealthy, h.StartedAt)
+			return e.apply(ctx, h.Ref, dag.FormulaHealthy, h.StartedAt, "")
 		}
-		return e.apply(ctx, h.Ref, dag.FormulaUnhealthy, h.StartedAt)
+		return e.apply(ctx, h.Ref, dag.FormulaUnhealthy, h.StartedAt, h.GateFailure())
 	}
 	// Node outcomes are the executor's records (gantry_nodes), read where
 	// needed (rollback); runs are stepped on formula outcomes.
@@ -41,8 +43,8 @@ func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 // apply moves the formula an event is about to st, if the event is about a
 // known run's current generation. started is when the event says the
 // work it reports began (for the formula's span, when this planner did
-// not see its dispatch).
-func (e *Engine) apply(ctx context.Context, ref events.Ref, st dag.FormulaState, started *time.Time) error {
+// not see its dispatch); why is why it failed, when it did.
+func (e *Engine) apply(ctx context.Context, ref events.Ref, st dag.FormulaState, started *time.Time, why string) error {
 	r, i, ok, err := e.target(ctx, ref)
 	if !ok || err != nil {
 		return err
@@ -50,7 +52,22 @@ func (e *Engine) apply(ctx context.Context, ref events.Ref, st dag.FormulaState,
 	if started != nil {
 		e.formulaStarted(r, i, *started)
 	}
-	return e.transition(ctx, r, i, st)
+	return e.transition(ctx, r, i, st, why)
+}
+
+// failedBecause keeps why formula id failed, for the workflow's reason
+// (the first MaxFailureReasons formulas that failed, each bounded).
+func (r *run) failedBecause(id, why string) {
+	if _, ok := r.snap.Failures[id]; !ok && len(r.snap.Failures) >= events.MaxFailureReasons {
+		return
+	}
+	if r.snap.Failures == nil {
+		r.snap.Failures = map[string]string{}
+	}
+	if len(why) > events.MaxFailureReasonBytes {
+		why = strings.ToValidUTF8(why[:events.MaxFailureReasonBytes-3], "") + "..."
+	}
+	r.snap.Failures[id] = why
 }
 
 // target finds the run and formula an event is about. ok is false for an
@@ -80,12 +97,13 @@ func (e *Engine) target(ctx context.Context, ref events.Ref) (*run, int, bool, e
 	return r, i, true, nil
 }
 
-// transition moves formula i to st when that is ahead of its state
+// transition moves formula i to st (failed or unhealthy: because of why)
+// when that is ahead of its state
 // (dag.CompareFormula; target has kept the run's generation only): a
 // redelivered, repeated or late event changes nothing, and the first end
 // of a formula is the one the run goes by (an executor's report after
 // the planner cancelled it changes nothing).
-func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaState) error {
+func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaState, why string) error {
 	cur := r.state.Formula(i)
 	if dag.CompareFormula(dag.FormulaMark{State: cur}, dag.FormulaMark{State: st}) != dag.Ahead {
 		return nil
@@ -93,6 +111,9 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 	gated := st == dag.FormulaHealthy || st == dag.FormulaUnhealthy
 	if gated && cur != dag.FormulaGating {
 		return nil
+	}
+	if why != "" && (st == dag.FormulaFailed || st == dag.FormulaUnhealthy) {
+		r.failedBecause(r.plan.Formulas[i].ID, why) // for the workflow's reason
 	}
 	if err := r.state.SetFormula(i, st, -1); err != nil {
 		return consume.Poison(err)
@@ -107,7 +128,11 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 		return e.settleCancel(ctx, r) // nothing new starts, no gate is checked
 	}
 	if gated {
-		e.publishFormula(ctx, r, i, st, "")
+		ev := e.formulaEvent(r, i, st, "")
+		if st == dag.FormulaUnhealthy {
+			ev.Error = r.snap.Failures[r.plan.Formulas[i].ID] // why its gate failed
+		}
+		e.Out.Emit(r.formulaCtx(ctx, i), events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
 	}
 	e.rolloutFinish(ctx, r, i)
 	d := r.plan.StepAfter(r.state, i)
@@ -147,15 +172,7 @@ func (e *Engine) act(ctx context.Context, r *run, d dag.Decision) error {
 func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) error {
 	reason := ""
 	if result == dag.WorkflowFailed {
-		if k := firstFailed(r); k >= 0 {
-			reason = "formula " + r.plan.Formulas[k].ID + " failed"
-			if r.expired(r.plan.Formulas[k].ID) {
-				reason += ": deadline: its timeout of " + r.plan.Formulas[k].Timeout.String() + " passed"
-			}
-			if why := rolloutStop(r, k); why != "" {
-				reason = why
-			}
-		}
+		reason = failedReason(r)
 	}
 	switch {
 	case r.rec.Rollback == nil && result == dag.WorkflowFailed && r.rec.Composition.OnFailure == dag.OnFailureRollback:
@@ -174,12 +191,59 @@ func (e *Engine) finish(ctx context.Context, r *run, result dag.WorkflowState) e
 	return e.saveRecord(ctx, r)
 }
 
-func firstFailed(r *run) int {
+// maxNamedFailures is how many failed formulas a workflow's reason names;
+// it counts the rest.
+const maxNamedFailures = 5
+
+// failedReason says why a run failed: every failed formula (up to
+// maxNamedFailures, then how many more) with why it failed, "formula db:
+// health gate failed after 3 checks: pg_isready: no response"; a rollout
+// stopped past its max_failed says so once for its instances.
+func failedReason(r *run) string {
+	var said []string
+	n := 0
+	rollouts := map[string]bool{}
 	for _, i := range r.plan.Order {
 		switch r.state.Formula(i) {
 		case dag.FormulaFailed, dag.FormulaUnhealthy:
-			return i
+		default:
+			continue
 		}
+		n++
+		if len(said) >= maxNamedFailures {
+			continue
+		}
+		if why := rolloutStop(r, i); why != "" {
+			if of := r.plan.Formulas[i].Instance.Of; !rollouts[of] {
+				rollouts[of] = true
+				said = append(said, why)
+			}
+			continue
+		}
+		said = append(said, formulaFailure(r, i))
 	}
-	return -1
+	switch {
+	case n == 0:
+		return ""
+	case n == 1:
+		return said[0]
+	}
+	reason := fmt.Sprintf("%d formulas failed: %s", n, strings.Join(said, "; "))
+	if more := n - len(said); more > 0 && len(rollouts) == 0 {
+		reason += fmt.Sprintf("; and %d more (gantry status %s lists them)", more, r.rec.ID)
+	}
+	return reason
+}
+
+// formulaFailure says why formula i failed: "formula a: node(s) failed:
+// x", or "formula a failed" when nothing says why.
+func formulaFailure(r *run, i int) string {
+	pf := &r.plan.Formulas[i]
+	switch why := r.snap.Failures[pf.ID]; {
+	case r.expired(pf.ID):
+		return "formula " + pf.ID + " failed: deadline: its timeout of " + pf.Timeout.String() + " passed"
+	case why != "":
+		return "formula " + pf.ID + ": " + why
+	}
+	return "formula " + pf.ID + " failed"
 }

@@ -106,7 +106,7 @@ func foldHealth(f *events.FormulaDoc, ev *consume.Event, h *events.HealthEvent) 
 	if !advanceFormula(f, ev, h.Ref) {
 		return f, false
 	}
-	f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error}
+	f.Health = &events.HealthDoc{Status: h.Status, Attempts: h.Attempt, Final: h.Final, Output: h.OutputTail, Error: h.Error, ExitCode: h.ExitCode}
 	return f, true
 }
 

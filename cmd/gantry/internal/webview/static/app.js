@@ -115,11 +115,13 @@ function shortKeys(s) {
   return s.replace(/\b([UA][A-Z2-7]{55})\b/g, (k) => k.slice(0, 8) + "…");
 }
 
+// who is a requester by name (operator, a creds file's user); only one
+// without a name shows by its key, shortened.
 function who(p) {
   if (!p) return "–";
   if (!p.attested) return "unattested";
-  const user = p.user ? p.user.slice(0, 8) + "…" : "?";
-  return (p.name ? p.name + " (" + user + ")" : user) + " · " + p.account;
+  if (p.name) return p.name;
+  return (p.user ? p.user.slice(0, 8) + "…" : "?") + " · " + p.account;
 }
 
 // ---------- one workflow ----------
@@ -255,9 +257,22 @@ function renderHeader() {
   const reason = $("wf-reason");
   reason.hidden = !h.reason;
   reason.textContent = h.reason || "";
-  const counts = {};
-  for (const n of S.nodes.values()) counts[n.status] = (counts[n.status] || 0) + 1;
-  const total = S.nodes.size;
+  // The server's summary, as gantry watch and gantry status count: every
+  // node by its last transition across runs, and a failed health gate as
+  // a failure.
+  const sum = h.summary;
+  let counts = {}, total = S.nodes.size;
+  if (sum) {
+    total = sum.total || S.nodes.size;
+    counts = { running: sum.running, succeeded: sum.succeeded, skipped: sum.skipped, failed: sum.failed, blocked: sum.blocked,
+      cancelled: sum.cancelled, pending: Math.max(0, total - sum.done - sum.running) };
+  } else {
+    for (const n of S.nodes.values()) counts[n.status] = (counts[n.status] || 0) + 1;
+  }
+  const failed = $("wf-failed");
+  const fails = (sum && sum.failures) || [];
+  failed.hidden = fails.length === 0;
+  failed.textContent = fails.length ? "failed: " + fails.map((f) => (f.node ? f.formula + "/" + f.node : f.formula) + (f.why ? " (" + f.why + ")" : "")).join(", ") : "";
   const bar = $("wf-bar");
   bar.replaceChildren();
   const chips = $("wf-chips");

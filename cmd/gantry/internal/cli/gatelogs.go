@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// GateNode is what gantry logs calls a formula's health gate: FORMULA/gate
+// prints what its checks printed, each check as an attempt (#n).
+const GateNode = "gate"
+
+// A health gate's checks are not a node's: what each printed is in its
+// health event (the last events.MaxTailBytes of its output), on the event
+// stream. gantry logs reads them there and prints them among the nodes'
+// lines, in time order: each line of a check's output, then its result.
+
+// gateLine is a line of a check's output, or its result.
+type gateLine struct {
+	at time.Time
+	ll events.LogLine
+}
+
+// Streams of gate lines: what the check printed, and how it ended.
+const (
+	gateOutput events.Stream = "output"
+	gateResult events.Stream = "result"
+)
+
+// checkLogLines are a check's lines: its output, then its result ("fail:
+// exit 2", "pass").
+func checkLogLines(at time.Time, e *events.HealthEvent) []gateLine {
+	ref := e.Ref
+	ref.Node = GateNode
+	var out []gateLine
+	add := func(s events.Stream, line string) {
+		out = append(out, gateLine{at: at, ll: events.LogLine{Ref: ref, Attempt: e.Attempt, Stream: s, Seq: int64(len(out) + 1), Line: line}})
+	}
+	if tail := strings.TrimRight(e.OutputTail, "\n"); tail != "" {
+		for _, l := range strings.Split(tail, "\n") {
+			add(gateOutput, strings.TrimSuffix(l, "\r"))
+		}
+	}
+	result := string(e.Status)
+	switch {
+	case e.Status == events.HealthFail && e.ExitCode != nil:
+		result += fmt.Sprintf(": exit %d", *e.ExitCode)
+	case e.Status == events.HealthFail && e.Error != "":
+		result += ": " + firstLine(e.Error)
+	}
+	if e.Final && e.Status == events.HealthFail {
+		result += "; " + e.GateFailure()
+	}
+	add(gateResult, result)
+	return out
+}
+
+// gateFeed reads a workflow's health events from the event stream and
+// hands over the lines of those gantry logs shows.
+type gateFeed struct {
+	cons    jetstream.Consumer // nil: no gate is shown
+	q       logsQuery
+	pending []gateLine // read, not printed yet
+	fetched time.Time
+}
+
+// wantsGates says whether what logs prints takes in health gates: every
+// node's lines, a host's, or FORMULA/gate.
+func (q logsQuery) wantsGates() bool {
+	return q.sel.all() || q.sel.host != "" || q.sel.node == GateNode || (q.sel.formula != "" && q.sel.node == "")
+}
+
+// healthSubjects are the health subjects to read: the host's, the
+// formula's host's when known, else every host's.
+func (q logsQuery) healthSubjects() string {
+	switch {
+	case q.sel.host != "":
+		return events.HostHealth(q.sel.host)
+	case q.sel.formula != "" && q.doc != nil && q.doc.Formulas[q.sel.formula] != nil && q.doc.Formulas[q.sel.formula].Host != "":
+		return events.HostHealth(q.doc.Formulas[q.sel.formula].Host)
+	}
+	return events.AllHealth
+}
+
+func openGateFeed(ctx context.Context, js jetstream.JetStream, q logsQuery) (*gateFeed, error) {
+	g := &gateFeed{q: q}
+	if !q.wantsGates() {
+		return g, nil
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{q.healthSubjects()},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &q.since,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.cons = cons
+	return g, g.fetch()
+}
+
+// fetch reads what the stream holds now.
+func (g *gateFeed) fetch() error {
+	if g.cons == nil {
+		return nil
+	}
+	g.fetched = time.Now()
+	for {
+		batch, err := g.cons.FetchNoWait(500)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			env, e, err := events.Decode[events.HealthEvent](m.Data())
+			if err != nil || events.Admit(m.Subject(), env) != nil || e.WorkflowID != g.q.id || !g.match(e) {
+				continue
+			}
+			g.pending = append(g.pending, checkLogLines(env.Time, e)...)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+func (g *gateFeed) match(e *events.HealthEvent) bool {
+	switch s := g.q.sel; {
+	case s.host != "":
+		return e.Host == s.host
+	case s.formula != "":
+		return e.Formula == s.formula
+	}
+	return true
+}
+
+// due says whether it is time to read the stream again (following).
+func (g *gateFeed) due() bool { return g.cons != nil && time.Since(g.fetched) >= logsPoll }
+
+// print prints the lines read up to t (all of them when t is zero).
+func (g *gateFeed) print(w io.Writer, t time.Time, format string) error {
+	n := 0
+	for _, l := range g.pending {
+		if !t.IsZero() && l.at.After(t) {
+			break
+		}
+		env := &events.Envelope{Time: l.at}
+		if err := printLogLine(w, env, &l.ll, format); err != nil {
+			return err
+		}
+		n++
+	}
+	g.pending = g.pending[n:]
+	return nil
+}

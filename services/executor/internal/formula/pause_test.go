@@ -1,0 +1,97 @@
+package formula
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// A workflow paused while a formula's node runs: that node finishes, the
+// next one does not start (the formula is held, and says so in the
+// status) until the resume; then it runs.
+func TestPauseHoldsTheNextNode(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	d := dispatch(dag.OpCreate, 1, node("s1", "hold s1", 1), node("s2", "s2", 1, "s1"))
+	done := make(chan error, 1)
+	go func() { done <- h.x.Run(context.Background(), d) }()
+	select {
+	case <-h.host.start:
+	case <-time.After(10 * time.Second):
+		t.Fatal("s1 never started")
+	}
+	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowPaused}) // as the planner saves a pause
+	close(h.host.release)                                                           // s1 ends
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if slices.Contains(h.host.scripts(), "s2") {
+			t.Fatalf("s2 started while the workflow was paused: %v", h.host.scripts())
+		}
+		if held, n := h.x.Held(); n == 1 && held[0].Formula == "f" && held[0].WorkflowID == "w1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the formula is not held by the pause")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if rec := h.record(dag.OpCreate, "s1"); rec.Status != dag.NodeSucceeded {
+		t.Fatalf("s1 did not finish while paused: %+v", rec)
+	}
+	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
+	h.x.Resumed("w1")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the formula did not go on after the resume")
+	}
+	if got := h.host.scripts(); !slices.Equal(got, []string{"hold s1", "s2"}) {
+		t.Fatalf("ran %v", got)
+	}
+	if _, n := h.x.Held(); n != 0 {
+		t.Fatalf("%d formula(s) still held after the resume", n)
+	}
+}
+
+// A cancel of a paused workflow ends its held formula: what did not start
+// is cancelled.
+func TestCancelEndsAFormulaHeldByAPause(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	d := dispatch(dag.OpCreate, 1, node("s1", "hold s1", 1), node("s2", "s2", 1, "s1"))
+	done := make(chan error, 1)
+	go func() { done <- h.x.Run(context.Background(), d) }()
+	<-h.host.start
+	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowPaused})
+	close(h.host.release)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, n := h.x.Held(); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the formula is not held by the pause")
+		}
+	}
+	h.x.Cancelled("w1", 1, "operator")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held formula did not end after the cancel")
+	}
+	if got := h.stored(); !slices.Contains(got, "s2 cancelled 0: cancelled by operator: not started") {
+		t.Fatalf("stored %v, want s2 cancelled, not started", got)
+	}
+	if slices.Contains(h.host.scripts(), "s2") {
+		t.Fatal("s2 ran after the cancel")
+	}
+}
