@@ -35,6 +35,13 @@ type memSource struct {
 	// lifecycleErr ends it with that error.
 	lifecycle    chan webview.Item
 	lifecycleErr chan error
+	// hostNodes are state.host's nodes, by host; lines are the log
+	// stream's output lines.
+	hostNodes map[string][]events.HostNode
+	lines     []events.LogLine
+	// outputErr, when set, is what Output fails with.
+	outputErr error
+	asked     []webview.OutputQuery
 }
 
 // seen is what the last Follow was asked for.
@@ -82,6 +89,29 @@ func (s *memSource) Lifecycle(ctx context.Context, out chan<- webview.Item) erro
 			return ctx.Err()
 		}
 	}
+}
+
+func (s *memSource) Host(_ context.Context, host string) ([]events.HostNode, error) {
+	return s.hostNodes[host], nil
+}
+
+func (s *memSource) Output(_ context.Context, q webview.OutputQuery, each func(*events.LogLine) error) error {
+	s.mu.Lock()
+	s.asked = append(s.asked, q)
+	s.mu.Unlock()
+	if s.outputErr != nil {
+		return s.outputErr
+	}
+	for i := range s.lines {
+		l := &s.lines[i]
+		if l.WorkflowID != q.WorkflowID || l.Formula != q.Formula || l.Node != q.Node || l.Host != q.Host {
+			continue
+		}
+		if err := each(l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 const wfID = "0b5c3a52-4f0c-4c51-9d0e-7a4d2f9e8a11"
