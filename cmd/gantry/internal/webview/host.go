@@ -2,10 +2,10 @@ package webview
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
 )
 
 // host is a host's page as JSON: state.host's nodes of that host, one per
@@ -24,11 +24,9 @@ func (s *Server) host(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if nodes == nil {
-		nodes = nodes[:0:0]
+		nodes = []events.HostNode{}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := json.NewEncoder(w).Encode(nodes); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
-		s.log().Debug("web view: host reply", "host", name, "err", err)
-	}
+	_ = json.NewEncoder(w).Encode(nodes)
 }

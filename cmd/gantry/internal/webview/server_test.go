@@ -38,6 +38,8 @@ type memSource struct {
 	// hostNodes are state.host's nodes, by host; lines are the log
 	// stream's output lines.
 	hostNodes map[string][]events.HostNode
+	// docs are more documents, by workflow id (setDoc).
+	docs map[string]*webview.Doc
 	lines     []events.LogLine
 	// outputErr, when set, is what Output fails with.
 	outputErr error
@@ -54,6 +56,11 @@ func (s *memSource) seen() (time.Time, []string) {
 func (s *memSource) List(context.Context, int) ([]events.WorkflowSummary, error) { return s.rows, nil }
 
 func (s *memSource) Workflow(_ context.Context, id string) (*webview.Doc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.docs[id]; d != nil {
+		return d, nil
+	}
 	if s.doc == nil || s.doc.WorkflowID != id {
 		return nil, webview.ErrNotFound
 	}
@@ -89,6 +96,15 @@ func (s *memSource) Lifecycle(ctx context.Context, out chan<- webview.Item) erro
 			return ctx.Err()
 		}
 	}
+}
+
+func (s *memSource) setDoc(d *webview.Doc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.docs == nil {
+		s.docs = map[string]*webview.Doc{}
+	}
+	s.docs[d.WorkflowID] = d
 }
 
 func (s *memSource) Host(_ context.Context, host string) ([]events.HostNode, error) {

@@ -320,7 +320,7 @@ func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, 
 		}
 		if it, ok := itemOf(m.Subject(), m.Data(), id); ok {
 			if it.Event != nil && it.Event.Type.Family() == events.FamilyWorkflow {
-				it.TraceID = TraceIDOf(m.Headers().Get(events.TraceParentHeader))
+				it.TraceID = TraceIDOf(nats.Header(m.Headers()))
 			}
 			select {
 			case out <- it:

@@ -1,35 +1,30 @@
 package webview
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TraceIDPlaceholder is what a trace URL template has where the trace id
 // goes.
 const TraceIDPlaceholder = "{trace_id}"
 
-// TraceIDOf is the trace id of a W3C traceparent header
-// ("00-<32 hex>-<16 hex>-<2 hex>"), or "" when the header is absent or not
-// one (malformed, or the all-zero id, which names no trace).
-func TraceIDOf(traceparent string) string {
-	parts := strings.Split(strings.TrimSpace(traceparent), "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" || !lowerHex(parts[0]) {
+// TraceIDOf is the trace id of the W3C trace context in a message's
+// headers (read by events.ExtractTrace), or "" when it has none or a
+// malformed one.
+func TraceIDOf(h nats.Header) string {
+	sc := trace.SpanContextFromContext(events.ExtractTrace(context.Background(), h))
+	if !sc.IsValid() {
 		return ""
 	}
-	if parts[0] == "00" && len(parts) != 4 {
-		return ""
-	}
-	id, span, flags := parts[1], parts[2], parts[3]
-	if len(id) != 32 || len(span) != 16 || len(flags) != 2 || !lowerHex(id) || !lowerHex(span) || !lowerHex(flags) {
-		return ""
-	}
-	if strings.Trim(id, "0") == "" || strings.Trim(span, "0") == "" {
-		return ""
-	}
-	return id
+	return sc.TraceID().String()
 }
 
 func lowerHex(s string) bool {

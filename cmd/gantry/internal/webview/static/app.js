@@ -599,7 +599,7 @@ function scheduleEdges() {
     if (S.view !== "dag") return;
     if (!Z.fitted && !Z.user && S.formulas.size) {
       const wrap = $("dag-wrap");
-      if ($("dag").offsetWidth > wrap.clientWidth) fit(false);
+      if ($("dag").offsetWidth > wrap.clientWidth) fit(false, AUTOFIT_MIN);
       else Z.fitted = true;
     }
     applyZoom();
@@ -676,9 +676,11 @@ function drawEdges() {
 // Z is the DAG's zoom: the boxes are scaled by a CSS transform, the edges
 // by their SVG viewBox, and the stage takes the zoomed size so the view
 // scrolls over exactly the DAG. Until the user zooms, a DAG wider than
-// the view is fitted to its width when drawn.
+// the view is fitted to its width when drawn (down to AUTOFIT_MIN).
 const Z = { z: 1, user: false, fitted: false };
-const ZOOM_MIN = 0.2, ZOOM_MAX = 2;
+// A DAG is fitted by itself no smaller than AUTOFIT_MIN, where its text
+// is still read easily; Fit goes down to ZOOM_MIN.
+const ZOOM_MIN = 0.2, ZOOM_MAX = 2, AUTOFIT_MIN = 0.6;
 
 function initZoom() {
   $("zoom-in").addEventListener("click", () => zoomBy(1.25));
@@ -725,8 +727,8 @@ function applyZoom() {
 }
 
 // fit zooms the DAG to the view: to its width and height (whole), or to
-// its width only; never above 100%.
-function fit(whole) {
+// its width only; never above 100%, nor below floor.
+function fit(whole, floor) {
   const wrap = $("dag-wrap"), dag = $("dag");
   const W = dag.offsetWidth, H = dag.offsetHeight;
   if (!W || !H) return;
@@ -735,7 +737,7 @@ function fit(whole) {
   const availH = (isNaN(maxH) ? window.innerHeight - 250 : maxH) - 4;
   let z = availW / W;
   if (whole) z = Math.min(z, availH / H);
-  Z.z = Math.min(1, Math.max(ZOOM_MIN, z));
+  Z.z = Math.min(1, Math.max(floor || ZOOM_MIN, z));
   Z.fitted = true;
   applyZoom();
   wrap.scrollLeft = 0;
