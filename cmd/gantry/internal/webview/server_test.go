@@ -38,9 +38,9 @@ type memSource struct {
 	// hostNodes are state.host's nodes, by host; lines are the log
 	// stream's output lines.
 	hostNodes map[string][]events.HostNode
+	lines     []events.LogLine
 	// docs are more documents, by workflow id (setDoc).
 	docs map[string]*webview.Doc
-	lines     []events.LogLine
 	// outputErr, when set, is what Output fails with.
 	outputErr error
 	asked     []webview.OutputQuery

@@ -20,7 +20,7 @@ func TestTraceIDOf(t *testing.T) {
 	}
 	for _, c := range []struct{ header, want string }{
 		{"00-" + traceID + "-00f067aa0ba902b7-01", traceID},
-		{"00-" + traceID + "-00f067aa0ba902b7-00", traceID}, // not sampled: still its trace
+		{"00-" + traceID + "-00f067aa0ba902b7-00", traceID},      // not sampled: still its trace
 		{"01-" + traceID + "-00f067aa0ba902b7-01-more", traceID}, // a later version may add fields
 		{"", ""},
 		{"00-" + traceID + "-00f067aa0ba902b7-01-more", ""},             // version 00 has four
