@@ -37,10 +37,12 @@ func startUI(t *testing.T, s *stack, bin string) string {
 	return base
 }
 
-// startUIAt runs `gantry ui` on addr; stop ends it.
-func startUIAt(t *testing.T, s *stack, bin, addr string) (base string, stop func()) {
+// startUIAt runs `gantry ui` on addr, with the extra flags given; stop
+// ends it.
+func startUIAt(t *testing.T, s *stack, bin, addr string, extra ...string) (base string, stop func()) {
 	t.Helper()
-	cmd := exec.Command(bin, "ui", "--http", addr, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer))
+	args := append([]string{"ui", "--http", addr, "--server", s.ns.URL(), "--nkey", s.ns.Keys.SeedFile(events.Viewer)}, extra...)
+	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
+	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
@@ -34,7 +35,7 @@ func newDevCmd() *cobra.Command {
 	var secretsDir, filesDir string
 	var perHost, maxFormulas int
 	var cancelWait, unclaimedAfter time.Duration
-	var httpAddr string
+	var httpAddr, traceURL string
 	var metrics string
 	allowLocal := true
 	retention := planner.Retention{Age: planner.DefaultRetentionAge, Keep: planner.DefaultRetentionKeep}
@@ -59,6 +60,9 @@ commands name ({secret: NAME}) are read from --secrets-dir, one file each;
 the files nodes place as source, from --files-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkTraceURL(traceURL); err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--log-level: %w", err)}
@@ -119,7 +123,8 @@ the files nodes place as source, from --files-dir.`,
 					return &exitError{code: ExitProblem, err: fmt.Errorf("web view: %w", err)}
 				}
 				defer vnc.Close()
-				wait, err := startWebView(ctx, out, "gantry dev", httpAddr, vnc, 10*time.Second, log, webViewMetrics(metrics))
+				srv := &webview.Server{Src: &webview.NATS{NC: vnc, Timeout: 10 * time.Second}, Log: log, TraceURL: traceURL, Metrics: webViewMetrics(metrics)}
+				wait, err := startWebView(ctx, out, "gantry dev", httpAddr, srv)
 				if err != nil {
 					return err
 				}
@@ -156,6 +161,7 @@ the files nodes place as source, from --files-dir.`,
 	cmd.Flags().DurationVar(&unclaimedAfter, "unclaimed-after", planner.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics, unless --metrics is given) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
+	traceURLFlag(cmd, &traceURL)
 	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464, and not on the web view's address (default $"+metricsserve.Env+", else off)")
 	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
 	cmd.Flags().StringVar(&filesDir, "files-dir", os.Getenv("GANTRY_FILES_DIR"), "directory holding the files nodes place with files: [{source: NAME}] (default $GANTRY_FILES_DIR)")

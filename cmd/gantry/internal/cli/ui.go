@@ -6,12 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
@@ -22,7 +20,7 @@ import (
 
 func newUICmd() *cobra.Command {
 	var cf connFlags
-	var addr string
+	var addr, traceURL string
 	cmd := &cobra.Command{
 		Use:   "ui --http ADDR",
 		Short: "Serve the web view: workflows and their live DAG",
@@ -36,11 +34,17 @@ It only reads, so a viewer's credentials suffice (--creds or --nkey, or the
 NATS_* environment, or --context); with none, a ` + "`gantry dev`" + ` server takes it
 for a viewer. The web server answers GET only, offers no control verbs, and
 shows nothing its NATS identity could not read; it has no login of its own:
-bind it to 127.0.0.1 unless everyone who can reach ADDR may see the runs.`,
+bind it to 127.0.0.1 unless everyone who can reach ADDR may see the runs.
+
+--trace-url https://jaeger.example/trace/{trace_id} links each traced run to
+its trace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if addr == "" {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--http ADDR is required (e.g. --http 127.0.0.1:8080)")}
+			}
+			if err := checkTraceURL(traceURL); err != nil {
+				return err
 			}
 			nc, err := cf.connectAs(false)
 			if err != nil {
@@ -50,7 +54,8 @@ bind it to 127.0.0.1 unless everyone who can reach ADDR may see the runs.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			wait, err := startWebView(ctx, cmd.OutOrStdout(), "gantry ui", addr, nc, cf.timeout, log, metricsserve.Metrics())
+			srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: cf.timeout}, Log: log, TraceURL: traceURL, Metrics: metricsserve.Metrics()}
+			wait, err := startWebView(ctx, cmd.OutOrStdout(), "gantry ui", addr, srv)
 			if err != nil {
 				return err
 			}
@@ -59,21 +64,38 @@ bind it to 127.0.0.1 unless everyone who can reach ADDR may see the runs.`,
 	}
 	cf.add(cmd)
 	cmd.Flags().StringVar(&addr, "http", "", "address to serve the web view on, e.g. 127.0.0.1:8080")
+	traceURLFlag(cmd, &traceURL)
 	return cmd
 }
 
-// startWebView listens on addr and serves the web view there, reading
-// through nc, until ctx ends; wait waits for that. metrics, when not
-// nil, is served at /metrics: nil when the process serves its metrics at
-// another address.
-func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats.Conn, timeout time.Duration, log *slog.Logger, metrics http.Handler) (wait func() error, err error) {
+// traceURLFlag adds --trace-url, the link to a run's trace.
+func traceURLFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "trace-url", "", "link each traced run to its trace: a URL with {trace_id}, e.g. https://jaeger.example/trace/{trace_id}")
+}
+
+// checkTraceURL refuses a --trace-url that is not an http(s) URL with
+// {trace_id}.
+func checkTraceURL(tmpl string) error {
+	if tmpl == "" {
+		return nil
+	}
+	if err := webview.CheckTraceURL(tmpl); err != nil {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	return nil
+}
+
+// startWebView listens on addr and serves srv there until ctx ends
+// (answering only loopback Hosts when addr is a loopback address); wait
+// waits for that.
+func startWebView(ctx context.Context, out io.Writer, who, addr string, srv *webview.Server) (wait func() error, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("--http: %w", err)}
 	}
 	a := ln.Addr()
 	ta, _ := a.(*net.TCPAddr)
-	if metrics != nil {
+	if srv.Metrics != nil {
 		fmt.Fprintf(out, "%s: web view at %s (metrics at /metrics)\n", who, pasteableURL(ta, a))
 	} else {
 		fmt.Fprintf(out, "%s: web view at %s\n", who, pasteableURL(ta, a))
@@ -81,7 +103,7 @@ func startWebView(ctx context.Context, out io.Writer, who, addr string, nc *nats
 	if ta != nil && !ta.IP.IsLoopback() {
 		fmt.Fprintf(out, "%s: %s is reachable from other machines: anyone who can reach it sees the runs%s\n", who, a, otherMachinesURL(ta))
 	}
-	srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: timeout}, Log: log, LoopbackOnly: ta != nil && ta.IP.IsLoopback(), Metrics: metrics}
+	srv.LoopbackOnly = ta != nil && ta.IP.IsLoopback()
 	done := make(chan error, 1)
 	go func() { done <- webview.Serve(ctx, ln, srv.Handler()) }()
 	return func() error {

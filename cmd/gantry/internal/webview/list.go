@@ -37,6 +37,15 @@ func (m *ListModel) Seed(rows []events.WorkflowSummary) {
 	m.trim()
 }
 
+// Row is the list's row of workflow id.
+func (m *ListModel) Row(id string) (events.WorkflowSummary, bool) {
+	r := m.rows[id]
+	if r == nil {
+		return events.WorkflowSummary{}, false
+	}
+	return *r, true
+}
+
 // Knows says whether the list has a row for workflow id.
 func (m *ListModel) Knows(id string) bool { return m.rows[id] != nil }
 
@@ -161,11 +170,24 @@ func (s *Server) listStream(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
+	rows, unknown := s.rowsOf(ctx, m.Rows())
+	found := make(chan Row, 16)
+	for _, r := range unknown {
+		go s.awaitVerdict(ctx, r, found)
+	}
 	sse := s.newSSE(w, fl)
-	if !sse.retry(listRetry) || !sse.send("snapshot", m.Rows()) {
+	if !sse.retry(listRetry) || !sse.send("snapshot", rows) {
 		return
 	}
-	s.followList(ctx, sse, m, items, errc)
+	s.followList(ctx, sse, m, listFeed{items: items, errc: errc, found: found})
+}
+
+// listFeed is what a list page follows: the lifecycle events, why they
+// stopped, and check runs' verdicts as they become known.
+type listFeed struct {
+	items <-chan Item
+	errc  <-chan error
+	found chan Row
 }
 
 // listRetry is how long the browser waits before it reconnects a list
@@ -195,20 +217,24 @@ func (s *Server) seedList(ctx context.Context, limit int, items <-chan Item, err
 	return m, nil
 }
 
-func (s *Server) followList(ctx context.Context, sse *sseWriter, m *ListModel, items <-chan Item, errc <-chan error) {
+func (s *Server) followList(ctx context.Context, sse *sseWriter, m *ListModel, feed listFeed) {
 	tick := time.NewTicker(s.heartbeat())
 	defer tick.Stop()
 	for {
 		select {
-		case it := <-items:
+		case it := <-feed.items:
 			if it.Event == nil {
 				continue
 			}
 			s.knowRow(ctx, m, it.Event)
-			if row := m.Apply(it.Event); row != nil && !sse.send("row", row) {
+			if row := m.Apply(it.Event); row != nil && !sse.send("row", s.rowOf(ctx, row, feed.found)) {
 				return
 			}
-		case err := <-errc:
+		case r := <-feed.found:
+			if now, ok := m.Row(r.WorkflowID); ok && now.UpdatedAt.Equal(r.UpdatedAt) && !sse.send("row", r) {
+				return
+			}
+		case err := <-feed.errc:
 			if ctx.Err() == nil && err != nil {
 				s.log().Warn("web view: list events", "err", err)
 				sse.send("problem", map[string]string{"message": err.Error()})
@@ -222,6 +248,19 @@ func (s *Server) followList(ctx context.Context, sse *sseWriter, m *ListModel, i
 			return
 		}
 	}
+}
+
+// rowOf is the row with its check verdict when known; when it is not
+// known yet, it is asked for until it is, and sent on found then.
+func (s *Server) rowOf(ctx context.Context, r *events.WorkflowSummary, found chan Row) Row {
+	if !wantsVerdict(r) {
+		return Row{WorkflowSummary: *r}
+	}
+	if n, ok := s.verdicts.get(r); ok {
+		return Row{WorkflowSummary: *r, Changes: &n}
+	}
+	go s.awaitVerdict(ctx, *r, found)
+	return Row{WorkflowSummary: *r}
 }
 
 // knowRow adds the state-store's row of a workflow the list does not

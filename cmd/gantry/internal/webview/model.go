@@ -46,6 +46,11 @@ type Header struct {
 	// Summary counts the nodes by state and names what failed, as gantry
 	// watch and gantry status do.
 	Summary summary.Summary `json:"summary"`
+	// TraceID is the workflow's trace, from the traceparent header of its
+	// events (none for an untraced workflow); TraceURL is the link to it
+	// when the web view has a trace URL template.
+	TraceID  string `json:"trace_id,omitempty"`
+	TraceURL string `json:"trace_url,omitempty"`
 }
 
 // Formula is one formula (or instance of a group formula) of the page.
@@ -166,6 +171,8 @@ func (p *Patch) Empty() bool {
 // (dag.CompareNode, CompareFormula, CompareWorkflow), and an event stored
 // twice is applied once.
 type Model struct {
+	// TraceURL is the trace URL template (with {trace_id}), if any.
+	TraceURL string
 	h        Header
 	formulas map[string]*Formula
 	nodes    map[string]*Node // formula/node
@@ -584,6 +591,17 @@ func (m *Model) applyProgress(env *events.Envelope) Patch {
 	out := *n
 	out.Output = nil
 	return Patch{Nodes: []*Node{&out}}
+}
+
+// ApplyTrace notes the workflow's trace id (from an event's traceparent
+// header); the header changes when it had none.
+func (m *Model) ApplyTrace(traceID string) Patch {
+	if traceID == "" || m.h.TraceID != "" {
+		return Patch{}
+	}
+	m.h.TraceID, m.h.TraceURL = traceID, TraceLink(m.TraceURL, traceID)
+	hc := m.h
+	return Patch{Header: &hc}
 }
 
 // ApplyLine adds a line of a node's output.

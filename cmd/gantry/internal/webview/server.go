@@ -54,9 +54,14 @@ type Server struct {
 	// --metrics): one endpoint per process, or a Prometheus scraping both
 	// would count every series twice.
 	Metrics http.Handler
+	// TraceURL, when set, is a trace URL template with {trace_id}
+	// (CheckTraceURL): a run whose events carry a trace links to it.
+	TraceURL string
 
 	once  sync.Once
 	slots chan struct{}
+	// verdicts remembers what check runs found (verdictOf).
+	verdicts verdictCache
 }
 
 // DefaultMaxStreams is MaxStreams when not set.
@@ -78,10 +83,14 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /{$}", page)
 	mux.HandleFunc("GET /w/{id}", page)
+	mux.HandleFunc("GET /w/{id}/output/{formula}/{node}", page)
+	mux.HandleFunc("GET /h/{host}", page)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(files)))
 	mux.HandleFunc("GET /api/workflows", s.list)
 	mux.HandleFunc("GET /api/workflows/events", s.listStream)
 	mux.HandleFunc("GET /api/workflows/{id}/events", s.stream)
+	mux.HandleFunc("GET /api/workflows/{id}/output/{formula}/{node}", s.output)
+	mux.HandleFunc("GET /api/hosts/{host}", s.host)
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
@@ -155,12 +164,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rows, err := s.Src.List(r.Context(), limit)
+	sums, err := s.Src.List(r.Context(), limit)
 	if err != nil {
 		s.log().Warn("web view: list", "err", err)
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
+	rows, _ := s.rowsOf(r.Context(), sums)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(rows)
@@ -183,6 +193,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	ctx := r.Context()
 	m := NewModel(id)
+	m.TraceURL = s.TraceURL
 	since, hosts := s.start(ctx, id, m)
 	s.follow(ctx, s.newSSE(w, fl), id, since, hosts, m)
 }
@@ -280,6 +291,9 @@ func (s *Server) follow(ctx context.Context, sse *sseWriter, id string, since ti
 				continue
 			case it.Event != nil:
 				p = m.ApplyEvent(it.Event)
+				if t := m.ApplyTrace(it.TraceID); t.Header != nil {
+					p.Header = t.Header
+				}
 			case it.Line != nil:
 				p = m.ApplyLine(it.Line)
 			}

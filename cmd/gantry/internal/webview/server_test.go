@@ -35,6 +35,15 @@ type memSource struct {
 	// lifecycleErr ends it with that error.
 	lifecycle    chan webview.Item
 	lifecycleErr chan error
+	// hostNodes are state.host's nodes, by host; lines are the log
+	// stream's output lines.
+	hostNodes map[string][]events.HostNode
+	lines     []events.LogLine
+	// docs are more documents, by workflow id (setDoc).
+	docs map[string]*webview.Doc
+	// outputErr, when set, is what Output fails with.
+	outputErr error
+	asked     []webview.OutputQuery
 }
 
 // seen is what the last Follow was asked for.
@@ -47,6 +56,11 @@ func (s *memSource) seen() (time.Time, []string) {
 func (s *memSource) List(context.Context, int) ([]events.WorkflowSummary, error) { return s.rows, nil }
 
 func (s *memSource) Workflow(_ context.Context, id string) (*webview.Doc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.docs[id]; d != nil {
+		return d, nil
+	}
 	if s.doc == nil || s.doc.WorkflowID != id {
 		return nil, webview.ErrNotFound
 	}
@@ -82,6 +96,38 @@ func (s *memSource) Lifecycle(ctx context.Context, out chan<- webview.Item) erro
 			return ctx.Err()
 		}
 	}
+}
+
+func (s *memSource) setDoc(d *webview.Doc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.docs == nil {
+		s.docs = map[string]*webview.Doc{}
+	}
+	s.docs[d.WorkflowID] = d
+}
+
+func (s *memSource) Host(_ context.Context, host string) ([]events.HostNode, error) {
+	return s.hostNodes[host], nil
+}
+
+func (s *memSource) Output(_ context.Context, q webview.OutputQuery, each func(*events.LogLine) error) error {
+	s.mu.Lock()
+	s.asked = append(s.asked, q)
+	s.mu.Unlock()
+	if s.outputErr != nil {
+		return s.outputErr
+	}
+	for i := range s.lines {
+		l := &s.lines[i]
+		if l.WorkflowID != q.WorkflowID || l.Formula != q.Formula || l.Node != q.Node || l.Host != q.Host {
+			continue
+		}
+		if err := each(l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 const wfID = "0b5c3a52-4f0c-4c51-9d0e-7a4d2f9e8a11"

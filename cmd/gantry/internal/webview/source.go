@@ -31,14 +31,29 @@ type Source interface {
 	// now on: first the mark that it reads (CaughtUp), then the events
 	// in stream order until ctx ends. It returns why it stopped.
 	Lifecycle(ctx context.Context, out chan<- Item) error
+	// Host is state.host for one host: its nodes across compositions.
+	Host(ctx context.Context, host string) ([]events.HostNode, error)
+	// Output calls each with every output line the log stream holds of
+	// one node of a workflow, in stream order, and returns once it has
+	// given all that the stream held when it started (or each failed).
+	Output(ctx context.Context, q OutputQuery, each func(*events.LogLine) error) error
+}
+
+// OutputQuery names one node of a workflow, on its host, and from when
+// its lines can be.
+type OutputQuery struct {
+	WorkflowID, Host, Formula, Node string
+	Since                           time.Time
 }
 
 // Item is one thing Follow sends: an event, an output line, or the mark
-// that the history has been sent.
+// that the history has been sent. TraceID is the trace a workflow event
+// was published in (its traceparent header), when it has one.
 type Item struct {
 	Event    *events.Envelope
 	Line     *events.LogLine
 	CaughtUp bool
+	TraceID  string
 }
 
 // ErrNotFound: no such workflow.
@@ -101,6 +116,75 @@ func (s *NATS) Workflow(ctx context.Context, id string) (*Doc, error) {
 		return nil, err
 	}
 	return &d, nil
+}
+
+// Host is state.host for one host.
+func (s *NATS) Host(ctx context.Context, host string) ([]events.HostNode, error) {
+	var nodes []events.HostNode
+	err := s.request(ctx, events.StateHost, events.HostQuery{Host: host}, &nodes)
+	return nodes, err
+}
+
+// Output reads the node's log subject with an ordered consumer from
+// q.Since, up to the last line the stream held when it started.
+func (s *NATS) Output(ctx context.Context, q OutputQuery, each func(*events.LogLine) error) error {
+	js, err := jetstream.New(s.NC)
+	if err != nil {
+		return err
+	}
+	since := q.Since
+	cons, err := js.OrderedConsumer(ctx, events.StreamLogs, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.HostLogs(q.Host, q.Node)}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", events.StreamLogs, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", events.StreamLogs, err)
+	}
+	left := info.NumPending
+	for left > 0 {
+		batch, err := cons.Fetch(int(min(left, 1000)), jetstream.FetchMaxWait(s.timeout()))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", events.StreamLogs, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if md, err := m.Metadata(); err == nil {
+				left = min(left-1, md.NumPending)
+			} else {
+				left--
+			}
+			if l, ok := lineOf(m.Subject(), m.Data(), q); ok {
+				if err := each(l); err != nil {
+					return err
+				}
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("read %s: %w", events.StreamLogs, err)
+		}
+		if got == 0 {
+			return fmt.Errorf("read %s: no lines came within %s", events.StreamLogs, s.timeout())
+		}
+	}
+	return nil
+}
+
+// lineOf decodes a log stream message, and keeps it if it is a line of
+// q's node.
+func lineOf(subject string, data []byte, q OutputQuery) (*events.LogLine, bool) {
+	env, err := events.Parse(data)
+	if err != nil || env.Type != events.TypeLogLine || !admitted(subject, env) {
+		return nil, false
+	}
+	var l events.LogLine
+	if events.DecodeData(env, &l) != nil || l.WorkflowID != q.WorkflowID || l.Formula != q.Formula || l.Node != q.Node {
+		return nil, false
+	}
+	return &l, true
 }
 
 // Follow reads the event stream and the log stream with ordered
@@ -235,6 +319,9 @@ func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, 
 			return fmt.Errorf("read %s: %w", stream, err)
 		}
 		if it, ok := itemOf(m.Subject(), m.Data(), id); ok {
+			if it.Event != nil && it.Event.Type.Family() == events.FamilyWorkflow {
+				it.TraceID = TraceIDOf(nats.Header(m.Headers()))
+			}
 			select {
 			case out <- it:
 			case <-ctx.Done():

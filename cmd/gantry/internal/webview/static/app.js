@@ -55,11 +55,14 @@ function setConn(state, text) {
 // that appears or changes, over server-sent events. EventSource
 // reconnects by itself when the stream drops (the server gets a new
 // snapshot); when the server refused it (503, 502), openList tries again.
-const L = { rows: new Map(), es: null, timer: null };
+// The page keeps the newest LIST_READ rows and shows the newest LIST_SHOWN
+// of those that match the filter.
+const LIST_READ = 500, LIST_SHOWN = 100;
+const L = { rows: new Map(), es: null, timer: null, filter: { q: "", state: "", composition: "", submitter: "" } };
 
 function openList() {
   setConn("connecting", "connecting…");
-  const es = new EventSource("/api/workflows/events");
+  const es = new EventSource("/api/workflows/events?limit=" + LIST_READ);
   L.es = es;
   const on = (name, fn) => es.addEventListener(name, (ev) => {
     let d;
@@ -87,21 +90,104 @@ function openList() {
   };
 }
 
+// The filter lives in the address (?state=&composition=&submitter=&q=),
+// so a filtered list can be shared as a link.
+const FILTER_KEYS = [["q", "q", "f-q"], ["state", "state", "f-state"], ["composition", "composition", "f-comp"], ["submitter", "submitter", "f-by"]];
+
+function initFilters() {
+  const qs = new URLSearchParams(location.search);
+  for (const [k, param, id] of FILTER_KEYS) {
+    L.filter[k] = qs.get(param) || "";
+    const input = $(id);
+    if (id === "f-comp" && L.filter[k]) input.append(el("option", { value: L.filter[k], text: L.filter[k] }));
+    input.value = L.filter[k];
+    input.addEventListener("input", () => setFilter(k, input.value));
+  }
+  $("f-clear").addEventListener("click", () => {
+    for (const [k, , id] of FILTER_KEYS) { L.filter[k] = ""; $(id).value = ""; }
+    setFilter("q", "");
+  });
+}
+
+function setFilter(k, v) {
+  L.filter[k] = v;
+  const qs = new URLSearchParams();
+  for (const [key, param] of FILTER_KEYS) if (L.filter[key]) qs.set(param, L.filter[key]);
+  const q = qs.toString();
+  history.replaceState(null, "", location.pathname + (q ? "?" + q : ""));
+  renderList();
+}
+
+// hasChanges: a check run that found something that would change.
+function hasChanges(r) { return r.operation === "check" && r.status === "succeeded" && r.changes > 0; }
+
+function submitterText(p) {
+  if (!p) return "";
+  return [who(p), p.name, p.user, p.account].filter(Boolean).join(" ").toLowerCase();
+}
+
+function matches(r, f) {
+  if (f.state === "changes" && !hasChanges(r)) return false;
+  if (f.state && f.state !== "changes" && (r.status !== f.state || (f.state === "succeeded" && hasChanges(r)))) return false;
+  if (f.composition && r.workflow !== f.composition) return false;
+  const by = submitterText(r.submitted_by);
+  if (f.submitter && !by.includes(f.submitter.trim().toLowerCase())) return false;
+  if (f.q) {
+    const hay = [r.workflow, r.workflow_id, r.operation, r.status, hasChanges(r) ? "changes found" : "", by].join(" ").toLowerCase();
+    for (const w of f.q.toLowerCase().split(/\s+/)) if (w && !hay.includes(w)) return false;
+  }
+  return true;
+}
+
+// fillChoices offers the compositions and submitters the list has.
+function fillChoices(rows) {
+  const comp = $("f-comp");
+  const names = [...new Set(rows.map((r) => r.workflow).filter(Boolean))].sort();
+  if (L.filter.composition && !names.includes(L.filter.composition)) names.unshift(L.filter.composition);
+  const want = ["", ...names].join("\n");
+  if (comp.dataset.choices !== want) {
+    comp.dataset.choices = want;
+    comp.replaceChildren(el("option", { value: "", text: "any" }), ...names.map((n) => el("option", { value: n, text: n })));
+    comp.value = L.filter.composition;
+  }
+  const by = [...new Set(rows.map((r) => (r.submitted_by && r.submitted_by.name) || "").filter(Boolean))].sort();
+  const list = $("f-by-list");
+  if (list.dataset.choices !== by.join("\n")) {
+    list.dataset.choices = by.join("\n");
+    list.replaceChildren(...by.map((n) => el("option", { value: n })));
+  }
+}
+
+function stateBadge(r) {
+  if (hasChanges(r)) {
+    return el("span", { class: "badge", "data-state": r.status, "data-verdict": "changes", title: "check: " + r.changes + " node" + (r.changes === 1 ? "" : "s") + " would change", text: "changes found" });
+  }
+  const text = r.operation === "check" && r.status === "succeeded" && r.changes === 0 ? "no changes" : r.status;
+  return el("span", { class: "badge", "data-state": r.status, text });
+}
+
 function renderList() {
-  const rows = [...L.rows.values()].sort((a, b) =>
+  const all = [...L.rows.values()].sort((a, b) =>
     (Date.parse(b.created_at) || 0) - (Date.parse(a.created_at) || 0) || (b.workflow_id < a.workflow_id ? -1 : 1));
-  for (const r of rows.splice(100)) L.rows.delete(r.workflow_id); // the newest 100, as the server keeps
+  for (const r of all.splice(LIST_READ)) L.rows.delete(r.workflow_id); // the newest, as the server keeps
+  fillChoices(all);
+  const hits = all.filter((r) => matches(r, L.filter));
+  const rows = hits.slice(0, LIST_SHOWN);
+  const filtered = FILTER_KEYS.some(([k]) => L.filter[k]);
+  $("f-count").textContent = filtered ? hits.length + " of " + all.length + " workflows match" + (hits.length > rows.length ? " (the newest " + rows.length + " shown)" : "")
+    : all.length > rows.length ? "the newest " + rows.length + " of " + all.length + " shown" : "";
   const body = $("runs");
   body.replaceChildren();
-  $("list-empty").hidden = rows.length > 0;
+  $("list-empty").hidden = all.length > 0;
+  if (all.length > 0 && rows.length === 0) body.append(el("tr", { class: "none" }, el("td", { colspan: 9, class: "hint", text: "No workflow matches the filter." })));
   for (const r of rows) {
     const link = el("a", { href: "/w/" + encodeURIComponent(r.workflow_id), text: r.workflow });
     const ended = r.ended_at ? clock(r.ended_at) + " (" + duration(r.created_at, r.ended_at) + ")" : "–";
-    body.append(el("tr", { "data-workflow": r.workflow_id, "data-state": r.status },
+    body.append(el("tr", { "data-workflow": r.workflow_id, "data-state": r.status, "data-verdict": hasChanges(r) ? "changes" : null },
       el("td", {}, link),
       el("td", { class: "mono", text: r.workflow_id }),
       el("td", { text: r.operation }),
-      el("td", {}, el("span", { class: "badge", "data-state": r.status, text: r.status })),
+      el("td", {}, stateBadge(r)),
       el("td", { text: who(r.submitted_by) }),
       el("td", { text: clock(r.created_at) }),
       el("td", { text: ended }),
@@ -151,18 +237,21 @@ function openWorkflow(id) {
   renderLegend();
   $("wf-state").hidden = true;
   $("dag").replaceChildren(el("p", { class: "hint", text: "Reading the run's history…" }));
+  initTabs();
+  initZoom();
   connect();
-  window.addEventListener("resize", () => scheduleEdges());
+  window.addEventListener("resize", () => { scheduleEdges(); if (!Z.user) Z.fitted = false; });
   window.addEventListener("hashchange", () => {
     const h = /^#(node|formula)=(.+)$/.exec(location.hash);
     if (h) select(h[1], decodeURIComponent(h[2]));
   });
-  // Running clocks tick.
+  // Running clocks tick, and running bars of the timeline grow.
   setInterval(() => {
     if (!S.header || S.header.ended_at) return;
     renderHeader();
     paintDag();
     renderPanel();
+    if (S.view === "timeline") renderTimeline();
   }, 1000);
 }
 
@@ -231,10 +320,12 @@ function renderAll() {
   if (shape !== S.shape) {
     S.shape = shape;
     buildDag();
+    if (!Z.user) Z.fitted = false;
   }
   paintDag();
   renderPanel();
   scheduleEdges();
+  if (S.view === "timeline") renderTimeline();
 }
 
 // ---------- header ----------
@@ -246,8 +337,14 @@ function renderHeader() {
   $("wf-name").textContent = h.workflow || h.workflow_id;
   const st = $("wf-state");
   st.hidden = false;
-  st.textContent = h.cancelling ? "cancelling" : h.status;
+  const changes = countChanges();
+  const verdict = h.operation === "check" && h.status === "succeeded" && changes > 0;
+  st.textContent = h.cancelling ? "cancelling" : verdict ? "changes found" : h.status;
   st.dataset.state = h.status;
+  if (verdict) st.dataset.verdict = "changes";
+  else delete st.dataset.verdict;
+  st.title = verdict ? "check: " + changes + " node" + (changes === 1 ? "" : "s") + " would change" : "";
+  renderTrace(h);
   $("wf-op").textContent = h.operation;
   $("wf-by").textContent = shortKeys(h.submitted_by || "–");
   $("wf-by").title = h.submitted_by || "";
@@ -283,6 +380,28 @@ function renderHeader() {
     bar.lastChild.style.flexGrow = counts[s];
     chips.append(el("span", { class: "chip", "data-state": s, text: counts[s] + " " + s }));
   }
+  if (h.operation === "check" && changes > 0) chips.append(el("span", { class: "chip", "data-verdict": "changes", text: changes + " would change" }));
+}
+
+// countChanges counts the nodes whose check found they would change.
+function countChanges() {
+  let n = 0;
+  for (const nd of S.nodes.values()) if (nd.check === "would_change") n++;
+  return n;
+}
+
+// renderTrace shows the run's trace id, as a link when the web view has
+// a trace URL (--trace-url), and nothing when the run has no trace.
+function renderTrace(h) {
+  $("wf-trace-row").hidden = !h.trace_id;
+  const dd = $("wf-trace");
+  const sig = (h.trace_id || "") + " " + (h.trace_url || "");
+  if (!h.trace_id || dd.dataset.sig === sig) return;
+  dd.dataset.sig = sig;
+  const short = h.trace_id.slice(0, 16) + "…";
+  dd.replaceChildren(h.trace_url && /^https?:\/\//.test(h.trace_url)
+    ? el("a", { id: "wf-trace-link", href: h.trace_url, target: "_blank", rel: "noopener noreferrer", title: h.trace_id, text: short })
+    : el("span", { title: h.trace_id, text: short }));
 }
 
 // ---------- the DAG ----------
@@ -404,7 +523,7 @@ function formulaBox(f) {
   box.addEventListener("click", (ev) => { if (ev.target === box || ev.target.closest(".ftitle")) select("formula", f.id); });
   const title = el("div", { class: "ftitle" },
     el("span", { class: "fname", text: f.id }),
-    el("span", { class: "fhost", text: "@" + f.host }),
+    hostLink(f.host, "fhost", "@" + f.host),
     el("span", { class: "fstate" }));
   box.append(title);
   // Nodes in layers (rows): a node below the nodes it waits for.
@@ -459,11 +578,13 @@ function paintDag() {
     const n = S.nodes.get(key);
     if (!n) continue;
     pill.dataset.state = n.status;
+    if (n.check === "would_change") pill.dataset.check = n.check;
+    else delete pill.dataset.check;
     const a = (n.attempts || [])[(n.attempts || []).length - 1];
-    let meta = "";
+    let meta = n.check === "would_change" ? "would change" : "";
     if (n.status === "running" && typeof n.progress === "number") meta = n.progress + "%";
     else if (n.status === "running" && a) meta = duration(a.started_at);
-    else if (a && a.ended_at && (n.status === "succeeded" || n.status === "failed")) meta = duration(a.started_at, a.ended_at);
+    else if (!meta && a && a.ended_at && (n.status === "succeeded" || n.status === "failed")) meta = duration(a.started_at, a.ended_at);
     if ((n.attempts || []).length > 1) meta = (meta ? meta + " · " : "") + "×" + n.attempts.length;
     pill.querySelector(".nmeta").textContent = meta;
     const prog = pill.querySelector(".prog");
@@ -488,17 +609,28 @@ let edgesPending = false;
 function scheduleEdges() {
   if (edgesPending) return;
   edgesPending = true;
-  requestAnimationFrame(() => { edgesPending = false; drawEdges(); });
+  requestAnimationFrame(() => {
+    edgesPending = false;
+    if (S.view !== "dag") return;
+    if (!Z.fitted && !Z.user && S.formulas.size) {
+      const wrap = $("dag-wrap");
+      if ($("dag").offsetWidth > wrap.clientWidth) fit(false, AUTOFIT_MIN);
+      else Z.fitted = true;
+    }
+    applyZoom();
+  });
 }
 
 function drawEdges() {
   const wrap = $("dag-wrap"), g = $("edges"), ng = $("nedges"), dag = $("dag");
   if (!S.units) return;
-  const W = dag.scrollWidth, H = dag.scrollHeight;
+  // The edges are drawn in the DAG's own (unzoomed) coordinates; the
+  // viewBox scales them with the boxes.
+  const W = dag.offsetWidth, H = dag.offsetHeight, z = Z.z;
   for (const e of [g, ng]) {
     e.replaceChildren();
-    e.setAttribute("width", W);
-    e.setAttribute("height", H);
+    e.setAttribute("width", W * z);
+    e.setAttribute("height", H * z);
     e.setAttribute("viewBox", "0 0 " + W + " " + H);
   }
   const defs = svg("defs");
@@ -511,7 +643,7 @@ function drawEdges() {
   const base = dag.getBoundingClientRect();
   const box = (e) => {
     const r = e.getBoundingClientRect();
-    return { x: r.left - base.left, y: r.top - base.top, w: r.width, h: r.height };
+    return { x: (r.left - base.left) / z, y: (r.top - base.top) / z, w: r.width / z, h: r.height / z };
   };
   const kind = (state) => (["succeeded", "healthy", "skipped"].includes(state) ? "done" : ["failed", "unhealthy", "blocked", "cancelled"].includes(state) ? "bad" : "wait");
   for (const u of S.units.values()) {
@@ -554,13 +686,235 @@ function drawEdges() {
   wrap.dataset.drawn = "1";
 }
 
+// ---------- zoom and fit of the DAG ----------
+
+// Z is the DAG's zoom: the boxes are scaled by a CSS transform, the edges
+// by their SVG viewBox, and the stage takes the zoomed size so the view
+// scrolls over exactly the DAG. Until the user zooms, a DAG wider than
+// the view is fitted to its width when drawn (down to AUTOFIT_MIN).
+const Z = { z: 1, user: false, fitted: false };
+// A DAG is fitted by itself no smaller than AUTOFIT_MIN, where its text
+// is still read easily; Fit goes down to ZOOM_MIN.
+const ZOOM_MIN = 0.2, ZOOM_MAX = 2, AUTOFIT_MIN = 0.6;
+
+function initZoom() {
+  $("zoom-in").addEventListener("click", () => zoomBy(1.25));
+  $("zoom-out").addEventListener("click", () => zoomBy(0.8));
+  $("zoom-reset").addEventListener("click", () => { Z.user = true; setZoom(1); });
+  $("zoom-fit").addEventListener("click", () => { Z.user = true; fit(true); });
+  // Ctrl (or ⌘) + wheel, and a trackpad's pinch, zoom about the pointer;
+  // the wheel alone scrolls.
+  $("dag-wrap").addEventListener("wheel", (ev) => {
+    if (!ev.ctrlKey && !ev.metaKey) return;
+    ev.preventDefault();
+    Z.user = true;
+    zoomBy(Math.exp(-ev.deltaY * 0.002), ev.clientX, ev.clientY);
+  }, { passive: false });
+}
+
+function zoomBy(f, cx, cy) {
+  Z.user = true;
+  setZoom(Z.z * f, cx, cy);
+}
+
+// setZoom zooms to z, keeping the point at (cx, cy) (the view's centre
+// when not given) where it is.
+function setZoom(z, cx, cy) {
+  const wrap = $("dag-wrap");
+  const r = wrap.getBoundingClientRect();
+  const px = cx === undefined ? wrap.clientWidth / 2 : cx - r.left;
+  const py = cy === undefined ? wrap.clientHeight / 2 : cy - r.top;
+  const x = (wrap.scrollLeft + px) / Z.z, y = (wrap.scrollTop + py) / Z.z;
+  Z.z = Math.min(ZOOM_MAX, Math.max(ZOOM_MIN, z));
+  applyZoom();
+  wrap.scrollLeft = x * Z.z - px;
+  wrap.scrollTop = y * Z.z - py;
+}
+
+function applyZoom() {
+  const dag = $("dag"), stage = $("dag-stage");
+  dag.style.transform = Z.z === 1 ? "" : "scale(" + Z.z + ")";
+  stage.style.width = dag.offsetWidth * Z.z + "px";
+  stage.style.height = dag.offsetHeight * Z.z + "px";
+  $("zoom-level").textContent = Math.round(Z.z * 100) + "%";
+  $("dag-wrap").dataset.zoom = Z.z.toFixed(3);
+  drawEdges();
+}
+
+// fit zooms the DAG to the view: to its width and height (whole), or to
+// its width only; never above 100%, nor below floor.
+function fit(whole, floor) {
+  const wrap = $("dag-wrap"), dag = $("dag");
+  const W = dag.offsetWidth, H = dag.offsetHeight;
+  if (!W || !H) return;
+  const maxH = parseFloat(getComputedStyle(wrap).maxHeight);
+  const availW = wrap.clientWidth - 2;
+  const availH = (isNaN(maxH) ? window.innerHeight - 250 : maxH) - 4;
+  let z = availW / W;
+  if (whole) z = Math.min(z, availH / H);
+  Z.z = Math.min(1, Math.max(floor || ZOOM_MIN, z));
+  Z.fitted = true;
+  applyZoom();
+  wrap.scrollLeft = 0;
+  wrap.scrollTop = 0;
+}
+
+// ---------- the DAG or the timeline ----------
+
+// The run page shows its DAG, or with ?view=timeline its timeline; the
+// address keeps which, so a link opens the same view.
+function initTabs() {
+  const base = "/w/" + encodeURIComponent(S.id);
+  $("tab-dag").href = base;
+  $("tab-timeline").href = base + "?view=timeline";
+  for (const [id, v] of [["tab-dag", "dag"], ["tab-timeline", "timeline"]]) {
+    $(id).addEventListener("click", (ev) => {
+      ev.preventDefault();
+      history.pushState(null, "", (v === "timeline" ? base + "?view=timeline" : base) + location.hash);
+      showView(v);
+    });
+  }
+  window.addEventListener("popstate", () => showView(viewOf()));
+  showView(viewOf());
+}
+
+function viewOf() { return new URLSearchParams(location.search).get("view") === "timeline" ? "timeline" : "dag"; }
+
+function showView(v) {
+  S.view = v;
+  $("dag-box").hidden = v !== "dag";
+  $("zoom").hidden = v !== "dag";
+  $("tl-wrap").hidden = v !== "timeline";
+  $("legend").hidden = v !== "dag";
+  $("tab-dag").classList.toggle("on", v === "dag");
+  $("tab-timeline").classList.toggle("on", v === "timeline");
+  if (v === "timeline") renderTimeline();
+  else scheduleEdges();
+}
+
+// ---------- the timeline ----------
+
+// The timeline: a row per formula and per node, grouped by host, each a
+// bar from its start to its end (now, for what still runs) on one time
+// scale, so a bar's width is its duration. A node has a bar per attempt.
+const ms = (t) => (t ? Date.parse(t) : NaN);
+
+function timelineSpan() {
+  const h = S.header, now = Date.now();
+  let first = Infinity, last = -Infinity;
+  const see = (t) => { if (!isNaN(t)) { first = Math.min(first, t); last = Math.max(last, t); } };
+  see(ms(h.created_at));
+  see(ms(h.ended_at));
+  for (const f of S.formulas.values()) { see(ms(f.started_at)); see(ms(f.ended_at)); }
+  for (const n of S.nodes.values()) for (const a of n.attempts || []) { see(ms(a.started_at)); see(ms(a.ended_at)); }
+  const t1 = h.ended_at ? last : Math.max(now, last);
+  if (first === Infinity) first = t1 - 1000;
+  return { t0: first, t1: Math.max(t1, first + 1000) };
+}
+
+// tickStep is a round step for about 8 ticks over span ms.
+function tickStep(span) {
+  const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400].map((x) => x * 1000);
+  return steps.find((st) => span / st <= 8) || steps[steps.length - 1];
+}
+
+function tickLabel(ms) {
+  const s = Math.round(ms / 1000);
+  if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m" + (s % 60 ? " " + (s % 60) + "s" : "");
+  return Math.floor(s / 3600) + "h" + (Math.floor(s / 60) % 60 ? " " + (Math.floor(s / 60) % 60) + "m" : "");
+}
+
+function bar(cls, key, state, start, end, running, span, title) {
+  const b = el("div", { class: "tl-bar " + cls, "data-state": state, "data-start": start, "data-end": end, "data-running": running ? "1" : null, title });
+  if (key) b.dataset.node = key;
+  const w = span.t1 - span.t0;
+  b.style.left = ((start - span.t0) / w) * 100 + "%";
+  b.style.width = ((end - start) / w) * 100 + "%";
+  return b;
+}
+
+function tlRow(cls, label, attrs, ...bars) {
+  return el("div", Object.assign({ class: "tl-row " + cls }, attrs), label, el("div", { class: "tl-track" }, ...bars));
+}
+
+function renderTimeline() {
+  const box = $("timeline");
+  if (!S.header) return;
+  if (!S.formulas.size) {
+    box.replaceChildren(el("p", { class: "hint", text: "No formulas yet: the plan shows once the workflow is accepted." }));
+    return;
+  }
+  const span = timelineSpan(), now = Date.now();
+  const step = tickStep(span.t1 - span.t0);
+  const ticks = [];
+  for (let t = 0; t <= span.t1 - span.t0; t += step) {
+    const tick = el("span", { class: "tl-tick", text: tickLabel(t) });
+    tick.style.left = (t / (span.t1 - span.t0)) * 100 + "%";
+    ticks.push(tick);
+  }
+  const axis = tlRow("tl-axis", el("div", { class: "tl-label hint", text: "from " + clock(new Date(span.t0).toISOString()) }), {}, ...ticks);
+  axis.lastChild.classList.add("tl-ticks");
+  const rows = [axis];
+  // Hosts in the order their first formula started; formulas likewise.
+  const byHost = new Map();
+  const started = (f) => { const t = ms(f.started_at); return isNaN(t) ? Infinity : t; };
+  const formulas = [...S.formulas.values()].sort((a, b) => started(a) - started(b) || a.order - b.order);
+  for (const f of formulas) {
+    if (!byHost.has(f.host)) byHost.set(f.host, []);
+    byHost.get(f.host).push(f);
+  }
+  for (const [host, fs] of byHost) {
+    rows.push(el("div", { class: "tl-host", "data-host": host }, hostLink(host, "tl-hostname"), el("span", { class: "hint", text: " · " + fs.length + " formula" + (fs.length === 1 ? "" : "s") })));
+    for (const f of fs) {
+      const fbars = [];
+      const fs0 = ms(f.started_at);
+      const frunning = ["running", "gating"].includes(f.status);
+      const fend = !isNaN(ms(f.ended_at)) ? ms(f.ended_at) : frunning ? now : NaN;
+      if (!isNaN(fs0) && !isNaN(fend)) fbars.push(bar("tl-f", "", f.status, fs0, Math.max(fend, fs0), frunning && isNaN(ms(f.ended_at)), span, f.id + " · " + f.status + " · " + duration(f.started_at, isNaN(ms(f.ended_at)) ? null : f.ended_at)));
+      const title = el("div", { class: "tl-label" }, el("a", { href: "#formula=" + encodeURIComponent(f.id), class: "tl-fname", text: f.id, on: { click: (e) => { e.preventDefault(); select("formula", f.id); } } }),
+        el("span", { class: "tl-st", "data-state": f.status, text: f.status }));
+      rows.push(tlRow("tl-formula", title, { "data-formula": f.id, "data-state": f.status }, ...fbars));
+      for (const name of f.nodes) {
+        const key = f.id + "/" + name;
+        const n = S.nodes.get(key);
+        if (!n) continue;
+        const nbars = [];
+        for (const a of n.attempts || []) {
+          const s0 = ms(a.started_at);
+          if (isNaN(s0)) continue;
+          const running = isNaN(ms(a.ended_at)) && a.status === "running";
+          const end = !isNaN(ms(a.ended_at)) ? ms(a.ended_at) : running ? now : NaN;
+          if (isNaN(end)) continue;
+          const b = bar("tl-n", key, a.status, s0, Math.max(end, s0), running, span, key + " · attempt " + a.n + " · " + a.status + " · " + duration(a.started_at, a.ended_at || null));
+          b.dataset.attempt = a.n;
+          b.addEventListener("click", () => select("node", key));
+          nbars.push(b);
+        }
+        const label = el("div", { class: "tl-label tl-node" }, el("a", { href: "#node=" + encodeURIComponent(key), text: name, on: { click: (e) => { e.preventDefault(); select("node", key); } } }),
+          nbars.length ? null : el("span", { class: "hint", text: " " + n.status }));
+        const row = tlRow("tl-noderow", label, { "data-node": key, "data-state": n.status }, ...nbars);
+        if (n.check === "would_change") row.dataset.check = n.check;
+        if (S.sel && S.sel.kind === "node" && S.sel.key === key) row.classList.add("selected");
+        rows.push(row);
+      }
+    }
+  }
+  const keep = $("tl-wrap").scrollTop;
+  box.replaceChildren(...rows);
+  box.dataset.t0 = span.t0;
+  box.dataset.t1 = span.t1;
+  $("tl-wrap").scrollTop = keep;
+}
+
 // ---------- the detail panel ----------
 
 function select(kind, key) {
   S.sel = { kind, key };
-  history.replaceState(null, "", "#" + kind + "=" + encodeURIComponent(key));
+  history.replaceState(null, "", location.pathname + location.search + "#" + kind + "=" + encodeURIComponent(key));
   paintDag();
   renderPanel(true);
+  if (S.view === "timeline") renderTimeline();
 }
 
 function renderPanel(force) {
@@ -595,9 +949,25 @@ function kv(rows) {
   const dl = el("dl", { class: "kv" });
   for (const [k, v] of rows) {
     if (v === undefined || v === null || v === "") continue;
-    dl.append(el("dt", { text: k }), el("dd", { text: v }));
+    dl.append(el("dt", { text: k }), v instanceof Node ? el("dd", {}, v) : el("dd", { text: v }));
   }
   return dl;
+}
+
+// hostLink links a host's name to its page.
+function hostLink(host, cls, text) {
+  if (!host) return el("span", { class: cls, text: text || "?" });
+  const a = el("a", { class: cls, href: "/h/" + encodeURIComponent(host), "data-host": host, text: text || host, title: "what is on " + host });
+  a.addEventListener("click", (ev) => ev.stopPropagation());
+  return a;
+}
+
+// outputURL is the address of a node's whole output (text/plain), the
+// page that shows it, or its download.
+function outputURL(id, formula, node, what) {
+  const path = encodeURIComponent(id) + "/output/" + encodeURIComponent(formula) + "/" + encodeURIComponent(node);
+  if (what === "page") return "/w/" + path;
+  return "/api/workflows/" + path + (what === "download" ? "?download=1" : "");
 }
 
 function nodePanel(p, n, key) {
@@ -607,7 +977,7 @@ function nodePanel(p, n, key) {
   }
   const f = S.formulas.get(n.formula) || {};
   p.append(el("div", { class: "ptitle" }, el("h2", { text: n.name }), el("span", { class: "badge", "data-state": n.status, text: n.status })));
-  p.append(el("p", { class: "psub" }, el("span", { text: "node of " }), el("a", { href: "#formula=" + encodeURIComponent(n.formula), text: n.formula, on: { click: (e) => { e.preventDefault(); select("formula", n.formula); } } }), el("span", { text: " on " + (f.host || "?") })));
+  p.append(el("p", { class: "psub" }, el("span", { text: "node of " }), el("a", { href: "#formula=" + encodeURIComponent(n.formula), text: n.formula, on: { click: (e) => { e.preventDefault(); select("formula", n.formula); } } }), el("span", { text: " on " }), hostLink(f.host)));
   if (typeof n.progress === "number") {
     p.append(el("div", { class: "pbar" }, el("span", { class: "pbar-fill" })), el("div", { class: "hint", text: n.progress + "% done" }));
     p.querySelector(".pbar-fill").style.width = n.progress + "%";
@@ -645,7 +1015,9 @@ function nodePanel(p, n, key) {
     t.append(tb);
     p.append(t);
   }
-  p.append(el("h3", { text: "Output" }));
+  p.append(el("div", { class: "out-title" }, el("h3", { text: "Output" }),
+    el("a", { class: "out-link", id: "node-output-page", href: outputURL(S.id, n.formula, n.name, "page"), text: "full output" }),
+    el("a", { class: "out-link", id: "node-output-download", href: outputURL(S.id, n.formula, n.name, "download"), download: "", text: "download" })));
   const pre = el("pre", { class: "output", "data-node": key });
   let prev = 0;
   for (const l of n.output || []) {
@@ -685,7 +1057,7 @@ function formulaPanel(p, f, id) {
     return;
   }
   p.append(el("div", { class: "ptitle" }, el("h2", { text: f.id }), el("span", { class: "badge", "data-state": f.status, text: f.status })));
-  p.append(kv([["host", f.host], ["instance of", f.of ? f.of + (f.batches ? " (batch " + f.batch + " of " + f.batches + ")" : "") : ""],
+  p.append(kv([["host", hostLink(f.host)], ["instance of", f.of ? f.of + (f.batches ? " (batch " + f.batch + " of " + f.batches + ")" : "") : ""],
     ["waits for", waitsFor(f)],
     ["started", clock(f.started_at)], ["ended", f.ended_at ? clock(f.ended_at) + " (" + duration(f.started_at, f.ended_at) + ")" : ""],
     ["blocked by", f.blocker], ["error", f.error], ["nodes", f.nodes.join(", ")]]));
@@ -731,15 +1103,145 @@ function renderLegend() {
   lg.append(el("span", { class: "hint", text: "· solid arrow: waits for completed · dashed: waits for healthy (its gate passed)" }));
 }
 
+// ---------- a node's whole output ----------
+
+// openOutput shows every line of a node's output the log stream holds,
+// as text (never as HTML), with links to the text itself and its
+// download.
+async function openOutput(id, formula, node) {
+  $("output-view").hidden = false;
+  const run = "/w/" + encodeURIComponent(id);
+  $("crumbs").replaceChildren(el("a", { href: "/", text: "workflows" }), el("span", { text: " / " }),
+    el("a", { class: "mono", href: run, text: id.slice(0, 8) }), el("span", { text: " / " + formula + "/" + node }));
+  document.title = formula + "/" + node + " output · gantry";
+  $("out-title").textContent = "Output of " + formula + "/" + node;
+  $("out-download").href = outputURL(id, formula, node, "download");
+  $("out-plain").href = outputURL(id, formula, node, "text");
+  $("out-back").href = run + "#node=" + encodeURIComponent(formula + "/" + node);
+  const pre = $("out-lines");
+  pre.replaceChildren(el("span", { class: "hint", text: "Reading the output…" }));
+  setConn("connecting", "reading…");
+  let d;
+  try {
+    const resp = await fetch(outputURL(id, formula, node, "text") + "?format=json", { headers: { Accept: "application/json" } });
+    if (!resp.ok) throw new Error((await resp.text()).trim() || resp.statusText);
+    d = await resp.json();
+  } catch (e) {
+    pre.replaceChildren(el("span", { class: "hint", text: "Cannot read the output: " + e.message }));
+    setConn("down", "cannot read");
+    return;
+  }
+  setConn("live", "read");
+  const attempts = new Set(d.lines.map((l) => l.attempt));
+  $("out-note").textContent = d.lines.length + " line" + (d.lines.length === 1 ? "" : "s") +
+    (attempts.size > 1 ? " over " + attempts.size + " attempts" : "") + " on " + d.host +
+    (d.cut ? "; cut at the web view's limit: download it for the rest" : "") +
+    ". Lines older than the log stream keeps are gone.";
+  pre.replaceChildren();
+  let prev = 0;
+  for (const l of d.lines) {
+    if (attempts.size > 1 && l.attempt !== prev) pre.append(sepEl(l.attempt));
+    prev = l.attempt;
+    pre.append(lineEl(l));
+  }
+  if (!d.lines.length) pre.append(el("span", { class: "hint", text: "(no output kept)" }));
+  pre.dataset.lines = d.lines.length;
+}
+
+// ---------- a host ----------
+
+// openHost shows a host's nodes across compositions and workflows, from
+// state.host.
+async function openHost(host) {
+  $("host-view").hidden = false;
+  $("crumbs").replaceChildren(el("a", { href: "/", text: "workflows" }), el("span", { text: " / host " + host }));
+  document.title = host + " · gantry";
+  $("host-name").textContent = "Host " + host;
+  setConn("connecting", "reading…");
+  let nodes;
+  try {
+    const resp = await fetch("/api/hosts/" + encodeURIComponent(host));
+    if (!resp.ok) throw new Error((await resp.text()).trim() || resp.statusText);
+    nodes = await resp.json();
+  } catch (e) {
+    $("host-empty").hidden = false;
+    $("host-empty").textContent = "Cannot read this host: " + e.message;
+    setConn("down", "cannot read");
+    return;
+  }
+  setConn("live", "read " + clock(new Date().toISOString()));
+  renderHost(nodes || []);
+}
+
+function renderHost(nodes) {
+  $("host-empty").hidden = nodes.length > 0;
+  // The runs that last touched its nodes, newest first.
+  const runs = new Map();
+  for (const n of nodes) {
+    if (!n.workflow_id) continue;
+    const r = runs.get(n.workflow_id) || { id: n.workflow_id, workflow: n.workflow, nodes: 0, last: 0 };
+    r.nodes++;
+    r.last = Math.max(r.last, ms(n.ended_at || n.started_at) || 0);
+    runs.set(n.workflow_id, r);
+  }
+  const rl = $("host-runs");
+  rl.replaceChildren();
+  if (runs.size) {
+    rl.append(el("span", { class: "hint", text: "last runs here: " }));
+    for (const r of [...runs.values()].sort((a, b) => b.last - a.last)) {
+      rl.append(el("a", { class: "chip run", href: "/w/" + encodeURIComponent(r.id), "data-workflow": r.id, title: r.nodes + " node" + (r.nodes === 1 ? "" : "s") + " last run by it",
+        text: r.workflow + " · " + r.id.slice(0, 8) }));
+    }
+  }
+  const body = $("host-nodes");
+  body.replaceChildren();
+  const sorted = [...nodes].sort((a, b) => (a.workflow + "/" + a.formula + "/" + a.node < b.workflow + "/" + b.formula + "/" + b.node ? -1 : 1));
+  for (const n of sorted) {
+    const runLink = (id) => (id ? el("a", { class: "mono", href: "/w/" + encodeURIComponent(id), text: id.slice(0, 8) }) : el("span", { text: "–" }));
+    const ip = n.in_place;
+    const inPlace = ip
+      ? el("span", { class: "inplace yes", title: "spec " + ip.spec_hash },
+        el("span", { text: "yes · " + ip.status + (ip.spec_hash && ip.spec_hash !== n.spec_hash ? " · spec " + shortSpec(ip.spec_hash) : "") + " · " + clock(ip.ended_at) + " · " }), runLink(ip.workflow_id))
+      : el("span", { class: "inplace no", text: "no" });
+    const c = n.check;
+    const check = !c ? el("span", { text: "–" })
+      : el("span", {}, el("span", { class: "badge small", "data-state": c.result === "would_change" ? "succeeded" : c.status, "data-verdict": c.result === "would_change" ? "changes" : null, text: (c.result || c.status).replace("_", " ") }), el("span", { text: " " + clock(c.ended_at) + " " }), runLink(c.workflow_id));
+    body.append(el("tr", { "data-node": n.workflow + "/" + n.formula + "/" + n.node, "data-state": n.status, "data-in-place": ip ? "yes" : "no" },
+      el("td", { text: n.workflow || "–" }),
+      el("td", { text: n.formula }),
+      el("td", { text: n.node, title: (n.log || []).length + " transitions kept" }),
+      el("td", {}, el("span", { class: "badge", "data-state": n.status, text: n.status })),
+      el("td", { text: n.operation || "–" }),
+      el("td", {}, runLink(n.workflow_id)),
+      el("td", { text: n.ended_at ? clock(n.ended_at) + (n.started_at ? " (" + duration(n.started_at, n.ended_at) + ")" : "") : "–" }),
+      el("td", {}, inPlace),
+      el("td", {}, check)));
+  }
+}
+
+function shortSpec(h) { return (h || "").replace(/^sha256:/, "").slice(0, 12); }
+
 // ---------- start ----------
 
 document.addEventListener("DOMContentLoaded", () => {
-  const m = /^\/w\/([^/]+)$/.exec(location.pathname);
+  const path = location.pathname;
+  let m = /^\/w\/([^/]+)\/output\/([^/]+)\/([^/]+)$/.exec(path);
+  if (m) {
+    openOutput(decodeURIComponent(m[1]), decodeURIComponent(m[2]), decodeURIComponent(m[3]));
+    return;
+  }
+  m = /^\/w\/([^/]+)$/.exec(path);
   if (m) {
     openWorkflow(decodeURIComponent(m[1]));
     return;
   }
+  m = /^\/h\/([^/]+)$/.exec(path);
+  if (m) {
+    openHost(decodeURIComponent(m[1]));
+    return;
+  }
   $("list-view").hidden = false;
   $("crumbs").replaceChildren(el("span", { text: "workflows" }));
+  initFilters();
   openList();
 });
