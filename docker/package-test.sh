@@ -69,10 +69,12 @@ done
 	-version "$version" -arch "$arch" -bin "$bins" -out "$work/pkg") >"$work/paths"
 deb=$(grep '\.deb$' "$work/paths")
 rpm=$(grep '\.rpm$' "$work/paths")
-dpkg-deb -I "$deb" | grep -q "Version: $version" || fail "dpkg-deb -I: no Version: $version"
-dpkg-deb -c "$deb" | grep -q ' \./usr/bin/gantry-state-store$' || fail "dpkg-deb -c: no /usr/bin/gantry-state-store"
-[ "$(rpm -qp --qf '%{NAME} %{VERSION}' "$rpm")" = "gantry $version" ] || fail "rpm -qp: $(rpm -qp --qf '%{NAME} %{VERSION}' "$rpm")"
-rpm -qlp "$rpm" | grep -qx /usr/lib/systemd/system/gantry-planner.service || fail "rpm -qlp: no gantry-planner.service"
+# (outputs kept whole: grep -q ending a pipe early fails it under pipefail)
+info=$(dpkg-deb -I "$deb") list=$(dpkg-deb -c "$deb") rpmq=$(rpm -qp --qf '%{NAME} %{VERSION}' "$rpm") rpml=$(rpm -qlp "$rpm")
+grep -q "Version: $version" <<<"$info" || fail "dpkg-deb -I: no Version: $version"
+grep -q ' \./usr/bin/gantry-state-store$' <<<"$list" || fail "dpkg-deb -c: no /usr/bin/gantry-state-store"
+[ "$rpmq" = "gantry $version" ] || fail "rpm -qp: $rpmq"
+grep -qx /usr/lib/systemd/system/gantry-planner.service <<<"$rpml" || fail "rpm -qlp: no gantry-planner.service"
 say "   $(basename "$deb"), $(basename "$rpm")"
 
 say "3. images: Debian 12 ($TARGET_BASE), gantry/nats:$tag"
@@ -93,8 +95,10 @@ docker run -d --name "$name-deb" --network "$name" \
 
 say "   dpkg -i $(basename "$deb")"
 in_deb dpkg -i /tmp/gantry.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -i"; }
-in_deb gantry version | grep -q "$version" || fail "gantry version: $(in_deb gantry version)"
-in_deb getent passwd gantry | grep -q ':/var/lib/gantry:/usr/sbin/nologin$' || fail "no gantry system user: $(in_deb getent passwd gantry)"
+got=$(in_deb gantry version)
+grep -q "$version" <<<"$got" || fail "gantry version: $got"
+got=$(in_deb getent passwd gantry) || fail "no gantry user"
+grep -q ':/var/lib/gantry:/usr/sbin/nologin$' <<<"$got" || fail "gantry user: $got"
 [ "$(in_deb stat -c '%U:%G %a' /etc/gantry/nats)" = "root:gantry 750" ] || fail "/etc/gantry/nats: $(in_deb stat -c '%U:%G %a' /etc/gantry/nats)"
 [ "$(in_deb stat -c '%U:%G %a' /var/lib/gantry)" = "gantry:gantry 750" ] || fail "/var/lib/gantry: $(in_deb stat -c '%U:%G %a' /var/lib/gantry)"
 
