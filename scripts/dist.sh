@@ -62,5 +62,6 @@ for arch in amd64 arm64; do
 	cp LICENSE README.md "$dir/"
 	archive "gantry_${version}_darwin_$arch" "$dir"
 done
+rm -rf "$work"
 (cd "$out" && sha256sum -- *.tar.gz *.deb *.rpm >SHA256SUMS)
 echo "$out/SHA256SUMS"
