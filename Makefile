@@ -14,7 +14,7 @@ GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 VERSION ?= 0.1.0-dev$(if $(GIT_REV),+$(GIT_REV))
 VERSION_FLAG := -X github.com/gantry-dev/gantry/pkg/buildinfo.version=$(VERSION)
 
-.PHONY: docs tools helm helm-test all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test cluster-up cluster-down cluster-test cluster-chaos
+.PHONY: docs tools helm helm-test all build test vet fmt-check fuzz bench bench-go run clean tidy services chaos linux-bins images dev-keys up down compose-test compose-env cluster-up cluster-down cluster-test cluster-chaos dist package-test
 
 all: build test
 
@@ -91,7 +91,11 @@ helm-test: helm
 ## --- docker compose (docker-compose.yml; see README "Docker Compose") ---
 # Compose v2 (`docker compose`) when present, else Debian's docker-compose 1.29.
 COMPOSE = $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; elif command -v docker-compose >/dev/null; then echo docker-compose; fi)
-COMPOSE_PROJECT_NAME ?= gantry
+# COMPOSE_PROJECT_NAME: the stack's compose project, by default gantry- and
+# the start of a hash of this checkout's path, so two checkouts on one
+# machine never share containers, networks, volumes or images.
+CHECKOUT_ID := $(shell printf '%s' '$(CURDIR)' | sha256sum | cut -c1-8)
+COMPOSE_PROJECT_NAME ?= gantry-$(CHECKOUT_ID)
 export COMPOSE_PROJECT_NAME
 LINUX_BIN := $(BIN)/linux
 # TARGET_BASE: the SSH targets' Debian base; made by docker/target-base.sh
@@ -99,8 +103,8 @@ LINUX_BIN := $(BIN)/linux
 TARGET_BASE ?= gantry/debian-sshd-base:bookworm
 export TARGET_BASE
 # GANTRY_TAG: the tag of the images `make images` builds and the compose
-# files run: dev for the default project (gantry), else the project's name,
-# so a checkout with its own COMPOSE_PROJECT_NAME keeps its own images.
+# files run: the project's name (dev for a project named gantry), so each
+# checkout keeps its own images.
 GANTRY_TAG ?= $(if $(filter gantry,$(COMPOSE_PROJECT_NAME)),dev,$(COMPOSE_PROJECT_NAME))
 export GANTRY_TAG
 
@@ -111,12 +115,14 @@ linux-bins:
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w $(VERSION_FLAG)' -o $(LINUX_BIN)/gantry ./cmd/gantry
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w' -o $(LINUX_BIN)/nats-server github.com/nats-io/nats-server/v2
 
-## images: the FROM-scratch images of nats and the services, and the sshd target image, built here without a registry.
+## images: the FROM-scratch images of nats and the services, the sshd target image and the keys image, built here without a registry.
 images: linux-bins
 	docker/target-base.sh
 	docker build -q -f docker/nats.Dockerfile -t gantry/nats:$(GANTRY_TAG) $(LINUX_BIN) >/dev/null
 	for s in planner executor health-gate state-store; do docker build -q -f docker/service.Dockerfile --build-arg BIN=$$s -t gantry/$$s:$(GANTRY_TAG) $(LINUX_BIN) >/dev/null || exit 1; done
 	docker build -q -f docker/target.Dockerfile --build-arg TARGET_BASE=$(TARGET_BASE) -t gantry/target:$(GANTRY_TAG) docker >/dev/null
+	cp docker/dev-keys.sh $(LINUX_BIN)/dev-keys.sh
+	docker build -q -f docker/keys.Dockerfile --build-arg TARGET_BASE=$(TARGET_BASE) -t gantry/keys:$(GANTRY_TAG) $(LINUX_BIN) >/dev/null
 	@docker images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' 'gantry/*'
 
 ## dev-keys: user key, the targets' host keys and a known_hosts for the compose stack, and the NATS identities (dev/keys).
@@ -128,6 +134,10 @@ up: build images dev-keys
 	@test -n "$(COMPOSE)" || { echo "neither 'docker compose' nor docker-compose is installed"; exit 1; }
 	$(COMPOSE) up -d
 	$(BIN)/gantry ping --server nats://127.0.0.1:$${GANTRY_NATS_PORT:-4222} --service gantry-planner --service gantry-state-store --wait 60s
+
+## compose-env: the variables that point docker compose at this checkout's stack: eval "$$(make -s compose-env)".
+compose-env:
+	@echo "export COMPOSE_PROJECT_NAME=$(COMPOSE_PROJECT_NAME) GANTRY_TAG=$(GANTRY_TAG)"
 
 ## down: stop and remove the stack, its network and its volume.
 down:
@@ -141,9 +151,19 @@ compose-test: build
 tidy:
 	GOWORK=off $(GO) mod tidy
 	cd tools && GOWORK=off $(GO) mod tidy
+	cd tools/dist && GOWORK=off $(GO) mod tidy
+
+## --- releases (see README "Installing") ---
+## dist: tarballs (linux and darwin, amd64 and arm64), .deb and .rpm with systemd units, SHA256SUMS, in dist/.
+dist:
+	VERSION="$(VERSION)" GO="$(GO)" scripts/dist.sh
+
+## package-test: the packages inspected (dpkg-deb, rpm, systemd-analyze verify), then the .deb installed in a Debian 12 container and a service started against nats.
+package-test: build
+	COMPOSE="$(COMPOSE)" MAKE="$(MAKE)" GO="$(GO)" docker/package-test.sh
 
 clean:
-	rm -rf $(BIN) build
+	rm -rf $(BIN) build dist
 
 ## --- the 3-node NATS cluster (docker-compose.cluster.yml, project $(CLUSTER_PROJECT_NAME)) ---
 # CLUSTER_PROJECT_NAME: the cluster stack's compose project, named after

@@ -57,7 +57,7 @@ container_of() { $COMPOSE ps -q "$1"; }
 say "compose: $($COMPOSE version | head -1)"
 say "1. from nothing: down -v, gantry images removed"
 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
-for i in nats planner executor health-gate state-store target; do docker rmi -f "gantry/$i:${GANTRY_TAG:-dev}" >/dev/null 2>&1 || true; done
+for i in nats planner executor health-gate state-store target keys; do docker rmi -f "gantry/$i:${GANTRY_TAG:-dev}" >/dev/null 2>&1 || true; done
 [ -z "$(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME")" ] || fail "containers of $COMPOSE_PROJECT_NAME left"
 $MAKE --no-print-directory tools >/dev/null
 # (the legacy builder's deprecation notice is left out: there is no buildx here)

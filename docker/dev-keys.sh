@@ -11,10 +11,16 @@
 # and dev/secrets/demo_token, a random secret the executors and the health
 # gate read as {secret: demo_token} (their --secrets-dir, /secrets).
 # Everything is mounted read-only by docker-compose.yml. FORCE=1 makes all
-# of them new, NATS seeds included.
+# of them new, NATS seeds included. The compose stack's keys service runs
+# this in a container (KEYS_DIR in the checkout mounted at /src); there
+# KEYS_OWNER=/src gives what it wrote to the checkout's owner, not root.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${KEYS_DIR:-$root/dev/keys}
+own() {
+	if [ -n "${KEYS_OWNER:-}" ]; then chown -R --reference="$KEYS_OWNER" "$(dirname "$dir")"; fi
+}
+trap own EXIT
 targets=${TARGETS:-"target-1 target-2 target-3"}
 if ! command -v ssh-keygen >/dev/null; then
 	echo "installing openssh-client (Debian)"

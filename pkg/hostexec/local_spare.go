@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -85,15 +84,7 @@ func placeSpare(base, dst string) (bool, error) {
 	if f == nil {
 		return false, nil
 	}
-	fd := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
-	// A spare may have waited longer than the sweep's 7 days: it gets the
-	// time it is used before it has a name, or the sweep that follows the
-	// claim (here or in another process) removes it.
-	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
-	err := unix.UtimesNanoAt(unix.AT_FDCWD, fd, now, 0)
-	if err == nil {
-		err = unix.Linkat(unix.AT_FDCWD, fd, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
-	}
+	err := linkSpare(f, dst)
 	switch {
 	case err == nil:
 		f.Close()
@@ -161,7 +152,7 @@ func (d *spareDir) fill(base string) {
 		if n >= sparesPerDir || off {
 			return
 		}
-		fd, err := unix.Open(base, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+		f, err := openSpare(base)
 		switch {
 		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EISDIR), errors.Is(err, unix.EINVAL):
 			d.stop() // no O_TMPFILE on this filesystem
@@ -169,6 +160,6 @@ func (d *spareDir) fill(base string) {
 		case err != nil:
 			return // the directory is gone, or full: the next attempt tries again
 		}
-		d.give(os.NewFile(uintptr(fd), base+"/(spare)"))
+		d.give(f)
 	}
 }
