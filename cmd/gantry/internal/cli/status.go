@@ -1,8 +1,8 @@
 package cli
 
 import (
-	"cmp"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
