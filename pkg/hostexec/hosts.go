@@ -4,8 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 )
 
@@ -22,12 +20,11 @@ type HostsConfig struct {
 	AllowLocal bool
 }
 
-// RegisterFlags adds the SSH flags and --allow-local (default from
-// GANTRY_ALLOW_LOCAL=1 or true).
+// RegisterFlags adds the SSH flags and --allow-local (its variable is
+// GANTRY_ALLOW_LOCAL).
 func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.SSH.RegisterFlags(fs)
-	allow, _ := strconv.ParseBool(os.Getenv("GANTRY_ALLOW_LOCAL"))
-	fs.BoolVar(&c.AllowLocal, "allow-local", allow, "run hosts with transport local: commands on this machine as this process's user ($GANTRY_ALLOW_LOCAL; default false)")
+	fs.BoolVar(&c.AllowLocal, "allow-local", false, "run hosts with transport local: commands on this machine as this process's user")
 }
 
 // Hosts hands out runners by transport. The SSH pool is made on first use,

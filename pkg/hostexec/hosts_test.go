@@ -24,29 +24,25 @@ func TestHostsLocalAllowed(t *testing.T) {
 	}
 }
 
+// --allow-local is off unless given (its variable, GANTRY_ALLOW_LOCAL,
+// is applied by the services' main: internal/servicemain).
 func TestHostsConfigFlags(t *testing.T) {
 	for _, tc := range []struct {
-		env  string
 		args []string
 		want bool
 	}{
-		{"", nil, false},
-		{"", []string{"--allow-local"}, true},
-		{"1", nil, true},
-		{"true", nil, true},
-		{"true", []string{"--allow-local=false"}, false},
-		{"0", nil, false},
-		{"yes-please", nil, false},
+		{nil, false},
+		{[]string{"--allow-local"}, true},
+		{[]string{"--allow-local=false"}, false},
 	} {
-		t.Setenv("GANTRY_ALLOW_LOCAL", tc.env)
 		var c HostsConfig
 		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 		c.RegisterFlags(fs)
-		if err := fs.Parse(append([]string{"--ssh-key", "/k"}, tc.args...)); err != nil {
+		if err := fs.Parse(append([]string{"--ssh-key", "/k", "--ssh-user", "deploy"}, tc.args...)); err != nil {
 			t.Fatal(err)
 		}
-		if c.AllowLocal != tc.want || c.SSH.KeyFile != "/k" {
-			t.Errorf("GANTRY_ALLOW_LOCAL=%q %q: AllowLocal %v (want %v), ssh key %q", tc.env, tc.args, c.AllowLocal, tc.want, c.SSH.KeyFile)
+		if c.AllowLocal != tc.want || c.SSH.KeyFile != "/k" || c.SSH.DefaultUser != "deploy" {
+			t.Errorf("%q: AllowLocal %v (want %v), ssh key %q, user %q", tc.args, c.AllowLocal, tc.want, c.SSH.KeyFile, c.SSH.DefaultUser)
 		}
 	}
 }

@@ -39,7 +39,7 @@ type SSHConfig struct {
 	// InsecureIgnoreHostKey connects to hosts whatever their key. Only an
 	// operator's explicit choice may set it.
 	InsecureIgnoreHostKey bool
-	DefaultUser           string // when a host names none (default: $USER, else root)
+	DefaultUser           string // when a host names none (default root; --ssh-user, $USER)
 	MaxSessions           int    // sessions at once per connection (default 8; OpenSSH allows 10)
 	// ConnectTimeout bounds setting up one hop's connection: TCP, the
 	// server's banner, key exchange and authentication together
@@ -60,12 +60,16 @@ type SSHConfig struct {
 	Logger      *slog.Logger
 }
 
-// RegisterFlags adds the SSH flags a service takes, defaulting from
-// GANTRY_SSH_KEY and GANTRY_KNOWN_HOSTS.
+// UserEnv is the variable of --ssh-user: the user the worker runs as.
+const UserEnv = "USER"
+
+// RegisterFlags adds the SSH flags a service takes. Their variables are
+// GANTRY_<FLAG>, but --ssh-user's: UserEnv.
 func (c *SSHConfig) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.KeyFile, "ssh-key", os.Getenv("GANTRY_SSH_KEY"), "SSH private key ($GANTRY_SSH_KEY; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
-	fs.StringVar(&c.CertFile, "ssh-cert", os.Getenv("GANTRY_SSH_CERT"), "SSH user certificate for the --ssh-key key ($GANTRY_SSH_CERT; default KEY-cert.pub beside the key, when there is one)")
-	fs.StringVar(&c.KnownHosts, "known-hosts", os.Getenv("GANTRY_KNOWN_HOSTS"), "known_hosts file ($GANTRY_KNOWN_HOSTS; default ~/.ssh/known_hosts)")
+	fs.StringVar(&c.KeyFile, "ssh-key", "", "SSH private key ($GANTRY_SSH_KEY; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	fs.StringVar(&c.CertFile, "ssh-cert", "", "SSH user certificate for the --ssh-key key ($GANTRY_SSH_CERT; default KEY-cert.pub beside the key, when there is one)")
+	fs.StringVar(&c.KnownHosts, "known-hosts", "", "known_hosts file ($GANTRY_KNOWN_HOSTS; default ~/.ssh/known_hosts)")
+	fs.StringVar(&c.DefaultUser, "ssh-user", "", "user to log in as on hosts that name none ($"+UserEnv+": the user the worker runs as; default root)")
 	fs.BoolVar(&c.InsecureIgnoreHostKey, "insecure-ignore-host-key", false, "connect to hosts whose key is unknown or changed (unsafe)")
 	fs.BoolVar(&c.UseAgent, "ssh-agent", true, "also use the keys of the ssh-agent at $SSH_AUTH_SOCK")
 	fs.IntVar(&c.MaxSessions, "ssh-max-sessions", 8, "SSH sessions at once per host connection (sshd's MaxSessions is 10 by default)")
@@ -238,10 +242,7 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.DefaultUser == "" {
-		cfg.DefaultUser = os.Getenv("USER")
-		if cfg.DefaultUser == "" {
-			cfg.DefaultUser = "root"
-		}
+		cfg.DefaultUser = "root"
 	}
 	defKey, defKnown := DefaultSSHPaths()
 	if cfg.KeyFile == "" {

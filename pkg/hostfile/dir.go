@@ -102,8 +102,8 @@ func isEscape(err error) bool {
 	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
 }
 
-// RegisterFlag adds --files-dir to a worker's flags, defaulting from
-// GANTRY_FILES_DIR.
+// RegisterFlag adds --files-dir to a worker's flags (its variable is
+// GANTRY_FILES_DIR).
 func RegisterFlag(fs *flag.FlagSet, dst *string) {
-	fs.StringVar(dst, "files-dir", os.Getenv("GANTRY_FILES_DIR"), "directory holding the files nodes place with files: [{source: NAME}] ($GANTRY_FILES_DIR; default none: such nodes fail)")
+	fs.StringVar(dst, "files-dir", "", "directory holding the files nodes place with files: [{source: NAME}] ($GANTRY_FILES_DIR; default none: such nodes fail)")
 }

@@ -12,12 +12,10 @@ package metricsserve
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"time"
 
@@ -35,11 +33,6 @@ const Path = "/metrics"
 
 // Usage is the help of --metrics.
 const Usage = "serve Prometheus metrics at http://ADDR" + Path + " (e.g. 127.0.0.1:9464; keep it on loopback or a private network) ($" + Env + "; default off)"
-
-// RegisterFlag adds --metrics ADDR to fs, defaulting to $GANTRY_METRICS_ADDR.
-func RegisterFlag(fs *flag.FlagSet, dst *string) {
-	fs.StringVar(dst, "metrics", os.Getenv(Env), Usage)
-}
 
 // BuildInfoName is the gauge that names the build a process runs.
 const BuildInfoName = "gantry_build_info"

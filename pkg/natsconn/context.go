@@ -24,22 +24,23 @@ type natsContext struct {
 	InboxPrefix string `json:"inbox_prefix"`
 }
 
-func contextDir() string {
-	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+// contextDir is where the nats CLI keeps its contexts: under
+// $XDG_CONFIG_HOME, else $HOME/.config (the XDG base directory rules).
+func contextDir(getenv func(string) string) string {
+	if x := getenv("XDG_CONFIG_HOME"); x != "" {
 		return filepath.Join(x, "nats")
 	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		return ""
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".config", "nats")
 	}
-	return filepath.Join(h, ".config", "nats")
+	return ""
 }
 
 // loadContext reads a context by name (or file path); with no name, the
 // context the nats CLI has selected (context.txt), if any.
-func loadContext(name string) (natsContext, error) {
+func loadContext(name string, getenv func(string) string) (natsContext, error) {
 	var c natsContext
-	dir := contextDir()
+	dir := contextDir(getenv)
 	explicit := name != ""
 	if !explicit && dir != "" {
 		b, err := os.ReadFile(filepath.Join(dir, "context.txt"))

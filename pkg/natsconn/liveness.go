@@ -3,7 +3,7 @@ package natsconn
 import (
 	"flag"
 	"fmt"
-	"os"
+	"strings"
 	"strconv"
 	"time"
 )
@@ -65,27 +65,32 @@ func (l Liveness) withDefaults() Liveness {
 
 // fromEnv fills the zero fields from their GANTRY_NATS_* variables (the
 // CLI has no flags for them).
-func (l *Liveness) fromEnv() error {
+func (l *Liveness) fromEnv(getenv func(string) string) error {
 	for _, d := range []struct {
 		flag string
 		dst  *time.Duration
 	}{{"nats-ping-interval", &l.PingInterval}, {"nats-reconnect-wait", &l.ReconnectWait}, {"nats-reconnect-max-wait", &l.ReconnectMaxWait}, {"nats-spread", &l.Spread}} {
-		v := os.Getenv(EnvName(d.flag, nil))
+		v := getenv(livenessEnv(d.flag))
 		if *d.dst != 0 || v == "" {
 			continue
 		}
 		x, err := time.ParseDuration(v)
 		if err != nil {
-			return fmt.Errorf("%w: $%s: %w", ErrBadOptions, EnvName(d.flag, nil), err)
+			return fmt.Errorf("%w: $%s: %w", ErrBadOptions, livenessEnv(d.flag), err)
 		}
 		*d.dst = x
 	}
-	if v := os.Getenv(EnvName("nats-pings-out", nil)); l.PingsOut == 0 && v != "" {
+	if v := getenv(livenessEnv("nats-pings-out")); l.PingsOut == 0 && v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return fmt.Errorf("%w: $%s: %w", ErrBadOptions, EnvName("nats-pings-out", nil), err)
+			return fmt.Errorf("%w: $%s: %w", ErrBadOptions, livenessEnv("nats-pings-out"), err)
 		}
 		l.PingsOut = n
 	}
 	return nil
+}
+
+// livenessEnv is the variable of a --nats-* flag: GANTRY_NATS_<NAME>.
+func livenessEnv(flagName string) string {
+	return "GANTRY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }

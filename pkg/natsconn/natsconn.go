@@ -8,19 +8,14 @@
 package natsconn
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
-	_ "net/http/pprof" // served only when GANTRY_PPROF names an address
 	"net/url"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,12 +60,25 @@ func (o *Options) RegisterCredentials(fs *flag.FlagSet) {
 	fs.StringVar(&o.Context, "context", "", "nats CLI context name or file ($NATS_CONTEXT, else the selected context)")
 }
 
-// Resolved fills every empty field from the environment, then from the
-// context (named, or the one the nats CLI has selected), then DefaultURL.
-func (o Options) Resolved() (Options, error) {
+// FlagEnv are the connection flags' environment variables: those of the
+// nats CLI.
+var FlagEnv = map[string]string{
+	"server": "NATS_URL", "creds": "NATS_CREDS", "nkey": "NATS_NKEY",
+	"tls-ca": "NATS_CA", "tls-cert": "NATS_CERT", "tls-key": "NATS_KEY", "context": "NATS_CONTEXT",
+}
+
+// Resolved fills every empty field from the environment getenv reads
+// (os.Getenv in a process; nil: none), then from the context (named, or
+// the one the nats CLI has selected), then DefaultURL. The variables are
+// the nats CLI's (FlagEnv, NATS_USER, NATS_PASSWORD) and the liveness
+// settings' GANTRY_NATS_*; XDG_CONFIG_HOME says where the contexts are.
+func (o Options) Resolved(getenv func(string) string) (Options, error) {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
 	env := func(p *string, name string) {
 		if *p == "" {
-			*p = os.Getenv(name)
+			*p = getenv(name)
 		}
 	}
 	env(&o.URL, "NATS_URL")
@@ -82,10 +90,10 @@ func (o Options) Resolved() (Options, error) {
 	env(&o.Cert, "NATS_CERT")
 	env(&o.Key, "NATS_KEY")
 	env(&o.Context, "NATS_CONTEXT")
-	if err := o.fromEnv(); err != nil {
+	if err := o.fromEnv(getenv); err != nil {
 		return o, err
 	}
-	c, err := loadContext(o.Context)
+	c, err := loadContext(o.Context, getenv)
 	if err != nil {
 		return o, err
 	}
@@ -302,52 +310,4 @@ func secretsOf(u string) []string {
 func quotedInner(s string) string {
 	q := strconv.Quote(s)
 	return q[1 : len(q)-1]
-}
-
-// ServiceFlags are the flags every service takes.
-type ServiceFlags struct {
-	Options
-	Replicas int // --replicas
-}
-
-// Register adds the connection flags and --replicas to fs.
-func (f *ServiceFlags) Register(fs *flag.FlagSet) {
-	f.Options.Register(fs)
-	fs.IntVar(&f.Replicas, "replicas", 1, "JetStream replicas for streams this service creates")
-}
-
-// Instance names this process in events and logs: "<service>/<host>-<pid>".
-func Instance(service string) string {
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s/%s-%d", service, host, os.Getpid())
-}
-
-// Main runs a service process: it serves pprof when GANTRY_PPROF names an
-// address, connects as name (reconnecting forever), runs run until SIGINT
-// or SIGTERM, then drains the connection so work in flight is settled. It
-// returns the process exit code.
-func Main(name string, o Options, log *slog.Logger, run func(ctx context.Context, nc *nats.Conn) error) int {
-	if addr := os.Getenv("GANTRY_PPROF"); addr != "" {
-		go func() { log.Warn("pprof", "err", http.ListenAndServe(addr, nil)) }()
-	}
-	o, err := o.Resolved()
-	if err != nil {
-		log.Error("start", "err", err)
-		return 1
-	}
-	nc, err := Connect(o, "gantry-"+name, log, true)
-	if err != nil {
-		log.Error("start", "err", err)
-		return 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	err = run(ctx, nc)
-	_ = nc.Drain()
-	if err != nil {
-		log.Error(name+" stopped", "err", err)
-		return 1
-	}
-	log.Info(name + " stopped")
-	return 0
 }

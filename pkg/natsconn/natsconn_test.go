@@ -132,17 +132,17 @@ func TestResolvedPrecedence(t *testing.T) {
 	os.WriteFile(filepath.Join(cfg, "nats", "context", "prod.json"), []byte(`{"url":"nats://ctx:4222","nkey":"/ctx/op.nk","ca":"/ctx/ca.pem"}`), 0o600)
 	os.WriteFile(filepath.Join(cfg, "nats", "context.txt"), []byte("prod\n"), 0o600)
 
-	o, err := natsconn.Options{}.Resolved()
+	o, err := natsconn.Options{}.Resolved(os.Getenv)
 	if err != nil || o.URL != "nats://ctx:4222" || o.NKey != "/ctx/op.nk" || o.CA != "/ctx/ca.pem" {
 		t.Errorf("selected context: %+v %v", o, err)
 	}
 	t.Setenv("NATS_URL", "nats://env:4222")
 	t.Setenv("NATS_CA", "/env/ca.pem")
-	o, _ = natsconn.Options{NKey: "/flag/op.nk"}.Resolved()
+	o, _ = natsconn.Options{NKey: "/flag/op.nk"}.Resolved(os.Getenv)
 	if o.URL != "nats://env:4222" || o.NKey != "/flag/op.nk" || o.CA != "/env/ca.pem" {
 		t.Errorf("flag > env > context: %+v", o)
 	}
-	if _, err := (natsconn.Options{Context: "missing"}).Resolved(); err == nil || !strings.Contains(err.Error(), `context "missing"`) {
+	if _, err := (natsconn.Options{Context: "missing"}).Resolved(os.Getenv); err == nil || !strings.Contains(err.Error(), `context "missing"`) {
 		t.Errorf("a named context that is not there: %v", err)
 	}
 	if _, err := natsconn.Connect(natsconn.Options{Creds: "/x.creds", NKey: "/y.nk"}, "t", nil, false); err == nil || !strings.Contains(err.Error(), "not both") {

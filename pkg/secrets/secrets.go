@@ -177,8 +177,8 @@ func Split(l Lookuper, env map[string]dag.EnvValue) (plain, secret map[string]st
 	return plain, secret, nil
 }
 
-// RegisterFlag adds --secrets-dir to a worker's flags, defaulting from
-// GANTRY_SECRETS_DIR.
+// RegisterFlag adds --secrets-dir to a worker's flags (its variable is
+// GANTRY_SECRETS_DIR).
 func RegisterFlag(fs *flag.FlagSet, dst *string) {
-	fs.StringVar(dst, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} ($GANTRY_SECRETS_DIR; default none: such commands fail)")
+	fs.StringVar(dst, "secrets-dir", "", "directory with one file per secret that commands name as {secret: NAME} ($GANTRY_SECRETS_DIR; default none: such commands fail)")
 }

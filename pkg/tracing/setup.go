@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -73,24 +71,6 @@ func FromEnv(ctx context.Context, service string) (t *Tracer, shutdown func(cont
 		return nil, nil, err
 	}
 	return New(tp), tp.Shutdown, nil
-}
-
-// ForService is FromEnv for a service's main: a configuration the
-// exporter refuses is logged and ends the process (exit 2); flush, called
-// on the way out, sends what is pending (within 5 seconds).
-func ForService(service string, log *slog.Logger) (t *Tracer, flush func()) {
-	t, shutdown, err := FromEnv(context.Background(), service)
-	if err != nil {
-		log.Error("bad trace export settings", "err", err)
-		os.Exit(2)
-	}
-	return t, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := shutdown(ctx); err != nil {
-			log.Warn("spans not exported", "err", err)
-		}
-	}
 }
 
 // exporter is the span exporter OTEL_TRACES_EXPORTER names.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	executor "github.com/gantry-dev/gantry/services/executor/service"
@@ -30,28 +29,36 @@ type Config struct {
 	// if the server wants them); each service adds its own nkey and inbox.
 	Conn natsconn.Options
 	Keys *busauth.Keys // the services' identities
-	SSH  hostexec.SSHConfig
-	// AllowLocal lets the executor and health-gate run transport local
-	// commands (as this process's user, on this machine).
-	AllowLocal bool
-	SecretsDir string // where the secrets commands name are read
-	FilesDir   string // where the files nodes place as source are read (the executor's --files-dir)
-	PerHost    int    // the executor's --per-host (default 8)
-	// MaxFormulas is the executor's --max-formulas (default 64).
-	MaxFormulas int
-	// CancelWait is the planner's --cancel-wait: how long a cancelled
-	// workflow waits for its running formulas' outcomes (default 30 s).
-	CancelWait time.Duration
-	// UnclaimedAfter is the planner's --unclaimed-after: how long a
-	// dispatch may wait for an executor before the planner reports it
-	// (default 30 s).
-	UnclaimedAfter time.Duration
-	Log            *slog.Logger
+	Log  *slog.Logger
 	// Tracer gives each service ("gantry-planner", "gantry-executor",
 	// "gantry-health-gate") its span recorder; nil records none.
 	Tracer func(service string) *tracing.Tracer
-	// Retention is the planner's retention setting (zero: off).
-	Retention planner.Retention
+	// The services' own settings, as their flags set them (gantry dev
+	// takes every one: servicemain.Merge). Run sets their Instance, Log
+	// and Tracer; the planner's Names add to those of Keys.
+	Planner    planner.Config
+	Executor   executor.Config
+	HealthGate healthgate.Config
+	StateStore statestore.Config
+}
+
+// plannerConfig is the planner's settings as instance inst.
+func (c Config) plannerConfig(inst string) planner.Config {
+	p := c.Planner
+	p.Instance, p.Log, p.Tracer = inst, c.Log, c.tracer("gantry-planner")
+	names := c.Keys.Names()
+	for k, v := range c.Planner.Names {
+		names[k] = v
+	}
+	p.Names = names
+	return p
+}
+
+// executorConfig is the executor's settings as instance inst.
+func (c Config) executorConfig(inst string) executor.Config {
+	x := c.Executor
+	x.Instance, x.Log, x.Tracer = inst, c.Log, c.tracer("gantry-executor")
+	return x
 }
 
 func (c Config) tracer(service string) *tracing.Tracer {
@@ -108,8 +115,9 @@ func RunExecutor(ctx context.Context, cfg Config, o ExecutorOptions) error {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return executor.Run(ctx, nc, executor.Config{Instance: fmt.Sprintf("executor/%s-dev-%d-%s", host, os.Getpid(), o.Name),
-		Hosts: hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, SecretsDir: cfg.SecretsDir, FilesDir: cfg.FilesDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Labels: o.Labels, Log: cfg.Log, Tracer: cfg.tracer("gantry-executor")})
+	x := cfg.executorConfig(fmt.Sprintf("executor/%s-dev-%d-%s", host, os.Getpid(), o.Name))
+	x.Labels = o.Labels
+	return executor.Run(ctx, nc, x)
 }
 
 // RunPlanner runs one more planner on its own connection, as the planner
@@ -125,13 +133,15 @@ func RunPlanner(ctx context.Context, cfg Config, name string) error {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return planner.Run(ctx, nc, planner.Config{Instance: fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name), Log: cfg.Log, Names: cfg.Keys.Names(), CancelWait: cfg.CancelWait, UnclaimedAfter: cfg.UnclaimedAfter})
+	p := cfg.plannerConfig(fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name))
+	p.Tracer, p.Retention = nil, planner.Retention{} // the first planner records spans and prunes
+	return planner.Run(ctx, nc, p)
 }
 
 // Run runs the four services, each on its own connection as its own
 // identity, until ctx ends or one fails.
 func Run(ctx context.Context, cfg Config) error {
-	hosts, log := hostexec.HostsConfig{SSH: cfg.SSH, AllowLocal: cfg.AllowLocal}, cfg.Log
+	log := cfg.Log
 	host, _ := os.Hostname()
 	inst := func(svc string) string { return fmt.Sprintf("%s/%s-dev-%d", svc, host, os.Getpid()) }
 	type svc struct {
@@ -140,16 +150,20 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	svcs := []svc{
 		{"state-store", func(ctx context.Context, nc *nats.Conn) error {
-			return statestore.Run(ctx, nc, statestore.Config{Instance: inst("state-store"), Log: log})
+			s := cfg.StateStore
+			s.Instance, s.Log = inst("state-store"), log
+			return statestore.Run(ctx, nc, s)
 		}},
 		{"planner", func(ctx context.Context, nc *nats.Conn) error {
-			return planner.Run(ctx, nc, planner.Config{Instance: inst("planner"), Log: log, Names: cfg.Keys.Names(), Tracer: cfg.tracer("gantry-planner"), CancelWait: cfg.CancelWait, UnclaimedAfter: cfg.UnclaimedAfter, Retention: cfg.Retention})
+			return planner.Run(ctx, nc, cfg.plannerConfig(inst("planner")))
 		}},
 		{"executor", func(ctx context.Context, nc *nats.Conn) error {
-			return executor.Run(ctx, nc, executor.Config{Instance: inst("executor"), Hosts: hosts, SecretsDir: cfg.SecretsDir, FilesDir: cfg.FilesDir, PerHost: cfg.PerHost, MaxFormulas: cfg.MaxFormulas, Log: log, Tracer: cfg.tracer("gantry-executor")})
+			return executor.Run(ctx, nc, cfg.executorConfig(inst("executor")))
 		}},
 		{"health-gate", func(ctx context.Context, nc *nats.Conn) error {
-			return healthgate.Run(ctx, nc, healthgate.Config{Instance: inst("health-gate"), Hosts: hosts, SecretsDir: cfg.SecretsDir, Log: log, Tracer: cfg.tracer("gantry-health-gate")})
+			g := cfg.HealthGate
+			g.Instance, g.Log, g.Tracer = inst("health-gate"), log, cfg.tracer("gantry-health-gate")
+			return healthgate.Run(ctx, nc, g)
 		}},
 	}
 	ctx, cancel := context.WithCancel(ctx)

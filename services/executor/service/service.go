@@ -40,6 +40,7 @@ type Config struct {
 	// a zone, only the work of hosts labelled with that zone; without,
 	// only the work of hosts without a zone.
 	Labels map[string]string
+	labels string // --labels as given, read by Check
 	Log    *slog.Logger
 	// Tracer records its spans (nil: none).
 	Tracer *tracing.Tracer

@@ -36,7 +36,8 @@ type Config struct {
 	Log      *slog.Logger
 	// Names names the public nkeys of known identities in audit records
 	// whose credentials carry no name (nkeys, unlike user JWTs).
-	Names map[string]string
+	Names     map[string]string
+	namesFile string // --identity-names, read by Check
 	// Tracer records its spans (nil: none).
 	Tracer *tracing.Tracer
 	// CancelWait bounds how long a cancelled workflow waits for the

@@ -60,7 +60,7 @@ func (c *connFlags) connectOperator() (*nats.Conn, error) {
 // dial connects; inbox is the reply prefix when the context names none
 // ("": the nats default).
 func (c *connFlags) dial(inbox string) (*nats.Conn, error) {
-	o, err := c.opts.Resolved()
+	o, err := c.opts.Resolved(os.Getenv)
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, err: err}
 	}

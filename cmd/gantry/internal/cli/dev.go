@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,13 +18,16 @@ import (
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
+	"github.com/gantry-dev/gantry/internal/servicemain"
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
+	executor "github.com/gantry-dev/gantry/services/executor/service"
+	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 	planner "github.com/gantry-dev/gantry/services/planner/service"
+	statestore "github.com/gantry-dev/gantry/services/state-store/service"
 	"github.com/spf13/cobra"
 )
 
@@ -31,14 +35,9 @@ func newDevCmd() *cobra.Command {
 	var port int
 	var dataDir, logLevel string
 	var syncAlways bool
-	var ssh hostexec.SSHConfig
-	var secretsDir, filesDir string
-	var perHost, maxFormulas int
-	var cancelWait, unclaimedAfter time.Duration
 	var httpAddr, traceURL string
-	var metrics string
-	allowLocal := true
-	retention := planner.Retention{Age: planner.DefaultRetentionAge, Keep: planner.DefaultRetentionKeep}
+	var metrics, pprofAddr string
+	var svc devServices
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run NATS (JetStream embedded) and all four services in this process",
@@ -57,7 +56,11 @@ finish there, and their results are read at the next start).
 Commands of hosts with transport local run as this process's user, with a
 small clean environment; --allow-local=false refuses them. Secrets that
 commands name ({secret: NAME}) are read from --secrets-dir, one file each;
-the files nodes place as source, from --files-dir.`,
+the files nodes place as source, from --files-dir.
+
+It takes every flag of the planner, executor, health-gate and state-store
+(not the NATS connection's: it runs its own server), each also set by the
+environment variable its help names, as the services take them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkTraceURL(traceURL); err != nil {
@@ -70,16 +73,11 @@ the files nodes place as source, from --files-dir.`,
 			if port < 0 || port > 65535 {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--port %d: a TCP port is 1 to 65535 (0 picks a free one)", port)}
 			}
-			if perHost < 1 {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("--per-host %d: at least 1 node at once on a host", perHost)}
-			}
-			if cancelWait <= 0 {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("--cancel-wait %s: a positive duration", cancelWait)}
-			}
-			if unclaimedAfter <= 0 {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("--unclaimed-after %s: a positive duration", unclaimedAfter)}
+			if err := svc.configure(os.LookupEnv, cmd.Flags().Changed); err != nil {
+				return &exitError{code: ExitUsage, err: err}
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			servicemain.ServePProf(pprofAddr, log)
 			if dataDir == "" {
 				d, err := defaultDataDir()
 				if err != nil {
@@ -140,8 +138,8 @@ the files nodes place as source, from --files-dir.`,
 				return &exitError{code: ExitProblem, err: fmt.Errorf("trace export: %w", err)}
 			}
 			defer flush()
-			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, SSH: ssh,
-				AllowLocal: allowLocal, SecretsDir: secretsDir, FilesDir: filesDir, PerHost: perHost, MaxFormulas: maxFormulas, CancelWait: cancelWait, UnclaimedAfter: unclaimedAfter, Log: log, Tracer: tracers, Retention: retention}); err != nil {
+			if err := devstack.Run(ctx, devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: keys, Log: log, Tracer: tracers,
+				Planner: svc.planner, Executor: svc.executor, HealthGate: svc.healthGate, StateStore: svc.stateStore}); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			return nil
@@ -151,20 +149,11 @@ the files nodes place as source, from --files-dir.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where JetStream stores data (default $XDG_DATA_HOME/gantry/dev, else ~/.local/share/gantry/dev)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "fsync every JetStream write (survives power loss; slower)")
-	addSSHFlags(cmd, &ssh)
-	rfs := flag.NewFlagSet("retention", flag.ContinueOnError)
-	planner.RegisterRetentionFlags(rfs, &retention)
-	cmd.Flags().AddGoFlagSet(rfs)
-	cmd.Flags().IntVar(&maxFormulas, "max-formulas", 64, "formulas the executor runs at once")
-	cmd.Flags().IntVar(&perHost, "per-host", 8, "nodes running at once on a host without max_parallel, across all executors")
-	cmd.Flags().DurationVar(&cancelWait, "cancel-wait", planner.DefaultCancelWait, "how long a cancelled workflow waits for the outcomes of its running formulas before it ends cancelled without them")
-	cmd.Flags().DurationVar(&unclaimedAfter, "unclaimed-after", planner.DefaultUnclaimedAfter, "how long a formula's dispatch may wait with no executor taking it before the planner reports it, naming the zone")
-	cmd.Flags().BoolVar(&allowLocal, "allow-local", true, "run the commands of hosts with transport local (as this process's user, on this machine)")
+	cmd.Flags().AddGoFlagSet(svc.flags())
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the web view (and /metrics, unless --metrics is given) on this address, e.g. 127.0.0.1:8080, reading as the viewer")
 	traceURLFlag(cmd, &traceURL)
 	cmd.Flags().StringVar(&metrics, "metrics", os.Getenv(metricsserve.Env), "serve the Prometheus metrics of every service at http://ADDR/metrics, e.g. 127.0.0.1:9464, and not on the web view's address (default $"+metricsserve.Env+", else off)")
-	cmd.Flags().StringVar(&secretsDir, "secrets-dir", os.Getenv("GANTRY_SECRETS_DIR"), "directory with one file per secret that commands name as {secret: NAME} (default $GANTRY_SECRETS_DIR)")
-	cmd.Flags().StringVar(&filesDir, "files-dir", os.Getenv("GANTRY_FILES_DIR"), "directory holding the files nodes place with files: [{source: NAME}] (default $GANTRY_FILES_DIR)")
+	cmd.Flags().StringVar(&pprofAddr, "pprof", os.Getenv("GANTRY_PPROF"), servicemain.PProfUsage)
 	return cmd
 }
 
@@ -208,13 +197,42 @@ func boundStop(ctx, parent context.Context, stop func(), stopped <-chan struct{}
 	}
 }
 
-// addSSHFlags adds the SSH settings of the executor and health-gate: the
-// very flags the services declare (hostexec.SSHConfig.RegisterFlags), so
-// gantry dev takes every one of them.
-func addSSHFlags(cmd *cobra.Command, c *hostexec.SSHConfig) {
-	fs := flag.NewFlagSet("ssh", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	cmd.Flags().AddGoFlagSet(fs)
+// devServices are the settings gantry dev runs the four services with:
+// the very flags each service declares (its Config.RegisterFlags), so
+// gantry dev takes every one of them; a flag two services declare (the
+// executor's and health-gate's --ssh-key) sets both.
+type devServices struct {
+	planner    planner.Config
+	executor   executor.Config
+	healthGate healthgate.Config
+	stateStore statestore.Config
+	fs         *flag.FlagSet // flags made them
+}
+
+func (d *devServices) configs() []servicemain.Config {
+	return []servicemain.Config{&d.planner, &d.executor, &d.healthGate, &d.stateStore}
+}
+
+// flags declares the services' flags in one set; --allow-local is on
+// by default in dev.
+func (d *devServices) flags() *flag.FlagSet {
+	d.fs = servicemain.Merge("dev", servicemain.EnvOf(d.configs()...), d.configs()...)
+	_ = d.fs.Set("allow-local", "true")
+	d.fs.Lookup("allow-local").DefValue = "true"
+	return d.fs
+}
+
+// configure sets the flags not given from their environment variables,
+// then checks every service's settings.
+func (d *devServices) configure(lookup servicemain.LookupEnv, given func(string) bool) error {
+	if err := servicemain.EnvOf(d.configs()...).Apply(d.fs, lookup, given); err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range d.configs() {
+		errs = append(errs, c.Check())
+	}
+	return errors.Join(errs...)
 }
 
 // defaultDataDir is dev's data directory when --data-dir is not given.

@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/internal/servicemain"
+	executor "github.com/gantry-dev/gantry/services/executor/service"
+	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
+	planner "github.com/gantry-dev/gantry/services/planner/service"
+	statestore "github.com/gantry-dev/gantry/services/state-store/service"
+	"github.com/spf13/pflag"
 	"net"
 	"os"
 	"path/filepath"
@@ -145,23 +150,55 @@ func TestBoundStop(t *testing.T) {
 	}
 }
 
-// gantry dev takes every SSH flag the executor and health-gate declare
-// (it used to re-declare them, and lacked --ssh-max-sessions and
-// --ssh-idle), and the executor's --max-formulas.
-func TestDevTakesTheWorkersFlags(t *testing.T) {
+// gantry dev takes every flag each service declares (it used to
+// re-declare some and lack --labels, --concurrency and --identity-names):
+// all the executor's, the planner's, the health-gate's and the
+// state-store's, but the NATS connection's (it runs its own server).
+func TestDevTakesEveryServiceFlag(t *testing.T) {
 	dev := newDevCmd()
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	var c hostexec.HostsConfig
-	c.RegisterFlags(fs)
-	fs.VisitAll(func(f *flag.Flag) {
-		if dev.Flags().Lookup(f.Name) == nil {
-			t.Errorf("gantry dev has no --%s, which the workers take", f.Name)
-		}
-	})
-	for _, name := range []string{"max-formulas", "per-host"} {
-		if dev.Flags().Lookup(name) == nil {
-			t.Errorf("gantry dev has no --%s, which the executor takes", name)
-		}
+	configs := map[string]servicemain.Config{"executor": &executor.Config{}, "planner": &planner.Config{},
+		"health-gate": &healthgate.Config{}, "state-store": &statestore.Config{}}
+	n := 0
+	for name, c := range configs {
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			n++
+			if dev.Flags().Lookup(f.Name) == nil {
+				t.Errorf("gantry dev has no --%s, which the %s takes", f.Name, name)
+			}
+		})
+	}
+	if n < 20 {
+		t.Errorf("only %d service flags seen", n)
+	}
+}
+
+// A flag the executor and the health-gate both take sets both; a flag not
+// given takes its variable, as in the services; --allow-local is on unless
+// turned off; the services' checks apply.
+func TestDevServiceFlagsSetTheServices(t *testing.T) {
+	var d devServices
+	fs := pflag.NewFlagSet("dev", pflag.ContinueOnError)
+	fs.AddGoFlagSet(d.flags())
+	if err := fs.Parse([]string{"--ssh-key", "/k", "--labels", "zone=eu-1", "--concurrency", "5", "--retention-keep", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"GANTRY_SECRETS_DIR": "/secrets", "GANTRY_SSH_KEY": "/env/key", "GANTRY_MAX_FORMULAS": "7"}
+	if err := d.configure(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, fs.Changed); err != nil {
+		t.Fatal(err)
+	}
+	x, g := d.executor, d.healthGate
+	if x.Hosts.SSH.KeyFile != "/k" || g.Hosts.SSH.KeyFile != "/k" || x.SecretsDir != "/secrets" || g.SecretsDir != "/secrets" ||
+		!x.Hosts.AllowLocal || !g.Hosts.AllowLocal || x.Labels["zone"] != "eu-1" || x.MaxFormulas != 7 || g.Concurrency != 5 || d.planner.Retention.Keep != 3 {
+		t.Errorf("executor %+v\nhealth-gate %+v\nplanner %+v", x, g, d.planner)
+	}
+	var bad devServices
+	fs = pflag.NewFlagSet("dev", pflag.ContinueOnError)
+	fs.AddGoFlagSet(bad.flags())
+	_ = fs.Parse([]string{"--labels", "rack"})
+	if err := bad.configure(func(string) (string, bool) { return "", false }, fs.Changed); err == nil || !strings.Contains(err.Error(), "--labels") {
+		t.Errorf("bad --labels: %v", err)
 	}
 }
 

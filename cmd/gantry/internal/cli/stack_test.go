@@ -15,6 +15,8 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
+	executor "github.com/gantry-dev/gantry/services/executor/service"
+	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 )
 
 // devStack is the real NATS server (JetStream, auth on) with the four
@@ -30,8 +32,9 @@ func startDevStack(t *testing.T) *devStack {
 	ns := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, AllowLocal: true,
-		SSH: hostexec.SSHConfig{KeyFile: "/nonexistent"}, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	hosts := hostexec.HostsConfig{AllowLocal: true, SSH: hostexec.SSHConfig{KeyFile: "/nonexistent"}}
+	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
 	go func() { done <- devstack.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()

@@ -148,7 +148,7 @@ func (c *connFlags) connectAs(asOperator bool) (*nats.Conn, error) {
 	if asOperator {
 		return c.connect()
 	}
-	o, err := c.opts.Resolved()
+	o, err := c.opts.Resolved(os.Getenv)
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, err: err}
 	}
