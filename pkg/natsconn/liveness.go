@@ -3,8 +3,8 @@ package natsconn
 import (
 	"flag"
 	"fmt"
-	"strings"
 	"strconv"
+	"strings"
 	"time"
 )
 
