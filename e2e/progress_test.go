@@ -64,7 +64,8 @@ func TestProgressLogsAndWatchOverSSH(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if m := regexp.MustCompile(`(?m)^\s+build\s+running\s+1\s+(\d+)%`).FindStringSubmatch(string(out)); m != nil {
+		// NODE STATUS ATTEMPTS (no EXIT yet) TOOK ("0.4s…") DETAIL
+		if m := regexp.MustCompile(`(?m)^\s+build\s+running\s+1\s+\S+…\s+(\d+)%`).FindStringSubmatch(string(out)); m != nil {
 			sawRunning = m[1]
 		}
 		if strings.Contains(string(out), "SUCCEEDED") {
@@ -166,8 +167,8 @@ func TestProgressLogsAndWatchOverSSH(t *testing.T) {
 	}{
 		{[]string{"logs", id, "web/nope"}, "workflow " + id + " has no node web/nope (its nodes: web/build, web/test)"},
 		{[]string{"logs", "01a2000f-0000-7000-8000-000000000000"}, "no workflow 01a2000f"},
-		{[]string{"logs", id, "web"}, "ran nothing on host web (its hosts: h0)"},
-		{[]string{"logs", id, "Web"}, `"Web" is not FORMULA/NODE or a host name`},
+		{[]string{"logs", id, "db"}, "has no formula or host db"},
+		{[]string{"logs", id, "Web"}, `"Web" is not FORMULA, FORMULA/NODE or a host name`},
 	} {
 		out, err := s.gantryCmd(bin, events.Viewer, c.args...).CombinedOutput()
 		if code := exitOf(t, err); code == 0 || !strings.Contains(string(out), c.want) {
