@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
@@ -123,7 +124,7 @@ the files nodes place as source, from --files-dir.`,
 					return &exitError{code: ExitProblem, err: fmt.Errorf("web view: %w", err)}
 				}
 				defer vnc.Close()
-				srv := &webview.Server{Src: &webview.NATS{NC: vnc, Timeout: 10 * time.Second}, Log: log, TraceURL: traceURL, Metrics: webViewMetrics(metrics)}
+				srv := &webview.Server{Src: &webview.NATS{Client: client.New(vnc, 10*time.Second)}, Log: log, TraceURL: traceURL, Metrics: webViewMetrics(metrics)}
 				wait, err := startWebView(ctx, out, "gantry dev", httpAddr, srv)
 				if err != nil {
 					return err
