@@ -1,14 +1,15 @@
 package cli
 
 import (
+	"context"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -30,13 +31,16 @@ const completionListLimit = 200
 var connOf sync.Map // *cobra.Command -> *connFlags
 
 // completionConn connects with cmd's connection flags, or says it cannot.
-func completionConn(cmd *cobra.Command) (*nats.Conn, bool) {
+func completionConn(cmd *cobra.Command) (*client.Client, bool) {
 	v, ok := connOf.Load(cmd)
 	if !ok {
 		return nil, false
 	}
-	nc, err := v.(*connFlags).connect()
-	return nc, err == nil
+	cl, err := v.(*connFlags).connect()
+	if err != nil {
+		return nil, false
+	}
+	return cl.WithTimeout(completionTimeout), true
 }
 
 // completeWorkflowIDs offers the ids of the newest workflows that start
@@ -46,13 +50,13 @@ func completeWorkflowIDs(cmd *cobra.Command, args []string, toComplete string) (
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	nc, ok := completionConn(cmd)
+	cl, ok := completionConn(cmd)
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	defer nc.Close()
-	var rows []events.WorkflowSummary
-	if request(nc, events.StateList, mustJSON(events.ListQuery{Limit: completionListLimit}), completionTimeout, &rows) != nil {
+	defer cl.Close()
+	rows, err := cl.List(context.Background(), completionListLimit)
+	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	var out []cobra.Completion
@@ -70,20 +74,18 @@ func workflowDocFor(cmd *cobra.Command, args []string) (*events.WorkflowDoc, boo
 	if len(args) == 0 {
 		return nil, false
 	}
-	nc, ok := completionConn(cmd)
+	cl, ok := completionConn(cmd)
 	if !ok {
 		return nil, false
 	}
-	defer nc.Close()
-	id, err := resolveWorkflow(nc, args[0], completionTimeout)
+	defer cl.Close()
+	ctx := context.Background()
+	id, err := resolveWorkflow(ctx, cl, args[0])
 	if err != nil {
 		return nil, false
 	}
-	var doc events.WorkflowDoc
-	if request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), completionTimeout, &doc) != nil {
-		return nil, false
-	}
-	return &doc, true
+	doc, err := cl.Status(ctx, id)
+	return doc, err == nil
 }
 
 // completeLogsArgs completes gantry logs: a workflow id, then one of its
@@ -126,13 +128,13 @@ func completeWorkflowHosts(cmd *cobra.Command, args []string, toComplete string)
 // completeKnownHosts completes --host with every host the state-store
 // records nodes of.
 func completeKnownHosts(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	nc, ok := completionConn(cmd)
+	cl, ok := completionConn(cmd)
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	defer nc.Close()
-	var nodes []events.HostNode
-	if request(nc, events.StateHost, mustJSON(events.HostQuery{}), completionTimeout, &nodes) != nil {
+	defer cl.Close()
+	nodes, err := cl.Host(context.Background(), "")
+	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	var hosts []string

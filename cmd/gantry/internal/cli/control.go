@@ -1,10 +1,10 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
 )
@@ -34,34 +34,34 @@ workflow's state does not allow it).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, err := cf.connectOperator()
+			cl, err := cf.connectOperator()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			defer cl.Close()
+			ctx := cmd.Context()
+			id, err := resolveWorkflow(ctx, cl, args[0])
 			if err != nil {
 				return err
 			}
-			var body []byte
+			var q *events.ControlRequest
 			if len(nodes) > 0 {
-				body, _ = json.Marshal(events.ControlRequest{Nodes: nodes})
+				q = &events.ControlRequest{Nodes: nodes}
 			}
-			var reply events.ControlReply
-			err = request(nc, events.WorkflowControl(id, verb), body, cf.timeout, &reply)
-			var se *serviceError
+			reply, err := cl.Control(ctx, id, verb, q)
+			var se *client.ServiceError
 			if errors.As(err, &se) {
 				return failed("%s %s: %s", verb, id, se.Description)
 			}
 			if err != nil {
-				return err
+				return busErr(err)
 			}
 			if err := printControlReply(cmd.OutOrStdout(), reply, output, watch); err != nil {
 				return err
 			}
 			if watch && verb != events.VerbPause {
-				since, gen := watchStart(cmd.Context(), nc, id, cf)
-				return watchWorkflow(cmd, nc, id, since, max(gen, reply.Generation), output)
+				since, gen := watchStart(ctx, cl, id)
+				return watchWorkflow(cmd, cl, id, since, max(gen, reply.Generation), output)
 			}
 			return nil
 		},

@@ -20,6 +20,7 @@ import (
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
 	"github.com/gantry-dev/gantry/internal/servicemain"
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
@@ -121,7 +122,7 @@ environment variable its help names, as the services take them.`,
 					return &exitError{code: ExitProblem, err: fmt.Errorf("web view: %w", err)}
 				}
 				defer vnc.Close()
-				srv := &webview.Server{Src: &webview.NATS{NC: vnc, Timeout: 10 * time.Second}, Log: log, TraceURL: traceURL, Metrics: webViewMetrics(metrics)}
+				srv := &webview.Server{Src: &webview.NATS{Client: client.New(vnc, 10*time.Second)}, Log: log, TraceURL: traceURL, Metrics: webViewMetrics(metrics)}
 				wait, err := startWebView(ctx, out, "gantry dev", httpAddr, srv)
 				if err != nil {
 					return err

@@ -3,7 +3,6 @@ package cli
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +13,10 @@ import (
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/hostdrift"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -105,12 +104,12 @@ func hostDrift(cmd *cobra.Command, cf connFlags, path string, data []byte, o dri
 		return err
 	}
 	run.progress = o.progress
-	nc, err := cf.connectOperator()
+	cl, err := cf.connectOperator()
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	rep, err := askHosts(cmd.Context(), cmd.ErrOrStderr(), nc, cf, run)
+	defer cl.Close()
+	rep, err := askHosts(cmd.Context(), cmd.ErrOrStderr(), cl, run)
 	if err != nil {
 		return err
 	}
@@ -127,16 +126,14 @@ func hostDrift(cmd *cobra.Command, cf connFlags, path string, data []byte, o dri
 // recordsDrift is gantry drift --records: the state-store compares the
 // composition with the records.
 func recordsDrift(cmd *cobra.Command, cf connFlags, path string, data []byte, output string) error {
-	nc, err := cf.connect()
+	cl, err := cf.connect()
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	var rep events.DriftReport
-	if err := request(nc, events.StateDrift, data, cf.timeout, &rep); err != nil {
-		var se *serviceError
-		var reply events.SubmitReply
-		if errors.As(err, &se) && json.Unmarshal(se.Body, &reply) == nil && len(reply.Errors) > 0 {
+	defer cl.Close()
+	rep, err := cl.Drift(cmd.Context(), data)
+	if err != nil {
+		if reply, ok := client.Rejected(err); ok && len(reply.Errors) > 0 {
 			for _, m := range reply.Errors {
 				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", termsafe.Line(path), termsafe.Line(m))
 			}
@@ -257,25 +254,24 @@ func invalidComposition(stderr io.Writer, path string, err error) error {
 // first (state.drift), then the check run is submitted (only an operator
 // may: it runs commands on the hosts) and followed until it ends or the
 // timeout passes; a run still going then is cancelled.
-func askHosts(ctx context.Context, stderr io.Writer, nc *nats.Conn, cf connFlags, run *hostDriftRun) (*hostdrift.Report, error) {
-	var rec events.DriftReport
-	if err := request(nc, events.StateDrift, run.data, cf.timeout, &rec); err != nil {
+func askHosts(ctx context.Context, stderr io.Writer, cl *client.Client, run *hostDriftRun) (*hostdrift.Report, error) {
+	rec, err := cl.Drift(ctx, run.data)
+	if err != nil {
 		return nil, operatorOnly(stateErr(err))
 	}
 	since := time.Now().Add(-time.Second)
-	reply, err := sendComposition(stderr, nc, cf.timeout, sent{file: run.path, what: run.path + " (its checks, for drift)", data: run.check})
+	reply, err := sendComposition(ctx, stderr, cl, sent{file: run.path, what: run.path + " (its checks, for drift)", data: run.check})
 	if err != nil {
 		return nil, operatorOnly(err)
 	}
 	linef(stderr, "gantry: asking %d host(s) about %d node(s): workflow %s (operation check); gantry status %s", run.hosts, len(run.nodes), reply.WorkflowID, reply.WorkflowID)
 	f := newDriftFollow(run, stderr)
-	if err := f.follow(ctx, nc, reply.WorkflowID, since); err != nil {
+	if err := f.follow(ctx, cl, reply.WorkflowID, since); err != nil {
 		return nil, err
 	}
 	if !f.ended {
 		linef(stderr, "gantry: %d node(s) had not answered within %s: cancelling workflow %s", len(run.nodes)-len(f.outcomes), run.timeout, reply.WorkflowID)
-		var cr events.ControlReply
-		_ = request(nc, events.WorkflowControl(reply.WorkflowID, events.VerbCancel), nil, cf.timeout, &cr) // best effort: its own timeout stops it too
+		_, _ = cl.Control(context.Background(), reply.WorkflowID, events.VerbCancel, nil) // best effort: its own timeout stops it too
 	}
 	rep := hostdrift.Merge(run.name, reply.WorkflowID, f.items(), &rec)
 	return &rep, nil
@@ -315,10 +311,10 @@ func newDriftFollow(run *hostDriftRun, stderr io.Writer) *driftFollow {
 }
 
 // follow reads the run's events until it ends or the timeout passes.
-func (f *driftFollow) follow(ctx context.Context, nc *nats.Conn, id string, since time.Time) error {
+func (f *driftFollow) follow(ctx context.Context, cl *client.Client, id string, since time.Time) error {
 	feedCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	feed, err := openEventFeed(feedCtx, nc, id, since, f.stderr)
+	feed, err := openEventFeed(feedCtx, cl, id, since, f.stderr)
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,9 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -33,35 +33,35 @@ const (
 // runExec submits the exec's composition as gantry submit does and
 // follows the workflow to its end.
 func runExec(cmd *cobra.Command, cf connFlags, ex *execRun, format string) error {
-	nc, err := cf.connectOperator()
+	cl, err := cf.connectOperator()
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer cl.Close()
 	since := time.Now().Add(-time.Second)
-	reply, err := sendComposition(cmd.ErrOrStderr(), nc, cf.timeout, sent{file: "exec", what: "exec " + ex.name, data: ex.data})
+	reply, err := sendComposition(cmd.Context(), cmd.ErrOrStderr(), cl, sent{file: "exec", what: "exec " + ex.name, data: ex.data})
 	if err != nil {
 		return err
 	}
 	linef(cmd.ErrOrStderr(), "gantry: workflow %s (%s) on %d host(s); gantry logs %s, gantry cancel %s", reply.WorkflowID, ex.name, len(ex.hosts), reply.WorkflowID, reply.WorkflowID)
 	f := newExecFollow(ex, reply.WorkflowID, cmd.OutOrStdout(), format)
-	return f.follow(cmd.Context(), nc, cf, since, cmd.ErrOrStderr())
+	return f.follow(cmd.Context(), cl, since, cmd.ErrOrStderr())
 }
 
 // follow reads the workflow's events and output lines until it ends,
 // printing each host as its command ends. Ctrl-C cancels the workflow
 // and waits (at most execCancelWait; a second Ctrl-C ends gantry) for it
 // to end.
-func (f *execFollow) follow(ctx context.Context, nc *nats.Conn, cf connFlags, since time.Time, stderr io.Writer) error {
+func (f *execFollow) follow(ctx context.Context, cl *client.Client, since time.Time, stderr io.Writer) error {
 	sig, stopSignals := signal.NotifyContext(ctx, os.Interrupt)
 	defer stopSignals()
 	feedCtx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()
-	feed, err := openEventFeed(feedCtx, nc, f.id, since, stderr)
+	feed, err := openEventFeed(feedCtx, cl, f.id, since, stderr)
 	if err != nil {
 		return err
 	}
-	if err := f.book.start(feedCtx, nc, since); err != nil {
+	if err := f.book.start(feedCtx, cl.Conn(), since); err != nil {
 		return err
 	}
 	evs, errs := pumpEvents(feedCtx, feed)
@@ -81,7 +81,7 @@ func (f *execFollow) follow(ctx context.Context, nc *nats.Conn, cf connFlags, si
 			interrupt, giveUp = nil, time.After(execCancelWait)
 			stopSignals() // a second Ctrl-C ends gantry at once
 			f.interrupted = true
-			cancelExec(nc, cf, f.id, stderr)
+			cancelExec(cl, f.id, stderr)
 		case <-giveUp:
 			f.notRun(time.Now(), "the workflow had not ended when gantry stopped waiting for it")
 			return f.finish(fmt.Errorf("workflow %s was cancelled and has not ended after %s: gantry status %s", f.id, execCancelWait, f.id))
@@ -96,7 +96,7 @@ func pumpEvents(ctx context.Context, feed *eventFeed) (<-chan *events.Envelope, 
 	evs, errs := make(chan *events.Envelope), make(chan error, 1)
 	go func() {
 		for {
-			_, env, err := feed.next()
+			_, env, err := feed.nextEvent()
 			if err != nil {
 				errs <- err
 				return
@@ -112,15 +112,14 @@ func pumpEvents(ctx context.Context, feed *eventFeed) (<-chan *events.Envelope, 
 }
 
 // cancelExec asks the planner to cancel the workflow.
-func cancelExec(nc *nats.Conn, cf connFlags, id string, stderr io.Writer) {
-	var reply events.ControlReply
-	err := request(nc, events.WorkflowControl(id, events.VerbCancel), nil, cf.timeout, &reply)
-	var se *serviceError
+func cancelExec(cl *client.Client, id string, stderr io.Writer) {
+	_, err := cl.Control(context.Background(), id, events.VerbCancel, nil)
+	var se *client.ServiceError
 	switch {
 	case errors.As(err, &se):
 		linef(stderr, "gantry: cancel %s: %s", id, se.Description)
 	case err != nil:
-		linef(stderr, "gantry: cancel %s: %v", id, err)
+		linef(stderr, "gantry: cancel %s: %v", id, busErr(err))
 	default:
 		linef(stderr, "gantry: interrupted: cancelling workflow %s (its running commands are killed on the hosts); Ctrl-C again to stop waiting", id)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -59,25 +60,21 @@ or a formula, node or host the workflow does not have, is an error.`,
 			if err != nil {
 				return &exitError{code: ExitUsage, err: err}
 			}
-			nc, err := cf.connect()
+			cl, err := cf.connect()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			defer cl.Close()
+			id, err := resolveWorkflow(cmd.Context(), cl, args[0])
 			if err != nil {
 				return err
 			}
-			var doc *events.WorkflowDoc
-			var d events.WorkflowDoc
-			if request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &d) == nil {
-				doc = &d
-			}
+			doc, _ := cl.Status(cmd.Context(), id) // nil: not projected yet
 			if sel, err = sel.check(cmd.ErrOrStderr(), id, doc, follow); err != nil {
 				return err
 			}
-			since, gen := watchStart(cmd.Context(), nc, id, cf)
-			return printLogs(cmd, nc, logsQuery{id: id, sel: sel, doc: doc, since: since, gen: gen, follow: follow, format: output})
+			since, gen := watchStart(cmd.Context(), cl, id)
+			return printLogs(cmd, cl, logsQuery{id: id, sel: sel, doc: doc, since: since, gen: gen, follow: follow, format: output})
 		},
 	}
 	cf.add(cmd)
@@ -258,26 +255,18 @@ const logsPoll = 250 * time.Millisecond
 // printLogs reads the log stream from q.since and prints the workflow's
 // lines until it has read all there are, and with q.follow, until the
 // workflow (run generation q.gen or later) has ended too.
-func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
+func printLogs(cmd *cobra.Command, cl *client.Client, q logsQuery) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(cl.Conn())
 	if err != nil {
 		return err
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamLogs, jetstream.OrderedConsumerConfig{
-		FilterSubjects: q.subjects(),
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &q.since,
-	})
+	feed, err := cl.Follow(ctx, client.FollowOptions{Stream: events.StreamLogs, Subjects: q.subjects(), Since: q.since})
 	if err != nil {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
-	}
-	defer msgs.Stop()
+	defer feed.Stop()
 	gates, err := openGateFeed(ctx, js, q)
 	if err != nil {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
@@ -293,12 +282,12 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 	}
 	ended := make(chan struct{})
 	if q.follow {
-		if err := awaitEnd(ctx, js, q, ended); err != nil {
+		if err := awaitEnd(ctx, cl, q, ended); err != nil {
 			return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
 		}
 	} else {
 		close(ended)
-		if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		if feed.Pending() == 0 {
 			return done() // no node's line at all
 		}
 	}
@@ -310,19 +299,18 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 			return false
 		}
 	}
-	var lastConsumerSeq uint64
 	for {
 		if q.follow && gates.due() {
 			if err := gates.fetch(); err != nil {
 				return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
 			}
 		}
-		m, err := msgs.Next(jetstream.NextMaxWait(logsPoll))
+		m, err := feed.NextWithin(logsPoll)
 		switch {
 		case ctx.Err() != nil:
 			return &exitError{code: ExitInterrupted, err: errors.New("logs interrupted")}
 		case errors.Is(err, nats.ErrTimeout):
-			if isEnded() && caughtUp(ctx, cons, lastConsumerSeq) {
+			if isEnded() && feed.CaughtUp(ctx) {
 				return done()
 			}
 			if err := gates.print(out, time.Now(), q.format); err != nil {
@@ -332,60 +320,37 @@ func printLogs(cmd *cobra.Command, nc *nats.Conn, q logsQuery) error {
 		case err != nil:
 			return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
 		}
-		meta, err := m.Metadata()
-		if err != nil {
-			continue
-		}
-		lastConsumerSeq = meta.Sequence.Consumer
-		if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && events.Admit(m.Subject(), env) == nil && ll.WorkflowID == q.id && q.sel.match(ll) {
+		var ll events.LogLine
+		if env := m.Envelope; events.DecodeData(env, &ll) == nil && ll.WorkflowID == q.id && q.sel.match(&ll) {
 			if err := gates.print(out, env.Time, q.format); err != nil { // the gates' lines before it
 				return err
 			}
-			if err := printLogLine(out, env, ll, q.format); err != nil {
+			if err := printLogLine(out, env, &ll, q.format); err != nil {
 				return err
 			}
 		}
-		if meta.NumPending == 0 && isEnded() {
+		if m.Pending == 0 && isEnded() {
 			return done()
 		}
 	}
 }
 
-// caughtUp says whether the consumer has nothing more to deliver: nothing
-// pending on the server and its last delivery read.
-func caughtUp(ctx context.Context, cons jetstream.Consumer, lastSeq uint64) bool {
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	info, err := cons.Info(ictx)
-	return err == nil && info.NumPending == 0 && info.Delivered.Consumer <= lastSeq
-}
-
 // awaitEnd closes ended once the workflow's run generation q.gen (or a
 // later one) has ended, read from the event stream.
-func awaitEnd(ctx context.Context, js jetstream.JetStream, q logsQuery, ended chan struct{}) error {
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.WorkflowLifecycle(q.id)},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &q.since,
-	})
+func awaitEnd(ctx context.Context, cl *client.Client, q logsQuery, ended chan struct{}) error {
+	feed, err := cl.Follow(ctx, client.FollowOptions{Stream: events.StreamEvents, Subjects: []string{events.WorkflowLifecycle(q.id)}, Since: q.since})
 	if err != nil {
 		return err
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	go func() { <-ctx.Done(); msgs.Stop() }()
 	go func() {
-		for {
-			m, err := msgs.Next()
+		defer feed.Stop()
+		for m, err := range feed.Messages() {
 			if err != nil {
 				return
 			}
-			env, e, err := events.Decode[events.WorkflowEvent](m.Data())
-			if err == nil && events.Admit(m.Subject(), env) == nil && e.Status.Terminal() && e.Generation >= q.gen {
+			var e events.WorkflowEvent
+			if events.DecodeData(m.Envelope, &e) == nil && e.Status.Terminal() && e.Generation >= q.gen {
 				close(ended)
-				msgs.Stop()
 				return
 			}
 		}

@@ -83,11 +83,12 @@ func ping(ctx context.Context, cf *connFlags, services []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	nc, err := cf.connect()
+	cl, err := cf.connect()
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer cl.Close()
+	nc := cl.Conn()
 	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -98,7 +99,7 @@ func ping(ctx context.Context, cf *connFlags, services []string) error {
 		return fmt.Errorf("%w: JetStream at %s: %w", errNotReady, nc.ConnectedUrlRedacted(), err)
 	}
 	for _, s := range services {
-		if _, err := nc.RequestWithContext(ctx, "$SRV.PING."+s, nil); err != nil {
+		if err := cl.Ping(ctx, s); err != nil {
 			if errors.Is(err, nats.ErrNoResponders) {
 				return fmt.Errorf("%w: no %s service answers", errNotReady, s)
 			}

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -74,22 +74,20 @@ planner also prunes on its own by its retention setting (--retention-age,
 			if req.OlderThan == "" && req.Keep == nil {
 				return &exitError{code: ExitUsage, err: errors.New("say which finished runs go: --older-than D, --keep N, or both")}
 			}
-			nc, err := cf.connectOperator()
+			cl, err := cf.connectOperator()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer cl.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()
-			js, err := jetstream.New(nc)
+			js, err := jetstream.New(cl.Conn())
 			if err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
 			before := storeSizesNow(ctx, js)
-			var reply events.PruneReply
-			body, _ := json.Marshal(req)
-			err = request(nc, events.SubjectPrune, body, cf.timeout, &reply)
-			var se *serviceError
+			reply, err := cl.Prune(ctx, req)
+			var se *client.ServiceError
 			if errors.As(err, &se) {
 				code := ExitProblem
 				if se.Code == "400" {
@@ -98,11 +96,11 @@ planner also prunes on its own by its retention setting (--retention-age,
 				return &exitError{code: code, err: fmt.Errorf("prune: %s", se.Description)}
 			}
 			if err != nil {
-				return err
+				return busErr(err)
 			}
 			out := pruneOutput{PruneReply: reply}
 			if dryRun {
-				out.Sizes = estimateAfter(ctx, js, before, &reply)
+				out.Sizes = estimateAfter(ctx, cl, before, &reply)
 			} else {
 				out.Sizes = measuredAfter(ctx, js, before, &reply)
 			}
@@ -157,7 +155,11 @@ func minus(a, b events.StoreSize) events.StoreSize {
 // estimateAfter works out each store's size once the dry run's workflows
 // are gone: what the planner counted, the output lines read here, and for
 // gantry_state its documents at the bucket's average size.
-func estimateAfter(ctx context.Context, js jetstream.JetStream, before map[string]events.StoreSize, reply *events.PruneReply) []storeSizes {
+func estimateAfter(ctx context.Context, cl *client.Client, before map[string]events.StoreSize, reply *events.PruneReply) []storeSizes {
+	js, err := jetstream.New(cl.Conn())
+	if err != nil {
+		return nil
+	}
 	removed := map[string]events.StoreSize{}
 	for k, v := range reply.Removed {
 		removed[k] = v
@@ -182,7 +184,7 @@ func estimateAfter(ctx context.Context, js jetstream.JetStream, before map[strin
 		s := storeSizes{Store: st, Before: b, Estimated: true}
 		switch st {
 		case events.BucketState:
-			s.After = minus(b, stateDocuments(js.Conn(), b, reply))
+			s.After = minus(b, stateDocuments(ctx, cl.WithTimeout(10*time.Second), b, reply))
 		case events.StreamEvents:
 			// Each pruned workflow leaves its pruned event.
 			s.After = minus(b, removed[st])
@@ -200,7 +202,7 @@ func estimateAfter(ctx context.Context, js jetstream.JetStream, before map[strin
 // workflows take: each workflow's status document as state.workflow
 // assembles it (its summary, formulas and nodes), with a KV record's
 // overhead per document; at the bucket's average where one cannot be read.
-func stateDocuments(nc *nats.Conn, b events.StoreSize, reply *events.PruneReply) events.StoreSize {
+func stateDocuments(ctx context.Context, cl *client.Client, b events.StoreSize, reply *events.PruneReply) events.StoreSize {
 	sz := events.StoreSize{Messages: uint64(reply.Documents)}
 	avg := uint64(0)
 	if b.Messages > 0 {
@@ -213,7 +215,7 @@ func stateDocuments(nc *nats.Conn, b events.StoreSize, reply *events.PruneReply)
 	for _, p := range reply.Pruned {
 		q, _ := json.Marshal(map[string]string{"workflow_id": p.WorkflowID})
 		var doc json.RawMessage
-		if err := request(nc, events.StateWorkflow, q, 10*time.Second, &doc); err != nil {
+		if err := cl.Request(ctx, events.StateWorkflow, q, nil, &doc); err != nil {
 			sz.Bytes += per * avg
 			continue
 		}

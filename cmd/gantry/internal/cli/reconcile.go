@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/hostdrift"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -79,11 +79,11 @@ the run both use them. -o json (or yaml) prints {"workflow", "drifted",
 			if dryRun && records {
 				connect = cf.connect
 			}
-			nc, err := connect()
+			cl, err := connect()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer cl.Close()
 			out := cmd.OutOrStdout()
 			text := out
 			if structured(output) {
@@ -91,13 +91,13 @@ the run both use them. -o json (or yaml) prints {"workflow", "drifted",
 			}
 			var pick reconcilePick
 			if records {
-				var rep events.DriftReport
-				if err := request(nc, events.StateDrift, data, cf.timeout, &rep); err != nil {
+				rep, err := cl.Drift(cmd.Context(), data)
+				if err != nil {
 					return stateErr(err)
 				}
 				pick.drifted, pick.targets = printDrift(text, &rep)
 			} else {
-				rep, err := askHosts(cmd.Context(), cmd.ErrOrStderr(), nc, cf, run)
+				rep, err := askHosts(cmd.Context(), cmd.ErrOrStderr(), cl, run)
 				if err != nil {
 					return err
 				}
@@ -124,7 +124,7 @@ the run both use them. -o json (or yaml) prints {"workflow", "drifted",
 			if dryRun {
 				return printDryRun(out, path, body, res, output)
 			}
-			return submitReconcile(cmd, nc, cf, reconcileSubmit{path: path, body: body, res: res, output: output, watch: watch})
+			return submitReconcile(cmd, cl, reconcileSubmit{path: path, body: body, res: res, output: output, watch: watch})
 		},
 	}
 	cf.add(cmd)
@@ -312,10 +312,10 @@ type reconcileSubmit struct {
 
 // submitReconcile submits the targeted composition and, with watch,
 // streams it as submit --watch does.
-func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, rs reconcileSubmit) error {
+func submitReconcile(cmd *cobra.Command, cl *client.Client, rs reconcileSubmit) error {
 	since := time.Now().Add(-time.Second)
 	targets := strings.Join(rs.res.Targets, ", ")
-	reply, err := sendComposition(cmd.ErrOrStderr(), nc, cf.timeout, sent{file: rs.path, what: rs.path + " with targets " + targets, data: rs.body})
+	reply, err := sendComposition(cmd.Context(), cmd.ErrOrStderr(), cl, sent{file: rs.path, what: rs.path + " with targets " + targets, data: rs.body})
 	if err != nil {
 		return err
 	}
@@ -337,5 +337,5 @@ func submitReconcile(cmd *cobra.Command, nc *nats.Conn, cf connFlags, rs reconci
 	if !rs.watch {
 		return nil
 	}
-	return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, rs.output)
+	return watchWorkflow(cmd, cl, reply.WorkflowID, since, 1, rs.output)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/summary"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -29,14 +30,14 @@ func mustJSON(v any) []byte {
 
 // stateErr turns a state-store error reply into a CLI error.
 func stateErr(err error) error {
-	var se *serviceError
+	var se *client.ServiceError
 	if errors.As(err, &se) {
 		if se.Code == "404" {
 			return failed("%s", se.Description)
 		}
 		return &exitError{code: ExitProblem, err: fmt.Errorf("state-store: %s", se.Description)}
 	}
-	return err
+	return busErr(err)
 }
 
 // printJSON prints v as indented JSON, safe on a terminal (see
@@ -93,23 +94,23 @@ with that count and the failures under "summary".`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, err := cf.connect()
+			cl, err := cf.connect()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			defer cl.Close()
+			id, err := resolveWorkflow(cmd.Context(), cl, args[0])
 			if err != nil {
 				return err
 			}
-			var doc events.WorkflowDoc
-			if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &doc); err != nil {
+			doc, err := cl.Status(cmd.Context(), id)
+			if err != nil {
 				return stateErr(err)
 			}
 			if structured(output) {
-				return printAs(cmd.OutOrStdout(), output, statusDoc{WorkflowDoc: &doc, Summary: summary.FromDoc(&doc)})
+				return printAs(cmd.OutOrStdout(), output, statusDoc{WorkflowDoc: doc, Summary: summary.FromDoc(doc)})
 			}
-			return statusTable(cmd.OutOrStdout(), &doc)
+			return statusTable(cmd.OutOrStdout(), doc)
 		},
 	}
 	cf.add(cmd)
@@ -342,13 +343,13 @@ func newListCmd() *cobra.Command {
 		Short: "List workflows, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, err := cf.connect()
+			cl, err := cf.connect()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			var rows []events.WorkflowSummary
-			if err := request(nc, events.StateList, mustJSON(events.ListQuery{Limit: limit}), cf.timeout, &rows); err != nil {
+			defer cl.Close()
+			rows, err := cl.List(cmd.Context(), limit)
+			if err != nil {
 				return stateErr(err)
 			}
 			if structured(output) {
@@ -406,13 +407,13 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 			if p := dag.HostNameProblem(host); host != "" && p != "" {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--host: host name %s", p)}
 			}
-			nc, err := cf.connect()
+			cl, err := cf.connect()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			var nodes []events.HostNode
-			if err := request(nc, events.StateHost, mustJSON(events.HostQuery{Host: host}), cf.timeout, &nodes); err != nil {
+			defer cl.Close()
+			nodes, err := cl.Host(cmd.Context(), host)
+			if err != nil {
 				return stateErr(err)
 			}
 			if structured(output) {
@@ -501,18 +502,18 @@ type rebuildAsk struct {
 // prints what it found.
 func rebuildState(cmd *cobra.Command, cf connFlags, ask rebuildAsk) error {
 	checkOnly, deadline, timeout := ask.checkOnly, ask.deadline, ask.timeout
-	nc, err := cf.connectOperator()
+	cl, err := cf.connectOperator()
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer cl.Close()
 	left := time.Until(deadline)
 	var rep events.RebuildReport
 	q := events.RebuildQuery{CheckOnly: checkOnly, TimeoutMS: left.Milliseconds()}
 	if left <= 0 {
 		err = nats.ErrTimeout
 	} else {
-		err = request(nc, events.StateRebuild, mustJSON(q), left, &rep)
+		rep, err = cl.WithTimeout(left).Rebuild(cmd.Context(), q)
 	}
 	if errors.Is(err, nats.ErrTimeout) {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: no answer from the state-store within --timeout %s (a rebuild waits for the projection to catch up with the stream, then replays it all; give it a longer --timeout)", events.StateRebuild, timeout)}

@@ -2,12 +2,14 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -65,13 +67,13 @@ nothing changed) and watches it: exit 4 when something would change. With
 			if err != nil {
 				return err
 			}
-			nc, err := cf.connectOperator()
+			cl, err := cf.connectOperator()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer cl.Close()
 			since := time.Now().Add(-time.Second)
-			reply, err := sendComposition(cmd.ErrOrStderr(), nc, cf.timeout, sent{file: args[0], data: data})
+			reply, err := sendComposition(cmd.Context(), cmd.ErrOrStderr(), cl, sent{file: args[0], data: data})
 			if err != nil {
 				return err
 			}
@@ -81,7 +83,7 @@ nothing changed) and watches it: exit 4 when something would change. With
 			if !watch {
 				return nil
 			}
-			return watchWorkflow(cmd, nc, reply.WorkflowID, since, 1, output)
+			return watchWorkflow(cmd, cl, reply.WorkflowID, since, 1, output)
 		},
 	}
 	cf.add(cmd)
@@ -131,14 +133,14 @@ type sent struct {
 // accepted one are printed on stderr. A rejection prints each problem on
 // stderr after the file and is an ExitFailed error; a planner that cannot
 // take it, ExitProblem.
-func sendComposition(stderr io.Writer, nc *nats.Conn, timeout time.Duration, s sent) (events.SubmitReply, error) {
-	var reply events.SubmitReply
+func sendComposition(ctx context.Context, stderr io.Writer, cl *client.Client, s sent) (events.SubmitReply, error) {
 	tr := startSubmitTrace(stderr)
-	err := requestWith(nc, events.SubjectSubmit, s.data, tr.header, timeout, &reply)
+	reply, err := cl.Submit(ctx, s.data, tr.header)
 	tr.end(reply.WorkflowID, err)
-	var se *serviceError
+	var se *client.ServiceError
 	if errors.As(err, &se) {
-		if se.Code == "400" && json.Unmarshal(se.Body, &reply) == nil && reply.Status == "rejected" {
+		if rejected, ok := client.Rejected(err); ok && errors.Is(se, client.ErrBadRequest) && rejected.Status == "rejected" {
+			reply = rejected
 			for _, m := range reply.Errors {
 				linef(stderr, "%s: %s", s.file, m)
 			}
@@ -147,12 +149,12 @@ func sendComposition(stderr io.Writer, nc *nats.Conn, timeout time.Duration, s s
 		return reply, &exitError{code: ExitProblem, err: fmt.Errorf("planner: %s", se.Description)}
 	}
 	if errors.Is(err, nats.ErrTimeout) {
-		return reply, &exitError{code: ExitProblem, err: fmt.Errorf("no answer from the planner within %s: it may still have accepted the workflow; gantry list shows it if so", timeout)}
+		return reply, &exitError{code: ExitProblem, err: fmt.Errorf("no answer from the planner within %s: it may still have accepted the workflow; gantry list shows it if so", cl.Timeout())}
 	}
 	for _, w := range reply.Warnings {
 		linef(stderr, "warning: %s", w)
 	}
-	return reply, err
+	return reply, busErr(err)
 }
 
 // readComposition reads a composition to send, refusing one over the size

@@ -12,9 +12,9 @@ import (
 	"syscall"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/webview"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -46,15 +46,15 @@ its trace.`,
 			if err := checkTraceURL(traceURL); err != nil {
 				return err
 			}
-			nc, err := cf.connectAs(false)
+			cl, err := cf.connectAs(false)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer cl.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			srv := &webview.Server{Src: &webview.NATS{NC: nc, Timeout: cf.timeout}, Log: log, TraceURL: traceURL, Metrics: metricsserve.Metrics()}
+			srv := &webview.Server{Src: &webview.NATS{Client: cl}, Log: log, TraceURL: traceURL, Metrics: metricsserve.Metrics()}
 			wait, err := startWebView(ctx, cmd.OutOrStdout(), "gantry ui", addr, srv)
 			if err != nil {
 				return err
@@ -144,7 +144,7 @@ func otherMachinesURL(ta *net.TCPAddr) string {
 // connectAs is connect; asOperator picks the key of a `gantry dev` on this
 // machine when no credentials are given (else the server decides: a dev
 // server takes such a client for a viewer).
-func (c *connFlags) connectAs(asOperator bool) (*nats.Conn, error) {
+func (c *connFlags) connectAs(asOperator bool) (*client.Client, error) {
 	if asOperator {
 		return c.connect()
 	}
@@ -156,5 +156,5 @@ func (c *connFlags) connectAs(asOperator bool) (*nats.Conn, error) {
 	if err != nil {
 		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("%w (is `gantry dev` running? set --server or NATS_URL, and --creds or --nkey)", err)}
 	}
-	return nc, nil
+	return client.New(nc, c.timeout), nil
 }

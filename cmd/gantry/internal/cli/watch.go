@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/summary"
 	"github.com/gantry-dev/gantry/cmd/gantry/internal/termsafe"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -51,12 +52,12 @@ escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, err := cf.connect()
+			cl, err := cf.connect()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			id, err := resolveWorkflow(nc, args[0], cf.timeout)
+			defer cl.Close()
+			id, err := resolveWorkflow(cmd.Context(), cl, args[0])
 			if err != nil {
 				return err
 			}
@@ -67,8 +68,8 @@ escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 				defer cancel()
 				cmd.SetContext(ctx)
 			}
-			since, gen := watchStart(ctx, nc, id, cf)
-			return watchWorkflow(cmd, nc, id, since, gen, output)
+			since, gen := watchStart(ctx, cl, id)
+			return watchWorkflow(cmd, cl, id, since, gen, output)
 		},
 	}
 	cf.add(cmd)
@@ -81,21 +82,20 @@ var errWatchTimeout = errors.New("the workflow had not ended")
 
 // resolveWorkflow turns what the user typed into a workflow id: an id the
 // state-store or the planner knows, else the one id that starts with it.
-func resolveWorkflow(nc *nats.Conn, typed string, timeout time.Duration) (string, error) {
-	var doc events.WorkflowDoc
-	exact := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: typed}), timeout, &doc)
-	var se *serviceError
+func resolveWorkflow(ctx context.Context, cl *client.Client, typed string) (string, error) {
+	_, exact := cl.Status(ctx, typed)
+	var se *client.ServiceError
 	switch {
 	case exact == nil:
 		return typed, nil
-	case !errors.As(exact, &se) || se.Code != "404":
+	case !errors.As(exact, &se) || !errors.Is(se, client.ErrNotFound):
 		return "", stateErr(exact) // no state-store answers: nothing to look in
 	}
-	if runKnown(nc, typed, timeout) {
+	if runKnown(cl.Conn(), typed, cl.Timeout()) {
 		return typed, nil // accepted, not yet seen by the state-store
 	}
-	var rows []events.WorkflowSummary
-	if err := request(nc, events.StateList, mustJSON(events.ListQuery{Limit: 100000}), timeout, &rows); err != nil {
+	rows, err := cl.List(ctx, 100000)
+	if err != nil {
 		return "", stateErr(err)
 	}
 	var match []events.WorkflowSummary
@@ -150,18 +150,17 @@ func runKnown(nc *nats.Conn, id string, timeout time.Duration) bool {
 // was created, per the state-store, else a day back) and the run generation
 // whose end the watch waits for: the planner's snapshot has it as soon as a
 // retry is accepted, before the state-store has seen the retry's events.
-func watchStart(ctx context.Context, nc *nats.Conn, id string, cf connFlags) (time.Time, int) {
-	since, gen := time.Now().Add(-24*time.Hour), 1
-	var doc events.WorkflowDoc
-	if err := request(nc, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), cf.timeout, &doc); err == nil {
-		since, gen = doc.CreatedAt.Add(-time.Second), max(doc.Generation, 1)
-	}
+func watchStart(ctx context.Context, cl *client.Client, id string) (time.Time, int) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	since, gen := time.Now().Add(-24*time.Hour), 1
+	if doc, err := cl.Status(ctx, id); err == nil {
+		since, gen = doc.CreatedAt.Add(-time.Second), max(doc.Generation, 1)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cl.Timeout())
 	defer cancel()
-	if js, err := jetstream.New(nc); err == nil {
+	if js, err := jetstream.New(cl.Conn()); err == nil {
 		if kv, err := js.KeyValue(ctx, events.BucketRuns); err == nil {
 			if e, err := kv.Get(ctx, id); err == nil {
 				if g, ok := runGeneration(e.Value()); ok {
@@ -194,11 +193,11 @@ func runGeneration(record []byte) (int, bool) {
 //
 // format json prints each event's CloudEvent as one line of JSON
 // instead (yaml: as a YAML document), and the summary on stderr.
-func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time, gen int, format string) error {
+func watchWorkflow(cmd *cobra.Command, cl *client.Client, id string, since time.Time, gen int, format string) error {
 	asJSON := structured(format)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
-	feed, err := openEventFeed(ctx, nc, id, since, cmd.ErrOrStderr())
+	feed, err := openEventFeed(ctx, cl, id, since, cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -210,7 +209,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 	}
 	changes := map[string]bool{} // nodes an operation: check run says would change
 	for {
-		m, env, err := feed.next()
+		m, env, err := feed.nextEvent()
 		if err != nil {
 			status.end(sum.Summary().String(), time.Now())
 			if errors.Is(context.Cause(ctx), errWatchTimeout) {
@@ -233,7 +232,7 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 		var done bool
 		if asJSON {
 			st, g, done = workflowEnd(env)
-			if err := printRecord(out, format, m.Data()); err != nil {
+			if err := printRecord(out, format, m.Data); err != nil {
 				return err
 			}
 		} else {
@@ -263,51 +262,41 @@ func watchWorkflow(cmd *cobra.Command, nc *nats.Conn, id string, since time.Time
 // start time on: its workflow, formula, node, health and progress events,
 // each admitted (events.Admit) before it is given out.
 type eventFeed struct {
-	id     string
-	msgs   jetstream.MessagesContext
-	stderr io.Writer // where events refused by events.Admit are reported
+	id   string
+	feed *client.Feed
 }
 
 // openEventFeed starts reading workflow id's events from since; the feed
-// stops when ctx ends.
-func openEventFeed(ctx context.Context, nc *nats.Conn, id string, since time.Time, stderr io.Writer) (*eventFeed, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
+// stops when ctx ends. Events of the workflow refused by events.Admit
+// (forged or misrouted: never shown as news) are reported on stderr.
+func openEventFeed(ctx context.Context, cl *client.Client, id string, since time.Time, stderr io.Writer) (*eventFeed, error) {
+	feed, err := cl.Follow(ctx, client.FollowOptions{
+		Stream:   events.StreamEvents,
+		Subjects: []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth},
+		Since:    since,
+		Skipped: func(m *client.Message, err error) {
+			if m.Envelope != nil && strings.HasPrefix(m.Envelope.Subject, id) {
+				refused(stderr, err)
+			}
+		},
 	})
 	if err != nil {
 		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return nil, &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
-	}
-	go func() { <-ctx.Done(); msgs.Stop() }()
-	return &eventFeed{id: id, msgs: msgs, stderr: stderr}, nil
+	return &eventFeed{id: id, feed: feed}, nil
 }
 
-// next waits for the workflow's next event. An error (ExitProblem) means
+// nextEvent waits for the workflow's next event. An error (ExitProblem) means
 // the feed has stopped: its context ended, or the stream failed.
-func (f *eventFeed) next() (jetstream.Msg, *events.Envelope, error) {
+func (f *eventFeed) nextEvent() (*client.Message, *events.Envelope, error) {
 	for {
-		m, err := f.msgs.Next()
+		m, err := f.feed.Next()
 		if err != nil {
 			return nil, nil, &exitError{code: ExitProblem, err: fmt.Errorf("watch: %w", err)}
 		}
-		env, err := events.Parse(m.Data())
-		if err != nil || !strings.HasPrefix(env.Subject, f.id) {
-			continue
+		if strings.HasPrefix(m.Envelope.Subject, f.id) {
+			return m, m.Envelope, nil
 		}
-		if err := events.Admit(m.Subject(), env); err != nil {
-			refused(f.stderr, err) // forged or misrouted: never shown as news
-			continue
-		}
-		return m, env, nil
 	}
 }
 

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // Source is what the web view reads: the state-store's list and
@@ -59,76 +59,61 @@ type Item struct {
 // ErrNotFound: no such workflow.
 var ErrNotFound = errors.New("no such workflow")
 
-// NATS is the Source over a NATS connection (a viewer's is enough).
+// NATS is the Source over the bus client (a viewer's connection is
+// enough); each request waits the client's timeout.
 type NATS struct {
-	NC      *nats.Conn
-	Timeout time.Duration // of each request; 10s when zero
+	Client *client.Client
 }
 
-func (s *NATS) timeout() time.Duration {
-	if s.Timeout > 0 {
-		return s.Timeout
+// stateErr words the client's errors for the page: a workflow the
+// state-store does not know is ErrNotFound.
+func stateErr(err error) error {
+	var se *client.ServiceError
+	var re *client.RequestError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, client.ErrNotFound):
+		return ErrNotFound
+	case errors.As(err, &se):
+		return fmt.Errorf("%s: %s", se.Subject, se.Description)
+	case errors.As(err, &re) && errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%s: no state-store answers: is it running?", re.Subject)
 	}
-	return 10 * time.Second
-}
-
-func (s *NATS) request(ctx context.Context, subject string, q, out any) error {
-	body, err := json.Marshal(q)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout())
-	defer cancel()
-	msg, err := s.NC.RequestWithContext(ctx, subject, body)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("%s: no state-store answers: is it running?", subject)
-		}
-		return fmt.Errorf("%s: %w", subject, err)
-	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		if code == "404" {
-			return ErrNotFound
-		}
-		return fmt.Errorf("%s: %s", subject, msg.Header.Get(micro.ErrorHeader))
-	}
-	data, err := events.BodyOf(msg) // a large reply comes compressed
-	if err != nil {
-		return fmt.Errorf("%s: %w", subject, err)
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%s: bad reply: %w", subject, err)
-	}
-	return nil
+	return err
 }
 
 // List is state.list.
 func (s *NATS) List(ctx context.Context, limit int) ([]events.WorkflowSummary, error) {
-	var rows []events.WorkflowSummary
-	err := s.request(ctx, events.StateList, events.ListQuery{Limit: limit}, &rows)
-	return rows, err
+	rows, err := s.Client.List(ctx, limit)
+	return rows, stateErr(err)
 }
 
 // Workflow is state.workflow.
 func (s *NATS) Workflow(ctx context.Context, id string) (*Doc, error) {
 	var d Doc
-	if err := s.request(ctx, events.StateWorkflow, events.WorkflowQuery{WorkflowID: id}, &d); err != nil {
-		return nil, err
+	err := s.Client.Request(ctx, events.StateWorkflow, mustJSON(events.WorkflowQuery{WorkflowID: id}), nil, &d)
+	if err != nil {
+		return nil, stateErr(err)
 	}
 	return &d, nil
 }
 
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
 // Host is state.host for one host.
 func (s *NATS) Host(ctx context.Context, host string) ([]events.HostNode, error) {
-	var nodes []events.HostNode
-	err := s.request(ctx, events.StateHost, events.HostQuery{Host: host}, &nodes)
-	return nodes, err
+	nodes, err := s.Client.Host(ctx, host)
+	return nodes, stateErr(err)
 }
 
 // Output reads the node's log subject with an ordered consumer from
 // q.Since, up to the last line the stream held when it started.
 func (s *NATS) Output(ctx context.Context, q OutputQuery, each func(*events.LogLine) error) error {
-	js, err := jetstream.New(s.NC)
+	js, err := jetstream.New(s.Client.Conn())
 	if err != nil {
 		return err
 	}
@@ -145,7 +130,7 @@ func (s *NATS) Output(ctx context.Context, q OutputQuery, each func(*events.LogL
 	}
 	left := info.NumPending
 	for left > 0 {
-		batch, err := cons.Fetch(int(min(left, 1000)), jetstream.FetchMaxWait(s.timeout()))
+		batch, err := cons.Fetch(int(min(left, 1000)), jetstream.FetchMaxWait(s.Client.Timeout()))
 		if err != nil {
 			return fmt.Errorf("read %s: %w", events.StreamLogs, err)
 		}
@@ -167,7 +152,7 @@ func (s *NATS) Output(ctx context.Context, q OutputQuery, each func(*events.LogL
 			return fmt.Errorf("read %s: %w", events.StreamLogs, err)
 		}
 		if got == 0 {
-			return fmt.Errorf("read %s: no lines came within %s", events.StreamLogs, s.timeout())
+			return fmt.Errorf("read %s: no lines came within %s", events.StreamLogs, s.Client.Timeout())
 		}
 	}
 	return nil
@@ -190,10 +175,6 @@ func lineOf(subject string, data []byte, q OutputQuery) (*events.LogLine, bool) 
 // Follow reads the event stream and the log stream with ordered
 // consumers from since.
 func (s *NATS) Follow(ctx context.Context, id string, since time.Time, hosts []string, out chan<- Item) error {
-	js, err := jetstream.New(s.NC)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	evs := []string{events.WorkflowLifecycle(id), events.AllHostLifecycle, events.AllHealth}
@@ -207,8 +188,8 @@ func (s *NATS) Follow(ctx context.Context, id string, since time.Time, hosts []s
 	}
 	caught := make(chan struct{}, 2)
 	errs := make(chan error, 2)
-	go func() { errs <- s.read(ctx, js, events.StreamEvents, evs, since, id, out, caught) }()
-	go func() { errs <- s.read(ctx, js, events.StreamLogs, logs, since, id, out, caught) }()
+	go func() { errs <- s.read(ctx, events.StreamEvents, evs, since, id, out, caught) }()
+	go func() { errs <- s.read(ctx, events.StreamLogs, logs, since, id, out, caught) }()
 	for n := 0; n < 2; {
 		select {
 		case <-caught:
@@ -232,50 +213,43 @@ func (s *NATS) Follow(ctx context.Context, id string, since time.Time, hosts []s
 	}
 }
 
+// countRefused counts an event that did not come the way its type comes
+// (events.Admit: forged, or misrouted); it is never drawn.
+func countRefused(m *client.Message, _ error) {
+	if m.Envelope != nil {
+		refusedEvents.Inc()
+	}
+}
+
 // Lifecycle reads workflow.*.lifecycle on the event stream with an
 // ordered consumer that delivers only new events.
 func (s *NATS) Lifecycle(ctx context.Context, out chan<- Item) error {
-	js, err := jetstream.New(s.NC)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.AllWorkflowLifecycle}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	feed, err := s.Client.Follow(ctx, client.FollowOptions{
+		Stream: events.StreamEvents, Subjects: []string{events.AllWorkflowLifecycle}, Skipped: countRefused,
 	})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", events.StreamEvents, err)
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", events.StreamEvents, err)
-	}
-	defer msgs.Stop()
-	go func() { <-ctx.Done(); msgs.Stop() }()
+	defer feed.Stop()
 	select {
 	case out <- Item{CaughtUp: true}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	for {
-		m, err := msgs.Next()
+	for m, err := range feed.Messages() {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("read %s: %w", events.StreamEvents, err)
 		}
-		env, err := events.Parse(m.Data())
-		if err != nil || !admitted(m.Subject(), env) {
-			continue
-		}
 		select {
-		case out <- Item{Event: env}:
+		case out <- Item{Event: m.Envelope}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+	return ctx.Err()
 }
 
 // maxHostFilters: a workflow with more hosts is read with wildcards.
@@ -283,17 +257,7 @@ const maxHostFilters = 200
 
 // read sends the messages of one stream that are about workflow id, and
 // signals caught once it has sent every one the stream held at the start.
-func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, filter []string, since time.Time, id string, out chan<- Item, caught chan<- struct{}) error {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filter, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
-	})
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
+func (s *NATS) read(ctx context.Context, stream string, filter []string, since time.Time, id string, out chan<- Item, caught chan<- struct{}) error {
 	signalled := false
 	signal := func() {
 		if !signalled {
@@ -301,26 +265,30 @@ func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, 
 			caught <- struct{}{}
 		}
 	}
-	if info.NumPending == 0 {
-		signal()
+	skipped := func(m *client.Message, err error) {
+		countRefused(m, err)
+		if m.Pending == 0 {
+			signal()
+		}
 	}
-	msgs, err := cons.Messages()
+	feed, err := s.Client.Follow(ctx, client.FollowOptions{Stream: stream, Subjects: filter, Since: since, Skipped: skipped})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", stream, err)
 	}
-	defer msgs.Stop()
-	go func() { <-ctx.Done(); msgs.Stop() }()
-	for {
-		m, err := msgs.Next()
+	defer feed.Stop()
+	if feed.Pending() == 0 {
+		signal()
+	}
+	for m, err := range feed.Messages() {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("read %s: %w", stream, err)
 		}
-		if it, ok := itemOf(m.Subject(), m.Data(), id); ok {
+		if it, ok := itemOf(m.Envelope, id); ok {
 			if it.Event != nil && it.Event.Type.Family() == events.FamilyWorkflow {
-				it.TraceID = TraceIDOf(nats.Header(m.Headers()))
+				it.TraceID = TraceIDOf(m.Header)
 			}
 			select {
 			case out <- it:
@@ -328,18 +296,15 @@ func (s *NATS) read(ctx context.Context, js jetstream.JetStream, stream string, 
 				return ctx.Err()
 			}
 		}
-		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+		if m.Pending == 0 {
 			signal()
 		}
 	}
+	return ctx.Err()
 }
 
-// itemOf decodes a stream message, and keeps it if it is about workflow id.
-func itemOf(subject string, data []byte, id string) (Item, bool) {
-	env, err := events.Parse(data)
-	if err != nil || !admitted(subject, env) {
-		return Item{}, false
-	}
+// itemOf keeps an admitted event if it is about workflow id.
+func itemOf(env *events.Envelope, id string) (Item, bool) {
 	if env.Type == events.TypeLogLine {
 		var l events.LogLine
 		if events.DecodeData(env, &l) != nil || l.WorkflowID != id {

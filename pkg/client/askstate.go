@@ -1,6 +1,7 @@
-package cli
+package client
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -11,13 +12,13 @@ import (
 )
 
 // A state read (events.StateReads) not answered within stateRetryAfter,
-// or a third of its --timeout when that is less, is asked again of every
-// state-store replica (events.StateRetry), up to stateTries in all, and
-// at once when a replica answers that it cannot read its projection now
-// (a 5xx). The first answer to any of the tries is taken, until the
-// timeout. A replica that does not answer (stopped, cut off from the
-// cluster, its JetStream gone) then costs a read a few seconds, not its
-// whole timeout, as it did each time the queue group picked it.
+// or a third of the client's timeout when that is less, is asked again
+// of every state-store replica (events.StateRetry), up to stateTries in
+// all, and at once when a replica answers that it cannot read its
+// projection now (a 5xx). The first answer to any of the tries is taken,
+// until the timeout. A replica that does not answer (stopped, cut off
+// from the cluster, its JetStream gone) then costs a read a few seconds,
+// not its whole timeout, as it did each time the queue group picked it.
 const (
 	stateTries      = 3
 	stateRetryAfter = 3 * time.Second
@@ -35,25 +36,20 @@ type stateAsk struct {
 
 // askState sends the state read m and returns the first answer, or the
 // last 5xx error reply when nothing better came.
-func askState(nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
-	if err := packRequest(m); err != nil {
-		return nil, err
-	}
-	a := &stateAsk{nc: nc, m: m, retry: events.StateRetry(m.Subject), inbox: nc.NewInbox(), timeout: timeout}
+func (c *Client) askState(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	a := &stateAsk{nc: c.nc, m: m, retry: events.StateRetry(m.Subject), inbox: c.nc.NewInbox(), timeout: c.timeout}
 	replies := make(chan *nats.Msg, 16)
-	sub, err := nc.ChanSubscribe(a.inbox, replies)
+	sub, err := c.nc.ChanSubscribe(a.inbox, replies)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	var denied chan error
-	if v, ok := denials.Load(nc); ok {
-		denied = v.(chan error)
-	}
-	return a.wait(replies, denied)
+	denied, stop := c.deny.watch()
+	defer stop()
+	return a.wait(ctx, replies, denied)
 }
 
-func (a *stateAsk) wait(replies <-chan *nats.Msg, denied <-chan error) (*nats.Msg, error) {
+func (a *stateAsk) wait(ctx context.Context, replies <-chan *nats.Msg, denied <-chan error) (*nats.Msg, error) {
 	deadline := time.Now().Add(a.timeout)
 	every := min(stateRetryAfter, a.timeout/stateTries)
 	if err := a.send(a.m.Subject); err != nil {
@@ -95,6 +91,8 @@ func (a *stateAsk) wait(replies <-chan *nats.Msg, denied <-chan error) (*nats.Ms
 				return failed, nil
 			}
 			return nil, fmt.Errorf("no state-store answered within %s (%d tries): %w", a.timeout, a.tries, nats.ErrTimeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
 }
@@ -117,7 +115,7 @@ func (a *stateAsk) denied(err error, deadline time.Time) error {
 		a.retry = a.m.Subject
 		return a.again(deadline)
 	case strings.Contains(msg, `"`+a.m.Subject+`"`) || strings.Contains(msg, `"`+a.inbox+`"`):
-		return errDenied
+		return ErrDenied
 	}
 	return nil
 }
