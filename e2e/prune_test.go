@@ -125,6 +125,11 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 	s.waitFor("the other workflow's node to run", 20*time.Second, func() bool {
 		return len(s.typesOf(events.StreamLogs, running)) > 0
 	})
+	// Its documents too (the state-store projects in batches: under load
+	// its first line can be stored before them).
+	s.waitFor("the other workflow's node running in its state", 20*time.Second, func() bool {
+		return s.nodeState(running, "slow", "wait") == dag.NodeRunning
+	})
 	runningBefore := s.everything(running, "other")
 
 	// A viewer may not prune.

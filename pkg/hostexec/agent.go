@@ -94,7 +94,7 @@ while IFS= read -r _gq; do
   if [ -e "$_gd.run" ]; then _gA=claimed
   elif [ -n "$_gk" ] && { [ -d "$_gb/../locks" ] || mkdir -p -m 700 "$_gb" "$_gb/../locks"; } && command exec 9>>"$_gL"; then
     _gW=0
-    flock -n 9 || { _gP=; read -r _gP _gM <"$_gL.holder"; printf 'W %s\n' "$_gP"; _gW=1; flock 9; }
+    flock -n 9 || { _gP=; read -r _gP _gM <"$_gL.holder"; [ -n "$_gP" ] || { sleep 0.2; read -r _gP _gM <"$_gL.holder"; }; printf 'W %s\n' "$_gP"; _gW=1; flock 9; }
     _gS=; _gP=; _gM=; _gE=; IFS= read -r _gS <"$_gL.holder"; _gP=${_gS%% *}
     case $_gS in *' '*) _gM=${_gS#* } ;; esac
     case $_gP in ''|.*|*/*) _gP= ;; *) { read -r _gE; read -r _gE; } <"$_gb/$_gP.run" ;; esac

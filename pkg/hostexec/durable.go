@@ -161,7 +161,7 @@ func hostLock(lock, mark string, held bool) string {
 	if held {
 		return `echo "${_gd##*/}` + markWord(mark) + `" >` + l + `.holder; `
 	}
-	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && command exec 9>>` + l + ` && { flock -n 9 || { read -r _gh _gj 2>/dev/null <` + l + `.holder; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}` + markWord(mark) + `" >` + l + `.holder; `
+	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && command exec 9>>` + l + ` && { flock -n 9 || { read -r _gh _gj 2>/dev/null <` + l + `.holder; [ -n "$_gh" ] || { sleep 0.2; read -r _gh _gj 2>/dev/null <` + l + `.holder; }; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}` + markWord(mark) + `" >` + l + `.holder; `
 }
 
 // markWord is what follows an attempt id in a lock's holder file: a

@@ -86,7 +86,9 @@ planner also prunes on its own by its retention setting (--retention-age,
 				return &exitError{code: ExitProblem, err: err}
 			}
 			before := storeSizesNow(ctx, js)
-			reply, err := cl.Prune(ctx, req)
+			// Its own wait (the client's timeout): the sizes read above may have
+			// used up ctx (a viewer waits for JetStream answers it may not get).
+			reply, err := cl.Prune(cmd.Context(), req)
 			var se *client.ServiceError
 			if errors.As(err, &se) {
 				code := ExitProblem
