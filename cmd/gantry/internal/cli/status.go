@@ -99,13 +99,14 @@ with that count and the failures under "summary".`,
 				return err
 			}
 			defer cl.Close()
-			id, err := resolveWorkflow(cmd.Context(), cl, args[0])
+			id, doc, err := resolveDoc(cmd.Context(), cl, args[0])
 			if err != nil {
 				return err
 			}
-			doc, err := cl.Status(cmd.Context(), id)
-			if err != nil {
-				return stateErr(err)
+			if doc == nil { // a prefix: the document of the id it names
+				if doc, err = cl.Status(cmd.Context(), id); err != nil {
+					return stateErr(err)
+				}
 			}
 			if structured(output) {
 				return printAs(cmd.OutOrStdout(), output, statusDoc{WorkflowDoc: doc, Summary: summary.FromDoc(doc)})

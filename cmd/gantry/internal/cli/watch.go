@@ -83,20 +83,28 @@ var errWatchTimeout = errors.New("the workflow had not ended")
 // resolveWorkflow turns what the user typed into a workflow id: an id the
 // state-store or the planner knows, else the one id that starts with it.
 func resolveWorkflow(ctx context.Context, cl *client.Client, typed string) (string, error) {
-	_, exact := cl.Status(ctx, typed)
+	id, _, err := resolveDoc(ctx, cl, typed)
+	return id, err
+}
+
+// resolveDoc is resolveWorkflow that also returns the workflow's document
+// when typed is a whole id (nil otherwise): a command that shows it asks
+// the state-store once, within one --timeout.
+func resolveDoc(ctx context.Context, cl *client.Client, typed string) (string, *events.WorkflowDoc, error) {
+	doc, exact := cl.Status(ctx, typed)
 	var se *client.ServiceError
 	switch {
 	case exact == nil:
-		return typed, nil
+		return typed, doc, nil
 	case !errors.As(exact, &se) || !errors.Is(se, client.ErrNotFound):
-		return "", stateErr(exact) // no state-store answers: nothing to look in
+		return "", nil, stateErr(exact) // no state-store answers: nothing to look in
 	}
 	if runKnown(cl.Conn(), typed, cl.Timeout()) {
-		return typed, nil // accepted, not yet seen by the state-store
+		return typed, nil, nil // accepted, not yet seen by the state-store
 	}
 	rows, err := cl.List(ctx, 100000)
 	if err != nil {
-		return "", stateErr(err)
+		return "", nil, stateErr(err)
 	}
 	var match []events.WorkflowSummary
 	for _, r := range rows {
@@ -106,11 +114,11 @@ func resolveWorkflow(ctx context.Context, cl *client.Client, typed string) (stri
 	}
 	switch len(match) {
 	case 1:
-		return match[0].WorkflowID, nil
+		return match[0].WorkflowID, nil, nil
 	case 0:
-		return "", failed("%s (gantry list shows them)", se.Description)
+		return "", nil, failed("%s (gantry list shows them)", se.Description)
 	}
-	return "", ambiguous(typed, match)
+	return "", nil, ambiguous(typed, match)
 }
 
 // maxCandidates is how many workflows an ambiguous prefix's error lists.
