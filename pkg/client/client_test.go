@@ -3,20 +3,14 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
+	"github.com/gantry-dev/gantry/cmd/gantry/devstack/devstacktest"
 	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
-	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
-	executor "github.com/gantry-dev/gantry/services/executor/service"
-	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 	"github.com/nats-io/nats.go"
 )
 
@@ -25,20 +19,7 @@ import (
 func stack(t *testing.T) *natstest.Server {
 	t.Helper()
 	ns := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	hosts := hostexec.HostsConfig{AllowLocal: true, SSH: hostexec.SSHConfig{KeyFile: "/nonexistent"}}
-	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
-	go func() { done <- devstack.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("the dev stack did not stop within 30s")
-		}
-	})
+	devstacktest.Start(t, ns)
 	cl := client.New(ns.Connect(events.Operator), 5*time.Second)
 	deadline := time.Now().Add(60 * time.Second)
 	for _, svc := range []events.Identity{events.Planner, events.StateStore} {

@@ -1,22 +1,14 @@
 package cli
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
+	"github.com/gantry-dev/gantry/cmd/gantry/devstack/devstacktest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
-	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
-	executor "github.com/gantry-dev/gantry/services/executor/service"
-	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 )
 
 // devStack is the real NATS server (JetStream, auth on) with the four
@@ -30,20 +22,7 @@ type devStack struct {
 func startDevStack(t *testing.T) *devStack {
 	t.Helper()
 	ns := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	hosts := hostexec.HostsConfig{AllowLocal: true, SSH: hostexec.SSHConfig{KeyFile: "/nonexistent"}}
-	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
-	go func() { done <- devstack.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("the dev stack did not stop within 30s")
-		}
-	})
+	devstacktest.Start(t, ns)
 	s := &devStack{url: ns.URL(), operator: ns.Keys.SeedFile(events.Operator), viewer: ns.Keys.SeedFile(events.Viewer)}
 	code, out, errOut := run(t, s.as(s.operator, "ping", "--service", "gantry-planner", "--service", "gantry-state-store", "--wait", "60s")...)
 	if code != ExitOK {
