@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -137,7 +139,19 @@ func childUsage(cmd *exec.Cmd) (wall time.Duration, cpu float64, maxRSS float64,
 	return wall, cpu, maxRSS, buf.Bytes(), err
 }
 
-func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario, error) {
+// fleetParallel is how many hosts fleet-1000 works on at a time: the
+// executor's --max-formulas, the raw loop's and OpenSSH's parallelism.
+const fleetParallel = 50
+
+// fleetRun is fleet-1000: gantry once, then its floor and peers.
+type fleetRun struct {
+	binDir       string
+	maxFormulas  int    // the executor's --max-formulas
+	ansibleHosts int    // hosts Ansible runs on (its time is scaled to 1,000)
+	profileDir   string // see workflowRun
+}
+
+func fleetBench(w fleetRun) (*Scenario, error) {
 	dir, _ := os.MkdirTemp("", "gantry-bench-fleet-")
 	defer os.RemoveAll(dir)
 	t0 := time.Now()
@@ -148,7 +162,8 @@ func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario,
 	defer fl.f.Close()
 	fmt.Printf("  fleet-1000: %d sshd for %d hosts up in %.1fs\n", len(fl.f.Hosts), len(fl.addrs), time.Since(t0).Seconds())
 
-	st, err := startStackN(binDir, fl.key, fl.known, 1, execArgs)
+	st, err := startStack(stackConfig{binDir: w.binDir, sshKey: fl.key, knownHosts: fl.known,
+		execArgs: []string{"--max-formulas", strconv.Itoa(w.maxFormulas)}, pprof: w.profileDir != ""})
 	if err != nil {
 		return nil, err
 	}
@@ -163,26 +178,42 @@ func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario,
 	}
 	time.Sleep(time.Second)
 	idle, _ := st.rssByService()
-	cpu0, sshd0 := st.cpuByProcess(), fl.sshdCPU()
-	c := fl.composition()
-	r, err := runWorkflow(nc, c, 3*time.Minute)
+	m, err := newMeter(st, w.profileDir != "")
 	if err != nil {
 		return nil, err
 	}
-	cpu1, sshd1 := st.cpuByProcess(), fl.sshdCPU()
+	sshd0 := fl.sshdCPU()
+	c := fl.composition()
+	r, err := m.run(nc, c, 3*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	sshd1 := fl.sshdCPU()
 	_, peak := st.rssByService()
 	fmt.Printf("  fleet-1000 gantry: %.3fs (%s)\n", r.Wall.Seconds(), r.Status)
 	s := &Scenario{Status: string(r.Status), Runs: []float64{r.Wall.Seconds()}, WallS: r.Wall.Seconds(), Min: r.Wall.Seconds(), Max: r.Wall.Seconds(),
-		Nodes: fleetHosts, IdleRSSMB: idle, PeakRSSMB: peak, CPUSeconds: map[string]float64{}, Target: "report",
+		Nodes: fleetHosts, IdleRSSMB: idle, PeakRSSMB: peak, Target: "<= 1.5x the raw Go loop",
 		Peers: map[string]map[string]float64{}, RatioVsPeer: map[string]float64{}}
-	for k, v := range cpu1 {
-		s.CPUSeconds[k] = v - cpu0[k]
+	if err := m.record(context.Background(), s, w.profileDir, "fleet-1000"); err != nil {
+		return nil, fmt.Errorf("fleet-1000: %w", err)
 	}
 	s.NodesPerS = float64(s.Nodes) / s.WallS
 	s.PerNodeMS = s.WallS * 1000 / float64(s.Nodes)
 	s.Peers["gantry-executor"] = map[string]float64{"cpu_s": s.CPUSeconds["executor"], "cpu_ms_per_host": s.CPUSeconds["executor"] * 1000 / fleetHosts,
 		"max_rss_mb": peak["executor"], "rss_kb_per_host": (peak["executor"] - idle["executor"]) * 1024 / fleetHosts, "sshd_cpu_s": sshd1 - sshd0}
 	fmt.Printf("  fleet-1000 gantry: executor CPU %.2fs, sshd CPU %.2fs\n", s.CPUSeconds["executor"], sshd1-sshd0)
+
+	// The floor: a raw x/crypto/ssh loop over the same hosts, as many at
+	// a time, the same command, right after gantry's run.
+	sshd0 = fl.sshdCPU()
+	fwall, err := rawLoop(rawTarget{keyFile: fl.key, knownHosts: fl.known, user: fl.user, addrs: fl.addrs, parallel: w.maxFormulas, perHost: 1, command: "true"})
+	sshd1 = fl.sshdCPU()
+	if err != nil {
+		return nil, fmt.Errorf("fleet-1000 floor: %w", err)
+	}
+	fmt.Printf("  fleet-1000 floor (raw x/crypto/ssh loop, %d at a time): %.3fs, sshd CPU %.2fs\n", w.maxFormulas, fwall.Seconds(), sshd1-sshd0)
+	s.Peers["floor"] = map[string]float64{"wall_s": fwall.Seconds(), "min_s": fwall.Seconds(), "max_s": fwall.Seconds(), "runs": 1, "sshd_cpu_s": sshd1 - sshd0}
+	s.RatioVsPeer["floor"] = s.WallS / fwall.Seconds()
 
 	// OpenSSH: xargs -P 50, one `ssh host true` (its own connection) per host
 	var list strings.Builder
@@ -193,7 +224,7 @@ func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario,
 	listFile := filepath.Join(dir, "hosts.txt")
 	os.WriteFile(listFile, []byte(list.String()), 0o600)
 	sshCmd := fmt.Sprintf("ssh -i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes -o BatchMode=yes -p \"$2\" %s@\"$1\" true", fl.key, fl.known, fl.user)
-	cmd := exec.Command("xargs", "-P", "50", "-L", "1", "sh", "-c", sshCmd, "sh")
+	cmd := exec.Command("xargs", "-P", strconv.Itoa(fleetParallel), "-L", "1", "sh", "-c", sshCmd, "sh")
 	cmd.Stdin = strings.NewReader(list.String())
 	sshd0 = fl.sshdCPU()
 	wall, cpu, mrss, out, err := childUsage(cmd)
@@ -207,8 +238,8 @@ func fleetBench(binDir string, execArgs []string, ansibleSubset int) (*Scenario,
 	fmt.Printf("  fleet-1000 openssh: sshd CPU %.2fs\n", sshd1-sshd0)
 	s.RatioVsPeer["openssh"] = s.WallS / wall.Seconds()
 
-	if _, err := exec.LookPath("ansible-playbook"); err == nil && ansibleSubset > 0 {
-		n := min(ansibleSubset, fleetHosts)
+	if _, err := exec.LookPath("ansible-playbook"); err == nil && w.ansibleHosts > 0 {
+		n := min(w.ansibleHosts, fleetHosts)
 		var inv strings.Builder
 		inv.WriteString("[fleet]\n")
 		for i, a := range fl.addrs[:n] {

@@ -14,10 +14,31 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
-// floor: a minimal Go loop over x/crypto/ssh, one connection per host,
-// 100 sequential `true` per host, hosts in parallel: the cost of sshd.
-func floor(f *sshtest.Fleet) (time.Duration, error) {
-	pem, err := os.ReadFile(f.KeyFile)
+// rawTarget is a raw loop to run: hosts dialed, each its own connection,
+// commands run one after another on it, parallel hosts at a time.
+type rawTarget struct {
+	keyFile, knownHosts, user string
+	addrs                     []string // host:port
+	parallel                  int      // hosts at a time
+	perHost                   int      // commands run on each host's connection
+	command                   string
+}
+
+// ssh500Floor is ssh-500's floor: a minimal Go loop over x/crypto/ssh,
+// one connection per host, 100 sequential `true` per host, hosts in
+// parallel: the cost of sshd.
+func ssh500Floor(f *sshtest.Fleet) rawTarget {
+	t := rawTarget{keyFile: f.KeyFile, knownHosts: f.KnownHosts, user: f.User, parallel: len(f.Hosts), perHost: 100, command: "true"}
+	for _, h := range f.Hosts {
+		t.addrs = append(t.addrs, h.Addr)
+	}
+	return t
+}
+
+// rawLoop runs t over x/crypto/ssh and returns its wall time, from the
+// first dial to the last connection closed.
+func rawLoop(t rawTarget) (time.Duration, error) {
+	pem, err := os.ReadFile(t.keyFile)
 	if err != nil {
 		return 0, err
 	}
@@ -25,35 +46,26 @@ func floor(f *sshtest.Fleet) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	hk, err := knownhosts.New(f.KnownHosts)
+	hk, err := knownhosts.New(t.knownHosts)
 	if err != nil {
 		return 0, err
 	}
-	cfg := &ssh.ClientConfig{User: f.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hk, Timeout: 10 * time.Second}
+	cfg := &ssh.ClientConfig{User: t.user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hk, Timeout: 10 * time.Second}
 	start := time.Now()
-	errs := make(chan error, len(f.Hosts))
+	errs := make(chan error, len(t.addrs))
+	todo := make(chan string, len(t.addrs))
+	for _, a := range t.addrs {
+		todo <- a
+	}
+	close(todo)
 	var wg sync.WaitGroup
-	for _, h := range f.Hosts {
+	for range max(t.parallel, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := ssh.Dial("tcp", h.Addr, cfg)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close()
-			for i := 0; i < 100; i++ {
-				s, err := c.NewSession()
-				if err != nil {
-					errs <- err
-					return
-				}
-				err = s.Run("true")
-				s.Close()
-				if err != nil {
-					errs <- err
-					return
+			for addr := range todo {
+				if err := rawHost(cfg, addr, t.perHost, t.command); err != nil {
+					errs <- fmt.Errorf("%s: %w", addr, err)
 				}
 			}
 		}()
@@ -64,6 +76,27 @@ func floor(f *sshtest.Fleet) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Since(start), nil
+}
+
+// rawHost dials one host and runs command n times, a session each.
+func rawHost(cfg *ssh.ClientConfig, addr string, n int, command string) error {
+	c, err := ssh.Dial("tcp", addr, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for i := 0; i < n; i++ {
+		s, err := c.NewSession()
+		if err != nil {
+			return err
+		}
+		err = s.Run(command)
+		s.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openssh: the ssh client with ControlMaster multiplexing, 100 sequential

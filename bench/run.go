@@ -17,13 +17,14 @@ import (
 
 // runResult is one run of a workflow.
 type runResult struct {
+	ID        string
 	Wall      time.Duration
 	Status    dag.WorkflowState
 	Latencies []time.Duration // ready -> running, per node
 }
 
-// runWorkflow submits a composition, waits for its end and reads its
-// events back to measure ready -> running latencies.
+// runWorkflow submits a composition and waits for its end; latencies
+// reads its events back after.
 func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*runResult, error) {
 	body, err := json.Marshal(c)
 	if err != nil {
@@ -73,9 +74,7 @@ func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*run
 	case <-time.After(timeout):
 		return nil, fmt.Errorf("workflow %s did not end within %s", id, timeout)
 	}
-	res := &runResult{Wall: time.Since(start), Status: st}
-	res.Latencies, err = latencies(nc, id, c)
-	return res, err
+	return &runResult{ID: id, Wall: time.Since(start), Status: st}, nil
 }
 
 // latencies: for each node, from the moment it could start (its formula

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -29,7 +30,7 @@ func executorsBench(binDir string, runs int) (map[string]*Scenario, error) {
 	out := map[string]*Scenario{}
 	var base float64
 	for _, n := range []int{1, 2, 4} {
-		st, err := startStackN(binDir, "", "", n, []string{"--max-formulas", "8", "--per-host", "8"})
+		st, err := startStack(stackConfig{binDir: binDir, executors: n, execArgs: []string{"--max-formulas", "8", "--per-host", "8"}})
 		if err != nil {
 			return nil, err
 		}
@@ -44,11 +45,15 @@ func executorsBench(binDir string, runs int) (map[string]*Scenario, error) {
 				return nil, err
 			}
 			time.Sleep(2 * time.Second) // every executor subscribed
+			m, err := newMeter(st, false)
+			if err != nil {
+				return nil, err
+			}
 			s := &Scenario{Status: "succeeded", Target: "wall(1)/wall(N) close to N"}
 			for i := 0; i < runs; i++ {
 				c := waiting200()
 				c.Reset = true
-				r, err := runWorkflow(nc, c, 5*time.Minute)
+				r, err := m.run(nc, c, 5*time.Minute)
 				if err != nil {
 					return nil, err
 				}
@@ -59,9 +64,8 @@ func executorsBench(binDir string, runs int) (map[string]*Scenario, error) {
 				s.Nodes = countNodes(c)
 				fmt.Printf("  executors-%d run %d: %.3fs (%s)\n", n, i+1, r.Wall.Seconds(), r.Status)
 			}
-			s.CPUSeconds = st.cpuByProcess()
 			_, s.PeakRSSMB = st.rssByService()
-			return s, nil
+			return s, m.record(context.Background(), s, "", "")
 		}()
 		if err != nil {
 			return nil, fmt.Errorf("executors-%d: %w", n, err)

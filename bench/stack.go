@@ -97,12 +97,14 @@ func waitPort(port int) error {
 // stack is nats-server with file storage and the four services, each its
 // own process, as in production.
 type stack struct {
-	url   string
-	dir   string
-	natsd *proc
-	svcs  []*proc
-	logf  *os.File
-	keys  *busauth.Keys
+	url     string
+	monitor string // nats-server's monitoring endpoints (/jsz), on loopback
+	dir     string
+	natsd   *proc
+	svcs    []*proc
+	logf    *os.File
+	keys    *busauth.Keys
+	pprof   map[string]string // process -> host:port of its pprof, when served
 }
 
 // connect connects as an operator, as a user of the stack would.
@@ -129,13 +131,19 @@ func connectAs(url, seedFile string) (*nats.Conn, error) {
 
 var serviceNames = []string{"planner", "executor", "health-gate", "state-store"}
 
-func startStack(binDir, sshKey, knownHosts string) (*stack, error) {
-	return startStackN(binDir, sshKey, knownHosts, 1, nil)
+// stackConfig is what a stack runs with.
+type stackConfig struct {
+	binDir     string
+	sshKey     string // the executor's SSH key and known_hosts
+	knownHosts string
+	executors  int      // executor processes (named executor, executor-2...); 0 is 1
+	execArgs   []string // each executor's arguments
+	// pprof makes every process serve pprof on a free loopback port
+	// (stack.pprof), for the bench's -profile.
+	pprof bool
 }
 
-// startStackN starts nExec executor processes (named executor,
-// executor-2...), each with execArgs.
-func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string) (*stack, error) {
+func startStack(cfg stackConfig) (*stack, error) {
 	dir, err := os.MkdirTemp("", "gantry-bench-")
 	if err != nil {
 		return nil, err
@@ -152,23 +160,26 @@ func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dir: dir, logf: logf, keys: keys}
+	s := &stack{dir: dir, logf: logf, keys: keys, pprof: map[string]string{}}
 	port := freePort()
 	s.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
-	// GANTRY_BENCH_PPROF=1 serves pprof: nats-server on 127.0.0.1:6065, the
-	// services on 6061-6064 in serviceNames order (see docs/performance.md);
-	// GANTRY_BENCH_PPROF=<port> starts at that port instead of 6061.
-	pprof, pprofBase := pprofPorts()
+	pprofAddr := pprofAddrs(cfg.pprof)
 	natsArgs := []string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js")}
-	if pprof {
-		natsArgs = append(natsArgs, "--profile", strconv.Itoa(pprofBase+4))
+	if a := pprofAddr(); a != "" {
+		_, p, _ := strings.Cut(a, ":")
+		natsArgs = append(natsArgs, "--profile", p)
+		s.pprof["nats-server"] = a
 	}
-	// GANTRY_BENCH_MONITOR=<port> serves nats-server's monitoring
-	// endpoints (/varz, /jsz, /connz) on 127.0.0.1:<port>.
-	if m := os.Getenv("GANTRY_BENCH_MONITOR"); m != "" {
-		natsArgs = append(natsArgs, "-m", m)
+	// The monitoring endpoints (/jsz: the streams' counts) are always
+	// served, on loopback (the -a address): GANTRY_BENCH_MONITOR=<port>
+	// picks the port, to read /varz or /connz by hand as well.
+	mport := os.Getenv("GANTRY_BENCH_MONITOR")
+	if mport == "" {
+		mport = strconv.Itoa(freePort())
 	}
-	if s.natsd, err = startProc("nats-server", logf, nil, append([]string{filepath.Join(binDir, "nats-server")}, natsArgs...)...); err != nil {
+	natsArgs = append(natsArgs, "-m", mport)
+	s.monitor = "http://127.0.0.1:" + mport
+	if s.natsd, err = startProc("nats-server", logf, nil, append([]string{filepath.Join(cfg.binDir, "nats-server")}, natsArgs...)...); err != nil {
 		return nil, err
 	}
 	if err := waitPort(port); err != nil {
@@ -176,23 +187,25 @@ func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string
 		return nil, err
 	}
 	// the local scenarios run commands as the executor (--allow-local)
-	env := []string{"NATS_URL=" + s.url, "GANTRY_SSH_KEY=" + sshKey, "GANTRY_KNOWN_HOSTS=" + knownHosts, "GANTRY_ALLOW_LOCAL=1"}
-	for i, name := range serviceNames {
+	env := []string{"NATS_URL=" + s.url, "GANTRY_SSH_KEY=" + cfg.sshKey, "GANTRY_KNOWN_HOSTS=" + cfg.knownHosts, "GANTRY_ALLOW_LOCAL=1"}
+	for _, name := range serviceNames {
 		env := append(env[:len(env):len(env)], "NATS_NKEY="+keys.SeedFile(events.Identity(name)))
-		if pprof {
-			env = append(env[:len(env):len(env)], fmt.Sprintf("GANTRY_PPROF=127.0.0.1:%d", pprofBase+i))
-		}
 		n := 1
 		var args []string
 		if name == "executor" {
-			n, args = nExec, execArgs
+			n, args = max(cfg.executors, 1), cfg.execArgs
 		}
 		for k := 0; k < n; k++ {
 			pname := name
 			if k > 0 {
 				pname = fmt.Sprintf("%s-%d", name, k+1)
 			}
-			p, err := startProc(pname, logf, env, append([]string{filepath.Join(binDir, name)}, args...)...)
+			penv := env
+			if a := pprofAddr(); a != "" {
+				penv = append(env[:len(env):len(env)], "GANTRY_PPROF="+a)
+				s.pprof[pname] = a
+			}
+			p, err := startProc(pname, logf, penv, append([]string{filepath.Join(cfg.binDir, name)}, args...)...)
 			if err != nil {
 				s.close()
 				return nil, err
@@ -201,6 +214,37 @@ func startStackN(binDir, sshKey, knownHosts string, nExec int, execArgs []string
 		}
 	}
 	return s, nil
+}
+
+// pprofAddrs returns where each process of a stack, in the order started
+// (nats-server first), serves pprof: nowhere (""), unless asked for.
+// GANTRY_BENCH_PPROF=1 serves it on 127.0.0.1:6061 and up, the services
+// first (6061-6064 in serviceNames order, more executors after) and
+// nats-server last (see docs/performance.md); GANTRY_BENCH_PPROF=<port>
+// starts at that port instead of 6061. Else want (the bench's -profile)
+// takes free ports.
+func pprofAddrs(want bool) func() string {
+	on, base := pprofPorts()
+	if !on && !want {
+		return func() string { return "" }
+	}
+	if !on {
+		return func() string { return fmt.Sprintf("127.0.0.1:%d", freePort()) }
+	}
+	// nats-server asks first and gets base+4, as it always has; the
+	// services base, base+1... stepping over base+4.
+	n := 0
+	return func() string {
+		p := base + n - 1
+		switch {
+		case n == 0:
+			p = base + 4
+		case p >= base+4:
+			p++
+		}
+		n++
+		return fmt.Sprintf("127.0.0.1:%d", p)
+	}
 }
 
 // pprofPorts reads GANTRY_BENCH_PPROF: empty serves no pprof; a port
