@@ -146,11 +146,14 @@ type step struct {
 // wholeStackSteps are looked for along the whole stack, in this order: a
 // sample that passes through JSON encoding inside a KV write is JSON.
 var wholeStackSteps = []step{
+	{"the profiler itself", regexp.MustCompile(`^runtime/pprof\.|^net/http/pprof\.`)},
 	{"process start (fork/exec)", regexp.MustCompile(`^os/exec\.|^os\.StartProcess$|^os\.startProcess$|^syscall\.forkExec`)},
 	{"JSON", regexp.MustCompile(`^encoding/json\.|go-json-experiment/json|json-iterator`)},
 	{"compression", regexp.MustCompile(`^compress/|klauspost/compress`)},
 	{"crypto (auth, TLS, SSH)", regexp.MustCompile(`^crypto/|nats-io/nkeys|^golang\.org/x/crypto/`)},
 	{"logging (slog)", regexp.MustCompile(`^log/slog\.`)},
+	{"host attempt (hostexec: files, lock, output)", regexp.MustCompile(`^github\.com/gantry-dev/gantry/pkg/hostexec\.`)},
+	{"concurrency slots (executor)", regexp.MustCompile(`^github\.com/gantry-dev/gantry/services/executor/internal/slots\.`)},
 	{"KV (client)", regexp.MustCompile(`nats\.go/jetstream\.\(\*kv\)`)},
 	{"JetStream publish (client)", regexp.MustCompile(`nats\.go/jetstream\.\(\*jetStream\)\.Publish`)},
 }
@@ -160,10 +163,12 @@ var wholeStackSteps = []step{
 // wrappers name none, so their time goes to who called them, except for
 // GC and the scheduler, which have stacks of their own.
 var leafSteps = []step{
-	{"nats-server: file store", regexp.MustCompile(`nats-server/v2/server\.\(\*(fileStore|msgBlock)\)`)},
+	{"nats-server: stream store (file)", regexp.MustCompile(`nats-server/v2/server\.\(\*(fileStore|msgBlock)\)`)},
+	{"nats-server: consumer state files", regexp.MustCompile(`nats-server/v2/server\.\(\*consumerFileStore\)|nats-server/v2/server\.writeAtomically`)},
 	{"nats-server: streams, consumers, acks", regexp.MustCompile(`nats-server/v2/server\.\(\*(stream|consumer|jetStream|jsAccount|waitQueue)\)|nats-server/v2/server\.\(\*Server\)\.(js|jetStream)`)},
-	{"nats-server: subjects, permissions", regexp.MustCompile(`nats-server/v2/server\.\(\*(Sublist|Account)\)|nats-server/v2/server/(stree|gsl)\.|nats-server/v2/server\.\(\*client\)\.(pubAllowed|canSubscribe|checkPermissions|deliverMsg|processServiceImport)`)},
-	{"nats-server: client protocol, I/O", regexp.MustCompile(`nats-server/v2/server\.`)},
+	{"nats-server: subjects, permissions", regexp.MustCompile(`nats-server/v2/server\.\(\*(Sublist|Account|perm)\)|nats-server/v2/server/(stree|gsl)\.|nats-server/v2/server\.(matchLevel|addNodeToResults|isSubsetMatch|subjectIsLiteral)|nats-server/v2/server\.\(\*client\)\.(pubAllowed|canSubscribe|checkPermissions|pruneReplyPerms|pruneDenyCache|processServiceImport)`)},
+	{"nats-server: socket I/O", regexp.MustCompile(`nats-server/v2/server\.\(\*client\)\.(flushOutbound|readLoop|writeLoop|flushClients|flushSignal)`)},
+	{"nats-server: message routing, headers", regexp.MustCompile(`nats-server/v2/server\.`)},
 	{"NATS client (consume, I/O)", regexp.MustCompile(`^github\.com/nats-io/nats\.go`)},
 	{"gantry's own code", regexp.MustCompile(`^github\.com/gantry-dev/gantry/`)},
 	{"GC", regexp.MustCompile(`^runtime\.(gcBgMarkWorker|bgsweep|bgscavenge|gcAssist|markroot|gcDrain)`)},
@@ -248,7 +253,9 @@ func parseTraces(b []byte) ([]sample, error) {
 			cur = &out[len(out)-1]
 			f = f[1:]
 		}
-		cur.stack = append(cur.stack, f[0])
+		// pprof escapes dots in a module path's last element
+		// (github.com/nats-io/nats%2ego)
+		cur.stack = append(cur.stack, strings.ReplaceAll(f[0], "%2e", "."))
 	}
 	return out, sc.Err()
 }

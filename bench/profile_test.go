@@ -28,7 +28,8 @@ Duration: 2s, Total samples = 70ms ( 3.50%)
              main.main
 -----------+-------------------------------------------------------
     1.50ms   syscall.Syscall
-             github.com/nats-io/nats.go.(*Conn).flusher
+             github.com/nats-io/nats%2ego.(*natsWriter).flush
+             github.com/nats-io/nats%2ego.(*Conn).flusher
 -----------+-------------------------------------------------------
       20ms   syscall.Syscall6
              github.com/nats-io/nats-server/v2/server.(*msgBlock).writeMsgRecord
@@ -53,8 +54,8 @@ func TestParseTracesAndSteps(t *testing.T) {
 	}{
 		{0.010, 3, "Go runtime (scheduler, timers)"},
 		{0.020, 4, "JSON"},
-		{0.0015, 2, "NATS client (consume, I/O)"},
-		{0.020, 5, "nats-server: file store"},
+		{0.0015, 3, "NATS client (consume, I/O)"},
+		{0.020, 5, "nats-server: stream store (file)"},
 		{0.0185, 3, "gantry's own code"},
 	}
 	if len(samples) != len(want) {
