@@ -110,9 +110,14 @@ func main() {
 		res.When = time.Now().UTC().Format(time.RFC3339)
 	}
 	want := func(name string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), name) }
-	fail := func(err error) {
+	// A scenario that fails is printed and left out (its figures of an
+	// earlier run too); the others still run and are written, and the
+	// bench exits 1.
+	failed := false
+	fail := func(name string, err error) {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		delete(res.Scenarios, name)
+		failed = true
 	}
 	if want("plan-100k") {
 		res.Scenarios["plan-100k"] = planBench(*runs)
@@ -159,7 +164,8 @@ func main() {
 		}
 		s, err := workflowBench(workflowRun{name: sc.name, comp: sc.comp, runs: *runs, stack: stackConfig{binDir: abs}, after: after, profileDir: *profile})
 		if err != nil {
-			fail(err)
+			fail(sc.name, err)
+			continue
 		}
 		s.Target = sc.target
 		if len(starts) > 0 {
@@ -178,42 +184,47 @@ func main() {
 		if *opensshRuns < 0 {
 			*opensshRuns = *sshRuns
 		}
-		s, err := sshBench(sshRun{binDir: abs, runs: *sshRuns, opensshRuns: *opensshRuns, ansibleRuns: *ansibleRuns, profileDir: *profile})
-		if err != nil {
-			fail(err)
+		if s, err := sshBench(sshRun{binDir: abs, runs: *sshRuns, opensshRuns: *opensshRuns, ansibleRuns: *ansibleRuns, profileDir: *profile}); err != nil {
+			fail("ssh-500", err)
+		} else {
+			res.Scenarios["ssh-500"] = s
 		}
-		res.Scenarios["ssh-500"] = s
 	}
 	if want("executors-N") {
 		m, err := executorsBench(abs, 1)
 		if err != nil {
-			fail(err)
+			fail("executors-N", err)
 		}
 		for k, v := range m {
 			res.Scenarios[k] = v
 		}
 	}
 	if want("fleet-1000") {
-		s, err := fleetBench(fleetRun{binDir: abs, maxFormulas: fleetParallel, ansibleHosts: *fleetAnsible, profileDir: *profile})
-		if err != nil {
-			fail(err)
+		if s, err := fleetBench(fleetRun{binDir: abs, maxFormulas: fleetParallel, ansibleHosts: *fleetAnsible, profileDir: *profile}); err != nil {
+			fail("fleet-1000", err)
+		} else {
+			res.Scenarios["fleet-1000"] = s
 		}
-		res.Scenarios["fleet-1000"] = s
 	}
 	if want("dev") || *only == "" {
-		d, err := devBench(abs)
-		if err != nil {
-			fail(err)
+		if d, err := devBench(abs); err != nil {
+			fail("dev", err)
+			res.DevMode = nil
+		} else {
+			res.DevMode = d
 		}
-		res.DevMode = d
 	}
 	res.Ratios = ratios(res)
 	printTable(res)
 	b, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-		fail(err)
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
 	}
 	fmt.Println("wrote", *out)
+	if failed {
+		os.Exit(1)
+	}
 }
 
 func machine() string {
