@@ -34,17 +34,20 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	if cmd.Stdin != nil && cmd.Attempt != "" {
 		return res, errStdinDurable
 	}
+	var base string
 	if cmd.Attempt != "" {
 		if err := validAttempt(cmd.Attempt); err != nil {
 			return res, err
 		}
-		if base, ok := attemptsBase(cmd); ok {
-			res, err := runLocalAttempt(ctx, cmd, base)
-			if !errors.Is(err, errClaimed) {
-				return res, err
-			}
-			cmd.BeforeStart = nil // called: the supervisor's script re-attaches
+		var err error
+		if base, err = localAttemptsDir(cmd); err != nil {
+			return res, err
 		}
+		res, err := runLocalAttempt(ctx, cmd, base)
+		if !errors.Is(err, errClaimed) {
+			return res, err
+		}
+		cmd.BeforeStart = nil // called: the supervisor's script re-attaches
 	}
 	ex, err := checkedExports(cmd)
 	if err != nil {
@@ -55,16 +58,16 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	text := ex + cmd.Script
 	var lock *os.File
 	if cmd.Attempt != "" {
-		if err := validAttempt(cmd.Attempt); err != nil {
+		if err := checkIDs(cmd); err != nil {
 			return res, err
 		}
-		lock = takeLock(cmd)
+		lock = takeLock(cmd, base)
 		if lock != nil {
 			defer lock.Close() // the command holds it from its start on
 		}
-		if text, err = shellTextHeld(cmd, ex, lock != nil); err != nil {
-			return res, err
-		}
+		sv := supervisionOf(cmd, ex, false)
+		sv.base, sv.held = "_gb="+shellQuote(base), lock != nil
+		text = superviseScript(sv)
 	}
 	pgid := make(chan marked, 1)
 	mask := newMasker(cmd.Secrets, cmd.Mask...)
@@ -129,15 +132,10 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 // on fd 3 and holds until it ends, as flock(1) would. It returns nil when
 // the lock is held elsewhere (the supervisor then waits for it with flock
 // and says for whom), or cannot be taken here for any reason (the
-// supervisor takes it as without this); also when the attempts directory
-// is not the one the worker's environment names (a secret named
-// GANTRY_ATTEMPTS), or the locks directory is not there yet.
-func takeLock(cmd Command) *os.File {
+// supervisor takes it as without this), or the locks directory (beside
+// base, the attempts directory) is not there yet.
+func takeLock(cmd Command, base string) *os.File {
 	if cmd.Lock == "" || validAttempt(cmd.Lock) != nil {
-		return nil
-	}
-	base, ok := attemptsBase(cmd)
-	if !ok {
 		return nil
 	}
 	// not cleaned: ".." is resolved by the kernel, as the shell's is

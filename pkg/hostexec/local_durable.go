@@ -28,27 +28,22 @@ import (
 // worker. An attempt found claimed already is re-attached to by the
 // session supervisor's script, as before.
 
-// attemptsBase is the directory of cmd's attempt files, as the supervisor
-// script's shell would find it, and false when the worker cannot know it
-// (it is a secret, or there is no home directory). The command's Env may
-// set GANTRY_ATTEMPTS or HOME: the shell exports it first.
-func attemptsBase(cmd Command) (string, bool) {
-	_, secret := cmd.Secrets["GANTRY_ATTEMPTS"]
-	_, secretHome := cmd.Secrets["HOME"]
-	if secret || secretHome {
-		return "", false
-	}
+// localAttemptsDir is the directory of cmd's attempt files on this
+// machine, where attemptsBase's shell would find it: GANTRY_ATTEMPTS of
+// cmd.Env, else .gantry/attempts in cmd.Env's HOME or the worker's (the
+// HOME a local command gets). Its secrets never move it.
+func localAttemptsDir(cmd Command) (string, error) {
 	if base := cmd.Env["GANTRY_ATTEMPTS"]; base != "" {
-		return base, true
+		return base, nil
 	}
 	home, ok := cmd.Env["HOME"]
 	if !ok {
 		home = homeDir()
-		if home == "" {
-			return "", false
-		}
 	}
-	return home + "/.gantry/attempts", true
+	if home == "" {
+		return "", errors.New("no home directory for the attempts' files: set GANTRY_ATTEMPTS or HOME in the command's environment")
+	}
+	return home + "/.gantry/attempts", nil
 }
 
 // errClaimed: the attempt's run file exists (it started before; over SSH,
@@ -134,12 +129,8 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	if err != nil {
 		return res, err
 	}
-	for what, id := range map[string]string{"lock": cmd.Lock, "mark": cmd.Mark} {
-		if id != "" {
-			if err := validAttempt(id); err != nil {
-				return res, fmt.Errorf("%s: %w", what, err)
-			}
-		}
+	if err := checkIDs(cmd); err != nil {
+		return res, err
 	}
 	if err := beforeStart(cmd); err != nil {
 		return res, err
@@ -192,7 +183,7 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	}
 	lock := t.file
 	if lock == nil && cmd.Lock != "" {
-		lock = takeLock(cmd) // the worker could not wait for it: the shell takes it if it can
+		lock = takeLock(cmd, base) // the worker could not wait for it: the shell takes it if it can
 	}
 	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
 	c.Stdout, c.Stderr, c.Stdin = outFile, errFile, nil

@@ -783,6 +783,9 @@ type sshRunner struct {
 	user     string
 	identity string // the host's own key file, or "": the worker's
 	via      []Jump // users filled in
+	// noAgents runs every durable attempt in a session supervisor, as one
+	// runs when no host agent answers (tests of that path set it).
+	noAgents bool
 }
 
 // entry is the pooled connection the runner's commands use.
@@ -1113,15 +1116,14 @@ func (l *lineCount) again() func(Stream, string) {
 var errConnectionEnded = errors.New("the connection ended before the command reported an exit status")
 
 // runDurable runs a durable command in a host agent (agent.go), or in a
-// session of its own: when its attempts directory is a secret, when the
-// attempt exists on the host already (it re-attaches), or when no agent
-// answers.
+// session of its own: when the attempt exists on the host already (it
+// re-attaches), or when no agent answers.
 func (r *sshRunner) runDurable(ctx context.Context, cmd Command) (Result, error) {
-	if !usesAgent(cmd) {
+	if r.noAgents {
 		return r.run(ctx, cmd)
 	}
 	res := Result{ExitCode: -1, Started: time.Now()}
-	if _, err := shellText(cmd, ""); err != nil { // checks the attempt and lock ids
+	if err := checkIDs(cmd); err != nil {
 		return res, err
 	}
 	ex, err := checkedExports(cmd)
@@ -1146,6 +1148,23 @@ func (r *sshRunner) runDurable(ctx context.Context, cmd Command) (Result, error)
 	return res, err
 }
 
+// sshText is what the host's shell runs for cmd, ex being its Env's
+// exports: the secrets (read from stdin) before the environment and the
+// script, or, for a durable command, the session supervisor around them.
+func sshText(cmd Command, ex string) (string, error) {
+	if cmd.Attempt != "" {
+		if err := checkIDs(cmd); err != nil {
+			return "", err
+		}
+		return superviseScript(supervisionOf(cmd, ex, true)), nil
+	}
+	text := ex + "exec /bin/sh -c " + shellQuote(cmd.Script)
+	if len(cmd.Secrets) > 0 {
+		text = readSecrets + text
+	}
+	return text, nil
+}
+
 func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
 	ex, err := checkedExports(cmd)
@@ -1159,12 +1178,9 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 		stdin = cmd.Stdin
 	}
 	if len(cmd.Secrets) > 0 {
-		// Before the environment: its exports, and a durable command's
-		// supervisor, come after the secrets are set.
-		ex = readSecrets + ex
 		stdin = io.MultiReader(strings.NewReader(secretLine(cmd.Secrets)), stdin)
 	}
-	text, err := shellText(cmd, ex)
+	text, err := sshText(cmd, ex)
 	if err != nil {
 		return res, err
 	}
