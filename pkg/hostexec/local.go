@@ -17,13 +17,17 @@ import (
 // Local runs commands on this machine with /bin/sh, as the worker's own
 // user, each in its own process group so a timeout kills everything it
 // started, and with a small environment of its own (localEnv), not the
-// worker's.
-type Local struct{}
+// worker's. The zero Local starts each durable attempt's shell and
+// files when it comes; NewLocal can have them made ahead of need
+// (local_prestart.go).
+type Local struct {
+	pre *prestart // nil: nothing made ahead of need
+}
 
 // KillGrace is how long a killed command gets between SIGTERM and SIGKILL.
 const KillGrace = 2 * time.Second
 
-func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
+func (l Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	if cmd.Settle {
 		return settleLocal(ctx, cmd)
 	}
@@ -43,7 +47,7 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		if base, err = localAttemptsDir(cmd); err != nil {
 			return res, err
 		}
-		res, err := runLocalAttempt(ctx, cmd, base)
+		res, err := l.runAttempt(ctx, cmd, base)
 		if !errors.Is(err, errClaimed) {
 			return res, err
 		}

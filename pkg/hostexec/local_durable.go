@@ -20,7 +20,7 @@ import (
 // A durable attempt with transport local is supervised by a shell that
 // records it in the same files as over SSH (durable.go), but the worker
 // does the rest itself: it takes the lock, waiting for it, and asks the
-// attempt's Turn (takeLocalTurn), claims the attempt (an exclusive create
+// attempt's Turn (Local.takeTurn), claims the attempt (an exclusive create
 // of the run file), gives the command the output files as its stdout and
 // stderr, and follows those files for the output's lines. The host then pays one program start (sh) and a
 // subshell per attempt, and no tee or flock. The shell records its pid
@@ -53,9 +53,9 @@ var errClaimed = errors.New("the attempt was started before")
 // claimAttempt creates the attempt's run file (a spare linked in, or a
 // new file), and the directories when they are missing. It returns
 // errClaimed when the file exists.
-func claimAttempt(base, attempt string) error {
+func (l Local) claimAttempt(base, attempt string) error {
 	path := base + "/" + attempt + ".run"
-	if placed, err := placeSpare(base, path); placed {
+	if placed, err := l.pre.placeSpare(base, path); placed {
 		if errors.Is(err, fs.ErrExist) {
 			return errClaimed
 		}
@@ -119,11 +119,11 @@ func localAttemptScript(cmd Command, ex, run string, held bool) string {
 	return b.String()
 }
 
-// runLocalAttempt runs the durable cmd as above. It returns errClaimed,
+// runAttempt runs the durable cmd as above. It returns errClaimed,
 // having started nothing, when the attempt was started before; with a
-// lock, it first takes the lock (takeLocalTurn), so an attempt that waits
+// lock, it first takes the lock (Local.takeTurn), so an attempt that waits
 // for it, or that its Turn declines, has claimed nothing.
-func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, error) {
+func (l Local) runAttempt(ctx context.Context, cmd Command, base string) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
 	ex, err := checkedExports(cmd)
 	if err != nil {
@@ -137,7 +137,7 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	}
 	// What the next attempts take is made once this one ended, so that
 	// making it does not compete with this one for the machine.
-	defer replenish(base)
+	defer l.pre.replenish(base)
 	dir := base + "/" + cmd.Attempt
 	if _, err := os.Lstat(dir + ".run"); err == nil {
 		return res, errClaimed // started before: re-attach, without waiting for the lock
@@ -149,24 +149,24 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	var t turn
 	if cmd.Lock != "" {
-		if t, err = takeLocalTurn(rctx, cmd, base, dir, errOut); err != nil {
+		if t, err = l.takeTurn(rctx, cmd, base, dir, errOut); err != nil {
 			errOut.flush()
 			res.Ended, res.Stderr = time.Now(), errOut.String()
 			return res, err
 		}
 	}
-	if err := claimAttempt(base, cmd.Attempt); err != nil {
+	if err := l.claimAttempt(base, cmd.Attempt); err != nil {
 		t.release()
 		return res, err
 	}
 	sweepLocal(base)
-	if err := makeOutputFiles(base, dir); err != nil {
+	if err := l.makeOutputFiles(base, dir); err != nil {
 		t.release()
 		return res, err
 	}
 	w := t.warm
 	if w == nil && cmd.Lock == "" {
-		if w = takeWarm(localEnv(nil), false); w != nil && w.open(cmd.Attempt, dir, "") != nil {
+		if w = l.pre.takeWarm(localEnv(nil), false); w != nil && w.open(cmd.Attempt, dir, "") != nil {
 			w = nil // nothing started: the attempt goes the cold way, claimed as it is
 		}
 	}
@@ -224,7 +224,7 @@ func (t turn) release() {
 	}
 }
 
-// takeLocalTurn takes cmd's host lock for the attempt at dir, before the
+// takeTurn takes cmd's host lock for the attempt at dir, before the
 // attempt is claimed: on a warm shell's descriptor when one is there (and
 // pidfd_getfd allowed), else on one of the worker's own, for the cold
 // shell. While another holds it, it waits (and says so on errOut, as the
@@ -234,7 +234,7 @@ func (t turn) release() {
 // ctx done meanwhile, its error. A lock the worker cannot take at all (the
 // lock file cannot be opened or locked here) is left to the shell: a turn
 // of neither.
-func takeLocalTurn(ctx context.Context, cmd Command, base, dir string, errOut *output) (turn, error) {
+func (l Local) takeTurn(ctx context.Context, cmd Command, base, dir string, errOut *output) (turn, error) {
 	locks := base + "/../locks"
 	if _, err := os.Stat(locks); err != nil {
 		// not cleaned: ".." is resolved by the kernel, as the shell's is
@@ -244,8 +244,8 @@ func takeLocalTurn(ctx context.Context, cmd Command, base, dir string, errOut *o
 	lockPath := locks + "/" + cmd.Lock
 	var t turn
 	fd := -1
-	if w := takeWarm(localEnv(nil), true); w != nil && w.open(cmd.Attempt, dir, lockPath) == nil {
-		if fd, _ = shellLock(w.cmd.Process.Pid); fd >= 0 {
+	if w := l.pre.takeWarm(localEnv(nil), true); w != nil && w.open(cmd.Attempt, dir, lockPath) == nil {
+		if fd, _ = l.pre.warm.lockOnShell(w.cmd.Process.Pid); fd >= 0 {
 			t.warm = w
 			defer unix.Close(fd) // the shell's descriptor holds the lock
 		} else {
@@ -342,18 +342,11 @@ func recordedExit(base, attempt string) int {
 	return n
 }
 
-// replenish makes warm shells and spare files for the next attempts, in
-// the background.
-func replenish(base string) {
-	refillWarm(localEnv(nil))
-	refillSpares(base)
-}
-
 // makeOutputFiles makes the attempt's output files and its id file: spares of base
 // linked in, or new files (when a name is taken, what is there stays).
-func makeOutputFiles(base, dir string) error {
+func (l Local) makeOutputFiles(base, dir string) error {
 	for _, name := range []string{dir + ".out", dir + ".err", dir + ".id"} {
-		if placed, _ := placeSpare(base, name); !placed {
+		if placed, _ := l.pre.placeSpare(base, name); !placed {
 			f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 			if err != nil {
 				return fmt.Errorf("attempt output files: %w", err)
