@@ -179,9 +179,6 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 // settleLocal settles a durable attempt of transport local.
 func settleLocal(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	if err := becomeLocal(cmd); err != nil {
-		return res, err
-	}
 	if err := validAttempt(cmd.Attempt); err != nil {
 		return res, err
 	}
