@@ -245,6 +245,10 @@ func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (f
 	}
 }
 
+// floorLocal runs the bus floor's commands, as the executor's Local runner
+// does by default (--local-prestart).
+var floorLocal = hostexec.NewLocal(hostexec.LocalOptions{Prestart: true})
+
 // runLink is the runner's side of a link: the record (when asked for),
 // the process, the more messages, the outcome, then the dispatch's ack
 // once all are stored.
@@ -258,7 +262,7 @@ func runLink(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, f flo
 	if f.durable {
 		cmd.Attempt, cmd.Lock, cmd.Env = "floor."+string(m.Data()), "floor.f.n", map[string]string{"GANTRY_ATTEMPTS": f.attempts}
 	}
-	res, err := hostexec.Local{}.Run(ctx, cmd)
+	res, err := floorLocal.Run(ctx, cmd)
 	if err == nil && res.ExitCode != 0 {
 		err = errors.New("true exited " + strconv.Itoa(res.ExitCode))
 	}

@@ -315,52 +315,42 @@ func (c *conn) current() *ssh.Client {
 	return c.client
 }
 
+// agentReq is a request to an agent: what is written on its stdin, the
+// nonce that ends its answer, and the token its follow session writes.
+type agentReq struct {
+	text, nonce, token string
+}
+
 // agentRequest is the request that runs cmd (its text: secrets, then the
-// environment, then the script) in an agent, its nonce and its follow
-// token.
-func agentRequest(cmd Command, ex string) (req, nonce, token string, err error) {
+// environment, then the script) in an agent.
+func agentRequest(cmd Command, ex string) (agentReq, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", "", "", err
+		return agentReq{}, err
 	}
-	nonce, token = hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
+	nonce, token := hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
 	sec, err := exports(cmd.Secrets)
 	if err != nil {
-		return "", "", "", err
+		return agentReq{}, err
 	}
 	turn := ""
 	if cmd.Turn != nil {
 		turn = "1"
 	}
-	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + agentBase(cmd) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
+	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + attemptsBase(cmd) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
 	text := sec + ex + "eval " + shellQuote(cmd.script()) + "\n"
-	return strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce, token, nil
+	return agentReq{text: strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce: nonce, token: token}, nil
 }
 
-// agentBase is the shell that sets _gb to cmd's attempts directory as its
-// agent finds it: the directory superviseScript finds once cmd.Env is
-// exported (a re-attach looks there): HOME and GANTRY_ATTEMPTS may be in
-// it.
-func agentBase(cmd Command) string {
-	home := `"$HOME"`
-	if h, ok := cmd.Env["HOME"]; ok {
-		home = shellQuote(h)
-	}
-	base := `"${GANTRY_ATTEMPTS:-$_gH/.gantry/attempts}"`
-	if v, ok := cmd.Env["GANTRY_ATTEMPTS"]; ok && v != "" {
-		base = shellQuote(v)
-	} else if ok {
-		base = `"$_gH/.gantry/attempts"`
-	}
-	return "_gH=" + home + "; _gb=" + base
-}
-
-// usesAgent says whether cmd runs in an agent: a durable command whose
-// attempts directory is not a secret (nor HOME, which it defaults from).
-func usesAgent(cmd Command) bool {
-	_, secret := cmd.Secrets["GANTRY_ATTEMPTS"]
-	_, secretHome := cmd.Secrets["HOME"]
-	return cmd.Attempt != "" && !secret && !secretHome
+// agentRun is one attempt that an agent started: the connection and the
+// agent it runs in, its process group and files, its request, and where
+// its output goes.
+type agentRun struct {
+	c           *conn
+	a           *hostAgent
+	m           marked
+	req         agentReq
+	out, errOut *output
 }
 
 // errAgentGone: the agent ended before it answered a request; nothing of
@@ -373,7 +363,7 @@ var errAgentGone = errors.New("the agent ended before it answered")
 // errConnectionEnded when it ended after starting the attempt.
 func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex string) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	req, nonce, token, err := agentRequest(cmd, ex)
+	req, err := agentRequest(cmd, ex)
 	if err != nil {
 		return res, err
 	}
@@ -385,7 +375,7 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 		c.putAgent(a)
 		return res, err
 	}
-	if _, err := io.WriteString(a.in, req); err != nil {
+	if _, err := io.WriteString(a.in, req.text); err != nil {
 		c.dropAgent(a)
 		return res, errAgentGone
 	}
@@ -398,9 +388,8 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 		res.Ended, res.Stderr = time.Now(), errOut.String() // the wait for the lock, said
 		return res, err
 	}
-	m := marked{pgid: a.pgid}
-	m.dir = strings.TrimSpace(strings.SplitN(started, " ", 3)[2])
-	code, werr := r.awaitAgent(rctx, c, a, m, nonce, token, out, errOut)
+	m := marked{pgid: a.pgid, dir: strings.TrimSpace(strings.SplitN(started, " ", 3)[2])}
+	code, werr := r.awaitAgent(rctx, &agentRun{c: c, a: a, m: m, req: req, out: out, errOut: errOut})
 	out.flush()
 	errOut.flush()
 	res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
@@ -488,7 +477,7 @@ func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd 
 // (cancelScript claims it first), or it is killed; as killRemote does, in
 // a fresh session of the connection client.
 func (r *sshRunner) cancelStart(client *ssh.Client, cmd Command) error {
-	return r.remoteKill(client, cmd.as(), cancelScript(agentBase(cmd), cmd.Attempt), "attempt "+cmd.Attempt)
+	return r.remoteKill(client, cmd.as(), cancelScript(attemptsBase(cmd), cmd.Attempt), "attempt "+cmd.Attempt)
 }
 
 // waitingLine is what an attempt that waits for its host lock says on its
@@ -572,7 +561,8 @@ func (e *ending) settle(ran bool) {
 // awaitAgent waits for the agent's answer to an attempt it started: its
 // output (or a follow session's) and exit status. On timeout or cancel it
 // kills the attempt's process group, the agent with it.
-func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m marked, nonce, token string, out, errOut *output) (int, error) {
+func (r *sshRunner) awaitAgent(rctx context.Context, run *agentRun) (int, error) {
+	c, a, nonce := run.c, run.a, run.req.nonce
 	type answer struct {
 		code int
 		err  error
@@ -580,11 +570,11 @@ func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m ma
 	e := &ending{}
 	stdout, stderr := make(chan answer, 1), make(chan error, 1)
 	go func() {
-		code, err := readUntil(a.out, nonce+" ", func() io.Writer { return e.to(out) })
+		code, err := readUntil(a.out, nonce+" ", func() io.Writer { return e.to(run.out) })
 		stdout <- answer{code, err}
 	}()
 	go func() {
-		_, err := readUntil(a.errs, nonce, func() io.Writer { return e.to(errOut) })
+		_, err := readUntil(a.errs, nonce, func() io.Writer { return e.to(run.errOut) })
 		stderr <- err
 	}()
 	var fol *follower
@@ -597,10 +587,10 @@ func (r *sshRunner) awaitAgent(rctx context.Context, c *conn, a *hostAgent, m ma
 			waiting = false
 		case <-timer.C:
 			if e.follow() {
-				fol = r.startFollow(rctx, c, a.as, m, token, out, errOut)
+				fol = r.startFollow(rctx, run)
 			}
 		case <-rctx.Done():
-			kerr := r.killRemote(a.client, m, a.as)
+			kerr := r.killRemote(a.client, run.m, a.as)
 			c.dropAgent(a)
 			fol.end()
 			return -1, errors.Join(endErr(rctx), kerr)
@@ -675,10 +665,11 @@ type follower struct {
 	ending  bool // end was called
 }
 
-// startFollow starts a follow session for the attempt m in a slot of its
-// own, waiting for one while the attempt runs; it runs as the attempt's
-// files' owner (as).
-func (r *sshRunner) startFollow(ctx context.Context, c *conn, as becomeAs, m marked, token string, out, errOut *output) *follower {
+// startFollow starts a follow session for the attempt run in a slot of
+// its own, waiting for one while the attempt runs; it runs as the
+// attempt's files' owner (its agent's user).
+func (r *sshRunner) startFollow(ctx context.Context, run *agentRun) *follower {
+	c, out, errOut := run.c, run.out, run.errOut
 	ctx, cancel := context.WithCancel(ctx)
 	f := &follower{done: make(chan struct{}), cancel: cancel}
 	go func() {
@@ -720,7 +711,7 @@ func (r *sshRunner) startFollow(ctx context.Context, c *conn, as becomeAs, m mar
 		defer stop()
 		sess.Stdout = &markedOut{marker: followMarker + "\n", dst: out, seen: func() { f.mu.Lock(); f.ran = true; f.mu.Unlock() }}
 		sess.Stderr, sess.Stdin = errOut, eofReader{}
-		if err := sess.Run(as.remote(followScript(m.dir, m.pgid, token))); err != nil {
+		if err := sess.Run(run.a.as.remote(followScript(run.m.dir, run.m.pgid, run.req.token))); err != nil {
 			r.pool.log.Debug("following an attempt's output ended", "host", r.address, "err", err)
 		}
 	}()

@@ -76,7 +76,7 @@ func TestBecomeWritesRootOwnedFile(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		attempt string
-		secret  bool // the attempts directory is a secret: no agent
+		session bool // in a session supervisor, not an agent
 	}{
 		{"plain", "", false},
 		{"in an agent", "w.1.create.f.n.1.run", false},
@@ -86,13 +86,15 @@ func TestBecomeWritesRootOwnedFile(t *testing.T) {
 			out := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
 			env := map[string]string{"A": "env-a", "OUT": out}
 			secrets := map[string]string{"S": "s3cret-value"}
-			if c.attempt != "" && c.secret {
-				secrets["GANTRY_ATTEMPTS"] = t.TempDir() // root's
-			} else if c.attempt != "" {
+			r := h.r
+			if c.attempt != "" {
 				env["GANTRY_ATTEMPTS"] = t.TempDir()
 			}
+			if c.session {
+				r = sessionSupervised(r)
+			}
 			cmd := Command{Script: script, Env: env, Secrets: secrets, Attempt: c.attempt, Become: true}
-			res, err := h.r.Run(context.Background(), cmd)
+			res, err := r.Run(context.Background(), cmd)
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("%+v %v", res, err)
 			}
@@ -103,10 +105,9 @@ func TestBecomeWritesRootOwnedFile(t *testing.T) {
 				t.Errorf("file %q owned by %s, want the environment and the secret, owned by root", b, owner(t, out))
 			}
 			cmd.Become = false // the login user's attempts are in its home
-			delete(cmd.Secrets, "GANTRY_ATTEMPTS")
 			delete(cmd.Env, "GANTRY_ATTEMPTS")
 			cmd.Env["OUT"] = out + ".plain"
-			res, err = h.r.Run(context.Background(), cmd)
+			res, err = r.Run(context.Background(), cmd)
 			if err != nil || !strings.HasPrefix(res.Stdout, h.login+"\n") || owner(t, out+".plain") != h.login {
 				t.Errorf("without become: %+v %v, want the login user", res, err)
 			}
@@ -201,8 +202,8 @@ func TestBecomeCancelKillsRootProcess(t *testing.T) {
 	h := newBecomeHost(t)
 	dir := sharedDir(t)
 	for _, c := range []struct {
-		name, attempt  string
-		secret, settle bool
+		name, attempt   string
+		session, settle bool
 	}{
 		{"plain", "", false, false},
 		{"in an agent", "w.1.create.f.n.1.run", false, false},
@@ -212,16 +213,18 @@ func TestBecomeCancelKillsRootProcess(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			pidFile := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
 			env, secrets := map[string]string{"P": pidFile}, map[string]string{}
-			if c.attempt != "" && c.secret {
-				secrets["GANTRY_ATTEMPTS"] = t.TempDir() // root's
-			} else if c.attempt != "" {
+			r := h.r
+			if c.attempt != "" {
 				env["GANTRY_ATTEMPTS"] = t.TempDir()
+			}
+			if c.session {
+				r = sessionSupervised(r)
 			}
 			cmd := Command{Script: `sleep 60 & echo $! >"$P"; wait`, Env: env, Secrets: secrets, Attempt: c.attempt, Become: true}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { _, err := h.r.Run(ctx, cmd); done <- err }()
+			go func() { _, err := r.Run(ctx, cmd); done <- err }()
 			pid := waitPid(t, pidFile)
 			if uid := uidOf(pid); uid != 0 {
 				t.Fatalf("sleep %d runs as uid %d, want root", pid, uid)

@@ -37,8 +37,7 @@ func markedAlive(marker string) []int {
 // A durable attempt cancelled within milliseconds of its start, at any
 // moment of it, is killed on the host or never starts there: once Run
 // returned its cancel, no process of the attempt runs, a moment later
-// either. In a host agent (the attempts directory in the environment)
-// and in a session of its own (the attempts directory a secret).
+// either. In a host agent and in a session supervisor of its own.
 func TestCancelRightAtStartLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
 	f := sshtest.Start(t, 1, sshtest.Options{})
@@ -63,15 +62,16 @@ func TestCancelRightAtStartLeavesNothingRunning(t *testing.T) {
 		}
 		return n
 	}
+	agents := r
 	for _, path := range []string{"agent", "session"} {
 		dir := t.TempDir()
 		dirs = append(dirs, dir)
 		cmd := func(attempt, script string) Command {
-			c := Command{Attempt: attempt, Script: script, Env: map[string]string{"GANTRY_ATTEMPTS": dir}}
-			if path == "session" {
-				c.Env, c.Secrets = nil, map[string]string{"GANTRY_ATTEMPTS": dir}
-			}
-			return c
+			return Command{Attempt: attempt, Script: script, Env: map[string]string{"GANTRY_ATTEMPTS": dir}}
+		}
+		r := agents
+		if path == "session" {
+			r = sessionSupervised(agents)
 		}
 		// an agent waits idle, as one does after a node ran
 		if res, err := r.Run(context.Background(), cmd("warm", "true")); err != nil || res.ExitCode != 0 {
@@ -121,13 +121,14 @@ func TestCancelBeforeTheClaimStartsNothing(t *testing.T) {
 	for _, path := range []string{"agent", "session"} {
 		ran := filepath.Join(dir, path+".ran")
 		cmd := Command{Attempt: "x." + path, Script: "touch " + shellQuote(ran), Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}
+		run := Runner(r)
 		if path == "session" {
-			cmd.Env, cmd.Secrets = nil, map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}
+			run = sessionSupervised(r)
 		}
 		if err := r.cancelStart(client, Command{Attempt: cmd.Attempt, Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}); err != nil {
 			t.Fatalf("%s: cancel: %v", path, err)
 		}
-		res, err := r.Run(context.Background(), cmd)
+		res, err := run.Run(context.Background(), cmd)
 		if err != nil || res.ExitCode != 143 {
 			t.Errorf("%s: %+v %v, want the recorded kill (143)", path, res, err)
 		}

@@ -54,7 +54,29 @@ func validAttempt(id string) error {
 // sweepDay names the day of the last sweep of old attempt files (UTC).
 var sweepDay = func() string { return time.Now().UTC().Format("20060102") }
 
+// attemptsDir is the attempts directory as a plain command's shell finds
+// it, once the command's Env is exported.
 const attemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
+
+// attemptsBase is the shell that sets _gb to cmd's attempts directory on
+// its host, before anything of cmd (its Env, its secrets) is in the
+// shell's environment: GANTRY_ATTEMPTS of cmd.Env, else of the host's
+// environment, else .gantry/attempts in cmd.Env's HOME, else in the
+// host's. A secret never moves it (whatever its name: it is the command's
+// business, not the supervisor's). It sets _gH, the home it started from.
+func attemptsBase(cmd Command) string {
+	home := `"$HOME"`
+	if h, ok := cmd.Env["HOME"]; ok {
+		home = shellQuote(h)
+	}
+	base := `"${GANTRY_ATTEMPTS:-$_gH/.gantry/attempts}"`
+	if v, ok := cmd.Env["GANTRY_ATTEMPTS"]; ok && v != "" {
+		base = shellQuote(v)
+	} else if ok {
+		base = `"$_gH/.gantry/attempts"`
+	}
+	return "_gH=" + home + "; _gb=" + base
+}
 
 // A pid alone does not name the supervisor for long: after the host
 // restarted, the pid in a run file without an exit status is likely held
@@ -80,15 +102,32 @@ const recordID = `_gI() { read -r _gB </proc/sys/kernel/random/boot_id && read -
 const checkID = `_gJ() { _gB=; _gS=; { read -r _gB _gS <"$_gd.id"; } 2>/dev/null; [ -n "$_gS" ] || return 0; _gN=; { read -r _gN </proc/sys/kernel/random/boot_id; } 2>/dev/null; [ -n "$_gN" ] || return 0; [ "$_gN" = "$_gB" ] || return 1; _gl=; { read -r _gl <"/proc/$1/stat"; } 2>/dev/null; set -- ${_gl##*) }; [ "${20}" = "$_gS" ]; }
 `
 
+// supervision is what a session supervisor (superviseScript) runs.
+type supervision struct {
+	attempt, lock, mark string
+	// base is the shell that sets _gb, the attempts directory: from the
+	// host's environment and the command's Env only, never its secrets
+	// (attemptsBase).
+	base string
+	// read comes right after base: the read of the secrets' line when they
+	// travel on stdin (readSecretLine), or nothing.
+	read string
+	// run is what the attempt's subshell evaluates: the secrets (when read
+	// above), the command's Env as exports, then its script. Nothing of it
+	// is seen by the supervisor's own shell.
+	run string
+	// held: the caller took the lock already and passes it on fd 3
+	// (transport local): the script keeps it on fd 9 for the attempt, and
+	// drops it when it re-attaches instead.
+	held bool
+}
+
 // superviseScript runs the attempt or re-attaches to it. Its first stdout
 // line is pidMarker, the process group of the command (the supervisor's
-// session) and the attempt's directory (see marked). ex is the
-// environment's export lines: they come first, so GANTRY_ATTEMPTS may be
-// one of them. held says the caller took the lock already and passes it
-// on fd 3 (transport local: see Local.Run): the script keeps it on fd 9
-// for the attempt, and drops it when it re-attaches instead.
-func superviseScript(attempt, lock, mark, ex, script string, held bool) string {
+// session) and the attempt's directory (see marked).
+func superviseScript(sv supervision) string {
 	q := shellQuote
+	attempt, lock, mark, held := sv.attempt, sv.lock, sv.mark, sv.held
 	// The attempt starts where its run file can be created with its pid
 	// (noclobber: an atomic create; echo is a builtin that a failed
 	// redirection does not end the shell for); anywhere else it re-attaches.
@@ -117,14 +156,14 @@ func superviseScript(attempt, lock, mark, ex, script string, held bool) string {
 	if held && lock != "" {
 		pre, drop = "exec 9>&3 3>&-; ", "exec 9>&-; "
 	}
-	return pre + ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + q(attempt) + `
+	return pre + sv.base + `; _gd="$_gb/"` + q(attempt) + `; ` + sv.read + `
 ` + recordID + checkID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
   _gI; : >>"$_gd.out"; : >>"$_gd.err"
   [ -e "$_gb/.swept-` + sweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + sweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
   trap '' PIPE; printf '` + pidMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
-  { { ` + hostLock(lock, mark, held) + `( eval ` + q(script) + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
+  { { ` + hostLock(lock, mark, held) + `( ` + sv.run + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
   ` + drop + `_gi=0; until { _gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
   [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }

@@ -148,8 +148,7 @@ func TestDurableLocalReattach(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cmd := durable(dir, "w1.1.f.n.1", nil)
-	ex, _ := exports(cmd.Env)
-	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, "", ex, cmd.Script, false))
+	first := exec.Command("/bin/sh", "-c", sessionScript(cmd))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {
@@ -280,8 +279,7 @@ func TestDurableSurvivesAClosedConnectionAtStart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cmd := durable(dir, "w1.1.f.n.1", nil)
-	ex, _ := exports(cmd.Env)
-	first := exec.Command("/bin/sh", "-c", superviseScript(cmd.Attempt, cmd.Lock, "", ex, cmd.Script, false))
+	first := exec.Command("/bin/sh", "-c", sessionScript(cmd))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r, w, err := os.Pipe()
 	if err != nil {

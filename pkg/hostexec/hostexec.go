@@ -116,14 +116,15 @@ type Command struct {
 	// An attempt that had to wait starts only once its worker has said
 	// so (Turn, or nothing to ask and ctx not done): a worker that is gone
 	// or gave up meanwhile leaves nothing to start later. Over SSH an
-	// attempt is asked only in a host agent (see usesAgent); in a session
+	// attempt is asked only in a host agent (agent.go); in a session
 	// of its own it starts once it holds the lock, as before.
 	Turn func(Holder) bool
 	// Settle, with Attempt, starts nothing: it ends the attempt on its
 	// host if it still runs, as a cancel would, and says how the attempt
 	// ended (see settle.go). Script, OnLine, BeforeStart, Timeout and
-	// Lock are not used; Env and Secrets are, for where the attempt's
-	// files are (GANTRY_ATTEMPTS), and Become, for whose files they are.
+	// Lock are not used; Env is, for where the attempt's files are (its
+	// GANTRY_ATTEMPTS or HOME), Become, for whose files they are, and
+	// Secrets and Mask, to mask the output read back.
 	Settle bool
 	// Become runs the command through sudo -n on its host, as BecomeUser
 	// (root when empty): see become.go. Over SSH only.
@@ -147,32 +148,32 @@ type Command struct {
 // re-attached to, and its stdin is the supervisor's).
 var errStdinDurable = errors.New("a durable command (Attempt) takes no Stdin")
 
-// shellText is what the shell runs for cmd: the script with its
-// environment, or, for a durable command, the supervisor around it.
-func shellText(cmd Command, ex string) (string, error) {
-	return shellTextHeld(cmd, ex, false)
+// checkIDs checks a durable command's attempt id, and its lock and mark
+// when it has them.
+func checkIDs(cmd Command) error {
+	if err := validAttempt(cmd.Attempt); err != nil {
+		return err
+	}
+	for what, id := range map[string]string{"lock": cmd.Lock, "mark": cmd.Mark} {
+		if id == "" {
+			continue
+		}
+		if err := validAttempt(id); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
 }
 
-// shellTextHeld is shellText for a caller that may hold cmd's lock
-// already, on fd 3 (see superviseScript).
-func shellTextHeld(cmd Command, ex string, held bool) (string, error) {
-	if cmd.Attempt == "" {
-		return ex + "exec /bin/sh -c " + shellQuote(cmd.Script), nil
+// supervisionOf is the session supervisor of the durable cmd, ex being
+// its Env's exports. stdinSecrets: its secrets travel on stdin (over
+// SSH); otherwise they are in the environment the shell starts with.
+func supervisionOf(cmd Command, ex string, stdinSecrets bool) supervision {
+	sv := supervision{attempt: cmd.Attempt, lock: cmd.Lock, mark: cmd.Mark, base: attemptsBase(cmd), run: ex + "eval " + shellQuote(cmd.script())}
+	if stdinSecrets && len(cmd.Secrets) > 0 {
+		sv.read, sv.run = readSecretLine, evalSecrets+sv.run
 	}
-	if err := validAttempt(cmd.Attempt); err != nil {
-		return "", err
-	}
-	if cmd.Lock != "" {
-		if err := validAttempt(cmd.Lock); err != nil {
-			return "", fmt.Errorf("lock: %w", err)
-		}
-	}
-	if cmd.Mark != "" {
-		if err := validAttempt(cmd.Mark); err != nil {
-			return "", fmt.Errorf("mark: %w", err)
-		}
-	}
-	return superviseScript(cmd.Attempt, cmd.Lock, cmd.Mark, ex, cmd.script(), held), nil
+	return sv
 }
 
 // Holder is the attempt that held a host lock last, as an attempt that
@@ -283,7 +284,16 @@ func checkSecrets(cmd Command) error {
 // it. The line writes a newline in a value as "$1", set here: a positional
 // parameter cannot clash with a variable's name. A line that did not
 // arrive whole (the connection broke) runs nothing.
-const readSecrets = "set -- '\n'; IFS= read -r _gs || { echo 'gantry: the secrets did not arrive' >&2; exit 125; }; eval \"$_gs\"; "
+const readSecrets = readSecretLine + evalSecrets
+
+// readSecretLine and evalSecrets are readSecrets' two halves: a durable
+// command's supervisor reads the line first and evaluates it only in the
+// command's own subshell, so that no secret reaches the supervisor's
+// shell (see supervision).
+const (
+	readSecretLine = "IFS= read -r _gs || { echo 'gantry: the secrets did not arrive' >&2; exit 125; }; "
+	evalSecrets    = "set -- '\n'; eval \"$_gs\"; "
+)
 
 // secretLine is the one line of shell that readSecrets evaluates: unset
 // _gs first (a secret may have that name), export every secret, unset $1.

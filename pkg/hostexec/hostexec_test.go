@@ -24,6 +24,21 @@ func newPool(t *testing.T, f *sshtest.Fleet, known string) *Pool {
 	return p
 }
 
+// sessionScript is the session supervisor's shell for the durable cmd,
+// its secrets (if any) in the environment it starts with.
+func sessionScript(cmd Command) string {
+	ex, _ := exports(cmd.Env)
+	return superviseScript(supervisionOf(cmd, ex, false))
+}
+
+// sessionSupervised is r running its durable attempts in session
+// supervisors, never in host agents.
+func sessionSupervised(r Runner) Runner {
+	c := *r.(*sshRunner)
+	c.noAgents = true
+	return &c
+}
+
 // runners gives the same checks to the SSH and local runners.
 func runners(t *testing.T) map[string]Runner {
 	f := sshtest.Start(t, 1, sshtest.Options{})

@@ -18,13 +18,17 @@ type HostsConfig struct {
 	// on the worker's own machine as the worker's own user. Off unless the
 	// operator turns it on.
 	AllowLocal bool
+	// LocalPrestart makes the shells and files of the next local durable
+	// attempts ahead of need (LocalOptions.Prestart).
+	LocalPrestart bool
 }
 
-// RegisterFlags adds the SSH flags and --allow-local (its variable is
-// GANTRY_ALLOW_LOCAL).
+// RegisterFlags adds the SSH flags, --allow-local and --local-prestart
+// (their variables are GANTRY_ALLOW_LOCAL and GANTRY_LOCAL_PRESTART).
 func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.SSH.RegisterFlags(fs)
 	fs.BoolVar(&c.AllowLocal, "allow-local", false, "run hosts with transport local: commands on this machine as this process's user")
+	fs.BoolVar(&c.LocalPrestart, "local-prestart", true, "with transport local, start the shells and make the files of the next durable attempts ahead of need (a few idle shells and open files; faster chains of local nodes)")
 }
 
 // Hosts hands out runners by transport. The SSH pool is made on first use,
@@ -33,13 +37,16 @@ func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 // the next use, so fixing it needs no restart.
 type Hosts struct {
 	cfg     HostsConfig
+	local   Local
 	mu      sync.Mutex
 	pool    *Pool
 	drained bool // Drain was called: a pool made later drains at once
 }
 
 // NewHosts returns a factory using cfg.
-func NewHosts(cfg HostsConfig) *Hosts { return &Hosts{cfg: cfg} }
+func NewHosts(cfg HostsConfig) *Hosts {
+	return &Hosts{cfg: cfg, local: NewLocal(LocalOptions{Prestart: cfg.LocalPrestart})}
+}
 
 // Target is a host to run commands on: "local" (Address, User,
 // IdentityFile and Via unused), or "ssh" at Address as User (the default
@@ -65,7 +72,7 @@ func (h *Hosts) Runner(t Target) (Runner, error) {
 		if len(t.Via) > 0 {
 			return nil, errors.New("transport local is never reached through a jump host (via)")
 		}
-		return Local{}, nil
+		return h.local, nil
 	case "ssh", "":
 		p, err := h.sshPool()
 		if err != nil {

@@ -17,63 +17,93 @@ import (
 // Local runs commands on this machine with /bin/sh, as the worker's own
 // user, each in its own process group so a timeout kills everything it
 // started, and with a small environment of its own (localEnv), not the
-// worker's.
-type Local struct{}
+// worker's. The zero Local starts each durable attempt's shell and
+// files when it comes; NewLocal can have them made ahead of need
+// (local_prestart.go).
+type Local struct {
+	pre *prestart // nil: nothing made ahead of need
+}
 
 // KillGrace is how long a killed command gets between SIGTERM and SIGKILL.
 const KillGrace = 2 * time.Second
 
-func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
-	if cmd.Settle {
-		return settleLocal(ctx, cmd)
-	}
-	res := Result{ExitCode: -1, Started: time.Now()}
+// Run runs cmd on this machine: settles its attempt (Settle), runs it as
+// a durable attempt (Attempt: local_durable.go), or runs it plain.
+func (l Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	if err := becomeLocal(cmd); err != nil {
-		return res, err
+		return Result{ExitCode: -1, Started: time.Now()}, err
 	}
-	if cmd.Stdin != nil && cmd.Attempt != "" {
+	switch {
+	case cmd.Settle:
+		return settleLocal(ctx, cmd)
+	case cmd.Attempt != "":
+		return l.durable(ctx, cmd)
+	}
+	ex, err := checkedExports(cmd)
+	if err != nil {
+		return Result{ExitCode: -1, Started: time.Now()}, err
+	}
+	return runShell(ctx, cmd, localShell{text: ex + cmd.Script})
+}
+
+// durable runs the durable cmd (runAttempt); one that was started before
+// is re-attached to by the session supervisor's script.
+func (l Local) durable(ctx context.Context, cmd Command) (Result, error) {
+	res := Result{ExitCode: -1, Started: time.Now()}
+	if cmd.Stdin != nil {
 		return res, errStdinDurable
 	}
-	if cmd.Attempt != "" {
-		if err := validAttempt(cmd.Attempt); err != nil {
-			return res, err
-		}
-		if base, ok := attemptsBase(cmd); ok {
-			res, err := runLocalAttempt(ctx, cmd, base)
-			if !errors.Is(err, errClaimed) {
-				return res, err
-			}
-			cmd.BeforeStart = nil // called: the supervisor's script re-attaches
-		}
+	if err := checkIDs(cmd); err != nil {
+		return res, err
 	}
+	base, err := localAttemptsDir(cmd)
+	if err != nil {
+		return res, err
+	}
+	res, err = l.runAttempt(ctx, cmd, base)
+	if !errors.Is(err, errClaimed) {
+		return res, err
+	}
+	cmd.BeforeStart = nil // called: the supervisor's script re-attaches
 	ex, err := checkedExports(cmd)
 	if err != nil {
 		return res, err
 	}
+	lock := takeLock(cmd, base)
+	if lock != nil {
+		defer lock.Close() // the command holds it from its start on
+	}
+	sv := supervisionOf(cmd, ex, false)
+	sv.base, sv.held = "_gb="+shellQuote(base), lock != nil
+	return runShell(ctx, cmd, localShell{text: superviseScript(sv), lock: lock, attempt: cmd.Attempt})
+}
+
+// localShell is what runShell starts for a command: /bin/sh -c text and,
+// for a durable attempt's session supervisor, the attempt (its first
+// output line names its process group, a cancel ends its session, and its
+// lost exit status is ErrLost) and the host lock it inherits on fd 3
+// (nil: none).
+type localShell struct {
+	text    string
+	attempt string
+	lock    *os.File
+}
+
+// runShell runs sh for cmd (its environment, secrets, stdin, output and
+// timeout) in a process group of its own, which a timeout or cancel ends.
+func runShell(ctx context.Context, cmd Command, sh localShell) (Result, error) {
+	res := Result{ExitCode: -1, Started: time.Now()}
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
-	text := ex + cmd.Script
-	var lock *os.File
-	if cmd.Attempt != "" {
-		if err := validAttempt(cmd.Attempt); err != nil {
-			return res, err
-		}
-		lock = takeLock(cmd)
-		if lock != nil {
-			defer lock.Close() // the command holds it from its start on
-		}
-		if text, err = shellTextHeld(cmd, ex, lock != nil); err != nil {
-			return res, err
-		}
-	}
+	lock := sh.lock
 	pgid := make(chan marked, 1)
 	mask := newMasker(cmd.Secrets, cmd.Mask...)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
-	if cmd.Attempt != "" {
+	if sh.attempt != "" {
 		out.marker, out.onMarker = pidMarker, markerSink(pgid)
 	}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
-	c := exec.Command("/bin/sh", "-c", text)
+	c := exec.Command("/bin/sh", "-c", sh.text)
 	c.Stdout, c.Stderr = out, errOut
 	c.Stdin = cmd.Stdin // nil: /dev/null
 	c.Env = localEnv(cmd.Secrets)
@@ -97,7 +127,7 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 	select {
 	case werr = <-waited:
 	case <-rctx.Done():
-		kerr := killAttempt(cmd.Attempt, pgid, waited)
+		kerr := killAttempt(sh.attempt, pgid, waited)
 		killGroup(c.Process.Pid, waited)
 		werr = errors.Join(endErr(rctx), kerr)
 		<-waited
@@ -111,8 +141,8 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 		res.ExitCode = 0
 	case errors.As(werr, &ee) && ee.Exited():
 		res.ExitCode = ee.ExitCode()
-		if cmd.Attempt != "" && res.ExitCode == lostExit {
-			return res, fmt.Errorf("%w: %s on this machine", ErrLost, cmd.Attempt)
+		if sh.attempt != "" && res.ExitCode == lostExit {
+			return res, fmt.Errorf("%w: %s on this machine", ErrLost, sh.attempt)
 		}
 	default:
 		if rctx.Err() != nil {
@@ -129,15 +159,10 @@ func (Local) Run(ctx context.Context, cmd Command) (Result, error) {
 // on fd 3 and holds until it ends, as flock(1) would. It returns nil when
 // the lock is held elsewhere (the supervisor then waits for it with flock
 // and says for whom), or cannot be taken here for any reason (the
-// supervisor takes it as without this); also when the attempts directory
-// is not the one the worker's environment names (a secret named
-// GANTRY_ATTEMPTS), or the locks directory is not there yet.
-func takeLock(cmd Command) *os.File {
+// supervisor takes it as without this), or the locks directory (beside
+// base, the attempts directory) is not there yet.
+func takeLock(cmd Command, base string) *os.File {
 	if cmd.Lock == "" || validAttempt(cmd.Lock) != nil {
-		return nil
-	}
-	base, ok := attemptsBase(cmd)
-	if !ok {
 		return nil
 	}
 	// not cleaned: ".." is resolved by the kernel, as the shell's is

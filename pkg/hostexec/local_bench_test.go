@@ -49,14 +49,24 @@ func BenchmarkLocalRunnerTrueParallel(b *testing.B) {
 // BenchmarkLocalRunnerDurable is BenchmarkLocalRunnerTrue's command run as
 // a durable attempt holding a host lock, as every node's command is: the
 // difference is what the supervisor costs per attempt.
+// Each runs with and without Prestart.
 func BenchmarkLocalRunnerDurable(b *testing.B) {
-	dir := b.TempDir()
-	for i := 0; i < b.N; i++ {
-		cmd := Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
-		if _, err := (Local{}).Run(context.Background(), cmd); err != nil {
-			b.Fatal(err)
-		}
+	for name, l := range localRunners() {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			for i := 0; i < b.N; i++ {
+				cmd := Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
+				if _, err := l.Run(context.Background(), cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
+}
+
+// localRunners are a Local runner with Prestart and one without.
+func localRunners() map[string]Local {
+	return map[string]Local{"prestart": NewLocal(LocalOptions{Prestart: true}), "cold": {}}
 }
 
 // BenchmarkLocalRunnerDurableChained is BenchmarkLocalRunnerDurable with a
@@ -65,14 +75,18 @@ func BenchmarkLocalRunnerDurable(b *testing.B) {
 // spare files ready in between, as it does in a chain. Back to back
 // (BenchmarkLocalRunnerDurable) every attempt also pays for making those.
 func BenchmarkLocalRunnerDurableChained(b *testing.B) {
-	dir := b.TempDir()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		time.Sleep(3 * time.Millisecond)
-		b.StartTimer()
-		cmd := Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
-		if _, err := (Local{}).Run(context.Background(), cmd); err != nil {
-			b.Fatal(err)
-		}
+	for name, l := range localRunners() {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				time.Sleep(3 * time.Millisecond)
+				b.StartTimer()
+				cmd := Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
+				if _, err := l.Run(context.Background(), cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -20,7 +20,7 @@ import (
 // A durable attempt with transport local is supervised by a shell that
 // records it in the same files as over SSH (durable.go), but the worker
 // does the rest itself: it takes the lock, waiting for it, and asks the
-// attempt's Turn (takeLocalTurn), claims the attempt (an exclusive create
+// attempt's Turn (Local.takeTurn), claims the attempt (an exclusive create
 // of the run file), gives the command the output files as its stdout and
 // stderr, and follows those files for the output's lines. The host then pays one program start (sh) and a
 // subshell per attempt, and no tee or flock. The shell records its pid
@@ -28,27 +28,22 @@ import (
 // worker. An attempt found claimed already is re-attached to by the
 // session supervisor's script, as before.
 
-// attemptsBase is the directory of cmd's attempt files, as the supervisor
-// script's shell would find it, and false when the worker cannot know it
-// (it is a secret, or there is no home directory). The command's Env may
-// set GANTRY_ATTEMPTS or HOME: the shell exports it first.
-func attemptsBase(cmd Command) (string, bool) {
-	_, secret := cmd.Secrets["GANTRY_ATTEMPTS"]
-	_, secretHome := cmd.Secrets["HOME"]
-	if secret || secretHome {
-		return "", false
-	}
+// localAttemptsDir is the directory of cmd's attempt files on this
+// machine, where attemptsBase's shell would find it: GANTRY_ATTEMPTS of
+// cmd.Env, else .gantry/attempts in cmd.Env's HOME or the worker's (the
+// HOME a local command gets). Its secrets never move it.
+func localAttemptsDir(cmd Command) (string, error) {
 	if base := cmd.Env["GANTRY_ATTEMPTS"]; base != "" {
-		return base, true
+		return base, nil
 	}
 	home, ok := cmd.Env["HOME"]
 	if !ok {
 		home = homeDir()
-		if home == "" {
-			return "", false
-		}
 	}
-	return home + "/.gantry/attempts", true
+	if home == "" {
+		return "", errors.New("no home directory for the attempts' files: set GANTRY_ATTEMPTS or HOME in the command's environment")
+	}
+	return home + "/.gantry/attempts", nil
 }
 
 // errClaimed: the attempt's run file exists (it started before; over SSH,
@@ -58,9 +53,9 @@ var errClaimed = errors.New("the attempt was started before")
 // claimAttempt creates the attempt's run file (a spare linked in, or a
 // new file), and the directories when they are missing. It returns
 // errClaimed when the file exists.
-func claimAttempt(base, attempt string) error {
+func (l Local) claimAttempt(base, attempt string) error {
 	path := base + "/" + attempt + ".run"
-	if placed, err := placeSpare(base, path); placed {
+	if placed, err := l.pre.placeSpare(base, path); placed {
 		if errors.Is(err, fs.ErrExist) {
 			return errClaimed
 		}
@@ -124,29 +119,25 @@ func localAttemptScript(cmd Command, ex, run string, held bool) string {
 	return b.String()
 }
 
-// runLocalAttempt runs the durable cmd as above. It returns errClaimed,
+// runAttempt runs the durable cmd as above. It returns errClaimed,
 // having started nothing, when the attempt was started before; with a
-// lock, it first takes the lock (takeLocalTurn), so an attempt that waits
+// lock, it first takes the lock (Local.takeTurn), so an attempt that waits
 // for it, or that its Turn declines, has claimed nothing.
-func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, error) {
+func (l Local) runAttempt(ctx context.Context, cmd Command, base string) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
 	ex, err := checkedExports(cmd)
 	if err != nil {
 		return res, err
 	}
-	for what, id := range map[string]string{"lock": cmd.Lock, "mark": cmd.Mark} {
-		if id != "" {
-			if err := validAttempt(id); err != nil {
-				return res, fmt.Errorf("%s: %w", what, err)
-			}
-		}
+	if err := checkIDs(cmd); err != nil {
+		return res, err
 	}
 	if err := beforeStart(cmd); err != nil {
 		return res, err
 	}
 	// What the next attempts take is made once this one ended, so that
 	// making it does not compete with this one for the machine.
-	defer replenish(base)
+	defer l.pre.replenish(base)
 	dir := base + "/" + cmd.Attempt
 	if _, err := os.Lstat(dir + ".run"); err == nil {
 		return res, errClaimed // started before: re-attach, without waiting for the lock
@@ -158,24 +149,24 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	var t turn
 	if cmd.Lock != "" {
-		if t, err = takeLocalTurn(rctx, cmd, base, dir, errOut); err != nil {
+		if t, err = l.takeTurn(rctx, cmd, base, dir, errOut); err != nil {
 			errOut.flush()
 			res.Ended, res.Stderr = time.Now(), errOut.String()
 			return res, err
 		}
 	}
-	if err := claimAttempt(base, cmd.Attempt); err != nil {
+	if err := l.claimAttempt(base, cmd.Attempt); err != nil {
 		t.release()
 		return res, err
 	}
 	sweepLocal(base)
-	if err := makeOutputFiles(base, dir); err != nil {
+	if err := l.makeOutputFiles(base, dir); err != nil {
 		t.release()
 		return res, err
 	}
 	w := t.warm
 	if w == nil && cmd.Lock == "" {
-		if w = takeWarm(localEnv(nil), false); w != nil && w.open(cmd.Attempt, dir, "") != nil {
+		if w = l.pre.takeWarm(localEnv(nil), false); w != nil && w.open(cmd.Attempt, dir, "") != nil {
 			w = nil // nothing started: the attempt goes the cold way, claimed as it is
 		}
 	}
@@ -192,7 +183,7 @@ func runLocalAttempt(ctx context.Context, cmd Command, base string) (Result, err
 	}
 	lock := t.file
 	if lock == nil && cmd.Lock != "" {
-		lock = takeLock(cmd) // the worker could not wait for it: the shell takes it if it can
+		lock = takeLock(cmd, base) // the worker could not wait for it: the shell takes it if it can
 	}
 	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
 	c.Stdout, c.Stderr, c.Stdin = outFile, errFile, nil
@@ -233,7 +224,7 @@ func (t turn) release() {
 	}
 }
 
-// takeLocalTurn takes cmd's host lock for the attempt at dir, before the
+// takeTurn takes cmd's host lock for the attempt at dir, before the
 // attempt is claimed: on a warm shell's descriptor when one is there (and
 // pidfd_getfd allowed), else on one of the worker's own, for the cold
 // shell. While another holds it, it waits (and says so on errOut, as the
@@ -243,7 +234,7 @@ func (t turn) release() {
 // ctx done meanwhile, its error. A lock the worker cannot take at all (the
 // lock file cannot be opened or locked here) is left to the shell: a turn
 // of neither.
-func takeLocalTurn(ctx context.Context, cmd Command, base, dir string, errOut *output) (turn, error) {
+func (l Local) takeTurn(ctx context.Context, cmd Command, base, dir string, errOut *output) (turn, error) {
 	locks := base + "/../locks"
 	if _, err := os.Stat(locks); err != nil {
 		// not cleaned: ".." is resolved by the kernel, as the shell's is
@@ -253,8 +244,8 @@ func takeLocalTurn(ctx context.Context, cmd Command, base, dir string, errOut *o
 	lockPath := locks + "/" + cmd.Lock
 	var t turn
 	fd := -1
-	if w := takeWarm(localEnv(nil), true); w != nil && w.open(cmd.Attempt, dir, lockPath) == nil {
-		if fd, _ = shellLock(w.cmd.Process.Pid); fd >= 0 {
+	if w := l.pre.takeWarm(localEnv(nil), true); w != nil && w.open(cmd.Attempt, dir, lockPath) == nil {
+		if fd, _ = l.pre.warm.lockOnShell(w.cmd.Process.Pid); fd >= 0 {
 			t.warm = w
 			defer unix.Close(fd) // the shell's descriptor holds the lock
 		} else {
@@ -351,18 +342,11 @@ func recordedExit(base, attempt string) int {
 	return n
 }
 
-// replenish makes warm shells and spare files for the next attempts, in
-// the background.
-func replenish(base string) {
-	refillWarm(localEnv(nil))
-	refillSpares(base)
-}
-
 // makeOutputFiles makes the attempt's output files and its id file: spares of base
 // linked in, or new files (when a name is taken, what is there stays).
-func makeOutputFiles(base, dir string) error {
+func (l Local) makeOutputFiles(base, dir string) error {
 	for _, name := range []string{dir + ".out", dir + ".err", dir + ".id"} {
-		if placed, _ := placeSpare(base, name); !placed {
+		if placed, _ := l.pre.placeSpare(base, name); !placed {
 			f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 			if err != nil {
 				return fmt.Errorf("attempt output files: %w", err)

@@ -38,39 +38,40 @@ type spareDir struct {
 	off     bool // cannot be done here: files are created
 }
 
-var spares struct {
+// spareSet is a Local runner's spare files, by attempts directory.
+type spareSet struct {
 	mu    sync.Mutex
 	dirs  map[string]*spareDir
 	order []string // oldest first
 }
 
-func spareDirOf(base string) *spareDir {
-	spares.mu.Lock()
-	defer spares.mu.Unlock()
-	if spares.dirs == nil {
-		spares.dirs = map[string]*spareDir{}
+func (s *spareSet) dirOf(base string) *spareDir {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dirs == nil {
+		s.dirs = map[string]*spareDir{}
 	}
-	d := spares.dirs[base]
+	d := s.dirs[base]
 	if d == nil {
-		if len(spares.order) >= spareDirs { // the oldest gives its files up
-			old := spares.order[0]
-			spares.order = spares.order[1:]
-			spares.dirs[old].stop()
-			delete(spares.dirs, old)
+		if len(s.order) >= spareDirs { // the oldest gives its files up
+			old := s.order[0]
+			s.order = s.order[1:]
+			s.dirs[old].stop()
+			delete(s.dirs, old)
 		}
 		d = &spareDir{}
-		spares.dirs[base] = d
-		spares.order = append(spares.order, base)
+		s.dirs[base] = d
+		s.order = append(s.order, base)
 	}
 	return d
 }
 
-// placeSpare gives a spare file of base the name dst, never replacing
+// place gives a spare file of base the name dst, never replacing
 // anything. It returns os.ErrExist when dst exists, and false when it
 // placed nothing for another reason (no spare ready, or it cannot be done
 // here): then the caller creates dst.
-func placeSpare(base, dst string) (bool, error) {
-	d := spareDirOf(base)
+func (s *spareSet) place(base, dst string) (bool, error) {
+	d := s.dirOf(base)
 	d.mu.Lock()
 	if d.off {
 		d.mu.Unlock()
@@ -123,10 +124,10 @@ func (d *spareDir) stop() {
 	d.files = nil
 }
 
-// refillSpares starts making base's spare files in the background, unless
-// that is under way.
-func refillSpares(base string) {
-	d := spareDirOf(base)
+// refill starts making base's spare files in the background, unless that
+// is under way.
+func (s *spareSet) refill(base string) {
+	d := s.dirOf(base)
 	d.mu.Lock()
 	fill := !d.filling && !d.off && len(d.files) < sparesPerDir
 	if fill {

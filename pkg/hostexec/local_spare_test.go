@@ -13,9 +13,9 @@ import (
 
 // spareInodes waits until base has sparesPerDir spare files ready (or
 // more: one given back while more were made) and returns their inodes.
-func spareInodes(t *testing.T, base string) []uint64 {
+func spareInodes(t *testing.T, l Local, base string) []uint64 {
 	t.Helper()
-	d := spareDirOf(base)
+	d := l.pre.spares.dirOf(base)
 	for range 500 {
 		d.mu.Lock()
 		var ino []uint64
@@ -49,16 +49,17 @@ func inodeOf(t *testing.T, path string) uint64 {
 // files of its attempts directory, linked in when it starts. They leave
 // nothing else in the directory.
 func TestAttemptFilesAreSpares(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	base := filepath.Join(t.TempDir(), "attempts")
 	run := func(id string) {
 		t.Helper()
-		res, err := Local{}.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo out; echo err >&2"})
+		res, err := l.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo out; echo err >&2"})
 		if err != nil || res.ExitCode != 0 || res.Stdout != "out\n" || res.Stderr != "err\n" {
 			t.Fatalf("%s: %+v %v", id, res, err)
 		}
 	}
 	run("w.1.create.f.n.1.run") // no spares yet: its files are created, and spares are made
-	spare := spareInodes(t, base)
+	spare := spareInodes(t, l, base)
 	run("w.1.create.f.n.2.run")
 	for _, suffix := range []string{".run", ".out", ".err", ".id"} {
 		name := filepath.Join(base, "w.1.create.f.n.2.run"+suffix)
@@ -88,28 +89,29 @@ func TestAttemptFilesAreSpares(t *testing.T) {
 // there: an attempt started before is never replaced, and the spare is
 // kept.
 func TestSpareNeverReplacesAClaim(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	base := filepath.Join(t.TempDir(), "attempts")
-	if _, err := (Local{}).Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil {
+	if _, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil {
 		t.Fatal(err)
 	}
 	run := filepath.Join(base, "w.1.create.f.n.2.run.run")
 	if err := os.WriteFile(run, []byte("123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	before := spareInodes(t, base)
-	if err := claimAttempt(base, "w.1.create.f.n.2.run"); err != errClaimed {
+	before := spareInodes(t, l, base)
+	if err := l.claimAttempt(base, "w.1.create.f.n.2.run"); err != errClaimed {
 		t.Fatalf("claim over an existing run file: %v, want errClaimed", err)
 	}
 	if b, _ := os.ReadFile(run); string(b) != "123\n" {
 		t.Fatalf("run file now %q", b)
 	}
-	after := spareInodes(t, base)
+	after := spareInodes(t, l, base)
 	for _, ino := range before {
 		if !slices.Contains(after, ino) {
 			t.Fatalf("spares %v after the refused claim, want all of %v", after, before)
 		}
 	}
-	if err := claimAttempt(base, "w.1.create.f.n.3.run"); err != nil {
+	if err := l.claimAttempt(base, "w.1.create.f.n.3.run"); err != nil {
 		t.Fatalf("a free attempt: %v", err)
 	}
 	if !slices.Contains(before, inodeOf(t, filepath.Join(base, "w.1.create.f.n.3.run.run"))) {
@@ -122,13 +124,14 @@ func TestSpareNeverReplacesAClaim(t *testing.T) {
 // claim, does not remove the claim (the attempt could then be claimed,
 // and started, a second time).
 func TestOldSpareClaimSurvivesTheSweep(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	base := filepath.Join(t.TempDir(), "attempts")
-	if _, err := (Local{}).Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil {
+	if _, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil {
 		t.Fatal(err)
 	}
-	spareInodes(t, base)
+	spareInodes(t, l, base)
 	old := time.Now().Add(-8 * 24 * time.Hour)
-	d := spareDirOf(base)
+	d := l.pre.spares.dirOf(base)
 	d.mu.Lock()
 	for _, f := range d.files { // the spares waited 8 days
 		if err := os.Chtimes("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), old, old); err != nil {
@@ -143,14 +146,14 @@ func TestOldSpareClaimSurvivesTheSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := claimAttempt(base, "w.1.create.f.n.2.run"); err != nil {
+	if err := l.claimAttempt(base, "w.1.create.f.n.2.run"); err != nil {
 		t.Fatal(err)
 	}
 	sweepLocal(base) // as runLocalAttempt does after the claim
 	if _, err := os.Stat(filepath.Join(base, "w.1.create.f.n.2.run.run")); err != nil {
 		t.Fatalf("the claim was swept: %v", err)
 	}
-	if err := claimAttempt(base, "w.1.create.f.n.2.run"); err != errClaimed {
+	if err := l.claimAttempt(base, "w.1.create.f.n.2.run"); err != errClaimed {
 		t.Fatalf("second claim of the attempt: %v, want errClaimed", err)
 	}
 }
@@ -158,20 +161,21 @@ func TestOldSpareClaimSurvivesTheSweep(t *testing.T) {
 // An attempts directory removed while the worker holds spares of it is
 // made again by the next attempt, and spares go on there.
 func TestSparesGoOnInARemadeDirectory(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	base := filepath.Join(t.TempDir(), "attempts")
 	run := func(id string) {
 		t.Helper()
-		if res, err := (Local{}).Run(context.Background(), Command{Attempt: id, Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil || res.ExitCode != 0 {
+		if res, err := l.Run(context.Background(), Command{Attempt: id, Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}); err != nil || res.ExitCode != 0 {
 			t.Fatalf("%s: %+v %v", id, res, err)
 		}
 	}
 	run("w.1.create.f.n.1.run")
-	spareInodes(t, base)
+	spareInodes(t, l, base)
 	if err := os.RemoveAll(base); err != nil {
 		t.Fatal(err)
 	}
 	run("w.1.create.f.n.2.run")
-	spare := spareInodes(t, base)
+	spare := spareInodes(t, l, base)
 	run("w.1.create.f.n.3.run")
 	if !slices.Contains(spare, inodeOf(t, filepath.Join(base, "w.1.create.f.n.3.run.run"))) {
 		t.Fatal("after the directory was made again, the attempt's run file is not a spare")

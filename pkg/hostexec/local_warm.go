@@ -35,7 +35,7 @@ import (
 // command runs even if the worker dies. Before the attempt is claimed, the
 // shell opens the lock file on its fd 9 and says so; the worker takes that
 // descriptor's open file description with pidfd_getfd(2) and locks it with
-// flock(2), waiting while another holds it (see takeLocalTurn), so the
+// flock(2), waiting while another holds it (see Local.takeTurn), so the
 // shell's descriptor holds the lock. Where pidfd_getfd is not allowed, the
 // shell is let go and attempts with a lock go the cold way.
 //
@@ -91,69 +91,69 @@ type warmShell struct {
 	env []string // the environment it was started with
 }
 
-// warmPool holds the worker's warm shells.
-var warmPool struct {
+// warmPool holds a Local runner's warm shells.
+type warmPool struct {
 	mu      sync.Mutex
 	idle    []*warmShell
 	filling bool
 	noPidfd atomic.Bool // pidfd_getfd is refused here: attempts with a lock go the cold way
 }
 
-// takeWarm returns a warm shell started with env, or nil. The pool fills
-// up again, and shells of another environment are ended, once the attempt
-// ended (replenish).
-func takeWarm(env []string, lock bool) *warmShell {
-	if lock && warmPool.noPidfd.Load() {
+// take returns a warm shell started with env, or nil. The pool fills up
+// again, and shells of another environment are ended, once the attempt
+// ended (prestart.replenish).
+func (p *warmPool) take(env []string, lock bool) *warmShell {
+	if lock && p.noPidfd.Load() {
 		return nil
 	}
-	warmPool.mu.Lock()
-	defer warmPool.mu.Unlock()
-	i := slices.IndexFunc(warmPool.idle, func(w *warmShell) bool { return slices.Equal(w.env, env) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.IndexFunc(p.idle, func(w *warmShell) bool { return slices.Equal(w.env, env) })
 	if i < 0 {
 		return nil
 	}
-	w := warmPool.idle[i]
-	warmPool.idle = slices.Delete(warmPool.idle, i, i+1)
+	w := p.idle[i]
+	p.idle = slices.Delete(p.idle, i, i+1)
 	return w
 }
 
-// refillWarm starts filling the pool with shells of env, unless that is
+// refill starts filling the pool with shells of env, unless that is
 // under way.
-func refillWarm(env []string) {
-	warmPool.mu.Lock()
-	fill := !warmPool.filling
-	warmPool.filling = true
-	warmPool.mu.Unlock()
+func (p *warmPool) refill(env []string) {
+	p.mu.Lock()
+	fill := !p.filling
+	p.filling = true
+	p.mu.Unlock()
 	if fill {
-		go fillWarm(env)
+		go p.fill(env)
 	}
 }
 
-// fillWarm ends the pool's shells of another environment, then starts
-// shells of env until the pool holds warmShells.
-func fillWarm(env []string) {
+// fill ends the pool's shells of another environment, then starts shells
+// of env until the pool holds warmShells.
+func (p *warmPool) fill(env []string) {
 	defer func() {
-		warmPool.mu.Lock()
-		warmPool.filling = false
-		warmPool.mu.Unlock()
+		p.mu.Lock()
+		p.filling = false
+		p.mu.Unlock()
 	}()
-	warmPool.mu.Lock()
+	p.mu.Lock()
 	var stale []*warmShell
-	warmPool.idle = slices.DeleteFunc(warmPool.idle, func(w *warmShell) bool {
+	p.idle = slices.DeleteFunc(p.idle, func(w *warmShell) bool {
 		if slices.Equal(w.env, env) {
 			return false
 		}
 		stale = append(stale, w)
 		return true
 	})
-	warmPool.mu.Unlock()
+	p.mu.Unlock()
 	for _, w := range stale {
 		w.discard()
 	}
 	for {
-		warmPool.mu.Lock()
-		n := len(warmPool.idle)
-		warmPool.mu.Unlock()
+		p.mu.Lock()
+		n := len(p.idle)
+		p.mu.Unlock()
 		if n >= warmShells {
 			return
 		}
@@ -161,9 +161,9 @@ func fillWarm(env []string) {
 		if err != nil {
 			return // the next attempt tries again; this one goes the cold way
 		}
-		warmPool.mu.Lock()
-		warmPool.idle = append(warmPool.idle, w)
-		warmPool.mu.Unlock()
+		p.mu.Lock()
+		p.idle = append(p.idle, w)
+		p.mu.Unlock()
 	}
 }
 
@@ -243,10 +243,14 @@ func (w *warmShell) start(cmd Command, ex string) error {
 	return nil
 }
 
-// refused turns lock attempts cold when err says this kernel or its
-// seccomp profile refuses pidfds, not when the shell just ended (ESRCH).
-func refused(err error) {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOSYS) {
-		warmPool.noPidfd.Store(true)
+// lockOnShell returns a descriptor of the open file description the warm
+// shell pid has on its fd 9 (shellLock). Where this kernel or its seccomp
+// profile refuses pidfds (not when the shell just ended: ESRCH), attempts
+// with a lock go the cold way from then on.
+func (p *warmPool) lockOnShell(pid int) (int, error) {
+	fd, err := shellLock(pid)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOSYS) || errors.Is(err, errors.ErrUnsupported) {
+		p.noPidfd.Store(true)
 	}
+	return fd, err
 }

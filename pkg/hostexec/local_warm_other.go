@@ -7,6 +7,5 @@ import "errors"
 // shellLock needs pidfds (Linux): elsewhere attempts with a lock take a
 // cold shell.
 func shellLock(int) (int, error) {
-	warmPool.noPidfd.Store(true)
 	return -1, errors.ErrUnsupported
 }

@@ -17,22 +17,22 @@ import (
 
 // warmPids waits until the pool holds a warm shell started with the
 // worker's environment of now, and returns the pids of those it holds.
-func warmPids(t *testing.T) []int {
+func warmPids(t *testing.T, l Local) []int {
 	t.Helper()
 	env := localEnv(nil)
 	for range 500 {
-		warmPool.mu.Lock()
+		l.pre.warm.mu.Lock()
 		var pids []int
-		for _, w := range warmPool.idle {
+		for _, w := range l.pre.warm.idle {
 			if slices.Equal(w.env, env) {
 				pids = append(pids, w.cmd.Process.Pid)
 			}
 		}
-		warmPool.mu.Unlock()
+		l.pre.warm.mu.Unlock()
 		if len(pids) > 0 {
 			return pids
 		}
-		refillWarm(env) // not one yet
+		l.pre.warm.refill(env) // not one yet
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("no warm shell was started in 5 s")
@@ -59,11 +59,12 @@ func supervisorPid(t *testing.T, base, attempt string) int {
 // It gets its environment, secrets and output as a cold shell gives
 // them, and records its exit status.
 func TestWarmShellRunsTheAttempt(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	dir := t.TempDir()
 	base := filepath.Join(dir, "attempts")
-	waiting := warmPids(t)
+	waiting := warmPids(t, l)
 	lines := newLines()
-	res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.on,
+	res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.on,
 		Env: map[string]string{"GANTRY_ATTEMPTS": base, "MINE": "it's mine"}, Secrets: map[string]string{"TOKEN": "s3cret value"},
 		Script: `echo "$MINE"; echo "$TOKEN" >&2; exit 3`})
 	if err != nil || res.ExitCode != 3 {
@@ -92,18 +93,19 @@ func TestWarmShellRunsTheAttempt(t *testing.T) {
 // command runs nobody else can take it, though the worker holds no
 // descriptor of the lock file, so it would hold if the worker died.
 func TestWarmShellHoldsTheLock(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	dir := t.TempDir()
 	base := filepath.Join(dir, "attempts")
 	if err := os.MkdirAll(filepath.Join(dir, "locks"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	waiting := warmPids(t)
+	waiting := warmPids(t, l)
 	gate := filepath.Join(dir, "gate")
 	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) }) // ends the command if the test fails first
 	started := newLines("running")
 	done := make(chan Result, 1)
 	go func() {
-		res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.on,
+		res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.on,
 			Env:    map[string]string{"GANTRY_ATTEMPTS": base},
 			Script: `echo running; i=0; while [ ! -e ` + shellQuote(gate) + ` ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done`})
 		if err != nil {
@@ -157,11 +159,12 @@ func openedHere(t *testing.T, path string) bool {
 // changed since it started) is ended without running anything, and the
 // attempt runs with the environment of now.
 func TestWarmShellOfAnOldEnvironmentIsNotUsed(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	dir := t.TempDir()
 	base := filepath.Join(dir, "attempts")
-	old := warmPids(t)
+	old := warmPids(t, l)
 	t.Setenv("LANG", "C.warm-test")
-	res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo "$LANG"`})
+	res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo "$LANG"`})
 	if err != nil || res.Stdout != "C.warm-test\n" {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -187,14 +190,15 @@ func TestWarmShellOfAnOldEnvironmentIsNotUsed(t *testing.T) {
 // waited in the pool) costs nothing but itself: the attempt runs the cold
 // way, once, holding its lock.
 func TestWarmShellLostAttemptRunsCold(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	dir := t.TempDir()
 	base := filepath.Join(dir, "attempts")
-	waiting := warmPids(t)
+	waiting := warmPids(t, l)
 	for _, pid := range waiting {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	count := filepath.Join(dir, "count")
-	res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
+	res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
 		Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo ran >>` + shellQuote(count)})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v %v", res, err)
@@ -218,22 +222,23 @@ func TestWarmShellLostAttemptRunsCold(t *testing.T) {
 // on: the worker takes the lock on a descriptor of its own and hands it
 // over, with no flock(1) either; each runs once, holding the lock.
 func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	dir := t.TempDir()
 	calls := countFlock(t, dir)
 	pidfdGetfd = func(int, int, int) (int, error) { return -1, syscall.EPERM }
-	defer func() { pidfdGetfd = unix.PidfdGetfd; warmPool.noPidfd.Store(false) }()
+	defer func() { pidfdGetfd = unix.PidfdGetfd; l.pre.warm.noPidfd.Store(false) }()
 	base := filepath.Join(dir, "attempts")
 	if err := os.MkdirAll(filepath.Join(dir, "locks"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	waiting := warmPids(t)
+	waiting := warmPids(t, l)
 	count := filepath.Join(dir, "count")
 	for i, want := range []struct {
 		warm  bool
 		flock string
 	}{{false, ""}, {false, ""}} { // the cold way: the worker locks and hands the file over
 		id := "w.1.create.f.n." + strconv.Itoa(i+1) + ".run"
-		res, err := Local{}.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base},
+		res, err := l.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base},
 			Script: `echo ran >>` + shellQuote(count)})
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("attempt %d: %+v %v", i+1, res, err)
@@ -293,6 +298,7 @@ func TestWarmShellCutScript(t *testing.T) {
 // lock on its descriptor, is let go and reaped (no zombie is left in the
 // worker); nothing of the attempt had started, and it runs the cold way.
 func TestWarmShellDeadAfterAnswerIsReaped(t *testing.T) {
+	l := NewLocal(LocalOptions{Prestart: true})
 	dir := t.TempDir()
 	base := filepath.Join(dir, "attempts")
 	if err := os.MkdirAll(filepath.Join(dir, "locks"), 0o700); err != nil {
@@ -311,9 +317,9 @@ func TestWarmShellDeadAfterAnswerIsReaped(t *testing.T) {
 		_ = unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil)
 		return -1, syscall.EPERM
 	}
-	defer func() { pidfdGetfd = unix.PidfdGetfd; warmPool.noPidfd.Store(false) }()
-	warmPids(t)
-	res, err := Local{}.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
+	defer func() { pidfdGetfd = unix.PidfdGetfd; l.pre.warm.noPidfd.Store(false) }()
+	warmPids(t, l)
+	res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
 		Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo ran`})
 	if err != nil || res.Stdout != "ran\n" || shell == 0 {
 		t.Fatalf("%+v %v (shell %d), want it run the cold way", res, err, shell)

@@ -41,7 +41,7 @@ const noOutputExit = 3
 // run with Output, ended) on r's host: at most limit+1 bytes, so that a
 // caller can tell a file over limit. It runs one command as cmd's user
 // (Become), finding the attempt's directory as cmd's supervisor did (from
-// its Env, or its secret HOME or GANTRY_ATTEMPTS). The file travels as
+// its Env and the host's environment: attemptsBase). The file travels as
 // hex (od), so its bytes arrive as they are, whatever lines they make.
 func ReadOutput(ctx context.Context, r Runner, cmd Command, limit int) ([]byte, error) {
 	if err := validAttempt(cmd.Attempt); err != nil {
@@ -51,14 +51,6 @@ func ReadOutput(ctx context.Context, r Runner, cmd Command, limit int) ([]byte, 
 		Script: `_gf=` + attemptsDir + `/` + shellQuote(cmd.Attempt) + `.output; [ -f "$_gf" ] || exit ` + strconv.Itoa(noOutputExit) +
 			`; head -c ` + strconv.Itoa(limit+1) + ` "$_gf" | od -An -v -tx1`,
 		Env: cmd.Env, Become: cmd.Become, BecomeUser: cmd.BecomeUser, Timeout: cmd.Timeout,
-	}
-	for _, k := range []string{"HOME", "GANTRY_ATTEMPTS"} {
-		if v, ok := cmd.Secrets[k]; ok {
-			if read.Secrets == nil {
-				read.Secrets = map[string]string{}
-			}
-			read.Secrets[k] = v
-		}
 	}
 	var (
 		mu  sync.Mutex

@@ -169,9 +169,9 @@ func TestAttemptIdentityRecorded(t *testing.T) {
 	}
 	// the session supervisor
 	dir := t.TempDir()
-	ex, _ := exports(map[string]string{"GANTRY_ATTEMPTS": dir})
 	for _, lock := range []string{"", "host"} {
-		if out, err := exec.Command("/bin/sh", "-c", superviseScript("w1.1.f.n.1"+lock, lock, "", ex, "true", false)).CombinedOutput(); err != nil {
+		cmd := Command{Attempt: "w1.1.f.n.1" + lock, Lock: lock, Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}
+		if out, err := exec.Command("/bin/sh", "-c", sessionScript(cmd)).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 		if b, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1"+lock+".id")); !strings.HasPrefix(string(b), boot+" ") {

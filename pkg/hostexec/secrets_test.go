@@ -211,3 +211,44 @@ func TestSecretsChecked(t *testing.T) {
 		}
 	}
 }
+
+// A secret is the command's environment and nothing else: one named
+// GANTRY_ATTEMPTS or HOME reaches the command, but moves none of the
+// attempt's files and changes nothing of how the attempt runs (over SSH
+// in a host agent, asked at its turn like any other). Before, such a
+// secret moved the attempts directory and sent the attempt the way of a
+// session supervisor, where its Turn was never asked.
+func TestSecretNamedLikeTheAttemptsDirChangesNothing(t *testing.T) {
+	for name, r := range runners(t) {
+		for _, secret := range []string{"GANTRY_ATTEMPTS", "HOME"} {
+			t.Run(name+"/"+secret, func(t *testing.T) {
+				home, decoy := t.TempDir(), t.TempDir()
+				env := map[string]string{"HOME": home}
+				base := filepath.Join(home, ".gantry", "attempts")
+				if secret == "HOME" {
+					base = filepath.Join(t.TempDir(), "attempts")
+					env = map[string]string{"GANTRY_ATTEMPTS": base}
+				}
+				asked := 0
+				for n := 1; n <= 2; n++ {
+					id := fmt.Sprintf("w.%d.create.f.n.1.run", n)
+					res, err := r.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Mark: "create.h1", Env: env,
+						Secrets: map[string]string{secret: decoy}, Turn: func(Holder) bool { asked++; return true },
+						Script: `[ "$` + secret + `" = ` + shellQuote(decoy) + ` ] && echo sees-it`})
+					if err != nil || res.ExitCode != 0 || res.Stdout != "sees-it\n" {
+						t.Fatalf("attempt %d: %+v %v, want the command to see the secret", n, res, err)
+					}
+					if _, err := os.Stat(filepath.Join(base, id+".run")); err != nil {
+						t.Errorf("attempt %d is not recorded in %s: %v", n, base, err)
+					}
+				}
+				if es, _ := os.ReadDir(decoy); len(es) > 0 {
+					t.Errorf("the secret's directory holds %d entries (%s...), want none", len(es), es[0].Name())
+				}
+				if asked != 1 {
+					t.Errorf("Turn asked %d times, want once: the second attempt's last holder left the same mark and succeeded", asked)
+				}
+			})
+		}
+	}
+}

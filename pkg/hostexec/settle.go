@@ -43,19 +43,19 @@ var ErrNoAttempt = errors.New("the attempt never started on the host")
 // settleMarker starts the first stdout line of a settle: what it found.
 const settleMarker = "__gantry_settle "
 
-// settleScript settles attempt (see above). ex is the environment's
-// export lines (GANTRY_ATTEMPTS may be one of them). Its first stdout
+// settleScript settles attempt (see above). base is the shell that sets
+// _gb, its attempts directory (attemptsBase). Its first stdout
 // line is settleMarker followed by "absent", "lost", "alive", or "ended"
 // or "killed" and the recorded exit status; then the tails of the
 // attempt's output files, on stdout and stderr.
-func settleScript(attempt, ex string) string {
+func settleScript(attempt, base string) string {
 	// The run file is created with the supervisor's pid in one write, but
 	// one may look between the create and the write: wait for the pid (at
 	// most 5 s), as a re-attach does. A supervisor that is gone without an
 	// exit status may be writing it: wait a second for it. A pid that is
 	// no longer the supervisor's (checkID: the host restarted) is not
 	// signalled: the attempt is lost.
-	return ex + `_gb=` + attemptsDir + `; _gd="$_gb/"` + shellQuote(attempt) + `
+	return base + `; _gd="$_gb/"` + shellQuote(attempt) + `
 ` + checkID + `_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then echo '` + settleMarker + `absent'; exit 0; fi
 _gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
@@ -133,17 +133,14 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 	if err := validAttempt(cmd.Attempt); err != nil {
 		return res, err
 	}
-	ex, err := checkedExports(cmd)
-	if err != nil {
+	if _, err := checkedExports(cmd); err != nil {
 		return res, err
 	}
-	var stdin bytes.Buffer
-	if len(cmd.Secrets) > 0 {
-		ex = readSecrets + ex
-		stdin.WriteString(secretLine(cmd.Secrets))
-	}
 	c := r.entry()
-	var sess *ssh.Session
+	var (
+		sess *ssh.Session
+		err  error
+	)
 	for {
 		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
 			return res, err
@@ -162,8 +159,8 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 	defer func() { c.touch(); c.release() }()
 	defer sess.Close()
 	var out, errOut bytes.Buffer
-	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, &stdin
-	if err := sess.Start(cmd.as().remote(settleScript(cmd.Attempt, ex))); err != nil {
+	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, eofReader{}
+	if err := sess.Start(cmd.as().remote(settleScript(cmd.Attempt, attemptsBase(cmd)))); err != nil {
 		return res, fmt.Errorf("%w on %s: start: %w", ErrSession, r.address, err)
 	}
 	waited := make(chan error, 1)
@@ -182,20 +179,20 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 // settleLocal settles a durable attempt of transport local.
 func settleLocal(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	if err := becomeLocal(cmd); err != nil {
-		return res, err
-	}
 	if err := validAttempt(cmd.Attempt); err != nil {
 		return res, err
 	}
-	ex, err := checkedExports(cmd)
+	if _, err := checkedExports(cmd); err != nil {
+		return res, err
+	}
+	base, err := localAttemptsDir(cmd)
 	if err != nil {
 		return res, err
 	}
-	c := exec.CommandContext(ctx, "/bin/sh", "-c", settleScript(cmd.Attempt, ex))
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", settleScript(cmd.Attempt, "_gb="+shellQuote(base)))
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut
-	c.Env = localEnv(cmd.Secrets)
+	c.Env = localEnv(nil)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = KillGrace
 	err = c.Run()

@@ -95,8 +95,8 @@ func TestSettleLocal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	sleep := fmt.Sprintf("30.%09d", time.Now().UnixNano()%1e9)
-	ex, _ := exports(map[string]string{"GANTRY_ATTEMPTS": dir})
-	first := exec.Command("/bin/sh", "-c", superviseScript("w1.1.f.n.1", "", "", ex, "echo line1; echo warn >&2; sleep "+sleep+"; echo never", false))
+	first := exec.Command("/bin/sh", "-c", sessionScript(Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+		Script: "echo line1; echo warn >&2; sleep " + sleep + "; echo never"}))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {
