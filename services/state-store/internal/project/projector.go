@@ -191,7 +191,7 @@ func (p *Projector) Apply(ctx context.Context, evs []*consume.Event, last uint64
 		err = p.fold(ctx, evs)
 	}
 	if err == nil && p.holds(last) {
-		p.holdCtx = context.WithoutCancel(ctx)
+		p.holdCtx = ctx
 		if p.timer == nil {
 			p.timer = time.AfterFunc(p.Hold, p.writeHeld)
 		}
