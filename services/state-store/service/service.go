@@ -49,7 +49,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("state-store: %w", err)
 	}
 	store := &project.KVStore{JS: js, KV: kv, Storage: storage}
-	p := &project.Projector{Store: store, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes}
+	p := &project.Projector{Store: store, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes, Hold: WriteHold}
 	meter := &lag.Meter{Instance: cfg.Instance, Applied: p.Applied, LastSeq: func(ctx context.Context) (uint64, error) {
 		s, err := js.Stream(ctx, events.StreamEvents)
 		if err != nil {
@@ -78,6 +78,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	f := &follower{js: js, kv: kv, p: p, log: log}
 	return f.run(ctx, from)
 }
+
+// WriteHold is how long the projection's writes wait for the next
+// events' before they are made: a document that the events of that time
+// change several times (a formula's ready, running and succeeded; the
+// checkpoint) is written once. Nothing waits for them but the
+// state-store's own reads, which have them written at once; the events
+// are in the stream, and the checkpoint follows the writes, so a crash
+// meanwhile applies them again.
+const WriteHold = time.Second
 
 // follower follows the event stream, and starts again from the first
 // event of a re-created one: a stream deleted and created again numbers

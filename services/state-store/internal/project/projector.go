@@ -49,8 +49,23 @@ type Projector struct {
 	// fresh holds the workflows whose documents are all this projector's
 	// own creations (see get).
 	fresh map[string]bool
-	// applied is the highest stream sequence handled.
+	// applied is the highest stream sequence handled (applied to the
+	// cache; written once nothing is held).
 	applied uint64
+	// Hold is how long a batch's writes may wait for the next batches'
+	// (0: written at once). held are the events applied to the cache and
+	// not yet written, up to stream sequence heldTo; skip, those of them
+	// that panicked; timer writes them Hold after the first; holdCtx is
+	// the context it writes them with.
+	Hold    time.Duration
+	held    []*consume.Event
+	heldTo  uint64
+	skip    map[uint64]bool
+	timer   *time.Timer
+	holdCtx context.Context
+	// stale: the cache lost (drop, forget) effects of held events, which
+	// are applied again before they are written.
+	stale bool
 	// removals are the workflows pruned by the batch under way: their
 	// documents are removed after its writes.
 	removals []string
@@ -63,6 +78,7 @@ type Projector struct {
 		sync.Mutex
 		seq   uint64
 		moved chan struct{} // closed when seq moves
+		want  uint64        // the highest sequence a reader awaits
 	}
 }
 
@@ -102,7 +118,14 @@ func (p *Projector) Await(ctx context.Context, seq uint64) error {
 			p.pos.moved = make(chan struct{})
 		}
 		moved := p.pos.moved
+		asked := seq > p.pos.want
+		p.pos.want = max(p.pos.want, seq)
 		p.pos.Unlock()
+		if asked {
+			// Held events this read waits for are written now; the ones
+			// still to come are written as they come (holds).
+			go p.writeHeld()
+		}
 		select {
 		case <-moved:
 		case <-ctx.Done():
@@ -146,27 +169,83 @@ func (p *Projector) Resume(ctx context.Context) (uint64, error) {
 	return seq + 1, nil
 }
 
-// Apply is a consume.FollowHandler: it applies evs in order and writes
-// every document they changed, once each, retrying in place (with
-// backoff, the lock released in between) until that succeeds or ctx
-// ends; then it moves the checkpoint to last. An event that can never be
-// applied (malformed, of an unknown type, touching a stored document that
-// does not decode, or panicking) is logged and skipped, so one bad event
-// neither stops the projection nor takes the service down.
+// Apply is a consume.FollowHandler: it applies evs in order to the
+// cached documents and writes every document they changed, once each,
+// retrying in place (with backoff, the lock released in between) until
+// that succeeds or ctx ends; then it moves the checkpoint to last. With
+// Hold, the writes of a batch wait up to Hold for the next batches', so
+// that a document that several batches change is written once (a read
+// does not wait for them: Await writes at once). An event that can never
+// be applied (malformed, of an unknown type, touching a stored document
+// that does not decode, or panicking) is logged and skipped, so one bad
+// event neither stops the projection nor takes the service down.
 func (p *Projector) Apply(ctx context.Context, evs []*consume.Event, last uint64) {
-	skip := map[uint64]bool{}
+	p.mu.Lock()
+	p.held = append(p.held, evs...)
+	p.heldTo = max(p.heldTo, last)
+	p.applied = max(p.applied, last)
+	var err error
+	if p.stale {
+		err = p.refold(ctx)
+	} else {
+		err = p.fold(ctx, evs)
+	}
+	if err == nil && p.holds(last) {
+		p.holdCtx = ctx
+		if p.timer == nil {
+			p.timer = time.AfterFunc(p.Hold, p.writeHeld)
+		}
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.commit(ctx)
+}
+
+// maxHeld bounds the events whose writes wait (Hold).
+const maxHeld = 4096
+
+// holds says whether the writes of the events up to last may wait: Hold
+// is set, not too many events wait, and no read waits for them.
+func (p *Projector) holds(last uint64) bool {
+	if p.Hold <= 0 || len(p.held) >= maxHeld {
+		return false
+	}
+	p.pos.Lock()
+	defer p.pos.Unlock()
+	return p.pos.want <= p.pos.seq || p.pos.want > last
+}
+
+// writeHeld writes what waits (the Hold timer, or a read that waits).
+func (p *Projector) writeHeld() {
+	p.mu.Lock()
+	ctx := p.holdCtx
+	p.mu.Unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p.commit(ctx)
+}
+
+// commit writes what the held events changed and moves the checkpoint
+// past them, retrying until that succeeds or ctx ends (after a failed
+// write, the events are applied again over fresh reads).
+func (p *Projector) commit(ctx context.Context) {
 	delay := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := p.applyBatch(ctx, evs, last, skip)
+		p.mu.Lock()
+		err := p.write(ctx)
+		to := p.heldTo
+		p.mu.Unlock()
 		if err == nil {
 			return
 		}
 		if ctx.Err() != nil {
-			p.Log.Warn("stopping with a batch not written; the next start applies it again", "to_seq", last, "err", err)
+			p.Log.Warn("stopping with a batch not written; the next start applies it again", "to_seq", to, "err", err)
 			return
 		}
 		if attempt%20 == 2 {
-			p.Log.Warn("projection write failed; retrying", "to_seq", last, "attempt", attempt, "err", err)
+			p.Log.Warn("projection write failed; retrying", "to_seq", to, "attempt", attempt, "err", err)
 		}
 		if events.IsMissing(err) && p.Heal != nil {
 			if herr := p.Heal(ctx); herr != nil {
@@ -184,11 +263,50 @@ func (p *Projector) Apply(ctx context.Context, evs []*consume.Event, last uint64
 	}
 }
 
-func (p *Projector) applyBatch(ctx context.Context, evs []*consume.Event, last uint64, skip map[uint64]bool) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// write writes, under p.mu, every document the held events changed and
+// then the checkpoint past them; a cache that lost their effects (a
+// failed write) gets them again first.
+func (p *Projector) write(ctx context.Context) error {
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+	if len(p.held) == 0 && p.heldTo == 0 {
+		return nil // written already
+	}
+	if p.stale {
+		if err := p.refold(ctx); err != nil {
+			return err
+		}
+	}
+	if err := p.flush(ctx); err != nil {
+		return err
+	}
+	last := p.heldTo
+	clear(p.held)
+	p.held, p.heldTo, p.skip, p.stale = p.held[:0], 0, nil, false
+	if p.Checkpoint != "" {
+		if err := p.Store.Mark(ctx, p.Checkpoint, strconv.AppendUint(nil, last, 10)); err != nil {
+			p.Log.Warn("checkpoint write failed; a restart applies more events again (each is counted once)", "err", err)
+		}
+	}
+	p.advance(last)
+	return nil
+}
+
+// refold applies every held event again, in order, over documents read
+// again (see drop).
+func (p *Projector) refold(ctx context.Context) error {
+	p.stale = false
+	return p.fold(ctx, p.held)
+}
+
+// fold applies evs in order to the cached documents. On an error that a
+// retry may fix, every document changed since the last write is dropped
+// from the cache, to be read again.
+func (p *Projector) fold(ctx context.Context, evs []*consume.Event) error {
 	for _, ev := range evs {
-		if skip[ev.Stream] {
+		if p.skip[ev.Stream] {
 			continue
 		}
 		err, panicked := p.safeApply(ctx, ev)
@@ -196,7 +314,10 @@ func (p *Projector) applyBatch(ctx context.Context, evs []*consume.Event, last u
 		case panicked:
 			// What it changed before panicking is unknown: start over
 			// without it.
-			skip[ev.Stream] = true
+			if p.skip == nil {
+				p.skip = map[uint64]bool{}
+			}
+			p.skip[ev.Stream] = true
 			p.forget()
 			return err
 		case err == nil:
@@ -205,15 +326,6 @@ func (p *Projector) applyBatch(ctx context.Context, evs []*consume.Event, last u
 		default:
 			p.drop()
 			return err
-		}
-	}
-	if err := p.flush(ctx); err != nil {
-		return err
-	}
-	p.advance(last)
-	if p.Checkpoint != "" {
-		if err := p.Store.Mark(ctx, p.Checkpoint, strconv.AppendUint(nil, last, 10)); err != nil {
-			p.Log.Warn("checkpoint write failed; a restart applies more events again (each is counted once)", "err", err)
 		}
 	}
 	return nil
@@ -298,6 +410,7 @@ func (p *Projector) writeDirty(ctx context.Context) error {
 // drop forgets every document changed since the last flush: the batch,
 // applied again, reads them from the store.
 func (p *Projector) drop() {
+	p.stale = true
 	for _, k := range p.dirty {
 		delete(p.cache, k)
 	}
@@ -399,6 +512,7 @@ func (p *Projector) remember(key string, val any, rev uint64) {
 
 // forget drops everything cached: the store is read again.
 func (p *Projector) forget() {
+	p.stale = true
 	p.cache, p.fresh, p.dirty, p.removals = nil, nil, p.dirty[:0], nil
 }
 

@@ -115,6 +115,9 @@ func (p *Projector) CatchUp(ctx context.Context, js jetstream.JetStream) error {
 func (p *Projector) Skip(ctx context.Context, seq uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.write(ctx); err != nil {
+		return fmt.Errorf("skip to %d: %w", seq, err)
+	}
 	p.advance(seq)
 	if p.Checkpoint == "" {
 		return nil
@@ -166,6 +169,9 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.write(ctx); err != nil {
+		return nil, fmt.Errorf("rebuild: %w", err)
+	}
 	var mem *MemStore
 	var first uint64
 	var pruned bool
@@ -273,6 +279,9 @@ func sameJSON(a, b []byte) bool {
 func (p *Projector) Rebase(ctx context.Context, kv jetstream.KeyValue) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.write(ctx); err != nil {
+		return 0, fmt.Errorf("rebase: %w", err)
+	}
 	lister, err := kv.ListKeys(ctx)
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return 0, fmt.Errorf("rebase: %w", err)
@@ -297,7 +306,7 @@ func (p *Projector) Rebase(ctx context.Context, kv jetstream.KeyValue) (int, err
 	p.forget()
 	p.applied = 0
 	p.pos.Lock()
-	p.pos.seq = 0
+	p.pos.seq, p.pos.want = 0, 0
 	p.pos.Unlock()
 	return n, nil
 }
