@@ -101,3 +101,15 @@ func serviceFor(subject string) string {
 }
 
 func quietLogger() *slogLogger { return newQuietLogger(os.Stderr) }
+
+// stateErr turns a state-store error reply into a CLI error.
+func stateErr(err error) error {
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		if se.Code == "404" {
+			return failed("%s", se.Description)
+		}
+		return &exitError{code: ExitProblem, err: fmt.Errorf("state-store: %s", se.Description)}
+	}
+	return busErr(err)
+}
