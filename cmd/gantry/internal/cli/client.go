@@ -32,7 +32,6 @@ const defaultReplyTimeout = 30 * time.Second
 // --timeout means something else: its requests wait defaultReplyTimeout.
 func (c *connFlags) addConn(cmd *cobra.Command) {
 	c.timeout = defaultReplyTimeout
-	connOf.Store(cmd, c)
 	cmd.Flags().StringVarP(&c.opts.URL, "server", "s", "", "NATS URL (default $NATS_URL, else the context's, else "+natsconn.DefaultURL+")")
 	fs := flag.NewFlagSet("conn", flag.ContinueOnError)
 	c.opts.RegisterCredentials(fs)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // resolveWorkflow turns what the user typed into a workflow id: an id the
@@ -33,7 +30,7 @@ func resolveDoc(ctx context.Context, cl *client.Client, typed string) (string, *
 	case !errors.As(exact, &se) || !errors.Is(se, client.ErrNotFound):
 		return "", nil, stateErr(exact) // no state-store answers: nothing to look in
 	}
-	if runKnown(cl.Conn(), typed, cl.Timeout()) {
+	if _, err := cl.Run(ctx, typed); err == nil {
 		return typed, nil, nil // accepted, not yet seen by the state-store
 	}
 	rows, err := cl.List(ctx, 100000)
@@ -72,22 +69,6 @@ func ambiguous(typed string, match []events.WorkflowSummary) error {
 	return &exitError{code: ExitUsage, err: errors.New(b.String())}
 }
 
-// runKnown says whether the planner has a run state for id.
-func runKnown(nc *nats.Conn, id string, timeout time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return false
-	}
-	kv, err := js.KeyValue(ctx, events.BucketRuns)
-	if err != nil {
-		return false
-	}
-	_, err = kv.Get(ctx, id)
-	return err == nil
-}
-
 // watchStart is when to start reading a workflow's events (just before it
 // was created, per the state-store, else a day back) and the run generation
 // whose end the watch waits for: the planner's snapshot has it as soon as a
@@ -100,30 +81,8 @@ func watchStart(ctx context.Context, cl *client.Client, id string) (time.Time, i
 	if doc, err := cl.Status(ctx, id); err == nil {
 		since, gen = doc.CreatedAt.Add(-time.Second), max(doc.Generation, 1)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cl.Timeout())
-	defer cancel()
-	if js, err := jetstream.New(cl.Conn()); err == nil {
-		if kv, err := js.KeyValue(ctx, events.BucketRuns); err == nil {
-			if e, err := kv.Get(ctx, id); err == nil {
-				if g, ok := runGeneration(e.Value()); ok {
-					gen = max(gen, g)
-				}
-			}
-		}
+	if run, err := cl.Run(ctx, id); err == nil {
+		gen = max(gen, run.Generation)
 	}
 	return since, gen
-}
-
-// runGeneration is the run generation of a gantry_runs record, plain or
-// compressed (a large fleet's snapshot is).
-func runGeneration(record []byte) (int, bool) {
-	data, err := events.Unpack(record)
-	if err != nil {
-		return 0, false
-	}
-	var run events.RunSnapshot
-	if json.Unmarshal(data, &run) != nil {
-		return 0, false
-	}
-	return run.Generation, true
 }

@@ -67,7 +67,7 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 	}
 	cf.add(cmd)
 	cmd.Flags().StringVar(&host, "host", "", "only this host, by its name (10.0.0.5, web-1.example.com)")
-	_ = cmd.RegisterFlagCompletionFunc("host", completeKnownHosts)
+	_ = cmd.RegisterFlagCompletionFunc("host", cf.completeKnownHosts)
 	outputFlag(cmd, &output, "table", "json")
 	cmd.Flags().BoolVar(&rebuild, "rebuild", false, "rebuild the projection from the event stream, replacing what differs")
 	cmd.Flags().BoolVar(&check, "check", false, "with --rebuild: only compare the projection with a rebuild (exit 1 if they differ)")

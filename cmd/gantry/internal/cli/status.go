@@ -35,7 +35,7 @@ unique start of a workflow's id (as gantry list prints them). -o json (or yaml)
 prints the workflow document, its top-level "status" the workflow's state,
 with that count and the failures under "summary".`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeWorkflowIDs,
+		ValidArgsFunction: cf.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := cf.connect()
 			if err != nil {

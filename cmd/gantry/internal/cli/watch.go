@@ -47,7 +47,7 @@ with control characters escaped (\x1b), as gantry logs shows output.
 object per line; DEL, C1 controls and bytes that are not UTF-8 as JSON
 escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeWorkflowIDs,
+		ValidArgsFunction: cf.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := cf.connect()
 			if err != nil {
