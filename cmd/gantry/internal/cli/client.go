@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -111,4 +113,22 @@ func stateErr(err error) error {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("state-store: %s", se.Description)}
 	}
 	return busErr(err)
+}
+
+// showState asks the state-store with read and prints its answer: as -o
+// json or yaml asks (output), else as table prints it.
+func showState[T any](cmd *cobra.Command, cf *connFlags, output string, read func(context.Context, *client.Client) (T, error), table func(io.Writer, T) error) error {
+	cl, err := cf.connect()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	v, err := read(cmd.Context(), cl)
+	if err != nil {
+		return stateErr(err)
+	}
+	if structured(output) {
+		return printAs(cmd.OutOrStdout(), output, v)
+	}
+	return table(cmd.OutOrStdout(), v)
 }

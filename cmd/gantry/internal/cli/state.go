@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/spf13/cobra"
@@ -50,19 +52,9 @@ rebuild): past it, it exits 3 saying so, and the state-store gives up too.`,
 			if p := dag.HostNameProblem(host); host != "" && p != "" {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--host: host name %s", p)}
 			}
-			cl, err := cf.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			nodes, err := cl.Host(cmd.Context(), host)
-			if err != nil {
-				return stateErr(err)
-			}
-			if structured(output) {
-				return printAs(cmd.OutOrStdout(), output, nodes)
-			}
-			return printHostNodes(cmd.OutOrStdout(), nodes)
+			return showState(cmd, &cf, output, func(ctx context.Context, cl *client.Client) ([]events.HostNode, error) {
+				return cl.Host(ctx, host)
+			}, printHostNodes)
 		},
 	}
 	cf.add(cmd)
