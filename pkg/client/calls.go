@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
@@ -121,3 +122,48 @@ func (c *Client) Ping(ctx context.Context, service string) error {
 	_, err := c.nc.RequestWithContext(ctx, "$SRV.PING."+service, nil)
 	return err
 }
+
+// JetStream asks the server for the account's JetStream: an error when it
+// has none, or does not answer.
+func (c *Client) JetStream(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if _, err := c.js.AccountInfo(ctx); err != nil {
+		return &RequestError{Subject: "$JS.API.INFO", Err: err}
+	}
+	return nil
+}
+
+// Stats asks every instance of the services (by their micro names:
+// gantry-planner) for its micro stats, and returns those that answer
+// within statsFirst, and within statsMore of the one before: instances
+// that do not answer are not waited for.
+func (c *Client) Stats(ctx context.Context, services []string) ([][]byte, error) {
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, &RequestError{Subject: inbox, Err: err}
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for _, s := range services {
+		if err := c.nc.PublishRequest("$SRV.STATS."+s, inbox, nil); err != nil {
+			return nil, &RequestError{Subject: "$SRV.STATS." + s, Err: err}
+		}
+	}
+	var stats [][]byte
+	for wait := statsFirst; ; wait = statsMore {
+		mctx, cancel := context.WithTimeout(ctx, wait)
+		msg, err := sub.NextMsgWithContext(mctx)
+		cancel()
+		if err != nil {
+			return stats, nil
+		}
+		stats = append(stats, msg.Data)
+	}
+}
+
+// How long Stats waits for the first answer, and for each one more.
+const (
+	statsFirst = 500 * time.Millisecond
+	statsMore  = 250 * time.Millisecond
+)

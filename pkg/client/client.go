@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -26,6 +27,7 @@ import (
 // waiting out its timeout. A Client is safe for concurrent use.
 type Client struct {
 	nc      *nats.Conn
+	js      jetstream.JetStream
 	timeout time.Duration
 	deny    *denials
 }
@@ -45,7 +47,8 @@ func New(nc *nats.Conn, timeout time.Duration) *Client {
 			prev(c, s, err)
 		}
 	})
-	return &Client{nc: nc, timeout: timeout, deny: d}
+	js, _ := jetstream.New(nc) // without options it cannot fail
+	return &Client{nc: nc, js: js, timeout: timeout, deny: d}
 }
 
 // WithTimeout is the client with another wait for each reply; it shares

@@ -96,6 +96,40 @@ func TestClientContract(t *testing.T) {
 	if _, err := op.Control(ctx, id, "explode", nil); err == nil {
 		t.Fatal("a verb that is not a control verb was sent")
 	}
+	checkStores(t, op, doc)
+}
+
+// checkStores reads what the bus stores of a finished workflow: its run
+// snapshot, the stores' sizes, its output lines; and asks the services
+// for their stats.
+func checkStores(t *testing.T, op *client.Client, doc *events.WorkflowDoc) {
+	t.Helper()
+	ctx := context.Background()
+	if run, err := op.Run(ctx, doc.WorkflowID); err != nil || run.Generation != 1 {
+		t.Errorf("Run: %+v, %v", run, err)
+	}
+	var re *client.RequestError
+	if _, err := op.Run(ctx, "no-such-workflow"); !errors.Is(err, client.ErrNotFound) || !errors.As(err, &re) {
+		t.Errorf("Run of an unknown workflow: %#v", err)
+	}
+	if err := op.JetStream(ctx); err != nil {
+		t.Errorf("JetStream: %v", err)
+	}
+	sizes := op.StoreSizes(ctx)
+	for _, st := range events.SizedStores {
+		if sizes[st].Messages == 0 {
+			t.Errorf("StoreSizes: %s has no messages: %v", st, sizes)
+		}
+	}
+	span := events.WorkflowSpan(doc.CreatedAt, time.Now())
+	lines, err := op.WorkflowMessages(ctx, events.StreamLogs, map[string]bool{doc.WorkflowID: true}, []events.Span{span})
+	if err != nil || lines.Messages != 1 || lines.Messages > sizes[events.StreamLogs].Messages {
+		t.Errorf("WorkflowMessages of the output lines: %+v, %v (the stream: %+v)", lines, err, sizes[events.StreamLogs])
+	}
+	stats, err := op.Stats(ctx, []string{events.Planner.ServiceName(), events.StateStore.ServiceName()})
+	if err != nil || len(stats) != 2 {
+		t.Errorf("Stats of the planner and the state-store: %d answers, %v", len(stats), err)
+	}
 }
 
 // waitEnd follows the workflow's events until it ends, and checks it

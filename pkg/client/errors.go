@@ -45,8 +45,9 @@ var (
 var ErrDenied = errors.New("not allowed for this identity")
 
 // RequestError is a request that got no usable reply: refused (ErrDenied),
-// not answered (nats.ErrNoResponders, nats.ErrTimeout), or answered with
-// what could not be read. A service's error reply is a *ServiceError
+// not answered (nats.ErrNoResponders, nats.ErrTimeout), answered with what
+// could not be read, or asking for a key its bucket does not hold
+// (ErrNotFound). A service's error reply is a *ServiceError
 // instead.
 type RequestError struct {
 	Subject string

@@ -50,14 +50,11 @@ type Feed struct {
 	msgs      jetstream.MessagesContext
 	skipped   func(*Message, error)
 	delivered uint64 // the consumer sequence of the last message read, given out or not
+	pending   uint64 // what the stream held after the last message read (Message.Pending)
 }
 
 // Follow opens a feed of o's stream; it stops when ctx ends (or Stop).
 func (c *Client) Follow(ctx context.Context, o FollowOptions) (*Feed, error) {
-	js, err := jetstream.New(c.nc)
-	if err != nil {
-		return nil, err
-	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.Subjects, DeliverPolicy: jetstream.DeliverNewPolicy}
 	switch {
 	case o.StartSeq > 0:
@@ -66,7 +63,7 @@ func (c *Client) Follow(ctx context.Context, o FollowOptions) (*Feed, error) {
 		since := o.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := js.OrderedConsumer(ctx, o.Stream, cfg)
+	cons, err := c.js.OrderedConsumer(ctx, o.Stream, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +72,9 @@ func (c *Client) Follow(ctx context.Context, o FollowOptions) (*Feed, error) {
 		return nil, err
 	}
 	go func() { <-ctx.Done(); msgs.Stop() }()
-	return &Feed{ctx: ctx, cons: cons, msgs: msgs, skipped: o.Skipped}, nil
+	f := &Feed{ctx: ctx, cons: cons, msgs: msgs, skipped: o.Skipped}
+	f.pending = f.Pending()
+	return f, nil
 }
 
 // Pending is how many of the subjects' messages the stream held from the
@@ -116,28 +115,89 @@ func (f *Feed) NextWithin(wait time.Duration) (*Message, error) {
 
 func (f *Feed) next(opts ...jetstream.NextOpt) (*Message, error) {
 	for {
-		m, err := f.msgs.Next(opts...)
-		if errors.Is(err, nats.ErrTimeout) && f.ctx.Err() == nil {
-			return nil, nats.ErrTimeout
-		}
-		if err != nil {
-			if f.ctx.Err() != nil {
-				return nil, f.ctx.Err()
-			}
-			return nil, err
-		}
-		if msg, ok := f.admit(m); ok {
-			return msg, nil
+		m, ok, err := f.read(opts...)
+		if err != nil || ok {
+			return m, err
 		}
 	}
 }
+
+// read waits for the next message of the stream: ok when it is given
+// out, else it was skipped (FollowOptions.Skipped).
+func (f *Feed) read(opts ...jetstream.NextOpt) (m *Message, ok bool, err error) {
+	raw, err := f.msgs.Next(opts...)
+	switch {
+	case errors.Is(err, nats.ErrTimeout) && f.ctx.Err() == nil:
+		return nil, false, nats.ErrTimeout
+	case err != nil && f.ctx.Err() != nil:
+		return nil, false, f.ctx.Err()
+	case err != nil:
+		return nil, false, err
+	}
+	m, ok = f.admit(raw)
+	return m, ok, nil
+}
+
+// History gives out, in stream order, the messages the stream held when
+// the feed opened (Pending), then ends; one not read within wait of the
+// one before ends it with nats.ErrTimeout, as the feed stopping does with
+// its reason. The feed goes on after it, with what came since.
+func (f *Feed) History(wait time.Duration) iter.Seq2[*Message, error] {
+	return func(yield func(*Message, error) bool) {
+		for left := f.Pending(); left > 0; {
+			m, ok, err := f.read(jetstream.NextMaxWait(wait))
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			left = min(left-1, f.pending)
+			if ok && !yield(m, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Drain gives out, in stream order, what the stream holds now that the
+// feed has not given out yet, then ends (asking the server, as CaughtUp,
+// when the feed has read all it knew of); the feed stopping ends it with
+// its reason. The feed goes on after it.
+func (f *Feed) Drain(ctx context.Context) iter.Seq2[*Message, error] {
+	return func(yield func(*Message, error) bool) {
+		for {
+			if f.pending == 0 {
+				done, err := f.caughtUp(ctx)
+				if err != nil {
+					yield(nil, err)
+				}
+				if done || err != nil {
+					return
+				}
+			}
+			m, ok, err := f.read(jetstream.NextMaxWait(drainWait))
+			switch {
+			case errors.Is(err, nats.ErrTimeout):
+				continue
+			case err != nil:
+				yield(nil, err)
+				return
+			case ok && !yield(m, nil):
+				return
+			}
+		}
+	}
+}
+
+// drainWait is how long Drain waits for a message the server says it
+// holds before it asks again.
+const drainWait = 100 * time.Millisecond
 
 // admit parses a stream message and applies events.Admit.
 func (f *Feed) admit(m jetstream.Msg) (*Message, bool) {
 	msg := &Message{Subject: m.Subject(), Header: nats.Header(m.Headers()), Data: m.Data()}
 	if md, err := m.Metadata(); err == nil {
 		msg.Seq, msg.ConsumerSeq, msg.Pending = md.Sequence.Stream, md.Sequence.Consumer, md.NumPending
-		f.delivered = md.Sequence.Consumer
+		f.delivered, f.pending = md.Sequence.Consumer, md.NumPending
 	}
 	env, err := events.Parse(m.Data())
 	if err == nil {
@@ -156,8 +216,16 @@ func (f *Feed) admit(m jetstream.Msg) (*Message, bool) {
 // CaughtUp asks the server whether the feed has nothing more to deliver:
 // nothing pending, and all it delivered read (by Next).
 func (f *Feed) CaughtUp(ctx context.Context) bool {
+	done, err := f.caughtUp(ctx)
+	return err == nil && done
+}
+
+func (f *Feed) caughtUp(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	info, err := f.cons.Info(ctx)
-	return err == nil && info.NumPending == 0 && info.Delivered.Consumer <= f.delivered
+	if err != nil {
+		return false, err
+	}
+	return info.NumPending == 0 && info.Delivered.Consumer <= f.delivered, nil
 }

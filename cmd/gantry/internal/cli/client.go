@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -32,7 +34,6 @@ const defaultReplyTimeout = 30 * time.Second
 // --timeout means something else: its requests wait defaultReplyTimeout.
 func (c *connFlags) addConn(cmd *cobra.Command) {
 	c.timeout = defaultReplyTimeout
-	connOf.Store(cmd, c)
 	cmd.Flags().StringVarP(&c.opts.URL, "server", "s", "", "NATS URL (default $NATS_URL, else the context's, else "+natsconn.DefaultURL+")")
 	fs := flag.NewFlagSet("conn", flag.ContinueOnError)
 	c.opts.RegisterCredentials(fs)
@@ -101,3 +102,33 @@ func serviceFor(subject string) string {
 }
 
 func quietLogger() *slogLogger { return newQuietLogger(os.Stderr) }
+
+// stateErr turns a state-store error reply into a CLI error.
+func stateErr(err error) error {
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		if se.Code == "404" {
+			return failed("%s", se.Description)
+		}
+		return &exitError{code: ExitProblem, err: fmt.Errorf("state-store: %s", se.Description)}
+	}
+	return busErr(err)
+}
+
+// showState asks the state-store with read and prints its answer: as -o
+// json or yaml asks (output), else as table prints it.
+func showState[T any](cmd *cobra.Command, cf *connFlags, output string, read func(context.Context, *client.Client) (T, error), table func(io.Writer, T) error) error {
+	cl, err := cf.connect()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	v, err := read(cmd.Context(), cl)
+	if err != nil {
+		return stateErr(err)
+	}
+	if structured(output) {
+		return printAs(cmd.OutOrStdout(), output, v)
+	}
+	return table(cmd.OutOrStdout(), v)
+}

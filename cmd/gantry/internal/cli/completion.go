@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/client"
@@ -27,16 +26,10 @@ const completionTimeout = 2 * time.Second
 // offers ids of.
 const completionListLimit = 200
 
-// connOf is each command's connection flags, for its completions.
-var connOf sync.Map // *cobra.Command -> *connFlags
-
-// completionConn connects with cmd's connection flags, or says it cannot.
-func completionConn(cmd *cobra.Command) (*client.Client, bool) {
-	v, ok := connOf.Load(cmd)
-	if !ok {
-		return nil, false
-	}
-	cl, err := v.(*connFlags).connect()
+// completionConn connects with the command's connection flags, or says
+// it cannot.
+func (c *connFlags) completionConn() (*client.Client, bool) {
+	cl, err := c.connect()
 	if err != nil {
 		return nil, false
 	}
@@ -46,11 +39,11 @@ func completionConn(cmd *cobra.Command) (*client.Client, bool) {
 // completeWorkflowIDs offers the ids of the newest workflows that start
 // with what is typed, each with its name and status, as the first
 // argument.
-func completeWorkflowIDs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+func (c *connFlags) completeWorkflowIDs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	cl, ok := completionConn(cmd)
+	cl, ok := c.completionConn()
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -70,11 +63,11 @@ func completeWorkflowIDs(cmd *cobra.Command, args []string, toComplete string) (
 
 // workflowDocFor reads the document of the workflow args[0] names (any
 // unique prefix of its id), for a completion.
-func workflowDocFor(cmd *cobra.Command, args []string) (*events.WorkflowDoc, bool) {
+func (c *connFlags) workflowDocFor(args []string) (*events.WorkflowDoc, bool) {
 	if len(args) == 0 {
 		return nil, false
 	}
-	cl, ok := completionConn(cmd)
+	cl, ok := c.completionConn()
 	if !ok {
 		return nil, false
 	}
@@ -90,14 +83,14 @@ func workflowDocFor(cmd *cobra.Command, args []string) (*events.WorkflowDoc, boo
 
 // completeLogsArgs completes gantry logs: a workflow id, then one of its
 // formulas or FORMULA/NODE.
-func completeLogsArgs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+func (c *connFlags) completeLogsArgs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	if len(args) == 0 {
-		return completeWorkflowIDs(cmd, args, toComplete)
+		return c.completeWorkflowIDs(cmd, args, toComplete)
 	}
 	if len(args) > 1 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	doc, ok := workflowDocFor(cmd, args)
+	doc, ok := c.workflowDocFor(args)
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -107,8 +100,8 @@ func completeLogsArgs(cmd *cobra.Command, args []string, toComplete string) ([]c
 
 // completeNodesOfArg completes --node FORMULA/NODE with the nodes of the
 // workflow the first argument names.
-func completeNodesOfArg(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	doc, ok := workflowDocFor(cmd, args)
+func (c *connFlags) completeNodesOfArg(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	doc, ok := c.workflowDocFor(args)
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -117,8 +110,8 @@ func completeNodesOfArg(cmd *cobra.Command, args []string, toComplete string) ([
 
 // completeWorkflowHosts completes --host with the hosts of the workflow
 // the first argument names.
-func completeWorkflowHosts(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	doc, ok := workflowDocFor(cmd, args)
+func (c *connFlags) completeWorkflowHosts(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	doc, ok := c.workflowDocFor(args)
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -127,8 +120,8 @@ func completeWorkflowHosts(cmd *cobra.Command, args []string, toComplete string)
 
 // completeKnownHosts completes --host with every host the state-store
 // records nodes of.
-func completeKnownHosts(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	cl, ok := completionConn(cmd)
+func (c *connFlags) completeKnownHosts(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	cl, ok := c.completionConn()
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

@@ -32,7 +32,7 @@ request; -o json (or yaml) prints them as {"workflow_id", "status",
 "generation"}. It exits 1 when the planner refuses the request (the
 workflow's state does not allow it).`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeWorkflowIDs,
+		ValidArgsFunction: cf.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := cf.connectOperator()
 			if err != nil {
@@ -82,7 +82,7 @@ a pause holds.`
 	}
 	if verb == events.VerbRetry {
 		cmd.Flags().StringArrayVar(&nodes, "node", nil, "re-run only this failed node (FORMULA/NODE; repeatable) and what depends on it; other failures stay failed")
-		_ = cmd.RegisterFlagCompletionFunc("node", completeNodesOfArg)
+		_ = cmd.RegisterFlagCompletionFunc("node", cf.completeNodesOfArg)
 		cmd.Long += `
 
 retry starts a new generation of a failed or cancelled workflow. Without

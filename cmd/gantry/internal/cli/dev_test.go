@@ -4,12 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"github.com/gantry-dev/gantry/internal/servicemain"
-	executor "github.com/gantry-dev/gantry/services/executor/service"
-	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
-	planner "github.com/gantry-dev/gantry/services/planner/service"
-	statestore "github.com/gantry-dev/gantry/services/state-store/service"
-	"github.com/spf13/pflag"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/internal/servicemain"
+	executor "github.com/gantry-dev/gantry/services/executor/service"
+	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
+	planner "github.com/gantry-dev/gantry/services/planner/service"
+	statestore "github.com/gantry-dev/gantry/services/state-store/service"
+	"github.com/spf13/pflag"
 )
 
 // TestDevDataDirInSharedTemp: with no home directory, `gantry dev` keeps

@@ -61,7 +61,7 @@ func (f *execFollow) follow(ctx context.Context, cl *client.Client, since time.T
 	if err != nil {
 		return err
 	}
-	if err := f.book.start(feedCtx, cl.Conn(), since); err != nil {
+	if err := f.book.start(feedCtx, cl, since); err != nil {
 		return err
 	}
 	evs, errs := pumpEvents(feedCtx, feed)

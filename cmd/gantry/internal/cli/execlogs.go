@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxHostOutput bounds the output gantry exec keeps of one host until it
@@ -45,32 +44,16 @@ func newLogBook(id string, ours map[string]string) *logBook {
 
 // start reads the log stream from since, on the exec's node's subjects,
 // until ctx ends.
-func (b *logBook) start(ctx context.Context, nc *nats.Conn, since time.Time) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamLogs, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.HostLogs("*", execNode)},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
-	})
+func (b *logBook) start(ctx context.Context, cl *client.Client, since time.Time) error {
+	feed, err := cl.Follow(ctx, client.FollowOptions{Stream: events.StreamLogs, Subjects: []string{events.HostLogs("*", execNode)}, Since: since})
 	if err != nil {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("exec: output lines: %w", err)}
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return &exitError{code: ExitProblem, err: fmt.Errorf("exec: output lines: %w", err)}
-	}
-	go func() { <-ctx.Done(); msgs.Stop() }()
 	go func() {
-		for {
-			m, err := msgs.Next()
-			if err != nil {
-				return
-			}
-			if env, ll, err := events.Decode[events.LogLine](m.Data()); err == nil && events.Admit(m.Subject(), env) == nil {
-				b.add(ll)
+		for m, err := range feed.Messages() {
+			var ll events.LogLine
+			if err == nil && events.DecodeData(m.Envelope, &ll) == nil {
+				b.add(&ll)
 			}
 		}
 	}()

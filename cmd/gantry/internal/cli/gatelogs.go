@@ -2,15 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // GateNode is what gantry logs calls a formula's health gate: FORMULA/gate
@@ -65,7 +63,7 @@ func checkLogLines(at time.Time, e *events.HealthEvent) []gateLine {
 // gateFeed reads a workflow's health events from the event stream and
 // hands over the lines of those gantry logs shows.
 type gateFeed struct {
-	cons    jetstream.Consumer // nil: no gate is shown
+	feed    *client.Feed // nil: no gate is shown
 	q       logsQuery
 	pending []gateLine // read, not printed yet
 	fetched time.Time
@@ -89,50 +87,36 @@ func (q logsQuery) healthSubjects() string {
 	return events.AllHealth
 }
 
-func openGateFeed(ctx context.Context, js jetstream.JetStream, q logsQuery) (*gateFeed, error) {
+func openGateFeed(ctx context.Context, cl *client.Client, q logsQuery) (*gateFeed, error) {
 	g := &gateFeed{q: q}
 	if !q.wantsGates() {
 		return g, nil
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{q.healthSubjects()},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &q.since,
-	})
+	feed, err := cl.Follow(ctx, client.FollowOptions{Stream: events.StreamEvents, Subjects: []string{q.healthSubjects()}, Since: q.since})
 	if err != nil {
 		return nil, err
 	}
-	g.cons = cons
-	return g, g.fetch()
+	g.feed = feed
+	return g, g.fetch(ctx)
 }
 
 // fetch reads what the stream holds now.
-func (g *gateFeed) fetch() error {
-	if g.cons == nil {
+func (g *gateFeed) fetch(ctx context.Context) error {
+	if g.feed == nil {
 		return nil
 	}
 	g.fetched = time.Now()
-	for {
-		batch, err := g.cons.FetchNoWait(500)
+	for m, err := range g.feed.Drain(ctx) {
 		if err != nil {
 			return err
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			env, e, err := events.Decode[events.HealthEvent](m.Data())
-			if err != nil || events.Admit(m.Subject(), env) != nil || e.WorkflowID != g.q.id || !g.match(e) {
-				continue
-			}
-			g.pending = append(g.pending, checkLogLines(env.Time, e)...)
+		var e events.HealthEvent
+		if events.DecodeData(m.Envelope, &e) != nil || e.WorkflowID != g.q.id || !g.match(&e) {
+			continue
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
+		g.pending = append(g.pending, checkLogLines(m.Envelope.Time, &e)...)
 	}
+	return nil
 }
 
 func (g *gateFeed) match(e *events.HealthEvent) bool {
@@ -146,7 +130,7 @@ func (g *gateFeed) match(e *events.HealthEvent) bool {
 }
 
 // due says whether it is time to read the stream again (following).
-func (g *gateFeed) due() bool { return g.cons != nil && time.Since(g.fetched) >= logsPoll }
+func (g *gateFeed) due() bool { return g.feed != nil && time.Since(g.fetched) >= logsPoll }
 
 // print prints the lines read up to t (all of them when t is zero).
 func (g *gateFeed) print(w io.Writer, t time.Time, format string) error {

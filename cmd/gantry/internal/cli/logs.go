@@ -19,7 +19,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -50,7 +49,7 @@ one JSON object per line; -o yaml as a YAML document each. WORKFLOW_ID may
 be any unique start of an id, as for watch. A workflow no one submitted,
 or a formula, node or host the workflow does not have, is an error.`,
 		Args:              cobra.RangeArgs(1, 2),
-		ValidArgsFunction: completeLogsArgs,
+		ValidArgsFunction: cf.completeLogsArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			arg := ""
 			if len(args) == 2 {
@@ -80,7 +79,7 @@ or a formula, node or host the workflow does not have, is an error.`,
 	cf.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow new lines until the workflow ends")
 	cmd.Flags().StringVar(&host, "host", "", "only the lines of nodes on this host, by its name (10.0.0.5, web-1.example.com)")
-	_ = cmd.RegisterFlagCompletionFunc("host", completeWorkflowHosts)
+	_ = cmd.RegisterFlagCompletionFunc("host", cf.completeWorkflowHosts)
 	outputFlag(cmd, &output, "text", formatJSON)
 	return cmd
 }
@@ -258,16 +257,12 @@ const logsPoll = 250 * time.Millisecond
 func printLogs(cmd *cobra.Command, cl *client.Client, q logsQuery) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
-	js, err := jetstream.New(cl.Conn())
-	if err != nil {
-		return err
-	}
 	feed, err := cl.Follow(ctx, client.FollowOptions{Stream: events.StreamLogs, Subjects: q.subjects(), Since: q.since})
 	if err != nil {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: %w", err)}
 	}
 	defer feed.Stop()
-	gates, err := openGateFeed(ctx, js, q)
+	gates, err := openGateFeed(ctx, cl, q)
 	if err != nil {
 		return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
 	}
@@ -275,7 +270,7 @@ func printLogs(cmd *cobra.Command, cl *client.Client, q logsQuery) error {
 	// done prints the gates' lines not printed yet: logs has read all
 	// there is.
 	done := func() error {
-		if err := gates.fetch(); err != nil {
+		if err := gates.fetch(ctx); err != nil {
 			return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
 		}
 		return gates.print(out, time.Time{}, q.format)
@@ -301,7 +296,7 @@ func printLogs(cmd *cobra.Command, cl *client.Client, q logsQuery) error {
 	}
 	for {
 		if q.follow && gates.due() {
-			if err := gates.fetch(); err != nil {
+			if err := gates.fetch(ctx); err != nil {
 				return &exitError{code: ExitProblem, err: fmt.Errorf("logs: health gates: %w", err)}
 			}
 		}

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -88,15 +88,11 @@ func ping(ctx context.Context, cf *connFlags, services []string) error {
 		return err
 	}
 	defer cl.Close()
-	nc := cl.Conn()
 	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
 	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if _, err := js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("%w: JetStream at %s: %w", errNotReady, nc.ConnectedUrlRedacted(), err)
+	var re *client.RequestError
+	if err := cl.JetStream(ctx); errors.As(err, &re) {
+		return fmt.Errorf("%w: JetStream at %s: %w", errNotReady, cl.Conn().ConnectedUrlRedacted(), re.Err)
 	}
 	for _, s := range services {
 		if err := cl.Ping(ctx, s); err != nil {
@@ -106,7 +102,7 @@ func ping(ctx context.Context, cf *connFlags, services []string) error {
 			return fmt.Errorf("%w: %s: %w", errNotReady, s, err)
 		}
 	}
-	problems, err := storageProblems(ctx, nc)
+	problems, err := storageProblems(ctx, cl)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotReady, err)
 	}
@@ -123,30 +119,20 @@ var pingServices = []events.Identity{events.Planner, events.Executor, events.Hea
 // stats: the status endpoint's data) what they cannot store, and names
 // each problem. Instances that do not answer within a moment are not
 // waited for: ping checks --service for that.
-func storageProblems(ctx context.Context, nc *nats.Conn) ([]string, error) {
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+func storageProblems(ctx context.Context, cl *client.Client) ([]string, error) {
+	names := make([]string, len(pingServices))
+	for i, id := range pingServices {
+		names[i] = id.ServiceName()
+	}
+	stats, err := cl.Stats(ctx, names)
 	if err != nil {
 		return nil, fmt.Errorf("ask the services: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	for _, id := range pingServices {
-		if err := nc.PublishRequest("$SRV.STATS."+id.ServiceName(), inbox, nil); err != nil {
-			return nil, fmt.Errorf("ask %s: %w", id.ServiceName(), err)
-		}
-	}
 	var problems []string
-	wait := 500 * time.Millisecond // for the first answer; then a moment for more
-	for {
-		mctx, cancel := context.WithTimeout(ctx, wait)
-		msg, err := sub.NextMsgWithContext(mctx)
-		cancel()
-		if err != nil {
-			return problems, nil
-		}
-		problems = append(problems, storageReport(msg.Data)...)
-		wait = 250 * time.Millisecond
+	for _, s := range stats {
+		problems = append(problems, storageReport(s)...)
 	}
+	return problems, nil
 }
 
 // storageReport names the storage problems in one instance's micro stats.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -81,11 +80,7 @@ planner also prunes on its own by its retention setting (--retention-age,
 			defer cl.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()
-			js, err := jetstream.New(cl.Conn())
-			if err != nil {
-				return &exitError{code: ExitProblem, err: err}
-			}
-			before := storeSizesNow(ctx, js)
+			before := cl.StoreSizes(ctx)
 			// Its own wait (the client's timeout): the sizes read above may have
 			// used up ctx (a viewer waits for JetStream answers it may not get).
 			reply, err := cl.Prune(cmd.Context(), req)
@@ -104,7 +99,7 @@ planner also prunes on its own by its retention setting (--retention-age,
 			if dryRun {
 				out.Sizes = estimateAfter(ctx, cl, before, &reply)
 			} else {
-				out.Sizes = measuredAfter(ctx, js, before, &reply)
+				out.Sizes = measuredAfter(ctx, cl, before, &reply)
 			}
 			if structured(output) {
 				return printAs(cmd.OutOrStdout(), output, out)
@@ -129,21 +124,6 @@ planner also prunes on its own by its retention setting (--retention-age,
 	return cmd
 }
 
-// storeSizesNow reads the size of every store a prune shrinks; one it
-// cannot read is left out.
-func storeSizesNow(ctx context.Context, js jetstream.JetStream) map[string]events.StoreSize {
-	out := map[string]events.StoreSize{}
-	for _, st := range events.SizedStores {
-		s, err := js.Stream(ctx, events.StoreStream(st))
-		if err != nil {
-			continue
-		}
-		state := s.CachedInfo().State
-		out[st] = events.StoreSize{Messages: state.Msgs, Bytes: state.Bytes}
-	}
-	return out
-}
-
 func minus(a, b events.StoreSize) events.StoreSize {
 	if b.Messages > a.Messages {
 		b.Messages = a.Messages
@@ -158,10 +138,6 @@ func minus(a, b events.StoreSize) events.StoreSize {
 // are gone: what the planner counted, the output lines read here, and for
 // gantry_state its documents at the bucket's average size.
 func estimateAfter(ctx context.Context, cl *client.Client, before map[string]events.StoreSize, reply *events.PruneReply) []storeSizes {
-	js, err := jetstream.New(cl.Conn())
-	if err != nil {
-		return nil
-	}
 	removed := map[string]events.StoreSize{}
 	for k, v := range reply.Removed {
 		removed[k] = v
@@ -173,7 +149,7 @@ func estimateAfter(ctx context.Context, cl *client.Client, before map[string]eve
 			ids[p.WorkflowID] = true
 			spans = append(spans, events.WorkflowSpan(p.CreatedAt, p.EndedAt))
 		}
-		if sz, err := events.RemoveWorkflowMessages(ctx, js, events.StreamLogs, ids, spans, true); err == nil {
+		if sz, err := cl.WorkflowMessages(ctx, events.StreamLogs, ids, spans); err == nil {
 			removed[events.StreamLogs] = sz
 		}
 	}
@@ -245,13 +221,13 @@ func prunedEventBytes(ws []events.PrunedWorkflow) int {
 // measuredAfter reads the sizes after a prune, once the executors and the
 // state-store have acted on it: when the node records are down by what
 // the planner counted and two readings 300 ms apart agree (10 s at most).
-func measuredAfter(ctx context.Context, js jetstream.JetStream, before map[string]events.StoreSize, reply *events.PruneReply) []storeSizes {
-	after := storeSizesNow(ctx, js)
+func measuredAfter(ctx context.Context, cl *client.Client, before map[string]events.StoreSize, reply *events.PruneReply) []storeSizes {
+	after := cl.StoreSizes(ctx)
 	if len(reply.Pruned) > 0 {
 		want := minus(before[events.BucketNodes], reply.Removed[events.BucketNodes]).Messages
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			time.Sleep(300 * time.Millisecond)
-			now := storeSizesNow(ctx, js)
+			now := cl.StoreSizes(ctx)
 			settled := now[events.BucketNodes].Messages <= want && fmt.Sprint(now) == fmt.Sprint(after)
 			after = now
 			if settled {

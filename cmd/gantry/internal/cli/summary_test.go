@@ -122,35 +122,6 @@ func TestStatusShowsTheReason(t *testing.T) {
 	}
 }
 
-// TestRunGeneration: watch and logs read a run's generation from its
-// gantry_runs record, which the planner compresses when it is large (a
-// failed base blocking thousands of formulas).
-func TestRunGeneration(t *testing.T) {
-	big := events.RunSnapshot{Generation: 3, Formulas: strings.Repeat("f", 100_000)}
-	rec, err := events.EncodeRecord(big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !events.IsPacked(rec) {
-		t.Fatalf("a %d-byte snapshot is stored plain", len(big.Formulas))
-	}
-	small, _ := events.EncodeRecord(events.RunSnapshot{Generation: 2})
-	for name, c := range map[string]struct {
-		rec  []byte
-		want int
-		ok   bool
-	}{
-		"plain":      {small, 2, true},
-		"compressed": {rec, 3, true},
-		"damaged":    {rec[:len(rec)/2], 0, false},
-		"not json":   {[]byte("nope"), 0, false},
-	} {
-		if g, ok := runGeneration(c.rec); g != c.want || ok != c.ok {
-			t.Errorf("%s: %d %v, want %d %v", name, g, ok, c.want, c.ok)
-		}
-	}
-}
-
 // TestLogLineEscapesControls: gantry logs prints a host's output with its
 // control characters escaped, so a line cannot drive the terminal.
 func TestLogLineEscapesControls(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Source is what the web view reads: the state-store's list and
@@ -110,63 +109,37 @@ func (s *NATS) Host(ctx context.Context, host string) ([]events.HostNode, error)
 	return nodes, stateErr(err)
 }
 
-// Output reads the node's log subject with an ordered consumer from
-// q.Since, up to the last line the stream held when it started.
+// Output reads the node's log subject from q.Since, up to the last line
+// the stream held when it started.
 func (s *NATS) Output(ctx context.Context, q OutputQuery, each func(*events.LogLine) error) error {
-	js, err := jetstream.New(s.Client.Conn())
-	if err != nil {
-		return err
-	}
-	since := q.Since
-	cons, err := js.OrderedConsumer(ctx, events.StreamLogs, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.HostLogs(q.Host, q.Node)}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	feed, err := s.Client.Follow(ctx, client.FollowOptions{
+		Stream: events.StreamLogs, Subjects: []string{events.HostLogs(q.Host, q.Node)}, Since: q.Since, Skipped: countRefused,
 	})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", events.StreamLogs, err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", events.StreamLogs, err)
-	}
-	left := info.NumPending
-	for left > 0 {
-		batch, err := cons.Fetch(int(min(left, 1000)), jetstream.FetchMaxWait(s.Client.Timeout()))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", events.StreamLogs, err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			if md, err := m.Metadata(); err == nil {
-				left = min(left-1, md.NumPending)
-			} else {
-				left--
-			}
-			if l, ok := lineOf(m.Subject(), m.Data(), q); ok {
-				if err := each(l); err != nil {
-					return err
-				}
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("read %s: %w", events.StreamLogs, err)
-		}
-		if got == 0 {
+	for m, err := range feed.History(s.Client.Timeout()) {
+		switch {
+		case errors.Is(err, nats.ErrTimeout):
 			return fmt.Errorf("read %s: no lines came within %s", events.StreamLogs, s.Client.Timeout())
+		case err != nil:
+			return fmt.Errorf("read %s: %w", events.StreamLogs, err)
+		}
+		if l, ok := lineOf(m.Envelope, q); ok {
+			if err := each(l); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// lineOf decodes a log stream message, and keeps it if it is a line of
-// q's node.
-func lineOf(subject string, data []byte, q OutputQuery) (*events.LogLine, bool) {
-	env, err := events.Parse(data)
-	if err != nil || env.Type != events.TypeLogLine || !admitted(subject, env) {
-		return nil, false
-	}
+// lineOf keeps an admitted event if it is a line of q's node.
+func lineOf(env *events.Envelope, q OutputQuery) (*events.LogLine, bool) {
 	var l events.LogLine
-	if events.DecodeData(env, &l) != nil || l.WorkflowID != q.WorkflowID || l.Formula != q.Formula || l.Node != q.Node {
+	if env.Type != events.TypeLogLine || events.DecodeData(env, &l) != nil || l.WorkflowID != q.WorkflowID || l.Formula != q.Formula || l.Node != q.Node {
 		return nil, false
 	}
 	return &l, true
@@ -316,14 +289,4 @@ func itemOf(env *events.Envelope, id string) (Item, bool) {
 		return Item{}, false
 	}
 	return Item{Event: env}, true
-}
-
-// admitted applies events.Admit: an event that did not come the way its
-// type comes (forged, or misrouted) is never drawn, and is counted.
-func admitted(subject string, env *events.Envelope) bool {
-	if events.Admit(subject, env) != nil {
-		refusedEvents.Inc()
-		return false
-	}
-	return true
 }
