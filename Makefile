@@ -49,6 +49,7 @@ chaos: services
 fuzz:
 	cd pkg/dag && $(GO) test -run '^$$' -fuzz '^FuzzParseJSON$$' -fuzztime $(FUZZTIME) .
 	cd pkg/dag && $(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) .
+	cd pkg/template && $(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventory$$' -fuzztime $(FUZZTIME) .
 	cd pkg/composition && $(GO) test -run '^$$' -fuzz '^FuzzInventoryReference$$' -fuzztime $(FUZZTIME) .

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/micro"
@@ -13,7 +14,12 @@ import (
 
 func (s *stack) drift(c *dag.Composition) events.DriftReport {
 	s.t.Helper()
-	b, _ := json.Marshal(c)
+	doc, _ := json.Marshal(c)
+	loaded, err := composition.Load("", doc) // rendered here, as gantry drift --records does
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	b, _ := json.Marshal(events.DriftQueryOf(dag.PlanLoaded(loaded)))
 	msg, err := s.nc.Request(events.StateDrift, b, 10*time.Second)
 	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
 		s.t.Fatalf("drift: %v %s", err, msg.Data)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 )
@@ -98,11 +99,12 @@ func (c *Client) Host(ctx context.Context, host string) ([]events.HostNode, erro
 	return nodes, err
 }
 
-// Drift is state.drift: the state-store compares a composition (as a file
-// holds it) with what its records say was done.
-func (c *Client) Drift(ctx context.Context, composition []byte) (events.DriftReport, error) {
+// Drift is state.drift: the state-store compares the nodes a
+// composition's plan wants (rendered here, by whoever loaded it) with
+// what its records say was done.
+func (c *Client) Drift(ctx context.Context, p *dag.Plan) (events.DriftReport, error) {
 	var rep events.DriftReport
-	err := c.Request(ctx, events.StateDrift, composition, nil, &rep)
+	err := c.requestJSON(ctx, events.StateDrift, events.DriftQueryOf(p), &rep)
 	return rep, err
 }
 

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gantry-dev/gantry/pkg/template"
 )
 
 // Files a node places on its host (`files:`). Each has an absolute path
@@ -46,7 +48,7 @@ const (
 	// MaxInlineFile bounds the content of one inline file (content, or a
 	// template once rendered): dispatches and workflow records carry it.
 	// Larger files go under the worker's --files-dir (source).
-	MaxInlineFile = MaxRendered
+	MaxInlineFile = template.MaxRendered
 	// MaxInlineFiles bounds the inline content of one formula on one host,
 	// all its nodes' files together: its dispatch carries them.
 	MaxInlineFiles = 512 << 10

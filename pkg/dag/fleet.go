@@ -1,7 +1,6 @@
 package dag
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 )
@@ -124,11 +123,7 @@ func expand(c *Composition, ps *problems) {
 	instances := make(map[string][]string) // group formula id -> instance ids
 	var out []Formula
 	var at []string // each formula's path as written
-	rd := newRenderer()
-	rd.outputs = &outputScope{written: make(map[string]*Formula, len(c.Formulas))}
-	for i := range c.Formulas {
-		rd.outputs.written[c.Formulas[i].ID] = &c.Formulas[i]
-	}
+	rd := newRenderer(c)
 	for i := range c.Formulas {
 		f := c.Formulas[i]
 		p := indexPath("formulas", i)
@@ -282,27 +277,6 @@ func expandRerun(refs []string, instances map[string][]string) []string {
 	return out
 }
 
-// TemplateData is what a command template sees: the host it runs on.
-type TemplateData struct {
-	Host    string       // the host's name in the composition
-	Address string       // its address (host:port), or "" for transport local
-	Labels  TemplateMap  // its labels
-	Vars    TemplateVars // the composition's vars, overridden by the host's (typed ones decoded), overridden by the extra vars
-	typed   bool         // some of Vars are typed
-}
-
-// String is what printing the whole of it ({{ . }}) gives: its host, not
-// every var (which would cost a template more than its steps charge).
-func (d TemplateData) String() string { return "<host " + d.Host + ">" }
-
-// TemplateMap is the labels or vars a template sees. Its entries are
-// reached by name (.Vars.port), index or range.
-type TemplateMap map[string]string
-
-// String is what printing the whole map ({{ .Vars }}) gives: how many
-// entries it has, not the entries.
-func (m TemplateMap) String() string { return fmt.Sprintf("<%d entries>", len(m)) }
-
 // renderFormula renders every template of a formula for its server.
 func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *problems) {
 	h, ok := c.Hosts[f.Server]
@@ -314,11 +288,9 @@ func renderFormula(c *Composition, f *Formula, p string, rd *renderer, ps *probl
 		rd.report(ps, p, f, err)
 		return
 	}
-	if rd.outputs != nil {
-		rd.outputs.f = f
-	}
+	rd.outputs.f = f
 	r := func(s *string, path string) bool {
-		out, err := rd.render(*s, data)
+		out, err := rd.t.Render(*s, data)
 		if err == nil {
 			*s = out
 			return true
@@ -361,29 +333,4 @@ func renderEnv(env map[string]EnvValue, p string, r func(*string, string) bool, 
 		out[k] = v
 	}
 	return out
-}
-
-// templateData is what host name's templates see; shared holds the
-// composition's vars, for a host with none of its own (read only).
-func templateData(c *Composition, name string, h Host, shared TemplateVars) TemplateData {
-	vars := shared
-	if len(h.Vars) > 0 || len(c.ExtraVars) > 0 {
-		vars = make(TemplateVars, len(c.Vars)+len(h.Vars)+len(c.ExtraVars))
-		for _, layer := range []map[string]string{c.Vars, h.Vars, c.ExtraVars} { // each over the one before
-			for k, v := range layer {
-				vars[k] = v
-			}
-		}
-	}
-	labels := h.Labels
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	addr := h.Address
-	if h.Transport != TransportLocal {
-		if a, err := hostAddress(h.Address); err == nil {
-			addr = a
-		}
-	}
-	return TemplateData{Host: name, Address: addr, Labels: TemplateMap(labels), Vars: vars}
 }

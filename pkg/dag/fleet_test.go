@@ -148,7 +148,7 @@ func TestFleetProblems(t *testing.T) {
 		{"unknown field", "{{ .Host }} {{ .Vars.domain }}", "{{ .Hots }}", "formulas[0].nodes[0].run", dag.CodeTemplate, "can't evaluate field Hots"},
 		{"templated secret name renders to a path", `"PASS":{"secret":"db_pass"}`, `"PASS":{"secret":"{{ .Vars.domain }}/x"}`, `formulas[1].nodes[0].env["PASS"].secret`, dag.CodeValue, `"example.com/x" is not a secret name`},
 		{"range over a number", "echo {{ .Host }} {{ .Vars.domain }}", "{{ range 1000000000 }}x{{ end }}", "formulas[0].nodes[0].run", dag.CodeTemplate, "range over a number is not allowed"},
-		{"renders too much", "echo {{ .Host }} {{ .Vars.domain }}", `{{ range .Vars }}{{ printf \"%900000s\" . }}{{ end }}`, "formulas[0].nodes[0].run", dag.CodeTemplate, "would make more than 262144 bytes"},
+		{"renders too much", "echo {{ .Host }} {{ .Vars.domain }}", `{{ range .Vars }}{{ printf \"%900000s\" . }}{{ end }}`, "formulas[0].nodes[0].run", dag.CodeTemplate, "printf makes more than 262144 bytes"},
 		{"unknown group", `"group":"web","depends_on"`, `"group":"webb","depends_on"`, "formulas[1].group", dag.CodeUnknownRef, `group "webb" is not listed in groups`},
 		{"server and group", `"id":"app","group":"web"`, `"id":"app","server":"bastion","group":"web"`, "formulas[1].group", dag.CodeValue, "not both"},
 		{"rollout without group", `"id":"lb","server":"bastion",`, `"id":"lb","server":"bastion","rollout":{"batch":1},`, "formulas[2].rollout", dag.CodeValue, "rollout needs group"},

@@ -5,8 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/template"
 	"text/template/parse"
+
+	"github.com/gantry-dev/gantry/pkg/template"
 )
 
 // Outputs. A node declares the values its run hands on (outputs:
@@ -113,10 +114,6 @@ type outputLink struct {
 	producerNode             string
 }
 
-// outputFuncs are the functions a template may call, for parsing
-// templates to find their output calls.
-var outputFuncs = newRenderer().funcs()
-
 // outputCalls finds the reads of a template: its output calls, and the
 // markers of reads rendered already. A template that does not parse has
 // no calls here: rendering reports it.
@@ -132,11 +129,11 @@ func outputCalls(s string) ([]outputCall, error) {
 	if !strings.Contains(s, "{{") || !strings.Contains(s, "output") {
 		return calls, nil
 	}
-	t, err := template.New("").Funcs(outputFuncs).Parse(s)
-	if err != nil || t.Tree == nil {
+	t, err := template.ParseTree(s)
+	if err != nil || t == nil {
 		return calls, nil
 	}
-	return calls, walkOutputCalls(t.Tree.Root, false, &calls)
+	return calls, walkOutputCalls(t.Root, false, &calls)
 }
 
 // errOutputDecides: an output's value cannot steer a template.
@@ -584,10 +581,9 @@ type outputScope struct {
 	f       *Formula
 }
 
-// output renders a read as its marker (validation checked it).
-func (r *renderer) output(target, name string, host ...string) (string, error) {
-	sc := r.outputs
-	if sc == nil || sc.f == nil {
+// Read renders a read as its marker (validation checked it).
+func (sc *outputScope) Read(target, name string, host ...string) (string, error) {
+	if sc.f == nil {
 		return "", fmt.Errorf("output %q %q: outputs cannot be read here", target, name)
 	}
 	fid, node, _ := strings.Cut(target, "/")
@@ -612,24 +608,19 @@ func (r *renderer) output(target, name string, host ...string) (string, error) {
 		id = InstanceID(pf.ID, h)
 	}
 	ref := OutputRef{Formula: id, Node: node, Name: name, Secret: pf.Nodes[k].Outputs[d].Secret}
-	return ref.Marker(), r.made("output", len(ref.Marker()))
+	return ref.Marker(), nil
 }
 
-// checkMarkers refuses a rendered template with a marker that is not
+// Has says whether s holds a marker.
+func (sc *outputScope) Has(s string) bool { return HasOutputs(s) }
+
+// Quoted marks every read in s, which shq quoted, as quoted once more.
+func (sc *outputScope) Quoted(s string) (string, error) { return quoteOutputs(s) }
+
+// Check refuses a rendered template with a marker that is not
 // well-formed (cut by a function). A whole one is a read validation
 // checked, made now or in an earlier load of the composition.
-func (r *renderer) checkMarkers(out string) error {
+func (sc *outputScope) Check(out string) error {
 	_, err := ReplaceOutputs(out, func(OutputRef) (string, error) { return "", nil })
 	return err
-}
-
-// noOutputs refuses to pass a read's value to function fn, which would
-// see its marker: only printing it (print, println) and shq may.
-func noOutputs(fn string, args ...any) error {
-	for _, a := range args {
-		if s, ok := a.(string); ok && HasOutputs(s) {
-			return fmt.Errorf("%s of an output: the value is known only when the node runs; print it, or quote it with shq", fn)
-		}
-	}
-	return nil
 }

@@ -287,6 +287,58 @@ type DriftItem struct {
 	WorkflowID string `json:"workflow_id,omitempty"` // that last touched it
 }
 
+// DriftQuery is the body of state.drift: the nodes a composition wants
+// on its hosts, each with the spec hash of its command as rendered. The
+// requester renders the composition (gantry drift --records loads it on
+// the user's side, as gantry validate does), so the state-store renders
+// no template for a read: it compares hashes with its records.
+type DriftQuery struct {
+	Workflow string      `json:"workflow"`
+	Nodes    []DriftWant `json:"nodes"`
+}
+
+// DriftWant is one node a composition wants: on host, of formula (an
+// instance's id, for a group formula), with spec hash Spec.
+type DriftWant struct {
+	Host    string `json:"host"`
+	Formula string `json:"formula"`
+	Node    string `json:"node"`
+	Spec    string `json:"spec"`
+}
+
+// DriftQueryOf is the query of a composition's plan.
+func DriftQueryOf(p *dag.Plan) DriftQuery {
+	q := DriftQuery{Workflow: p.Workflow, Nodes: []DriftWant{}}
+	for i := range p.Formulas {
+		pf := &p.Formulas[i]
+		for j := range pf.Nodes {
+			q.Nodes = append(q.Nodes, DriftWant{Host: pf.Server, Formula: pf.ID, Node: pf.Nodes[j].Name, Spec: pf.Nodes[j].SpecHash})
+		}
+	}
+	return q
+}
+
+// DriftQueryProblem says what is wrong with a drift query ("" when
+// nothing): a name that is not one a composition may hold, or more nodes
+// than a composition fans out into.
+func DriftQueryProblem(q *DriftQuery) string {
+	if !dag.IsToken(q.Workflow) {
+		return "workflow is missing or not a composition name (state.drift takes the nodes a composition wants, rendered on the requester's side: gantry drift --records)"
+	}
+	if len(q.Nodes) > dag.MaxExpandedNodes {
+		return "more nodes than a composition may have"
+	}
+	for _, n := range q.Nodes {
+		if p := dag.HostNameProblem(n.Host); p != "" {
+			return "host " + p
+		}
+		if !dag.IsToken(n.Formula) || !dag.IsToken(n.Node) {
+			return "a formula or node name is missing or not a token"
+		}
+	}
+	return ""
+}
+
 // DriftReport is the reply of state.drift.
 type DriftReport struct {
 	Workflow string         `json:"workflow"`

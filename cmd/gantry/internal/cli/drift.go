@@ -123,22 +123,20 @@ func hostDrift(cmd *cobra.Command, cf connFlags, path string, data []byte, o dri
 	return hostDriftExit(rep)
 }
 
-// recordsDrift is gantry drift --records: the state-store compares the
-// composition with the records.
+// recordsDrift is gantry drift --records: the composition is rendered
+// here, and the state-store compares the nodes it wants with the records.
 func recordsDrift(cmd *cobra.Command, cf connFlags, path string, data []byte, output string) error {
+	p, err := driftPlan(cmd.ErrOrStderr(), path, data)
+	if err != nil {
+		return err
+	}
 	cl, err := cf.connect()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	rep, err := cl.Drift(cmd.Context(), data)
+	rep, err := cl.Drift(cmd.Context(), p)
 	if err != nil {
-		if reply, ok := client.Rejected(err); ok && len(reply.Errors) > 0 {
-			for _, m := range reply.Errors {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", termsafe.Line(path), termsafe.Line(m))
-			}
-			return failed("%s is not a valid composition", path)
-		}
 		return stateErr(err)
 	}
 	if output == "json" {
@@ -179,7 +177,7 @@ const (
 // each host, and its check run's document.
 type hostDriftRun struct {
 	path     string
-	data     []byte // the composition as given (state.drift compares it with the records)
+	plan     *dag.Plan // the composition's plan (state.drift compares its nodes with the records)
 	name     string
 	check    []byte // the check run's document (hostdrift.CheckRun)
 	nodes    []driftNode
@@ -194,9 +192,10 @@ type driftNode struct {
 	tell hostdrift.Node
 }
 
-// prepareHostDrift loads the composition as the planner will (its
-// problems printed here, exit 1) and builds its check run.
-func prepareHostDrift(stderr io.Writer, path string, data []byte, timeout time.Duration) (*hostDriftRun, error) {
+// driftPlan loads the composition as the planner will (its problems
+// printed here, exit 1): a drift renders its templates on this side,
+// never in the state-store.
+func driftPlan(stderr io.Writer, path string, data []byte) (*dag.Plan, error) {
 	tree, err := composition.Parse(path, data)
 	if err != nil {
 		return nil, invalidComposition(stderr, path, err)
@@ -205,8 +204,17 @@ func prepareHostDrift(stderr io.Writer, path string, data []byte, timeout time.D
 	if err != nil {
 		return nil, invalidComposition(stderr, path, err)
 	}
-	p := dag.PlanLoaded(c)
-	run := &hostDriftRun{path: path, data: data, name: c.Name, timeout: timeout}
+	return dag.PlanLoaded(c), nil
+}
+
+// prepareHostDrift loads the composition (driftPlan) and builds its check
+// run.
+func prepareHostDrift(stderr io.Writer, path string, data []byte, timeout time.Duration) (*hostDriftRun, error) {
+	p, err := driftPlan(stderr, path, data)
+	if err != nil {
+		return nil, err
+	}
+	run := &hostDriftRun{path: path, plan: p, name: p.Workflow, timeout: timeout}
 	hosts := map[string]bool{}
 	var selected []string
 	for i := range p.Formulas {
@@ -220,7 +228,7 @@ func prepareHostDrift(stderr io.Writer, path string, data []byte, timeout time.D
 		}
 	}
 	run.hosts = len(hosts)
-	if len(c.Targets) == 0 {
+	if len(p.Targets) == 0 {
 		selected = nil
 	}
 	checkTree, err := composition.Parse(path, data) // a tree of its own: Load may have used the first
@@ -255,7 +263,7 @@ func invalidComposition(stderr io.Writer, path string, err error) error {
 // may: it runs commands on the hosts) and followed until it ends or the
 // timeout passes; a run still going then is cancelled.
 func askHosts(ctx context.Context, stderr io.Writer, cl *client.Client, run *hostDriftRun) (*hostdrift.Report, error) {
-	rec, err := cl.Drift(ctx, run.data)
+	rec, err := cl.Drift(ctx, run.plan)
 	if err != nil {
 		return nil, operatorOnly(stateErr(err))
 	}

@@ -264,7 +264,7 @@ func TestCommandsEscapeWhatServicesSay(t *testing.T) {
 			SpecHash: hostile, WorkflowID: hostile, EndedAt: &now, InPlace: &events.InPlace{SpecHash: "sha256:" + hostile}, Check: &events.HostCheck{Status: dag.NodeState(hostile)}}}}}},
 		{"state --rebuild", []string{"state", "--rebuild", "--check"}, map[string]answer{events.StateRebuild: {body: events.RebuildReport{Differing: []string{hostile, "k" + hostile}, Kept: []string{"k" + hostile}, Lost: hostile}}}},
 		{"drift --records", []string{"drift", comp, "--records"}, map[string]answer{events.StateDrift: {body: drift}}},
-		{"drift --records rejected", []string{"drift", comp, "--records"}, map[string]answer{events.StateDrift: rejected}},
+		{"drift --records refused", []string{"drift", comp, "--records"}, map[string]answer{events.StateDrift: {code: "400", desc: "state.drift: " + hostile}}},
 		{"reconcile --records --dry-run", []string{"reconcile", comp, "--records", "--dry-run"}, map[string]answer{events.StateDrift: {body: drift}}},
 		{"reconcile --records rejected", []string{"reconcile", comp, "--records"}, map[string]answer{events.StateDrift: {body: drift}, events.SubjectSubmit: rejected}},
 		{"submit rejected", []string{"submit", comp}, map[string]answer{events.SubjectSubmit: rejected}},

@@ -91,7 +91,11 @@ the run both use them. -o json (or yaml) prints {"workflow", "drifted",
 			}
 			var pick reconcilePick
 			if records {
-				rep, err := cl.Drift(cmd.Context(), data)
+				p, err := driftPlan(cmd.ErrOrStderr(), path, data)
+				if err != nil {
+					return err
+				}
+				rep, err := cl.Drift(cmd.Context(), p)
 				if err != nil {
 					return stateErr(err)
 				}

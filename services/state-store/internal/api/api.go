@@ -3,18 +3,17 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/state-store/internal/drift"
@@ -178,36 +177,58 @@ func (s *server) fail(req micro.Request, err error) {
 	_ = req.Error("503", why, nil)
 }
 
-// drift compares the composition in the request body (YAML or JSON) with
-// its own records in the per-host projection of its hosts.
+// drift compares the nodes a composition wants (events.DriftQuery: the
+// requester rendered the composition) with its own records in the
+// per-host projection of their hosts. It renders nothing: whoever may
+// read may ask, so a read costs the state-store what the query's size
+// and the records do, never what a composition's templates would.
 func (s *server) drift(req micro.Request) {
-	c, err := composition.Load("", req.Data())
-	if err != nil {
-		var inv *dag.InvalidError
-		if errors.As(err, &inv) {
-			body, _ := json.Marshal(events.SubmitReply{Status: "rejected", Errors: inv.Messages(), Problems: inv.Problems})
-			_ = req.Error("400", "composition rejected: "+strconv.Itoa(len(inv.Problems))+" problem(s)", body)
-			return
-		}
-		_ = req.Error("400", err.Error(), nil)
+	q, ok := driftQuery(req)
+	if !ok {
 		return
 	}
-	p := dag.PlanLoaded(c)
 	cx, cancel, ok := s.read(req)
 	if !ok {
 		return
 	}
 	defer cancel()
 	var recorded []events.HostNode
-	for name := range c.Hosts {
-		nodes, err := s.hostNodes(cx, events.HostWorkflowPrefix(name, c.Name)+">", name)
+	hosts := map[string]bool{}
+	for _, n := range q.Nodes {
+		if hosts[n.Host] {
+			continue
+		}
+		hosts[n.Host] = true
+		nodes, err := s.hostNodes(cx, events.HostWorkflowPrefix(n.Host, q.Workflow)+">", n.Host)
 		if err != nil {
 			s.fail(req, err)
 			return
 		}
 		recorded = append(recorded, nodes...)
 	}
-	respond(req, drift.Compare(p, recorded))
+	respond(req, drift.Compare(q, recorded))
+}
+
+// driftQuery reads a drift query, or answers 400 naming what is wrong
+// with it. A composition in its place (what state.drift took before) is
+// refused: the state-store renders no composition for a read.
+func driftQuery(req micro.Request) (*events.DriftQuery, bool) {
+	data, err := events.BodyAtMost(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())}, events.MaxUnpackedBytes)
+	var q events.DriftQuery
+	if err == nil {
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.DisallowUnknownFields()
+		err = d.Decode(&q)
+	}
+	if err != nil {
+		_ = req.Error("400", "state.drift takes the nodes a composition wants ({workflow, nodes: [{host, formula, node, spec}]}), rendered on the requester's side (gantry drift --records does), not a composition: "+err.Error(), nil)
+		return nil, false
+	}
+	if p := events.DriftQueryProblem(&q); p != "" {
+		_ = req.Error("400", "state.drift: "+p, nil)
+		return nil, false
+	}
+	return &q, true
 }
 
 func (s *server) rebuildHandler(req micro.Request) {

@@ -1,15 +1,15 @@
-// Package drift compares what a composition wants with what the per-host
+// Package drift compares what a composition wants (the nodes and spec
+// hashes of its plan, rendered by the requester) with what the per-host
 // projection records.
 package drift
 
 import (
 	"sort"
 
-	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
-// Compare reports every node of the plan as ok (a create of the
+// Compare reports every node the query wants as ok (a create of the
 // composition put it in place: events.HostNode.InPlace), changed (in
 // place with another spec hash) or missing, and every node the
 // composition put in place on one of the plan's hosts but no longer has
@@ -18,12 +18,12 @@ import (
 // WorkflowID are of the create that put the node in place; for a missing
 // node, its last transition's status and workflow. The result is sorted
 // by host, formula, node.
-func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
-	rep := events.DriftReport{Workflow: p.Workflow, Counts: map[string]int{events.DriftOK: 0, events.DriftMissing: 0, events.DriftChanged: 0, events.DriftOrphaned: 0}}
+func Compare(q *events.DriftQuery, recorded []events.HostNode) events.DriftReport {
+	rep := events.DriftReport{Workflow: q.Workflow, Counts: map[string]int{events.DriftOK: 0, events.DriftMissing: 0, events.DriftChanged: 0, events.DriftOrphaned: 0}}
 	type key struct{ host, formula, node string }
 	var own []events.HostNode
 	for _, hn := range recorded {
-		if hn.Workflow == p.Workflow {
+		if hn.Workflow == q.Workflow {
 			own = append(own, hn)
 		}
 	}
@@ -33,28 +33,26 @@ func Compare(p *dag.Plan, recorded []events.HostNode) events.DriftReport {
 	}
 	wanted := map[key]bool{}
 	hosts := map[string]bool{}
-	for i := range p.Formulas {
-		pf := &p.Formulas[i]
-		hosts[pf.Server] = true
-		for j := range pf.Nodes {
-			pn := &pf.Nodes[j]
-			k := key{pf.Server, pf.ID, pn.Name}
-			wanted[k] = true
-			it := events.DriftItem{Host: pf.Server, Formula: pf.ID, Node: pn.Name, WantSpec: pn.SpecHash}
-			hn, ok := have[k]
-			switch {
-			case !ok:
-				it.Drift = events.DriftMissing
-			case hn.InPlace == nil:
-				it.Drift, it.HaveStatus, it.WorkflowID = events.DriftMissing, string(hn.Status), hn.WorkflowID
-			default:
-				it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftOK, hn.InPlace.SpecHash, string(hn.InPlace.Status), hn.InPlace.WorkflowID
-				if hn.InPlace.SpecHash != pn.SpecHash {
-					it.Drift = events.DriftChanged
-				}
-			}
-			rep.Items = append(rep.Items, it)
+	for _, w := range q.Nodes {
+		k := key{w.Host, w.Formula, w.Node}
+		if wanted[k] {
+			continue // asked twice: reported once
 		}
+		wanted[k], hosts[w.Host] = true, true
+		it := events.DriftItem{Host: w.Host, Formula: w.Formula, Node: w.Node, WantSpec: w.Spec}
+		hn, ok := have[k]
+		switch {
+		case !ok:
+			it.Drift = events.DriftMissing
+		case hn.InPlace == nil:
+			it.Drift, it.HaveStatus, it.WorkflowID = events.DriftMissing, string(hn.Status), hn.WorkflowID
+		default:
+			it.Drift, it.HaveSpec, it.HaveStatus, it.WorkflowID = events.DriftOK, hn.InPlace.SpecHash, string(hn.InPlace.Status), hn.InPlace.WorkflowID
+			if hn.InPlace.SpecHash != w.Spec {
+				it.Drift = events.DriftChanged
+			}
+		}
+		rep.Items = append(rep.Items, it)
 	}
 	for _, hn := range own {
 		k := key{hn.Host, hn.Formula, hn.Node}

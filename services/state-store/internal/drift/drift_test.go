@@ -34,7 +34,8 @@ func TestCompare(t *testing.T) {
 		{Host: "h", Workflow: "d", Formula: "old", Node: "removed", Status: dag.NodeSucceeded, Operation: dag.OpDelete},
 		done(events.HostNode{Host: "elsewhere", Workflow: "d", Formula: "x", Node: "y", Status: dag.NodeSucceeded, Operation: dag.OpCreate}, "s"),
 	}
-	rep := Compare(p, rec)
+	q := events.DriftQueryOf(p)
+	rep := Compare(&q, rec)
 	want := map[string]string{"f/same": "ok", "f/edited": "changed", "f/never": "missing", "f/failed": "missing", "f/deleted": "missing", "old/gone": "orphaned"}
 	if len(rep.Items) != len(want) {
 		t.Fatalf("items %+v", rep.Items)

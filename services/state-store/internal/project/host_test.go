@@ -190,7 +190,8 @@ func driftOf(t *testing.T, name string, recorded []events.HostNode, nodes ...str
 		t.Fatal(err)
 	}
 	got := map[string]string{}
-	for _, it := range drift.Compare(p, recorded).Items {
+	q := events.DriftQueryOf(p)
+	for _, it := range drift.Compare(&q, recorded).Items {
 		got[it.Formula+"/"+it.Node] = it.Drift
 	}
 	return got

@@ -1,4 +1,4 @@
-package dag_test
+package template_test
 
 import (
 	"fmt"
@@ -74,7 +74,7 @@ func TestTypedVarsRefused(t *testing.T) {
 
 // TestTypedListLoopsBounded: ranging over a large typed list in nested
 // loops costs its items' runs, as over fromjson's list, and printing it
-// costs its bytes.
+// counts in what a template renders.
 func TestTypedListLoopsBounded(t *testing.T) {
 	items := make([]string, 3000)
 	for i := range items {

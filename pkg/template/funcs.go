@@ -1,218 +1,157 @@
-package dag
+package template
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
+	gotemplate "text/template"
 )
 
-// The functions templates call in place of text/template's own: each
-// charges the renderer for the bytes it compares, looks up or makes,
-// before it does so (a comparison of two long vars, or a printf that
-// would make a gigabyte, is not a step like any other). The comparisons
-// and index follow text/template's (Go's text/template/funcs.go, BSD
-// licence), which a FuncMap cannot wrap.
+// The functions templates call. In place of text/template's own, those
+// that could be given an output's marker (comparisons, index, printf, the
+// escapers) refuse it: its value is known only when the node runs. The
+// comparisons and index follow text/template's (Go's
+// text/template/funcs.go, BSD licence), which a FuncMap cannot wrap.
 
-// shq quotes a value for a POSIX shell: {{ shq .Vars.x }}.
-func (r *renderer) shq(v any) (string, error) {
-	s, err := r.textOf(v)
+// funcs are the functions templates may call: gantry's (shq, fromjson,
+// output, and those the renderer adds: gantry_loop, gantry_print) and,
+// in place of text/template's, those that check their arguments for
+// output markers.
+func (r *Renderer) funcs() gotemplate.FuncMap {
+	return gotemplate.FuncMap{
+		loopFunc: r.loop, printFunc: printed, "shq": r.shq, "index": r.index, "fromjson": r.fromjson, "output": r.output,
+		"printf": r.printf, "print": printText, "println": printLine,
+		"html": r.escaper("html", gotemplate.HTMLEscaper), "js": r.escaper("js", gotemplate.JSEscaper),
+		"urlquery": r.escaper("urlquery", gotemplate.URLQueryEscaper),
+		"eq":       r.eq, "ne": r.ne, "lt": r.lt, "le": r.le, "gt": r.gt, "ge": r.ge,
+	}
+}
+
+// capped refuses what function fn made when it is more than MaxRendered
+// bytes.
+func capped(fn, s string) (string, error) {
+	if len(s) > MaxRendered {
+		return "", fmt.Errorf("%s makes more than %d bytes", fn, MaxRendered)
+	}
+	return s, nil
+}
+
+// shq quotes a value for a POSIX shell: {{ shq .Vars.x }}. An output's
+// marker goes in marked quoted, and is quoted when the node runs.
+func (r *Renderer) shq(v any) (string, error) {
+	s, err := textOf(v)
 	if err != nil {
 		return "", err
 	}
-	if err := r.made("shq", len(s)+2+3*strings.Count(s, "'")); err != nil {
-		return "", err
+	q, err := capped("shq", ShellQuote(s))
+	if err != nil || r.outputs == nil || !r.outputs.Has(q) {
+		return q, err
 	}
-	q := shellQuoteTemplate(s)
-	if HasOutputs(q) { // the value goes in quoted, when the node runs
-		return quoteOutputs(q)
+	return r.outputs.Quoted(q)
+}
+
+// ShellQuote quotes s for a POSIX shell.
+func ShellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// output renders a read of an output as its marker.
+func (r *Renderer) output(target, name string, host ...string) (string, error) {
+	if r.outputs == nil {
+		return "", fmt.Errorf("output %q %q: outputs cannot be read here", target, name)
 	}
-	return q, nil
+	return r.outputs.Read(target, name, host...)
 }
 
 // fromjson reads a value that holds JSON, as a host's vars hold a list or
 // a mapping of an inventory (ntp: ["a","b"]), so that a template can go
 // over a list ({{ range fromjson .Vars.ntp }}) or read a field ({{
-// (fromjson .Vars.cfg).port }}). Numbers stay as written. Decoding JSON
-// costs about what a step does for each byte, so each byte is a step; more
-// than MaxRendered of it is refused. A typed var (already decoded) is
-// returned as it is.
-func (r *renderer) fromjson(v any) (any, error) {
-	if err := noOutputs("fromjson", v); err != nil {
+// (fromjson .Vars.cfg).port }}). Numbers stay as written. A typed var
+// (already decoded) is returned as it is.
+func (r *Renderer) fromjson(v any) (any, error) {
+	if err := r.noOutputs("fromjson", v); err != nil {
 		return nil, err
 	}
 	s, text := v.(string)
 	if !text {
 		switch v.(type) {
-		case TemplateList, TemplateObject, json.Number, int64, bool:
+		case List, Object, json.Number, int64, bool:
 			return v, nil
 		}
 		return nil, fmt.Errorf("fromjson of a %T: give it text", v)
 	}
-	if len(s) > MaxRendered {
-		return nil, fmt.Errorf("fromjson of more than %d bytes", MaxRendered)
-	}
-	if err := r.spend(len(s) + 1); err != nil {
-		return nil, err
-	}
-	d := json.NewDecoder(strings.NewReader(s))
-	d.UseNumber()
-	var out any
-	if err := d.Decode(&out); err != nil {
-		return nil, fmt.Errorf("fromjson: the value is not JSON: %v", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return nil, errors.New("fromjson: the value holds more than one JSON value")
+	out, err := decodeJSON(s)
+	if err != nil {
+		return nil, fmt.Errorf("fromjson: the value is %w", err)
 	}
 	return out, nil
 }
 
-func (r *renderer) printf(format string, args ...any) (string, error) {
-	args, err := r.plain(args)
+func (r *Renderer) printf(format string, args ...any) (string, error) {
+	args, err := plain(args)
 	if err != nil {
 		return "", err
 	}
-	if err := noOutputs("printf", append([]any{format}, args...)...); err != nil {
+	if err := r.noOutputs("printf", append([]any{format}, args...)...); err != nil {
 		return "", err
 	}
-	if err = r.made("printf", printfSize(format, args)); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf(format, args...), nil
+	return capped("printf", fmt.Sprintf(format, args...))
 }
 
-func (r *renderer) print(args ...any) (string, error) {
-	args, err := r.plain(args)
+func printText(args ...any) (string, error) {
+	args, err := plain(args)
 	if err != nil {
 		return "", err
 	}
-	if err = r.made("print", argsSize(args)+len(args)); err != nil {
-		return "", err
-	}
-	return fmt.Sprint(args...), nil
+	return capped("print", fmt.Sprint(args...))
 }
 
-func (r *renderer) println(args ...any) (string, error) {
-	args, err := r.plain(args)
+func printLine(args ...any) (string, error) {
+	args, err := plain(args)
 	if err != nil {
 		return "", err
 	}
-	if err = r.made("println", argsSize(args)+len(args)+1); err != nil {
-		return "", err
-	}
-	return fmt.Sprintln(args...), nil
+	return capped("println", fmt.Sprintln(args...))
 }
 
-// escaper is html, js or urlquery: each makes at most grow bytes of each
-// byte it is given.
-func (r *renderer) escaper(name string, grow int, escape func(...any) string) func(...any) (string, error) {
+// escaper is html, js or urlquery.
+func (r *Renderer) escaper(name string, escape func(...any) string) func(...any) (string, error) {
 	return func(args ...any) (string, error) {
-		if err := noOutputs(name, args...); err != nil {
+		if err := r.noOutputs(name, args...); err != nil {
 			return "", err
 		}
-		if err := r.made(name, grow*(argsSize(args)+len(args))); err != nil {
-			return "", err
-		}
-		return escape(args...), nil
+		return capped(name, escape(args...))
 	}
 }
 
-// fmtWidthMax is the largest width or precision fmt takes; it prints
-// %!(BADWIDTH) for a larger one.
-const fmtWidthMax = 1_000_000
-
-// printfSize is at least what fmt.Sprintf(format, args...) makes: every
-// verb (each % of the format) may print the largest argument, grown as %x,
-// %q or %U grow it, padded to the largest width or precision in the format
-// or taken from the arguments with *.
-func printfSize(format string, args []any) int {
-	most, width, num := 0, 0, 0
+// noOutputs refuses to pass a read's value to function fn, which would
+// see its marker: only printing it (print, println) and shq may.
+func (r *Renderer) noOutputs(fn string, args ...any) error {
+	if r.outputs == nil {
+		return nil
+	}
 	for _, a := range args {
-		most = max(most, sizeOf(reflect.ValueOf(a)))
-		if v := reflect.ValueOf(a); v.CanInt() && strings.Contains(format, "*") && v.Int() <= fmtWidthMax && v.Int() >= -fmtWidthMax {
-			width = max(width, int(max(v.Int(), -v.Int())))
+		if s, ok := a.(string); ok && r.outputs.Has(s) {
+			return fmt.Errorf("%s of an output: the value is known only when the node runs; print it, or quote it with shq", fn)
 		}
 	}
-	for i := 0; i <= len(format); i++ {
-		if i < len(format) && format[i] >= '0' && format[i] <= '9' {
-			num = min(num*10+int(format[i]-'0'), fmtWidthMax+1)
-			continue
-		}
-		if num <= fmtWidthMax {
-			width = max(width, num)
-		}
-		num = 0
-	}
-	grow := 1
-	if strings.ContainsAny(format, "xXqU") {
-		grow = 6
-	}
-	return len(format) + strings.Count(format, "%")*(most*grow+width+32)
+	return nil
 }
 
-func argsSize(args []any) int {
-	n := 0
-	for _, a := range args {
-		n += sizeOf(reflect.ValueOf(a))
-	}
-	return n
-}
-
-// sizeOf is about how many bytes fmt prints of v (a Stringer's String,
-// which TemplateData and TemplateMap are).
-func sizeOf(v reflect.Value) int {
-	if v.IsValid() && v.CanInterface() {
-		if s, ok := v.Interface().(fmt.Stringer); ok && v.Kind() != reflect.Pointer {
-			return len(s.String())
-		}
-	}
-	switch v.Kind() {
-	case reflect.String:
-		return v.Len()
-	case reflect.Map:
-		n := 8
-		for it := v.MapRange(); it.Next(); {
-			n += sizeOf(it.Key()) + sizeOf(it.Value()) + 4
-		}
-		return n
-	case reflect.Slice, reflect.Array:
-		n := 2
-		for i := range v.Len() {
-			n += sizeOf(v.Index(i)) + 1
-		}
-		return n
-	case reflect.Struct:
-		n := 2
-		for i := range v.NumField() {
-			n += sizeOf(v.Field(i)) + 1
-		}
-		return n
-	case reflect.Interface, reflect.Pointer:
-		if v.IsNil() {
-			return 8
-		}
-		return sizeOf(v.Elem())
-	}
-	return 32
-}
-
-// compared charges the strings among args, and refuses an output's
-// value (known only when the node runs).
-func (r *renderer) compared(args ...reflect.Value) error {
-	n := 0
+// compared refuses an output's value among the arguments of a comparison
+// or index.
+func (r *Renderer) compared(args ...reflect.Value) error {
 	for _, a := range args {
 		if a = indirectInterface(a); a.Kind() == reflect.String {
-			n += a.Len()
-			if err := noOutputs("a comparison or index", a.String()); err != nil {
+			if err := r.noOutputs("a comparison or index", a.String()); err != nil {
 				return err
 			}
 		}
 	}
-	return r.spendBytes(n, comparedPerStep)
+	return nil
 }
-
 func indirectInterface(v reflect.Value) reflect.Value {
 	if v.Kind() != reflect.Interface {
 		return v
@@ -275,7 +214,7 @@ func canCompare(v1, v2 reflect.Value) bool {
 }
 
 // eq is text/template's eq: arg1 == arg2[0] || arg1 == arg2[1] || ...
-func (r *renderer) eq(arg1 reflect.Value, arg2 ...reflect.Value) (bool, error) {
+func (r *Renderer) eq(arg1 reflect.Value, arg2 ...reflect.Value) (bool, error) {
 	if err := r.compared(append([]reflect.Value{arg1}, arg2...)...); err != nil {
 		return false, err
 	}
@@ -337,12 +276,12 @@ func equal(arg1, arg reflect.Value, k1, k2 kind) (bool, error) {
 	return arg1.Interface() == arg.Interface(), nil
 }
 
-func (r *renderer) ne(arg1, arg2 reflect.Value) (bool, error) {
+func (r *Renderer) ne(arg1, arg2 reflect.Value) (bool, error) {
 	equal, err := r.eq(arg1, arg2)
 	return !equal, err
 }
 
-func (r *renderer) lt(arg1, arg2 reflect.Value) (bool, error) {
+func (r *Renderer) lt(arg1, arg2 reflect.Value) (bool, error) {
 	if err := r.compared(arg1, arg2); err != nil {
 		return false, err
 	}
@@ -382,7 +321,7 @@ func lt(arg1, arg2 reflect.Value) (bool, error) {
 	return false, errBadComparisonType
 }
 
-func (r *renderer) le(arg1, arg2 reflect.Value) (bool, error) {
+func (r *Renderer) le(arg1, arg2 reflect.Value) (bool, error) {
 	if err := r.compared(arg1, arg2); err != nil {
 		return false, err
 	}
@@ -393,7 +332,7 @@ func (r *renderer) le(arg1, arg2 reflect.Value) (bool, error) {
 	return eq(arg1, arg2)
 }
 
-func (r *renderer) gt(arg1, arg2 reflect.Value) (bool, error) {
+func (r *Renderer) gt(arg1, arg2 reflect.Value) (bool, error) {
 	lessOrEqual, err := r.le(arg1, arg2)
 	if err != nil {
 		return false, err
@@ -401,7 +340,7 @@ func (r *renderer) gt(arg1, arg2 reflect.Value) (bool, error) {
 	return !lessOrEqual, nil
 }
 
-func (r *renderer) ge(arg1, arg2 reflect.Value) (bool, error) {
+func (r *Renderer) ge(arg1, arg2 reflect.Value) (bool, error) {
 	less, err := r.lt(arg1, arg2)
 	if err != nil {
 		return false, err
@@ -410,10 +349,10 @@ func (r *renderer) ge(arg1, arg2 reflect.Value) (bool, error) {
 }
 
 // index is text/template's index: item[i][j]..., over maps, lists and
-// strings; a key's bytes are charged (a map hashes them).
-func (r *renderer) index(item reflect.Value, indexes ...reflect.Value) (reflect.Value, error) {
+// strings.
+func (r *Renderer) index(item reflect.Value, indexes ...reflect.Value) (reflect.Value, error) {
 	if it := indirectInterface(item); it.Kind() == reflect.String {
-		if err := noOutputs("index", it.String()); err != nil {
+		if err := r.noOutputs("index", it.String()); err != nil {
 			return reflect.Value{}, err
 		}
 	}
