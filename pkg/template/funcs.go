@@ -21,12 +21,36 @@ import (
 // output markers.
 func (r *Renderer) funcs() gotemplate.FuncMap {
 	return gotemplate.FuncMap{
-		loopFunc: r.loop, printFunc: printed, "shq": r.shq, "index": r.index, "fromjson": r.fromjson, "output": r.output,
-		"printf": r.printf, "print": printText, "println": printLine,
+		loopFunc: r.loop, printFunc: r.printed, "shq": r.shq, "index": r.index, "fromjson": r.fromjson, "output": r.output,
+		"printf": r.printf, "print": r.printText, "println": r.printLine,
 		"html": r.escaper("html", gotemplate.HTMLEscaper), "js": r.escaper("js", gotemplate.JSEscaper),
 		"urlquery": r.escaper("urlquery", gotemplate.URLQueryEscaper),
 		"eq":       r.eq, "ne": r.ne, "lt": r.lt, "le": r.le, "gt": r.gt, "ge": r.ge,
 	}
+}
+
+// capped refuses what function fn made when it is more than MaxRendered
+// bytes, or when the renderer is out of time.
+func (r *Renderer) capped(fn, s string) (string, error) {
+	if err := r.inTime(); err != nil {
+		return "", err
+	}
+	return capped(fn, s)
+}
+
+// textsFit refuses args whose texts alone are more than MaxRendered bytes,
+// before print or println puts them together.
+func textsFit(fn string, args []any) error {
+	n := 0
+	for _, a := range args {
+		if s, ok := a.(string); ok {
+			n += len(s)
+		}
+	}
+	if n > MaxRendered {
+		return fmt.Errorf("%s makes more than %d bytes", fn, MaxRendered)
+	}
+	return nil
 }
 
 // capped refuses what function fn made when it is more than MaxRendered
@@ -45,7 +69,7 @@ func (r *Renderer) shq(v any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	q, err := capped("shq", ShellQuote(s))
+	q, err := r.capped("shq", ShellQuote(s))
 	if err != nil || r.outputs == nil || !r.outputs.Has(q) {
 		return q, err
 	}
@@ -71,6 +95,9 @@ func (r *Renderer) output(target, name string, host ...string) (string, error) {
 // (fromjson .Vars.cfg).port }}). Numbers stay as written. A typed var
 // (already decoded) is returned as it is.
 func (r *Renderer) fromjson(v any) (any, error) {
+	if err := r.inTime(); err != nil {
+		return nil, err
+	}
 	if err := r.noOutputs("fromjson", v); err != nil {
 		return nil, err
 	}
@@ -97,23 +124,29 @@ func (r *Renderer) printf(format string, args ...any) (string, error) {
 	if err := r.noOutputs("printf", append([]any{format}, args...)...); err != nil {
 		return "", err
 	}
-	return capped("printf", fmt.Sprintf(format, args...))
+	return r.capped("printf", fmt.Sprintf(format, args...))
 }
 
-func printText(args ...any) (string, error) {
+func (r *Renderer) printText(args ...any) (string, error) {
 	args, err := plain(args)
 	if err != nil {
 		return "", err
 	}
-	return capped("print", fmt.Sprint(args...))
+	if err := textsFit("print", args); err != nil {
+		return "", err
+	}
+	return r.capped("print", fmt.Sprint(args...))
 }
 
-func printLine(args ...any) (string, error) {
+func (r *Renderer) printLine(args ...any) (string, error) {
 	args, err := plain(args)
 	if err != nil {
 		return "", err
 	}
-	return capped("println", fmt.Sprintln(args...))
+	if err := textsFit("println", args); err != nil {
+		return "", err
+	}
+	return r.capped("println", fmt.Sprintln(args...))
 }
 
 // escaper is html, js or urlquery.
@@ -122,7 +155,7 @@ func (r *Renderer) escaper(name string, escape func(...any) string) func(...any)
 		if err := r.noOutputs(name, args...); err != nil {
 			return "", err
 		}
-		return capped(name, escape(args...))
+		return r.capped(name, escape(args...))
 	}
 }
 
@@ -215,6 +248,9 @@ func canCompare(v1, v2 reflect.Value) bool {
 
 // eq is text/template's eq: arg1 == arg2[0] || arg1 == arg2[1] || ...
 func (r *Renderer) eq(arg1 reflect.Value, arg2 ...reflect.Value) (bool, error) {
+	if err := r.inTime(); err != nil {
+		return false, err
+	}
 	if err := r.compared(append([]reflect.Value{arg1}, arg2...)...); err != nil {
 		return false, err
 	}
@@ -282,6 +318,9 @@ func (r *Renderer) ne(arg1, arg2 reflect.Value) (bool, error) {
 }
 
 func (r *Renderer) lt(arg1, arg2 reflect.Value) (bool, error) {
+	if err := r.inTime(); err != nil {
+		return false, err
+	}
 	if err := r.compared(arg1, arg2); err != nil {
 		return false, err
 	}
@@ -351,6 +390,9 @@ func (r *Renderer) ge(arg1, arg2 reflect.Value) (bool, error) {
 // index is text/template's index: item[i][j]..., over maps, lists and
 // strings.
 func (r *Renderer) index(item reflect.Value, indexes ...reflect.Value) (reflect.Value, error) {
+	if err := r.inTime(); err != nil {
+		return reflect.Value{}, err
+	}
 	if it := indirectInterface(item); it.Kind() == reflect.String {
 		if err := r.noOutputs("index", it.String()); err != nil {
 			return reflect.Value{}, err

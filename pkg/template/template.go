@@ -27,6 +27,7 @@ import (
 	"strings"
 	gotemplate "text/template"
 	"text/template/parse"
+	"time"
 )
 
 // MaxRendered bounds what one template renders to, and what one function
@@ -70,12 +71,14 @@ type Outputs interface {
 // Renderer renders one composition's templates, each text parsed once,
 // all of them within MaxTemplateSteps and MaxRenderedTotal.
 type Renderer struct {
-	parsed  map[string]*parsed
-	typed   map[string]*parsed // parsed for hosts with typed vars
-	decoded map[string]any     // typed vars' values by their text
-	steps   int                // steps left
-	bytes   int                // bytes left to render
-	outputs Outputs
+	parsed   map[string]*parsed
+	typed    map[string]*parsed // parsed for hosts with typed vars
+	decoded  map[string]any     // typed vars' values by their text
+	steps    int                // steps left
+	bytes    int                // bytes left to render
+	outputs  Outputs
+	limit    time.Duration // MaxRenderTime
+	deadline time.Time     // set by the first Render
 }
 
 type parsed struct {
@@ -88,7 +91,7 @@ type parsed struct {
 // render through outputs (nil: none may be read).
 func New(outputs Outputs) *Renderer {
 	return &Renderer{parsed: map[string]*parsed{}, typed: map[string]*parsed{}, decoded: map[string]any{},
-		steps: MaxTemplateSteps, bytes: MaxRenderedTotal, outputs: outputs}
+		steps: MaxTemplateSteps, bytes: MaxRenderedTotal, outputs: outputs, limit: MaxRenderTime}
 }
 
 func (r *Renderer) spend(n int) error {
@@ -106,6 +109,9 @@ func (r *Renderer) Render(s string, d Data) (string, error) {
 	if !strings.Contains(s, "{{") {
 		return s, r.checkMarkers(s)
 	}
+	if err := r.inTime(); err != nil {
+		return "", err
+	}
 	pt := r.parse(s, d.typed)
 	if pt.err != nil {
 		return "", pt.err
@@ -115,8 +121,10 @@ func (r *Renderer) Render(s string, d Data) (string, error) {
 	}
 	b := &limitedBuffer{r: r}
 	if err := pt.t.Execute(b, d); err != nil {
-		if errors.Is(err, ErrBudget) {
-			return "", ErrBudget
+		for _, sentinel := range []error{ErrBudget, ErrTooSlow} {
+			if errors.Is(err, sentinel) {
+				return "", sentinel
+			}
 		}
 		return "", fmt.Errorf("template: %s", cleanExecErr(err.Error()))
 	}
@@ -181,6 +189,9 @@ var parseFuncs = New(nil).funcs()
 // comparisons a key). Anything else, a number above all (text/template
 // would count up to it), is refused.
 func (r *Renderer) loop(body int, v any) (any, error) {
+	if err := r.inTime(); err != nil {
+		return nil, err
+	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Invalid:
@@ -209,6 +220,9 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	if b.r.bytes -= len(p); b.r.bytes < 0 {
 		return 0, ErrBudget
+	}
+	if err := b.r.inTime(); err != nil {
+		return 0, err
 	}
 	return b.Buffer.Write(p)
 }

@@ -192,6 +192,34 @@ func TestLargeOutputIsBounded(t *testing.T) {
 	}
 }
 
+// TestSlowTemplatesAreRefusedInTime: work the steps do not see (comparing
+// or sorting long values in loops in loops, printing a long var many
+// times) is refused within the render time, not left running for minutes.
+func TestSlowTemplatesAreRefusedInTime(t *testing.T) {
+	long := strings.Repeat("a", 300<<10)
+	eqVars := []string{`"x":"` + long + `"`, `"y":"` + long[1:] + `b"`}
+	for i := range 40 {
+		eqVars = append(eqVars, fmt.Sprintf(`"v%d":"1"`, i))
+	}
+	nest := func(d int) string { return strings.Repeat(`{{ range $.Vars }}`, d) + strings.Repeat(`{{ end }}`, d) }
+	cases := []struct {
+		name, doc, msg string
+	}{
+		{"comparing long vars in nested loops", varsDoc(eqVars, `{{ $x := .Vars.x }}{{ $y := .Vars.y }}{{ range .Vars }}{{ range $.Vars }}{{ if eq $x`+strings.Repeat(" $y", 200)+` }}{{ end }}{{ end }}{{ end }}echo`),
+			"takes more than 10s"},
+		{"sorting long keys in nested loops", varsDoc([]string{`"` + long + `1":"1"`, `"` + long + `2":"2"`}, nest(20)+"echo"),
+			"takes more than 10s"},
+		{"print of a long var 3000 times", varsDoc([]string{`"x":"` + long + `"`}, `{{ $x := .Vars.x }}{{ $a := print`+strings.Repeat(" $x", 3000)+` }}echo`),
+			"print makes more than 262144 bytes"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			refusedWithin(t, tc.doc, "formulas[0].nodes[0].run", tc.msg)
+		})
+	}
+}
+
 // TestFleetEnvFilesRender: a fleet of 5,000 hosts whose 5 nodes each
 // write an env file from 30 vars in a loop stays within the steps.
 func TestFleetEnvFilesRender(t *testing.T) {

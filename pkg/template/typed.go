@@ -123,6 +123,14 @@ func jsonOf(what string, v any) (string, error) {
 
 // printed is v as an action prints it: a typed list or mapping as its
 // JSON text, anything else as it is.
+// printed is printFunc: what an action prints, checked for the time.
+func (r *Renderer) printed(v any) (any, error) {
+	if err := r.inTime(); err != nil {
+		return nil, err
+	}
+	return printed(v)
+}
+
 func printed(v any) (any, error) {
 	switch v.(type) {
 	case List, Object:

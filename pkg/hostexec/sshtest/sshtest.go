@@ -166,6 +166,7 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 		return nil, err
 	}
 	var known strings.Builder
+	taken := map[string]bool{} // addresses given to this fleet's hosts
 	for i := 0; i < n; i++ {
 		h := &Host{Name: fmt.Sprintf("host-%d", i), Dir: filepath.Join(dir, fmt.Sprintf("host-%d", i)), fleet: f}
 		if err := os.MkdirAll(h.Dir, 0o755); err != nil {
@@ -181,11 +182,12 @@ func launch(dir string, n int, opts Options, fail func(string, ...any)) (*Fleet,
 		if a := opts.Listen[i]; a != "" {
 			ip = a
 		}
-		port, err := freePort(ip)
+		port, err := freePort(ip, taken)
 		if err != nil {
 			return nil, err
 		}
 		h.Addr = net.JoinHostPort(ip, strconv.Itoa(port))
+		taken[h.Addr] = true
 		logLevel := "QUIET"
 		if opts.LogLevel != "" {
 			logLevel = opts.LogLevel
@@ -377,13 +379,22 @@ func (h *Host) Log() string {
 	return string(b)
 }
 
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, err
+// freePort is a port free on ip that no address in taken has: the kernel
+// may hand a port it just gave back out again, and two hosts of one
+// fleet on one port would make one sshd answer for both.
+func freePort(ip string, taken map[string]bool) (int, error) {
+	for range 100 {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !taken[net.JoinHostPort(ip, strconv.Itoa(port))] {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port on %s after 100 tries", ip)
 }
 
 // Silent starts a host that accepts TCP connections and never says a
