@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -57,7 +59,7 @@ func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*run
 		return nil, fmt.Errorf("submit rejected: %s", msg.Data)
 	}
 	var reply events.SubmitReply
-	data, err := events.BodyOf(msg) // a large plan comes compressed
+	data, err := eventbus.BodyOf(msg) // a large plan comes compressed
 	if err == nil {
 		err = json.Unmarshal(data, &reply)
 	}

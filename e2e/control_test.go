@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -195,7 +197,7 @@ func TestPoisonInputIsTerminated(t *testing.T) {
 			}
 		}
 	}
-	for stream, consumers := range events.Consumers() {
+	for stream, consumers := range eventbus.Consumers() {
 		for _, cc := range consumers {
 			s.waitFor("consumer "+cc.Durable+" to settle the poison", 15*time.Second, func() bool {
 				cons, err := s.js.Consumer(ctx, stream, cc.Durable)

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -38,7 +40,7 @@ func TestStolenStateStoreCredentialDecidesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, err := events.NewBucket[events.HostNode](ctx, js, events.BucketState)
+	state, err := eventbus.NewBucket[events.HostNode](ctx, js, events.BucketState)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -85,7 +87,7 @@ func TestHealsDeletedTopology(t *testing.T) {
 			}
 			s.mustSucceed(gated(t, fmt.Sprintf("after-%d", n)))
 			if tc.logged != "" {
-				s.waitFor("the re-creation logged", 2*events.HealInterval, func() bool { return s.logsContain(tc.logged) })
+				s.waitFor("the re-creation logged", 2*eventbus.HealInterval, func() bool { return s.logsContain(tc.logged) })
 			}
 		})
 	}

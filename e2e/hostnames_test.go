@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -186,7 +188,7 @@ func TestDottedHostNames(t *testing.T) {
 	}
 
 	// The planner's record keeps the vars (a retry runs what was used).
-	wfs, err := events.NewBucket[map[string]any](context.Background(), s.js, events.BucketWorkflows)
+	wfs, err := eventbus.NewBucket[map[string]any](context.Background(), s.js, events.BucketWorkflows)
 	if err != nil {
 		t.Fatal(err)
 	}

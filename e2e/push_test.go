@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -66,7 +68,7 @@ func TestViewerQueryCannotInflateMuch(t *testing.T) {
 	_, _ = zw.Write([]byte("{}"))
 	_ = zw.Close()
 	viewer := s.ns.Connect(events.Viewer)
-	msg := &nats.Msg{Subject: events.StateList, Data: buf.Bytes(), Header: nats.Header{events.EncodingHeader: {events.EncodingGzip}}}
+	msg := &nats.Msg{Subject: events.StateList, Data: buf.Bytes(), Header: nats.Header{eventbus.EncodingHeader: {eventbus.EncodingGzip}}}
 	reply, err := viewer.RequestMsg(msg, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

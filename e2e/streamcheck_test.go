@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -113,7 +115,7 @@ func TestRebuildCheckFindsABadStream(t *testing.T) {
 	data, _ := json.Marshal(&late)
 	lateSeq := publish(bRunning.subject, data, "planted-late-running")
 	// c's record, as an executor writes it, says it failed
-	nodes, err := events.NewBucket[events.NodeRecord](ctx, x, events.BucketNodes)
+	nodes, err := eventbus.NewBucket[events.NodeRecord](ctx, x, events.BucketNodes)
 	if err != nil {
 		t.Fatal(err)
 	}

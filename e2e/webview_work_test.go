@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,7 +39,7 @@ func (s *stack) submitTraced(doc []byte, traceID string) string {
 		s.t.Fatalf("submit: %v", err)
 	}
 	var r events.SubmitReply
-	body, err := events.BodyOf(reply)
+	body, err := eventbus.BodyOf(reply)
 	if err == nil {
 		err = json.Unmarshal(body, &r)
 	}

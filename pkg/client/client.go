@@ -6,6 +6,8 @@
 package client
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -124,7 +126,7 @@ func (c *Client) Request(ctx context.Context, subject string, body []byte, h nat
 	if out == nil {
 		return nil
 	}
-	data, err := events.BodyOf(msg)
+	data, err := eventbus.BodyOf(msg)
 	if err == nil {
 		err = json.Unmarshal(data, out)
 	}
@@ -185,13 +187,13 @@ func (c *Client) requestOrDenied(ctx context.Context, m *nats.Msg) (*nats.Msg, e
 // packRequest compresses a large request body (a fleet's composition), as
 // the services' replies are.
 func packRequest(m *nats.Msg) error {
-	data, packed, err := events.Pack(m.Data)
+	data, packed, err := eventbus.Pack(m.Data)
 	if err != nil {
 		return fmt.Errorf("the request is %w", err)
 	}
 	if packed {
 		m.Data = data
-		m.Header.Set(events.EncodingHeader, events.EncodingGzip)
+		m.Header.Set(eventbus.EncodingHeader, eventbus.EncodingGzip)
 	}
 	return nil
 }

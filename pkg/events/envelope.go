@@ -1,6 +1,9 @@
 // Package events is gantry's versioned wire contract: the CloudEvents 1.0
-// envelope, one typed payload per event, the subjects they travel on, and
-// every stream and consumer setting. Services talk only through it.
+// envelope, one typed payload per event, the records and replies the
+// services store and answer with, the subjects they travel on, the names
+// of the streams, consumers and buckets that hold them, and who may use
+// which (the permission model). Services talk only through it. It links no
+// NATS package: the JetStream plumbing that carries it is pkg/eventbus.
 package events
 
 import (

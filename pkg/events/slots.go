@@ -1,13 +1,11 @@
 package events
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Concurrency limits across executors (gantry_slots) and executors by zone.
@@ -33,28 +31,6 @@ type SlotHolder struct {
 	Executor string `json:"executor"` // the executor instance
 	Attempt  string `json:"attempt"`  // <workflow_id>.<generation>.<formula>.<node>.<attempt>
 	Priority int    `json:"priority"`
-}
-
-// ExecutorConsumer is the durable consumer of the executors of a zone on
-// GANTRY_DISPATCH ("" for executors started without one): ConsumerExecutor,
-// or executor-zone-<zone>. Their filters do not overlap, as a work queue
-// needs: zoned work goes only to its zone's executors.
-func ExecutorConsumer(zone string) jetstream.ConsumerConfig {
-	cfg := jetstream.ConsumerConfig{
-		Durable:        ConsumerExecutor,
-		Description:    "executors: run dispatched formulas of hosts without a zone",
-		FilterSubjects: []string{ZoneDispatch("")},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        WorkAckWait,
-		MaxDeliver:     MaxDeliverWork,
-		MaxAckPending:  ExecutorMaxAcks,
-	}
-	if zone != "" {
-		cfg.Durable = ConsumerExecutor + "-zone-" + zone
-		cfg.Description = "executors of zone " + zone + ": run dispatched formulas of its hosts"
-		cfg.FilterSubjects = []string{ZoneDispatch(zone)}
-	}
-	return cfg
 }
 
 // Takers is what the durable consumer of a zone's dispatches
@@ -95,23 +71,6 @@ func (t Takers) Why() string {
 		return "no executor of " + who + " is running: none asks for work"
 	}
 	return fmt.Sprintf("the executors of %s are busy: they hold %d dispatch(es), %d more are queued", who, t.InHand, t.Queued)
-}
-
-// ZoneTakers reads the state of the consumer that takes the zone's
-// dispatches.
-func ZoneTakers(ctx context.Context, js jetstream.JetStream, zone string) (Takers, error) {
-	name := ExecutorConsumer(zone).Durable
-	t := Takers{Zone: zone, Consumer: name}
-	c, err := js.Consumer(ctx, StreamDispatch, name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return t, nil
-	}
-	if err != nil {
-		return t, fmt.Errorf("consumer %s: %w", name, err)
-	}
-	ci := c.CachedInfo()
-	t.Exists, t.Pulling, t.InHand, t.Queued = true, ci.NumWaiting, ci.NumAckPending, ci.NumPending
-	return t, nil
 }
 
 // validLimits checks a dispatch's limits and priority.

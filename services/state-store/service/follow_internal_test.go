@@ -1,6 +1,8 @@
 package service
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"bytes"
 	"context"
 	"log/slog"
@@ -23,7 +25,7 @@ func TestFollowEndedIsFollowedAgain(t *testing.T) {
 	nc := ns.Connect(events.StateStore)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	js, err := events.Open(ctx, nc, events.StateStore, 1, nil)
+	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

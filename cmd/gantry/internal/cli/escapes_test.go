@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -302,7 +304,7 @@ func TestWatchStreamEscapesHostText(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, events.Streams(1)[0]); err != nil {
+	if _, err := js.CreateStream(ctx, eventbus.Streams(1)[0]); err != nil {
 		t.Fatal(err)
 	}
 	ref := events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "web", Host: "h1", Node: "build", Operation: dag.OpCreate, Generation: 1}
@@ -376,7 +378,7 @@ func TestJSONOutputEscapesC1(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, events.Streams(1)[0]); err != nil {
+	if _, err := js.CreateStream(ctx, eventbus.Streams(1)[0]); err != nil {
 		t.Fatal(err)
 	}
 	wf := events.Ref{WorkflowID: "w1", Workflow: "w", Operation: dag.OpCreate, Generation: 1}

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,7 +175,7 @@ func estimateAfter(ctx context.Context, cl *client.Client, before map[string]eve
 			ids[p.WorkflowID] = true
 			spans = append(spans, events.WorkflowSpan(p.CreatedAt, p.EndedAt))
 		}
-		if sz, err := events.RemoveWorkflowMessages(ctx, js, events.StreamLogs, ids, spans, true); err == nil {
+		if sz, err := eventbus.RemoveWorkflowMessages(ctx, js, events.StreamLogs, ids, spans, true); err == nil {
 			removed[events.StreamLogs] = sz
 		}
 	}

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"bytes"
 	"fmt"
 	"strings"
@@ -127,14 +129,14 @@ func TestStatusShowsTheReason(t *testing.T) {
 // failed base blocking thousands of formulas).
 func TestRunGeneration(t *testing.T) {
 	big := events.RunSnapshot{Generation: 3, Formulas: strings.Repeat("f", 100_000)}
-	rec, err := events.EncodeRecord(big)
+	rec, err := eventbus.EncodeRecord(big)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !events.IsPacked(rec) {
+	if !eventbus.IsPacked(rec) {
 		t.Fatalf("a %d-byte snapshot is stored plain", len(big.Formulas))
 	}
-	small, _ := events.EncodeRecord(events.RunSnapshot{Generation: 2})
+	small, _ := eventbus.EncodeRecord(events.RunSnapshot{Generation: 2})
 	for name, c := range map[string]struct {
 		rec  []byte
 		want int

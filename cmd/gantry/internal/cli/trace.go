@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"io"
 	"os"
@@ -59,7 +61,7 @@ func startSubmitTrace(stderr io.Writer) *submitTrace {
 		}
 		span = trace.NewSpanContext(cfg)
 	}
-	st.header = events.InjectTrace(trace.ContextWithSpanContext(context.Background(), span), nil)
+	st.header = eventbus.InjectTrace(trace.ContextWithSpanContext(context.Background(), span), nil)
 	return st
 }
 

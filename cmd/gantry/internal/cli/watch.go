@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -183,7 +185,7 @@ func watchStart(ctx context.Context, cl *client.Client, id string) (time.Time, i
 // runGeneration is the run generation of a gantry_runs record, plain or
 // compressed (a large fleet's snapshot is).
 func runGeneration(record []byte) (int, bool) {
-	data, err := events.Unpack(record)
+	data, err := eventbus.Unpack(record)
 	if err != nil {
 		return 0, false
 	}

@@ -6,6 +6,8 @@
 package formula
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"errors"
 	"fmt"
@@ -311,7 +313,7 @@ func (x *Executor) Handle(ctx context.Context, ev *consume.Event) error {
 	if err := events.DecodeData(ev.Envelope, &d); err != nil {
 		return err
 	}
-	return x.run(events.ExtractTrace(ctx, ev.Header), &d, ev.Time, ev.Delivered > 1)
+	return x.run(eventbus.ExtractTrace(ctx, ev.Header), &d, ev.Time, ev.Delivered > 1)
 }
 
 // Run runs a formula to its end and publishes its outcome. An error means

@@ -1,6 +1,8 @@
 package slots_test
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -33,7 +35,7 @@ func TestSlotGivenBackAcrossADisconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := events.Open(ctx, nc, events.Executor, 1, log)
+	js, err := eventbus.Open(ctx, nc, events.Executor, 1, log)
 	if err != nil {
 		t.Fatal(err)
 	}

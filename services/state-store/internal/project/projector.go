@@ -8,6 +8,8 @@
 package project
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,7 +170,7 @@ func (p *Projector) Apply(ctx context.Context, evs []*consume.Event, last uint64
 		if attempt%20 == 2 {
 			p.Log.Warn("projection write failed; retrying", "to_seq", last, "attempt", attempt, "err", err)
 		}
-		if events.IsMissing(err) && p.Heal != nil {
+		if eventbus.IsMissing(err) && p.Heal != nil {
 			if herr := p.Heal(ctx); herr != nil {
 				p.Log.Error("cannot re-create the projection's bucket yet", "err", herr)
 			}

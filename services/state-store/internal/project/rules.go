@@ -1,6 +1,8 @@
 package project
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"slices"
 
@@ -335,7 +337,7 @@ func inPlace(hn *events.HostNode, e *events.NodeEvent) {
 
 // traceID is the trace id an event's traceparent names ("" for none).
 func traceID(ev *consume.Event) string {
-	sc := trace.SpanContextFromContext(events.ExtractTrace(context.Background(), ev.Header))
+	sc := trace.SpanContextFromContext(eventbus.ExtractTrace(context.Background(), ev.Header))
 	if !sc.HasTraceID() {
 		return ""
 	}

@@ -1,6 +1,8 @@
 package project_test
 
 import (
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"maps"
 	"slices"
@@ -27,7 +29,7 @@ type documents interface {
 
 func documentStores(t *testing.T, ctx context.Context) map[string]documents {
 	ns := natstest.Start(t)
-	js, err := events.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1, nil)
+	js, err := eventbus.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
