@@ -143,6 +143,58 @@ func DecodeData(env *Envelope, p Payload) error {
 	return nil
 }
 
+// Payload decodes the envelope's data into the payload of its type and
+// validates it: a *WorkflowEvent (or *WorkflowPruned for
+// gantry.workflow.pruned), *FormulaEvent, *NodeEvent, *HealthEvent,
+// *LogLine, *ProgressEvent, *RolloutEvent, *Dispatch or *GateRequest, for
+// a consumer to type-switch on. Its error wraps ErrUnknownType for a type
+// this version does not define, ErrMalformed for data that is not the
+// type's payload.
+func (e *Envelope) Payload() (Payload, error) {
+	p := newPayload(e.Type)
+	if p == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
+	}
+	if err := DecodeData(e, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newPayload is an empty payload of type t (nil for a type this version
+// does not define): the one place a type's payload struct is chosen.
+func newPayload(t Type) Payload {
+	if !t.Known() {
+		return nil
+	}
+	if t == TypeWorkflowPruned {
+		return &WorkflowPruned{}
+	}
+	switch t.Family() {
+	case FamilyWorkflow:
+		return &WorkflowEvent{}
+	case FamilyFormula:
+		return &FormulaEvent{}
+	case FamilyNode:
+		return &NodeEvent{}
+	case FamilyHealth:
+		return &HealthEvent{}
+	case FamilyLog:
+		return &LogLine{}
+	case FamilyProgress:
+		return &ProgressEvent{}
+	case FamilyRollout:
+		return &RolloutEvent{}
+	}
+	switch t {
+	case TypeDispatch:
+		return &Dispatch{}
+	case TypeGateRequest:
+		return &GateRequest{}
+	}
+	return nil
+}
+
 // Decode parses an envelope and its data in one step.
 func Decode[P any, PP interface {
 	*P
