@@ -41,8 +41,8 @@ func (b Bucket[T]) whenConnected(ctx context.Context, op func() error) error {
 	return whenConnected(ctx, nc, op)
 }
 
-// Get returns the record at key and its revision; ErrNoRecord when there
-// is none, ErrBadRecord (with the revision, to write over it) when it does
+// Get returns the record at key and its revision; events.ErrNoRecord when there
+// is none, events.ErrBadRecord (with the revision, to write over it) when it does
 // not decode.
 func (b Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 	var v T
@@ -79,7 +79,7 @@ func (b Bucket[T]) Absent(ctx context.Context, key string) (bool, error) {
 }
 
 // Put writes v at key: a create when rev is 0, else a compare-and-set on
-// rev (ErrChanged when either finds something else). It returns the new
+// rev (events.ErrChanged when either finds something else). It returns the new
 // revision.
 func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
 	data, err := EncodeRecord(v)
@@ -104,7 +104,7 @@ func (b Bucket[T]) Put(ctx context.Context, key string, v T, rev uint64) (uint64
 	return n, nil
 }
 
-// Update is UpdateRecord on the bucket.
+// Update is events.UpdateRecord on the bucket.
 func (b Bucket[T]) Update(ctx context.Context, key string, change func(*T) error) (uint64, error) {
 	return events.UpdateRecord[T](ctx, b, key, change)
 }
@@ -149,7 +149,7 @@ func (b Bucket[T]) Keys(ctx context.Context, filter string) ([]string, error) {
 // delivers the current values and ends, not a listing then a read per key.
 // Deleted keys are left out. A record that does not decode does not fail
 // the read: it is left out of the records and returned in bad, by key, as
-// an ErrBadRecord, for the caller to decide without it (one damaged record
+// an events.ErrBadRecord, for the caller to decide without it (one damaged record
 // must not make every read of its neighbours fail).
 func (b Bucket[T]) Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error) {
 	var w jetstream.KeyWatcher

@@ -271,7 +271,7 @@ func refused(nc *nats.Conn, id events.Identity, err error) error {
 }
 
 // Ensure creates or updates every stream, consumer and KV bucket the
-// service id uses (Uses), and deletes its retired consumers. Each service
+// service id uses (events.Uses), and deletes its retired consumers. Each service
 // calls it at start, so any one of them can come up first, and again when
 // it finds a part missing.
 func Ensure(ctx context.Context, js jetstream.JetStream, id events.Identity, replicas int) error {

@@ -96,7 +96,7 @@ type Usage struct {
 	Retire []Durable // retired durable consumers it deletes
 	// Checks are streams it reads single messages of, by subject, from
 	// their leader: the ones its events go to, to find whether an event
-	// whose acknowledgement never came was stored (see ClockSkew).
+	// whose acknowledgement never came was stored (see eventbus.ClockSkew).
 	Checks []string
 	// Prune are the buckets and streams it removes a pruned workflow's
 	// data from: a bucket's keys by a purge of its stream by subject, a

@@ -27,7 +27,7 @@ var (
 const UpdateTries = 5
 
 // RecordStore is a store of records of type T with compare-and-set
-// writes, as Bucket: what UpdateRecord needs.
+// writes, as eventbus.Bucket: what UpdateRecord needs.
 type RecordStore[T any] interface {
 	Get(ctx context.Context, key string) (T, uint64, error)
 	Put(ctx context.Context, key string, v T, rev uint64) (uint64, error)

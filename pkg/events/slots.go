@@ -34,7 +34,7 @@ type SlotHolder struct {
 }
 
 // Takers is what the durable consumer of a zone's dispatches
-// (ExecutorConsumer) says about the executors that take the zone's work.
+// (ExecutorDurable) says about the executors that take the zone's work.
 type Takers struct {
 	Zone     string // "" for hosts without a zone
 	Consumer string
@@ -52,7 +52,7 @@ type Takers struct {
 // Nobody says that no executor takes the zone's work now: none ever
 // started (no consumer), or none asks for work and none holds any (they
 // are gone: a dead executor's pull requests expire within seconds, and
-// what it held goes back to the queue after WorkAckWait).
+// what it held goes back to the queue after eventbus.WorkAckWait).
 func (t Takers) Nobody() bool { return !t.Exists || (t.Pulling == 0 && t.InHand == 0) }
 
 // Why says, for people, why the zone's work is not taken.
