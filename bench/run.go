@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,7 +59,7 @@ func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*run
 		return nil, fmt.Errorf("submit rejected: %s", msg.Data)
 	}
 	var reply events.SubmitReply
-	data, err := events.BodyOf(msg) // a large plan comes compressed
+	data, err := eventbus.BodyOf(msg) // a large plan comes compressed
 	if err == nil {
 		err = json.Unmarshal(data, &reply)
 	}

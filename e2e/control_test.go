@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -195,7 +196,7 @@ func TestPoisonInputIsTerminated(t *testing.T) {
 			}
 		}
 	}
-	for stream, consumers := range events.Consumers() {
+	for stream, consumers := range eventbus.Consumers() {
 		for _, cc := range consumers {
 			s.waitFor("consumer "+cc.Durable+" to settle the poison", 15*time.Second, func() bool {
 				cons, err := s.js.Consumer(ctx, stream, cc.Durable)

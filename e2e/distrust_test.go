@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -38,7 +39,7 @@ func TestStolenStateStoreCredentialDecidesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, err := events.NewBucket[events.HostNode](ctx, js, events.BucketState)
+	state, err := eventbus.NewBucket[events.HostNode](ctx, js, events.BucketState)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -234,7 +234,7 @@ func TestCycleRejected(t *testing.T) {
 // A composition over the planner's size limit, sent over the bus, gets
 // the planner's answer naming both sizes, not the client's "maximum
 // payload exceeded": the servers gantry configures take a request that
-// large (events.MaxRequestBytes).
+// large (eventbus.MaxRequestBytes).
 func TestOversizedCompositionGetsThePlannersAnswer(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	pad := strings.Repeat("x", dag.DefaultMaxBytes+dag.DefaultMaxBytes/2)

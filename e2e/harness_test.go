@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
@@ -198,7 +199,7 @@ func (s *stack) submit(doc []byte) (events.SubmitReply, string) {
 		s.t.Fatalf("submit: %v", err)
 	}
 	var r events.SubmitReply
-	body, err := events.BodyOf(msg)
+	body, err := eventbus.BodyOf(msg)
 	if err == nil {
 		err = json.Unmarshal(body, &r)
 	}
@@ -234,7 +235,7 @@ func (s *stack) waitGen(id string, gen int, timeout time.Duration) *events.Workf
 		msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
 		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
 			var d events.WorkflowDoc
-			body, _ := events.BodyOf(msg)
+			body, _ := eventbus.BodyOf(msg)
 			if json.Unmarshal(body, &d) == nil && d.Status.Terminal() && d.Generation >= gen {
 				return &d
 			}
@@ -424,7 +425,7 @@ func markers(t *testing.T, h *sshtest.Host) map[string]int {
 // decodeReply decodes a reply's JSON body, compressed (a large plan or
 // document) or not.
 func decodeReply(msg *nats.Msg, v any) error {
-	body, err := events.BodyOf(msg)
+	body, err := eventbus.BodyOf(msg)
 	if err != nil {
 		return err
 	}

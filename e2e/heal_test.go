@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -85,7 +86,7 @@ func TestHealsDeletedTopology(t *testing.T) {
 			}
 			s.mustSucceed(gated(t, fmt.Sprintf("after-%d", n)))
 			if tc.logged != "" {
-				s.waitFor("the re-creation logged", 2*events.HealInterval, func() bool { return s.logsContain(tc.logged) })
+				s.waitFor("the re-creation logged", 2*eventbus.HealInterval, func() bool { return s.logsContain(tc.logged) })
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
@@ -186,7 +187,7 @@ func TestDottedHostNames(t *testing.T) {
 	}
 
 	// The planner's record keeps the vars (a retry runs what was used).
-	wfs, err := events.NewBucket[map[string]any](context.Background(), s.js, events.BucketWorkflows)
+	wfs, err := eventbus.NewBucket[map[string]any](context.Background(), s.js, events.BucketWorkflows)
 	if err != nil {
 		t.Fatal(err)
 	}

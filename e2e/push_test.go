@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -66,7 +67,7 @@ func TestViewerQueryCannotInflateMuch(t *testing.T) {
 	_, _ = zw.Write([]byte("{}"))
 	_ = zw.Close()
 	viewer := s.ns.Connect(events.Viewer)
-	msg := &nats.Msg{Subject: events.StateList, Data: buf.Bytes(), Header: nats.Header{events.EncodingHeader: {events.EncodingGzip}}}
+	msg := &nats.Msg{Subject: events.StateList, Data: buf.Bytes(), Header: nats.Header{eventbus.EncodingHeader: {eventbus.EncodingGzip}}}
 	reply, err := viewer.RequestMsg(msg, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 )
 
 // bigFleetYAML is one formula fanned out over n local hosts, one node each.
@@ -35,8 +35,8 @@ func TestFleetLargerThanAMessage(t *testing.T) {
 	if code != "" || r.Status != "accepted" {
 		t.Fatalf("submit (%s): %s %v", code, r.Status, r.Errors)
 	}
-	if plan, _ := json.Marshal(r.Plan); len(plan) <= events.MaxMessageBytes || len(r.Plan.Formulas) != hosts {
-		t.Fatalf("the plan reply is %d bytes for %d formulas: the test needs more than a message (%d)", len(plan), len(r.Plan.Formulas), events.MaxMessageBytes)
+	if plan, _ := json.Marshal(r.Plan); len(plan) <= eventbus.MaxMessageBytes || len(r.Plan.Formulas) != hosts {
+		t.Fatalf("the plan reply is %d bytes for %d formulas: the test needs more than a message (%d)", len(plan), len(r.Plan.Formulas), eventbus.MaxMessageBytes)
 	}
 	first := s.wait(r.WorkflowID, 3*time.Minute)
 	if first.Status != dag.WorkflowSucceeded || len(first.Formulas) != hosts {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -113,7 +114,7 @@ func TestRebuildCheckFindsABadStream(t *testing.T) {
 	data, _ := json.Marshal(&late)
 	lateSeq := publish(bRunning.subject, data, "planted-late-running")
 	// c's record, as an executor writes it, says it failed
-	nodes, err := events.NewBucket[events.NodeRecord](ctx, x, events.BucketNodes)
+	nodes, err := eventbus.NewBucket[events.NodeRecord](ctx, x, events.BucketNodes)
 	if err != nil {
 		t.Fatal(err)
 	}

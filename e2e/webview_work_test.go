@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -37,7 +38,7 @@ func (s *stack) submitTraced(doc []byte, traceID string) string {
 		s.t.Fatalf("submit: %v", err)
 	}
 	var r events.SubmitReply
-	body, err := events.BodyOf(reply)
+	body, err := eventbus.BodyOf(reply)
 	if err == nil {
 		err = json.Unmarshal(body, &r)
 	}

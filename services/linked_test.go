@@ -14,7 +14,7 @@ var binaries = []string{"cmd/gantry", "services/planner", "services/executor", "
 
 // testSupport says whether a package is for tests only: the standard
 // library's testing, or one of gantry's whose name ends in "test"
-// (eventstest, slotstest, secretstest, natstest, sshtest, dagtest...).
+// (eventbustest, slotstest, secretstest, natstest, sshtest, dagtest...).
 func testSupport(pkg string) bool {
 	if pkg == "testing" || strings.HasPrefix(pkg, "testing/") {
 		return true
@@ -42,7 +42,7 @@ func linkedTestSupport(t *testing.T, bin string) []string {
 	return found
 }
 
-// The in-memory stand-ins for NATS and the stores (eventstest.MemoryBucket,
+// The in-memory stand-ins for NATS and the stores (eventbustest.MemoryBucket,
 // slotstest.Memory, secretstest.Map...) are for tests: no binary gantry
 // ships may link one, or a service could run on a fake without a test
 // noticing.
@@ -59,9 +59,9 @@ func TestBinariesLinkNoTestSupport(t *testing.T) {
 func TestTestSupportIsRecognised(t *testing.T) {
 	t.Parallel()
 	for pkg, want := range map[string]bool{
-		"testing":                         true,
-		"testing/fstest":                  true,
-		module + "/pkg/events/eventstest": true,
+		"testing":                             true,
+		"testing/fstest":                      true,
+		module + "/pkg/eventbus/eventbustest": true,
 		module + "/services/executor/internal/slots/slotstest": true,
 		module + "/pkg/natsembed/natstest":                     true,
 		module + "/pkg/events":                                 false,

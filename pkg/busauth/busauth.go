@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nkeys"
 )
@@ -151,7 +152,7 @@ func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
 			return "", err
 		}
 		k.jwt = true
-		cfg["max_payload"] = events.MaxRequestBytes
+		cfg["max_payload"] = eventbus.MaxRequestBytes
 		return encodeConfig(cfg)
 	}
 	services, clients := account{JetStream: "enabled"}, account{}
@@ -178,7 +179,7 @@ func (k *Keys) ServerConfig(o ServerOptions) (string, error) {
 		clients.Imports = append(clients.Imports, importOf(im))
 	}
 	cfg := map[string]any{"accounts": map[string]account{events.AccountServices: services, events.AccountClients: clients},
-		"max_payload": events.MaxRequestBytes}
+		"max_payload": eventbus.MaxRequestBytes}
 	if o.AnonymousViewer {
 		pub, err := k.Public(events.Viewer)
 		if err != nil {

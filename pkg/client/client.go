@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -127,7 +128,7 @@ func (c *Client) Request(ctx context.Context, subject string, body []byte, h nat
 	if out == nil {
 		return nil
 	}
-	data, err := events.BodyOf(msg)
+	data, err := eventbus.BodyOf(msg)
 	if err == nil {
 		err = json.Unmarshal(data, out)
 	}
@@ -188,13 +189,13 @@ func (c *Client) requestOrDenied(ctx context.Context, m *nats.Msg) (*nats.Msg, e
 // packRequest compresses a large request body (a fleet's composition), as
 // the services' replies are.
 func packRequest(m *nats.Msg) error {
-	data, packed, err := events.Pack(m.Data)
+	data, packed, err := eventbus.Pack(m.Data)
 	if err != nil {
 		return fmt.Errorf("the request is %w", err)
 	}
 	if packed {
 		m.Data = data
-		m.Header.Set(events.EncodingHeader, events.EncodingGzip)
+		m.Header.Set(eventbus.EncodingHeader, eventbus.EncodingGzip)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,7 +23,7 @@ func logStream(t *testing.T) (*natstest.Server, func(text string, misrouted bool
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	admin, _ := jetstream.New(ns.Connect(busauth.Admin))
-	if err := events.Ensure(ctx, admin, events.Executor, 1); err != nil {
+	if err := eventbus.Ensure(ctx, admin, events.Executor, 1); err != nil {
 		t.Fatal(err)
 	}
 	ref := events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "f", Host: "h1", Node: "n", Operation: dag.OpCreate, Generation: 1}

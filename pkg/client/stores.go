@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -29,7 +30,7 @@ func (c *Client) Run(ctx context.Context, id string) (*events.RunSnapshot, error
 	if err != nil {
 		return nil, &RequestError{Subject: subject, Err: err}
 	}
-	data, err := events.Unpack(e.Value())
+	data, err := eventbus.Unpack(e.Value())
 	var run events.RunSnapshot
 	if err == nil {
 		err = json.Unmarshal(data, &run)
@@ -59,7 +60,7 @@ func (c *Client) StoreSizes(ctx context.Context) map[string]events.StoreSize {
 // ids take (spans: when each was published, events.WorkflowSpan); it
 // reads them and removes nothing.
 func (c *Client) WorkflowMessages(ctx context.Context, stream string, ids map[string]bool, spans []events.Span) (events.StoreSize, error) {
-	sz, err := events.RemoveWorkflowMessages(ctx, c.js, stream, ids, spans, true)
+	sz, err := eventbus.RemoveWorkflowMessages(ctx, c.js, stream, ids, spans, true)
 	if err != nil {
 		return sz, &RequestError{Subject: stream, Err: err}
 	}

@@ -2,7 +2,7 @@
 // func(ctx, *Event) error, and one adapter that maps the handler's result
 // to the message's fate: nil acks; an error wrapping ErrPoison,
 // events.ErrMalformed or events.ErrUnknownType terminates (it will never
-// get better); an error JetStream's storage caused (events.IsStorage: a
+// get better); an error JetStream's storage caused (eventbus.IsStorage: a
 // write it could not store) runs the handler again in place, keeping the
 // message, until it stores or the consumer stops; any other error naks
 // with a growing delay. While a handler
@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,7 +40,7 @@ type Event struct {
 	Stream    uint64 // stream sequence: the same on every redelivery
 	Delivered uint64 // 1 on first delivery
 	// Header is the message's NATS headers (the trace context travels in
-	// them: events.ExtractTrace).
+	// them: eventbus.ExtractTrace).
 	Header nats.Header
 	msg    jetstream.Msg
 }
@@ -190,14 +191,14 @@ func (p *puller) next() (jetstream.Msg, bool) {
 // info) shows the consumer or its stream deleted. An iterator the client
 // closed while not stopping has lost its consumer too.
 func (p *puller) gone(err error) bool {
-	if events.IsMissing(err) || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+	if eventbus.IsMissing(err) || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 		return true
 	}
 	if errors.Is(err, jetstream.ErrNoHeartbeat) {
 		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 		defer cancel()
 		_, ierr := p.cons.Info(ctx)
-		return events.IsMissing(ierr)
+		return eventbus.IsMissing(ierr)
 	}
 	return false
 }
@@ -235,9 +236,9 @@ func Run(ctx context.Context, cons jetstream.Consumer, h Handler, o Options) err
 	}
 	// Handlers get their own context: cancelling ctx stops fetching, but
 	// work in flight finishes (drain), as a SIGTERM should. It says when
-	// the service is stopping (events.Stopping), to give up waits on
+	// the service is stopping (eventbus.Stopping), to give up waits on
 	// storage.
-	hctx := events.WithStopping(context.WithoutCancel(ctx), ctx.Done())
+	hctx := eventbus.WithStopping(context.WithoutCancel(ctx), ctx.Done())
 	sem := make(chan struct{}, o.Concurrency)
 	fl := &flights{m: map[string]*flight{}}
 	var wg sync.WaitGroup
@@ -320,7 +321,7 @@ func RunBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, o Op
 	if err != nil {
 		return err
 	}
-	hctx := events.WithStopping(context.WithoutCancel(ctx), ctx.Done())
+	hctx := eventbus.WithStopping(context.WithoutCancel(ctx), ctx.Done())
 	batches(src, o, func(batch []jetstream.Msg) { handleBatch(hctx, batch, h, o) })
 	return nil
 }
@@ -414,7 +415,7 @@ func batchUntilStored(ctx context.Context, h BatchHandler, evs []*Event, o Optio
 	for tries := 1; !o.draining(); tries++ {
 		var again []int
 		for i, err := range errs {
-			if events.IsStorage(err) {
+			if eventbus.IsStorage(err) {
 				again = append(again, i)
 			}
 		}
@@ -588,7 +589,7 @@ func settle(msg jetstream.Msg, err error, delivered uint64, draining bool, ml ms
 		ml.get().Error("terminating poison message", "err", err)
 		_ = msg.TermWithReason(truncate(err.Error(), 200))
 	default:
-		if events.IsMissing(err) && o.Repair != nil {
+		if eventbus.IsMissing(err) && o.Repair != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if _, rerr := o.Repair(ctx); rerr != nil {
 				ml.get().Error("cannot re-create what the handler needs", "err", rerr)

@@ -5,13 +5,14 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 )
 
-// What a service sees of JetStream storage (events.Storage), as metrics.
+// What a service sees of JetStream storage (eventbus.Storage), as metrics.
 var (
 	storageFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "gantry_storage_write_failures_total",
@@ -23,7 +24,7 @@ var (
 	}, []string{"stream"})
 )
 
-// StorageMetrics is the Prometheus side of an events.Storage.
+// StorageMetrics is the Prometheus side of an eventbus.Storage.
 type StorageMetrics struct{}
 
 // Failed counts a write that failed for reasons of storage.
@@ -38,10 +39,10 @@ func (StorageMetrics) Troubled(stream string, troubled bool) {
 	}
 }
 
-// NewStorage is a service's events.Storage: timeouts count while nc is
+// NewStorage is a service's eventbus.Storage: timeouts count while nc is
 // connected, episodes go to log and to the metrics.
-func NewStorage(nc *nats.Conn, log *slog.Logger) *events.Storage {
-	return &events.Storage{Log: log, Metrics: StorageMetrics{},
+func NewStorage(nc *nats.Conn, log *slog.Logger) *eventbus.Storage {
+	return &eventbus.Storage{Log: log, Metrics: StorageMetrics{},
 		Connected: func() bool { return nc.Status() == nats.CONNECTED }}
 }
 
@@ -71,7 +72,7 @@ func storageWait(o Options, delay time.Duration) bool {
 func untilStored(ctx context.Context, o Options, log msgLogger, f func() error) error {
 	err := f()
 	delay := StorageRetry
-	for tries := 1; events.IsStorage(err) && !o.draining(); tries++ {
+	for tries := 1; eventbus.IsStorage(err) && !o.draining(); tries++ {
 		if tries == 1 {
 			log.get().Warn("JetStream cannot store what handling this message wrote; handling it again here until it can (its deliveries are not used up)", "err", err)
 		}

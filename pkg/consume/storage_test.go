@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // storageFull is what an observed write returns while JetStream cannot
 // store.
-var storageFull = &events.StorageError{Stream: events.BucketNodes, Cause: events.StorageCauseNoAnswer, Err: context.DeadlineExceeded}
+var storageFull = &eventbus.StorageError{Stream: events.BucketNodes, Cause: eventbus.StorageCauseNoAnswer, Err: context.DeadlineExceeded}
 
 // fastStorageRetry makes the in-place retries quick for a test.
 func fastStorageRetry(t *testing.T) {
@@ -155,9 +156,9 @@ func TestHandlersSeeStopping(t *testing.T) {
 	seen := make(chan bool, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	handler := func(hctx context.Context, ev *consume.Event) error {
-		before := events.Stopping(hctx)
+		before := eventbus.Stopping(hctx)
 		cancel()
-		if before || !events.Stopping(hctx) || hctx.Err() != nil {
+		if before || !eventbus.Stopping(hctx) || hctx.Err() != nil {
 			seen <- false
 			return errors.New("stopping not seen")
 		}

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Who may do what on the bus. Every identity's permissions are derived
@@ -98,7 +96,7 @@ type Usage struct {
 	Retire []Durable // retired durable consumers it deletes
 	// Checks are streams it reads single messages of, by subject, from
 	// their leader: the ones its events go to, to find whether an event
-	// whose acknowledgement never came was stored (see ClockSkew).
+	// whose acknowledgement never came was stored (see eventbus.ClockSkew).
 	Checks []string
 	// Prune are the buckets and streams it removes a pruned workflow's
 	// data from: a bucket's keys by a purge of its stream by subject, a
@@ -348,7 +346,7 @@ func servicePermissions(id Identity, u Usage) Permissions {
 		p.PublishDeny = append(p.PublishDeny, durableDenies(s, own)...)
 	}
 	for _, s := range u.Prune {
-		if slices.ContainsFunc(KeyValues(1), func(kv jetstream.KeyValueConfig) bool { return kv.Bucket == s }) {
+		if slices.Contains(BucketNames, s) {
 			p.PublishAllow = append(p.PublishAllow, "$JS.API.STREAM.PURGE."+KVStream(s))
 		} else {
 			p.PublishAllow = append(p.PublishAllow, "$JS.API.STREAM.MSG.DELETE."+s)
@@ -483,20 +481,15 @@ func kvGetAPI(bucket string) []string { return kvReadAPI(bucket)[:3] }
 // than own): it may not create, pull from or delete them under their names.
 func durableDenies(stream, own string) []string {
 	var deny []string
-	for st, cs := range Consumers() {
-		if st != stream {
+	for _, name := range Durables(stream) {
+		if name == own {
 			continue
 		}
-		for _, c := range cs {
-			if c.Durable == own {
-				continue
-			}
-			deny = append(deny,
-				"$JS.API.CONSUMER.CREATE."+st+"."+c.Durable,
-				"$JS.API.CONSUMER.CREATE."+st+"."+c.Durable+".>",
-				"$JS.API.CONSUMER.MSG.NEXT."+st+"."+c.Durable,
-				"$JS.API.CONSUMER.DELETE."+st+"."+c.Durable)
-		}
+		deny = append(deny,
+			"$JS.API.CONSUMER.CREATE."+stream+"."+name,
+			"$JS.API.CONSUMER.CREATE."+stream+"."+name+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name,
+			"$JS.API.CONSUMER.DELETE."+stream+"."+name)
 	}
 	for _, id := range Services {
 		for _, d := range Uses(id).Retire {

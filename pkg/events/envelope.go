@@ -1,6 +1,9 @@
 // Package events is gantry's versioned wire contract: the CloudEvents 1.0
-// envelope, one typed payload per event, the subjects they travel on, and
-// every stream and consumer setting. Services talk only through it.
+// envelope, one typed payload per event, the records and replies the
+// services store and answer with, the subjects they travel on, the names
+// of the streams, consumers and buckets that hold them, and who may use
+// which (the permission model). Services talk only through it. It links no
+// NATS package: the JetStream plumbing that carries it is pkg/eventbus.
 package events
 
 import (
@@ -136,6 +139,58 @@ func DecodeData(env *Envelope, p Payload) error {
 	}
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrMalformed, env.Type, err)
+	}
+	return nil
+}
+
+// Payload decodes the envelope's data into the payload of its type and
+// validates it: a *WorkflowEvent (or *WorkflowPruned for
+// gantry.workflow.pruned), *FormulaEvent, *NodeEvent, *HealthEvent,
+// *LogLine, *ProgressEvent, *RolloutEvent, *Dispatch or *GateRequest, for
+// a consumer to type-switch on. Its error wraps ErrUnknownType for a type
+// this version does not define, ErrMalformed for data that is not the
+// type's payload.
+func (e *Envelope) Payload() (Payload, error) {
+	p := newPayload(e.Type)
+	if p == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
+	}
+	if err := DecodeData(e, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newPayload is an empty payload of type t (nil for a type this version
+// does not define): the one place a type's payload struct is chosen.
+func newPayload(t Type) Payload {
+	if !t.Known() {
+		return nil
+	}
+	if t == TypeWorkflowPruned {
+		return &WorkflowPruned{}
+	}
+	switch t.Family() {
+	case FamilyWorkflow:
+		return &WorkflowEvent{}
+	case FamilyFormula:
+		return &FormulaEvent{}
+	case FamilyNode:
+		return &NodeEvent{}
+	case FamilyHealth:
+		return &HealthEvent{}
+	case FamilyLog:
+		return &LogLine{}
+	case FamilyProgress:
+		return &ProgressEvent{}
+	case FamilyRollout:
+		return &RolloutEvent{}
+	}
+	switch t {
+	case TypeDispatch:
+		return &Dispatch{}
+	case TypeGateRequest:
+		return &GateRequest{}
 	}
 	return nil
 }

@@ -299,19 +299,4 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
-func TestIsRequest(t *testing.T) {
-	for reply, want := range map[string]bool{
-		"_INBOX.abc":                             true,  // a client's request
-		"_INBOX_planner.abc":                     true,  // a service's request
-		"_R_.xyz.abc":                            true,  // a request across accounts
-		"":                                       false, // a publish, an idle heartbeat
-		"$JS.ACK.GANTRY_EVENTS.push.1.2.3.4.5.0": false, // a push consumer's delivery
-		"$JS.FC.GANTRY_LOGS.x.y":                 false, // flow control
-	} {
-		if got := events.IsRequest(reply); got != want {
-			t.Errorf("IsRequest(%q) = %v, want %v", reply, got, want)
-		}
-	}
-}
-
 func ptr[T any](v T) *T { return &v }

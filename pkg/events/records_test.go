@@ -32,7 +32,7 @@ func TestRecordsGolden(t *testing.T) {
 		"status_planner": events.PlannerStatus{Instance: "planner/vm-1-42", WorkflowsActive: 3, Storage: events.StorageStatus{OK: true}},
 		"status_executor": events.ExecutorStatus{Instance: "executor/vm-1-43", Zone: "eu-1", MaxFormulas: 64, RunningFormulas: 1, RunningNodes: 1,
 			Nodes: []events.RunningNode{{WorkflowID: ref.WorkflowID, Formula: "os", Host: "cp-0", Node: "base", Since: t0}},
-			Storage: events.StorageStatus{Problems: []events.StorageProblem{{Stream: events.BucketSlots, Cause: events.StorageCauseNoAnswer, Since: t0, Failures: 4,
+			Storage: events.StorageStatus{Problems: []events.StorageProblem{{Stream: events.BucketSlots, Cause: "no answer while connected (JetStream does not answer a write it cannot store, as when its disk is full)", Since: t0, Failures: 4,
 				LastError: "context deadline exceeded"}}}},
 		"status_health_gate": events.HealthGateStatus{Instance: "health-gate/vm-1-44", GatesInProgress: 1,
 			Gates: []events.GateInProgress{{WorkflowID: ref.WorkflowID, Formula: "os", Host: "cp-0", Since: t0}}, Storage: events.StorageStatus{OK: true}},

@@ -1,13 +1,11 @@
 package events
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Concurrency limits across executors (gantry_slots) and executors by zone.
@@ -35,30 +33,8 @@ type SlotHolder struct {
 	Priority int    `json:"priority"`
 }
 
-// ExecutorConsumer is the durable consumer of the executors of a zone on
-// GANTRY_DISPATCH ("" for executors started without one): ConsumerExecutor,
-// or executor-zone-<zone>. Their filters do not overlap, as a work queue
-// needs: zoned work goes only to its zone's executors.
-func ExecutorConsumer(zone string) jetstream.ConsumerConfig {
-	cfg := jetstream.ConsumerConfig{
-		Durable:        ConsumerExecutor,
-		Description:    "executors: run dispatched formulas of hosts without a zone",
-		FilterSubjects: []string{ZoneDispatch("")},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        WorkAckWait,
-		MaxDeliver:     MaxDeliverWork,
-		MaxAckPending:  ExecutorMaxAcks,
-	}
-	if zone != "" {
-		cfg.Durable = ConsumerExecutor + "-zone-" + zone
-		cfg.Description = "executors of zone " + zone + ": run dispatched formulas of its hosts"
-		cfg.FilterSubjects = []string{ZoneDispatch(zone)}
-	}
-	return cfg
-}
-
 // Takers is what the durable consumer of a zone's dispatches
-// (ExecutorConsumer) says about the executors that take the zone's work.
+// (ExecutorDurable) says about the executors that take the zone's work.
 type Takers struct {
 	Zone     string // "" for hosts without a zone
 	Consumer string
@@ -76,7 +52,7 @@ type Takers struct {
 // Nobody says that no executor takes the zone's work now: none ever
 // started (no consumer), or none asks for work and none holds any (they
 // are gone: a dead executor's pull requests expire within seconds, and
-// what it held goes back to the queue after WorkAckWait).
+// what it held goes back to the queue after eventbus.WorkAckWait).
 func (t Takers) Nobody() bool { return !t.Exists || (t.Pulling == 0 && t.InHand == 0) }
 
 // Why says, for people, why the zone's work is not taken.
@@ -95,23 +71,6 @@ func (t Takers) Why() string {
 		return "no executor of " + who + " is running: none asks for work"
 	}
 	return fmt.Sprintf("the executors of %s are busy: they hold %d dispatch(es), %d more are queued", who, t.InHand, t.Queued)
-}
-
-// ZoneTakers reads the state of the consumer that takes the zone's
-// dispatches.
-func ZoneTakers(ctx context.Context, js jetstream.JetStream, zone string) (Takers, error) {
-	name := ExecutorConsumer(zone).Durable
-	t := Takers{Zone: zone, Consumer: name}
-	c, err := js.Consumer(ctx, StreamDispatch, name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return t, nil
-	}
-	if err != nil {
-		return t, fmt.Errorf("consumer %s: %w", name, err)
-	}
-	ci := c.CachedInfo()
-	t.Exists, t.Pulling, t.InHand, t.Queued = true, ci.NumWaiting, ci.NumAckPending, ci.NumPending
-	return t, nil
 }
 
 // validLimits checks a dispatch's limits and priority.

@@ -104,28 +104,22 @@ func TestTypes(t *testing.T) {
 	}
 }
 
-// Every stream's subjects are disjoint, and every durable consumer names a
-// stream that exists.
+// Every stream stores some subjects, and no subject is stored by two
+// streams.
 func TestStreamLayout(t *testing.T) {
 	seen := map[string]string{}
-	names := map[string]bool{}
-	for _, s := range events.Streams(1) {
-		names[s.Name] = true
-		for _, sub := range s.Subjects {
+	for _, name := range events.StreamNames {
+		if len(events.StreamSubjects(name)) == 0 {
+			t.Errorf("stream %s stores no subject", name)
+		}
+		for _, sub := range events.StreamSubjects(name) {
 			if other, dup := seen[sub]; dup {
-				t.Errorf("subject %s in %s and %s", sub, other, s.Name)
+				t.Errorf("subject %s in %s and %s", sub, other, name)
 			}
-			seen[sub] = s.Name
+			seen[sub] = name
 		}
 	}
-	for stream, cs := range events.Consumers() {
-		if !names[stream] {
-			t.Errorf("consumers for unknown stream %s", stream)
-		}
-		for _, c := range cs {
-			if c.Durable == "" || c.MaxDeliver <= 0 {
-				t.Errorf("%s: consumer %+v must be durable with a bounded MaxDeliver", stream, c)
-			}
-		}
+	if got := events.StreamSubjects("NOT_A_STREAM"); got != nil {
+		t.Errorf("subjects of an unknown stream: %v", got)
 	}
 }

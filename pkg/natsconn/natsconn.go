@@ -224,7 +224,7 @@ func Connect(o Options, name string, log *slog.Logger, retry bool) (*nats.Conn, 
 		// it restarts (its accounts not loaded yet) would otherwise close
 		// the connection for good after the second refusal.
 		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort())
-		opts = append(opts, nats.ReconnectBufSize(-1)) // nothing kept to send while down: a publish fails at once (events.Outbox)
+		opts = append(opts, nats.ReconnectBufSize(-1)) // nothing kept to send while down: a publish fails at once (eventbus.Outbox)
 	} else {
 		opts = append(opts, nats.Timeout(5*time.Second))
 	}

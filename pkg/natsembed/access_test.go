@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -150,7 +151,7 @@ func streamInfo(stream string) func(context.Context, *client) error {
 // purgeSubject purges one subject of a stream, as a prune removes a key.
 func purgeSubject(stream, subject string) func(context.Context, *client) error {
 	return func(ctx context.Context, c *client) error {
-		_, err := events.PurgeSubject(ctx, c.js, stream, subject)
+		_, err := eventbus.PurgeSubject(ctx, c.js, stream, subject)
 		return err
 	}
 }
@@ -246,11 +247,11 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 	ctx := context.Background()
 	admin, _ := jetstream.New(ns.Connect(busauth.Admin))
 	for _, id := range services {
-		if err := events.Ensure(ctx, admin, id, 1); err != nil {
+		if err := eventbus.Ensure(ctx, admin, id, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := admin.CreateOrUpdateConsumer(ctx, events.StreamDispatch, events.ExecutorConsumer("eu-1")); err != nil {
+	if _, err := admin.CreateOrUpdateConsumer(ctx, events.StreamDispatch, eventbus.ExecutorConsumer("eu-1")); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range []string{events.BucketWorkflows, events.BucketRuns, events.BucketNodes, events.BucketState, events.BucketSlots} {
@@ -341,7 +342,7 @@ func everyIdentity(t *testing.T, ns *natstest.Server) {
 		{"take dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor", pullDurable(events.StreamDispatch, events.ConsumerExecutor)},
 		{"take a zone's dispatch work", only(events.Executor), "$JS.API.CONSUMER.MSG.NEXT.GANTRY_DISPATCH.executor-zone-eu-1", pullDurable(events.StreamDispatch, "executor-zone-eu-1")},
 		{"see whether executors take a zone's dispatches", only(events.Planner, events.Executor), "$JS.API.CONSUMER.INFO.GANTRY_DISPATCH.executor-zone-eu-1", func(ctx context.Context, c *client) error {
-			t, err := events.ZoneTakers(ctx, c.js, "eu-1")
+			t, err := eventbus.ZoneTakers(ctx, c.js, "eu-1")
 			if err == nil && !t.Exists {
 				err = errors.New("the zone's consumer is there, but was not seen")
 			}
@@ -455,8 +456,8 @@ func TestWrongIdentityIsNamed(t *testing.T) {
 	ns := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := events.Open(ctx, ns.Connect(events.Executor), events.Planner, 1, nil)
-	if !errors.Is(err, events.ErrRefused) || !strings.Contains(err.Error(), "planner identity") {
+	_, err := eventbus.Open(ctx, ns.Connect(events.Executor), events.Planner, 1, nil)
+	if !errors.Is(err, eventbus.ErrRefused) || !strings.Contains(err.Error(), "planner identity") {
 		t.Fatalf("planner opened as the executor: %v", err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
-	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -118,7 +118,7 @@ func Start(cfg Config) (*Server, error) {
 	opts.Host, opts.Port = cfg.Host, port
 	opts.JetStream, opts.StoreDir, opts.SyncAlways = true, cfg.StoreDir, cfg.SyncAlways
 	opts.NoSigs = true
-	opts.MaxPayload = events.MaxRequestBytes
+	opts.MaxPayload = eventbus.MaxRequestBytes
 	opts.JetStreamMaxMemory = 256 << 20
 	if err := clusterOptions(opts, cfg); err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,7 +22,7 @@ func TestPeoplesLogConsumersExpire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	admin, _ := jetstream.New(ns.Connect(busauth.Admin))
-	if err := events.Ensure(ctx, admin, events.Executor, 1); err != nil {
+	if err := eventbus.Ensure(ctx, admin, events.Executor, 1); err != nil {
 		t.Fatal(err)
 	}
 	viewer, _ := jetstream.New(ns.Connect(events.Viewer))
@@ -29,8 +30,8 @@ func TestPeoplesLogConsumersExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.CachedInfo().Config.InactiveThreshold; got <= 0 || got > events.LogsConsumerIdle {
-		t.Fatalf("a viewer's durable consumer on %s is kept %v idle, want at most %v", events.StreamLogs, got, events.LogsConsumerIdle)
+	if got := c.CachedInfo().Config.InactiveThreshold; got <= 0 || got > eventbus.LogsConsumerIdle {
+		t.Fatalf("a viewer's durable consumer on %s is kept %v idle, want at most %v", events.StreamLogs, got, eventbus.LogsConsumerIdle)
 	}
 	if _, err := viewer.CreateConsumer(ctx, events.StreamLogs, jetstream.ConsumerConfig{Durable: "for-ever", InactiveThreshold: 100 * 24 * time.Hour}); err == nil {
 		t.Errorf("a viewer's durable consumer on %s asked to be kept 100 days idle was created", events.StreamLogs)
@@ -45,7 +46,7 @@ func TestLogConsumerLimitOnAnExistingStream(t *testing.T) {
 	defer cancel()
 	admin, _ := jetstream.New(ns.Connect(busauth.Admin))
 	var old jetstream.StreamConfig
-	for _, c := range events.Streams(1) {
+	for _, c := range eventbus.Streams(1) {
 		if c.Name == events.StreamLogs {
 			old = c
 		}
@@ -54,14 +55,14 @@ func TestLogConsumerLimitOnAnExistingStream(t *testing.T) {
 	if _, err := admin.CreateStream(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	if err := events.Ensure(ctx, admin, events.Executor, 1); err != nil {
+	if err := eventbus.Ensure(ctx, admin, events.Executor, 1); err != nil {
 		t.Fatal(err)
 	}
 	s, err := admin.Stream(ctx, events.StreamLogs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.CachedInfo().Config.ConsumerLimits.InactiveThreshold; got != events.LogsConsumerIdle {
+	if got := s.CachedInfo().Config.ConsumerLimits.InactiveThreshold; got != eventbus.LogsConsumerIdle {
 		t.Errorf("existing log stream's consumer idle limit: %v", got)
 	}
 }

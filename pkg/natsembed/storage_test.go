@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -30,7 +31,7 @@ func TestStreamTakesWritesAgainOnceSpaceIsBack(t *testing.T) {
 	ns := natstest.StartWith(t, natsembed.Config{StoreDir: filepath.Join(dir, "js"), MaxStore: 2 << 30, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx := context.Background()
 	js, _ := jetstream.New(ns.Connect(busauth.Admin))
-	if err := events.Ensure(ctx, js, events.Executor, 1); err != nil {
+	if err := eventbus.Ensure(ctx, js, events.Executor, 1); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := js.KeyValue(ctx, events.BucketSlots)

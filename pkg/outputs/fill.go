@@ -14,8 +14,8 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
-// Store holds the outputs of nodes (gantry_outputs): events.Bucket and
-// eventstest.MemoryBucket.
+// Store holds the outputs of nodes (gantry_outputs): eventbus.Bucket and
+// eventbustest.MemoryBucket.
 type Store interface {
 	Get(ctx context.Context, key string) (events.OutputRecord, uint64, error)
 	Put(ctx context.Context, key string, v events.OutputRecord, rev uint64) (uint64, error)

@@ -8,13 +8,13 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
-func storeWith(t *testing.T, values map[string]string, secret ...string) *eventstest.MemoryBucket[events.OutputRecord] {
+func storeWith(t *testing.T, values map[string]string, secret ...string) *eventbustest.MemoryBucket[events.OutputRecord] {
 	t.Helper()
-	s := &eventstest.MemoryBucket[events.OutputRecord]{}
+	s := &eventbustest.MemoryBucket[events.OutputRecord]{}
 	rec := events.OutputRecord{WorkflowID: "w1", Values: values, Secret: secret}
 	if err := Save(context.Background(), s, events.OutputKey("k8s", "cp", "init"), rec); err != nil {
 		t.Fatal(err)

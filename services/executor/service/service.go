@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
@@ -86,7 +87,7 @@ func CheckCounts(maxFormulas, perHost int) error {
 }
 
 // status is the executor's status endpoint and micro stats.
-func status(x *formula.Executor, cfg Config, zone string, storage *events.Storage) func() any {
+func status(x *formula.Executor, cfg Config, zone string, storage *eventbus.Storage) func() any {
 	return func() any {
 		formulas, nodes, total := x.Status()
 		held, nHeld := x.Held()
@@ -118,20 +119,20 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	js, err := events.Open(ctx, nc, events.Executor, cfg.Replicas, log)
+	js, err := eventbus.Open(ctx, nc, events.Executor, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	storage := consume.NewStorage(nc, log)
-	js = events.ObserveJS(js, storage)
-	heal := &events.Healer{JS: js, ID: events.Executor, Replicas: cfg.Replicas, Log: log}
+	js = eventbus.ObserveJS(js, storage)
+	heal := &eventbus.Healer{JS: js, ID: events.Executor, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	records, err := events.NewBucket[formula.Record](ctx, js, events.BucketNodes)
+	records, err := eventbus.NewBucket[formula.Record](ctx, js, events.BucketNodes)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	zone := cfg.Labels[dag.ZoneLabel]
-	ccfg := events.ExecutorConsumer(zone)
+	ccfg := eventbus.ExecutorConsumer(zone)
 	consumer := func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateOrUpdateConsumer(ctx, events.StreamDispatch, ccfg)
 	}
@@ -149,11 +150,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	// formulas in flight drain), but nothing more starts; what waits for
 	// an SSH session stops waiting at once.
 	defer context.AfterFunc(ctx, hosts.Drain)()
-	runs, err := events.NewBucket[events.RunSnapshot](ctx, js, events.BucketRuns)
+	runs, err := eventbus.NewBucket[events.RunSnapshot](ctx, js, events.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	outs, err := events.NewBucket[events.OutputRecord](ctx, js, events.BucketOutputs)
+	outs, err := eventbus.NewBucket[events.OutputRecord](ctx, js, events.BucketOutputs)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
@@ -165,7 +166,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Secrets:  sec,
 		Sources:  files,
 		Tracer:   cfg.Tracer,
-		Bus:      formula.NewBus(&events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
+		Bus:      formula.NewBus(&eventbus.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}),
 		Actor:    cfg.Instance,
 		PerHost:  cfg.PerHost,
 		Slots:    &slots.Manager{Store: slots.KV{KV: slotsKV, NC: nc}, Executor: cfg.Instance, PerHost: cfg.PerHost, Linger: slots.DefaultLinger, Log: log},
@@ -214,7 +215,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	defer stopPrune()
-	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.Executor, Version: buildinfo.Version(), Instance: cfg.Instance,
+	svc, err := eventbus.AddService(nc, eventbus.ServiceSpec{ID: events.Executor, Version: buildinfo.Version(), Instance: cfg.Instance,
 		Description: "gantry executor: runs dispatched formulas on their hosts", Status: status(x, cfg, zone, storage), Storage: storage})
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
@@ -223,7 +224,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	go consume.WatchLag(ctx, js, events.StreamDispatch, ccfg.Durable, 0, log)
 	log.Info("executor started", "max_formulas", cfg.MaxFormulas, "per_host", cfg.PerHost, "zone", zone, "consumer", ccfg.Durable,
 		"secrets_dir", sec.Path(), "files_dir", files.Path(), "allow_local", cfg.Hosts.AllowLocal)
-	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: events.WorkAckWait, Logger: log,
+	return consume.Run(ctx, cons, x.Handle, consume.Options{Name: "executor", Concurrency: cfg.MaxFormulas, AckWait: eventbus.WorkAckWait, Logger: log,
 		Repair: func(ctx context.Context) (jetstream.Consumer, error) {
 			if err := heal.Heal(ctx); err != nil {
 				return nil, err
@@ -240,7 +241,7 @@ var ReconcileInterval = time.Hour
 // (a queue group) removes each pruned workflow's node records and output
 // lines. Announcements missed (the executor down, or disconnected) are
 // caught by Reconcile, at start and every ReconcileInterval.
-func startPrune(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, nodes events.Bucket[formula.Record], runs events.Bucket[events.RunSnapshot], log *slog.Logger) (func(), error) {
+func startPrune(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, nodes eventbus.Bucket[formula.Record], runs eventbus.Bucket[events.RunSnapshot], log *slog.Logger) (func(), error) {
 	rm := &prune.Remover{Nodes: nodes, Runs: runs, Logs: logStore{js}, Log: log}
 	pruned := make(chan *events.WorkflowPruned, 4096)
 	sub, err := nc.QueueSubscribe(events.AllWorkflowLifecycle, "executor-prune", func(m *nats.Msg) {
@@ -304,5 +305,5 @@ func startPrune(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node
 type logStore struct{ js jetstream.JetStream }
 
 func (s logStore) RemoveWorkflows(ctx context.Context, ids map[string]bool, spans []events.Span) (events.StoreSize, error) {
-	return events.RemoveWorkflowMessages(ctx, s.js, events.StreamLogs, ids, spans, false)
+	return eventbus.RemoveWorkflowMessages(ctx, s.js, events.StreamLogs, ids, spans, false)
 }

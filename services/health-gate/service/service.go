@@ -9,6 +9,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
@@ -45,26 +46,26 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", "health-gate", err)
 	}
-	js, err := events.Open(ctx, nc, events.HealthGate, cfg.Replicas, log)
+	js, err := eventbus.Open(ctx, nc, events.HealthGate, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
 	storage := consume.NewStorage(nc, log)
-	js = events.ObserveJS(js, storage)
+	js = eventbus.ObserveJS(js, storage)
 	cons, err := js.Consumer(ctx, events.StreamGates, events.ConsumerHealthGate)
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
 	hosts := hostexec.NewHosts(cfg.Hosts)
 	defer hosts.Close()
-	heal := &events.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
+	heal := &eventbus.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	outs, err := events.NewBucket[events.OutputRecord](ctx, js, events.BucketOutputs)
+	outs, err := eventbus.NewBucket[events.OutputRecord](ctx, js, events.BucketOutputs)
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
-	c := &gate.Checker{Hosts: hosts, Secrets: sec, Outputs: outs, Pub: &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
-	svc, err := events.AddService(nc, events.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
+	c := &gate.Checker{Hosts: hosts, Secrets: sec, Outputs: outs, Pub: &eventbus.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
+	svc, err := eventbus.AddService(nc, eventbus.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
 		Description: "gantry health-gate: checks formulas' health gates on their hosts", Status: func() any {
 			gates, n := c.Status()
 			return events.HealthGateStatus{Instance: cfg.Instance, GatesInProgress: n, Gates: gates, Storage: storage.Status()}
@@ -75,6 +76,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	defer func() { _ = svc.Stop() }()
 	go consume.WatchLag(ctx, js, events.StreamGates, events.ConsumerHealthGate, 0, log)
 	log.Info("health-gate started", "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
-	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: events.WorkAckWait, Logger: log,
+	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: eventbus.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})
 }

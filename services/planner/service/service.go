@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/planner/internal/api"
@@ -67,7 +68,7 @@ type Retention struct {
 // stream keeps them (30 days), and the last 10 runs of each composition
 // whatever their age.
 const (
-	DefaultRetentionAge  = events.EventsMaxAge
+	DefaultRetentionAge  = eventbus.EventsMaxAge
 	DefaultRetentionKeep = 10
 )
 
@@ -128,15 +129,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "planner", "instance", cfg.Instance)
-	js, err := events.Open(ctx, nc, events.Planner, cfg.Replicas, log)
+	js, err := eventbus.Open(ctx, nc, events.Planner, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
 	storage := consume.NewStorage(nc, log)
-	js = events.ObserveJS(js, storage)
-	heal := &events.Healer{JS: js, ID: events.Planner, Replicas: cfg.Replicas, Log: log}
+	js = eventbus.ObserveJS(js, storage)
+	heal := &eventbus.Healer{JS: js, ID: events.Planner, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	e, err := newEngine(ctx, js, &events.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal})
+	e, err := newEngine(ctx, js, &eventbus.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal})
 	if err != nil {
 		return fmt.Errorf("planner: %w", err)
 	}
@@ -152,7 +153,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	for _, id := range failed {
 		go s.retry(id)
 	}
-	svc, err := api.Register(nc, events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage}, e, log, s.start)
+	svc, err := api.Register(nc, eventbus.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage}, e, log, s.start)
 	if err != nil {
 		return fmt.Errorf("planner: micro: %w", err)
 	}
@@ -166,7 +167,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		go retain(ctx, e, rule, log)
 	}
 	log.Info("planner started")
-	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: events.PlannerPrefetch, AckWait: events.EventAckWait, Logger: log,
+	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: eventbus.PlannerPrefetch, AckWait: eventbus.EventAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})
 }
 
@@ -222,29 +223,29 @@ type zones struct{ js jetstream.JetStream }
 func (z zones) Takers(ctx context.Context, zone string) (events.Takers, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return events.ZoneTakers(ctx, z.js, zone)
+	return eventbus.ZoneTakers(ctx, z.js, zone)
 }
 
 // newEngine is an engine on its JetStream adapters.
-func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publisher) (*engine.Engine, error) {
-	workflows, err := events.NewBucket[engine.Record](ctx, js, events.BucketWorkflows)
+func newEngine(ctx context.Context, js jetstream.JetStream, pub *eventbus.Publisher) (*engine.Engine, error) {
+	workflows, err := eventbus.NewBucket[engine.Record](ctx, js, events.BucketWorkflows)
 	if err != nil {
 		return nil, err
 	}
-	runs, err := events.NewBucket[engine.Snapshot](ctx, js, events.BucketRuns)
+	runs, err := eventbus.NewBucket[engine.Snapshot](ctx, js, events.BucketRuns)
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := events.NewBucket[events.NodeRecord](ctx, js, events.BucketNodes)
+	nodes, err := eventbus.NewBucket[events.NodeRecord](ctx, js, events.BucketNodes)
 	if err != nil {
 		return nil, err
 	}
 	// Another planner replica's writes, seen without a round trip.
-	workflowRevs, err := events.WatchRevisions(ctx, workflows.KV)
+	workflowRevs, err := eventbus.WatchRevisions(ctx, workflows.KV)
 	if err != nil {
 		return nil, err
 	}
-	runRevs, err := events.WatchRevisions(ctx, runs.KV)
+	runRevs, err := eventbus.WatchRevisions(ctx, runs.KV)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +257,7 @@ func newEngine(ctx context.Context, js jetstream.JetStream, pub *events.Publishe
 type eventStore struct{ js jetstream.JetStream }
 
 func (s eventStore) RemoveWorkflows(ctx context.Context, ids map[string]bool, spans []events.Span, dryRun bool) (events.StoreSize, error) {
-	return events.RemoveWorkflowMessages(ctx, s.js, events.StreamEvents, ids, spans, dryRun)
+	return eventbus.RemoveWorkflowMessages(ctx, s.js, events.StreamEvents, ids, spans, dryRun)
 }
 
 // retain applies the retention setting every RetentionInterval. Planner
@@ -288,7 +289,7 @@ func retain(ctx context.Context, e *engine.Engine, rule engine.PruneRule, log *s
 type starter struct {
 	ctx  context.Context
 	e    *engine.Engine
-	heal *events.Healer
+	heal *eventbus.Healer
 	log  *slog.Logger
 }
 
@@ -302,7 +303,7 @@ func (s *starter) start(id string) {
 
 func (s *starter) try(id string) error {
 	err := s.e.Start(context.WithoutCancel(s.ctx), id)
-	if events.IsMissing(err) {
+	if eventbus.IsMissing(err) {
 		if herr := s.heal.Heal(s.ctx); herr != nil {
 			s.log.Error("cannot re-create what the run needs yet", "workflow_id", id, "err", herr)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
@@ -23,7 +24,7 @@ func TestFollowEndedIsFollowedAgain(t *testing.T) {
 	nc := ns.Connect(events.StateStore)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	js, err := events.Open(ctx, nc, events.StateStore, 1, nil)
+	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
 	"github.com/gantry-dev/gantry/services/state-store/internal/lag"
@@ -32,19 +33,19 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	log := cfg.Log.With("service", "state-store", "instance", cfg.Instance)
-	js, err := events.Open(ctx, nc, events.StateStore, cfg.Replicas, log)
+	js, err := eventbus.Open(ctx, nc, events.StateStore, cfg.Replicas, log)
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
 	storage := consume.NewStorage(nc, log)
-	js = events.ObserveJS(js, storage)
+	js = eventbus.ObserveJS(js, storage)
 	kv, err := js.KeyValue(ctx, events.BucketState)
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	heal := &events.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
+	heal := &eventbus.Healer{JS: js, ID: events.StateStore, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)
-	nodes, err := events.NewBucket[events.NodeRecord](ctx, js, events.BucketNodes)
+	nodes, err := eventbus.NewBucket[events.NodeRecord](ctx, js, events.BucketNodes)
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
@@ -58,7 +59,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return s.CachedInfo().State.LastSeq, nil
 	}}
 	go meter.Watch(ctx)
-	spec := events.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage, Status: func() any {
+	spec := eventbus.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage, Status: func() any {
 		st := meter.Status(ctx)
 		st.Storage = storage.Status()
 		return st
@@ -172,7 +173,7 @@ func (f *follower) follow(ctx context.Context, from uint64) error {
 	if f.followFn != nil {
 		return f.followFn(ctx, from)
 	}
-	return consume.Follow(ctx, f.js, events.StreamEvents, from, f.p.Apply, consume.Options{Name: "state-store", Prefetch: events.StateStorePrefetch, Linger: events.StateStoreLinger, Logger: f.log})
+	return consume.Follow(ctx, f.js, events.StreamEvents, from, f.p.Apply, consume.Options{Name: "state-store", Prefetch: eventbus.StateStorePrefetch, Linger: eventbus.StateStoreLinger, Logger: f.log})
 }
 
 // stream is the event stream's creation time and its first and last
@@ -200,7 +201,7 @@ func (f *follower) skip(ctx context.Context, from, first uint64) {
 // watch calls gone once the event stream is not the one created at
 // created (deleted, then created again).
 func (f *follower) watch(ctx context.Context, created time.Time, gone func()) {
-	t := time.NewTicker(events.StreamWatchInterval)
+	t := time.NewTicker(eventbus.StreamWatchInterval)
 	defer t.Stop()
 	for {
 		select {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
@@ -29,7 +30,7 @@ type env struct {
 	op  *nats.Conn // an operator's, for requests
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
-	pub *events.Publisher
+	pub *eventbus.Publisher
 	// logs holds every state-store's log records.
 	logs syncBuffer
 }
@@ -56,12 +57,12 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.StateStore)
-	if _, err := events.Open(context.Background(), nc, events.StateStore, 1, nil); err != nil {
+	if _, err := eventbus.Open(context.Background(), nc, events.StateStore, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Events are published as the services that publish them would.
 	for _, id := range []events.Identity{events.Planner, events.Executor, events.HealthGate} {
-		if _, err := events.Open(context.Background(), ns.Connect(id), id, 1, nil); err != nil {
+		if _, err := eventbus.Open(context.Background(), ns.Connect(id), id, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -70,7 +71,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, nc: nc, op: ns.Connect(events.Operator), js: ajs, kv: kv, pub: &events.Publisher{JS: ajs, Source: "test/1"}}
+	return &env{t: t, nc: nc, op: ns.Connect(events.Operator), js: ajs, kv: kv, pub: &eventbus.Publisher{JS: ajs, Source: "test/1"}}
 }
 
 // start runs a state-store until the returned stop is called, and

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 )
 
 // devWorkingRoom is what gantry dev wants JetStream to have besides the
@@ -14,10 +14,10 @@ const devWorkingRoom = 256 << 20
 
 // devStoreNeed is the free space gantry dev needs where JetStream stores
 // its data: the embedded server takes at most three quarters of what is
-// free when it starts, and GANTRY_LOGS reserves events.LogsMaxBytes of it
+// free when it starts, and GANTRY_LOGS reserves eventbus.LogsMaxBytes of it
 // whether or not it is used. With less, the stream cannot be made and dev
 // would stop in the middle of a run.
-const devStoreNeed = (events.LogsMaxBytes + devWorkingRoom) / 3 * 4
+const devStoreNeed = (eventbus.LogsMaxBytes + devWorkingRoom) / 3 * 4
 
 // checkStoreSpace refuses a data dir whose file system has less free
 // space than devStoreNeed, naming the need and what is there.
@@ -30,7 +30,7 @@ func checkStoreSpace(dir string, free func(string) (uint64, error)) error {
 		return nil
 	}
 	return fmt.Errorf("gantry dev needs %s free in %s for JetStream (the output-line stream reserves %s, plus %s to work in, and JetStream takes at most 3/4 of what is free): %s free; free some space or give --data-dir on a larger disk",
-		gib(devStoreNeed), dir, gib(events.LogsMaxBytes), mib(devWorkingRoom), gib(have))
+		gib(devStoreNeed), dir, gib(eventbus.LogsMaxBytes), mib(devWorkingRoom), gib(have))
 }
 
 // freeSpace is the space an unprivileged process may still write in the

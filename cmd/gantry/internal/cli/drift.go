@@ -356,15 +356,12 @@ func (f *driftFollow) take(env *events.Envelope) {
 		return
 	}
 	f.seen[env.ID] = true
-	switch env.Type.Family() {
-	case events.FamilyNode:
-		var e events.NodeEvent
-		if events.DecodeData(env, &e) == nil {
-			f.node(&e)
-		}
-	case events.FamilyWorkflow:
-		var e events.WorkflowEvent
-		if events.DecodeData(env, &e) == nil && e.Status.Terminal() {
+	pl, _ := env.Payload() // nil, and left out, when it does not decode
+	switch e := pl.(type) {
+	case *events.NodeEvent:
+		f.node(e)
+	case *events.WorkflowEvent:
+		if e.Status.Terminal() {
 			f.ended = true
 		}
 	}

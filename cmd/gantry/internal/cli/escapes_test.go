@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -302,7 +303,7 @@ func TestWatchStreamEscapesHostText(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, events.Streams(1)[0]); err != nil {
+	if _, err := js.CreateStream(ctx, eventbus.Streams(1)[0]); err != nil {
 		t.Fatal(err)
 	}
 	ref := events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "web", Host: "h1", Node: "build", Operation: dag.OpCreate, Generation: 1}
@@ -376,7 +377,7 @@ func TestJSONOutputEscapesC1(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, events.Streams(1)[0]); err != nil {
+	if _, err := js.CreateStream(ctx, eventbus.Streams(1)[0]); err != nil {
 		t.Fatal(err)
 	}
 	wf := events.Ref{WorkflowID: "w1", Workflow: "w", Operation: dag.OpCreate, Generation: 1}

@@ -17,12 +17,9 @@ import (
 // workflow's run generation gen.
 func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen int, done bool) {
 	ts := env.Time.Local().Format("15:04:05.000")
-	switch env.Type.Family() {
-	case events.FamilyWorkflow:
-		var e events.WorkflowEvent
-		if events.DecodeData(env, &e) != nil {
-			return "", 0, false
-		}
+	pl, _ := env.Payload() // nil, and left out, when it does not decode
+	switch e := pl.(type) {
+	case *events.WorkflowEvent:
 		line := fmt.Sprintf("%s workflow %s %s", ts, e.Workflow, strings.ToUpper(string(e.Status)))
 		if e.Generation > 1 {
 			line += fmt.Sprintf(" (run %d)", e.Generation)
@@ -32,11 +29,7 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		}
 		fmt.Fprintln(w, termsafe.Line(line))
 		return e.Status, e.Generation, e.Status.Terminal()
-	case events.FamilyFormula:
-		var e events.FormulaEvent
-		if events.DecodeData(env, &e) != nil {
-			return "", 0, false
-		}
+	case *events.FormulaEvent:
 		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula, e.Status)
 		if e.Blocker != "" {
 			line += " (" + blockerText(e.Status, e.Blocker) + ")"
@@ -45,11 +38,7 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 			line += ": " + e.Error
 		}
 		fmt.Fprintln(w, termsafe.Line(line))
-	case events.FamilyNode:
-		var e events.NodeEvent
-		if events.DecodeData(env, &e) != nil {
-			return "", 0, false
-		}
+	case *events.NodeEvent:
 		line := fmt.Sprintf("%s %-12s %-28s %s", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Status)
 		n := e.GenAttempt
 		if n == 0 { // from an executor that does not say
@@ -73,24 +62,12 @@ func printEvent(w io.Writer, env *events.Envelope) (st dag.WorkflowState, gen in
 		}
 		fmt.Fprintln(w, line)
 		printFiles(w, "      ", e.Files)
-	case events.FamilyHealth:
-		var e events.HealthEvent
-		if events.DecodeData(env, &e) != nil {
-			return "", 0, false
-		}
-		fmt.Fprint(w, healthLines(ts, &e))
-	case events.FamilyProgress:
-		var e events.ProgressEvent
-		if events.DecodeData(env, &e) != nil {
-			return "", 0, false
-		}
+	case *events.HealthEvent:
+		fmt.Fprint(w, healthLines(ts, e))
+	case *events.ProgressEvent:
 		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("%s %-12s %-28s %d%%", ts, e.Ref.Host, e.Formula+"/"+e.Node, e.Percent)))
-	case events.FamilyRollout:
-		var e events.RolloutEvent
-		if events.DecodeData(env, &e) != nil {
-			return "", 0, false
-		}
-		fmt.Fprintln(w, termsafe.Line(rolloutLine(ts, &e)))
+	case *events.RolloutEvent:
+		fmt.Fprintln(w, termsafe.Line(rolloutLine(ts, e)))
 	}
 	return "", 0, false
 }

@@ -70,15 +70,12 @@ func (f *execFollow) take(env *events.Envelope, now time.Time) {
 		return
 	}
 	f.seen[env.ID] = true
-	switch env.Type.Family() {
-	case events.FamilyNode:
-		var e events.NodeEvent
-		if events.DecodeData(env, &e) == nil {
-			f.node(&e, env.Time, now)
-		}
-	case events.FamilyWorkflow:
-		var e events.WorkflowEvent
-		if events.DecodeData(env, &e) == nil && e.Status.Terminal() {
+	pl, _ := env.Payload() // nil, and left out, when it does not decode
+	switch e := pl.(type) {
+	case *events.NodeEvent:
+		f.node(e, env.Time, now)
+	case *events.WorkflowEvent:
+		if e.Status.Terminal() {
 			f.ended, f.state, f.reason = true, e.Status, e.Reason
 			f.notRun(now, fmt.Sprintf("the workflow ended (%s) before it ran", f.state))
 		}

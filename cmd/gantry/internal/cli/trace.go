@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/nats-io/nats.go"
@@ -59,7 +60,7 @@ func startSubmitTrace(stderr io.Writer) *submitTrace {
 		}
 		span = trace.NewSpanContext(cfg)
 	}
-	st.header = events.InjectTrace(trace.ContextWithSpanContext(context.Background(), span), nil)
+	st.header = eventbus.InjectTrace(trace.ContextWithSpanContext(context.Background(), span), nil)
 	return st
 }
 

@@ -200,11 +200,9 @@ func interrupted(id string) error {
 // workflowEnd says whether an event is the end of a workflow's run
 // generation, and its state.
 func workflowEnd(env *events.Envelope) (dag.WorkflowState, int, bool) {
-	if env.Type.Family() != events.FamilyWorkflow {
-		return "", 0, false
-	}
-	var e events.WorkflowEvent
-	if events.DecodeData(env, &e) != nil {
+	pl, _ := env.Payload()
+	e, ok := pl.(*events.WorkflowEvent)
+	if !ok {
 		return "", 0, false
 	}
 	return e.Status, e.Generation, e.Status.Terminal()

@@ -166,26 +166,21 @@ func (t *Tally) Observe(env *events.Envelope) (repeat bool) {
 		t.seen = map[string]bool{}
 	}
 	t.seen[env.ID] = true
-	switch env.Type.Family() {
-	case events.FamilyWorkflow:
-		var e events.WorkflowEvent
-		if events.DecodeData(env, &e) == nil {
-			t.total = max(t.total, e.TotalNodes)
-			t.gen = max(t.gen, e.Generation)
-		}
-	case events.FamilyFormula:
-		var e events.FormulaEvent
-		if events.DecodeData(env, &e) == nil && e.Formula != "" {
+	pl, _ := env.Payload() // nil, and left out, when it does not decode
+	switch e := pl.(type) {
+	case *events.WorkflowEvent:
+		t.total = max(t.total, e.TotalNodes)
+		t.gen = max(t.gen, e.Generation)
+	case *events.FormulaEvent:
+		if e.Formula != "" {
 			t.formula(e.Formula, e.Host, e.Mark(), e.Error)
 		}
-	case events.FamilyHealth:
-		var e events.HealthEvent
-		if events.DecodeData(env, &e) == nil && e.Formula != "" && e.Final && e.Status == events.HealthFail {
+	case *events.HealthEvent:
+		if e.Formula != "" && e.Final && e.Status == events.HealthFail {
 			t.formula(e.Formula, e.Host, dag.FormulaMark{Generation: e.Generation, State: dag.FormulaUnhealthy}, e.GateFailure())
 		}
-	case events.FamilyNode:
-		var e events.NodeEvent
-		if events.DecodeData(env, &e) == nil && e.Formula != "" && e.Node != "" {
+	case *events.NodeEvent:
+		if e.Formula != "" && e.Node != "" {
 			t.node(e.Formula, e.Node, e.Host, e.Mark(), firstLine(e.Error))
 		}
 	}

@@ -75,11 +75,9 @@ func (m *ListModel) Rows() []events.WorkflowSummary {
 // does not know gets a row from the event alone; Add its state-store row
 // first to have its start and submitter.
 func (m *ListModel) Apply(env *events.Envelope) *events.WorkflowSummary {
-	if env.Type.Family() != events.FamilyWorkflow {
-		return nil
-	}
-	var e events.WorkflowEvent
-	if events.DecodeData(env, &e) != nil || !dag.IsToken(e.WorkflowID) || !e.Status.Valid() {
+	pl, _ := env.Payload()
+	e, ok := pl.(*events.WorkflowEvent)
+	if !ok || !dag.IsToken(e.WorkflowID) || !e.Status.Valid() {
 		return nil
 	}
 	r := m.rows[e.WorkflowID]

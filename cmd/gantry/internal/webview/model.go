@@ -367,39 +367,29 @@ func (m *Model) ApplyEvent(env *events.Envelope) Patch {
 }
 
 func (m *Model) applyEvent(env *events.Envelope) Patch {
-	switch {
-	case env.Type == TypeProgress:
+	if env.Type == TypeProgress {
 		return m.applyProgress(env)
-	case env.Type.Family() == events.FamilyWorkflow:
-		var e events.WorkflowEvent
-		if events.DecodeData(env, &e) != nil {
-			return Patch{}
+	}
+	pl, _ := env.Payload() // nil, and left out, when it does not decode
+	switch e := pl.(type) {
+	case *events.WorkflowEvent:
+		return m.applyWorkflow(env, e)
+	case *events.FormulaEvent:
+		if e.Formula != "" {
+			return m.applyFormula(e)
 		}
-		return m.applyWorkflow(env, &e)
-	case env.Type.Family() == events.FamilyFormula:
-		var e events.FormulaEvent
-		if events.DecodeData(env, &e) != nil || e.Formula == "" {
-			return Patch{}
+	case *events.NodeEvent:
+		if e.Formula != "" && e.Node != "" {
+			return m.applyNode(e)
 		}
-		return m.applyFormula(&e)
-	case env.Type.Family() == events.FamilyNode:
-		var e events.NodeEvent
-		if events.DecodeData(env, &e) != nil || e.Formula == "" || e.Node == "" {
-			return Patch{}
+	case *events.HealthEvent:
+		if e.Formula != "" {
+			return m.applyHealth(e)
 		}
-		return m.applyNode(&e)
-	case env.Type.Family() == events.FamilyHealth:
-		var e events.HealthEvent
-		if events.DecodeData(env, &e) != nil || e.Formula == "" {
-			return Patch{}
+	case *events.RolloutEvent:
+		if e.Formula != "" {
+			return m.applyRollout(e)
 		}
-		return m.applyHealth(&e)
-	case env.Type.Family() == events.FamilyRollout:
-		var e events.RolloutEvent
-		if events.DecodeData(env, &e) != nil || e.Formula == "" {
-			return Patch{}
-		}
-		return m.applyRollout(&e)
 	}
 	return Patch{}
 }

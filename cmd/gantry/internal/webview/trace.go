@@ -7,9 +7,10 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 )
 
 // TraceIDPlaceholder is what a trace URL template has where the trace id
@@ -17,10 +18,10 @@ import (
 const TraceIDPlaceholder = "{trace_id}"
 
 // TraceIDOf is the trace id of the W3C trace context in a message's
-// headers (read by events.ExtractTrace), or "" when it has none or a
+// headers (read by eventbus.ExtractTrace), or "" when it has none or a
 // malformed one.
 func TraceIDOf(h nats.Header) string {
-	sc := trace.SpanContextFromContext(events.ExtractTrace(context.Background(), h))
+	sc := trace.SpanContextFromContext(eventbus.ExtractTrace(context.Background(), h))
 	if !sc.IsValid() {
 		return ""
 	}

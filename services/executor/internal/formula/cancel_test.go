@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // A cancelled workflow's running node is killed on the host, and what has
@@ -182,7 +182,7 @@ func TestDispatchOfAPrunedWorkflowRunsNothing(t *testing.T) {
 // laggingRuns is a replica behind the others: it holds no run state, while
 // the leader (the memory bucket under it) does.
 type laggingRuns struct {
-	*eventstest.MemoryBucket[events.RunSnapshot]
+	*eventbustest.MemoryBucket[events.RunSnapshot]
 }
 
 func (laggingRuns) Get(context.Context, string) (events.RunSnapshot, uint64, error) {

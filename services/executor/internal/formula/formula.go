@@ -19,6 +19,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
@@ -311,7 +312,7 @@ func (x *Executor) Handle(ctx context.Context, ev *consume.Event) error {
 	if err := events.DecodeData(ev.Envelope, &d); err != nil {
 		return err
 	}
-	return x.run(events.ExtractTrace(ctx, ev.Header), &d, ev.Time, ev.Delivered > 1)
+	return x.run(eventbus.ExtractTrace(ctx, ev.Header), &d, ev.Time, ev.Delivered > 1)
 }
 
 // Run runs a formula to its end and publishes its outcome. An error means

@@ -10,8 +10,8 @@ import (
 	"sync"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 )
 
@@ -143,7 +143,7 @@ func (r runners) Runner(hostexec.Target) (hostexec.Runner, error) { return r.r, 
 
 // bus keeps events in a MemoryOutbox and output lines in a list.
 type bus struct {
-	out   *eventstest.MemoryOutbox
+	out   *eventbustest.MemoryOutbox
 	mu    sync.Mutex
 	lines []string
 }
@@ -159,15 +159,15 @@ func (b *bus) Fire(_ string, pl events.Payload) {
 type harness struct {
 	x       *Executor
 	host    *host
-	records *eventstest.MemoryBucket[Record]
-	runs    *eventstest.MemoryBucket[events.RunSnapshot]
+	records *eventbustest.MemoryBucket[Record]
+	runs    *eventbustest.MemoryBucket[events.RunSnapshot]
 	bus     *bus
 }
 
 func newHarness() *harness {
 	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, orphans: map[string]bool{}, holders: map[string]hostexec.Holder{},
-		start: make(chan string, 8), release: make(chan struct{})}, records: &eventstest.MemoryBucket[Record]{},
-		runs: &eventstest.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &eventstest.MemoryOutbox{}}}
+		start: make(chan string, 8), release: make(chan struct{})}, records: &eventbustest.MemoryBucket[Record]{},
+		runs: &eventbustest.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &eventbustest.MemoryOutbox{}}}
 	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	// The planner writes a run's snapshot before it dispatches any of it.

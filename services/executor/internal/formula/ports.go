@@ -4,15 +4,16 @@ import (
 	"context"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 )
 
 // The formula runner's ports: its node records, what it reads of the
-// planner, where its events go and how it reaches hosts. events.Bucket,
-// NewBus and hostexec.Hosts are the real adapters; eventstest.MemoryBucket,
-// eventstest.MemoryOutbox and any hostexec.Runner serve the tests.
+// planner, where its events go and how it reaches hosts. eventbus.Bucket,
+// NewBus and hostexec.Hosts are the real adapters; eventbustest.MemoryBucket,
+// eventbustest.MemoryOutbox and any hostexec.Runner serve the tests.
 
 // Records holds the executor's node records (gantry_nodes).
 type Records interface {
@@ -44,7 +45,7 @@ type Runs interface {
 // once every one emitted so far is stored. Recheck says an earlier
 // delivery of the dispatch may have stored, since about since, what is
 // emitted from now on: each is then looked for before it is sent
-// (events.Outbox.Recheck).
+// (eventbus.Outbox.Recheck).
 type Emitter interface {
 	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
 	Flush(ctx context.Context) error
@@ -89,8 +90,8 @@ type Sources interface {
 }
 
 // NewBus is the Bus of a publisher.
-func NewBus(p *events.Publisher) Bus { return publisherBus{p} }
+func NewBus(p *eventbus.Publisher) Bus { return publisherBus{p} }
 
-type publisherBus struct{ *events.Publisher }
+type publisherBus struct{ *eventbus.Publisher }
 
 func (b publisherBus) Batch() Emitter { return b.Outbox() }

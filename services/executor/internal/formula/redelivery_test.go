@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
@@ -36,7 +37,7 @@ func TestRedeliveryAfterTheDuplicateWindowStoresEachEventOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness()
-	h.x.Bus = NewBus(&events.Publisher{JS: js, NC: nc, Source: "executor/test"})
+	h.x.Bus = NewBus(&eventbus.Publisher{JS: js, NC: nc, Source: "executor/test"})
 	d := dispatch(dag.OpCreate, 1, node("a", "run-a", 1), node("b", "run-b", 1, "a"))
 	var mu sync.Mutex
 	puts := 0
@@ -79,7 +80,7 @@ func eventStream(ctx context.Context, t *testing.T, ns *natstest.Server, window 
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cfg := range events.Streams(1) {
+	for _, cfg := range eventbus.Streams(1) {
 		if cfg.Name == events.StreamEvents {
 			cfg.Duplicates = window
 			if _, err := admin.CreateStream(ctx, cfg); err != nil {

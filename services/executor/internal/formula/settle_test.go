@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 )
 
@@ -40,7 +40,7 @@ func wantStored(t *testing.T, h *harness, want ...string) {
 	if got := h.stored(); !slices.Equal(got, want) {
 		t.Fatalf("stored\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	h.bus.out = &eventstest.MemoryOutbox{}
+	h.bus.out = &eventbustest.MemoryOutbox{}
 }
 
 // A dispatch of a workflow being cancelled, delivered again after its

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots"
 	"github.com/gantry-dev/gantry/services/executor/internal/slots/slotstest"
 )
@@ -115,7 +115,7 @@ func TestUnrecordedOutcomeGivesTheKeptSlotsBackOnce(t *testing.T) {
 // a's record on to an attempt of its own (running): the outcome's write
 // finds the record changed, and the node is decided again from it.
 type movedRecords struct {
-	*eventstest.MemoryBucket[Record]
+	*eventbustest.MemoryBucket[Record]
 	mu    sync.Mutex
 	moved bool
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 type fakeLogs struct{ ids []string }
@@ -24,9 +24,9 @@ func (f *fakeLogs) RemoveWorkflows(_ context.Context, ids map[string]bool, _ []e
 	return events.StoreSize{Messages: uint64(len(ids))}, nil
 }
 
-func setup(runs ...string) (*Remover, *eventstest.MemoryBucket[events.NodeRecord], *fakeLogs) {
-	nodes := &eventstest.MemoryBucket[events.NodeRecord]{}
-	rs := &eventstest.MemoryBucket[events.RunSnapshot]{}
+func setup(runs ...string) (*Remover, *eventbustest.MemoryBucket[events.NodeRecord], *fakeLogs) {
+	nodes := &eventbustest.MemoryBucket[events.NodeRecord]{}
+	rs := &eventbustest.MemoryBucket[events.RunSnapshot]{}
 	for _, id := range []string{"w1", "w2", "w3"} {
 		for _, n := range []string{"x", "y"} {
 			nodes.Set(events.NodeKey(id, dag.OpCreate, "a", n), events.NodeRecord{Status: dag.NodeSucceeded})
@@ -39,7 +39,7 @@ func setup(runs ...string) (*Remover, *eventstest.MemoryBucket[events.NodeRecord
 	return &Remover{Nodes: nodes, Runs: rs, Logs: logs, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nodes, logs
 }
 
-func workflows(t *testing.T, nodes *eventstest.MemoryBucket[events.NodeRecord]) string {
+func workflows(t *testing.T, nodes *eventbustest.MemoryBucket[events.NodeRecord]) string {
 	t.Helper()
 	keys, err := nodes.Keys(context.Background(), "")
 	if err != nil {
@@ -102,7 +102,7 @@ func TestReconcile(t *testing.T) {
 // laggingRuns is a replica behind the others: it holds none of the run
 // snapshots the leader (the memory bucket under it) holds.
 type laggingRuns struct {
-	*eventstest.MemoryBucket[events.RunSnapshot]
+	*eventbustest.MemoryBucket[events.RunSnapshot]
 }
 
 func (laggingRuns) Get(context.Context, string) (events.RunSnapshot, uint64, error) {
@@ -114,7 +114,7 @@ func (laggingRuns) Get(context.Context, string) (events.RunSnapshot, uint64, err
 // its nodes run again).
 func TestReconcileTrustsOnlyTheLeader(t *testing.T) {
 	rm, nodes, _ := setup("w1", "w3")
-	rm.Runs = laggingRuns{rm.Runs.(*eventstest.MemoryBucket[events.RunSnapshot])}
+	rm.Runs = laggingRuns{rm.Runs.(*eventbustest.MemoryBucket[events.RunSnapshot])}
 	gone, err := rm.Reconcile(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -33,7 +34,7 @@ func TestSlotGivenBackAcrossADisconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := events.Open(ctx, nc, events.Executor, 1, log)
+	js, err := eventbus.Open(ctx, nc, events.Executor, 1, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,17 @@ import (
 	"context"
 	"strings"
 
-	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 )
 
 // KV is the Store of a JetStream KV bucket (gantry_slots): its TTL is the
 // bucket's, and an expired key leaves a marker watchers see as a delete.
 // Its writes wait for NC while it is down (a service's connection keeps
-// nothing to send then: events.WhenConnected), within their context, or
-// events.PublishTimeout when it has no deadline: a slot given back during
+// nothing to send then: eventbus.WhenConnected), within their context, or
+// eventbus.PublishTimeout when it has no deadline: a slot given back during
 // a disconnect is deleted once it is back, not left taken until it
 // expires.
 type KV struct {
@@ -25,15 +26,15 @@ type KV struct {
 func (s KV) whenConnected(ctx context.Context, op func(ctx context.Context) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, events.PublishTimeout)
+		ctx, cancel = context.WithTimeout(ctx, eventbus.PublishTimeout)
 		defer cancel()
 	}
-	return events.WhenConnected(ctx, s.NC, func() error { return op(ctx) })
+	return eventbus.WhenConnected(ctx, s.NC, func() error { return op(ctx) })
 }
 
 func (s KV) Create(ctx context.Context, key string, val []byte) (rev uint64, err error) {
 	err = s.whenConnected(ctx, func(ctx context.Context) error { rev, err = s.KV.Create(ctx, key, val); return err })
-	if events.IsConflict(err) {
+	if eventbus.IsConflict(err) {
 		return 0, ErrExists // taken (on an R3 bucket, also the 10164 form)
 	}
 	return rev, err
@@ -46,7 +47,7 @@ func (s KV) Update(ctx context.Context, key string, val []byte, rev uint64) (n u
 
 func (s KV) Delete(ctx context.Context, key string, rev uint64) error {
 	err := s.whenConnected(ctx, func(ctx context.Context) error { return s.KV.Delete(ctx, key, jetstream.LastRevision(rev)) })
-	if err != nil && (events.IsConflict(err) || strings.Contains(err.Error(), "wrong last sequence")) {
+	if err != nil && (eventbus.IsConflict(err) || strings.Contains(err.Error(), "wrong last sequence")) {
 		return nil // no longer ours: expired and taken by another
 	}
 	return err

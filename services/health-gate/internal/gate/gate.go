@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/outputs"
@@ -66,7 +67,7 @@ type Secrets interface {
 }
 
 // Publisher stores each check's event before the next check starts
-// (events.Publisher; eventstest.MemoryOutbox in tests).
+// (eventbus.Publisher; eventbustest.MemoryOutbox in tests).
 type Publisher interface {
 	Publish(ctx context.Context, subject string, pl events.Payload, msgID string) error
 }
@@ -77,7 +78,7 @@ func (c *Checker) Handle(ctx context.Context, ev *consume.Event) error {
 	if err := events.DecodeData(ev.Envelope, &g); err != nil {
 		return err
 	}
-	return c.Run(events.ExtractTrace(ctx, ev.Header), &g)
+	return c.Run(eventbus.ExtractTrace(ctx, ev.Header), &g)
 }
 
 // MaxLastWindow caps the time the last check has to answer before the

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 )
 
@@ -108,13 +108,13 @@ func request(timeout time.Duration, retries int) *events.GateRequest {
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // fake is a checker of the probe on a fake clock.
-func fake(p *probe, out *eventstest.MemoryOutbox) (*Checker, *clock) {
+func fake(p *probe, out *eventbustest.MemoryOutbox) (*Checker, *clock) {
 	clk := newClock()
 	p.clock = clk
 	return &Checker{Hosts: runners{r: p}, Pub: out, Log: discard, Now: clk.Now, Sleep: clk.Sleep}, clk
 }
 
-func describe(out *eventstest.MemoryOutbox) []string {
+func describe(out *eventbustest.MemoryOutbox) []string {
 	var s []string
 	for _, e := range out.Stored() {
 		h := e.Payload.(*events.HealthEvent)
@@ -131,7 +131,7 @@ func describe(out *eventstest.MemoryOutbox) []string {
 }
 
 // startedAt is when each published check started, since the epoch.
-func startedAt(out *eventstest.MemoryOutbox) []time.Duration {
+func startedAt(out *eventbustest.MemoryOutbox) []time.Duration {
 	var s []time.Duration
 	for _, e := range out.Stored() {
 		s = append(s, e.Payload.(*events.HealthEvent).StartedAt.Sub(epoch))
@@ -225,7 +225,7 @@ func TestGateVerdicts(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			out := &eventstest.MemoryOutbox{}
+			out := &eventbustest.MemoryOutbox{}
 			ck, _ := fake(&probe{exits: c.exits}, out)
 			ck.Hosts = runners{r: ck.Hosts.(runners).r, err: c.err}
 			if err := ck.Run(context.Background(), request(c.timeout, c.retries)); err != nil {
@@ -247,7 +247,7 @@ func TestGateChecksOnSchedule(t *testing.T) {
 	}{{20 * time.Second, 3, 100 * time.Millisecond}, {180 * time.Second, 10, 0}, {2 * time.Second, 3, 0}, {10 * time.Second, 1, time.Second}} {
 		t.Run(fmt.Sprintf("%s/%d", c.timeout, c.retries), func(t *testing.T) {
 			t.Parallel()
-			out := &eventstest.MemoryOutbox{}
+			out := &eventbustest.MemoryOutbox{}
 			p := &probe{exits: []int{1}, took: []time.Duration{c.took}}
 			ck, clk := fake(p, out)
 			if err := ck.Run(context.Background(), request(c.timeout, c.retries)); err != nil {
@@ -283,7 +283,7 @@ func TestGateChecksOnSchedule(t *testing.T) {
 // A pass ends the gate at once: no more checks, no more waiting.
 func TestGatePassEndsAtOnce(t *testing.T) {
 	t.Parallel()
-	out := &eventstest.MemoryOutbox{}
+	out := &eventbustest.MemoryOutbox{}
 	p := &probe{exits: []int{1, 1, 0, 1}}
 	ck, clk := fake(p, out)
 	if err := ck.Run(context.Background(), request(180*time.Second, 10)); err != nil {
@@ -303,7 +303,7 @@ func TestGateSlowChecks(t *testing.T) {
 	t.Parallel()
 	t.Run("late", func(t *testing.T) {
 		t.Parallel()
-		out := &eventstest.MemoryOutbox{}
+		out := &eventbustest.MemoryOutbox{}
 		p := &probe{exits: []int{1}, took: []time.Duration{6 * time.Second, 0}}
 		ck, clk := fake(p, out)
 		if err := ck.Run(context.Background(), request(20*time.Second, 3)); err != nil {
@@ -314,7 +314,7 @@ func TestGateSlowChecks(t *testing.T) {
 	})
 	t.Run("cut off", func(t *testing.T) {
 		t.Parallel()
-		out := &eventstest.MemoryOutbox{}
+		out := &eventbustest.MemoryOutbox{}
 		p := &probe{exits: []int{1}, took: []time.Duration{0, time.Hour}}
 		ck, clk := fake(p, out)
 		if err := ck.Run(context.Background(), request(20*time.Second, 3)); err != nil {
@@ -333,7 +333,7 @@ func TestGateSlowChecks(t *testing.T) {
 func TestGateCancelledIsNoVerdict(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &eventstest.MemoryOutbox{}
+	out := &eventbustest.MemoryOutbox{}
 	ck, clk := fake(&probe{exits: []int{1}}, out)
 	ck.Sleep = func(ctx context.Context, d time.Duration) error {
 		cancel()
@@ -349,7 +349,7 @@ func TestGateCancelledIsNoVerdict(t *testing.T) {
 func TestGateEventNotStoredIsRedelivered(t *testing.T) {
 	t.Parallel()
 	down := errors.New("stream away")
-	out := &eventstest.MemoryOutbox{Fail: func(eventstest.Emitted) error { return down }}
+	out := &eventbustest.MemoryOutbox{Fail: func(eventbustest.Emitted) error { return down }}
 	ck, _ := fake(&probe{exits: []int{0}}, out)
 	if err := ck.Run(context.Background(), request(time.Second, 1)); !errors.Is(err, down) {
 		t.Fatalf("err %v", err)
@@ -362,7 +362,7 @@ func TestGateEventNotStoredIsRedelivered(t *testing.T) {
 func TestGateFailingVerdictComesAtTheEndOfItsBudget(t *testing.T) {
 	t.Parallel()
 	const budget = 500 * time.Millisecond
-	out := &eventstest.MemoryOutbox{}
+	out := &eventbustest.MemoryOutbox{}
 	ck := &Checker{Hosts: runners{r: &probe{exits: []int{1}}}, Pub: out, Log: discard}
 	start := time.Now()
 	if err := ck.Run(context.Background(), request(budget, 3)); err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
@@ -14,7 +14,7 @@ import (
 // given apart (kept out of argv, masked in output).
 func TestGateSecrets(t *testing.T) {
 	t.Parallel()
-	out := &eventstest.MemoryOutbox{}
+	out := &eventbustest.MemoryOutbox{}
 	p := &probe{exits: []int{0}}
 	ck, _ := fake(p, out)
 	ck.Secrets = secretstest.Map{"api_token": "t0k3n"}
@@ -33,7 +33,7 @@ func TestGateSecrets(t *testing.T) {
 // the secret; no check runs.
 func TestGateMissingSecretFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	out := &eventstest.MemoryOutbox{}
+	out := &eventbustest.MemoryOutbox{}
 	p := &probe{exits: []int{0}}
 	ck, _ := fake(p, out)
 	ck.Secrets = secretstest.Map{}

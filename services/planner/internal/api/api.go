@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/planner/internal/engine"
 	"github.com/nats-io/nats.go"
@@ -23,31 +24,31 @@ const RequestLimit = 30 * time.Second
 
 // Register adds the planner service (version and instance as spec says),
 // its status endpoint and its endpoints.
-func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
+func Register(nc *nats.Conn, spec eventbus.ServiceSpec, e *engine.Engine, log *slog.Logger, start func(id string)) (micro.Service, error) {
 	spec.ID = events.Planner
 	spec.Description = "gantry planner: validates, plans and accepts compositions, and controls runs"
 	spec.Status = func() any {
 		return events.PlannerStatus{Instance: spec.Instance, WorkflowsActive: e.Active(), Storage: spec.Storage.Status()}
 	}
-	svc, err := events.AddService(nc, spec)
+	svc, err := eventbus.AddService(nc, spec)
 	if err != nil {
 		return nil, err
 	}
 	submit := func(validateOnly bool) micro.HandlerFunc {
 		return func(req micro.Request) {
-			ctx, cancel := events.HandlerContext(req.Headers(), SubmitBudget)
+			ctx, cancel := eventbus.HandlerContext(req.Headers(), SubmitBudget)
 			defer cancel()
-			data, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+			data, err := eventbus.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
 			if err != nil {
 				_ = req.Error("400", "bad request body: "+err.Error(), nil)
 				return
 			}
-			ctx = events.ExtractTrace(ctx, nats.Header(req.Headers())) // the submitter's trace, continued by the workflow
+			ctx = eventbus.ExtractTrace(ctx, nats.Header(req.Headers())) // the submitter's trace, continued by the workflow
 			reply, err := e.Submit(ctx, data, validateOnly, principal(req))
 			if err != nil {
 				log.Error("submit failed", "err", err)
 				code, what := "500", "submit failed: "
-				if events.IsStorage(err) {
+				if eventbus.IsStorage(err) {
 					code, what = "503", "not accepted, nothing will run: "
 				}
 				_ = req.Error(code, what+err.Error(), nil)
@@ -58,13 +59,13 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 				_ = req.Error("400", "composition rejected: "+strconv.Itoa(len(reply.Errors))+" problem(s)", body)
 				return
 			}
-			body, packed, err := events.EncodeBody(reply)
+			body, packed, err := eventbus.EncodeBody(reply)
 			if err != nil {
 				_ = req.Error("500", "reply: "+err.Error(), nil)
 				return
 			}
 			if packed {
-				_ = req.Respond(body, micro.WithHeaders(micro.Headers{events.EncodingHeader: {events.EncodingGzip}}))
+				_ = req.Respond(body, micro.WithHeaders(micro.Headers{eventbus.EncodingHeader: {eventbus.EncodingGzip}}))
 			} else {
 				_ = req.Respond(body)
 			}
@@ -73,17 +74,17 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, e *engine.Engine, log *slo
 			}
 		}
 	}
-	if err := svc.AddEndpoint("submit", events.OnlyRequests(submit(false)), micro.WithEndpointSubject(events.SubjectSubmit)); err != nil {
+	if err := svc.AddEndpoint("submit", eventbus.OnlyRequests(submit(false)), micro.WithEndpointSubject(events.SubjectSubmit)); err != nil {
 		return nil, err
 	}
-	if err := svc.AddEndpoint("validate", events.OnlyRequests(submit(true)), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
+	if err := svc.AddEndpoint("validate", eventbus.OnlyRequests(submit(true)), micro.WithEndpointSubject(events.SubjectValidate)); err != nil {
 		return nil, err
 	}
-	if err := svc.AddEndpoint("prune", events.OnlyRequests(prune(e, log)), micro.WithEndpointSubject(events.SubjectPrune)); err != nil {
+	if err := svc.AddEndpoint("prune", eventbus.OnlyRequests(prune(e, log)), micro.WithEndpointSubject(events.SubjectPrune)); err != nil {
 		return nil, err
 	}
 	for _, verb := range []string{events.VerbCancel, events.VerbPause, events.VerbResume, events.VerbRetry} {
-		if err := svc.AddEndpoint(verb, events.OnlyRequests(control(e, log)), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
+		if err := svc.AddEndpoint(verb, eventbus.OnlyRequests(control(e, log)), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
 			return nil, err
 		}
 	}
@@ -108,7 +109,7 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 			_ = req.Error("400", err.Error(), nil)
 			return
 		}
-		ctx, cancel := events.HandlerContext(req.Headers(), RequestLimit)
+		ctx, cancel := eventbus.HandlerContext(req.Headers(), RequestLimit)
 		defer cancel()
 		reply, err := e.ControlRequest(ctx, sub.WorkflowID, sub.Verb, body, principal(req))
 		switch {
@@ -129,7 +130,7 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 // prune answers workflow.prune: an operator's gantry prune.
 func prune(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 	return func(req micro.Request) {
-		body, err := events.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
+		body, err := eventbus.BodyOf(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())})
 		if err != nil {
 			_ = req.Error("400", "bad request body: "+err.Error(), nil)
 			return
@@ -150,7 +151,7 @@ func prune(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 		}
 		// A prune of many runs reads and deletes a lot: the client waits
 		// as long as it was told to.
-		ctx, cancel := events.HandlerContext(req.Headers(), 10*time.Minute)
+		ctx, cancel := eventbus.HandlerContext(req.Headers(), 10*time.Minute)
 		defer cancel()
 		reply, err := e.Prune(ctx, rule)
 		if err != nil {
@@ -158,13 +159,13 @@ func prune(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 			_ = req.Error("500", "prune failed: "+err.Error(), nil)
 			return
 		}
-		b, packed, err := events.EncodeBody(reply)
+		b, packed, err := eventbus.EncodeBody(reply)
 		if err != nil {
 			_ = req.Error("500", "reply: "+err.Error(), nil)
 			return
 		}
 		if packed {
-			_ = req.Respond(b, micro.WithHeaders(micro.Headers{events.EncodingHeader: {events.EncodingGzip}}))
+			_ = req.Respond(b, micro.WithHeaders(micro.Headers{eventbus.EncodingHeader: {eventbus.EncodingGzip}}))
 		} else {
 			_ = req.Respond(b)
 		}

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/planner/internal/api"
 	"github.com/gantry-dev/gantry/services/planner/internal/engine"
@@ -18,7 +19,7 @@ import (
 
 // hanging are records whose JetStream never answers: every call waits
 // until its context ends.
-type hanging[T any] struct{ *eventstest.MemoryBucket[T] }
+type hanging[T any] struct{ *eventbustest.MemoryBucket[T] }
 
 func (hanging[T]) Get(ctx context.Context, _ string) (T, uint64, error) {
 	var zero T
@@ -54,12 +55,12 @@ const composition = `{"name":"w","hosts":{"h1":{"transport":"local"}},"formulas"
 // as the CLI waits by default, so the CLI saw a timeout and no reason.
 func TestSubmitFailsBeforeTheRequesterGivesUp(t *testing.T) {
 	ns := natstest.Start(t)
-	workflows := hanging[engine.Record]{&eventstest.MemoryBucket[engine.Record]{}}
-	e := &engine.Engine{Workflows: workflows, Runs: &eventstest.MemoryBucket[engine.Snapshot]{},
-		Nodes: hanging[events.NodeRecord]{&eventstest.MemoryBucket[events.NodeRecord]{}}, Out: &eventstest.MemoryOutbox{},
+	workflows := hanging[engine.Record]{&eventbustest.MemoryBucket[engine.Record]{}}
+	e := &engine.Engine{Workflows: workflows, Runs: &eventbustest.MemoryBucket[engine.Snapshot]{},
+		Nodes: hanging[events.NodeRecord]{&eventbustest.MemoryBucket[events.NodeRecord]{}}, Out: &eventbustest.MemoryOutbox{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	served := ns.Connect(events.Planner)
-	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1"}, e, e.Log, func(string) {})
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1"}, e, e.Log, func(string) {})
 	if err != nil {
 		t.Fatal(err)
 	}

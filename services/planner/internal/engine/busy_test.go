@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // stuckOutbox is a MemoryOutbox whose next Flush, once armed, lasts until
@@ -18,7 +18,7 @@ import (
 // (8 tries of PublishTimeout, each after a look-up), while the unit holds
 // the planner.
 type stuckOutbox struct {
-	*eventstest.MemoryOutbox
+	*eventbustest.MemoryOutbox
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
@@ -34,7 +34,7 @@ func (s *stuckOutbox) Flush(ctx context.Context) error {
 }
 
 // A submission and a control request are answered within their budget
-// (the context the API gives them: events.HandlerContext) while a unit of
+// (the context the API gives them: eventbus.HandlerContext) while a unit of
 // work holds the planner, its events not stored: they waited for the unit
 // to end, past the requester's patience, though their answer (an error)
 // was all they could give.

@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/google/uuid"
@@ -118,7 +119,7 @@ func (e *Engine) Submit(ctx context.Context, data []byte, validateOnly bool, by 
 // healed says whether err was a missing stream or bucket that Heal has
 // now re-created.
 func (e *Engine) healed(ctx context.Context, err error) bool {
-	if e.Heal == nil || !events.IsMissing(err) {
+	if e.Heal == nil || !eventbus.IsMissing(err) {
 		return false
 	}
 	if herr := e.Heal(ctx); herr != nil {
@@ -145,7 +146,7 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := events.EncodeRecord(rec); errors.Is(err, events.ErrTooLarge) {
+	if _, err := eventbus.EncodeRecord(rec); errors.Is(err, eventbus.ErrTooLarge) {
 		return &events.SubmitReply{Status: "rejected", Errors: []string{
 			"composition " + c.Name + " is too large to record: " + err.Error() + "; split it into several compositions (for example one per group or zone)"}}, nil
 	}
@@ -380,7 +381,7 @@ func unusable(err error) bool {
 // lockFor takes the engine for a request, or gives up when ctx ends
 // first: a unit of work may hold it for most of a minute (its events not
 // stored, the publisher trying each again), and a request's answer must
-// reach its requester before it gives up (events.HandlerContext).
+// reach its requester before it gives up (eventbus.HandlerContext).
 func (e *Engine) lockFor(ctx context.Context) error {
 	began := time.Now()
 	for !e.mu.TryLock() {

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // chain: a, then b after a completed. b has a delete, a has none.
@@ -208,7 +208,7 @@ func TestRunTransitions(t *testing.T) {
 // laggingWorkflows is a replica behind the others: it holds none of the
 // workflows the leader (the memory bucket under it) holds.
 type laggingWorkflows struct {
-	*eventstest.MemoryBucket[Record]
+	*eventbustest.MemoryBucket[Record]
 }
 
 func (laggingWorkflows) Get(context.Context, string) (Record, uint64, error) {

@@ -11,22 +11,22 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // harness is an engine on in-memory ports.
 type harness struct {
 	t         *testing.T
 	e         *Engine
-	workflows *eventstest.MemoryBucket[Record]
-	runs      *eventstest.MemoryBucket[Snapshot]
-	nodes     *eventstest.MemoryBucket[events.NodeRecord]
+	workflows *eventbustest.MemoryBucket[Record]
+	runs      *eventbustest.MemoryBucket[Snapshot]
+	nodes     *eventbustest.MemoryBucket[events.NodeRecord]
 	// hosts is the state-store's per-host projection (gantry_state): what
 	// a test writes there as a thief of the state-store's credential
 	// would; the engine is not given it.
-	hosts *eventstest.MemoryBucket[events.HostNode]
-	out   *eventstest.MemoryOutbox
+	hosts *eventbustest.MemoryBucket[events.HostNode]
+	out   *eventbustest.MemoryOutbox
 	// errors shows a formula event's error in stored's lines.
 	errors bool
 	seen   int    // events stored before the current step
@@ -37,8 +37,8 @@ type harness struct {
 var operator = events.Principal{Name: "operator", Attested: true}
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, workflows: &eventstest.MemoryBucket[Record]{}, runs: &eventstest.MemoryBucket[Snapshot]{},
-		nodes: &eventstest.MemoryBucket[events.NodeRecord]{}, hosts: &eventstest.MemoryBucket[events.HostNode]{}, out: &eventstest.MemoryOutbox{}}
+	h := &harness{t: t, workflows: &eventbustest.MemoryBucket[Record]{}, runs: &eventbustest.MemoryBucket[Snapshot]{},
+		nodes: &eventbustest.MemoryBucket[events.NodeRecord]{}, hosts: &eventbustest.MemoryBucket[events.HostNode]{}, out: &eventbustest.MemoryOutbox{}}
 	h.e = &Engine{Workflows: h.workflows, Runs: h.runs, Nodes: h.nodes, Out: h.out, WorkflowRevs: h.workflows, RunRevs: h.runs,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
 	return h
@@ -127,7 +127,7 @@ func (h *harness) stored() []string {
 	return out
 }
 
-func describe(e eventstest.Emitted) string {
+func describe(e eventbustest.Emitted) string {
 	switch p := e.Payload.(type) {
 	case *events.WorkflowEvent:
 		if p.Reason != "" {

@@ -8,8 +8,8 @@ import (
 )
 
 // The engine's ports: where it keeps runs, what it reads of the other
-// services, and where its decisions go. events.Bucket and events.Outbox
-// are the JetStream adapters; eventstest.MemoryBucket and eventstest.MemoryOutbox
+// services, and where its decisions go. eventbus.Bucket and eventbus.Outbox
+// are the JetStream adapters; eventbustest.MemoryBucket and eventbustest.MemoryOutbox
 // the in-memory ones.
 
 // Records is a store of one record type with compare-and-set writes: the
@@ -33,8 +33,8 @@ type Records[T any] interface {
 }
 
 // Revisions says, without a round trip, whether a record has been written
-// at a revision after rev (by another planner replica): events.Revisions,
-// a watch of a bucket's revisions; eventstest.MemoryBucket in tests.
+// at a revision after rev (by another planner replica): eventbus.Revisions,
+// a watch of a bucket's revisions; eventbustest.MemoryBucket in tests.
 type Revisions interface {
 	Moved(key string, rev uint64) bool
 }
@@ -61,7 +61,7 @@ type Lister[T any] interface {
 }
 
 // EventStore is the event stream (GANTRY_EVENTS) as a prune sees it:
-// events.RemoveWorkflowMessages on the stream, or a fake in tests.
+// eventbus.RemoveWorkflowMessages on the stream, or a fake in tests.
 type EventStore interface {
 	// RemoveWorkflows deletes the events of the workflows in ids published
 	// within spans (none when dryRun), and says what they were.
@@ -73,7 +73,7 @@ type EventStore interface {
 // be), and the engine flushes before it records what the events announce.
 // Recheck says that an earlier unit may have stored, since about since,
 // what is emitted from now on (zero: no longer): each is then looked for
-// before it is sent (events.Outbox.Recheck).
+// before it is sent (eventbus.Outbox.Recheck).
 type Emitter interface {
 	Emit(ctx context.Context, subject string, pl events.Payload, msgID string)
 	Flush(ctx context.Context) error
@@ -81,7 +81,7 @@ type Emitter interface {
 }
 
 // Zones says whether any executor takes the dispatches of a zone ("" for
-// hosts without one): events.ZoneTakers, the state of the zone's durable
+// hosts without one): eventbus.ZoneTakers, the state of the zone's durable
 // consumer on GANTRY_DISPATCH.
 type Zones interface {
 	Takers(ctx context.Context, zone string) (events.Takers, error)

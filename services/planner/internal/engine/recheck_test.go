@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // rechecking is a MemoryOutbox that remembers, for each event emitted, since
 // when it was to be looked for in its stream before being sent (zero: not).
 type rechecking struct {
-	*eventstest.MemoryOutbox
+	*eventbustest.MemoryOutbox
 	since   time.Time
 	emitted []time.Time
 }

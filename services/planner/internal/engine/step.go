@@ -12,31 +12,30 @@ import (
 )
 
 func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
-	switch ev.Type.Family() {
-	case events.FamilyFormula:
-		var f events.FormulaEvent
-		if err := events.DecodeData(ev.Envelope, &f); err != nil {
-			return err
-		}
-		switch f.Status { // the executor's transitions; the rest are the planner's own
+	if ev.Type.Family() == events.FamilyNode {
+		// Node outcomes are the executor's records (gantry_nodes), read
+		// where needed (rollback); runs are stepped on formula outcomes.
+		return nil
+	}
+	pl, err := ev.Payload()
+	if err != nil {
+		return err
+	}
+	switch p := pl.(type) {
+	case *events.FormulaEvent:
+		switch p.Status { // the executor's transitions; the rest are the planner's own
 		case dag.FormulaRunning, dag.FormulaSucceeded, dag.FormulaFailed, dag.FormulaCancelled:
-			return e.apply(ctx, f.Ref, f.Status, f.StartedAt, f.Error)
+			return e.apply(ctx, p.Ref, p.Status, p.StartedAt, p.Error)
 		}
-	case events.FamilyHealth:
-		var h events.HealthEvent
-		if err := events.DecodeData(ev.Envelope, &h); err != nil {
-			return err
-		}
-		if !h.Final {
+	case *events.HealthEvent:
+		if !p.Final {
 			return nil
 		}
-		if h.Status == events.HealthPass {
-			return e.apply(ctx, h.Ref, dag.FormulaHealthy, h.StartedAt, "")
+		if p.Status == events.HealthPass {
+			return e.apply(ctx, p.Ref, dag.FormulaHealthy, p.StartedAt, "")
 		}
-		return e.apply(ctx, h.Ref, dag.FormulaUnhealthy, h.StartedAt, h.GateFailure())
+		return e.apply(ctx, p.Ref, dag.FormulaUnhealthy, p.StartedAt, p.GateFailure())
 	}
-	// Node outcomes are the executor's records (gantry_nodes), read where
-	// needed (rollback); runs are stepped on formula outcomes.
 	return nil
 }
 

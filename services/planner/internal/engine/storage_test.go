@@ -5,14 +5,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 )
 
 // storageFull is what an observed write returns while JetStream cannot
 // store.
 func storageFull(stream string) error {
-	return &events.StorageError{Stream: stream, Cause: events.StorageCauseNoAnswer, Err: context.DeadlineExceeded}
+	return &eventbus.StorageError{Stream: stream, Cause: eventbus.StorageCauseNoAnswer, Err: context.DeadlineExceeded}
 }
 
 // A submission whose workflow record JetStream cannot store is refused
@@ -28,7 +29,7 @@ func TestSubmitRefusedNamingStorage(t *testing.T) {
 		return nil
 	}
 	_, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
-	if !events.IsStorage(err) || !strings.Contains(err.Error(), "JetStream cannot store on gantry_workflows") {
+	if !eventbus.IsStorage(err) || !strings.Contains(err.Error(), "JetStream cannot store on gantry_workflows") {
 		t.Fatalf("submit: %v, want an error naming storage", err)
 	}
 	if keys, _ := h.workflows.Keys(context.Background(), workflowKeys); len(keys) != 0 {
@@ -42,7 +43,7 @@ func TestSubmitRefusedNamingStorage(t *testing.T) {
 func TestSubmitAcceptedWhileItsEventWaits(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.out.Fail = func(eventstest.Emitted) error { return storageFull(events.StreamEvents) }
+	h.out.Fail = func(eventbustest.Emitted) error { return storageFull(events.StreamEvents) }
 	reply, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
 	if err != nil || reply.Status != "accepted" {
 		t.Fatalf("submit: %+v, %v; want accepted", reply, err)
@@ -59,7 +60,7 @@ func TestSubmitAcceptedWhileItsEventWaits(t *testing.T) {
 // reports their creation as unanswered, as a write whose acknowledgement
 // was lost.
 type storedButUnanswered struct {
-	*eventstest.MemoryBucket[Record]
+	*eventbustest.MemoryBucket[Record]
 }
 
 func (s storedButUnanswered) Put(ctx context.Context, key string, v Record, rev uint64) (uint64, error) {

@@ -4,6 +4,9 @@ package api
 
 import (
 	"bytes"
+
+	"github.com/gantry-dev/gantry/pkg/eventbus"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +34,7 @@ type Rebuilder func(ctx context.Context, checkOnly bool) (*project.RebuildReport
 const CatchUpWait = 2 * time.Second
 
 // ReadBudget bounds a read: within it (or within nine tenths of what its
-// requester waits, when less: events.HandlerContext) it answers, with an
+// requester waits, when less: eventbus.HandlerContext) it answers, with an
 // error if JetStream did not answer, instead of holding the request until
 // its requester gave up.
 const ReadBudget = 10 * time.Second
@@ -62,10 +65,10 @@ type Documents interface {
 // stored so far is projected: reads wait for it (at most CatchUpWait), so
 // that whoever saw an event on the stream (gantry watch) then reads its
 // effect.
-func Register(nc *nats.Conn, spec events.ServiceSpec, docs Documents, log *slog.Logger, rebuild Rebuilder, catchUp func(context.Context) error) (micro.Service, error) {
+func Register(nc *nats.Conn, spec eventbus.ServiceSpec, docs Documents, log *slog.Logger, rebuild Rebuilder, catchUp func(context.Context) error) (micro.Service, error) {
 	spec.ID = events.StateStore
 	spec.Description = "gantry state-store: workflow and per-host projections"
-	svc, err := events.AddService(nc, spec)
+	svc, err := eventbus.AddService(nc, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -73,17 +76,17 @@ func Register(nc *nats.Conn, spec events.ServiceSpec, docs Documents, log *slog.
 	g := svc.AddGroup("state")
 	reads := map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift}
 	for name, h := range reads {
-		if err := g.AddEndpoint(name, events.OnlyRequests(h)); err != nil {
+		if err := g.AddEndpoint(name, eventbus.OnlyRequests(h)); err != nil {
 			return nil, err
 		}
 		// asked again of every replica when the queue group's pick did
 		// not answer in time
 		retry := events.StateRetry("state." + name)
-		if err := svc.AddEndpoint(name+"-retry", events.OnlyRequests(h), micro.WithEndpointSubject(retry), micro.WithEndpointQueueGroupDisabled()); err != nil {
+		if err := svc.AddEndpoint(name+"-retry", eventbus.OnlyRequests(h), micro.WithEndpointSubject(retry), micro.WithEndpointQueueGroupDisabled()); err != nil {
 			return nil, err
 		}
 	}
-	if err := g.AddEndpoint("rebuild", events.OnlyRequests(micro.HandlerFunc(s.rebuildHandler))); err != nil {
+	if err := g.AddEndpoint("rebuild", eventbus.OnlyRequests(micro.HandlerFunc(s.rebuildHandler))); err != nil {
 		return nil, err
 	}
 	return svc, nil
@@ -116,7 +119,7 @@ func (s *server) read(req micro.Request) (context.Context, context.CancelFunc, b
 		_ = req.Error("503", why, nil)
 		return nil, nil, false
 	}
-	c, cancel := events.HandlerContext(req.Headers(), ReadBudget)
+	c, cancel := eventbus.HandlerContext(req.Headers(), ReadBudget)
 	d, _ := c.Deadline()
 	w, stop := context.WithTimeout(c, min(CatchUpWait, time.Until(d)/2))
 	defer stop()
@@ -153,17 +156,17 @@ func (s *server) down() string {
 }
 
 // fail answers a read that failed: 503 when JetStream did not answer
-// (events.Transient), remembered for DownFor; else 500. A read that ran
-// out of a budget shorter than events.NoAnswerAfter (its requester said
+// (eventbus.Transient), remembered for DownFor; else 500. A read that ran
+// out of a budget shorter than eventbus.NoAnswerAfter (its requester said
 // it waits that little) ran out of its requester's time, which says
 // nothing of JetStream: it is not remembered.
 func (s *server) fail(req micro.Request, err error) {
-	if !events.Transient(err) {
+	if !eventbus.Transient(err) {
 		_ = req.Error("500", err.Error(), nil)
 		return
 	}
 	why := "the state-store cannot read its projection now (JetStream did not answer): " + err.Error()
-	if errors.Is(err, context.DeadlineExceeded) && events.HandlerBudget(req.Headers(), ReadBudget) < events.NoAnswerAfter {
+	if errors.Is(err, context.DeadlineExceeded) && eventbus.HandlerBudget(req.Headers(), ReadBudget) < eventbus.NoAnswerAfter {
 		_ = req.Error("503", why, nil)
 		return
 	}
@@ -213,7 +216,7 @@ func (s *server) drift(req micro.Request) {
 // with it. A composition in its place (what state.drift took before) is
 // refused: the state-store renders no composition for a read.
 func driftQuery(req micro.Request) (*events.DriftQuery, bool) {
-	data, err := events.BodyAtMost(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())}, events.MaxUnpackedBytes)
+	data, err := eventbus.BodyAtMost(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())}, eventbus.MaxUnpackedBytes)
 	var q events.DriftQuery
 	if err == nil {
 		d := json.NewDecoder(bytes.NewReader(data))
@@ -267,7 +270,7 @@ func decode(req micro.Request, v any) bool {
 	if len(req.Data()) == 0 {
 		return true
 	}
-	data, err := events.BodyAtMost(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())}, events.MaxQueryBytes)
+	data, err := eventbus.BodyAtMost(&nats.Msg{Data: req.Data(), Header: nats.Header(req.Headers())}, eventbus.MaxQueryBytes)
 	if err == nil {
 		err = json.Unmarshal(data, v)
 	}
@@ -282,13 +285,13 @@ func decode(req micro.Request, v any) bool {
 // document); a reply that cannot fit in one message is an error that says
 // so, not a silence.
 func respond(req micro.Request, v any) {
-	b, packed, err := events.EncodeBody(v)
+	b, packed, err := eventbus.EncodeBody(v)
 	if err != nil {
 		_ = req.Error("500", "reply: "+err.Error(), nil)
 		return
 	}
 	if packed {
-		_ = req.Respond(b, micro.WithHeaders(micro.Headers{events.EncodingHeader: {events.EncodingGzip}}))
+		_ = req.Respond(b, micro.WithHeaders(micro.Headers{eventbus.EncodingHeader: {eventbus.EncodingGzip}}))
 		return
 	}
 	_ = req.Respond(b)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
@@ -45,7 +46,7 @@ func TestReadsFailFastWithoutJetStream(t *testing.T) {
 	ns := natstest.Start(t)
 	hang := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 	served := ns.Connect(events.StateStore)
-	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
 		hangingDocs{}, slog.Default(), nil, hang)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg jetstream.KeyValueConfig
-	for _, c := range events.KeyValues(1) {
+	for _, c := range eventbus.KeyValues(1) {
 		if c.Bucket == events.BucketState {
 			cfg = c
 		}
@@ -104,7 +105,7 @@ func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
 	}
 	caughtUp := func(context.Context) error { return nil }
 	served := ns.Connect(events.StateStore)
-	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
 		&project.KVStore{KV: kv}, slog.Default(), nil, caughtUp)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/api"
@@ -63,7 +64,7 @@ func TestViewersDriftRendersNothing(t *testing.T) {
 
 	ns := natstest.Start(t)
 	served := ns.Connect(events.StateStore)
-	svc, err := api.Register(served, events.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
 		docs, slog.Default(), nil, func(context.Context) error { return nil })
 	if err != nil {
 		t.Fatal(err)

@@ -51,31 +51,23 @@ func (a *Audit) Observe(seq uint64, env *events.Envelope) {
 	if !again {
 		a.ids[env.ID] = seq
 	}
+	pl, err := env.Payload()
+	if err != nil {
+		return
+	}
 	var ref events.Ref
-	switch env.Type.Family() {
-	case events.FamilyNode:
-		var e events.NodeEvent
-		if events.DecodeData(env, &e) != nil {
-			return
-		}
+	switch e := pl.(type) {
+	case *events.NodeEvent:
 		ref = e.Ref
-		a.node(seq, env.Type, &e)
-	case events.FamilyFormula:
-		var e events.FormulaEvent
-		if events.DecodeData(env, &e) != nil {
-			return
-		}
+		a.node(seq, env.Type, e)
+	case *events.FormulaEvent:
 		ref = e.Ref
-		a.formula(seq, env.Type, &e)
-	case events.FamilyWorkflow:
-		var e events.WorkflowEvent
-		if events.DecodeData(env, &e) != nil {
-			return
-		}
+		a.formula(seq, env.Type, e)
+	case *events.WorkflowEvent:
 		ref = e.Ref
-		a.workflow(seq, env.Type, &e)
+		a.workflow(seq, env.Type, e)
 	default:
-		return // progress, health, rollout: not transitions of their own
+		return // progress, health, rollout, pruned: not transitions of their own
 	}
 	if again {
 		a.add(events.StreamFinding{Kind: events.FindingDuplicate, WorkflowID: ref.WorkflowID, Formula: ref.Formula, Node: ref.Node,

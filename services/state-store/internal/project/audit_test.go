@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 )
 
@@ -113,7 +113,7 @@ func TestAuditHoldsTheStreamAgainstTheRecords(t *testing.T) {
 	w2 := f.run("wf-2", 1)
 	w2.workflow("w2-acc", dag.WorkflowAccepted, "")
 	w2.node("x-run", "x", dag.NodeRunning, 1, false) // still running, recorded succeeded already
-	recs := &eventstest.MemoryBucket[events.NodeRecord]{}
+	recs := &eventbustest.MemoryBucket[events.NodeRecord]{}
 	rec := func(id, node string, st dag.NodeState, attempt, gen int) {
 		recs.Set(events.NodeKey(id, dag.OpCreate, "f", node), events.NodeRecord{Status: st, Attempt: attempt, Generation: gen, GenAttempts: attempt})
 	}

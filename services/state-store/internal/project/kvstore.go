@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +20,7 @@ type KVStore struct {
 	KV jetstream.KeyValue
 	// Storage, when set, is told how the writes went (they are published
 	// without the bucket's own calls, which it observes).
-	Storage *events.Storage
+	Storage *eventbus.Storage
 	// mark is the last Mark's acknowledgement.
 	mark jetstream.PubAckFuture
 }
@@ -38,7 +39,7 @@ func (s *KVStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 func (s *KVStore) subject(key string) string { return "$KV." + s.KV.Bucket() + "." + key }
 
 // PutAll publishes every write, then waits for their acknowledgements,
-// at most events.PublishTimeout in all: JetStream does not answer a
+// at most eventbus.PublishTimeout in all: JetStream does not answer a
 // write it cannot store (its disk full), and a wait for ever would stop
 // the projection for good.
 func (s *KVStore) PutAll(ctx context.Context, ws []Write) {
@@ -48,7 +49,7 @@ func (s *KVStore) PutAll(ctx context.Context, ws []Write) {
 		m := &nats.Msg{Subject: s.subject(ws[i].Key), Data: ws[i].Val, Header: nats.Header{}}
 		futs[i], ws[i].Err = s.JS.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(ws[i].Rev))
 	}
-	wctx, cancel := context.WithTimeout(ctx, events.PublishTimeout)
+	wctx, cancel := context.WithTimeout(ctx, eventbus.PublishTimeout)
 	defer cancel()
 	for i, f := range futs {
 		if f == nil {
@@ -91,7 +92,7 @@ func (s *KVStore) Mark(_ context.Context, key string, val []byte) error {
 func (s *KVStore) RemoveWorkflow(ctx context.Context, id string) error {
 	stream := events.KVStream(s.KV.Bucket())
 	for _, key := range []string{WorkflowDocKey(id), WorkflowDocKey(id) + ".>"} {
-		if _, err := events.PurgeSubject(ctx, s.JS, stream, s.subject(key)); err != nil {
+		if _, err := eventbus.PurgeSubject(ctx, s.JS, stream, s.subject(key)); err != nil {
 			return err
 		}
 	}

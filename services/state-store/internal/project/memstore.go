@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 )
 
 // MemStore is a Store in memory: what a replay (Replay, Rebuild) builds
@@ -63,7 +63,7 @@ func (s *MemStore) Mark(_ context.Context, key string, val []byte) error {
 func (s *MemStore) Keys(_ context.Context, filter string) ([]string, error) {
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(s.Vals)) {
-		if events.KeyMatches(filter, k) {
+		if eventbus.KeyMatches(filter, k) {
 			out = append(out, k)
 		}
 	}
@@ -74,7 +74,7 @@ func (s *MemStore) Keys(_ context.Context, filter string) ([]string, error) {
 func (s *MemStore) Values(_ context.Context, filter string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for k, v := range s.Vals {
-		if events.KeyMatches(filter, k) {
+		if eventbus.KeyMatches(filter, k) {
 			out[k] = v
 		}
 	}

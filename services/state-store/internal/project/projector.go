@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
@@ -247,7 +248,7 @@ func (p *Projector) commit(ctx context.Context) {
 		if attempt%20 == 2 {
 			p.Log.Warn("projection write failed; retrying", "to_seq", to, "attempt", attempt, "err", err)
 		}
-		if events.IsMissing(err) && p.Heal != nil {
+		if eventbus.IsMissing(err) && p.Heal != nil {
 			if herr := p.Heal(ctx); herr != nil {
 				p.Log.Error("cannot re-create the projection's bucket yet", "err", herr)
 			}
@@ -419,52 +420,30 @@ func (p *Projector) drop() {
 }
 
 func (p *Projector) apply(ctx context.Context, ev *consume.Event) error {
-	if ev.Type == events.TypeWorkflowPruned {
-		var w events.WorkflowPruned
-		if err := events.DecodeData(ev.Envelope, &w); err != nil {
-			return err
-		}
-		p.pruned(&w)
-		p.sawPruned = true
-		return nil
+	pl, err := ev.Payload()
+	if err != nil {
+		return err
 	}
-	switch ev.Type.Family() {
-	case events.FamilyWorkflow:
-		var w events.WorkflowEvent
-		if err := events.DecodeData(ev.Envelope, &w); err != nil {
+	switch e := pl.(type) {
+	case *events.WorkflowPruned:
+		p.pruned(e)
+		p.sawPruned = true
+	case *events.WorkflowEvent:
+		return p.workflow(ctx, ev, e)
+	case *events.FormulaEvent:
+		return p.formula(ctx, ev, e)
+	case *events.NodeEvent:
+		if ok, err := p.onItsHost(ctx, e.Ref); !ok || err != nil {
 			return err
 		}
-		return p.workflow(ctx, ev, &w)
-	case events.FamilyFormula:
-		var f events.FormulaEvent
-		if err := events.DecodeData(ev.Envelope, &f); err != nil {
+		if err := p.node(ctx, ev, e); err != nil {
 			return err
 		}
-		return p.formula(ctx, ev, &f)
-	case events.FamilyNode:
-		var n events.NodeEvent
-		if err := events.DecodeData(ev.Envelope, &n); err != nil {
-			return err
-		}
-		if ok, err := p.onItsHost(ctx, n.Ref); !ok || err != nil {
-			return err
-		}
-		if err := p.node(ctx, ev, &n); err != nil {
-			return err
-		}
-		return p.hostNode(ctx, ev, &n)
-	case events.FamilyHealth:
-		var h events.HealthEvent
-		if err := events.DecodeData(ev.Envelope, &h); err != nil {
-			return err
-		}
-		return p.health(ctx, ev, &h)
-	case events.FamilyProgress:
-		var e events.ProgressEvent
-		if err := events.DecodeData(ev.Envelope, &e); err != nil {
-			return err
-		}
-		return p.progress(ctx, ev, &e)
+		return p.hostNode(ctx, ev, e)
+	case *events.HealthEvent:
+		return p.health(ctx, ev, e)
+	case *events.ProgressEvent:
+		return p.progress(ctx, ev, e)
 	}
 	return nil
 }

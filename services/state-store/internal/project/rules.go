@@ -6,6 +6,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -335,7 +336,7 @@ func inPlace(hn *events.HostNode, e *events.NodeEvent) {
 
 // traceID is the trace id an event's traceparent names ("" for none).
 func traceID(ev *consume.Event) string {
-	sc := trace.SpanContextFromContext(events.ExtractTrace(context.Background(), ev.Header))
+	sc := trace.SpanContextFromContext(eventbus.ExtractTrace(context.Background(), ev.Header))
 	if !sc.HasTraceID() {
 		return ""
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,19 +35,19 @@ func (bucketNamed) Bucket() string { return events.BucketState }
 // projection tries again (and goes on once JetStream stores again)
 // instead of waiting for ever.
 func TestPutAllDoesNotWaitForEver(t *testing.T) {
-	s := &KVStore{JS: silentJS{}, KV: bucketNamed{}, Storage: &events.Storage{}}
+	s := &KVStore{JS: silentJS{}, KV: bucketNamed{}, Storage: &eventbus.Storage{}}
 	ws := []Write{{Key: "wf.a", Val: []byte("{}"), Rev: 3}, {Key: "wf.b", Val: []byte("{}"), Rev: 4}}
 	done := make(chan struct{})
 	start := time.Now()
 	go func() { s.PutAll(context.Background(), ws); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(2 * events.PublishTimeout):
-		t.Fatalf("PutAll still waiting %s after writes nobody answers", 2*events.PublishTimeout)
+	case <-time.After(2 * eventbus.PublishTimeout):
+		t.Fatalf("PutAll still waiting %s after writes nobody answers", 2*eventbus.PublishTimeout)
 	}
 	t.Logf("PutAll returned after %s", time.Since(start).Round(time.Millisecond))
 	for _, w := range ws {
-		if !events.IsStorage(w.Err) {
+		if !eventbus.IsStorage(w.Err) {
 			t.Errorf("write %s: %v, want an error naming storage", w.Key, w.Err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
@@ -27,7 +28,7 @@ type documents interface {
 
 func documentStores(t *testing.T, ctx context.Context) map[string]documents {
 	ns := natstest.Start(t)
-	js, err := events.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1, nil)
+	js, err := eventbus.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
