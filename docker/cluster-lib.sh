@@ -19,7 +19,10 @@ if [ -z "${GANTRY_TAG:-}" ]; then
 	if [ "$base_project" = gantry ]; then GANTRY_TAG=dev; else GANTRY_TAG=$base_project; fi
 fi
 export GANTRY_TAG
-export COMPOSE_PROJECT_NAME=${CLUSTER_PROJECT_NAME:-$base_project-cluster}
+# compose labels its containers with the project name in lower case: the
+# lookups by label below would find nothing for "CI-1"
+COMPOSE_PROJECT_NAME=${CLUSTER_PROJECT_NAME:-$base_project-cluster}
+export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME,,}
 COMPOSE="$COMPOSE -f $root/docker-compose.cluster.yml"
 cp=${GANTRY_CLUSTER_PORTS:-43}        # nats-N's client port on the host: ${cp}22..24
 mp=${GANTRY_CLUSTER_MONITOR_PORTS:-83} # its monitoring port: ${mp}22..24
