@@ -20,6 +20,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -119,7 +120,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ssh.Keepalive = o.keepalive
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
-	hosts := hostexec.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal, LocalPrestart: true}
+	hosts := transport.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal, LocalPrestart: true}
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, Log: log, Tracer: o.tracer,
 		Planner:    plannersvc.Config{Retention: o.retention, UnclaimedAfter: o.unclaimedAfter},
 		Executor:   executor.Config{Hosts: hosts, SecretsDir: o.secretsDir, FilesDir: o.filesDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas},

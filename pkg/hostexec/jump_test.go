@@ -109,12 +109,7 @@ func TestJumpHostKeyChecked(t *testing.T) {
 			if err := os.WriteFile(known, []byte(tc.known), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			hosts := NewHosts(HostsConfig{SSH: SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
-			t.Cleanup(hosts.Close)
-			r, err := hosts.Runner(Target{Transport: "ssh", Address: target.Addr, Via: []Jump{{Address: jump.Addr}}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := newPool(t, f, known).HostRunner(Jump{Address: target.Addr}, Jump{Address: jump.Addr})
 			_, err = r.Run(context.Background(), Command{Script: "touch " + target.Dir + "/ran"})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)

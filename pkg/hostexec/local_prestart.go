@@ -29,6 +29,9 @@ func NewLocal(opts LocalOptions) Local {
 	return Local{pre: &prestart{}}
 }
 
+// Prestarts says whether l was made with LocalOptions.Prestart.
+func (l Local) Prestarts() bool { return l.pre != nil }
+
 // prestart is a Local runner's shells and files made ahead of need. Its
 // methods do nothing on a nil prestart (a runner without Prestart).
 type prestart struct {

@@ -181,3 +181,22 @@ func TestSparesGoOnInARemadeDirectory(t *testing.T) {
 		t.Fatal("after the directory was made again, the attempt's run file is not a spare")
 	}
 }
+
+// A runner made with Prestart makes spare files after an attempt, for the
+// next; one made without makes nothing ahead of need.
+func TestPrestartOption(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		l := NewLocal(LocalOptions{Prestart: on})
+		if l.Prestarts() != on {
+			t.Fatalf("Prestart %v: Prestarts() %v", on, l.Prestarts())
+		}
+		base := filepath.Join(t.TempDir(), "attempts")
+		res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo ran"})
+		if err != nil || res.Stdout != "ran\n" {
+			t.Fatalf("Prestart %v: %+v %v", on, res, err)
+		}
+		if on {
+			spareInodes(t, l, base) // made after the attempt, for the next
+		}
+	}
+}

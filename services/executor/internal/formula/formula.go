@@ -21,6 +21,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/outputs"
 	"github.com/gantry-dev/gantry/pkg/secrets"
@@ -758,7 +759,7 @@ func (x *Executor) sources() Sources {
 type unreachable struct{ err error }
 
 func (u unreachable) Run(context.Context, hostexec.Command) (hostexec.Result, error) {
-	if errors.Is(u.err, hostexec.ErrLocalNotAllowed) {
+	if errors.Is(u.err, transport.ErrLocalNotAllowed) {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errRefused, u.err) // reachable, but not here
 	}
 	return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errUnreachable, u.err)

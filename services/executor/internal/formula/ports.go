@@ -6,12 +6,13 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 )
 
 // The formula runner's ports: its node records, what it reads of the
 // planner, where its events go and how it reaches hosts. events.Bucket,
-// NewBus and hostexec.Hosts are the real adapters; eventstest.MemoryBucket,
+// NewBus and transport.Hosts are the real adapters; eventstest.MemoryBucket,
 // eventstest.MemoryOutbox and any hostexec.Runner serve the tests.
 
 // Records holds the executor's node records (gantry_nodes).
@@ -62,12 +63,12 @@ type Bus interface {
 
 // Runners gives the runner of a host.
 type Runners interface {
-	Runner(t hostexec.Target) (hostexec.Runner, error)
+	Runner(t transport.Target) (hostexec.Runner, error)
 }
 
 // target is how to reach the host a host_spec names.
-func target(h events.HostSpec) hostexec.Target {
-	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
+func target(h events.HostSpec) transport.Target {
+	t := transport.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
 	for _, j := range h.Via {
 		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
 	}

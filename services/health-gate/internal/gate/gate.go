@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/outputs"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
@@ -44,15 +45,15 @@ type Checker struct {
 	gates map[*inProgress]struct{} // being checked
 }
 
-// Runners gives the runner of a host (hostexec.Hosts; a scripted host in
+// Runners gives the runner of a host (transport.Hosts; a scripted host in
 // tests).
 type Runners interface {
-	Runner(t hostexec.Target) (hostexec.Runner, error)
+	Runner(t transport.Target) (hostexec.Runner, error)
 }
 
 // target is how to reach the host a host_spec names.
-func target(h events.HostSpec) hostexec.Target {
-	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
+func target(h events.HostSpec) transport.Target {
+	t := transport.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
 	for _, j := range h.Via {
 		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
 	}

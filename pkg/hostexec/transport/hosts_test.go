@@ -1,4 +1,4 @@
-package hostexec
+package transport
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
 )
 
 // Transport local runs only on a worker started to allow it, and the
@@ -20,7 +22,7 @@ func TestHostsLocalAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := r.Run(context.Background(), Command{Script: "echo here"}); err != nil || res.Stdout != "here\n" {
+	if res, err := r.Run(context.Background(), hostexec.Command{Script: "echo here"}); err != nil || res.Stdout != "here\n" {
 		t.Fatalf("allowed: %+v %v", res, err)
 	}
 }
@@ -50,7 +52,7 @@ func TestHostsConfigFlags(t *testing.T) {
 
 // --local-prestart is on unless turned off; it gives the local runner its
 // own warm shells and spare files, and off, a runner that makes nothing
-// ahead of need.
+// ahead of need (what each makes: hostexec's TestPrestartOption).
 func TestLocalPrestartOption(t *testing.T) {
 	var c HostsConfig
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
@@ -65,17 +67,14 @@ func TestLocalPrestartOption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, ok := r.(Local)
-		if !ok || (l.pre != nil) != on {
+		l, ok := r.(hostexec.Local)
+		if !ok || l.Prestarts() != on {
 			t.Fatalf("--local-prestart=%v: runner %#v", on, r)
 		}
 		base := filepath.Join(t.TempDir(), "attempts")
-		res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo ran"})
+		res, err := l.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo ran"})
 		if err != nil || res.Stdout != "ran\n" {
 			t.Fatalf("--local-prestart=%v: %+v %v", on, res, err)
-		}
-		if on {
-			spareInodes(t, l, base) // made after the attempt, for the next
 		}
 	}
 }

@@ -1,10 +1,15 @@
-package hostexec
+// Package transport is the factory of host runners: the runner of a
+// host by its transport (ssh through a shared pool of connections, local
+// on this machine only where the worker allows it).
+package transport
 
 import (
 	"errors"
 	"flag"
 	"fmt"
 	"sync"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
 )
 
 // ErrLocalNotAllowed: a host has transport local, and this worker was not
@@ -13,13 +18,13 @@ var ErrLocalNotAllowed = errors.New("transport local is not allowed on this work
 
 // HostsConfig configures a Hosts.
 type HostsConfig struct {
-	SSH SSHConfig
+	SSH hostexec.SSHConfig
 	// AllowLocal lets hosts with transport local run: their commands run
 	// on the worker's own machine as the worker's own user. Off unless the
 	// operator turns it on.
 	AllowLocal bool
 	// LocalPrestart makes the shells and files of the next local durable
-	// attempts ahead of need (LocalOptions.Prestart).
+	// attempts ahead of need (hostexec.LocalOptions.Prestart).
 	LocalPrestart bool
 }
 
@@ -37,15 +42,15 @@ func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 // the next use, so fixing it needs no restart.
 type Hosts struct {
 	cfg     HostsConfig
-	local   Local
+	local   hostexec.Local
 	mu      sync.Mutex
-	pool    *Pool
+	pool    *hostexec.Pool
 	drained bool // Drain was called: a pool made later drains at once
 }
 
 // NewHosts returns a factory using cfg.
 func NewHosts(cfg HostsConfig) *Hosts {
-	return &Hosts{cfg: cfg, local: NewLocal(LocalOptions{Prestart: cfg.LocalPrestart})}
+	return &Hosts{cfg: cfg, local: hostexec.NewLocal(hostexec.LocalOptions{Prestart: cfg.LocalPrestart})}
 }
 
 // Target is a host to run commands on: "local" (Address, User,
@@ -58,12 +63,12 @@ type Target struct {
 	Address      string
 	User         string
 	IdentityFile string
-	Via          []Jump
+	Via          []hostexec.Jump
 }
 
 // Runner returns the runner for a host: "local" (when allowed), or "ssh"
 // at its address, through its jump hosts.
-func (h *Hosts) Runner(t Target) (Runner, error) {
+func (h *Hosts) Runner(t Target) (hostexec.Runner, error) {
 	switch t.Transport {
 	case "local":
 		if !h.cfg.AllowLocal {
@@ -76,18 +81,18 @@ func (h *Hosts) Runner(t Target) (Runner, error) {
 	case "ssh", "":
 		p, err := h.sshPool()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConnect, err)
+			return nil, fmt.Errorf("%w: %w", hostexec.ErrConnect, err)
 		}
-		return p.HostRunner(Jump{Address: t.Address, User: t.User, IdentityFile: t.IdentityFile}, t.Via...), nil
+		return p.HostRunner(hostexec.Jump{Address: t.Address, User: t.User, IdentityFile: t.IdentityFile}, t.Via...), nil
 	}
 	return nil, fmt.Errorf("unknown transport %q", t.Transport)
 }
 
-func (h *Hosts) sshPool() (*Pool, error) {
+func (h *Hosts) sshPool() (*hostexec.Pool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.pool == nil {
-		p, err := NewPool(h.cfg.SSH)
+		p, err := hostexec.NewPool(h.cfg.SSH)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +104,7 @@ func (h *Hosts) sshPool() (*Pool, error) {
 	return h.pool, nil
 }
 
-// Drain stops new SSH commands from starting (Pool.Drain): a worker that
+// Drain stops new SSH commands from starting (hostexec.Pool.Drain): a worker that
 // is stopping calls it, so that what waits for a connection, a session
 // slot or a session sshd refuses ends at once, with nothing started, while
 // the commands that started run on to their end. Local commands are not
