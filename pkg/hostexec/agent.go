@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -83,7 +84,7 @@ const agentMarker = "__gantry_agent "
 // What goes wrong with the lock is kept out of the attempt's output (an
 // attempt that cannot take its lock runs without it, as before).
 const agentScript = `trap '' PIPE
-` + recordID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+` + hostsh.RecordID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 printf '` + agentMarker + `%s\n' "$$"
 while IFS= read -r _gq; do
   _gl=${_gq%% *}; _gh=${_gq#* }; _gt=; _gi=0
@@ -138,7 +139,7 @@ done
 // follow; what tail itself would complain about goes nowhere, never into
 // the attempt's output.
 func followScript(dir string, pgid int, token string) string {
-	return `echo ` + followMarker + `; _gd=` + shellQuote(dir) + `; _gp=` + strconv.Itoa(pgid) + `
+	return `echo ` + followMarker + `; _gd=` + hostsh.Quote(dir) + `; _gp=` + strconv.Itoa(pgid) + `
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ]; }
 ( until _ge || ! kill -0 "$_gp" 2>/dev/null; do sleep 1; done ) & _gw=$!
 echo "$_gw ` + token + `" >"$_gd.f"
@@ -329,7 +330,7 @@ func agentRequest(cmd Command, ex string) (agentReq, error) {
 		return agentReq{}, err
 	}
 	nonce, token := hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
-	sec, err := exports(cmd.Secrets)
+	sec, err := hostsh.Exports(cmd.Secrets)
 	if err != nil {
 		return agentReq{}, err
 	}
@@ -337,8 +338,8 @@ func agentRequest(cmd Command, ex string) (agentReq, error) {
 	if cmd.Turn != nil {
 		turn = "1"
 	}
-	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + attemptsBase(cmd) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + sweepDay()
-	text := sec + ex + "eval " + shellQuote(cmd.script()) + "\n"
+	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + attemptsBase(cmd) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + hostsh.SweepDay()
+	text := sec + ex + "eval " + hostsh.Quote(cmd.script()) + "\n"
 	return agentReq{text: strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce: nonce, token: token}, nil
 }
 
@@ -348,7 +349,7 @@ func agentRequest(cmd Command, ex string) (agentReq, error) {
 type agentRun struct {
 	c           *conn
 	a           *hostAgent
-	m           marked
+	m           hostsh.Marked
 	req         agentReq
 	out, errOut *output
 }
@@ -388,7 +389,7 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd Command, ex st
 		res.Ended, res.Stderr = time.Now(), errOut.String() // the wait for the lock, said
 		return res, err
 	}
-	m := marked{pgid: a.pgid, dir: strings.TrimSpace(strings.SplitN(started, " ", 3)[2])}
+	m := hostsh.Marked{PGID: a.pgid, Dir: strings.TrimSpace(strings.SplitN(started, " ", 3)[2])}
 	code, werr := r.awaitAgent(rctx, &agentRun{c: c, a: a, m: m, req: req, out: out, errOut: errOut})
 	out.flush()
 	errOut.flush()
@@ -474,10 +475,10 @@ func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd 
 
 // cancelStart makes sure the attempt cmd asked an agent to start, which
 // did not say it started, is not running on the host: it never starts
-// (cancelScript claims it first), or it is killed; as killRemote does, in
+// (hostsh.CancelScript claims it first), or it is killed; as killRemote does, in
 // a fresh session of the connection client.
 func (r *sshRunner) cancelStart(client *ssh.Client, cmd Command) error {
-	return r.remoteKill(client, cmd.as(), cancelScript(attemptsBase(cmd), cmd.Attempt), "attempt "+cmd.Attempt)
+	return r.remoteKill(client, cmd.as(), hostsh.CancelScript(attemptsBase(cmd), cmd.Attempt), "attempt "+cmd.Attempt)
 }
 
 // waitingLine is what an attempt that waits for its host lock says on its
@@ -711,7 +712,7 @@ func (r *sshRunner) startFollow(ctx context.Context, run *agentRun) *follower {
 		defer stop()
 		sess.Stdout = &markedOut{marker: followMarker + "\n", dst: out, seen: func() { f.mu.Lock(); f.ran = true; f.mu.Unlock() }}
 		sess.Stderr, sess.Stdin = errOut, eofReader{}
-		if err := sess.Run(run.a.as.remote(followScript(run.m.dir, run.m.pgid, run.req.token))); err != nil {
+		if err := sess.Run(run.a.as.remote(followScript(run.m.Dir, run.m.PGID, run.req.token))); err != nil {
 			r.pool.log.Debug("following an attempt's output ended", "host", r.address, "err", err)
 		}
 	}()

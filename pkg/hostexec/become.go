@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -64,7 +65,7 @@ func (b becomeAs) target() string {
 func (b becomeAs) sudo() string {
 	u := ""
 	if b.user != "" {
-		u = " -u " + shellQuote(b.user)
+		u = " -u " + hostsh.Quote(b.user)
 	}
 	return "sudo -n -H" + u + " -- "
 }
@@ -73,9 +74,9 @@ func (b becomeAs) sudo() string {
 // login user or through sudo (see above).
 func (b becomeAs) remote(text string) string {
 	if !b.on {
-		return "exec /bin/sh -c " + shellQuote(text)
+		return "exec /bin/sh -c " + hostsh.Quote(text)
 	}
-	return "exec " + b.sudo() + "/bin/sh -c " + shellQuote(`exec setsid -w /bin/sh -c "$1"`) + " gantry " + shellQuote(text)
+	return "exec " + b.sudo() + "/bin/sh -c " + hostsh.Quote(`exec setsid -w /bin/sh -c "$1"`) + " gantry " + hostsh.Quote(text)
 }
 
 // becomeMarker is what the check that sudo works prints when it does.
@@ -124,7 +125,7 @@ func (r *sshRunner) checkBecome(ctx context.Context, c *conn, b becomeAs) error 
 	var out, errOut bytes.Buffer
 	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, eofReader{}
 	done := make(chan error, 1)
-	go func() { done <- sess.Run("exec /bin/sh -c " + shellQuote(b.check())) }()
+	go func() { done <- sess.Run("exec /bin/sh -c " + hostsh.Quote(b.check())) }()
 	select {
 	case err = <-done:
 	case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
@@ -120,7 +121,7 @@ func TestCancelBeforeTheClaimStartsNothing(t *testing.T) {
 	}
 	for _, path := range []string{"agent", "session"} {
 		ran := filepath.Join(dir, path+".ran")
-		cmd := Command{Attempt: "x." + path, Script: "touch " + shellQuote(ran), Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}
+		cmd := Command{Attempt: "x." + path, Script: "touch " + hostsh.Quote(ran), Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}
 		run := Runner(r)
 		if path == "session" {
 			run = sessionSupervised(r)

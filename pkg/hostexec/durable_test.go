@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
@@ -61,7 +62,7 @@ func (l *lines) wait(t *testing.T, line string) {
 func durable(dir, attempt string, on func(Stream, string)) Command {
 	count := filepath.Join(dir, "count")
 	return Command{Attempt: attempt, OnLine: on, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
-		Script: `echo start >>` + shellQuote(count) + `; echo line1; echo warn >&2; sleep 1.5; echo line2; echo end >>` + shellQuote(count) + `; exit 7`}
+		Script: `echo start >>` + hostsh.Quote(count) + `; echo line1; echo warn >&2; sleep 1.5; echo line2; echo end >>` + hostsh.Quote(count) + `; exit 7`}
 }
 
 func counted(t *testing.T, dir string) string {
@@ -244,7 +245,7 @@ func TestHostLockSerializes(t *testing.T) {
 			log := filepath.Join(dir, "log")
 			cmd := func(id string) Command {
 				return Command{Attempt: id, Lock: "web.nginx.install", Env: map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")},
-					Script: "echo in-" + id + " >>" + shellQuote(log) + "; sleep 0.5; echo out-" + id + " >>" + shellQuote(log)}
+					Script: "echo in-" + id + " >>" + hostsh.Quote(log) + "; sleep 0.5; echo out-" + id + " >>" + hostsh.Quote(log)}
 			}
 			var wg sync.WaitGroup
 			errs := make([]string, 2)
@@ -366,7 +367,7 @@ func TestDurableEarlierLayoutReadAgain(t *testing.T) {
 				}
 			}
 			ran := filepath.Join(dir, "ran")
-			res, err := r.Run(context.Background(), Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo >" + shellQuote(ran)})
+			res, err := r.Run(context.Background(), Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo >" + hostsh.Quote(ran)})
 			if err != nil || res.ExitCode != 3 || res.Stdout != "earlier\n" || res.Stderr != "warned\n" {
 				t.Fatalf("read again: %+v %v", res, err)
 			}
@@ -389,7 +390,7 @@ func countFlock(t *testing.T, dir string) (calls string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := "#!/bin/sh\necho \"$*\" >>" + shellQuote(calls) + "\nexec " + shellQuote(real) + " \"$@\"\n"
+	fake := "#!/bin/sh\necho \"$*\" >>" + hostsh.Quote(calls) + "\nexec " + hostsh.Quote(real) + " \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(bin, "flock"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +462,7 @@ func TestDurableSimultaneousStarts(t *testing.T) {
 	for i := range attempts {
 		id := "w1.1.create.f.n" + strings.Repeat("x", i%3) + "." + string(rune('a'+i%26)) + "." + filepath.Base(t.Name()) + "." + itoa(i)
 		cmd := Command{Attempt: id, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
-			Script: `echo run >>` + shellQuote(filepath.Join(dir, "count."+itoa(i))) + `; sleep 0.5`}
+			Script: `echo run >>` + hostsh.Quote(filepath.Join(dir, "count."+itoa(i))) + `; sleep 0.5`}
 		for range 2 {
 			wg.Add(1)
 			go func() {

@@ -17,11 +17,11 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // Errors a Run can return (wrapped with detail). A command that ran and
@@ -59,7 +59,7 @@ const (
 )
 
 // MaxTail is how much of each output stream a Result keeps (the end).
-const MaxTail = 4096
+const MaxTail = hostsh.MaxTail
 
 // MaxLine bounds one line passed to OnLine; longer lines are cut.
 const MaxLine = 4096
@@ -151,14 +151,14 @@ var errStdinDurable = errors.New("a durable command (Attempt) takes no Stdin")
 // checkIDs checks a durable command's attempt id, and its lock and mark
 // when it has them.
 func checkIDs(cmd Command) error {
-	if err := validAttempt(cmd.Attempt); err != nil {
+	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
 		return err
 	}
 	for what, id := range map[string]string{"lock": cmd.Lock, "mark": cmd.Mark} {
 		if id == "" {
 			continue
 		}
-		if err := validAttempt(id); err != nil {
+		if err := hostsh.ValidAttempt(id); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -168,10 +168,10 @@ func checkIDs(cmd Command) error {
 // supervisionOf is the session supervisor of the durable cmd, ex being
 // its Env's exports. stdinSecrets: its secrets travel on stdin (over
 // SSH); otherwise they are in the environment the shell starts with.
-func supervisionOf(cmd Command, ex string, stdinSecrets bool) supervision {
-	sv := supervision{attempt: cmd.Attempt, lock: cmd.Lock, mark: cmd.Mark, base: attemptsBase(cmd), run: ex + "eval " + shellQuote(cmd.script())}
+func supervisionOf(cmd Command, ex string, stdinSecrets bool) hostsh.Supervision {
+	sv := hostsh.Supervision{Attempt: cmd.Attempt, Lock: cmd.Lock, Mark: cmd.Mark, Base: attemptsBase(cmd), Run: ex + "eval " + hostsh.Quote(cmd.script())}
 	if stdinSecrets && len(cmd.Secrets) > 0 {
-		sv.read, sv.run = readSecretLine, evalSecrets+sv.run
+		sv.Read, sv.Run = hostsh.ReadSecretLine, hostsh.EvalSecrets+sv.Run
 	}
 	return sv
 }
@@ -222,36 +222,10 @@ type Runner interface {
 	Run(ctx context.Context, cmd Command) (Result, error)
 }
 
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// exports renders env as "export K='v'; " in a stable order.
-func exports(env map[string]string) (string, error) {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		if !dag.IsEnvName(k) {
-			return "", fmt.Errorf("environment variable name %q is not valid", k)
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString("export ")
-		b.WriteString(k)
-		b.WriteString("=")
-		b.WriteString(shellQuote(env[k]))
-		b.WriteString("; ")
-	}
-	return b.String(), nil
-}
-
 // checkedExports is the export lines of cmd's Env, once its names and its
 // secrets are checked.
 func checkedExports(cmd Command) (string, error) {
-	ex, err := exports(cmd.Env)
+	ex, err := hostsh.Exports(cmd.Env)
 	if err != nil {
 		return "", err
 	}
@@ -276,39 +250,6 @@ func checkSecrets(cmd Command) error {
 		}
 	}
 	return nil
-}
-
-// readSecrets comes first in the text a host's shell runs for a command
-// with secrets: it reads secretLine from stdin with builtins only (no
-// program start; the rest of stdin, empty, is the command's) and evaluates
-// it. The line writes a newline in a value as "$1", set here: a positional
-// parameter cannot clash with a variable's name. A line that did not
-// arrive whole (the connection broke) runs nothing.
-const readSecrets = readSecretLine + evalSecrets
-
-// readSecretLine and evalSecrets are readSecrets' two halves: a durable
-// command's supervisor reads the line first and evaluates it only in the
-// command's own subshell, so that no secret reaches the supervisor's
-// shell (see supervision).
-const (
-	readSecretLine = "IFS= read -r _gs || { echo 'gantry: the secrets did not arrive' >&2; exit 125; }; "
-	evalSecrets    = "set -- '\n'; eval \"$_gs\"; "
-)
-
-// secretLine is the one line of shell that readSecrets evaluates: unset
-// _gs first (a secret may have that name), export every secret, unset $1.
-func secretLine(secrets map[string]string) string {
-	var b strings.Builder
-	b.WriteString("unset _gs; ")
-	for _, k := range slices.Sorted(maps.Keys(secrets)) {
-		b.WriteString("export ")
-		b.WriteString(k)
-		b.WriteString("=")
-		b.WriteString(strings.ReplaceAll(shellQuote(secrets[k]), "\n", `'"$1"'`))
-		b.WriteString("; ")
-	}
-	b.WriteString("set --\n")
-	return b.String()
 }
 
 // runContext applies the command timeout and says, after the fact, which

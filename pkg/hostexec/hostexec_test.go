@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
@@ -27,8 +28,8 @@ func newPool(t *testing.T, f *sshtest.Fleet, known string) *Pool {
 // sessionScript is the session supervisor's shell for the durable cmd,
 // its secrets (if any) in the environment it starts with.
 func sessionScript(cmd Command) string {
-	ex, _ := exports(cmd.Env)
-	return superviseScript(supervisionOf(cmd, ex, false))
+	ex, _ := hostsh.Exports(cmd.Env)
+	return hostsh.SuperviseScript(supervisionOf(cmd, ex, false))
 }
 
 // sessionSupervised is r running its durable attempts in session

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // Local runs commands on this machine with /bin/sh, as the worker's own
@@ -74,8 +76,8 @@ func (l Local) durable(ctx context.Context, cmd Command) (Result, error) {
 		defer lock.Close() // the command holds it from its start on
 	}
 	sv := supervisionOf(cmd, ex, false)
-	sv.base, sv.held = "_gb="+shellQuote(base), lock != nil
-	return runShell(ctx, cmd, localShell{text: superviseScript(sv), lock: lock, attempt: cmd.Attempt})
+	sv.Base, sv.Held = "_gb="+hostsh.Quote(base), lock != nil
+	return runShell(ctx, cmd, localShell{text: hostsh.SuperviseScript(sv), lock: lock, attempt: cmd.Attempt})
 }
 
 // localShell is what runShell starts for a command: /bin/sh -c text and,
@@ -96,11 +98,11 @@ func runShell(ctx context.Context, cmd Command, sh localShell) (Result, error) {
 	rctx, cancel := runContext(ctx, cmd.Timeout)
 	defer cancel()
 	lock := sh.lock
-	pgid := make(chan marked, 1)
+	pgid := make(chan hostsh.Marked, 1)
 	mask := newMasker(cmd.Secrets, cmd.Mask...)
 	out := &output{stream: Stdout, onLine: cmd.OnLine, mask: mask}
 	if sh.attempt != "" {
-		out.marker, out.onMarker = pidMarker, markerSink(pgid)
+		out.marker, out.onMarker = hostsh.PIDMarker, hostsh.MarkerSink(pgid)
 	}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	c := exec.Command("/bin/sh", "-c", sh.text)
@@ -141,7 +143,7 @@ func runShell(ctx context.Context, cmd Command, sh localShell) (Result, error) {
 		res.ExitCode = 0
 	case errors.As(werr, &ee) && ee.Exited():
 		res.ExitCode = ee.ExitCode()
-		if sh.attempt != "" && res.ExitCode == lostExit {
+		if sh.attempt != "" && res.ExitCode == hostsh.LostExit {
 			return res, fmt.Errorf("%w: %s on this machine", ErrLost, sh.attempt)
 		}
 	default:
@@ -162,7 +164,7 @@ func runShell(ctx context.Context, cmd Command, sh localShell) (Result, error) {
 // supervisor takes it as without this), or the locks directory (beside
 // base, the attempts directory) is not there yet.
 func takeLock(cmd Command, base string) *os.File {
-	if cmd.Lock == "" || validAttempt(cmd.Lock) != nil {
+	if cmd.Lock == "" || hostsh.ValidAttempt(cmd.Lock) != nil {
 		return nil
 	}
 	// not cleaned: ".." is resolved by the kernel, as the shell's is
@@ -219,13 +221,13 @@ func localEnv(secrets map[string]string) []string {
 	return env
 }
 
-// killAttempt ends a durable attempt's own session (killScript); a plain
+// killAttempt ends a durable attempt's own session (hostsh.KillScript); a plain
 // command is in the group killGroup ends.
-func killAttempt(attempt string, pgid chan marked, waited chan error) error {
+func killAttempt(attempt string, pgid chan hostsh.Marked, waited chan error) error {
 	if attempt == "" {
 		return nil
 	}
-	var g marked
+	var g hostsh.Marked
 	select {
 	case g = <-pgid:
 	case err := <-waited:
@@ -234,9 +236,9 @@ func killAttempt(attempt string, pgid chan marked, waited chan error) error {
 	case <-time.After(KillGrace):
 		return fmt.Errorf("%w: attempt %s: its process group is unknown", ErrKill, attempt)
 	}
-	out, err := exec.Command("/bin/sh", "-c", killScript(g.pgid, g.dir)).Output()
+	out, err := exec.Command("/bin/sh", "-c", hostsh.KillScript(g.PGID, g.Dir)).Output()
 	if strings.TrimSpace(string(out)) != "gone" {
-		return fmt.Errorf("%w: process group %d: %s %v", ErrKill, g.pgid, strings.TrimSpace(string(out)), err)
+		return fmt.Errorf("%w: process group %d: %s %v", ErrKill, g.PGID, strings.TrimSpace(string(out)), err)
 	}
 	return nil
 }

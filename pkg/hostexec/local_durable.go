@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,7 +83,7 @@ func (l Local) claimAttempt(base, attempt string) error {
 // sweepLocal removes attempt files older than 7 days, once a day (UTC),
 // as the supervisor's shell does on a host.
 func sweepLocal(base string) {
-	stamp := base + "/.swept-" + sweepDay()
+	stamp := base + "/.swept-" + hostsh.SweepDay()
 	if _, err := os.Stat(stamp); err == nil {
 		return
 	}
@@ -103,19 +104,19 @@ func sweepLocal(base string) {
 }
 
 // localAttemptScript is the shell that supervises a local attempt: it
-// records who it is (recordID) and its pid, takes the lock when the worker could not (held: the
+// records who it is (hostsh.RecordID) and its pid, takes the lock when the worker could not (held: the
 // worker passes it on fd 3), runs the command in a subshell, and records
 // its exit status.
 func localAttemptScript(cmd Command, ex, run string, held bool) string {
 	var b strings.Builder
 	b.WriteString(ex)
-	b.WriteString(`_gr=` + shellQuote(run) + `; _gd=${_gr%.run}; _gb=${_gd%/*}
-` + recordID + `_gI; echo $$ >>"$_gr"; `)
+	b.WriteString(`_gr=` + hostsh.Quote(run) + `; _gd=${_gr%.run}; _gb=${_gd%/*}
+` + hostsh.RecordID + `_gI; echo $$ >>"$_gr"; `)
 	if held {
 		b.WriteString("exec 9>&3 3>&-; ")
 	}
-	b.WriteString(hostLock(cmd.Lock, cmd.Mark, held))
-	b.WriteString(`( eval ` + shellQuote(cmd.script()) + ` ) </dev/null 9>&-; _gx=$?; echo $_gx >>"$_gr"; exit $_gx`)
+	b.WriteString(hostsh.HostLock(cmd.Lock, cmd.Mark, held))
+	b.WriteString(`( eval ` + hostsh.Quote(cmd.script()) + ` ) </dev/null 9>&-; _gx=$?; echo $_gx >>"$_gr"; exit $_gx`)
 	return b.String()
 }
 
@@ -285,7 +286,7 @@ func (l Local) takeTurn(ctx context.Context, cmd Command, base, dir string, errO
 	prev, _ := os.ReadFile(lockPath + ".holder")
 	h := parseHolder(prev)
 	h.ExitCode, h.Waited = recordedExit(base, h.Attempt), waited
-	_ = os.WriteFile(lockPath+".holder", []byte(cmd.Attempt+markWord(cmd.Mark)+"\n"), 0o666)
+	_ = os.WriteFile(lockPath+".holder", []byte(cmd.Attempt+hostsh.MarkWord(cmd.Mark)+"\n"), 0o666)
 	if cmd.asks(h) {
 		start := ctx.Err() == nil && (cmd.Turn == nil || cmd.Turn(h))
 		if ctx.Err() != nil || !start {
@@ -312,7 +313,7 @@ func parseHolder(b []byte) Holder {
 	h := Holder{ExitCode: -1}
 	first, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(first)
-	if len(f) > 0 && validAttempt(f[0]) == nil {
+	if len(f) > 0 && hostsh.ValidAttempt(f[0]) == nil {
 		h.Attempt = f[0]
 	}
 	if len(f) > 1 {
@@ -324,7 +325,7 @@ func parseHolder(b []byte) Holder {
 // recordedExit is the exit status attempt recorded in its run file, -1
 // when none is (or there is no such attempt).
 func recordedExit(base, attempt string) int {
-	if attempt == "" || validAttempt(attempt) != nil {
+	if attempt == "" || hostsh.ValidAttempt(attempt) != nil {
 		return -1
 	}
 	b, err := os.ReadFile(base + "/" + attempt + ".run")
@@ -384,8 +385,8 @@ func waitLocalAttempt(rctx context.Context, cmd Command, c *exec.Cmd, dir string
 	select {
 	case werr = <-waited:
 	case <-rctx.Done():
-		pgid := make(chan marked, 1)
-		pgid <- marked{pgid: c.Process.Pid, dir: dir}
+		pgid := make(chan hostsh.Marked, 1)
+		pgid <- hostsh.Marked{PGID: c.Process.Pid, Dir: dir}
 		kerr := killAttempt(cmd.Attempt, pgid, waited)
 		werr, killed = errors.Join(endErr(rctx), kerr), true
 		<-waited

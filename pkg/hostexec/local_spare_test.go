@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // spareInodes waits until base has sparesPerDir spare files ready (or
@@ -78,7 +80,7 @@ func TestAttemptFilesAreSpares(t *testing.T) {
 	for _, e := range es {
 		names = append(names, e.Name())
 	}
-	want := []string{".swept-" + sweepDay(), "w.1.create.f.n.1.run.err", "w.1.create.f.n.1.run.id", "w.1.create.f.n.1.run.out", "w.1.create.f.n.1.run.run",
+	want := []string{".swept-" + hostsh.SweepDay(), "w.1.create.f.n.1.run.err", "w.1.create.f.n.1.run.id", "w.1.create.f.n.1.run.out", "w.1.create.f.n.1.run.run",
 		"w.1.create.f.n.2.run.err", "w.1.create.f.n.2.run.id", "w.1.create.f.n.2.run.out", "w.1.create.f.n.2.run.run"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("attempts directory %q, want %q", names, want)

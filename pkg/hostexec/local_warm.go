@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,25 +57,25 @@ import (
 // none), never in the attempt's files, and ends (the attempt then runs
 // the cold way).
 func warmPrelude(attempt, dir, lockPath string) string {
-	s := "_ga=" + attempt + "; _gd=" + shellQuote(dir) + "\n"
+	s := "_ga=" + attempt + "; _gd=" + hostsh.Quote(dir) + "\n"
 	if lockPath != "" {
-		s += "_gk=" + shellQuote(lockPath) + "; exec 9>>\"$_gk\"\n"
+		s += "_gk=" + hostsh.Quote(lockPath) + "; exec 9>>\"$_gk\"\n"
 	}
 	return s + "echo L >&3\n"
 }
 
 // warmRest sends the shell's output to the attempt's files, records who
-// the shell is (recordID) and its pid, runs the command in a subshell
+// the shell is (hostsh.RecordID) and its pid, runs the command in a subshell
 // (holding the lock, when the worker took it on the shell's fd 9, and
 // named the attempt its holder) and records its exit status. It is one
 // compound command: the shell runs none of it until it has read all of
 // it, so a script cut short (the worker died writing it) runs nothing,
 // rather than the command without recording its exit status.
 func warmRest(cmd Command, ex string) string {
-	sec, _ := exports(cmd.Secrets) // checked by checkedExports
+	sec, _ := hostsh.Exports(cmd.Secrets) // checked by checkedExports
 	var b strings.Builder
-	b.WriteString("{\nexec >>\"$_gd.out\" 2>>\"$_gd.err\" 3>&-\n" + recordID + "_gI\necho $$ >>\"$_gd.run\"\n")
-	b.WriteString("( " + sec + ex + "eval " + shellQuote(cmd.script()) + "\n) </dev/null 9>&-\n")
+	b.WriteString("{\nexec >>\"$_gd.out\" 2>>\"$_gd.err\" 3>&-\n" + hostsh.RecordID + "_gI\necho $$ >>\"$_gd.run\"\n")
+	b.WriteString("( " + sec + ex + "eval " + hostsh.Quote(cmd.script()) + "\n) </dev/null 9>&-\n")
 	b.WriteString("_gx=$?; echo $_gx >>\"$_gd.run\"; exit $_gx\n}\n")
 	return b.String()
 }

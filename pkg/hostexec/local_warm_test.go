@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"golang.org/x/sys/unix"
 )
 
@@ -107,7 +108,7 @@ func TestWarmShellHoldsTheLock(t *testing.T) {
 	go func() {
 		res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.on,
 			Env:    map[string]string{"GANTRY_ATTEMPTS": base},
-			Script: `echo running; i=0; while [ ! -e ` + shellQuote(gate) + ` ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done`})
+			Script: `echo running; i=0; while [ ! -e ` + hostsh.Quote(gate) + ` ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done`})
 		if err != nil {
 			t.Error(err)
 		}
@@ -199,7 +200,7 @@ func TestWarmShellLostAttemptRunsCold(t *testing.T) {
 	}
 	count := filepath.Join(dir, "count")
 	res, err := l.Run(context.Background(), Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n",
-		Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo ran >>` + shellQuote(count)})
+		Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: `echo ran >>` + hostsh.Quote(count)})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -239,7 +240,7 @@ func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
 	}{{false, ""}, {false, ""}} { // the cold way: the worker locks and hands the file over
 		id := "w.1.create.f.n." + strconv.Itoa(i+1) + ".run"
 		res, err := l.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base},
-			Script: `echo ran >>` + shellQuote(count)})
+			Script: `echo ran >>` + hostsh.Quote(count)})
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("attempt %d: %+v %v", i+1, res, err)
 		}
@@ -265,7 +266,7 @@ func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
 func TestWarmShellCutScript(t *testing.T) {
 	dir := t.TempDir()
 	att, ran := filepath.Join(dir, "w.1"), filepath.Join(dir, "ran")
-	rest := warmRest(Command{Attempt: "w.1", Secrets: map[string]string{"TOKEN": "s3cret"}, Script: "echo ran >>" + shellQuote(ran)}, "export A='a'; ")
+	rest := warmRest(Command{Attempt: "w.1", Secrets: map[string]string{"TOKEN": "s3cret"}, Script: "echo ran >>" + hostsh.Quote(ran)}, "export A='a'; ")
 	for cut := range len(rest) {
 		for _, p := range []string{ran, att + ".run", att + ".out", att + ".err"} {
 			_ = os.Remove(p)

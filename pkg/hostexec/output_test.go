@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // written feeds chunks to an output and returns the lines it emitted and
@@ -91,9 +93,9 @@ func TestOutputMask(t *testing.T) {
 // The process group marker is read before masking: a secret that happens
 // to be part of it does not hide it, and it never shows as a line.
 func TestOutputMaskMarker(t *testing.T) {
-	text := pidMarker + "4242 /home/u/.gantry/attempts/a\nsecret 4242\n"
+	text := hostsh.PIDMarker + "4242 /home/u/.gantry/attempts/a\nsecret 4242\n"
 	for _, chunks := range splits(text) {
-		lines, tail, markers := written(map[string]string{"S": "4242"}, 0, pidMarker, chunks...)
+		lines, tail, markers := written(map[string]string{"S": "4242"}, 0, hostsh.PIDMarker, chunks...)
 		if !slices.Equal(markers, []string{"4242 /home/u/.gantry/attempts/a"}) || !slices.Equal(lines, []string{"secret ***"}) || tail != "secret ***\n" {
 			t.Fatalf("chunks %q: markers %q lines %q tail %q", chunks, markers, lines, tail)
 		}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // bootID is this machine's boot id.
@@ -122,7 +124,7 @@ func TestReattachReusedPidIsLost(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		start := time.Now()
-		res, err := r.Run(ctx, Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "touch " + shellQuote(filepath.Join(dir, "started"))})
+		res, err := r.Run(ctx, Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "touch " + hostsh.Quote(filepath.Join(dir, "started"))})
 		if !alive() {
 			t.Fatalf("the re-attach killed process group %d, which is not the attempt's", pid)
 		}

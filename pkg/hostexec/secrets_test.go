@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // secretValue is a value nothing else on this machine holds.
@@ -234,7 +236,7 @@ func TestSecretNamedLikeTheAttemptsDirChangesNothing(t *testing.T) {
 					id := fmt.Sprintf("w.%d.create.f.n.1.run", n)
 					res, err := r.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Mark: "create.h1", Env: env,
 						Secrets: map[string]string{secret: decoy}, Turn: func(Holder) bool { asked++; return true },
-						Script: `[ "$` + secret + `" = ` + shellQuote(decoy) + ` ] && echo sees-it`})
+						Script: `[ "$` + secret + `" = ` + hostsh.Quote(decoy) + ` ] && echo sees-it`})
 					if err != nil || res.ExitCode != 0 || res.Stdout != "sees-it\n" {
 						t.Fatalf("attempt %d: %+v %v, want the command to see the secret", n, res, err)
 					}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -29,7 +30,7 @@ import (
 //   - this call (or an earlier kill by gantry) killed it: the kill's
 //     status and ErrCancelled;
 //   - it never started on the host (or a cancel claimed it before it
-//     started: see cancelScript): ErrNoAttempt;
+//     started: see hostsh.CancelScript): ErrNoAttempt;
 //   - it ended without recording an exit status: ErrLost;
 //   - it could not be confirmed gone: ErrKill.
 //
@@ -40,52 +41,12 @@ import (
 // run file there).
 var ErrNoAttempt = errors.New("the attempt never started on the host")
 
-// settleMarker starts the first stdout line of a settle: what it found.
-const settleMarker = "__gantry_settle "
-
-// settleScript settles attempt (see above). base is the shell that sets
-// _gb, its attempts directory (attemptsBase). Its first stdout
-// line is settleMarker followed by "absent", "lost", "alive", or "ended"
-// or "killed" and the recorded exit status; then the tails of the
-// attempt's output files, on stdout and stderr.
-func settleScript(attempt, base string) string {
-	// The run file is created with the supervisor's pid in one write, but
-	// one may look between the create and the write: wait for the pid (at
-	// most 5 s), as a re-attach does. A supervisor that is gone without an
-	// exit status may be writing it: wait a second for it. A pid that is
-	// no longer the supervisor's (checkID: the host restarted) is not
-	// signalled: the attempt is lost.
-	return base + `; _gd="$_gb/"` + shellQuote(attempt) + `
-` + checkID + `_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
-if [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then echo '` + settleMarker + `absent'; exit 0; fi
-_gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
-[ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
-[ -n "$_gp" ] && ! _gJ "$_gp" && _gp=
-_gkill() {
-` + killText(`"$_gp"`, `"$_gd"`, "ended") + `}
-_gk=ended
-if ! _ge; then
-  if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null; then
-    _gk=$(_gkill)
-    case $_gk in gone) _gk=killed ;; ended) ;; *) echo '` + settleMarker + `alive'; exit 0 ;; esac
-  else
-    _gi=0; until _ge || [ $_gi -ge 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
-  fi
-fi
-_gy=; { read -r _gy; read -r _gy; read -r _gy; } <"$_gd.run" 2>/dev/null; [ "$_gy" = killed ] && _gk=killed
-[ "$_gy" = ` + unstarted + ` ] && { echo '` + settleMarker + `absent'; exit 0; }
-if _ge; then echo "` + settleMarker + `$_gk $_gx"; else echo '` + settleMarker + `lost'; fi
-tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.out" 2>/dev/null; tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.err" >&2 2>/dev/null
-exit 0
-`
-}
-
 // settled reads what a settle printed (stdout, stderr) into a result;
 // werr is how the shell that ran it ended, where names the host.
 func settled(cmd Command, where string, stdout, stderr []byte, werr error) (Result, error) {
 	res := Result{ExitCode: -1, Ended: time.Now()}
 	first, rest, _ := bytes.Cut(stdout, []byte("\n"))
-	what, ok := strings.CutPrefix(string(first), settleMarker)
+	what, ok := strings.CutPrefix(string(first), hostsh.SettleMarker)
 	if !ok {
 		if werr == nil {
 			werr = errors.New("no answer")
@@ -130,7 +91,7 @@ func maskAll(m *masker, b []byte) string {
 // settle settles a durable attempt over SSH, in a session of its own.
 func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	if err := validAttempt(cmd.Attempt); err != nil {
+	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
 		return res, err
 	}
 	if _, err := checkedExports(cmd); err != nil {
@@ -160,7 +121,7 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 	defer sess.Close()
 	var out, errOut bytes.Buffer
 	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, eofReader{}
-	if err := sess.Start(cmd.as().remote(settleScript(cmd.Attempt, attemptsBase(cmd)))); err != nil {
+	if err := sess.Start(cmd.as().remote(hostsh.SettleScript(cmd.Attempt, attemptsBase(cmd)))); err != nil {
 		return res, fmt.Errorf("%w on %s: start: %w", ErrSession, r.address, err)
 	}
 	waited := make(chan error, 1)
@@ -179,7 +140,7 @@ func (r *sshRunner) settle(ctx context.Context, cmd Command) (Result, error) {
 // settleLocal settles a durable attempt of transport local.
 func settleLocal(ctx context.Context, cmd Command) (Result, error) {
 	res := Result{ExitCode: -1, Started: time.Now()}
-	if err := validAttempt(cmd.Attempt); err != nil {
+	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
 		return res, err
 	}
 	if _, err := checkedExports(cmd); err != nil {
@@ -189,7 +150,7 @@ func settleLocal(ctx context.Context, cmd Command) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	c := exec.CommandContext(ctx, "/bin/sh", "-c", settleScript(cmd.Attempt, "_gb="+shellQuote(base)))
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", hostsh.SettleScript(cmd.Attempt, "_gb="+hostsh.Quote(base)))
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut
 	c.Env = localEnv(nil)

@@ -14,13 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 	"golang.org/x/crypto/ssh"
 )
-
-// pidMarker starts the first stdout line of every remote command: the
-// shell sshd started is a session leader (sshd calls setsid), so its pid
-// is the process group of everything the command runs.
-const pidMarker = "__gantry_pgid "
 
 // reattachTries bounds how often a durable attempt whose connection ended
 // before it reported an exit status is re-attached (reattachWait apart).
@@ -165,11 +161,11 @@ func sshText(cmd Command, ex string) (string, error) {
 		if err := checkIDs(cmd); err != nil {
 			return "", err
 		}
-		return superviseScript(supervisionOf(cmd, ex, true)), nil
+		return hostsh.SuperviseScript(supervisionOf(cmd, ex, true)), nil
 	}
-	text := ex + "exec /bin/sh -c " + shellQuote(cmd.Script)
+	text := ex + "exec /bin/sh -c " + hostsh.Quote(cmd.Script)
 	if len(cmd.Secrets) > 0 {
-		text = readSecrets + text
+		text = hostsh.ReadSecrets + text
 	}
 	return text, nil
 }
@@ -187,7 +183,7 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 		stdin = cmd.Stdin
 	}
 	if len(cmd.Secrets) > 0 {
-		stdin = io.MultiReader(strings.NewReader(secretLine(cmd.Secrets)), stdin)
+		stdin = io.MultiReader(strings.NewReader(hostsh.SecretLine(cmd.Secrets)), stdin)
 	}
 	text, err := sshText(cmd, ex)
 	if err != nil {
@@ -196,7 +192,7 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	as := cmd.as()
 	remote := as.remote(text)
 	if cmd.Attempt == "" {
-		remote = "printf '" + pidMarker + "%s\\n' \"$$\"; " + text
+		remote = "printf '" + hostsh.PIDMarker + "%s\\n' \"$$\"; " + text
 		if as.on {
 			remote = as.remote(remote)
 		}
@@ -224,9 +220,9 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	defer func() { c.touch(); c.release() }()
 	defer sess.Close()
 
-	pgid := make(chan marked, 1)
+	pgid := make(chan hostsh.Marked, 1)
 	mask := newMasker(cmd.Secrets, cmd.Mask...)
-	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: pidMarker, onMarker: markerSink(pgid), mask: mask}
+	out := &output{stream: Stdout, onLine: cmd.OnLine, marker: hostsh.PIDMarker, onMarker: hostsh.MarkerSink(pgid), mask: mask}
 	errOut := &output{stream: Stderr, onLine: cmd.OnLine, mask: mask}
 	sess.Stdout, sess.Stderr = out, errOut
 	sess.Stdin = stdin
@@ -241,7 +237,7 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	case <-rctx.Done():
 		// The group id is the command's first output line; a cancel right
 		// after the start may come before it, so wait for it a little.
-		var g marked
+		var g hostsh.Marked
 		var kerr error
 		select {
 		case g = <-pgid:
@@ -274,7 +270,7 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 		if ee.Signal() != "" {
 			res.ExitCode = 128 + signalNumber(ee.Signal())
 		}
-		if cmd.Attempt != "" && res.ExitCode == lostExit {
+		if cmd.Attempt != "" && res.ExitCode == hostsh.LostExit {
 			return res, fmt.Errorf("%w: %s on %s", ErrLost, cmd.Attempt, r.address)
 		}
 	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
@@ -286,16 +282,16 @@ func (r *sshRunner) run(ctx context.Context, cmd Command) (Result, error) {
 	return res, nil
 }
 
-// killRemote ends the command's process group on the host (killScript),
+// killRemote ends the command's process group on the host (hostsh.KillScript),
 // as the user the command runs as, and says whether that was confirmed.
 // It uses a fresh session on the same connection (sshd ignores signal
 // requests on sessions without a terminal).
-func (r *sshRunner) killRemote(client *ssh.Client, m marked, as becomeAs) error {
-	pgid := m.pgid
+func (r *sshRunner) killRemote(client *ssh.Client, m hostsh.Marked, as becomeAs) error {
+	pgid := m.PGID
 	if pgid <= 1 {
 		return fmt.Errorf("%w: cannot kill the command on %s: its process group is unknown", ErrKill, r.address)
 	}
-	return r.remoteKill(client, as, killScript(pgid, m.dir), "process group "+strconv.Itoa(pgid))
+	return r.remoteKill(client, as, hostsh.KillScript(pgid, m.Dir), "process group "+strconv.Itoa(pgid))
 }
 
 // remoteKill runs a kill script on the host in a fresh session of client,

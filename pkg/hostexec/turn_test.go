@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // holdLock takes the host lock lock of the attempts directory base from
@@ -90,7 +92,7 @@ func TestTurnAskedAtTheLock(t *testing.T) {
 			run := func(id, mark, script string, start bool) (Result, error) {
 				t.Helper()
 				return r.Run(context.Background(), Command{Attempt: id, Lock: "c.f.n", Mark: mark, Env: map[string]string{"GANTRY_ATTEMPTS": base},
-					Script: "echo " + id + " >>" + shellQuote(ran) + "; " + script,
+					Script: "echo " + id + " >>" + hostsh.Quote(ran) + "; " + script,
 					Turn:   func(h Holder) bool { mu.Lock(); defer mu.Unlock(); asked = append(asked, h); return start }})
 			}
 			took := func() []Holder {
@@ -165,7 +167,7 @@ func TestTurnAskedAfterWaiting(t *testing.T) {
 			ran := filepath.Join(dir, "ran")
 			cmd := func(id string, turn func(Holder) bool) Command {
 				return Command{Attempt: id, Lock: "c.f.n", Mark: "create.h1", Env: map[string]string{"GANTRY_ATTEMPTS": base},
-					Script: "echo " + id + " >>" + shellQuote(ran) + "; sleep 0.6", Turn: turn}
+					Script: "echo " + id + " >>" + hostsh.Quote(ran) + "; sleep 0.6", Turn: turn}
 			}
 			first := make(chan error, 1)
 			go func() {
@@ -218,7 +220,7 @@ func TestCancelWhileWaitingForTheLockStartsNothing(t *testing.T) {
 			defer cancel()
 			start := time.Now()
 			_, err := r.Run(ctx, Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base},
-				Script: "echo ran >>" + shellQuote(ran)})
+				Script: "echo ran >>" + hostsh.Quote(ran)})
 			if !errors.Is(err, ErrCancelled) {
 				t.Fatalf("%v, want ErrCancelled", err)
 			}
@@ -231,7 +233,7 @@ func TestCancelWhileWaitingForTheLockStartsNothing(t *testing.T) {
 				t.Fatalf("the command ran once the lock was free: %v", err)
 			}
 			// over SSH the cancel claims the attempt, recorded never started
-			if b, err := os.ReadFile(filepath.Join(base, "w.1.create.f.n.1.run.run")); !os.IsNotExist(err) && string(b) != "0\n143\n"+unstarted+"\n" {
+			if b, err := os.ReadFile(filepath.Join(base, "w.1.create.f.n.1.run.run")); !os.IsNotExist(err) && string(b) != "0\n143\n"+hostsh.Unstarted+"\n" {
 				t.Fatalf("the attempt was claimed: %q %v", b, err)
 			}
 			// the lock is free again: nothing left holds it
