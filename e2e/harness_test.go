@@ -18,7 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
@@ -107,14 +107,14 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(lf, nil))
-	var ssh hostexec.SSHConfig
+	var ssh sshexec.SSHConfig
 	if s.fleet != nil {
-		ssh = hostexec.SSHConfig{KeyFile: s.fleet.KeyFile, KnownHosts: s.fleet.KnownHosts, DefaultUser: s.fleet.User}
+		ssh = sshexec.SSHConfig{KeyFile: s.fleet.KeyFile, KnownHosts: s.fleet.KnownHosts, DefaultUser: s.fleet.User}
 		if o.knownHosts != nil {
 			ssh.KnownHosts = o.knownHosts(s.fleet)
 		}
 	} else {
-		ssh = hostexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
+		ssh = sshexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
 	}
 	ssh.ConnectTimeout = o.connectTimeout
 	ssh.Keepalive = o.keepalive

@@ -18,15 +18,6 @@ import (
 // hands on. ReadOutput reads it back once the attempt has ended, however
 // often the attempt was re-attached to.
 
-// script is what a durable command's supervisor evaluates: its Script,
-// after the making of its outputs file when it has Output.
-func (cmd Command) script() string {
-	if !cmd.Output || cmd.Attempt == "" {
-		return cmd.Script
-	}
-	return hostsh.OutputPrelude + cmd.Script
-}
-
 // ErrNoOutputFile: the attempt's outputs file is not on the host (the
 // attempt did not start with Output, or its files were swept).
 var ErrNoOutputFile = errors.New("the attempt's outputs file is not on the host")

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 )
 
 // ErrLocalNotAllowed: a host has transport local, and this worker was not
@@ -18,13 +20,13 @@ var ErrLocalNotAllowed = errors.New("transport local is not allowed on this work
 
 // HostsConfig configures a Hosts.
 type HostsConfig struct {
-	SSH hostexec.SSHConfig
+	SSH sshexec.SSHConfig
 	// AllowLocal lets hosts with transport local run: their commands run
 	// on the worker's own machine as the worker's own user. Off unless the
 	// operator turns it on.
 	AllowLocal bool
 	// LocalPrestart makes the shells and files of the next local durable
-	// attempts ahead of need (hostexec.LocalOptions.Prestart).
+	// attempts ahead of need (localexec.LocalOptions.Prestart).
 	LocalPrestart bool
 }
 
@@ -42,15 +44,15 @@ func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 // the next use, so fixing it needs no restart.
 type Hosts struct {
 	cfg     HostsConfig
-	local   hostexec.Local
+	local   localexec.Local
 	mu      sync.Mutex
-	pool    *hostexec.Pool
+	pool    *sshexec.Pool
 	drained bool // Drain was called: a pool made later drains at once
 }
 
 // NewHosts returns a factory using cfg.
 func NewHosts(cfg HostsConfig) *Hosts {
-	return &Hosts{cfg: cfg, local: hostexec.NewLocal(hostexec.LocalOptions{Prestart: cfg.LocalPrestart})}
+	return &Hosts{cfg: cfg, local: localexec.NewLocal(localexec.LocalOptions{Prestart: cfg.LocalPrestart})}
 }
 
 // Target is a host to run commands on: "local" (Address, User,
@@ -63,7 +65,7 @@ type Target struct {
 	Address      string
 	User         string
 	IdentityFile string
-	Via          []hostexec.Jump
+	Via          []sshexec.Jump
 }
 
 // Runner returns the runner for a host: "local" (when allowed), or "ssh"
@@ -83,16 +85,16 @@ func (h *Hosts) Runner(t Target) (hostexec.Runner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", hostexec.ErrConnect, err)
 		}
-		return p.HostRunner(hostexec.Jump{Address: t.Address, User: t.User, IdentityFile: t.IdentityFile}, t.Via...), nil
+		return p.HostRunner(sshexec.Jump{Address: t.Address, User: t.User, IdentityFile: t.IdentityFile}, t.Via...), nil
 	}
 	return nil, fmt.Errorf("unknown transport %q", t.Transport)
 }
 
-func (h *Hosts) sshPool() (*hostexec.Pool, error) {
+func (h *Hosts) sshPool() (*sshexec.Pool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.pool == nil {
-		p, err := hostexec.NewPool(h.cfg.SSH)
+		p, err := sshexec.NewPool(h.cfg.SSH)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +106,7 @@ func (h *Hosts) sshPool() (*hostexec.Pool, error) {
 	return h.pool, nil
 }
 
-// Drain stops new SSH commands from starting (hostexec.Pool.Drain): a worker that
+// Drain stops new SSH commands from starting (sshexec.Pool.Drain): a worker that
 // is stopping calls it, so that what waits for a connection, a session
 // slot or a session sshd refuses ends at once, with nothing started, while
 // the commands that started run on to their end. Local commands are not

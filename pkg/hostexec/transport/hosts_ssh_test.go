@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
@@ -37,7 +38,7 @@ func TestKnownHostsAppendTakesEffect(t *testing.T) {
 	if err := os.WriteFile(known, []byte("# nothing known yet\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hosts := NewHosts(HostsConfig{SSH: hostexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
+	hosts := NewHosts(HostsConfig{SSH: sshexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
 	run := func() error {
 		r, err := hosts.Runner(Target{Transport: "ssh", Address: f.Hosts[0].Addr})
@@ -97,7 +98,7 @@ func TestChangedHostKeyReported(t *testing.T) {
 	if err := os.WriteFile(known, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hosts := NewHosts(HostsConfig{SSH: hostexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
+	hosts := NewHosts(HostsConfig{SSH: sshexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
 	r, err := hosts.Runner(Target{Transport: "ssh", Address: f.Hosts[0].Addr})
 	if err != nil {
@@ -127,7 +128,7 @@ func TestChangedHostKeyReported(t *testing.T) {
 func TestHostsSetupRetried(t *testing.T) {
 	f := sshtest.Start(t, 1, sshtest.Options{})
 	known := filepath.Join(t.TempDir(), "known_hosts")
-	hosts := NewHosts(HostsConfig{SSH: hostexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
+	hosts := NewHosts(HostsConfig{SSH: sshexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: known, DefaultUser: f.User}})
 	t.Cleanup(hosts.Close)
 	if _, err := hosts.Runner(Target{Transport: "ssh", Address: f.Hosts[0].Addr}); !errors.Is(err, hostexec.ErrConnect) || !strings.Contains(err.Error(), known) {
 		t.Fatalf("err = %v, want hostexec.ErrConnect naming %s", err, known)

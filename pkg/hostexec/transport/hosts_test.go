@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 )
 
 // Transport local runs only on a worker started to allow it, and the
@@ -67,7 +68,7 @@ func TestLocalPrestartOption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, ok := r.(hostexec.Local)
+		l, ok := r.(localexec.Local)
 		if !ok || l.Prestarts() != on {
 			t.Fatalf("--local-prestart=%v: runner %#v", on, r)
 		}

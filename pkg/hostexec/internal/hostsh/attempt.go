@@ -249,7 +249,7 @@ if alive; then echo "still running"; exit 1; fi
 	if d != "" {
 		// the exit status goes where the attempt's supervisor keeps it: the
 		// run file's second line, followed by a line "killed" (what a
-		// settle reports: see settle.go), or <attempt>.exit for one started
+		// settle reports: see hostexec.Command.Settle), or <attempt>.exit for one started
 		// by an earlier version (it has a .pid file)
 		b.WriteString(`d=` + d + `; if [ -e "$d.pid" ]; then [ -s "$d.exit" ] || echo $s >"$d.exit"
 else x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] || printf '%s\nkilled\n' $s >>"$d.run"; fi

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 )
@@ -70,7 +71,7 @@ type Runners interface {
 func target(h events.HostSpec) transport.Target {
 	t := transport.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
 	for _, j := range h.Via {
-		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
+		t.Via = append(t.Via, sshexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
 	}
 	return t
 }
