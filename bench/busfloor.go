@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -247,7 +248,7 @@ func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (f
 
 // floorLocal runs the bus floor's commands, as the executor's Local runner
 // does by default (--local-prestart).
-var floorLocal = hostexec.NewLocal(hostexec.LocalOptions{Prestart: true})
+var floorLocal = localexec.NewLocal(localexec.LocalOptions{Prestart: true})
 
 // runLink is the runner's side of a link: the record (when asked for),
 // the process, the more messages, the outcome, then the dispatch's ack

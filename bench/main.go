@@ -21,6 +21,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag/dagtest"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/nats-io/nats.go"
 )
@@ -273,7 +274,7 @@ const durablePause = 3 * time.Millisecond
 
 // processStart is the floor under a chain link: it starts `true` n times
 // in a row the way the executor starts each node's process with transport
-// local (hostexec.Local: /bin/sh -c, its own process group, output
+// local (localexec.Local: /bin/sh -c, its own process group, output
 // captured), and returns the median milliseconds per start. durable runs
 // it as each node's command runs: a durable attempt holding a host lock,
 // under its supervisor (attempt files in a temporary directory), each
@@ -293,7 +294,7 @@ func processStart(n int, durable bool) (float64, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	local := hostexec.NewLocal(hostexec.LocalOptions{Prestart: true}) // as the executor's, by default
+	local := localexec.NewLocal(localexec.LocalOptions{Prestart: true}) // as the executor's, by default
 	xs := make([]float64, 0, n)
 	for i := range n {
 		cmd := hostexec.Command{Script: "true"}

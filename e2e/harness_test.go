@@ -19,8 +19,9 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
@@ -107,20 +108,20 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(lf, nil))
-	var ssh hostexec.SSHConfig
+	var ssh sshexec.SSHConfig
 	if s.fleet != nil {
-		ssh = hostexec.SSHConfig{KeyFile: s.fleet.KeyFile, KnownHosts: s.fleet.KnownHosts, DefaultUser: s.fleet.User}
+		ssh = sshexec.SSHConfig{KeyFile: s.fleet.KeyFile, KnownHosts: s.fleet.KnownHosts, DefaultUser: s.fleet.User}
 		if o.knownHosts != nil {
 			ssh.KnownHosts = o.knownHosts(s.fleet)
 		}
 	} else {
-		ssh = hostexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
+		ssh = sshexec.SSHConfig{KeyFile: "/nonexistent"} // local transport only
 	}
 	ssh.ConnectTimeout = o.connectTimeout
 	ssh.Keepalive = o.keepalive
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
-	hosts := hostexec.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal, LocalPrestart: true}
+	hosts := transport.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal, LocalPrestart: true}
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, Log: log, Tracer: o.tracer,
 		Planner:    plannersvc.Config{Retention: o.retention, UnclaimedAfter: o.unclaimedAfter},
 		Executor:   executor.Config{Hosts: hosts, SecretsDir: o.secretsDir, FilesDir: o.filesDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas},

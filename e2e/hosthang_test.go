@@ -10,7 +10,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
@@ -118,7 +118,7 @@ func TestHostStopsAnsweringMidRun(t *testing.T) {
 	thaw := h.Freeze()
 	t.Cleanup(thaw)
 	frozen := tl.at("host frozen (SIGSTOP: its sshd, the connection's sshd and below)")
-	bound := keepalive*time.Duration(hostexec.KeepaliveMissed+1) + time.Second + connect + 3*time.Second
+	bound := keepalive*time.Duration(sshexec.KeepaliveMissed+1) + time.Second + connect + 3*time.Second
 	d := s.wait(id, bound+30*time.Second)
 	took := tl.at("gantry status: workflow "+string(d.Status)+": "+d.Error) - frozen
 	n := d.Formulas["f"].Nodes["n"]

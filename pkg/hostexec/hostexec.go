@@ -8,20 +8,19 @@
 // A command's Secrets are environment variables kept out of every
 // process's argv on the host (over SSH they travel on the session's
 // stdin) and masked as *** in its output.
+//
+// This package is the contract: Runner, Command, Result and the errors a
+// run can return. The runners are sshexec (SSH) and localexec (this
+// machine); transport makes the runner of a host by its transport.
 package hostexec
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"maps"
-	"slices"
-	"sort"
-	"strings"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // Errors a Run can return (wrapped with detail). A command that ran and
@@ -59,7 +58,7 @@ const (
 )
 
 // MaxTail is how much of each output stream a Result keeps (the end).
-const MaxTail = 4096
+const MaxTail = hostsh.MaxTail
 
 // MaxLine bounds one line passed to OnLine; longer lines are cut.
 const MaxLine = 4096
@@ -90,7 +89,7 @@ type Command struct {
 	// error. Callers record an attempt here, so that an attempt is counted
 	// (and announced) exactly when a process was started.
 	BeforeStart func() error
-	// Attempt, when set, makes the command durable (see durable.go): it
+	// Attempt, when set, makes the command durable (see internal/hostsh/attempt.go): it
 	// runs under a supervisor on the host that records its output and exit
 	// status under this id, and running the same Attempt again waits for
 	// that command or reads its result instead of starting it again.
@@ -116,18 +115,18 @@ type Command struct {
 	// An attempt that had to wait starts only once its worker has said
 	// so (Turn, or nothing to ask and ctx not done): a worker that is gone
 	// or gave up meanwhile leaves nothing to start later. Over SSH an
-	// attempt is asked only in a host agent (agent.go); in a session
+	// attempt is asked only in a host agent (sshexec/agent.go); in a session
 	// of its own it starts once it holds the lock, as before.
 	Turn func(Holder) bool
 	// Settle, with Attempt, starts nothing: it ends the attempt on its
 	// host if it still runs, as a cancel would, and says how the attempt
-	// ended (see settle.go). Script, OnLine, BeforeStart, Timeout and
+	// ended (see ErrNoAttempt below). Script, OnLine, BeforeStart, Timeout and
 	// Lock are not used; Env is, for where the attempt's files are (its
 	// GANTRY_ATTEMPTS or HOME), Become, for whose files they are, and
 	// Secrets and Mask, to mask the output read back.
 	Settle bool
 	// Become runs the command through sudo -n on its host, as BecomeUser
-	// (root when empty): see become.go. Over SSH only.
+	// (root when empty): see sshexec/become.go. Over SSH only.
 	Become     bool
 	BecomeUser string
 	// Stdin, for a command that is not durable (no Attempt), is what its
@@ -144,38 +143,6 @@ type Command struct {
 	Output bool
 }
 
-// errStdinDurable: a durable command cannot take a stdin (it may be
-// re-attached to, and its stdin is the supervisor's).
-var errStdinDurable = errors.New("a durable command (Attempt) takes no Stdin")
-
-// checkIDs checks a durable command's attempt id, and its lock and mark
-// when it has them.
-func checkIDs(cmd Command) error {
-	if err := validAttempt(cmd.Attempt); err != nil {
-		return err
-	}
-	for what, id := range map[string]string{"lock": cmd.Lock, "mark": cmd.Mark} {
-		if id == "" {
-			continue
-		}
-		if err := validAttempt(id); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-	}
-	return nil
-}
-
-// supervisionOf is the session supervisor of the durable cmd, ex being
-// its Env's exports. stdinSecrets: its secrets travel on stdin (over
-// SSH); otherwise they are in the environment the shell starts with.
-func supervisionOf(cmd Command, ex string, stdinSecrets bool) supervision {
-	sv := supervision{attempt: cmd.Attempt, lock: cmd.Lock, mark: cmd.Mark, base: attemptsBase(cmd), run: ex + "eval " + shellQuote(cmd.script())}
-	if stdinSecrets && len(cmd.Secrets) > 0 {
-		sv.read, sv.run = readSecretLine, evalSecrets+sv.run
-	}
-	return sv
-}
-
 // Holder is the attempt that held a host lock last, as an attempt that
 // has just taken the lock finds it (Command.Turn).
 type Holder struct {
@@ -189,24 +156,8 @@ type Holder struct {
 // it started on the host.
 var ErrDeclined = errors.New("not started: declined at its turn")
 
-// asks says whether an attempt that holds its lock is to be asked
-// before it starts (see Command.Turn).
-func (cmd Command) asks(h Holder) bool {
-	return h.Waited || (cmd.Turn != nil && cmd.Mark != "" && h.Mark == cmd.Mark && h.ExitCode == 0)
-}
-
 // ErrNotStarted wraps a BeforeStart failure.
 var ErrNotStarted = errors.New("not started")
-
-func beforeStart(cmd Command) error {
-	if cmd.BeforeStart == nil {
-		return nil
-	}
-	if err := cmd.BeforeStart(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotStarted, err)
-	}
-	return nil
-}
 
 // Result is how a command ended.
 type Result struct {
@@ -222,108 +173,45 @@ type Runner interface {
 	Run(ctx context.Context, cmd Command) (Result, error)
 }
 
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+// Settling an attempt. A durable attempt outlives the worker that
+// started it, so a worker may find an attempt recorded as running that
+// nobody follows any more, in a run that has been cancelled meanwhile (or
+// that a retry has superseded). Running the same Attempt again would
+// re-attach to it, but would also start it if it never started there.
+// Run with Command.Settle starts nothing: in one session it ends the
+// attempt if it still runs, as a cancel does (SIGTERM, SIGKILL after 2
+// s, confirmed; the kill's status, 143 or 137, recorded as the attempt's
+// exit status), and says how the attempt ended:
+//
+//   - it had ended by itself: its recorded exit status, no error (an
+//     attempt that succeeded while nobody followed it is a success);
+//   - this call (or an earlier kill by gantry) killed it: the kill's
+//     status and ErrCancelled;
+//   - it never started on the host (or a cancel claimed it before it
+//     started: see hostsh.CancelScript): ErrNoAttempt;
+//   - it ended without recording an exit status: ErrLost;
+//   - it could not be confirmed gone: ErrKill.
+//
+// Result.Stdout and Stderr are the last MaxTail bytes of its output
+// files, with the command's secrets masked.
 
-// exports renders env as "export K='v'; " in a stable order.
-func exports(env map[string]string) (string, error) {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		if !dag.IsEnvName(k) {
-			return "", fmt.Errorf("environment variable name %q is not valid", k)
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString("export ")
-		b.WriteString(k)
-		b.WriteString("=")
-		b.WriteString(shellQuote(env[k]))
-		b.WriteString("; ")
-	}
-	return b.String(), nil
-}
+// ErrNoAttempt: a settled attempt never started on its host (it has no
+// run file there).
+var ErrNoAttempt = errors.New("the attempt never started on the host")
 
-// checkedExports is the export lines of cmd's Env, once its names and its
-// secrets are checked.
-func checkedExports(cmd Command) (string, error) {
-	ex, err := exports(cmd.Env)
-	if err != nil {
-		return "", err
-	}
-	return ex, checkSecrets(cmd)
-}
+// ErrBecome: sudo on the host does not run commands as asked (it wants a
+// password, is not installed, or refuses); nothing of the command started.
+var ErrBecome = errors.New("become")
 
-// checkSecrets checks a command's secrets. Its errors name the variable,
-// never the value.
-func checkSecrets(cmd Command) error {
-	for _, k := range slices.Sorted(maps.Keys(cmd.Secrets)) {
-		v := cmd.Secrets[k]
-		switch {
-		case !dag.IsEnvName(k):
-			return fmt.Errorf("secret name %q is not a valid environment variable name", k)
-		case v == "":
-			return fmt.Errorf("secret %s is empty", k)
-		case strings.IndexByte(v, 0) >= 0:
-			return fmt.Errorf("secret %s holds a NUL byte", k)
-		}
-		if _, ok := cmd.Env[k]; ok {
-			return fmt.Errorf("%s is both an environment variable and a secret", k)
-		}
-	}
-	return nil
-}
+// ErrIdentity: a host's identity file cannot be used (missing,
+// unreadable, not a key, encrypted with no agent holding it, or a
+// certificate beside it that does not fit it).
+var ErrIdentity = errors.New("identity file unusable")
 
-// readSecrets comes first in the text a host's shell runs for a command
-// with secrets: it reads secretLine from stdin with builtins only (no
-// program start; the rest of stdin, empty, is the command's) and evaluates
-// it. The line writes a newline in a value as "$1", set here: a positional
-// parameter cannot clash with a variable's name. A line that did not
-// arrive whole (the connection broke) runs nothing.
-const readSecrets = readSecretLine + evalSecrets
+// ErrHostKeyRevoked: the host's key, or its certificate's CA, is marked
+// @revoked in known_hosts.
+var ErrHostKeyRevoked = errors.New("host key revoked")
 
-// readSecretLine and evalSecrets are readSecrets' two halves: a durable
-// command's supervisor reads the line first and evaluates it only in the
-// command's own subshell, so that no secret reaches the supervisor's
-// shell (see supervision).
-const (
-	readSecretLine = "IFS= read -r _gs || { echo 'gantry: the secrets did not arrive' >&2; exit 125; }; "
-	evalSecrets    = "set -- '\n'; eval \"$_gs\"; "
-)
-
-// secretLine is the one line of shell that readSecrets evaluates: unset
-// _gs first (a secret may have that name), export every secret, unset $1.
-func secretLine(secrets map[string]string) string {
-	var b strings.Builder
-	b.WriteString("unset _gs; ")
-	for _, k := range slices.Sorted(maps.Keys(secrets)) {
-		b.WriteString("export ")
-		b.WriteString(k)
-		b.WriteString("=")
-		b.WriteString(strings.ReplaceAll(shellQuote(secrets[k]), "\n", `'"$1"'`))
-		b.WriteString("; ")
-	}
-	b.WriteString("set --\n")
-	return b.String()
-}
-
-// runContext applies the command timeout and says, after the fact, which
-// of timeout or cancellation ended it.
-func runContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout > 0 {
-		return context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
-	}
-	return context.WithCancel(ctx)
-}
-
-// endErr is the error for a command ended by its context.
-func endErr(ctx context.Context) error {
-	if c := context.Cause(ctx); c != nil && errors.Is(c, ErrTimeout) {
-		return c
-	}
-	return fmt.Errorf("%w: %w", ErrCancelled, ctx.Err())
-}
+// ErrLost: an attempt's command ended on the host without recording an
+// exit status (it was killed outside gantry, or the host restarted).
+var ErrLost = errors.New("attempt lost on the host")

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
 // Outputs files. A durable command with Output gets GANTRY_OUTPUT in its
@@ -16,26 +18,9 @@ import (
 // hands on. ReadOutput reads it back once the attempt has ended, however
 // often the attempt was re-attached to.
 
-// outputPrelude makes the attempt's outputs file ($_gd is the path of the
-// attempt's files, in every supervisor) and names it in GANTRY_OUTPUT.
-const outputPrelude = `GANTRY_OUTPUT="$_gd.output"; export GANTRY_OUTPUT; : >"$GANTRY_OUTPUT" || exit 125
-`
-
-// script is what a durable command's supervisor evaluates: its Script,
-// after the making of its outputs file when it has Output.
-func (cmd Command) script() string {
-	if !cmd.Output || cmd.Attempt == "" {
-		return cmd.Script
-	}
-	return outputPrelude + cmd.Script
-}
-
 // ErrNoOutputFile: the attempt's outputs file is not on the host (the
 // attempt did not start with Output, or its files were swept).
 var ErrNoOutputFile = errors.New("the attempt's outputs file is not on the host")
-
-// noOutputExit is the exit status of the read when there is no file.
-const noOutputExit = 3
 
 // ReadOutput reads the outputs file of cmd's attempt (a durable command
 // run with Output, ended) on r's host: at most limit+1 bytes, so that a
@@ -44,11 +29,11 @@ const noOutputExit = 3
 // its Env and the host's environment: attemptsBase). The file travels as
 // hex (od), so its bytes arrive as they are, whatever lines they make.
 func ReadOutput(ctx context.Context, r Runner, cmd Command, limit int) ([]byte, error) {
-	if err := validAttempt(cmd.Attempt); err != nil {
+	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
 		return nil, err
 	}
 	read := Command{
-		Script: `_gf=` + attemptsDir + `/` + shellQuote(cmd.Attempt) + `.output; [ -f "$_gf" ] || exit ` + strconv.Itoa(noOutputExit) +
+		Script: `_gf=` + hostsh.AttemptsDir + `/` + hostsh.Quote(cmd.Attempt) + `.output; [ -f "$_gf" ] || exit ` + strconv.Itoa(hostsh.NoOutputExit) +
 			`; head -c ` + strconv.Itoa(limit+1) + ` "$_gf" | od -An -v -tx1`,
 		Env: cmd.Env, Become: cmd.Become, BecomeUser: cmd.BecomeUser, Timeout: cmd.Timeout,
 	}
@@ -75,10 +60,10 @@ func ReadOutput(ctx context.Context, r Runner, cmd Command, limit int) ([]byte, 
 	mu.Lock()
 	defer mu.Unlock()
 	switch {
-	case res.ExitCode == noOutputExit:
+	case res.ExitCode == hostsh.NoOutputExit:
 		return nil, ErrNoOutputFile
 	case res.ExitCode != 0:
-		return nil, fmt.Errorf("read the outputs file: exit status %d: %s", res.ExitCode, boundStderr(res.Stderr))
+		return nil, fmt.Errorf("read the outputs file: exit status %d: %s", res.ExitCode, hostsh.BoundStderr(res.Stderr))
 	case bad != nil:
 		return nil, bad
 	}
@@ -87,14 +72,4 @@ func ReadOutput(ctx context.Context, r Runner, cmd Command, limit int) ([]byte, 
 		return nil, fmt.Errorf("read the outputs file: %w", err)
 	}
 	return data, nil
-}
-
-// boundStderr is the end of a command's stderr, at most 200 bytes, for an
-// error.
-func boundStderr(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > 200 {
-		s = "…" + strings.ToValidUTF8(s[len(s)-200:], "")
-	}
-	return s
 }

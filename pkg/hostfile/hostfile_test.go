@@ -18,7 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 )
@@ -29,7 +30,7 @@ func want(path string, content string) hostfile.Want {
 	return w
 }
 
-func local() *hostfile.Host { return &hostfile.Host{Runner: hostexec.Local{}, Timeout: time.Minute} }
+func local() *hostfile.Host { return &hostfile.Host{Runner: localexec.Local{}, Timeout: time.Minute} }
 
 // compareOne is Compare of one file.
 func compareOne(t *testing.T, h *hostfile.Host, w hostfile.Want) hostfile.Comparison {
@@ -265,7 +266,7 @@ func TestPlaceOverSSHWithBecome(t *testing.T) {
 	login := f.AddUser(t)
 	sshtest.Sudoers(t, login+" ALL=(ALL) NOPASSWD: ALL")
 	app := sshtest.AddSystemUser(t)
-	pool, err := hostexec.NewPool(hostexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User})
+	pool, err := sshexec.NewPool(sshexec.SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package service
 import (
 	"flag"
 
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 )
@@ -25,7 +25,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // FlagEnv names the variables of the flags not named GANTRY_<FLAG>.
 func (c *Config) FlagEnv() map[string]string {
-	return map[string]string{"labels": LabelsEnv, "ssh-user": hostexec.UserEnv}
+	return map[string]string{"labels": LabelsEnv, "ssh-user": sshexec.UserEnv}
 }
 
 // Check checks the counts and reads --labels into Labels.

@@ -17,7 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
@@ -30,13 +30,13 @@ import (
 
 // Config of an executor.
 type Config struct {
-	Instance    string               // "executor/<host>-<pid>": the actor named in events
-	Replicas    int                  // stream replicas (1 for a single server)
-	Hosts       hostexec.HostsConfig // SSH, and whether transport local is allowed
-	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
-	FilesDir    string               // --files-dir: where the files nodes place as source are read
-	MaxFormulas int                  // formulas running at once in this executor (default 64)
-	PerHost     int                  // nodes running at once per host without max_parallel, across executors (default 8)
+	Instance    string                // "executor/<host>-<pid>": the actor named in events
+	Replicas    int                   // stream replicas (1 for a single server)
+	Hosts       transport.HostsConfig // SSH, and whether transport local is allowed
+	SecretsDir  string                // --secrets-dir: where the secrets commands name are read
+	FilesDir    string                // --files-dir: where the files nodes place as source are read
+	MaxFormulas int                   // formulas running at once in this executor (default 64)
+	PerHost     int                   // nodes running at once per host without max_parallel, across executors (default 8)
 	// Labels (--labels zone=eu-1) say which work this executor takes: with
 	// a zone, only the work of hosts labelled with that zone; without,
 	// only the work of hosts without a zone.
@@ -144,7 +144,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	hosts := hostexec.NewHosts(cfg.Hosts)
+	hosts := transport.NewHosts(cfg.Hosts)
 	defer hosts.Close()
 	// Stopping: the commands that started run on to their end (the
 	// formulas in flight drain), but nothing more starts; what waits for

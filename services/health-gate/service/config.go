@@ -3,7 +3,7 @@ package service
 import (
 	"flag"
 
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 )
 
@@ -17,7 +17,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // FlagEnv names the variables of the flags not named GANTRY_<FLAG>.
 func (c *Config) FlagEnv() map[string]string {
-	return map[string]string{"ssh-user": hostexec.UserEnv}
+	return map[string]string{"ssh-user": sshexec.UserEnv}
 }
 
 // Check has nothing to check (Run takes a --concurrency below 1 for 32).

@@ -11,7 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
 	"github.com/gantry-dev/gantry/services/health-gate/internal/gate"
@@ -22,9 +22,9 @@ import (
 type Config struct {
 	Instance    string
 	Replicas    int
-	Hosts       hostexec.HostsConfig // SSH, and whether transport local is allowed
-	SecretsDir  string               // --secrets-dir: where the secrets commands name are read
-	Concurrency int                  // gates checked at once (default 32)
+	Hosts       transport.HostsConfig // SSH, and whether transport local is allowed
+	SecretsDir  string                // --secrets-dir: where the secrets commands name are read
+	Concurrency int                   // gates checked at once (default 32)
 	Log         *slog.Logger
 	// Tracer records its spans (nil: none).
 	Tracer *tracing.Tracer
@@ -56,7 +56,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
-	hosts := hostexec.NewHosts(cfg.Hosts)
+	hosts := transport.NewHosts(cfg.Hosts)
 	defer hosts.Close()
 	heal := &eventbus.Healer{JS: js, ID: events.HealthGate, Replicas: cfg.Replicas, Log: log}
 	go heal.Watch(ctx)

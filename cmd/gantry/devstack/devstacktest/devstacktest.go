@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	executor "github.com/gantry-dev/gantry/services/executor/service"
@@ -23,7 +24,7 @@ func Start(t *testing.T, ns *natstest.Server) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	hosts := hostexec.HostsConfig{AllowLocal: true, LocalPrestart: true, SSH: hostexec.SSHConfig{KeyFile: "/nonexistent"}}
+	hosts := transport.HostsConfig{AllowLocal: true, LocalPrestart: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}}
 	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
 	go func() { done <- devstack.Run(ctx, cfg) }()

@@ -12,12 +12,12 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
-// filesHarness is a harness whose host is this machine (hostexec.Local),
+// filesHarness is a harness whose host is this machine (localexec.Local),
 // with a directory for the files and one for the attempts.
 type filesHarness struct {
 	*harness
@@ -26,7 +26,7 @@ type filesHarness struct {
 
 func newFilesHarness(t *testing.T) *filesHarness {
 	h := newHarness()
-	h.x.Hosts = runners{r: hostexec.Local{}}
+	h.x.Hosts = runners{r: localexec.Local{}}
 	return &filesHarness{harness: h, dir: t.TempDir(), attempts: t.TempDir()}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 	"github.com/gantry-dev/gantry/pkg/outputs"
 	"github.com/gantry-dev/gantry/pkg/secrets"
@@ -367,7 +368,7 @@ func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, 
 	f.stop = stop
 	go x.watchRunState(stop, d, kill, f.log)
 	f.slot = x.hostSlot(d.Ref.Host)
-	if f.runner, err = x.Hosts.Runner(target(d.Host)); err != nil {
+	if f.runner, err = x.Hosts.Runner(transport.TargetOf(d.Host)); err != nil {
 		f.runner = unreachable{err}
 	}
 	f.emitFormula(ctx, dag.FormulaRunning, "")
@@ -759,7 +760,7 @@ func (x *Executor) sources() Sources {
 type unreachable struct{ err error }
 
 func (u unreachable) Run(context.Context, hostexec.Command) (hostexec.Result, error) {
-	if errors.Is(u.err, hostexec.ErrLocalNotAllowed) {
+	if errors.Is(u.err, transport.ErrLocalNotAllowed) {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errRefused, u.err) // reachable, but not here
 	}
 	return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errUnreachable, u.err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 )
 
 // host is a scripted host: each script's exit codes in turn (the last
@@ -139,7 +140,7 @@ type runners struct {
 	err error
 }
 
-func (r runners) Runner(hostexec.Target) (hostexec.Runner, error) { return r.r, r.err }
+func (r runners) Runner(transport.Target) (hostexec.Runner, error) { return r.r, r.err }
 
 // bus keeps events in a MemoryOutbox and output lines in a list.
 type bus struct {

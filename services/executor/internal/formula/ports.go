@@ -7,12 +7,13 @@ import (
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/hostfile"
 )
 
 // The formula runner's ports: its node records, what it reads of the
 // planner, where its events go and how it reaches hosts. eventbus.Bucket,
-// NewBus and hostexec.Hosts are the real adapters; eventbustest.MemoryBucket,
+// NewBus and transport.Hosts are the real adapters; eventbustest.MemoryBucket,
 // eventbustest.MemoryOutbox and any hostexec.Runner serve the tests.
 
 // Records holds the executor's node records (gantry_nodes).
@@ -63,16 +64,7 @@ type Bus interface {
 
 // Runners gives the runner of a host.
 type Runners interface {
-	Runner(t hostexec.Target) (hostexec.Runner, error)
-}
-
-// target is how to reach the host a host_spec names.
-func target(h events.HostSpec) hostexec.Target {
-	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
-	for _, j := range h.Via {
-		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
-	}
-	return t
+	Runner(t transport.Target) (hostexec.Runner, error)
 }
 
 // Secrets finds the value of a secret a node's env names, on this worker

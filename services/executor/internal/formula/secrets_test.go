@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
@@ -91,7 +92,7 @@ func TestAMissingSecretFailsTheNodeBeforeAnythingRuns(t *testing.T) {
 func TestRefusedLocalHost(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
-	h.x.Hosts = runners{err: fmt.Errorf("%w: start it with --allow-local", hostexec.ErrLocalNotAllowed)}
+	h.x.Hosts = runners{err: fmt.Errorf("%w: start it with --allow-local", transport.ErrLocalNotAllowed)}
 	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 3))); err != nil {
 		t.Fatal(err)
 	}

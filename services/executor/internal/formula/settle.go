@@ -10,6 +10,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 )
 
@@ -44,7 +45,7 @@ const settleTimeout = 30 * time.Second
 // dispatch is delivered again.
 func (f *formulaRun) stopped(ctx context.Context, later bool) error {
 	var err error
-	if f.runner, err = f.x.Hosts.Runner(target(f.d.Host)); err != nil {
+	if f.runner, err = f.x.Hosts.Runner(transport.TargetOf(f.d.Host)); err != nil {
 		f.runner = unreachable{err}
 	}
 	states := make([]dag.NodeState, len(f.pf.Nodes))

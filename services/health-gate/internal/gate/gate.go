@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/outputs"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
@@ -45,19 +46,10 @@ type Checker struct {
 	gates map[*inProgress]struct{} // being checked
 }
 
-// Runners gives the runner of a host (hostexec.Hosts; a scripted host in
+// Runners gives the runner of a host (transport.Hosts; a scripted host in
 // tests).
 type Runners interface {
-	Runner(t hostexec.Target) (hostexec.Runner, error)
-}
-
-// target is how to reach the host a host_spec names.
-func target(h events.HostSpec) hostexec.Target {
-	t := hostexec.Target{Transport: string(h.Transport), Address: h.Address, User: h.User, IdentityFile: h.IdentityFile}
-	for _, j := range h.Via {
-		t.Via = append(t.Via, hostexec.Jump{Address: j.Address, User: j.User, IdentityFile: j.IdentityFile})
-	}
-	return t
+	Runner(t transport.Target) (hostexec.Runner, error)
 }
 
 // Secrets finds the value of a secret a gate's env names, on this worker
@@ -176,7 +168,7 @@ func (c *Checker) start(g *events.GateRequest) *gateRun {
 		log: c.Log.With("workflow_id", g.WorkflowID, "host", g.Ref.Host, "formula", g.Formula)}
 	r.begun = c.now()
 	r.deadline = r.begun.Add(g.Gate.Timeout.D())
-	r.runner, r.rerr = c.Hosts.Runner(target(g.Host))
+	r.runner, r.rerr = c.Hosts.Runner(transport.TargetOf(g.Host))
 	if r.rerr == nil {
 		r.env, r.secret, r.rerr = secrets.Split(c.secrets(), g.Gate.Env)
 		if r.rerr != nil {

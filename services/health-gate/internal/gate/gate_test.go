@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 )
 
 // clock is a fake clock: Sleep moves it on at once and records how long
@@ -98,7 +99,7 @@ type runners struct {
 	err error
 }
 
-func (r runners) Runner(hostexec.Target) (hostexec.Runner, error) { return r.r, r.err }
+func (r runners) Runner(transport.Target) (hostexec.Runner, error) { return r.r, r.err }
 
 func request(timeout time.Duration, retries int) *events.GateRequest {
 	return &events.GateRequest{Ref: events.Ref{WorkflowID: "w1", Workflow: "w", Formula: "f", Host: "h1", Operation: dag.OpCreate, Generation: 1},

@@ -1,0 +1,260 @@
+// Package localexec is the local runner of hostexec: Local runs a
+// command with /bin/sh on this machine, in a process group of its own with
+// a small environment rather than the worker's; with
+// LocalOptions.Prestart it keeps warm shells and spare files for the next
+// durable attempts.
+package localexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"os/user"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/cmdrun"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
+)
+
+// Local runs commands on this machine with /bin/sh, as the worker's own
+// user, each in its own process group so a timeout kills everything it
+// started, and with a small environment of its own (localEnv), not the
+// worker's. The zero Local starts each durable attempt's shell and
+// files when it comes; NewLocal can have them made ahead of need
+// (local_prestart.go).
+type Local struct {
+	pre *prestart // nil: nothing made ahead of need
+}
+
+// Run runs cmd on this machine: settles its attempt (Settle), runs it as
+// a durable attempt (Attempt: local_durable.go), or runs it plain.
+func (l Local) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	if err := becomeLocal(cmd); err != nil {
+		return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
+	}
+	switch {
+	case cmd.Settle:
+		return settleLocal(ctx, cmd)
+	case cmd.Attempt != "":
+		return l.durable(ctx, cmd)
+	}
+	ex, err := cmdrun.CheckedExports(cmd)
+	if err != nil {
+		return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
+	}
+	return runShell(ctx, cmd, localShell{text: ex + cmd.Script})
+}
+
+// durable runs the durable cmd (runAttempt); one that was started before
+// is re-attached to by the session supervisor's script.
+func (l Local) durable(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
+	if cmd.Stdin != nil {
+		return res, cmdrun.ErrStdinDurable
+	}
+	if err := cmdrun.CheckIDs(cmd); err != nil {
+		return res, err
+	}
+	base, err := localAttemptsDir(cmd)
+	if err != nil {
+		return res, err
+	}
+	res, err = l.runAttempt(ctx, cmd, base)
+	if !errors.Is(err, cmdrun.ErrClaimed) {
+		return res, err
+	}
+	cmd.BeforeStart = nil // called: the supervisor's script re-attaches
+	ex, err := cmdrun.CheckedExports(cmd)
+	if err != nil {
+		return res, err
+	}
+	lock := takeLock(cmd, base)
+	if lock != nil {
+		defer lock.Close() // the command holds it from its start on
+	}
+	sv := cmdrun.SupervisionOf(cmd, ex, false)
+	sv.Base, sv.Held = "_gb="+hostsh.Quote(base), lock != nil
+	return runShell(ctx, cmd, localShell{text: hostsh.SuperviseScript(sv), lock: lock, attempt: cmd.Attempt})
+}
+
+// localShell is what runShell starts for a command: /bin/sh -c text and,
+// for a durable attempt's session supervisor, the attempt (its first
+// output line names its process group, a cancel ends its session, and its
+// lost exit status is ErrLost) and the host lock it inherits on fd 3
+// (nil: none).
+type localShell struct {
+	text    string
+	attempt string
+	lock    *os.File
+}
+
+// runShell runs sh for cmd (its environment, secrets, stdin, output and
+// timeout) in a process group of its own, which a timeout or cancel ends.
+func runShell(ctx context.Context, cmd hostexec.Command, sh localShell) (hostexec.Result, error) {
+	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
+	rctx, cancel := cmdrun.RunContext(ctx, cmd.Timeout)
+	defer cancel()
+	lock := sh.lock
+	pgid := make(chan hostsh.Marked, 1)
+	mask := cmdrun.NewMasker(cmd.Secrets, cmd.Mask...)
+	out := &cmdrun.Output{Stream: hostexec.Stdout, OnLine: cmd.OnLine, Mask: mask}
+	if sh.attempt != "" {
+		out.Marker, out.OnMarker = hostsh.PIDMarker, hostsh.MarkerSink(pgid)
+	}
+	errOut := &cmdrun.Output{Stream: hostexec.Stderr, OnLine: cmd.OnLine, Mask: mask}
+	c := exec.Command("/bin/sh", "-c", sh.text)
+	c.Stdout, c.Stderr = out, errOut
+	c.Stdin = cmd.Stdin // nil: /dev/null
+	c.Env = localEnv(cmd.Secrets)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.WaitDelay = cmdrun.KillGrace
+	if lock != nil {
+		c.ExtraFiles = []*os.File{lock} // fd 3
+	}
+	if err := cmdrun.BeforeStart(cmd); err != nil {
+		return res, err
+	}
+	if err := c.Start(); err != nil {
+		return res, fmt.Errorf("start /bin/sh: %w", err)
+	}
+	if lock != nil {
+		lock.Close() // the command's copy holds it now
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait() }()
+	var werr error
+	select {
+	case werr = <-waited:
+	case <-rctx.Done():
+		kerr := killAttempt(sh.attempt, pgid, waited)
+		killGroup(c.Process.Pid, waited)
+		werr = errors.Join(cmdrun.EndErr(rctx), kerr)
+		<-waited
+	}
+	out.Flush()
+	errOut.Flush()
+	res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+		res.ExitCode = 0
+	case errors.As(werr, &ee) && ee.Exited():
+		res.ExitCode = ee.ExitCode()
+		if sh.attempt != "" && res.ExitCode == hostsh.LostExit {
+			return res, fmt.Errorf("%w: %s on this machine", hostexec.ErrLost, sh.attempt)
+		}
+	default:
+		if rctx.Err() != nil {
+			return res, cmdrun.EndErr(rctx)
+		}
+		return res, werr
+	}
+	return res, nil
+}
+
+// takeLock takes a durable command's host lock here, without waiting, so
+// that its supervisor need not start flock (a program start per attempt):
+// an open file description locked with flock(2) that the command inherits
+// on fd 3 and holds until it ends, as flock(1) would. It returns nil when
+// the lock is held elsewhere (the supervisor then waits for it with flock
+// and says for whom), or cannot be taken here for any reason (the
+// supervisor takes it as without this), or the locks directory (beside
+// base, the attempts directory) is not there yet.
+func takeLock(cmd hostexec.Command, base string) *os.File {
+	if cmd.Lock == "" || hostsh.ValidAttempt(cmd.Lock) != nil {
+		return nil
+	}
+	// not cleaned: ".." is resolved by the kernel, as the shell's is
+	f, err := os.OpenFile(base+"/../locks/"+cmd.Lock, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// homeDir is the HOME a local command gets (localEnv).
+func homeDir() string {
+	if home := os.Getenv("HOME"); home != "" {
+		return home
+	}
+	if u, err := user.Current(); err == nil {
+		return u.HomeDir
+	}
+	return ""
+}
+
+// defaultPath is a local command's PATH when the worker has none.
+const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// localEnv is a local command's environment. Of the worker's own it keeps
+// only what a shell and the usual tools expect (PATH, HOME, LANG, USER):
+// the rest is the worker's business (the path of its SSH key, its NATS
+// credentials) and the command may be anyone's. The command's Env comes
+// as exports in its text, as over SSH; its secrets come here, never in
+// the text sh is given (its argv).
+func localEnv(secrets map[string]string) []string {
+	env := make([]string, 0, 4+len(secrets))
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = defaultPath
+	}
+	env = append(env, "PATH="+path)
+	if home := homeDir(); home != "" {
+		env = append(env, "HOME="+home)
+	}
+	for _, k := range []string{"LANG", "USER"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	// a secret named like one of the above wins: exec keeps the last
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		env = append(env, k+"="+secrets[k])
+	}
+	return env
+}
+
+// killAttempt ends a durable attempt's own session (hostsh.KillScript); a plain
+// command is in the group killGroup ends.
+func killAttempt(attempt string, pgid chan hostsh.Marked, waited chan error) error {
+	if attempt == "" {
+		return nil
+	}
+	var g hostsh.Marked
+	select {
+	case g = <-pgid:
+	case err := <-waited:
+		waited <- err
+		return nil // ended by itself meanwhile
+	case <-time.After(cmdrun.KillGrace):
+		return fmt.Errorf("%w: attempt %s: its process group is unknown", hostexec.ErrKill, attempt)
+	}
+	out, err := exec.Command("/bin/sh", "-c", hostsh.KillScript(g.PGID, g.Dir)).Output()
+	if strings.TrimSpace(string(out)) != "gone" {
+		return fmt.Errorf("%w: process group %d: %s %v", hostexec.ErrKill, g.PGID, strings.TrimSpace(string(out)), err)
+	}
+	return nil
+}
+
+// killGroup sends SIGTERM to the process group, then SIGKILL after the
+// grace period unless the leader has exited.
+func killGroup(pgid int, waited chan error) {
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case err := <-waited:
+		waited <- err
+	case <-time.After(cmdrun.KillGrace):
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}

@@ -1,0 +1,94 @@
+package localexec
+
+import (
+	"context"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+)
+
+// The cost of starting a process on this machine, the floor under every
+// local node (docs/performance.md): a bare exec of sh -c true, and the same
+// command through the Local runner (process group, output capture).
+func BenchmarkExecShTrue(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("/bin/sh", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkLocalRunnerTrue(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		res, err := Local{}.Run(ctx, hostexec.Command{Script: "true"})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exit %d: %v", res.ExitCode, err)
+		}
+	}
+}
+
+// The same from 8 goroutines at once: how many processes per second this
+// machine can start at all, every core busy (the ceiling of any local
+// fan-out, before any orchestration).
+func BenchmarkLocalRunnerTrueParallel(b *testing.B) {
+	ctx := context.Background()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, err := Local{}.Run(ctx, hostexec.Command{Script: "true"})
+			if err != nil || res.ExitCode != 0 {
+				b.Errorf("exit %d: %v", res.ExitCode, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkLocalRunnerDurable is BenchmarkLocalRunnerTrue's command run as
+// a durable attempt holding a host lock, as every node's command is: the
+// difference is what the supervisor costs per attempt.
+// Each runs with and without Prestart.
+func BenchmarkLocalRunnerDurable(b *testing.B) {
+	for name, l := range localRunners() {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			for i := 0; i < b.N; i++ {
+				cmd := hostexec.Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
+				if _, err := l.Run(context.Background(), cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// localRunners are a Local runner with Prestart and one without.
+func localRunners() map[string]Local {
+	return map[string]Local{"prestart": NewLocal(LocalOptions{Prestart: true}), "cold": {}}
+}
+
+// BenchmarkLocalRunnerDurableChained is BenchmarkLocalRunnerDurable with a
+// pause of 3 ms (not timed) before each attempt, as the nodes of a chain
+// of formulas come: the worker gets the next attempt's warm shell and
+// spare files ready in between, as it does in a chain. Back to back
+// (BenchmarkLocalRunnerDurable) every attempt also pays for making those.
+func BenchmarkLocalRunnerDurableChained(b *testing.B) {
+	for name, l := range localRunners() {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				time.Sleep(3 * time.Millisecond)
+				b.StartTimer()
+				cmd := hostexec.Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
+				if _, err := l.Run(context.Background(), cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,437 @@
+package localexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/cmdrun"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
+	"golang.org/x/sys/unix"
+)
+
+// A durable attempt with transport local is supervised by a shell that
+// records it in the same files as over SSH (internal/hostsh/attempt.go), but the worker
+// does the rest itself: it takes the lock, waiting for it, and asks the
+// attempt's Turn (Local.takeTurn), claims the attempt (an exclusive create
+// of the run file), gives the command the output files as its stdout and
+// stderr, and follows those files for the output's lines. The host then pays one program start (sh) and a
+// subshell per attempt, and no tee or flock. The shell records its pid
+// (the process group) first and the exit status last, and outlives the
+// worker. An attempt found claimed already is re-attached to by the
+// session supervisor's script, as before.
+
+// localAttemptsDir is the directory of cmd's attempt files on this
+// machine, where attemptsBase's shell would find it: GANTRY_ATTEMPTS of
+// cmd.Env, else .gantry/attempts in cmd.Env's HOME or the worker's (the
+// HOME a local command gets). Its secrets never move it.
+func localAttemptsDir(cmd hostexec.Command) (string, error) {
+	if base := cmd.Env["GANTRY_ATTEMPTS"]; base != "" {
+		return base, nil
+	}
+	home, ok := cmd.Env["HOME"]
+	if !ok {
+		home = homeDir()
+	}
+	if home == "" {
+		return "", errors.New("no home directory for the attempts' files: set GANTRY_ATTEMPTS or HOME in the command's environment")
+	}
+	return home + "/.gantry/attempts", nil
+}
+
+// claimAttempt creates the attempt's run file (a spare linked in, or a
+// new file), and the directories when they are missing. It returns
+// errClaimed when the file exists.
+func (l Local) claimAttempt(base, attempt string) error {
+	path := base + "/" + attempt + ".run"
+	if placed, err := l.pre.placeSpare(base, path); placed {
+		if errors.Is(err, fs.ErrExist) {
+			return cmdrun.ErrClaimed
+		}
+		return err
+	}
+	for try := 0; ; try++ {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
+		switch {
+		case err == nil:
+			return f.Close()
+		case errors.Is(err, fs.ErrExist):
+			return cmdrun.ErrClaimed
+		case errors.Is(err, fs.ErrNotExist) && try == 0:
+			// not cleaned: ".." is resolved by the kernel, as the shell's is
+			if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
+				return fmt.Errorf("attempts directory: %w", err)
+			}
+		default:
+			return fmt.Errorf("record the attempt: %w", err)
+		}
+	}
+}
+
+// sweepLocal removes attempt files older than 7 days, once a day (UTC),
+// as the supervisor's shell does on a host.
+func sweepLocal(base string) {
+	stamp := base + "/.swept-" + hostsh.SweepDay()
+	if _, err := os.Stat(stamp); err == nil {
+		return
+	}
+	old, _ := filepath.Glob(base + "/.swept-*")
+	for _, p := range old {
+		_ = os.Remove(p)
+	}
+	if f, err := os.Create(stamp); err == nil {
+		f.Close()
+	}
+	entries, _ := os.ReadDir(base)
+	cutoff := time.Now().Add(-7 * 24 * time.Hour)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) && !strings.HasPrefix(e.Name(), ".swept-") {
+			_ = os.RemoveAll(filepath.Join(base, e.Name()))
+		}
+	}
+}
+
+// localAttemptScript is the shell that supervises a local attempt: it
+// records who it is (hostsh.RecordID) and its pid, takes the lock when the worker could not (held: the
+// worker passes it on fd 3), runs the command in a subshell, and records
+// its exit status.
+func localAttemptScript(cmd hostexec.Command, ex, run string, held bool) string {
+	var b strings.Builder
+	b.WriteString(ex)
+	b.WriteString(`_gr=` + hostsh.Quote(run) + `; _gd=${_gr%.run}; _gb=${_gd%/*}
+` + hostsh.RecordID + `_gI; echo $$ >>"$_gr"; `)
+	if held {
+		b.WriteString("exec 9>&3 3>&-; ")
+	}
+	b.WriteString(hostsh.HostLock(cmd.Lock, cmd.Mark, held))
+	b.WriteString(`( eval ` + hostsh.Quote(cmdrun.Script(cmd)) + ` ) </dev/null 9>&-; _gx=$?; echo $_gx >>"$_gr"; exit $_gx`)
+	return b.String()
+}
+
+// runAttempt runs the durable cmd as above. It returns errClaimed,
+// having started nothing, when the attempt was started before; with a
+// lock, it first takes the lock (Local.takeTurn), so an attempt that waits
+// for it, or that its Turn declines, has claimed nothing.
+func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string) (hostexec.Result, error) {
+	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
+	ex, err := cmdrun.CheckedExports(cmd)
+	if err != nil {
+		return res, err
+	}
+	if err := cmdrun.CheckIDs(cmd); err != nil {
+		return res, err
+	}
+	if err := cmdrun.BeforeStart(cmd); err != nil {
+		return res, err
+	}
+	// What the next attempts take is made once this one ended, so that
+	// making it does not compete with this one for the machine.
+	defer l.pre.replenish(base)
+	dir := base + "/" + cmd.Attempt
+	if _, err := os.Lstat(dir + ".run"); err == nil {
+		return res, cmdrun.ErrClaimed // started before: re-attach, without waiting for the lock
+	}
+	rctx, cancel := cmdrun.RunContext(ctx, cmd.Timeout)
+	defer cancel()
+	mask := cmdrun.NewMasker(cmd.Secrets, cmd.Mask...)
+	out := &cmdrun.Output{Stream: hostexec.Stdout, OnLine: cmd.OnLine, Mask: mask}
+	errOut := &cmdrun.Output{Stream: hostexec.Stderr, OnLine: cmd.OnLine, Mask: mask}
+	var t turn
+	if cmd.Lock != "" {
+		if t, err = l.takeTurn(rctx, cmd, base, dir, errOut); err != nil {
+			errOut.Flush()
+			res.Ended, res.Stderr = time.Now(), errOut.String()
+			return res, err
+		}
+	}
+	if err := l.claimAttempt(base, cmd.Attempt); err != nil {
+		t.release()
+		return res, err
+	}
+	sweepLocal(base)
+	if err := l.makeOutputFiles(base, dir); err != nil {
+		t.release()
+		return res, err
+	}
+	w := t.warm
+	if w == nil && cmd.Lock == "" {
+		if w = l.pre.takeWarm(localEnv(nil), false); w != nil && w.open(cmd.Attempt, dir, "") != nil {
+			w = nil // nothing started: the attempt goes the cold way, claimed as it is
+		}
+	}
+	if w != nil {
+		if err := w.start(cmd, ex); err != nil {
+			return res, err
+		}
+		return waitLocalAttempt(rctx, cmd, w.cmd, dir, res, out, errOut)
+	}
+	outFile, errFile, err := openOutputFiles(dir)
+	if err != nil {
+		t.release()
+		return res, err
+	}
+	lock := t.file
+	if lock == nil && cmd.Lock != "" {
+		lock = takeLock(cmd, base) // the worker could not wait for it: the shell takes it if it can
+	}
+	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
+	c.Stdout, c.Stderr, c.Stdin = outFile, errFile, nil
+	c.Env = localEnv(cmd.Secrets)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if lock != nil {
+		c.ExtraFiles = []*os.File{lock} // fd 3
+	}
+	err = c.Start()
+	outFile.Close()
+	errFile.Close()
+	if lock != nil {
+		lock.Close() // the command's copy holds it now
+	}
+	if err != nil {
+		_ = os.Remove(dir + ".run") // nothing started
+		return res, fmt.Errorf("start /bin/sh: %w", err)
+	}
+	return waitLocalAttempt(rctx, cmd, c, dir, res, out, errOut)
+}
+
+// turn is a local attempt's host lock, taken before the attempt is
+// claimed: held on a warm shell's fd 9 (warm), or on a descriptor of the
+// worker's own that the cold shell inherits (file); neither when the
+// worker cannot take it (the shell then takes it itself, as before).
+type turn struct {
+	warm *warmShell
+	file *os.File
+}
+
+// release lets the lock go without starting anything.
+func (t turn) release() {
+	if t.warm != nil {
+		t.warm.discard()
+	}
+	if t.file != nil {
+		t.file.Close()
+	}
+}
+
+// takeTurn takes cmd's host lock for the attempt at dir, before the
+// attempt is claimed: on a warm shell's descriptor when one is there (and
+// pidfd_getfd allowed), else on one of the worker's own, for the cold
+// shell. While another holds it, it waits (and says so on errOut, as the
+// supervisor's flock would). Holding it, it asks cmd.Turn when it had to
+// wait or when the lock's last holder left cmd.Mark and exit status 0
+// (Command.asks): declined, it lets the lock go and returns ErrDeclined; a
+// ctx done meanwhile, its error. A lock the worker cannot take at all (the
+// lock file cannot be opened or locked here) is left to the shell: a turn
+// of neither.
+func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base, dir string, errOut *cmdrun.Output) (turn, error) {
+	locks := base + "/../locks"
+	if _, err := os.Stat(locks); err != nil {
+		// not cleaned: ".." is resolved by the kernel, as the shell's is
+		_ = os.MkdirAll(base, 0o700)
+		_ = os.MkdirAll(locks, 0o700)
+	}
+	lockPath := locks + "/" + cmd.Lock
+	var t turn
+	fd := -1
+	if w := l.pre.takeWarm(localEnv(nil), true); w != nil && w.open(cmd.Attempt, dir, lockPath) == nil {
+		if fd, _ = l.pre.warm.lockOnShell(w.cmd.Process.Pid); fd >= 0 {
+			t.warm = w
+			defer unix.Close(fd) // the shell's descriptor holds the lock
+		} else {
+			w.discard() // refused here, or the shell is gone: the cold way
+		}
+	}
+	if t.warm == nil {
+		f, err := os.OpenFile(lockPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+		if err != nil {
+			return t, nil // the shell takes it, as it can
+		}
+		t.file, fd = f, int(f.Fd())
+	}
+	waited := false
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			t.release()
+			return turn{}, nil // the shell takes it, as it can
+		}
+		if !waited {
+			waited = true
+			_, _ = errOut.Write([]byte(cmdrun.WaitingLine(readHolder(lockPath).Attempt)))
+		}
+		select {
+		case <-ctx.Done():
+			t.release()
+			return turn{}, cmdrun.EndErr(ctx)
+		case <-time.After(wait):
+		}
+	}
+	// The last holder, then this attempt named as the holder (one that
+	// waits now says for whom); put back as it was if it does not start.
+	prev, _ := os.ReadFile(lockPath + ".holder")
+	h := parseHolder(prev)
+	h.ExitCode, h.Waited = recordedExit(base, h.Attempt), waited
+	_ = os.WriteFile(lockPath+".holder", []byte(cmd.Attempt+hostsh.MarkWord(cmd.Mark)+"\n"), 0o666)
+	if cmdrun.Asks(cmd, h) {
+		start := ctx.Err() == nil && (cmd.Turn == nil || cmd.Turn(h))
+		if ctx.Err() != nil || !start {
+			_ = os.WriteFile(lockPath+".holder", prev, 0o666)
+			t.release()
+			if ctx.Err() != nil {
+				return turn{}, cmdrun.EndErr(ctx)
+			}
+			return turn{}, hostexec.ErrDeclined
+		}
+	}
+	return t, nil
+}
+
+// readHolder reads a lock's holder file (lockPath.holder): the attempt
+// that holds the lock, or held it last, and its mark.
+func readHolder(lockPath string) hostexec.Holder {
+	b, _ := os.ReadFile(lockPath + ".holder")
+	return parseHolder(b)
+}
+
+// parseHolder reads a holder file's content.
+func parseHolder(b []byte) hostexec.Holder {
+	h := hostexec.Holder{ExitCode: -1}
+	first, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(first)
+	if len(f) > 0 && hostsh.ValidAttempt(f[0]) == nil {
+		h.Attempt = f[0]
+	}
+	if len(f) > 1 {
+		h.Mark = f[1]
+	}
+	return h
+}
+
+// recordedExit is the exit status attempt recorded in its run file, -1
+// when none is (or there is no such attempt).
+func recordedExit(base, attempt string) int {
+	if attempt == "" || hostsh.ValidAttempt(attempt) != nil {
+		return -1
+	}
+	b, err := os.ReadFile(base + "/" + attempt + ".run")
+	if err != nil {
+		return -1
+	}
+	l := strings.Split(string(b), "\n")
+	if len(l) < 2 {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(l[1]))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// makeOutputFiles makes the attempt's output files and its id file: spares of base
+// linked in, or new files (when a name is taken, what is there stays).
+func (l Local) makeOutputFiles(base, dir string) error {
+	for _, name := range []string{dir + ".out", dir + ".err", dir + ".id"} {
+		if placed, _ := l.pre.placeSpare(base, name); !placed {
+			f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+			if err != nil {
+				return fmt.Errorf("attempt output files: %w", err)
+			}
+			f.Close()
+		}
+	}
+	return nil
+}
+
+// openOutputFiles opens the attempt's output files, to append.
+func openOutputFiles(dir string) (out, errs *os.File, err error) {
+	out, err1 := os.OpenFile(dir+".out", os.O_WRONLY|os.O_APPEND, 0)
+	errs, err2 := os.OpenFile(dir+".err", os.O_WRONLY|os.O_APPEND, 0)
+	if err := errors.Join(err1, err2); err != nil {
+		out.Close()
+		errs.Close()
+		return nil, nil, fmt.Errorf("attempt output files: %w", err)
+	}
+	return out, errs, nil
+}
+
+// waitLocalAttempt follows the attempt's output files into out and errOut
+// until its shell ends, or kills its process group when rctx ends
+// (timeout or cancel).
+func waitLocalAttempt(rctx context.Context, cmd hostexec.Command, c *exec.Cmd, dir string, res hostexec.Result, out, errOut *cmdrun.Output) (hostexec.Result, error) {
+	ended := make(chan struct{})
+	followed := make(chan struct{}, 2)
+	go func() { followFile(dir+".out", out, ended); followed <- struct{}{} }()
+	go func() { followFile(dir+".err", errOut, ended); followed <- struct{}{} }()
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait() }()
+	var werr error
+	killed := false
+	select {
+	case werr = <-waited:
+	case <-rctx.Done():
+		pgid := make(chan hostsh.Marked, 1)
+		pgid <- hostsh.Marked{PGID: c.Process.Pid, Dir: dir}
+		kerr := killAttempt(cmd.Attempt, pgid, waited)
+		werr, killed = errors.Join(cmdrun.EndErr(rctx), kerr), true
+		<-waited
+	}
+	close(ended)
+	<-followed
+	<-followed
+	out.Flush()
+	errOut.Flush()
+	res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
+	var ee *exec.ExitError
+	switch {
+	case killed:
+		return res, werr
+	case werr == nil:
+		res.ExitCode = 0
+	case errors.As(werr, &ee) && ee.Exited():
+		res.ExitCode = ee.ExitCode()
+	default:
+		return res, werr
+	}
+	return res, nil
+}
+
+// followFile copies what is written to path into w as it comes, until
+// ended is closed and what was written by then has been read.
+func followFile(path string, w io.Writer, ended <-chan struct{}) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, 32<<10)
+	wait := time.Millisecond
+	for {
+		n, _ := f.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			wait = time.Millisecond
+			continue
+		}
+		select {
+		case <-ended:
+			_, _ = io.CopyBuffer(w, f, buf)
+			return
+		case <-time.After(wait):
+			wait = min(2*wait, 50*time.Millisecond)
+		}
+	}
+}

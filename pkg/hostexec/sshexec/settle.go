@@ -1,0 +1,63 @@
+package sshexec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/cmdrun"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
+	"golang.org/x/crypto/ssh"
+)
+
+// settle settles a durable attempt over SSH, in a session of its own.
+func (r *sshRunner) settle(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
+	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
+		return res, err
+	}
+	if _, err := cmdrun.CheckedExports(cmd); err != nil {
+		return res, err
+	}
+	c := r.entry()
+	var (
+		sess *ssh.Session
+		err  error
+	)
+	for {
+		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
+			return res, err
+		}
+		sess, _, err = r.session(ctx, c)
+		if errors.Is(err, errOverLimit) {
+			continue // the slot went to the connection: wait for another
+		}
+		if err != nil {
+			c.touch()
+			c.release()
+			return res, err
+		}
+		break
+	}
+	defer func() { c.touch(); c.release() }()
+	defer sess.Close()
+	var out, errOut bytes.Buffer
+	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, eofReader{}
+	if err := sess.Start(becomeOf(cmd).remote(hostsh.SettleScript(cmd.Attempt, cmdrun.AttemptsBase(cmd)))); err != nil {
+		return res, fmt.Errorf("%w on %s: start: %w", hostexec.ErrSession, r.address, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sess.Wait() }()
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		_ = sess.Close()
+		return res, cmdrun.EndErr(ctx)
+	}
+	got, err := cmdrun.Settled(cmd, r.address, out.Bytes(), errOut.Bytes(), err)
+	got.Started = res.Started
+	return got, err
+}

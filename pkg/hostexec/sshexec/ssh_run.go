@@ -1,0 +1,344 @@
+package sshexec
+
+// Running a command over SSH: plain, or a durable attempt in a host
+// agent or a session supervisor (re-attached after a lost connection),
+// and the kill of its process group on the host.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/cmdrun"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
+	"golang.org/x/crypto/ssh"
+)
+
+// reattachTries bounds how often a durable attempt whose connection ended
+// before it reported an exit status is re-attached (reattachWait apart).
+var (
+	reattachTries = 5
+	reattachWait  = time.Second
+)
+
+// Run runs cmd. A durable command (cmd.Attempt set) whose connection ends
+// after it started, before it reported its exit status, goes on running on
+// the host: Run re-attaches to it on a new connection (the output lines
+// already handed to OnLine are not handed again) instead of reporting a
+// failure, which a retry would have answered with a second copy of the
+// command.
+func (r *sshRunner) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	if cmd.Stdin != nil && cmd.Attempt != "" {
+		return hostexec.Result{ExitCode: -1, Started: time.Now()}, cmdrun.ErrStdinDurable
+	}
+	if cmd.Become {
+		if err := r.checkBecome(ctx, r.entry(), becomeOf(cmd)); err != nil {
+			return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
+		}
+	}
+	if cmd.Settle {
+		return r.settle(ctx, cmd)
+	}
+	if cmd.Attempt == "" {
+		return r.run(ctx, cmd)
+	}
+	lc := &lineCount{on: cmd.OnLine, delivered: map[hostexec.Stream]int{}}
+	first := cmd
+	first.OnLine = lc.first
+	res, err := r.runDurable(ctx, first)
+	ended := err // why the connection ended, when it did
+	for try := 1; try <= reattachTries && errors.Is(err, errConnectionEnded) && !r.pool.isClosed(); try++ {
+		ended = err
+		r.pool.log.Warn("connection ended while an attempt ran; re-attaching to it", "host", r.address, "attempt", cmd.Attempt, "try", try)
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(reattachWait):
+		}
+		again := cmd
+		again.BeforeStart = nil // it started: recorded already
+		again.OnLine = lc.again()
+		if cmd.Timeout > 0 {
+			again.Timeout = max(cmd.Timeout-time.Since(res.Started), time.Millisecond)
+		}
+		started := res.Started
+		res, err = r.run(ctx, again)
+		res.Started = started
+	}
+	return res, reattachErr(ended, err)
+}
+
+// reattachErr is the error of a durable attempt whose re-attach failed
+// with err after its host stopped answering (ended): both said, the host's
+// silence first. Any other error is returned as it is.
+func reattachErr(ended, err error) error {
+	if err == nil || err == ended || errors.Is(err, errConnectionEnded) || !errors.Is(ended, hostexec.ErrStoppedAnswering) {
+		return err
+	}
+	return fmt.Errorf("%w; re-attaching to the attempt: %w", ended, err)
+}
+
+// lineCount hands a durable attempt's output lines to on once, across the
+// re-attaches that stream its output again from the start.
+type lineCount struct {
+	mu        sync.Mutex
+	on        func(hostexec.Stream, string)
+	delivered map[hostexec.Stream]int
+}
+
+func (l *lineCount) first(s hostexec.Stream, line string) {
+	l.mu.Lock()
+	l.delivered[s]++
+	l.mu.Unlock()
+	if l.on != nil {
+		l.on(s, line)
+	}
+}
+
+// again is the OnLine of a re-attach: it skips the lines already handed on.
+func (l *lineCount) again() func(hostexec.Stream, string) {
+	seen := map[hostexec.Stream]int{}
+	return func(s hostexec.Stream, line string) {
+		l.mu.Lock()
+		seen[s]++
+		fresh := seen[s] > l.delivered[s]
+		if fresh {
+			l.delivered[s]++
+		}
+		l.mu.Unlock()
+		if fresh && l.on != nil {
+			l.on(s, line)
+		}
+	}
+}
+
+// errConnectionEnded: the connection ended after the command started and
+// before it reported an exit status.
+var errConnectionEnded = errors.New("the connection ended before the command reported an exit status")
+
+// runDurable runs a durable command in a host agent (agent.go), or in a
+// session of its own: when the attempt exists on the host already (it
+// re-attaches), or when no agent answers.
+func (r *sshRunner) runDurable(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	if r.noAgents {
+		return r.run(ctx, cmd)
+	}
+	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
+	if err := cmdrun.CheckIDs(cmd); err != nil {
+		return res, err
+	}
+	ex, err := cmdrun.CheckedExports(cmd)
+	if err != nil {
+		return res, err
+	}
+	rctx, cancel := cmdrun.RunContext(ctx, cmd.Timeout)
+	defer cancel()
+	c := r.entry()
+	if _, err := r.pool.client(rctx, c); err != nil {
+		return res, err
+	}
+	res, err = r.runInAgent(rctx, c, cmd, ex)
+	for try := 0; try < 2 && errors.Is(err, errAgentGone); try++ {
+		cmd.BeforeStart = nil // called: the attempt is recorded
+		res, err = r.runInAgent(rctx, c, cmd, ex)
+	}
+	if errors.Is(err, cmdrun.ErrClaimed) || errors.Is(err, errAgentGone) {
+		cmd.BeforeStart, cmd.Timeout = nil, 0 // rctx bounds it
+		return r.run(rctx, cmd)
+	}
+	return res, err
+}
+
+// sshText is what the host's shell runs for cmd, ex being its Env's
+// exports: the secrets (read from stdin) before the environment and the
+// script, or, for a durable command, the session supervisor around them.
+func sshText(cmd hostexec.Command, ex string) (string, error) {
+	if cmd.Attempt != "" {
+		if err := cmdrun.CheckIDs(cmd); err != nil {
+			return "", err
+		}
+		return hostsh.SuperviseScript(cmdrun.SupervisionOf(cmd, ex, true)), nil
+	}
+	text := ex + "exec /bin/sh -c " + hostsh.Quote(cmd.Script)
+	if len(cmd.Secrets) > 0 {
+		text = hostsh.ReadSecrets + text
+	}
+	return text, nil
+}
+
+func (r *sshRunner) run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
+	ex, err := cmdrun.CheckedExports(cmd)
+	if err != nil {
+		return res, err
+	}
+	rctx, cancel := cmdrun.RunContext(ctx, cmd.Timeout)
+	defer cancel()
+	stdin := io.Reader(eofReader{})
+	if cmd.Stdin != nil {
+		stdin = cmd.Stdin
+	}
+	if len(cmd.Secrets) > 0 {
+		stdin = io.MultiReader(strings.NewReader(hostsh.SecretLine(cmd.Secrets)), stdin)
+	}
+	text, err := sshText(cmd, ex)
+	if err != nil {
+		return res, err
+	}
+	as := becomeOf(cmd)
+	remote := as.remote(text)
+	if cmd.Attempt == "" {
+		remote = "printf '" + hostsh.PIDMarker + "%s\\n' \"$$\"; " + text
+		if as.on {
+			remote = as.remote(remote)
+		}
+	}
+	c := r.entry()
+	var (
+		sess   *ssh.Session
+		client *ssh.Client
+	)
+	for {
+		if err := r.acquire(rctx, c); err != nil { // stay within the sessions the connection allows
+			return res, err
+		}
+		sess, client, err = r.prepare(rctx, c, cmd)
+		if errors.Is(err, errOverLimit) {
+			continue // the slot went to the connection: wait for another
+		}
+		if err != nil {
+			c.touch()
+			c.release()
+			return res, err
+		}
+		break
+	}
+	defer func() { c.touch(); c.release() }()
+	defer sess.Close()
+
+	pgid := make(chan hostsh.Marked, 1)
+	mask := cmdrun.NewMasker(cmd.Secrets, cmd.Mask...)
+	out := &cmdrun.Output{Stream: hostexec.Stdout, OnLine: cmd.OnLine, Marker: hostsh.PIDMarker, OnMarker: hostsh.MarkerSink(pgid), Mask: mask}
+	errOut := &cmdrun.Output{Stream: hostexec.Stderr, OnLine: cmd.OnLine, Mask: mask}
+	sess.Stdout, sess.Stderr = out, errOut
+	sess.Stdin = stdin
+	if err := sess.Start(remote); err != nil {
+		return res, fmt.Errorf("%w on %s: start: %w", hostexec.ErrSession, r.address, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sess.Wait() }()
+	var werr error
+	select {
+	case werr = <-waited:
+	case <-rctx.Done():
+		// The group id is the command's first output line; a cancel right
+		// after the start may come before it, so wait for it a little.
+		var g hostsh.Marked
+		var kerr error
+		select {
+		case g = <-pgid:
+			kerr = r.killRemote(client, g, as)
+		case <-waited:
+			waited <- nil // ended by itself meanwhile; nothing to kill
+		case <-time.After(cmdrun.KillGrace):
+			kerr = r.killRemote(client, g, as) // says the group is unknown
+		}
+		_ = sess.Close()
+		select {
+		case <-waited:
+		case <-time.After(cmdrun.KillGrace):
+		}
+		out.Flush()
+		errOut.Flush()
+		res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
+		return res, errors.Join(cmdrun.EndErr(rctx), kerr)
+	}
+	out.Flush()
+	errOut.Flush()
+	res.Ended, res.Stdout, res.Stderr = time.Now(), out.String(), errOut.String()
+	var ee *ssh.ExitError
+	var missing *ssh.ExitMissingError
+	switch {
+	case werr == nil:
+		res.ExitCode = 0
+	case errors.As(werr, &ee):
+		res.ExitCode = ee.ExitStatus()
+		if ee.Signal() != "" {
+			res.ExitCode = 128 + signalNumber(ee.Signal())
+		}
+		if cmd.Attempt != "" && res.ExitCode == hostsh.LostExit {
+			return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.Attempt, r.address)
+		}
+	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
+		r.pool.drop(c, client)
+		return res, r.ended(c, client)
+	default:
+		return res, fmt.Errorf("%w on %s: %w", hostexec.ErrSession, r.address, werr)
+	}
+	return res, nil
+}
+
+// killRemote ends the command's process group on the host (hostsh.KillScript),
+// as the user the command runs as, and says whether that was confirmed.
+// It uses a fresh session on the same connection (sshd ignores signal
+// requests on sessions without a terminal).
+func (r *sshRunner) killRemote(client *ssh.Client, m hostsh.Marked, as becomeAs) error {
+	pgid := m.PGID
+	if pgid <= 1 {
+		return fmt.Errorf("%w: cannot kill the command on %s: its process group is unknown", hostexec.ErrKill, r.address)
+	}
+	return r.remoteKill(client, as, hostsh.KillScript(pgid, m.Dir), "process group "+strconv.Itoa(pgid))
+}
+
+// remoteKill runs a kill script on the host in a fresh session of client,
+// as the user as, and says whether it confirmed (printed "gone") the end
+// of what (the process group or attempt it kills).
+func (r *sshRunner) remoteKill(client *ssh.Client, as becomeAs, script, what string) error {
+	s, err := client.NewSession()
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", hostexec.ErrKill, r.address, err)
+	}
+	defer s.Close()
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := s.Output(as.remote(script))
+		done <- result{out, err}
+	}()
+	select {
+	case res := <-done:
+		if strings.TrimSpace(string(res.out)) != "gone" {
+			return fmt.Errorf("%w: %s on %s: %s %v", hostexec.ErrKill, what, r.address, strings.TrimSpace(string(res.out)), res.err)
+		}
+		return nil
+	case <-time.After(cmdrun.KillGrace + 10*time.Second):
+		return fmt.Errorf("%w: %s on %s: no answer", hostexec.ErrKill, what, r.address)
+	}
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+func signalNumber(sig string) int {
+	switch sig {
+	case "HUP":
+		return 1
+	case "INT":
+		return 2
+	case "KILL":
+		return 9
+	case "TERM":
+		return 15
+	}
+	return 0
+}
