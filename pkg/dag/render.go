@@ -17,7 +17,7 @@ type renderer struct {
 	// formula's instances share their paths, and one problem a path is
 	// enough.
 	failed   map[string]bool
-	reported bool                     // template.ErrBudget was reported
+	reported bool                     // template.ErrBudget or ErrTooSlow was reported
 	hosts    map[string]template.Data // each host's, made once
 	shared   template.Vars            // the composition's vars, for hosts with none of their own
 	// outputs renders the output reads of the formula being rendered.
@@ -91,9 +91,9 @@ const maxProblemText = 512
 
 // report adds err, rendering the template at path of formula f, to ps:
 // once a path (a group formula's instances share theirs), and the budget
-// spent once a composition.
+// or the time spent once a composition.
 func (r *renderer) report(ps *problems, path string, f *Formula, err error) {
-	spent := errors.Is(err, template.ErrBudget)
+	spent := errors.Is(err, template.ErrBudget) || errors.Is(err, template.ErrTooSlow)
 	if r.failed[path] || (spent && r.reported) {
 		return
 	}
