@@ -112,8 +112,12 @@ func TestAgentFollowsALongAttemptLive(t *testing.T) {
 	if ended.Sub(first) < time.Second {
 		t.Fatalf("the first line came %v after the start and %v before the end: not while it ran", first.Sub(start), ended.Sub(first))
 	}
-	if ended.Sub(start) > 2500*time.Millisecond {
-		t.Fatalf("a 1.5 s attempt took %v: following it held it up", ended.Sub(start))
+	// From its first line the attempt runs 1.5 s more; the end is seen
+	// soon after that, not a poll of the follower later. (Counted from the
+	// first line, not the start: dialing and starting the host's agent
+	// take what the machine's load makes them.)
+	if ended.Sub(first) > 2500*time.Millisecond {
+		t.Fatalf("the attempt ended %v after its first line, 1.5 s before its last: following it held it up", ended.Sub(first))
 	}
 	mu.Lock()
 	defer mu.Unlock()
