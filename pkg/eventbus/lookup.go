@@ -1,13 +1,12 @@
 package eventbus
 
 import (
-	"github.com/gantry-dev/gantry/pkg/events"
-
 	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 )
 

@@ -1,10 +1,10 @@
 package eventbus
 
 import (
-	"github.com/gantry-dev/gantry/pkg/events"
-
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/events"
 )
 
 // Only events are looked for when in doubt, on the subject they went to;

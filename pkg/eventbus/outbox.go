@@ -1,13 +1,12 @@
 package eventbus
 
 import (
-	"github.com/gantry-dev/gantry/pkg/events"
-
 	"context"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )

@@ -1,14 +1,13 @@
 package eventbus
 
 import (
-	"github.com/gantry-dev/gantry/pkg/events"
-
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

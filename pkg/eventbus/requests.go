@@ -1,12 +1,11 @@
 package eventbus
 
 import (
-	"github.com/gantry-dev/gantry/pkg/events"
-
 	"context"
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/micro"
 )
 

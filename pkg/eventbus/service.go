@@ -1,11 +1,10 @@
 package eventbus
 
 import (
-	"github.com/gantry-dev/gantry/pkg/events"
-
 	"encoding/json"
 	"fmt"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )

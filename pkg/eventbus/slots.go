@@ -1,12 +1,11 @@
 package eventbus
 
 import (
-	"github.com/gantry-dev/gantry/pkg/events"
-
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

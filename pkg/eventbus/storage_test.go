@@ -1,9 +1,6 @@
 package eventbus_test
 
 import (
-	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/eventbus"
-
 	"bytes"
 	"context"
 	"errors"
@@ -14,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"

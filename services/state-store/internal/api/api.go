@@ -4,9 +4,6 @@ package api
 
 import (
 	"bytes"
-
-	"github.com/gantry-dev/gantry/pkg/eventbus"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/state-store/internal/drift"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
