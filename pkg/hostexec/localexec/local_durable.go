@@ -258,7 +258,8 @@ func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base, dir str
 		}
 		t.file, fd = f, int(f.Fd())
 	}
-	waited := false
+	waited, said := false, false
+	since := time.Now()
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -268,9 +269,9 @@ func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base, dir str
 			t.release()
 			return turn{}, nil // the shell takes it, as it can
 		}
-		if !waited {
-			waited = true
-			_, _ = errOut.Write([]byte(cmdrun.WaitingLine(readHolder(lockPath).Attempt)))
+		waited = true
+		if !said {
+			said = sayWaiting(errOut, lockPath, time.Since(since))
 		}
 		select {
 		case <-ctx.Done():
@@ -297,6 +298,23 @@ func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base, dir str
 		}
 	}
 	return t, nil
+}
+
+// holderNamesItselfWithin bounds how long a waiter waits for the lock's
+// holder to write its name: a holder writes it just after it takes the
+// lock, so one seen between the two is named a moment later.
+const holderNamesItselfWithin = time.Second
+
+// sayWaiting prints the line saying whom the attempt waits for, once the
+// lock's holder has named itself (or, after holderNamesItselfWithin, with
+// what the holder file says), and reports whether it did.
+func sayWaiting(errOut *cmdrun.Output, lockPath string, waited time.Duration) bool {
+	h := readHolder(lockPath)
+	if h.Attempt == "" && waited < holderNamesItselfWithin {
+		return false
+	}
+	_, _ = errOut.Write([]byte(cmdrun.WaitingLine(h.Attempt)))
+	return true
 }
 
 // readHolder reads a lock's holder file (lockPath.holder): the attempt

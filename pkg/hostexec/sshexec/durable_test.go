@@ -450,6 +450,35 @@ func TestLocalLockTakenWithoutFlock(t *testing.T) {
 	}
 }
 
+// A lock taken by an attempt that has not yet written its name (the
+// moment between its flock and its holder file) is announced with the
+// holder's name once it writes it, never as a wait for no one.
+func TestLocalWaitNamesAHolderThatNamesItselfLate(t *testing.T) {
+	dir := t.TempDir()
+	attempts := filepath.Join(dir, "attempts")
+	locks := filepath.Join(dir, "locks")
+	if err := os.MkdirAll(locks, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(locks, "c.f.n")
+	holder, err := os.OpenFile(lock, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(holder.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, func() { _ = os.WriteFile(lock+".holder", []byte("wfH.1.create.f.n.1.run\n"), 0o666) })
+	time.AfterFunc(600*time.Millisecond, func() { holder.Close() })
+	res, err := localexec.Local{}.Run(context.Background(), hostexec.Command{Attempt: "wfW.1.create.f.n.1.run", Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "true"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if want := "gantry: waiting for wfH.1.create.f.n.1.run on this host\n"; res.Stderr != want {
+		t.Fatalf("stderr %q, want %q", res.Stderr, want)
+	}
+}
+
 // Two runs of one attempt started at the same moment (two executor
 // replicas given the same dispatch, both reaching the node together): one
 // starts the command, the other re-attaches to it, even when it looks

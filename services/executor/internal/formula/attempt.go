@@ -420,8 +420,13 @@ func isPermanent(err error) bool {
 // the same node on this host (holder: that attempt's id, then " on this
 // host").
 func (sh *shell) waiting(holder string) {
-	wf, _, _ := strings.Cut(holder, ".")
-	ev := &events.NodeEvent{Status: dag.NodeRunning, Reason: "waiting for workflow " + wf + " (the same node runs there) on this host"}
+	wf, _, _ := strings.Cut(strings.TrimSpace(strings.TrimSuffix(holder, " on this host")), ".")
+	if wf == "" {
+		wf = "another workflow" // its holder had not named itself yet
+	} else {
+		wf = "workflow " + wf
+	}
+	ev := &events.NodeEvent{Status: dag.NodeRunning, Reason: "waiting for " + wf + " (the same node runs there) on this host"}
 	nr := sh.nr
 	n := nr.d.Nodes[nr.j]
 	ev.Ref, ev.Node, ev.Attempt, ev.SpecHash, ev.MaxAttempts, ev.Actor = nr.d.Ref, n.Name, sh.attempt, n.SpecHash, n.Retry.MaxAttempts, nr.x.Actor

@@ -229,28 +229,33 @@ func TestAttemptNumbersAfterARetry(t *testing.T) {
 }
 
 // An attempt that waits for the host lock says so as a node event, naming
-// the workflow it waits for.
+// the workflow it waits for, or "another workflow" when the lock's holder
+// had not named itself yet.
 func TestWaitingForTheHostLockIsAnnounced(t *testing.T) {
 	t.Parallel()
-	h := newHarness()
-	h.x.Hosts = runners{r: waitingHost{}}
-	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 1))); err != nil {
-		t.Fatal(err)
-	}
-	want := "n running 1: waiting for workflow 0190aaaa-bbbb (the same node runs there) on this host"
-	if got := h.stored(); !slices.Contains(got, want) {
-		t.Fatalf("stored %q, want %q among them", got, want)
+	for _, c := range []struct{ holder, want string }{
+		{"0190aaaa-bbbb.1.create.f.n.1.run", "n running 1: waiting for workflow 0190aaaa-bbbb (the same node runs there) on this host"},
+		{"", "n running 1: waiting for another workflow (the same node runs there) on this host"},
+	} {
+		h := newHarness()
+		h.x.Hosts = runners{r: waitingHost{holder: c.holder}}
+		if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 1))); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.stored(); !slices.Contains(got, c.want) {
+			t.Fatalf("holder %q: stored %q, want %q among them", c.holder, got, c.want)
+		}
 	}
 }
 
 // waitingHost prints what a durable command prints while it waits for its
-// host lock, then succeeds.
-type waitingHost struct{}
+// host lock (for holder), then succeeds.
+type waitingHost struct{ holder string }
 
-func (waitingHost) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (w waitingHost) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, error) {
 	if err := cmd.BeforeStart(); err != nil {
 		return hostexec.Result{ExitCode: -1}, err
 	}
-	cmd.OnLine(hostexec.Stderr, "gantry: waiting for 0190aaaa-bbbb.1.create.f.n.1.run on this host")
+	cmd.OnLine(hostexec.Stderr, "gantry: waiting for "+w.holder+" on this host")
 	return hostexec.Result{}, nil
 }
