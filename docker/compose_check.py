@@ -2,8 +2,11 @@
 """Checks for docker/compose-test.sh, over what the nats CLI captured.
 
   events DECKY WORKFLOW ID COMPOSITION   lifecycle order against the plan
-  state FILE STATUS                      a state.workflow reply: status, every node
+  state FILE STATUS [FORMULA/NODE=STATUS...]
+                                         a state.workflow reply: status, every node
+                                         succeeded but those named
   stopped FILE                           the run with target-2 stopped
+  node FILE FORMULA/NODE                 a node's status in a state.workflow reply
   wait DECKY ID FORMULA NODE STATUS SECS [--generation N] [--print-source]
   restart DECKY ID CONTAINER             the retried run after an executor restart
 
@@ -106,16 +109,23 @@ def doc(path):
     return json.loads(data)
 
 
-def state(path, status):
+def state(path, status, *expect):
     d = doc(path)
+    want = dict(e.split("=", 1) for e in expect)
     nodes = [(fid, n, nd) for fid, f in d["formulas"].items() for n, nd in f["nodes"].items()]
     by = Counter(nd["status"] for _, _, nd in nodes)
     print(f"workflow {d['workflow_id']} {d['status']} generation {d['generation']}: "
           f"{len(d['formulas'])} formulas, nodes " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())))
-    bad = [f"{fid}/{n} {nd['status']}" for fid, n, nd in nodes if nd["status"] != "succeeded"]
+    bad = [f"{fid}/{n} {nd['status']}" for fid, n, nd in nodes if nd["status"] != want.get(f"{fid}/{n}", "succeeded")]
     if d["status"] != status or bad or len(nodes) != d["node_count"]:
         print("PROBLEM:", d["status"], bad)
         return 1
+    return 0
+
+
+def node(path, ref):
+    fid, n = ref.split("/", 1)
+    print(doc(path)["formulas"][fid]["nodes"][n]["status"])
     return 0
 
 
@@ -183,7 +193,7 @@ def restart(decky, wid, container):
 
 
 def main(argv):
-    cmds = {"events": events, "state": state, "stopped": stopped, "wait": wait, "restart": restart}
+    cmds = {"events": events, "state": state, "stopped": stopped, "node": node, "wait": wait, "restart": restart}
     if len(argv) < 2 or argv[1] not in cmds:
         print(__doc__, file=sys.stderr)
         return 2
