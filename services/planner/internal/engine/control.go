@@ -36,16 +36,66 @@ func (e *Engine) ControlRequest(ctx context.Context, id, verb string, req events
 	return reply, err
 }
 
+// controlTries bounds how often a control request is applied again after
+// another planner replica wrote the run state first.
+const controlTries = 3
+
+// control applies a verb in a unit of work. A verb writes the workflow
+// record, and the unit's commit then the run's snapshot; when another
+// planner replica stepped the run in between (its snapshot write came
+// first), the request is not failed: a verb whose record was written is
+// finished from the state saved since (see finishControl); one whose
+// record write lost is applied again (its events, with the same message
+// ids, are stored once).
 func (e *Engine) control(ctx context.Context, id, verb string, req events.ControlRequest, by events.Principal) (reply *ControlReply, err error) {
 	if err := e.lockFor(ctx); err != nil {
 		return nil, err
 	}
 	defer e.mu.Unlock()
-	err = e.unit(ctx, func() error {
-		reply, err = e.request(ctx, id, verb, req, &by)
-		return err
-	})
-	return reply, err
+	recorded := false
+	for try := 1; ; try++ {
+		err = e.unit(ctx, func() error {
+			if recorded {
+				reply, err = e.finishControl(ctx, id, verb)
+				return err
+			}
+			reply, err = e.request(ctx, id, verb, req, &by)
+			recorded = err == nil // its record is written (see finishControl)
+			return err
+		})
+		if !errors.Is(err, events.ErrChanged) || try == controlTries || (recorded && verb == events.VerbRetry) {
+			return reply, err
+		}
+		e.Log.Info("control request met another planner replica's write; applying it again", "workflow_id", id, "verb", verb, "recorded", recorded)
+	}
+}
+
+// finishControl completes a control request whose workflow record was written
+// but whose run snapshot lost to another replica's: the load repairs the
+// snapshot's status from the record (a pause reaches the executors), a
+// running workflow is stepped (what a resume made ready starts), a
+// stopping one is stopped again (its cancellations, with the same message
+// ids). A retry is not finished here: its snapshot holds the new
+// generation's formula states, which a reload does not have (the request
+// fails, as it did).
+func (e *Engine) finishControl(ctx context.Context, id, verb string) (*ControlReply, error) {
+	r, err := e.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w %s", ErrNotFound, id)
+	}
+	switch {
+	case verb == events.VerbCancel && r.stopping():
+		err = e.stop(ctx, r, "not started: the workflow was cancelled")
+	case r.rec.Status == dag.WorkflowRunning:
+		err = e.act(ctx, r, r.plan.Step(r.state))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ControlReply{WorkflowID: id, Status: r.rec.Status, Generation: r.rec.Generation}, nil
 }
 
 // request carries out a control verb.

@@ -266,6 +266,7 @@ func (e *Engine) advance(ctx context.Context, r *run) error {
 func (e *Engine) begin(ctx context.Context, r *run) error {
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, "", nil)
 	r.rec.Status = dag.WorkflowRunning
+	r.snap.Status = dag.WorkflowRunning
 	r.snap.StartedAt = e.now()
 	if err := e.saveRecord(ctx, r); err != nil {
 		return err

@@ -63,6 +63,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	r.carry()
+	e.repairStatus(r)
 	e.cacheRun(r)
 	e.awaitCancel(r)
 	e.arm(r)
@@ -70,6 +71,21 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	r.checked = true
 	e.checked = append(e.checked, r)
 	return r, nil
+}
+
+// repairStatus gives a run's snapshot the status its workflow record
+// holds, when the two differ in one generation. A unit of work writes the
+// record first and the snapshot last, so a snapshot write lost to
+// another planner replica's (or a crash between the two) leaves the
+// snapshot behind; the executors read a pause there. The snapshot is
+// written with the unit's commit.
+func (e *Engine) repairStatus(r *run) {
+	if r.snap.Generation != r.rec.Generation || r.snap.Status == r.rec.Status {
+		return
+	}
+	e.Log.Info("run state behind its workflow record; repaired", "workflow_id", r.rec.ID, "status", r.rec.Status, "was", r.snap.Status)
+	r.snap.Status = r.rec.Status
+	e.touched(r)
 }
 
 // current says whether a cached run's records are still those saved last,

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"context"
+
 	"slices"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
@@ -105,5 +108,64 @@ func testReplicaStepsTheSavedRun(t *testing.T, h *harness) {
 	}
 	if st := h.status(); st != dag.WorkflowFailed {
 		t.Fatalf("workflow %s", st)
+	}
+}
+
+// A control request whose run snapshot write loses to another replica's
+// step (the other replica saved the run between this one's record write
+// and its commit) still takes effect everywhere and answers success: the
+// snapshot the executors read says paused, then running again after the
+// resume, which dispatches what became ready while paused. Before, the pause answered an
+// error while its event and record said paused and the snapshot did not.
+func TestControlThatLosesTheSnapshotToAnotherReplica(t *testing.T) {
+	for _, verb := range []string{events.VerbPause, events.VerbResume} {
+		t.Run(verb, func(t *testing.T) {
+			h := newHarness(t)
+			if err := h.submit(parallel); err != nil {
+				t.Fatal(err)
+			}
+			if verb == events.VerbResume {
+				if err := h.control(events.VerbPause); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.formula("x", 1, dag.FormulaSucceeded); err != nil { // y is ready, held
+					t.Fatal(err)
+				}
+			}
+			h.stored()
+			other := h.replica()
+			other.Out = &eventbustest.MemoryOutbox{} // its own: the engine's is busy flushing
+			stepped := false
+			h.out.Fail = func(e eventbustest.Emitted) error {
+				if w, ok := e.Payload.(*events.WorkflowEvent); ok && !stepped && (w.Status == dag.WorkflowPaused || w.Status == dag.WorkflowRunning) {
+					stepped = true
+					ev := h.event(&events.FormulaEvent{Ref: h.ref("a", 1), Status: dag.FormulaSucceeded})
+					if err := other.Handle(context.Background(), ev); err != nil {
+						t.Errorf("the other replica's step: %v", err)
+					}
+				}
+				return nil
+			}
+			reply, err := h.e.Control(context.Background(), h.id, verb, operator)
+			if !stepped {
+				t.Fatal("the other replica never stepped the run")
+			}
+			want := dag.WorkflowPaused
+			if verb == events.VerbResume {
+				want = dag.WorkflowRunning
+			}
+			if err != nil || reply.Status != want {
+				t.Fatalf("%s: %+v, %v; want %s", verb, reply, err, want)
+			}
+			snap, _, err := h.runs.Get(context.Background(), h.id)
+			if err != nil || snap.Status != want {
+				t.Fatalf("the run snapshot says %q (%v), want %s", snap.Status, err, want)
+			}
+			if verb == events.VerbResume {
+				if got := h.stored(); !slices.Contains(got, "dispatch y create g1") {
+					t.Fatalf("the resume did not dispatch y: %q", got)
+				}
+			}
+		})
 	}
 }
