@@ -490,3 +490,35 @@ func TestMisroutedEventsRefused(t *testing.T) {
 		t.Errorf("refused counter %v, want 2", got)
 	}
 }
+
+// A follow whose consumer cannot be re-created (here: its stream was
+// deleted) ends at once, so its caller can say so and follow again; it
+// does not retry unseen inside the client.
+func TestFollowEndsWhenItsConsumerCannotBeRecreated(t *testing.T) {
+	js, _ := setup(t, time.Second)
+	publishEvent(t, js, "decky.h.lifecycle", "n1")
+	got := make(chan uint64, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Follow(ctx, js, "T", 1, func(_ context.Context, _ []*consume.Event, last uint64) { got <- last },
+			consume.Options{Name: "follow", Prefetch: 8, Logger: quiet})
+	}()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing delivered within 10s")
+	}
+	if err := js.DeleteStream(context.Background(), "T"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the follow ended with nil while its context was live; want an error")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follow still waits 20s after its stream was deleted")
+	}
+}

@@ -32,10 +32,15 @@ const FollowGrace = 5 * time.Second
 // order. Each batch is every message already delivered, at most
 // o.Prefetch. Follow returns nil when ctx is cancelled, after the batch
 // in hand; if the client stops delivering before that (its iterator
-// closed), it returns ErrFollowEnded with the sequence to go on from in
-// the caller's own record.
+// closed, or its consumer could not be re-created at the first try), it
+// returns ErrFollowEnded, or the error, with the sequence to go on from
+// in the caller's own record.
 func Follow(ctx context.Context, js jetstream.JetStream, stream string, from uint64, h FollowHandler, o Options) error {
-	cfg := jetstream.OrderedConsumerConfig{}
+	// One try to re-create the consumer: a reset that fails ends the
+	// follow here, where the caller says so and follows again with its
+	// own waits, instead of being retried unseen inside the client with
+	// waits growing to 10 s between tries of 10 s each.
+	cfg := jetstream.OrderedConsumerConfig{MaxResetAttempts: 1}
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}

@@ -13,7 +13,26 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
+	"github.com/nats-io/nats.go/jetstream"
 )
+
+// lockedBuffer is a bytes.Buffer for many writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // A follow that ends while the state-store still runs (the client's
 // iterator closed under it in a quorum loss or a partition) is started
@@ -71,4 +90,59 @@ func TestFollowEndedIsFollowedAgain(t *testing.T) {
 	if !strings.Contains(logs.String(), "cannot follow the event stream; trying again") {
 		t.Errorf("nothing logged about the follow that ended:\n%s", logs.String())
 	}
+}
+
+// A reader that delivers nothing while the event stream holds events past
+// what it handed to the projection is replaced: the follow is stopped and
+// started again, from where the projection got to, and the state-store
+// says why. A reader that is merely idle (nothing past what it handed),
+// or a projection busy applying, is left alone.
+func TestStalledReaderIsReplaced(t *testing.T) {
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.StateStore)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	follows := make(chan uint64, 10)
+	f := &follower{js: js, p: &project.Projector{}, log: slog.New(slog.NewJSONHandler(&logs, nil)), stallAfter: 600 * time.Millisecond, watchEvery: 100 * time.Millisecond}
+	f.followFn = func(fctx context.Context, from uint64) error {
+		follows <- from
+		<-fctx.Done() // delivers nothing, as a reader whose consumer cannot be re-created
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.run(ctx, 1) }()
+	if from := <-follows; from != 1 {
+		t.Fatalf("followed from %d, want 1", from)
+	}
+	// Idle: the stream holds nothing past what was handed.
+	select {
+	case from := <-follows:
+		t.Fatalf("an idle reader was replaced (followed again from %d)", from)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	pub, err := jetstream.New(ns.Connect(events.Planner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(ctx, events.WorkflowLifecycle("w1"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case from := <-follows:
+		if from != 1 {
+			t.Errorf("followed again from %d, want 1 (nothing applied)", from)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reader that delivered nothing while the stream held an event was not replaced within 10s")
+	}
+	if !strings.Contains(logs.String(), "the event stream's reader delivered nothing while the stream holds more events") {
+		t.Errorf("nothing logged about the stalled reader:\n%s", logs.String())
+	}
+	cancel()
+	<-done
 }
