@@ -97,7 +97,7 @@ func Run(s Service, args []string, lookup LookupEnv, stderr io.Writer) int {
 	p := Process{Instance: Instance(s.Name), Replicas: c.Replicas, Log: log}
 	flush := func() {}
 	if s.Spans {
-		if p.Tracer, flush, err = tracer("gantry-"+s.Name, log); err != nil {
+		if p.Tracer, flush, err = tracer("gantry-"+s.Name, func(n string) string { v, _ := lookup(n); return v }, log); err != nil {
 			log.Error("bad trace export settings", "err", err)
 			return 2
 		}
@@ -146,8 +146,8 @@ func serve(s Service, o natsconn.Options, metrics string, p Process) int {
 
 // tracer is the service's span recorder (tracing.FromEnv) and flush,
 // which sends what is pending within 5 seconds.
-func tracer(service string, log *slog.Logger) (*tracing.Tracer, func(), error) {
-	t, shutdown, err := tracing.FromEnv(context.Background(), service)
+func tracer(service string, getenv tracing.Getenv, log *slog.Logger) (*tracing.Tracer, func(), error) {
+	t, shutdown, err := tracing.FromEnv(context.Background(), service, getenv)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -19,18 +19,24 @@ import (
 // (each span printed as JSON on stderr) or "none".
 const ExporterEnv = "OTEL_TRACES_EXPORTER"
 
+// Getenv reads an environment variable: os.Getenv in a process, what a
+// test sets otherwise. The package reads none itself; the OTLP exporter
+// and the resource read the standard OTEL_* variables as OpenTelemetry's
+// SDK does, once getenv says spans are exported.
+type Getenv func(string) string
+
 // Configured says spans are exported: OTEL_TRACES_EXPORTER is "console",
 // or the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable names a collector and
 // OTEL_TRACES_EXPORTER is not "none".
-func Configured() bool {
-	switch os.Getenv(ExporterEnv) {
+func Configured(getenv Getenv) bool {
+	switch getenv(ExporterEnv) {
 	case "console":
 		return true
 	case "none":
 		return false
 	}
-	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
 // Console is where OTEL_TRACES_EXPORTER=console prints spans.
@@ -52,17 +58,17 @@ func NewProvider(ctx context.Context, service, version string, exp sdktrace.Span
 	return sdktrace.NewTracerProvider(export, sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{})), nil
 }
 
-// FromEnv is the Tracer of service, its spans carrying this build's
+// FromEnv is the Tracer of service (the variables read with getenv), its spans carrying this build's
 // version (buildinfo.Version): printing them on Console with
 // OTEL_TRACES_EXPORTER=console, else exporting over OTLP/HTTP when
 // Configured (every standard OTEL_EXPORTER_OTLP_* variable applies:
 // endpoint, headers, timeout, TLS, compression), else nil (nothing is
 // recorded). shutdown flushes what is pending; call it on the way out.
-func FromEnv(ctx context.Context, service string) (t *Tracer, shutdown func(context.Context) error, err error) {
-	if !Configured() {
+func FromEnv(ctx context.Context, service string, getenv Getenv) (t *Tracer, shutdown func(context.Context) error, err error) {
+	if !Configured(getenv) {
 		return nil, func(context.Context) error { return nil }, nil
 	}
-	exp, err := exporter(ctx)
+	exp, err := exporter(ctx, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -74,8 +80,8 @@ func FromEnv(ctx context.Context, service string) (t *Tracer, shutdown func(cont
 }
 
 // exporter is the span exporter OTEL_TRACES_EXPORTER names.
-func exporter(ctx context.Context) (sdktrace.SpanExporter, error) {
-	if os.Getenv(ExporterEnv) == "console" {
+func exporter(ctx context.Context, getenv Getenv) (sdktrace.SpanExporter, error) {
+	if getenv(ExporterEnv) == "console" {
 		exp, err := stdouttrace.New(stdouttrace.WithWriter(Console))
 		if err != nil {
 			return nil, fmt.Errorf("console trace exporter: %w", err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -92,12 +93,12 @@ func TestFromEnvWithoutEndpointIsOff(t *testing.T) {
 	t.Setenv(tracing.ExporterEnv, "")
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test")
+	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test", os.Getenv)
 	if err != nil || tr.Enabled() || shutdown(context.Background()) != nil {
 		t.Fatalf("tracer %v, err %v", tr, err)
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-	tr, shutdown, err = tracing.FromEnv(context.Background(), "gantry-test")
+	tr, shutdown, err = tracing.FromEnv(context.Background(), "gantry-test", os.Getenv)
 	if err != nil || !tr.Enabled() {
 		t.Fatalf("with an endpoint: tracer %v, err %v", tr, err)
 	}
@@ -136,7 +137,7 @@ func TestFromEnvExportsOverOTLPHTTP(t *testing.T) {
 	defer srv.Close()
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test")
+	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test", os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestFromEnvConsole(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 	t.Setenv(tracing.ExporterEnv, "console")
-	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test")
+	tr, shutdown, err := tracing.FromEnv(context.Background(), "gantry-test", os.Getenv)
 	if err != nil || !tr.Enabled() {
 		t.Fatalf("tracer %v, err %v", tr, err)
 	}
@@ -200,7 +201,28 @@ func TestFromEnvConsole(t *testing.T) {
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 	t.Setenv(tracing.ExporterEnv, "none")
-	if tracing.Configured() {
+	if tracing.Configured(os.Getenv) {
 		t.Error("OTEL_TRACES_EXPORTER=none exports spans")
+	}
+}
+
+// Whether spans are exported is read from the variables the caller gives
+// (a service's own lookup), not from the process's environment.
+func TestConfiguredReadsTheGivenVariables(t *testing.T) {
+	t.Setenv(tracing.ExporterEnv, "none")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	for _, c := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1/v1/traces"}, true},
+		{map[string]string{tracing.ExporterEnv: "console"}, true},
+		{map[string]string{tracing.ExporterEnv: "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false},
+		{nil, false},
+	} {
+		if got := tracing.Configured(func(k string) string { return c.env[k] }); got != c.want {
+			t.Errorf("%v: configured %v, want %v", c.env, got, c.want)
+		}
 	}
 }

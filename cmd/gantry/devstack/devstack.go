@@ -72,13 +72,13 @@ func (c Config) tracer(service string) *tracing.Tracer {
 // set (one provider per service, so each has its service.name), and
 // flush, to call on the way out; with it unset, none.
 func EnvTracers(ctx context.Context) (func(service string) *tracing.Tracer, func(), error) {
-	if !tracing.Configured() {
+	if !tracing.Configured(os.Getenv) {
 		return nil, func() {}, nil
 	}
 	tracers := map[string]*tracing.Tracer{}
 	var shutdowns []func(context.Context) error
 	for _, s := range []string{"gantry-planner", "gantry-executor", "gantry-health-gate"} {
-		t, shutdown, err := tracing.FromEnv(ctx, s)
+		t, shutdown, err := tracing.FromEnv(ctx, s, os.Getenv)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -42,7 +42,7 @@ func envParent() trace.SpanContext {
 func startSubmitTrace(stderr io.Writer) *submitTrace {
 	parent := envParent()
 	st := &submitTrace{}
-	tr, flush, err := tracing.FromEnv(context.Background(), "gantry-cli")
+	tr, flush, err := tracing.FromEnv(context.Background(), "gantry-cli", os.Getenv)
 	if err != nil {
 		linef(stderr, "gantry: no trace of this submit: %v", err)
 	}
