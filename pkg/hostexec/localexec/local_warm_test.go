@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,8 +66,8 @@ func TestWarmShellRunsTheAttempt(t *testing.T) {
 	dir := t.TempDir()
 	base := filepath.Join(dir, "attempts")
 	waiting := warmPids(t, l)
-	lines := newLines()
-	res, err := l.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.on,
+	lines := linestest.New()
+	res, err := l.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.On,
 		Env: map[string]string{"GANTRY_ATTEMPTS": base, "MINE": "it's mine"}, Secrets: map[string]string{"TOKEN": "s3cret value"},
 		Script: `echo "$MINE"; echo "$TOKEN" >&2; exit 3`})
 	if err != nil || res.ExitCode != 3 {
@@ -75,7 +76,7 @@ func TestWarmShellRunsTheAttempt(t *testing.T) {
 	if res.Stdout != "it's mine\n" || res.Stderr != "***\n" { // the secret masked
 		t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
-	if got := strings.Join(slices.Sorted(slices.Values(lines.got)), ","); got != "stderr:***,stdout:it's mine" {
+	if got := strings.Join(slices.Sorted(slices.Values(lines.Got())), ","); got != "stderr:***,stdout:it's mine" {
 		t.Fatalf("lines %s (the secret masked)", got)
 	}
 	if pid := supervisorPid(t, base, "w.1.create.f.n.1.run"); !slices.Contains(waiting, pid) {
@@ -104,10 +105,10 @@ func TestWarmShellHoldsTheLock(t *testing.T) {
 	waiting := warmPids(t, l)
 	gate := filepath.Join(dir, "gate")
 	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) }) // ends the command if the test fails first
-	started := newLines("running")
+	started := linestest.New("running")
 	done := make(chan hostexec.Result, 1)
 	go func() {
-		res, err := l.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.on,
+		res, err := l.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.On,
 			Env:    map[string]string{"GANTRY_ATTEMPTS": base},
 			Script: `echo running; i=0; while [ ! -e ` + hostsh.Quote(gate) + ` ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done`})
 		if err != nil {
@@ -115,7 +116,7 @@ func TestWarmShellHoldsTheLock(t *testing.T) {
 		}
 		done <- res
 	}()
-	started.wait(t, "running")
+	started.Wait(t, "running")
 	lockFile := filepath.Join(dir, "locks", "c.f.n")
 	if own := openedHere(t, lockFile); own {
 		t.Fatal("the worker keeps a descriptor of the lock file")
@@ -226,7 +227,7 @@ func TestWarmShellLostAttemptRunsCold(t *testing.T) {
 func TestWarmShellWithoutPidfdGetfd(t *testing.T) {
 	l := NewLocal(LocalOptions{Prestart: true})
 	dir := t.TempDir()
-	calls := countFlock(t, dir)
+	calls := linestest.CountFlock(t, dir)
 	pidfdGetfd = func(int, int, int) (int, error) { return -1, syscall.EPERM }
 	defer func() { pidfdGetfd = unix.PidfdGetfd; l.pre.warm.noPidfd.Store(false) }()
 	base := filepath.Join(dir, "attempts")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
@@ -173,7 +174,7 @@ func TestAgentAttemptReattachedFromElsewhere(t *testing.T) {
 	a := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "")
 	b := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "")
 	dir := t.TempDir()
-	l := newLines("line1")
+	l := linestest.New("line1")
 	type ran struct {
 		res hostexec.Result
 		err error
@@ -181,10 +182,10 @@ func TestAgentAttemptReattachedFromElsewhere(t *testing.T) {
 	}
 	first := make(chan ran, 1)
 	go func() {
-		res, err := a.Run(context.Background(), durable(dir, "w1.1.f.n.1", l.on))
+		res, err := a.Run(context.Background(), durable(dir, "w1.1.f.n.1", l.On))
 		first <- ran{res, err, time.Now()}
 	}()
-	l.wait(t, "line1")
+	l.Wait(t, "line1")
 	res, err := b.Run(context.Background(), durable(dir, "w1.1.f.n.1", nil))
 	at := time.Now()
 	fr := <-first

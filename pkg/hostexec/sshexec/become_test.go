@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
@@ -260,8 +261,8 @@ func TestBecomeCancelKillsRootProcess(t *testing.T) {
 func TestBecomeReattach(t *testing.T) {
 	h := newBecomeHost(t)
 	dir := sharedDir(t)
-	l := newLines("line1")
-	cmd := durable(dir, "w1.1.f.n.1", l.on)
+	l := linestest.New("line1")
+	cmd := durable(dir, "w1.1.f.n.1", l.On)
 	cmd.Become = true
 	type ran struct {
 		res hostexec.Result
@@ -272,7 +273,7 @@ func TestBecomeReattach(t *testing.T) {
 		res, err := h.r.Run(context.Background(), cmd)
 		done <- ran{res, err}
 	}()
-	l.wait(t, "line1")
+	l.Wait(t, "line1")
 	h.p.mu.Lock()
 	for _, c := range h.p.conns {
 		c.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
@@ -122,14 +123,14 @@ func TestKeepaliveNamesTheHostThatStoppedAnswering(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	l := newLines("up")
+	l := linestest.New("up")
 	done := make(chan error, 1)
 	go func() {
-		cmd := hostexec.Command{Attempt: "frozen-1", Script: "echo up; sleep 50", OnLine: l.on, Env: map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}}
+		cmd := hostexec.Command{Attempt: "frozen-1", Script: "echo up; sleep 50", OnLine: l.On, Env: map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}}
 		_, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), cmd)
 		done <- err
 	}()
-	l.wait(t, "up")
+	l.Wait(t, "up")
 	time.Sleep(3 * keepalive) // answered keepalives
 	thaw := f.Hosts[0].Freeze()
 	defer thaw()

@@ -16,49 +16,10 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
-
-// lines collects output lines and says when one has been seen.
-type lines struct {
-	mu   sync.Mutex
-	got  []string
-	seen map[string]chan struct{}
-}
-
-func newLines(wait ...string) *lines {
-	l := &lines{seen: map[string]chan struct{}{}}
-	for _, w := range wait {
-		l.seen[w] = make(chan struct{})
-	}
-	return l
-}
-
-func (l *lines) on(s hostexec.Stream, line string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.got = append(l.got, string(s)+":"+line)
-	if ch, ok := l.seen[line]; ok {
-		close(ch)
-		delete(l.seen, line)
-	}
-}
-
-func (l *lines) wait(t *testing.T, line string) {
-	t.Helper()
-	l.mu.Lock()
-	ch, ok := l.seen[line]
-	l.mu.Unlock()
-	if !ok {
-		return
-	}
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("line %q never came", line)
-	}
-}
 
 // durable is a command that counts its starts and ends in dir/count.
 func durable(dir, attempt string, on func(hostexec.Stream, string)) hostexec.Command {
@@ -83,20 +44,20 @@ func TestDurableSSHReattach(t *testing.T) {
 	t.Parallel()
 	f := sshtest.Start(t, 1, sshtest.Options{})
 	dir := t.TempDir()
-	first := newLines("line1")
+	first := linestest.New("line1")
 	p1 := newPool(t, f, f.KnownHosts)
 	done := make(chan error, 1)
 	go func() {
-		_, err := p1.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", first.on))
+		_, err := p1.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", first.On))
 		done <- err
 	}()
-	first.wait(t, "line1")
+	first.Wait(t, "line1")
 	p1.Close() // the executor goes away mid-command
 	if err := <-done; err == nil {
 		t.Fatal("the first run reported success over a dropped connection")
 	}
-	again := newLines()
-	res, err := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", again.on))
+	again := linestest.New()
+	res, err := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", again.On))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +74,7 @@ func TestDurableReattachesAfterALostConnection(t *testing.T) {
 	t.Parallel()
 	f := sshtest.Start(t, 1, sshtest.Options{})
 	dir := t.TempDir()
-	l := newLines("line1")
+	l := linestest.New("line1")
 	p := newPool(t, f, f.KnownHosts)
 	type ran struct {
 		res hostexec.Result
@@ -121,10 +82,10 @@ func TestDurableReattachesAfterALostConnection(t *testing.T) {
 	}
 	done := make(chan ran, 1)
 	go func() {
-		res, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", l.on))
+		res, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", l.On))
 		done <- ran{res, err}
 	}()
-	l.wait(t, "line1")
+	l.Wait(t, "line1")
 	p.mu.Lock()
 	for _, c := range p.conns {
 		c.mu.Lock()
@@ -139,9 +100,7 @@ func TestDurableReattachesAfterALostConnection(t *testing.T) {
 		t.Fatalf("a lost connection failed the attempt: %v", r.err)
 	}
 	checkReattached(t, r.res, l, dir)
-	l.mu.Lock()
-	got := strings.Join(l.got, ",")
-	l.mu.Unlock()
+	got := strings.Join(l.Got(), ",")
 	if got != "stdout:line1,stderr:warn,stdout:line2" && got != "stderr:warn,stdout:line1,stdout:line2" {
 		t.Fatalf("lines handed on: %s, want each once", got)
 	}
@@ -170,8 +129,8 @@ func TestDurableLocalReattach(t *testing.T) {
 	reaped := make(chan struct{}) // as init reaps an orphan (a zombie would look alive)
 	go func() { _ = first.Wait(); close(reaped) }()
 	defer func() { <-reaped }()
-	again := newLines()
-	cmd.OnLine = again.on
+	again := linestest.New()
+	cmd.OnLine = again.On
 	res, err := localexec.Local{}.Run(context.Background(), cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -179,12 +138,12 @@ func TestDurableLocalReattach(t *testing.T) {
 	checkReattached(t, res, again, dir)
 }
 
-func checkReattached(t *testing.T, res hostexec.Result, l *lines, dir string) {
+func checkReattached(t *testing.T, res hostexec.Result, l *linestest.Lines, dir string) {
 	t.Helper()
 	if res.ExitCode != 7 || !strings.Contains(res.Stdout, "line1\nline2\n") || res.Stderr != "warn\n" {
 		t.Fatalf("re-attached result %+v", res)
 	}
-	if got := strings.Join(l.got, ","); !strings.Contains(got, "stdout:line2") {
+	if got := strings.Join(l.Got(), ","); !strings.Contains(got, "stdout:line2") {
 		t.Fatalf("re-attached lines %s", got)
 	}
 	if c := counted(t, dir); c != "start end" {
@@ -380,33 +339,13 @@ func TestDurableEarlierLayoutReadAgain(t *testing.T) {
 	}
 }
 
-// countFlock puts a flock first on PATH that notes its arguments in the
-// file it returns, then runs the real one.
-func countFlock(t *testing.T, dir string) (calls string) {
-	t.Helper()
-	bin, calls := filepath.Join(dir, "bin"), filepath.Join(dir, "flock-calls")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	real, err := exec.LookPath("flock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := "#!/bin/sh\necho \"$*\" >>" + hostsh.Quote(calls) + "\nexec " + hostsh.Quote(real) + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "flock"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
-	return calls
-}
-
 // Locally the runner takes the host lock itself and hands it to the
 // supervisor, which then starts no flock; a lock held elsewhere is waited
 // for by the runner too (saying so on the attempt's stderr), before the
 // attempt is claimed, and the command runs only once it is free.
 func TestLocalLockTakenWithoutFlock(t *testing.T) {
 	dir := t.TempDir()
-	calls := countFlock(t, dir)
+	calls := linestest.CountFlock(t, dir)
 	attempts := filepath.Join(dir, "attempts")
 	run := func(id, script string) hostexec.Result {
 		t.Helper()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
@@ -71,18 +72,18 @@ func TestSettleSSH(t *testing.T) {
 	f := sshtest.Start(t, 1, sshtest.Options{})
 	dir := t.TempDir()
 	sleep := fmt.Sprintf("30.%09d", time.Now().UnixNano()%1e9)
-	l := newLines("line1")
+	l := linestest.New("line1")
 	gone, err := NewPool(SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := gone.Runner(f.Hosts[0].Addr, "").Run(context.Background(), hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, OnLine: l.on,
+		_, err := gone.Runner(f.Hosts[0].Addr, "").Run(context.Background(), hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, OnLine: l.On,
 			Script: "echo line1; echo warn >&2; sleep " + sleep + "; echo never"})
 		done <- err
 	}()
-	l.wait(t, "line1")
+	l.Wait(t, "line1")
 	gone.Close() // the worker dies; the attempt goes on on the host
 	<-done
 	if out, _ := exec.Command("pgrep", "-f", "^sleep "+sleep+"$").Output(); len(out) == 0 {

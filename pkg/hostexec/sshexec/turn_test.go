@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 )
 
 // holdLock takes the host lock lock of the attempts directory base from
@@ -53,8 +54,8 @@ func TestWaitingAttemptKeepsItsOutputWhole(t *testing.T) {
 			base := filepath.Join(t.TempDir(), "attempts")
 			release := holdLock(t, base, "c.f.n")
 			time.AfterFunc(time.Second, release)
-			lines := newLines()
-			res, err := r.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.on,
+			lines := linestest.New()
+			res, err := r.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.On,
 				Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo first; sleep 0.3; echo second; echo warn >&2"})
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("%+v %v", res, err)
@@ -65,9 +66,7 @@ func TestWaitingAttemptKeepsItsOutputWhole(t *testing.T) {
 			if want := "gantry: waiting for other.1.create.f.n.1.run on this host\nwarn\n"; res.Stderr != want {
 				t.Errorf("stderr %q, want %q", res.Stderr, want)
 			}
-			lines.mu.Lock()
-			defer lines.mu.Unlock()
-			for _, l := range lines.got {
+			for _, l := range lines.Got() {
 				if strings.Contains(l, "tail") || strings.Contains(l, "cannot open") {
 					t.Errorf("output line %q", l)
 				}

@@ -1,4 +1,7 @@
-package localexec
+// Package linestest holds what the runners' tests share: a collector of
+// a command's output lines that says when one has come, and a flock that
+// counts its calls.
+package linestest
 
 import (
 	"os"
@@ -12,24 +15,25 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
-// Test helpers, as sshexec's tests have them.
-
-// lines collects output lines and says when one has been seen.
-type lines struct {
+// Lines collects output lines ("stream:line") and says when one has been
+// seen.
+type Lines struct {
 	mu   sync.Mutex
 	got  []string
 	seen map[string]chan struct{}
 }
 
-func newLines(wait ...string) *lines {
-	l := &lines{seen: map[string]chan struct{}{}}
+// New collects lines, ready to wait for those named.
+func New(wait ...string) *Lines {
+	l := &Lines{seen: map[string]chan struct{}{}}
 	for _, w := range wait {
 		l.seen[w] = make(chan struct{})
 	}
 	return l
 }
 
-func (l *lines) on(s hostexec.Stream, line string) {
+// On is a hostexec.Command's OnLine.
+func (l *Lines) On(s hostexec.Stream, line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.got = append(l.got, string(s)+":"+line)
@@ -39,7 +43,16 @@ func (l *lines) on(s hostexec.Stream, line string) {
 	}
 }
 
-func (l *lines) wait(t *testing.T, line string) {
+// Got is every line seen so far, as "stream:line".
+func (l *Lines) Got() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.got...)
+}
+
+// Wait returns once line (named to New) has been seen, failing t after
+// 10 s.
+func (l *Lines) Wait(t *testing.T, line string) {
 	t.Helper()
 	l.mu.Lock()
 	ch, ok := l.seen[line]
@@ -54,9 +67,9 @@ func (l *lines) wait(t *testing.T, line string) {
 	}
 }
 
-// countFlock puts a flock first on PATH that notes its arguments in the
+// CountFlock puts a flock first on PATH that notes its arguments in the
 // file it returns, then runs the real one.
-func countFlock(t *testing.T, dir string) (calls string) {
+func CountFlock(t *testing.T, dir string) (calls string) {
 	t.Helper()
 	bin, calls := filepath.Join(dir, "bin"), filepath.Join(dir, "flock-calls")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
