@@ -145,6 +145,12 @@ func runShell(ctx context.Context, cmd hostexec.Command, sh localShell) (hostexe
 	switch {
 	case werr == nil:
 		res.ExitCode = 0
+	case errors.Is(werr, exec.ErrWaitDelay) && rctx.Err() == nil:
+		// The shell exited 0 and something it left running kept its
+		// output open past KillGrace: the status stands, the rest of the
+		// output is not waited for.
+		res.ExitCode = 0
+		res.Stderr += OutputCut + "\n"
 	case errors.As(werr, &ee) && ee.Exited():
 		res.ExitCode = ee.ExitCode()
 		if sh.attempt != "" && res.ExitCode == hostsh.LostExit {
@@ -158,6 +164,11 @@ func runShell(ctx context.Context, cmd hostexec.Command, sh localShell) (hostexe
 	}
 	return res, nil
 }
+
+// OutputCut ends the stderr of a command that exited 0 while a process it
+// left running kept its output open: what that process prints later is
+// not the command's.
+const OutputCut = "gantry: the command ended; a process it left running kept its output open, and its output was not waited for"
 
 // takeLock takes a durable command's host lock here, without waiting, so
 // that its supervisor need not start flock (a program start per attempt):

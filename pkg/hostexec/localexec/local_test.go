@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
@@ -72,5 +74,24 @@ func TestLocalEnvironmentDefaults(t *testing.T) {
 		if v, ok := got[k]; ok {
 			t.Errorf("%s=%q set though the worker has none", k, v)
 		}
+	}
+}
+
+// A command that exits 0 leaving a process that holds its output open
+// succeeds once KillGrace has passed, saying its output was cut; it is
+// not failed for what it left running.
+func TestLocalCommandLeavingAProcessOnItsOutput(t *testing.T) {
+	dir := t.TempDir()
+	res, err := Local{}.Run(context.Background(), hostexec.Command{Script: "echo started; sleep 4 & echo $! >" + dir + "/pid; exit 0"})
+	if b, rerr := os.ReadFile(dir + "/pid"); rerr == nil {
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exit %d, err %v; want 0 and no error", res.ExitCode, err)
+	}
+	if res.Stdout != "started\n" || !strings.HasSuffix(res.Stderr, OutputCut+"\n") {
+		t.Fatalf("stdout %q, stderr %q; want the line, and the cut said", res.Stdout, res.Stderr)
 	}
 }
