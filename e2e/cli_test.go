@@ -109,7 +109,7 @@ func TestCLISubmitWatchStatus(t *testing.T) {
 	if code, out = run("cancel", "nonexistent-id"); code != 1 || !strings.Contains(out, "no workflow nonexistent-id") {
 		t.Fatalf("cancel of an unknown workflow: exit %d\n%s", code, out)
 	}
-	if code, out = run("drift", bad, "--records"); code != 1 || !strings.Contains(out, "bad: 0 ok, 0 changed, 2 missing, 0 orphaned") {
+	if code, out = run("drift", bad, "--records"); code != 4 || !strings.Contains(out, "bad: 0 ok, 0 changed, 2 missing, 0 orphaned") {
 		t.Fatalf("drift: exit %d\n%s", code, out)
 	}
 	if code, out = run("state", "--rebuild", "--check"); code != 0 || !strings.Contains(out, "0 differ") {

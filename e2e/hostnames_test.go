@@ -182,7 +182,7 @@ func TestDottedHostNames(t *testing.T) {
 		t.Errorf("drift with the vars: exit %d\n%s", code, out)
 	}
 	code, out = gantry("drift", file, "--records")
-	if code != 1 || !strings.Contains(out, "dotted: 0 ok, 3 changed") {
+	if code != 4 || !strings.Contains(out, "dotted: 0 ok, 3 changed") {
 		t.Errorf("drift without the vars: exit %d\n%s", code, out)
 	}
 

@@ -58,7 +58,7 @@ create of this composition put it in place with the same spec), changed
 its last run did not complete; a check run does not count), and each node
 the composition put in place on its hosts but no longer has is orphaned.
 Other compositions' nodes on the same hosts are theirs, and are not
-reported. It exits 0 when everything is ok and 1 when anything drifted;
+reported. It exits 0 when everything is ok and 4 when anything drifted;
 its --timeout is how long to wait for the state-store's reply (default 30s).
 Give the --var and --var-file the composition was submitted with: a var a
 command uses changes its spec.`,
@@ -154,7 +154,7 @@ func recordsDrift(cmd *cobra.Command, cf connFlags, path string, data []byte, ou
 			rep.Counts[events.DriftOK], rep.Counts[events.DriftChanged], rep.Counts[events.DriftMissing], rep.Counts[events.DriftOrphaned])
 	}
 	if len(rep.Items) != rep.Counts[events.DriftOK] {
-		return failed("")
+		return &exitError{code: ExitChanges, err: fmt.Errorf("")} // as a drift that asked the hosts
 	}
 	return nil
 }
