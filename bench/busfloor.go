@@ -247,8 +247,8 @@ func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (f
 }
 
 // floorLocal runs the bus floor's commands, as the executor's Local runner
-// does by default (--local-prestart).
-var floorLocal = localexec.NewLocal(localexec.LocalOptions{Prestart: true})
+// does.
+var floorLocal = localexec.Local{}
 
 // runLink is the runner's side of a link: the record (when asked for),
 // the process, the more messages, the outcome, then the dispatch's ack

@@ -121,7 +121,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ssh.Keepalive = o.keepalive
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
-	hosts := transport.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal, LocalPrestart: true}
+	hosts := transport.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal}
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, Log: log, Tracer: o.tracer,
 		Planner:    plannersvc.Config{Retention: o.retention, UnclaimedAfter: o.unclaimedAfter},
 		Executor:   executor.Config{Hosts: hosts, SecretsDir: o.secretsDir, FilesDir: o.filesDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas},

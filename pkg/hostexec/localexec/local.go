@@ -1,8 +1,6 @@
 // Package localexec is the local runner of hostexec: Local runs a
 // command with /bin/sh on this machine, in a process group of its own with
-// a small environment rather than the worker's; with
-// LocalOptions.Prestart it keeps warm shells and spare files for the next
-// durable attempts.
+// a small environment rather than the worker's.
 package localexec
 
 import (
@@ -26,12 +24,8 @@ import (
 // Local runs commands on this machine with /bin/sh, as the worker's own
 // user, each in its own process group so a timeout kills everything it
 // started, and with a small environment of its own (localEnv), not the
-// worker's. The zero Local starts each durable attempt's shell and
-// files when it comes; NewLocal can have them made ahead of need
-// (local_prestart.go).
-type Local struct {
-	pre *prestart // nil: nothing made ahead of need
-}
+// worker's. Its zero value is ready to use.
+type Local struct{}
 
 // Run runs cmd on this machine: settles its attempt (Settle), runs it as
 // a durable attempt (Attempt: local_durable.go), or runs it plain.

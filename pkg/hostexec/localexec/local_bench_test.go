@@ -51,7 +51,6 @@ func BenchmarkLocalRunnerTrueParallel(b *testing.B) {
 // BenchmarkLocalRunnerDurable is BenchmarkLocalRunnerTrue's command run as
 // a durable attempt holding a host lock, as every node's command is: the
 // difference is what the supervisor costs per attempt.
-// Each runs with and without Prestart.
 func BenchmarkLocalRunnerDurable(b *testing.B) {
 	for name, l := range localRunners() {
 		b.Run(name, func(b *testing.B) {
@@ -66,9 +65,9 @@ func BenchmarkLocalRunnerDurable(b *testing.B) {
 	}
 }
 
-// localRunners are a Local runner with Prestart and one without.
+// localRunners are the runners the benchmarks compare (one: Local).
 func localRunners() map[string]Local {
-	return map[string]Local{"prestart": NewLocal(LocalOptions{Prestart: true}), "cold": {}}
+	return map[string]Local{"local": {}}
 }
 
 // BenchmarkLocalRunnerDurableChained is BenchmarkLocalRunnerDurable with a

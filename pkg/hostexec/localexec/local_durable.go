@@ -49,17 +49,10 @@ func localAttemptsDir(cmd hostexec.Command) (string, error) {
 	return home + "/.gantry/attempts", nil
 }
 
-// claimAttempt creates the attempt's run file (a spare linked in, or a
-// new file), and the directories when they are missing. It returns
-// errClaimed when the file exists.
+// claimAttempt creates the attempt's run file, and the directories when
+// they are missing. It returns errClaimed when the file exists.
 func (l Local) claimAttempt(base, attempt string) error {
 	path := base + "/" + attempt + ".run"
-	if placed, err := l.pre.placeSpare(base, path); placed {
-		if errors.Is(err, fs.ErrExist) {
-			return cmdrun.ErrClaimed
-		}
-		return err
-	}
 	for try := 0; ; try++ {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 		switch {
@@ -134,9 +127,6 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string
 	if err := cmdrun.BeforeStart(cmd); err != nil {
 		return res, err
 	}
-	// What the next attempts take is made once this one ended, so that
-	// making it does not compete with this one for the machine.
-	defer l.pre.replenish(base)
 	dir := base + "/" + cmd.Attempt
 	if _, err := os.Lstat(dir + ".run"); err == nil {
 		return res, cmdrun.ErrClaimed // started before: re-attach, without waiting for the lock
@@ -148,7 +138,7 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string
 	errOut := &cmdrun.Output{Stream: hostexec.Stderr, OnLine: cmd.OnLine, Mask: mask}
 	var t turn
 	if cmd.Lock != "" {
-		if t, err = l.takeTurn(rctx, cmd, base, dir, errOut); err != nil {
+		if t, err = l.takeTurn(rctx, cmd, base, errOut); err != nil {
 			errOut.Flush()
 			res.Ended, res.Stderr = time.Now(), errOut.String()
 			return res, err
@@ -159,21 +149,9 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string
 		return res, err
 	}
 	sweepLocal(base)
-	if err := l.makeOutputFiles(base, dir); err != nil {
+	if err := l.makeOutputFiles(dir); err != nil {
 		t.release()
 		return res, err
-	}
-	w := t.warm
-	if w == nil && cmd.Lock == "" {
-		if w = l.pre.takeWarm(localEnv(nil), false); w != nil && w.open(cmd.Attempt, dir, "") != nil {
-			w = nil // nothing started: the attempt goes the cold way, claimed as it is
-		}
-	}
-	if w != nil {
-		if err := w.start(cmd, ex); err != nil {
-			return res, err
-		}
-		return waitLocalAttempt(rctx, cmd, w.cmd, dir, res, out, errOut)
 	}
 	outFile, errFile, err := openOutputFiles(dir)
 	if err != nil {
@@ -205,35 +183,29 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string
 }
 
 // turn is a local attempt's host lock, taken before the attempt is
-// claimed: held on a warm shell's fd 9 (warm), or on a descriptor of the
-// worker's own that the cold shell inherits (file); neither when the
-// worker cannot take it (the shell then takes it itself, as before).
+// claimed, on a descriptor of the worker's own that the shell inherits;
+// none when the worker cannot take it (the shell then takes it itself).
 type turn struct {
-	warm *warmShell
 	file *os.File
 }
 
 // release lets the lock go without starting anything.
 func (t turn) release() {
-	if t.warm != nil {
-		t.warm.discard()
-	}
 	if t.file != nil {
 		t.file.Close()
 	}
 }
 
-// takeTurn takes cmd's host lock for the attempt at dir, before the
-// attempt is claimed: on a warm shell's descriptor when one is there (and
-// pidfd_getfd allowed), else on one of the worker's own, for the cold
-// shell. While another holds it, it waits (and says so on errOut, as the
+// takeTurn takes cmd's host lock for the attempt, before the
+// attempt is claimed, on a descriptor of the worker's own that the shell
+// inherits. While another holds it, it waits (and says so on errOut, as the
 // supervisor's flock would). Holding it, it asks cmd.Turn when it had to
 // wait or when the lock's last holder left cmd.Mark and exit status 0
 // (Command.asks): declined, it lets the lock go and returns ErrDeclined; a
 // ctx done meanwhile, its error. A lock the worker cannot take at all (the
-// lock file cannot be opened or locked here) is left to the shell: a turn
-// of neither.
-func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base, dir string, errOut *cmdrun.Output) (turn, error) {
+// lock file cannot be opened or locked here) is left to the shell: an
+// empty turn.
+func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base string, errOut *cmdrun.Output) (turn, error) {
 	locks := base + "/../locks"
 	if _, err := os.Stat(locks); err != nil {
 		// not cleaned: ".." is resolved by the kernel, as the shell's is
@@ -241,23 +213,11 @@ func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base, dir str
 		_ = os.MkdirAll(locks, 0o700)
 	}
 	lockPath := locks + "/" + cmd.Lock
-	var t turn
-	fd := -1
-	if w := l.pre.takeWarm(localEnv(nil), true); w != nil && w.open(cmd.Attempt, dir, lockPath) == nil {
-		if fd, _ = l.pre.warm.lockOnShell(w.cmd.Process.Pid); fd >= 0 {
-			t.warm = w
-			defer unix.Close(fd) // the shell's descriptor holds the lock
-		} else {
-			w.discard() // refused here, or the shell is gone: the cold way
-		}
+	f, err := os.OpenFile(lockPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+	if err != nil {
+		return turn{}, nil // the shell takes it, as it can
 	}
-	if t.warm == nil {
-		f, err := os.OpenFile(lockPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
-		if err != nil {
-			return t, nil // the shell takes it, as it can
-		}
-		t.file, fd = f, int(f.Fd())
-	}
+	t, fd := turn{file: f}, int(f.Fd())
 	waited, said := false, false
 	since := time.Now()
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
@@ -359,17 +319,15 @@ func recordedExit(base, attempt string) int {
 	return n
 }
 
-// makeOutputFiles makes the attempt's output files and its id file: spares of base
-// linked in, or new files (when a name is taken, what is there stays).
-func (l Local) makeOutputFiles(base, dir string) error {
+// makeOutputFiles makes the attempt's output files and its id file (when
+// a name is taken, what is there stays).
+func (l Local) makeOutputFiles(dir string) error {
 	for _, name := range []string{dir + ".out", dir + ".err", dir + ".id"} {
-		if placed, _ := l.pre.placeSpare(base, name); !placed {
-			f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-			if err != nil {
-				return fmt.Errorf("attempt output files: %w", err)
-			}
-			f.Close()
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("attempt output files: %w", err)
 		}
+		f.Close()
 	}
 	return nil
 }

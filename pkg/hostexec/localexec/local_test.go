@@ -2,8 +2,10 @@ package localexec
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 )
 
 // localEnvOf runs env locally and returns the environment it saw.
@@ -93,5 +96,55 @@ func TestLocalCommandLeavingAProcessOnItsOutput(t *testing.T) {
 	}
 	if res.Stdout != "started\n" || !strings.HasSuffix(res.Stderr, OutputCut+"\n") {
 		t.Fatalf("stdout %q, stderr %q; want the line, and the cut said", res.Stdout, res.Stderr)
+	}
+}
+
+// A local durable attempt's host lock is held by its own shell while the
+// command runs: the worker keeps no descriptor of the lock file (so the
+// lock outlives a worker that dies), a flock from elsewhere is refused
+// until the command ends, and granted after.
+func TestShellHoldsTheLock(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "attempts")
+	gate := filepath.Join(dir, "gate")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) }) // ends the command if the test fails first
+	started := linestest.New("running")
+	done := make(chan hostexec.Result, 1)
+	go func() {
+		res, err := Local{}.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.On,
+			Env:    map[string]string{"GANTRY_ATTEMPTS": base},
+			Script: `echo running; i=0; while [ ! -e ` + gate + ` ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done`})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	started.Wait(t, "running")
+	lockFile := filepath.Join(dir, "locks", "c.f.n")
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && l == lockFile {
+			t.Fatal("the worker keeps a descriptor of the lock file")
+		}
+	}
+	f, err := os.OpenFile(lockFile, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("flock while the command runs: %v, want EWOULDBLOCK", err)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("flock once the attempt ended: %v", err)
 	}
 }

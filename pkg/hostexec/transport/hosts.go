@@ -25,17 +25,13 @@ type HostsConfig struct {
 	// on the worker's own machine as the worker's own user. Off unless the
 	// operator turns it on.
 	AllowLocal bool
-	// LocalPrestart makes the shells and files of the next local durable
-	// attempts ahead of need (localexec.LocalOptions.Prestart).
-	LocalPrestart bool
 }
 
-// RegisterFlags adds the SSH flags, --allow-local and --local-prestart
-// (their variables are GANTRY_ALLOW_LOCAL and GANTRY_LOCAL_PRESTART).
+// RegisterFlags adds the SSH flags and --allow-local (its variable is
+// GANTRY_ALLOW_LOCAL).
 func (c *HostsConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.SSH.RegisterFlags(fs)
 	fs.BoolVar(&c.AllowLocal, "allow-local", false, "run hosts with transport local: commands on this machine as this process's user")
-	fs.BoolVar(&c.LocalPrestart, "local-prestart", true, "with transport local, start the shells and make the files of the next durable attempts ahead of need (a few idle shells and open files; faster chains of local nodes)")
 }
 
 // Hosts hands out runners by transport. The SSH pool is made on first use,
@@ -52,7 +48,7 @@ type Hosts struct {
 
 // NewHosts returns a factory using cfg.
 func NewHosts(cfg HostsConfig) *Hosts {
-	return &Hosts{cfg: cfg, local: localexec.NewLocal(localexec.LocalOptions{Prestart: cfg.LocalPrestart})}
+	return &Hosts{cfg: cfg, local: localexec.Local{}}
 }
 
 // Target is a host to run commands on: "local" (Address, User,

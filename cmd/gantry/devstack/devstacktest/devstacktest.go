@@ -24,7 +24,7 @@ func Start(t *testing.T, ns *natstest.Server) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	hosts := transport.HostsConfig{AllowLocal: true, LocalPrestart: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}}
+	hosts := transport.HostsConfig{AllowLocal: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}}
 	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
 	go func() { done <- devstack.Run(ctx, cfg) }()
