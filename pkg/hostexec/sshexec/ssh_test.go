@@ -7,7 +7,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/pem"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,25 +30,7 @@ func startAgent(t *testing.T) ssh.PublicKey {
 	if err := kr.Add(agent.AddedKey{PrivateKey: priv, Comment: "test agent key"}); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = agent.ServeAgent(kr, c)
-			}()
-		}
-	}()
-	t.Setenv("SSH_AUTH_SOCK", sock)
+	serveAgent(t, kr)
 	signers, err := kr.Signers()
 	if err != nil {
 		t.Fatal(err)
