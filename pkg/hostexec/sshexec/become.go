@@ -3,7 +3,6 @@ package sshexec
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -101,21 +100,9 @@ func (r *sshRunner) checkBecome(ctx context.Context, c *conn, b becomeAs) error 
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.pool.cfg.ConnectTimeout)
 	defer cancel()
-	var sess *ssh.Session
-	for {
-		if err := r.acquire(ctx, c); err != nil {
-			return err
-		}
-		sess, client, err = r.session(ctx, c)
-		if errors.Is(err, errOverLimit) {
-			continue
-		}
-		if err != nil {
-			c.touch()
-			c.release()
-			return err
-		}
-		break
+	sess, client, err := r.slotSession(ctx, c, func() (*ssh.Session, *ssh.Client, error) { return r.session(ctx, c) })
+	if err != nil {
+		return err
 	}
 	defer func() { c.touch(); c.release() }()
 	defer sess.Close()

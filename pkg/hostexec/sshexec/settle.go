@@ -3,7 +3,6 @@ package sshexec
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,24 +22,9 @@ func (r *sshRunner) settle(ctx context.Context, cmd hostexec.Command) (hostexec.
 		return res, err
 	}
 	c := r.entry()
-	var (
-		sess *ssh.Session
-		err  error
-	)
-	for {
-		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
-			return res, err
-		}
-		sess, _, err = r.session(ctx, c)
-		if errors.Is(err, errOverLimit) {
-			continue // the slot went to the connection: wait for another
-		}
-		if err != nil {
-			c.touch()
-			c.release()
-			return res, err
-		}
-		break
+	sess, _, err := r.slotSession(ctx, c, func() (*ssh.Session, *ssh.Client, error) { return r.session(ctx, c) })
+	if err != nil {
+		return res, err
 	}
 	defer func() { c.touch(); c.release() }()
 	defer sess.Close()

@@ -200,24 +200,9 @@ func (r *sshRunner) run(ctx context.Context, cmd hostexec.Command) (hostexec.Res
 		}
 	}
 	c := r.entry()
-	var (
-		sess   *ssh.Session
-		client *ssh.Client
-	)
-	for {
-		if err := r.acquire(rctx, c); err != nil { // stay within the sessions the connection allows
-			return res, err
-		}
-		sess, client, err = r.prepare(rctx, c, cmd)
-		if errors.Is(err, errOverLimit) {
-			continue // the slot went to the connection: wait for another
-		}
-		if err != nil {
-			c.touch()
-			c.release()
-			return res, err
-		}
-		break
+	sess, client, err := r.slotSession(rctx, c, func() (*ssh.Session, *ssh.Client, error) { return r.prepare(rctx, c, cmd) })
+	if err != nil {
+		return res, err
 	}
 	defer func() { c.touch(); c.release() }()
 	defer sess.Close()

@@ -42,6 +42,29 @@ var refusedSettle = 100 * time.Millisecond
 // for a slot again (acquire, or an idle agent) before it opens a session.
 var errOverLimit = errors.New("over the connection's session limit")
 
+// slotSession takes a session slot of c (acquire) and opens a session
+// with open (r.session, or what wraps it), taking a slot again while the
+// one it took goes to the connection (errOverLimit). It returns holding
+// the slot, which the caller gives back with c.touch and c.release; on
+// an error the slot is given back.
+func (r *sshRunner) slotSession(ctx context.Context, c *conn, open func() (*ssh.Session, *ssh.Client, error)) (*ssh.Session, *ssh.Client, error) {
+	for {
+		if err := r.acquire(ctx, c); err != nil { // stay within the sessions the connection allows
+			return nil, nil, err
+		}
+		sess, client, err := open()
+		if errors.Is(err, errOverLimit) {
+			continue // the slot went to the connection: wait for another
+		}
+		if err != nil {
+			c.touch()
+			c.release()
+			return nil, nil, err
+		}
+		return sess, client, nil
+	}
+}
+
 // session opens a session for a caller that holds a slot of c. It returns
 // with the slot still held, except with errOverLimit (the slot is given
 // up: take one again).
