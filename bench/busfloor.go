@@ -248,7 +248,7 @@ func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (f
 
 // floorLocal runs the bus floor's commands, as the executor's Local runner
 // does.
-var floorLocal = localexec.Local{}
+var floorLocal = localexec.Local{Worker: localexec.WorkerEnvOf(os.LookupEnv)}
 
 // runLink is the runner's side of a link: the record (when asked for),
 // the process, the more messages, the outcome, then the dispatch's ack

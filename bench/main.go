@@ -294,7 +294,7 @@ func processStart(n int, durable bool) (float64, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	local := localexec.Local{} // as the executor's
+	local := localexec.Local{Worker: localexec.WorkerEnvOf(os.LookupEnv)} // as the executor's
 	xs := make([]float64, 0, n)
 	for i := range n {
 		cmd := hostexec.Command{Script: "true"}

@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
@@ -121,7 +122,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	ssh.Keepalive = o.keepalive
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+len(o.executors)+len(o.planners))
-	hosts := transport.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal}
+	hosts := transport.HostsConfig{SSH: ssh, AllowLocal: !o.refuseLocal, Worker: localexec.WorkerEnvOf(os.LookupEnv)}
 	dcfg := devstack.Config{Conn: conn, Keys: s.ns.Keys, Log: log, Tracer: o.tracer,
 		Planner:    plannersvc.Config{Retention: o.retention, UnclaimedAfter: o.unclaimedAfter},
 		Executor:   executor.Config{Hosts: hosts, SecretsDir: o.secretsDir, FilesDir: o.filesDir, PerHost: o.perHost, MaxFormulas: o.maxFormulas},

@@ -28,6 +28,23 @@ type EnvNamer interface {
 	FlagEnv() map[string]string
 }
 
+// EnvReader is a Config that takes settings from the process's
+// environment that no flag sets (the ssh-agent's socket, what local
+// commands keep of the worker's environment): ReadEnv is called once the
+// flags are parsed.
+type EnvReader interface {
+	ReadEnv(lookup func(string) (string, bool))
+}
+
+// ReadEnv calls ReadEnv of each config that is an EnvReader.
+func ReadEnv(lookup LookupEnv, configs ...Config) {
+	for _, c := range configs {
+		if r, ok := c.(EnvReader); ok {
+			r.ReadEnv(lookup)
+		}
+	}
+}
+
 // LookupEnv reads an environment variable (os.LookupEnv in a process).
 type LookupEnv func(name string) (string, bool)
 

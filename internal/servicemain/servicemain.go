@@ -116,6 +116,7 @@ func parse(s Service, c *Common, args []string, lookup LookupEnv, stderr io.Writ
 	if err := EnvOf(s.Config).Parse(fs, args, lookup, s.Name, s.Doc); err != nil {
 		return err
 	}
+	ReadEnv(lookup, s.Config)
 	return s.Config.Check()
 }
 

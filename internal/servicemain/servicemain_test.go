@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	executor "github.com/gantry-dev/gantry/services/executor/service"
 	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 	planner "github.com/gantry-dev/gantry/services/planner/service"
@@ -128,6 +129,28 @@ func TestEnvSetsAFlagAndTheFlagWins(t *testing.T) {
 	env["GANTRY_MAX_FORMULAS"] = "0"
 	if err := parse(s, &Common{}, nil, lookup, io.Discard); err == nil || !strings.Contains(err.Error(), "--max-formulas 0") {
 		t.Errorf("a value the service refuses: %v", err)
+	}
+}
+
+// What the executor and health-gate take from the worker's environment
+// beside their flags (the ssh-agent's socket; the PATH, HOME, LANG and
+// USER a local command keeps) reaches their settings through the lookup
+// the main is given, not through the process's own environment.
+func TestWorkersEnvironmentReachesTheSettings(t *testing.T) {
+	env := map[string]string{"SSH_AUTH_SOCK": "/run/agent.sock", "PATH": "/opt/bin", "HOME": "/home/deploy", "LANG": "C.UTF-8", "USER": "deploy"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	var x executor.Config
+	var h healthgate.Config
+	for _, s := range []Service{{Name: "executor", Config: &x}, {Name: "health-gate", Config: &h}} {
+		if err := parse(s, &Common{}, nil, lookup, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, hosts := range map[string]transport.HostsConfig{"executor": x.Hosts, "health-gate": h.Hosts} {
+		w := hosts.Worker
+		if hosts.SSH.AgentSocket != "/run/agent.sock" || w.Path != "/opt/bin" || w.Home != "/home/deploy" || w.Lang != "C.UTF-8" || w.User != "deploy" {
+			t.Errorf("%s: agent socket %q, worker env %+v: want the lookup's", name, hosts.SSH.AgentSocket, w)
+		}
 	}
 }
 

@@ -23,9 +23,13 @@ import (
 
 // Local runs commands on this machine with /bin/sh, as the worker's own
 // user, each in its own process group so a timeout kills everything it
-// started, and with a small environment of its own (localEnv), not the
-// worker's. Its zero value is ready to use.
-type Local struct{}
+// started, and with a small environment of its own (WorkerEnv.environ),
+// not the worker's. Its zero value is ready to use.
+type Local struct {
+	// Worker is what a command's environment keeps of the worker's own
+	// (zero: a default PATH and the worker user's home directory).
+	Worker WorkerEnv
+}
 
 // Run runs cmd on this machine: settles its attempt (Settle), runs it as
 // a durable attempt (Attempt: local_durable.go), or runs it plain.
@@ -35,7 +39,7 @@ func (l Local) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	}
 	switch {
 	case cmd.Settle:
-		return settleLocal(ctx, cmd)
+		return l.settle(ctx, cmd)
 	case cmd.Attempt != "":
 		return l.durable(ctx, cmd)
 	}
@@ -43,7 +47,7 @@ func (l Local) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	if err != nil {
 		return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
 	}
-	return runShell(ctx, cmd, localShell{text: ex + cmd.Script})
+	return l.runShell(ctx, cmd, localShell{text: ex + cmd.Script})
 }
 
 // durable runs the durable cmd (runAttempt); one that was started before
@@ -56,7 +60,7 @@ func (l Local) durable(ctx context.Context, cmd hostexec.Command) (hostexec.Resu
 	if err := cmdrun.CheckIDs(cmd); err != nil {
 		return res, err
 	}
-	base, err := localAttemptsDir(cmd)
+	base, err := l.attemptsDir(cmd)
 	if err != nil {
 		return res, err
 	}
@@ -75,7 +79,7 @@ func (l Local) durable(ctx context.Context, cmd hostexec.Command) (hostexec.Resu
 	}
 	sv := cmdrun.SupervisionOf(cmd, ex, false)
 	sv.Base, sv.Held = "_gb="+hostsh.Quote(base), lock != nil
-	return runShell(ctx, cmd, localShell{text: hostsh.SuperviseScript(sv), lock: lock, attempt: cmd.Attempt})
+	return l.runShell(ctx, cmd, localShell{text: hostsh.SuperviseScript(sv), lock: lock, attempt: cmd.Attempt})
 }
 
 // localShell is what runShell starts for a command: /bin/sh -c text and,
@@ -91,7 +95,7 @@ type localShell struct {
 
 // runShell runs sh for cmd (its environment, secrets, stdin, output and
 // timeout) in a process group of its own, which a timeout or cancel ends.
-func runShell(ctx context.Context, cmd hostexec.Command, sh localShell) (hostexec.Result, error) {
+func (l Local) runShell(ctx context.Context, cmd hostexec.Command, sh localShell) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
 	rctx, cancel := cmdrun.RunContext(ctx, cmd.Timeout)
 	defer cancel()
@@ -106,7 +110,7 @@ func runShell(ctx context.Context, cmd hostexec.Command, sh localShell) (hostexe
 	c := exec.Command("/bin/sh", "-c", sh.text)
 	c.Stdout, c.Stderr = out, errOut
 	c.Stdin = cmd.Stdin // nil: /dev/null
-	c.Env = localEnv(cmd.Secrets)
+	c.Env = l.Worker.environ(cmd.Secrets)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = cmdrun.KillGrace
 	if lock != nil {
@@ -188,10 +192,29 @@ func takeLock(cmd hostexec.Command, base string) *os.File {
 	return f
 }
 
-// homeDir is the HOME a local command gets (localEnv).
-func homeDir() string {
-	if home := os.Getenv("HOME"); home != "" {
-		return home
+// WorkerEnv is what a local command's environment keeps of the worker's:
+// what a shell and the usual tools expect. The rest of the worker's
+// environment is the worker's business (the path of its SSH key, its
+// NATS credentials), and the command may be anyone's. The service's main
+// reads it from the process's environment (WorkerEnvOf); this package
+// reads no environment of its own.
+type WorkerEnv struct {
+	Path string // "": defaultPath
+	Home string // "": the home directory of the worker's user, from the user database
+	Lang string // "": none
+	User string // "": none
+}
+
+// WorkerEnvOf reads a WorkerEnv with lookup (os.LookupEnv in a process).
+func WorkerEnvOf(lookup func(string) (string, bool)) WorkerEnv {
+	get := func(k string) string { v, _ := lookup(k); return v }
+	return WorkerEnv{Path: get("PATH"), Home: get("HOME"), Lang: get("LANG"), User: get("USER")}
+}
+
+// home is the HOME a local command gets.
+func (w WorkerEnv) home() string {
+	if w.Home != "" {
+		return w.Home
 	}
 	if u, err := user.Current(); err == nil {
 		return u.HomeDir
@@ -202,26 +225,25 @@ func homeDir() string {
 // defaultPath is a local command's PATH when the worker has none.
 const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
-// localEnv is a local command's environment. Of the worker's own it keeps
-// only what a shell and the usual tools expect (PATH, HOME, LANG, USER):
-// the rest is the worker's business (the path of its SSH key, its NATS
-// credentials) and the command may be anyone's. The command's Env comes
-// as exports in its text, as over SSH; its secrets come here, never in
-// the text sh is given (its argv).
-func localEnv(secrets map[string]string) []string {
+// environ is a local command's environment: PATH and HOME always, LANG
+// and USER when the worker has them, and the command's secrets. The
+// command's Env comes as exports in its text, as over SSH; its secrets
+// come here, never in the text sh is given (its argv).
+func (w WorkerEnv) environ(secrets map[string]string) []string {
 	env := make([]string, 0, 4+len(secrets))
-	path := os.Getenv("PATH")
+	path := w.Path
 	if path == "" {
 		path = defaultPath
 	}
 	env = append(env, "PATH="+path)
-	if home := homeDir(); home != "" {
+	if home := w.home(); home != "" {
 		env = append(env, "HOME="+home)
 	}
-	for _, k := range []string{"LANG", "USER"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
+	if w.Lang != "" {
+		env = append(env, "LANG="+w.Lang)
+	}
+	if w.User != "" {
+		env = append(env, "USER="+w.User)
 	}
 	// a secret named like one of the above wins: exec keeps the last
 	for _, k := range slices.Sorted(maps.Keys(secrets)) {

@@ -31,17 +31,17 @@ import (
 // worker. An attempt found claimed already is re-attached to by the
 // session supervisor's script, as before.
 
-// localAttemptsDir is the directory of cmd's attempt files on this
+// attemptsDir is the directory of cmd's attempt files on this
 // machine, where attemptsBase's shell would find it: GANTRY_ATTEMPTS of
 // cmd.Env, else .gantry/attempts in cmd.Env's HOME or the worker's (the
 // HOME a local command gets). Its secrets never move it.
-func localAttemptsDir(cmd hostexec.Command) (string, error) {
+func (l Local) attemptsDir(cmd hostexec.Command) (string, error) {
 	if base := cmd.Env["GANTRY_ATTEMPTS"]; base != "" {
 		return base, nil
 	}
 	home, ok := cmd.Env["HOME"]
 	if !ok {
-		home = homeDir()
+		home = l.Worker.home()
 	}
 	if home == "" {
 		return "", errors.New("no home directory for the attempts' files: set GANTRY_ATTEMPTS or HOME in the command's environment")
@@ -164,7 +164,7 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string
 	}
 	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
 	c.Stdout, c.Stderr, c.Stdin = outFile, errFile, nil
-	c.Env = localEnv(cmd.Secrets)
+	c.Env = l.Worker.environ(cmd.Secrets)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if lock != nil {
 		c.ExtraFiles = []*os.File{lock} // fd 3

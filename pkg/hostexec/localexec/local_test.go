@@ -16,11 +16,11 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/linestest"
 )
 
-// localEnvOf runs env locally and returns the environment it saw.
-func localEnvOf(t *testing.T, cmd hostexec.Command) map[string]string {
+// localEnvOf runs env with l and returns the environment it saw.
+func localEnvOf(t *testing.T, l Local, cmd hostexec.Command) map[string]string {
 	t.Helper()
 	cmd.Script = "env"
-	res, err := Local{}.Run(context.Background(), cmd)
+	res, err := l.Run(context.Background(), cmd)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("env: %+v %v", res, err)
 	}
@@ -32,14 +32,15 @@ func localEnvOf(t *testing.T, cmd hostexec.Command) map[string]string {
 	return got
 }
 
-// A local command gets PATH, HOME, LANG and USER from the worker, its own
-// Env and Secrets, and nothing else of the worker's environment.
+// A local command gets PATH, HOME, LANG and USER from the worker (as its
+// main read them: WorkerEnvOf), its own Env and Secrets, and nothing else
+// of the worker's environment.
 func TestLocalCleanEnvironment(t *testing.T) {
 	t.Setenv("GANTRY_SSH_KEY", "/keys/sentinel-key-path")
 	t.Setenv("NATS_CREDS", "sentinel-creds-value")
 	t.Setenv("LANG", "C.UTF-8")
 	t.Setenv("USER", "someone")
-	got := localEnvOf(t, hostexec.Command{Env: map[string]string{"MINE": "m"}, Secrets: map[string]string{"TOKEN": "t0ken-value"}})
+	got := localEnvOf(t, Local{Worker: WorkerEnvOf(os.LookupEnv)}, hostexec.Command{Env: map[string]string{"MINE": "m"}, Secrets: map[string]string{"TOKEN": "t0ken-value"}})
 	allowed := []string{"PATH", "HOME", "LANG", "USER", "PWD", "SHLVL", "_", "MINE", "TOKEN"}
 	for k := range got {
 		if !slices.Contains(allowed, k) {
@@ -59,17 +60,18 @@ func TestLocalCleanEnvironment(t *testing.T) {
 }
 
 // Without PATH and HOME the command gets a usual PATH and the user's home
-// directory; LANG and USER are left out.
+// directory; LANG and USER are left out. The runner reads no environment
+// of its own: the worker's variables reach a command only through
+// Local.Worker.
 func TestLocalEnvironmentDefaults(t *testing.T) {
 	u, err := user.Current()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"PATH", "HOME", "LANG", "USER"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
+	for k, v := range map[string]string{"PATH": "/sentinel/bin:" + os.Getenv("PATH"), "HOME": "/sentinel-home", "LANG": "sentinel", "USER": "sentinel"} {
+		t.Setenv(k, v)
 	}
-	got := localEnvOf(t, hostexec.Command{})
+	got := localEnvOf(t, Local{}, hostexec.Command{})
 	if got["PATH"] != defaultPath || got["HOME"] != u.HomeDir {
 		t.Fatalf("PATH=%q HOME=%q, want %q and %q", got["PATH"], got["HOME"], defaultPath, u.HomeDir)
 	}

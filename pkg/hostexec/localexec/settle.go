@@ -12,8 +12,8 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
-// settleLocal settles a durable attempt of transport local.
-func settleLocal(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+// settle settles a durable attempt of transport local.
+func (l Local) settle(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
 	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
 		return res, err
@@ -21,14 +21,14 @@ func settleLocal(ctx context.Context, cmd hostexec.Command) (hostexec.Result, er
 	if _, err := cmdrun.CheckedExports(cmd); err != nil {
 		return res, err
 	}
-	base, err := localAttemptsDir(cmd)
+	base, err := l.attemptsDir(cmd)
 	if err != nil {
 		return res, err
 	}
 	c := exec.CommandContext(ctx, "/bin/sh", "-c", hostsh.SettleScript(cmd.Attempt, "_gb="+hostsh.Quote(base)))
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut
-	c.Env = localEnv(nil)
+	c.Env = l.Worker.environ(nil)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = cmdrun.KillGrace
 	err = c.Run()

@@ -18,8 +18,9 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 )
 
-// serveAgent serves kr on a unix socket and points SSH_AUTH_SOCK at it.
-func serveAgent(t *testing.T, kr agent.Agent) {
+// serveAgent serves kr on a unix socket and returns its path (a pool's
+// AgentSocket).
+func serveAgent(t *testing.T, kr agent.Agent) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	l, err := net.Listen("unix", sock)
@@ -39,7 +40,7 @@ func serveAgent(t *testing.T, kr agent.Agent) {
 			}()
 		}
 	}()
-	t.Setenv("SSH_AUTH_SOCK", sock)
+	return sock
 }
 
 // authorizeOnly makes host i of a fleet accept only the keys given (its
@@ -110,7 +111,6 @@ func TestIdentityFilePerHost(t *testing.T) {
 // runs, with ErrIdentity, naming the file and what is wrong with it.
 func TestIdentityFileUnusable(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("SSH_AUTH_SOCK", "")
 	f := sshtest.Start(t, 1, sshtest.Options{})
 	notKey := filepath.Join(dir, "notkey")
 	if err := os.WriteFile(notKey, []byte("hello\n"), 0o600); err != nil {
@@ -164,9 +164,9 @@ func TestEncryptedIdentityThroughAgent(t *testing.T) {
 	if err := kr.Add(agent.AddedKey{PrivateKey: priv}); err != nil {
 		t.Fatal(err)
 	}
-	serveAgent(t, kr)
+	sock := serveAgent(t, kr)
 	authorizeOnly(t, filepath.Join(f.Dir, "authorized_keys"), pub)
-	p, err := NewPool(SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User, UseAgent: true})
+	p, err := NewPool(SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User, UseAgent: true, AgentSocket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,6 @@ func TestEncryptedIdentityThroughAgent(t *testing.T) {
 // certificate the ssh-agent holds. Without it the same key is refused.
 func TestUserCertificateLogsIn(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("SSH_AUTH_SOCK", "")
 	caPub := filepath.Join(dir, "ca.pub")
 	ca := sshtest.NewCA(t, caPub)
 	f := sshtest.Start(t, 1, sshtest.Options{ExtraConfig: []string{"TrustedUserCAKeys " + caPub}})
@@ -241,8 +240,8 @@ func TestUserCertificateLogsIn(t *testing.T) {
 	if err := kr.Add(agent.AddedKey{PrivateKey: priv.(*ed25519.PrivateKey), Certificate: cpub.(*ssh.Certificate)}); err != nil {
 		t.Fatal(err)
 	}
-	serveAgent(t, kr)
-	if err := echo(t, pool(SSHConfig{KeyFile: f.KeyFile, UseAgent: true}).Runner(addr, "")); err != nil {
+	sock := serveAgent(t, kr)
+	if err := echo(t, pool(SSHConfig{KeyFile: f.KeyFile, UseAgent: true, AgentSocket: sock}).Runner(addr, "")); err != nil {
 		t.Errorf("a certificate in the ssh-agent: %v", err)
 	}
 }

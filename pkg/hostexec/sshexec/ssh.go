@@ -30,9 +30,12 @@ type SSHConfig struct {
 	// its own (Target.IdentityFile) is offered that key instead.
 	KeyFile  string
 	CertFile string
-	// UseAgent also offers the keys of the ssh-agent at $SSH_AUTH_SOCK,
+	// UseAgent also offers the keys of the ssh-agent at AgentSocket,
 	// after the key file's, in the same publickey attempt.
 	UseAgent bool
+	// AgentSocket is the ssh-agent's socket: $SSH_AUTH_SOCK of the
+	// worker, which the service's main reads (ReadEnv); "": no agent.
+	AgentSocket string
 	// KnownHosts is the known_hosts file. Empty: ~/.ssh/known_hosts. It is
 	// read again when it changed, before a new connection.
 	KnownHosts string
@@ -62,6 +65,15 @@ type SSHConfig struct {
 
 // UserEnv is the variable of --ssh-user: the user the worker runs as.
 const UserEnv = "USER"
+
+// AgentSocketEnv is the variable that names the ssh-agent's socket.
+const AgentSocketEnv = "SSH_AUTH_SOCK"
+
+// ReadEnv sets what the settings take from the worker's environment
+// rather than from a flag: the ssh-agent's socket.
+func (c *SSHConfig) ReadEnv(lookup func(string) (string, bool)) {
+	c.AgentSocket, _ = lookup(AgentSocketEnv)
+}
 
 // RegisterFlags adds the SSH flags a service takes. Their variables are
 // GANTRY_<FLAG>, but --ssh-user's: UserEnv.
@@ -130,7 +142,7 @@ func DefaultSSHPaths() (keyFile, knownHosts string) {
 type Pool struct {
 	cfg       SSHConfig
 	keys      []ssh.Signer // from the key file
-	agentSock string       // $SSH_AUTH_SOCK when the agent is used
+	agentSock string       // cfg.AgentSocket when the agent is used
 	agentDown atomic.Bool  // its failure was logged
 	known     *knownHosts  // nil when host keys are not checked
 	log       *slog.Logger
@@ -269,7 +281,7 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 		return nil, fmt.Errorf("ssh certificate %s: no key for it: set --ssh-key (GANTRY_SSH_KEY)", cfg.CertFile)
 	}
 	if cfg.UseAgent {
-		p.agentSock = os.Getenv("SSH_AUTH_SOCK")
+		p.agentSock = cfg.AgentSocket
 	}
 	if len(p.keys) == 0 && p.agentSock == "" {
 		return nil, errors.New("ssh: no key file found and no ssh-agent: set --ssh-key (GANTRY_SSH_KEY)")

@@ -25,6 +25,17 @@ type HostsConfig struct {
 	// on the worker's own machine as the worker's own user. Off unless the
 	// operator turns it on.
 	AllowLocal bool
+	// Worker is what the commands of hosts with transport local keep of
+	// the worker's environment.
+	Worker localexec.WorkerEnv
+}
+
+// ReadEnv sets what the settings take from the worker's environment
+// (lookup: os.LookupEnv in a process): the ssh-agent's socket, and what
+// local commands keep of it.
+func (c *HostsConfig) ReadEnv(lookup func(string) (string, bool)) {
+	c.SSH.ReadEnv(lookup)
+	c.Worker = localexec.WorkerEnvOf(lookup)
 }
 
 // RegisterFlags adds the SSH flags and --allow-local (its variable is
@@ -48,7 +59,7 @@ type Hosts struct {
 
 // NewHosts returns a factory using cfg.
 func NewHosts(cfg HostsConfig) *Hosts {
-	return &Hosts{cfg: cfg, local: localexec.Local{}}
+	return &Hosts{cfg: cfg, local: localexec.Local{Worker: cfg.Worker}}
 }
 
 // Target is a host to run commands on: "local" (Address, User,

@@ -28,6 +28,10 @@ func (c *Config) FlagEnv() map[string]string {
 	return map[string]string{"labels": LabelsEnv, "ssh-user": sshexec.UserEnv}
 }
 
+// ReadEnv takes from the worker's environment what no flag sets: the
+// ssh-agent's socket, and what local commands keep of it.
+func (c *Config) ReadEnv(lookup func(string) (string, bool)) { c.Hosts.ReadEnv(lookup) }
+
 // Check checks the counts and reads --labels into Labels.
 func (c *Config) Check() error {
 	if err := CheckCounts(c.MaxFormulas, c.PerHost); err != nil {

@@ -20,5 +20,9 @@ func (c *Config) FlagEnv() map[string]string {
 	return map[string]string{"ssh-user": sshexec.UserEnv}
 }
 
+// ReadEnv takes from the worker's environment what no flag sets: the
+// ssh-agent's socket, and what local commands keep of it.
+func (c *Config) ReadEnv(lookup func(string) (string, bool)) { c.Hosts.ReadEnv(lookup) }
+
 // Check has nothing to check (Run takes a --concurrency below 1 for 32).
 func (c *Config) Check() error { return nil }

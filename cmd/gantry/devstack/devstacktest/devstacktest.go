@@ -6,10 +6,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
@@ -24,7 +26,7 @@ func Start(t *testing.T, ns *natstest.Server) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	hosts := transport.HostsConfig{AllowLocal: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}}
+	hosts := transport.HostsConfig{AllowLocal: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}, Worker: localexec.WorkerEnvOf(os.LookupEnv)}
 	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
 	go func() { done <- devstack.Run(ctx, cfg) }()

@@ -229,6 +229,7 @@ func (d *devServices) configure(lookup servicemain.LookupEnv, given func(string)
 	if err := servicemain.EnvOf(d.configs()...).Apply(d.fs, lookup, given); err != nil {
 		return err
 	}
+	servicemain.ReadEnv(lookup, d.configs()...)
 	var errs []error
 	for _, c := range d.configs() {
 		errs = append(errs, c.Check())
