@@ -3,7 +3,8 @@ package project
 import "strings"
 
 // The layout of the gantry_state bucket that is the state-store's own (the
-// per-host keys, which the planner reads, are events.HostNodeKey): a
+// per-host keys are events.HostNodeKey, in the wire contract: the other
+// services' tests write them to show that the planner never reads them): a
 // workflow's summary, one document per formula and one per node, so that
 // an event rewrites one small document whatever the workflow's size.
 
