@@ -217,6 +217,7 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 		if !interrupted {
 			next.Attempt++
 			next.GenAttempts++
+			next.StartedAt = nil // its own, once it starts
 		}
 		interrupted = false
 		final, retry, err := nr.once(ctx, next, maxAttempts)
@@ -265,19 +266,29 @@ func (nr *nodeRun) cancelBetween(ctx context.Context) (dag.NodeState, error) {
 // once makes attempt next (or resumes it). The attempt is recorded right
 // before its process starts (hostexec's BeforeStart), so the recorded
 // attempts are exactly those that started something on the host, and then
-// announced. retry says another attempt is due.
+// announced. retry says another attempt is due. The record holds the
+// attempt's start, as its running says it: an attempt resumed keeps it,
+// and is announced again as it was first.
 func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.NodeState, bool, error) {
 	next.Generation, next.Status, next.SpecHash, next.ExitCode = nr.d.Generation, dag.NodeRunning, nr.n.SpecHash, nil
 	started := time.Now().UTC()
+	resumed := next.StartedAt != nil
+	if resumed {
+		started = *next.StartedAt
+	}
 	recorded := false
 	var recordErr error
 	record := func() error {
+		if !recorded && !resumed { // its first script's start (a check's, then its command's)
+			started = time.Now().UTC()
+		}
+		at := started
+		next.StartedAt = &at
 		if recordErr = nr.save(ctx, next); recordErr != nil {
 			return recordErr
 		}
 		recorded = true
-		started = time.Now().UTC()
-		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: next.GenAttempts, Run: events.Run{StartedAt: &started}}, next.Attempt)
+		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: next.GenAttempts, Run: events.Run{StartedAt: &at}}, next.Attempt)
 		return nil
 	}
 	final, ev, permanent, held, busErr := nr.attempt(next.Attempt, record)
@@ -290,6 +301,10 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 		return dag.NodeFailed, false, busErr // nothing started and nothing counted: redelivered
 	}
 	rec := next
+	if rec.StartedAt == nil { // nothing started: announced from when it was due
+		at := started
+		rec.StartedAt = &at
+	}
 	ended := time.Now().UTC()
 	if ev.EndedAt != nil {
 		ended = *ev.EndedAt

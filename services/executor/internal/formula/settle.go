@@ -141,7 +141,7 @@ func (nr *nodeRun) settle(ctx context.Context) (dag.NodeState, *events.NodeEvent
 	rec := nr.rec
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
-	ev := &events.NodeEvent{GenAttempt: rec.GenAttempts}
+	ev := &events.NodeEvent{GenAttempt: rec.GenAttempts, Run: events.Run{StartedAt: rec.StartedAt}}
 	res, err := nr.settleOn(ctx, rec, "run")
 	what := "command"
 	if errors.Is(err, hostexec.ErrNoAttempt) && nr.d.Operation == dag.OpCreate && strings.TrimSpace(nr.n.Check) != "" {
