@@ -15,8 +15,9 @@
 #      run succeeds, every node succeeded; the services are connected to 2
 #      servers or more within SPREAD_BOUND seconds (60); the composition
 #      was accepted once; every node ran exactly once (markers); its events
-#      in GANTRY_EVENTS hold no event id or message id twice and no node
-#      running after it succeeded; `gantry status` and `gantry state` agree
+#      in GANTRY_EVENTS hold no event id or message id twice, no node
+#      running after it succeeded and no attempt that ended without its
+#      running stored; `gantry status` and `gantry state` agree
 #      with the stream; `gantry state --rebuild --check` passes; a resubmit
 #      of the same composition skips every node (no new marker line)
 #   b. partitions: the meta leader, then a node that is not, cut off the
@@ -300,7 +301,7 @@ check_run() {
 	for w in ${wfs//,/ }; do
 		rc=0
 		out=$(check_py stream "$evidence/events-$name.jsonl" "$w") || rc=$?
-		verdict "the stream holds no event of $w twice, no node running after it succeeded" $rc "$out"
+		verdict "the stream holds no event of $w twice, no node running after it succeeded, no attempt ended without its running" $rc "$out"
 	done
 	"$bin/gantry" status "$id" -o json >"$evidence/status-$name.json" 2>&1 || true
 	"$bin/gantry" state -o json >"$evidence/state-$name.json" 2>&1 || true

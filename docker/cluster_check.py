@@ -4,7 +4,8 @@
   dump IN OUT                  `nats sub --stream --dump=-` (NUL-separated) to
                                JSON lines: seq, subject, msg_id, event
   stream EVENTS ID             the workflow's events: no event id or message id
-                               stored twice, no node running after it succeeded
+                               stored twice, no node running after it succeeded,
+                               no attempt ended without its running stored
   markers NAME IDS N FILE...   marker lines "NAME f/n ATTEMPT": N nodes, each once,
                                by one of the workflows IDS (comma-separated)
   workflows EVENTS NAME        the ids of the workflows of composition NAME accepted
@@ -86,6 +87,12 @@ def stream(path, wid):
     # of any running stored after it
     done = {}
     late = []
+    # per attempt of a node (attempts are numbered across generations): its
+    # running stored, and its first end; an attempt that ended (attempt > 0:
+    # blocked or cancelled before anything started is attempt 0) must
+    # have its running in the stream too
+    ran = set()
+    ended = {}
     types = Counter()
     for r in recs:
         ev = r["event"]
@@ -94,16 +101,25 @@ def stream(path, wid):
             continue
         d = ev["data"]
         k = (d.get("generation"), d.get("formula"), d.get("node"))
+        a = (d.get("formula"), d.get("node"), d.get("attempt") or 0)
         st = d.get("status")
         if st == "succeeded":
             done.setdefault(k, r["seq"])
         elif st == "running" and k in done:
             late.append(f"{k[1]}/{k[2]} running at seq {r['seq']} after succeeded at seq {done[k]}")
+        if st == "running":
+            ran.add(a)
+        elif a[2] > 0 and st in ("succeeded", "failed", "skipped", "cancelled"):
+            ended.setdefault(a, (st, r["seq"]))
+    unran = [f"{a[0]}/{a[1]} attempt {a[2]} {st} at seq {seq}" for a, (st, seq) in sorted(ended.items(), key=lambda x: x[1][1]) if a not in ran]
     if late:
         problems.append(f"{len(late)} nodes running after they succeeded: {late[:5]}")
+    if unran:
+        problems.append(f"{len(unran)} attempts ended without their running stored: {unran[:5]}")
     node_types = ", ".join(f"{t.split('.', 1)[1]} {n}" for t, n in sorted(types.items()))
     print(f"{len(recs)} events of {wid} (seq {recs[0]['seq'] if recs else '-'}..{recs[-1]['seq'] if recs else '-'}): {node_types}")
-    print(f"duplicate event ids: {len(dup_ids)}; duplicate message ids: {len(dup_mids)}; nodes running after succeeded: {len(late)}")
+    print(f"duplicate event ids: {len(dup_ids)}; duplicate message ids: {len(dup_mids)}; nodes running after succeeded: {len(late)}; "
+          f"attempts ended without their running: {len(unran)}")
     for p in problems:
         print("PROBLEM:", p)
     return 1 if problems or not recs else 0

@@ -61,6 +61,12 @@ type NodeRecord struct {
 	GenAttempts int           `json:"gen_attempts"` // attempts made in that generation
 	ExitCode    *int          `json:"exit_code,omitempty"`
 	SpecHash    string        `json:"spec_hash,omitempty"`
+	// StartedAt is when the last attempt started, as its running event
+	// says: a delivery that finds the attempt recorded publishes that
+	// event again, the same, before the attempt's end (the first copy
+	// may never have been stored). Written with the record the attempt
+	// writes anyway; none in records written before it was kept.
+	StartedAt *time.Time `json:"started_at,omitempty"`
 }
 
 // OutputRecord is what a node's run handed on (its outputs), in

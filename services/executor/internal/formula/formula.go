@@ -338,7 +338,7 @@ func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, 
 	f := &formulaRun{x: x, d: d, pf: pf, out: x.Bus.Batch(), sent: sent, again: again, started: time.Now().UTC(), span: trace.SpanContextFromContext(ctx),
 		log: x.Log.With("workflow_id", d.WorkflowID, "host", d.Ref.Host, "formula", d.Formula)}
 	if again {
-		f.out.Recheck(sent)
+		f.recheck(sent)
 	}
 	stop, kill := context.WithCancelCause(ctx)
 	defer kill(nil)
@@ -415,6 +415,40 @@ type formulaRun struct {
 	// unstarted counts the nodes not started yet: once none is left, an
 	// ended node's slots go back at once instead of waiting for a next node.
 	unstarted atomic.Int32
+	// rechecked is the time from which what is emitted is looked for in
+	// the stream before it is sent (zero: it is not; see recheck).
+	recheckMu sync.Mutex
+	rechecked time.Time
+}
+
+// recheck says an earlier delivery of the dispatch may have stored, since
+// about since, what is emitted from now on: each is looked for first
+// (Emitter.Recheck). It only ever goes further back.
+func (f *formulaRun) recheck(since time.Time) {
+	f.recheckMu.Lock()
+	defer f.recheckMu.Unlock()
+	if since.IsZero() || !f.rechecked.IsZero() && !since.Before(f.rechecked) {
+		return
+	}
+	f.rechecked = since
+	f.out.Recheck(since)
+}
+
+// emitLookedFor is emitNodeOf of an event that may have been stored
+// since about since, earlier than anything this delivery otherwise looks
+// for: it is looked for in the stream from then on before it is sent,
+// and what is emitted after it as before.
+func (f *formulaRun) emitLookedFor(ctx context.Context, since time.Time, ref events.Ref, j int, ev *events.NodeEvent, attempt int) {
+	f.recheckMu.Lock()
+	defer f.recheckMu.Unlock()
+	earlier := f.rechecked.IsZero() || since.Before(f.rechecked)
+	if earlier {
+		f.out.Recheck(since)
+	}
+	f.emitNodeOf(ctx, ref, j, ev, attempt)
+	if earlier {
+		f.out.Recheck(f.rechecked) // zero: nothing looked for, as before
+	}
 }
 
 // release gives a lease back without waiting; Run waits for it before the
@@ -709,18 +743,27 @@ func (f *formulaRun) emitFormula(ctx context.Context, st dag.FormulaState, why s
 
 // emitNode publishes a node transition.
 func (f *formulaRun) emitNode(ctx context.Context, j int, ev *events.NodeEvent, attempt int) {
+	f.emitNodeOf(ctx, f.d.Ref, j, ev, attempt)
+}
+
+// emitNodeOf publishes a node transition of ref's generation (the
+// dispatch's, or an earlier one's attempt announced again), with the
+// node's spec hash unless ev has the attempt's.
+func (f *formulaRun) emitNodeOf(ctx context.Context, ref events.Ref, j int, ev *events.NodeEvent, attempt int) {
 	n := f.d.Nodes[j]
-	ev.Ref = f.d.Ref
+	ev.Ref = ref
 	ev.Node = n.Name
 	ev.Attempt = attempt
-	ev.SpecHash = n.SpecHash
+	if ev.SpecHash == "" {
+		ev.SpecHash = n.SpecHash
+	}
 	ev.MaxAttempts = n.Retry.MaxAttempts
 	ev.Actor = f.x.Actor
 	what := string(ev.Status)
 	if ev.WillRetry {
 		what += "-retry"
 	}
-	f.out.Emit(tracing.Context(ctx, f.span, f.nodeSpan(j)), events.HostLifecycle(f.d.Ref.Host), ev, msgID(f.d.Ref, n.Name, what, attempt))
+	f.out.Emit(tracing.Context(ctx, f.span, f.nodeSpan(j)), events.HostLifecycle(ref.Host), ev, msgID(ref, n.Name, what, attempt))
 }
 
 func (x *Executor) hostSlot(host string) chan struct{} {

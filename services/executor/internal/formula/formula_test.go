@@ -59,12 +59,14 @@ func TestNodeTransitions(t *testing.T) {
 		want: []string{"f running", "n skipped 0: already succeeded with the same spec", "f succeeded"},
 		ran:  nil, record: Record{Status: dag.NodeSkipped},
 	}, {
+		// The attempt's running is published again before its end (its
+		// first copy may have been lost with that delivery).
 		name: "recorded succeeded by an earlier delivery: not run again",
 		arrange: func(h *harness) {
 			h.records.Set(h.key(op, "n"), Record{Status: dag.NodeSucceeded, Attempt: 1, Generation: 1, GenAttempts: 1})
 		},
 		d:    dispatch(op, 1, node("n", "ok", 3)),
-		want: []string{"f running", "n succeeded 1: already recorded succeeded", "f succeeded"},
+		want: []string{"f running", "n running 1", "n succeeded 1: already recorded succeeded", "f succeeded"},
 		ran:  nil, record: Record{Status: dag.NodeSucceeded, Attempt: 1, GenAttempts: 1},
 	}, {
 		name: "recorded failed earlier in this generation: not run again",
@@ -72,7 +74,7 @@ func TestNodeTransitions(t *testing.T) {
 			h.records.Set(h.key(op, "n"), Record{Status: dag.NodeFailed, Attempt: 1, Generation: 1, GenAttempts: 1})
 		},
 		d:    dispatch(op, 1, node("n", "ok", 3)),
-		want: []string{"f running", "n failed 1: failed earlier in this run", "f failed: node(s) failed: n"},
+		want: []string{"f running", "n running 1", "n failed 1: failed earlier in this run", "f failed: node(s) failed: n"},
 		ran:  nil, record: Record{Status: dag.NodeFailed, Attempt: 1, GenAttempts: 1},
 	}, {
 		name: "failed in an earlier generation: a retry runs it again",

@@ -118,7 +118,7 @@ func (nr *nodeRun) read(ctx context.Context) error {
 	}
 	nr.rec, nr.rev, nr.known = rec, rev, true
 	if rev > 0 && rec.Generation == nr.d.Generation && !nr.sent.IsZero() {
-		nr.out.Recheck(nr.sent) // an earlier delivery got this far, and published
+		nr.recheck(nr.sent) // an earlier delivery got this far, and published
 	}
 	return nil
 }
@@ -145,17 +145,25 @@ func (nr *nodeRun) fromRecord(ctx context.Context) (dag.NodeState, error) {
 	rec := nr.rec
 	if nr.known {
 		// Recorded succeeded (or skipped): never again in this workflow.
+		// An end reached in this generation follows its attempt's running,
+		// published again (its first copy may be lost); one of an earlier
+		// generation is that generation's, reported here as it stands.
 		if rec.Status.Done() {
+			if rec.Generation == nr.d.Generation {
+				nr.runningAgain(ctx, rec)
+			}
 			nr.emit(ctx, &events.NodeEvent{Status: rec.Status, Run: events.Run{ExitCode: rec.ExitCode}, Reason: "already recorded " + string(rec.Status)}, rec.Attempt)
 			return rec.Status, nil
 		}
 		if rec.Status == dag.NodeFailed && rec.Generation == nr.d.Generation {
+			nr.runningAgain(ctx, rec)
 			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: "failed earlier in this run"}}, rec.Attempt)
 			return dag.NodeFailed, nil
 		}
 		// Cancelled in this generation (its workflow was cancelled: only a
 		// retry, a new generation, runs it again).
 		if rec.Status == dag.NodeCancelled && rec.Generation == nr.d.Generation {
+			nr.runningAgain(ctx, rec)
 			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "cancelled"}, rec.Attempt)
 			return dag.NodeCancelled, nil
 		}
@@ -198,6 +206,7 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 			if ev == nil {
 				ev = &events.NodeEvent{Status: st, Run: events.Run{ExitCode: nr.rec.ExitCode}}
 			}
+			nr.runningAgain(ctx, nr.rec)
 			ev.Reason = "already recorded " + string(st) + ": attempt " + strconv.Itoa(nr.rec.Attempt) + " of generation " + strconv.Itoa(nr.rec.Generation) + " ended on the host while no executor followed it"
 			nr.emit(ctx, ev, nr.rec.Attempt)
 			return st, nil
@@ -217,6 +226,7 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 		if !interrupted {
 			next.Attempt++
 			next.GenAttempts++
+			next.StartedAt = nil // its own, once it starts
 		}
 		interrupted = false
 		final, retry, err := nr.once(ctx, next, maxAttempts)
@@ -239,6 +249,7 @@ func (nr *nodeRun) attempts(ctx context.Context) (dag.NodeState, error) {
 	if err := nr.save(ctx, rec); err != nil {
 		return dag.NodeFailed, err
 	}
+	nr.runningAgain(ctx, rec)
 	nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{Error: fmt.Sprintf("no attempts left (%d of %d made)", rec.GenAttempts, maxAttempts)}}, rec.Attempt)
 	return dag.NodeFailed, nil
 }
@@ -265,19 +276,29 @@ func (nr *nodeRun) cancelBetween(ctx context.Context) (dag.NodeState, error) {
 // once makes attempt next (or resumes it). The attempt is recorded right
 // before its process starts (hostexec's BeforeStart), so the recorded
 // attempts are exactly those that started something on the host, and then
-// announced. retry says another attempt is due.
+// announced. retry says another attempt is due. The record holds the
+// attempt's start, as its running says it: an attempt resumed keeps it,
+// and is announced again as it was first.
 func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.NodeState, bool, error) {
 	next.Generation, next.Status, next.SpecHash, next.ExitCode = nr.d.Generation, dag.NodeRunning, nr.n.SpecHash, nil
 	started := time.Now().UTC()
+	resumed := next.StartedAt != nil
+	if resumed {
+		started = *next.StartedAt
+	}
 	recorded := false
 	var recordErr error
 	record := func() error {
+		if !recorded && !resumed { // its first script's start (a check's, then its command's)
+			started = time.Now().UTC()
+		}
+		at := started
+		next.StartedAt = &at
 		if recordErr = nr.save(ctx, next); recordErr != nil {
 			return recordErr
 		}
 		recorded = true
-		started = time.Now().UTC()
-		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: next.GenAttempts, Run: events.Run{StartedAt: &started}}, next.Attempt)
+		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: next.GenAttempts, Run: events.Run{StartedAt: &at}}, next.Attempt)
 		return nil
 	}
 	final, ev, permanent, held, busErr := nr.attempt(next.Attempt, record)
@@ -290,6 +311,10 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 		return dag.NodeFailed, false, busErr // nothing started and nothing counted: redelivered
 	}
 	rec := next
+	if rec.StartedAt == nil { // nothing started: announced from when it was due
+		at := started
+		rec.StartedAt = &at
+	}
 	ended := time.Now().UTC()
 	if ev.EndedAt != nil {
 		ended = *ev.EndedAt
@@ -382,4 +407,37 @@ func (nr *nodeRun) saveOutcome(ctx context.Context, rec Record) error {
 
 func (nr *nodeRun) emit(ctx context.Context, ev *events.NodeEvent, attempt int) {
 	nr.emitNode(ctx, nr.j, ev, attempt)
+}
+
+// runningAgain publishes again the running of the attempt rec records
+// (one made in rec's generation), as the delivery that made the attempt
+// published it when the attempt started: the same message id, attempt,
+// generation and start. It comes before that attempt's end, which a
+// delivery finds recorded (a redelivery, a re-attach after a crash, a
+// settle of an attempt left running): the first copy may never have been
+// stored (its publish was lost, and the delivery that made it did not
+// flush it before it died or gave the dispatch back), and a node must not
+// end in the stream without having run there. The first copy, when it
+// was stored, drops this one: within the event stream's duplicate window
+// JetStream drops it; later, a delivery that follows an earlier one of
+// its dispatch looks for what it emits first (Recheck). An attempt of an
+// earlier generation (a settle) was announced before this delivery's
+// dispatch was published, so it is looked for from its recorded start
+// on, and not announced again when its record holds none (written
+// before records kept it): it could not be looked for.
+func (nr *nodeRun) runningAgain(ctx context.Context, rec Record) {
+	if rec.Attempt <= 0 || rec.GenAttempts <= 0 || rec.Generation > nr.d.Generation {
+		return // no attempt made in its generation (skipped without running)
+	}
+	ref := nr.d.Ref
+	ref.Generation = rec.Generation
+	ev := &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: rec.GenAttempts, SpecHash: rec.SpecHash, Run: events.Run{StartedAt: rec.StartedAt}}
+	if rec.Generation == nr.d.Generation {
+		nr.emitNodeOf(ctx, ref, nr.j, ev, rec.Attempt)
+		return
+	}
+	if rec.StartedAt == nil {
+		return
+	}
+	nr.emitLookedFor(ctx, *rec.StartedAt, ref, nr.j, ev, rec.Attempt)
 }

@@ -23,8 +23,10 @@ import (
 // each node recorded running, on its host (hostexec's Settle: the attempt
 // is killed if it still runs, never started if it has not, and how it
 // ended is read from the host), records the node's end in gantry_nodes,
-// and publishes it, so the projection and gantry status stop showing it
-// running, and a retry sees a success it found there. A later generation
+// and publishes it (after the attempt's running, published again: the
+// executor that died may not have stored it), so the projection and
+// gantry status stop showing it running, and a retry sees a success it
+// found there. A later generation
 // does the same with an attempt of an earlier one that it finds recorded
 // running, before it runs the node again (or not at all: it succeeded).
 
@@ -68,6 +70,9 @@ func (f *formulaRun) stopped(ctx context.Context, later bool) error {
 		case later && rec.Status != dag.NodeRunning:
 		case rec.Status.Done():
 			states[j] = rec.Status
+			if rec.Generation == f.d.Generation {
+				nr.runningAgain(ctx, rec) // as fromRecord does
+			}
 			nr.emit(ctx, &events.NodeEvent{Status: rec.Status, Run: events.Run{ExitCode: rec.ExitCode}, Reason: "already recorded " + string(rec.Status)}, rec.Attempt)
 		case rec.Status == dag.NodeRunning && rec.Generation <= f.d.Generation && rec.Attempt > 0:
 			settling++
@@ -76,6 +81,7 @@ func (f *formulaRun) stopped(ctx context.Context, later bool) error {
 				if err != nil {
 					f.fail(fmt.Errorf("node %s: %w", n.Name, err))
 				} else if ev != nil {
+					nr.runningAgain(ctx, nr.rec)
 					nr.emit(ctx, ev, nr.rec.Attempt)
 				}
 				results <- settled{j, st}
@@ -83,9 +89,11 @@ func (f *formulaRun) stopped(ctx context.Context, later bool) error {
 		case rec.Generation == f.d.Generation && rec.Status == dag.NodeFailed:
 			states[j] = dag.NodeFailed
 			failed = append(failed, n.Name)
+			nr.runningAgain(ctx, rec)
 			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeFailed, Run: events.Run{ExitCode: rec.ExitCode, Error: "failed earlier in this run"}}, rec.Attempt)
 		case rec.Generation == f.d.Generation && rec.Status == dag.NodeCancelled:
 			states[j] = dag.NodeCancelled
+			nr.runningAgain(ctx, rec)
 			nr.emit(ctx, &events.NodeEvent{Status: dag.NodeCancelled, Reason: "cancelled"}, rec.Attempt)
 		}
 	}
@@ -141,7 +149,7 @@ func (nr *nodeRun) settle(ctx context.Context) (dag.NodeState, *events.NodeEvent
 	rec := nr.rec
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
-	ev := &events.NodeEvent{GenAttempt: rec.GenAttempts}
+	ev := &events.NodeEvent{GenAttempt: rec.GenAttempts, Run: events.Run{StartedAt: rec.StartedAt}}
 	res, err := nr.settleOn(ctx, rec, "run")
 	what := "command"
 	if errors.Is(err, hostexec.ErrNoAttempt) && nr.d.Operation == dag.OpCreate && strings.TrimSpace(nr.n.Check) != "" {

@@ -45,7 +45,8 @@ func wantStored(t *testing.T, h *harness, want ...string) {
 
 // A dispatch of a workflow being cancelled, delivered again after its
 // executor died: nothing starts, the attempt left running on the host is
-// killed there, and each node ends as it did.
+// killed there, and each node ends as it did (the attempt's running,
+// maybe lost with that executor, published again first).
 func TestCancelledDispatchKillsWhatWasLeftRunning(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
@@ -54,7 +55,7 @@ func TestCancelledDispatchKillsWhatWasLeftRunning(t *testing.T) {
 	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "sleep", 1), node("m", "ok", 1, "n"))); err != nil {
 		t.Fatal(err)
 	}
-	wantStored(t, h, "n cancelled 1: cancelled: killed on the host", "m blocked 0", "f cancelled")
+	wantStored(t, h, "n running 1", "n cancelled 1: cancelled: killed on the host", "m blocked 0", "f cancelled")
 	if r := h.record(dag.OpCreate, "n"); r.Status != dag.NodeCancelled || r.ExitCode == nil || *r.ExitCode != 143 {
 		t.Fatalf("record %+v", r)
 	}
@@ -77,7 +78,7 @@ func TestCancelledDispatchKeepsASuccessFoundOnTheHost(t *testing.T) {
 	if err := h.x.Run(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	wantStored(t, h, "n succeeded 1: it ended on the host while no executor followed it", "m cancelled 0: not started: the workflow was cancelled", "f cancelled")
+	wantStored(t, h, "n running 1", "n succeeded 1: it ended on the host while no executor followed it", "m cancelled 0: not started: the workflow was cancelled", "f cancelled")
 	if r := h.record(dag.OpCreate, "n"); r.Status != dag.NodeSucceeded {
 		t.Fatalf("record %+v", r)
 	}
