@@ -259,11 +259,16 @@ func runLink(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, f flo
 			return err
 		}
 	}
-	cmd := hostexec.Command{Script: "true"}
+	var (
+		res hostexec.Result
+		err error
+	)
 	if f.durable {
-		cmd.Attempt, cmd.Lock, cmd.Env = "floor."+string(m.Data()), "floor.f.n", map[string]string{"GANTRY_ATTEMPTS": f.attempts}
+		res, err = floorLocal.RunAttempt(ctx, hostexec.Attempt{ID: "floor." + string(m.Data()), Lock: "floor.f.n",
+			Command: hostexec.Command{Script: "true", Env: map[string]string{"GANTRY_ATTEMPTS": f.attempts}}})
+	} else {
+		res, err = floorLocal.Run(ctx, hostexec.Command{Script: "true"})
 	}
-	res, err := floorLocal.Run(ctx, cmd)
 	if err == nil && res.ExitCode != 0 {
 		err = errors.New("true exited " + strconv.Itoa(res.ExitCode))
 	}

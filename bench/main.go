@@ -297,15 +297,23 @@ func processStart(n int, durable bool) (float64, error) {
 	local := localexec.Local{Worker: localexec.WorkerEnvOf(os.LookupEnv)} // as the executor's
 	xs := make([]float64, 0, n)
 	for i := range n {
-		cmd := hostexec.Command{Script: "true"}
+		cmd := hostexec.Attempt{Command: hostexec.Command{Script: "true"}}
 		if durable {
-			cmd.Attempt, cmd.Lock, cmd.Env = fmt.Sprintf("bench.%d", i), "bench.f.n", map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")}
+			cmd.ID, cmd.Lock, cmd.Env = fmt.Sprintf("bench.%d", i), "bench.f.n", map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")}
 		}
 		if durable {
 			time.Sleep(durablePause)
 		}
+		var (
+			res hostexec.Result
+			err error
+		)
 		start := time.Now()
-		res, err := local.Run(context.Background(), cmd)
+		if durable {
+			res, err = local.RunAttempt(context.Background(), cmd)
+		} else {
+			res, err = local.Run(context.Background(), cmd.Command)
+		}
 		if err != nil || res.ExitCode != 0 {
 			return 0, fmt.Errorf("process start: exit %d: %v", res.ExitCode, err)
 		}

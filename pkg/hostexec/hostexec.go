@@ -9,7 +9,8 @@
 // process's argv on the host (over SSH they travel on the session's
 // stdin) and masked as *** in its output.
 //
-// This package is the contract: Runner, Command, Result and the errors a
+// This package is the contract: Runner (plain commands), AttemptRunner
+// (durable attempts besides), Command, Attempt, Result and the errors a
 // run can return. The runners are sshexec (SSH) and localexec (this
 // machine); transport makes the runner of a host by its transport.
 package hostexec
@@ -23,8 +24,9 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
-// Errors a Run can return (wrapped with detail). A command that ran and
-// exited non-zero is not an error: Result.ExitCode says so.
+// Errors a Run (or RunAttempt, Settle) can return (wrapped with detail). A
+// command that ran and exited non-zero is not an error: Result.ExitCode
+// says so.
 var (
 	ErrTimeout        = errors.New("timed out")
 	ErrCancelled      = errors.New("cancelled")
@@ -63,7 +65,8 @@ const MaxTail = hostsh.MaxTail
 // MaxLine bounds one line passed to OnLine; longer lines are cut.
 const MaxLine = 4096
 
-// Command is one shell script to run.
+// Command is one shell script to run: what any command has. A durable
+// command is an Attempt, run by an AttemptRunner.
 type Command struct {
 	Script  string
 	Env     map[string]string // names must be [A-Za-z_][A-Za-z0-9_]*
@@ -85,20 +88,42 @@ type Command struct {
 	// BeforeStart, when set, is called right before the process starts
 	// (over SSH once the command's session, or its host agent, is open:
 	// never while the command waits for a session slot or for a session
-	// sshd refuses). If it fails, nothing starts and Run returns its
-	// error. Callers record an attempt here, so that an attempt is counted
+	// sshd refuses). If it fails, nothing starts and Run (or RunAttempt)
+	// returns its error. Callers record an attempt here, so that an attempt is counted
 	// (and announced) exactly when a process was started.
 	BeforeStart func() error
-	// Attempt, when set, makes the command durable (see internal/hostsh/attempt.go): it
-	// runs under a supervisor on the host that records its output and exit
-	// status under this id, and running the same Attempt again waits for
-	// that command or reads its result instead of starting it again.
-	Attempt string
-	// Lock, with Attempt, names a lock on the host that the command holds
-	// while it runs: commands with the same Lock never run at once on one
-	// host, across executors and workflows (flock). The attempt takes it
-	// before it claims its id on the host: one that has to wait for it
-	// has started nothing yet (see Turn).
+	// Become runs the command through sudo -n on its host, as BecomeUser
+	// (root when empty): see sshexec/become.go. Over SSH only.
+	Become     bool
+	BecomeUser string
+	// Stdin, for a command that is not durable (not an Attempt's), is what
+	// its script reads on its standard input: over SSH it is streamed on the
+	// session (after the secrets' line), so its size is not bounded by
+	// memory or by a command line. Nil: an empty stdin.
+	Stdin io.Reader
+	// Mask are more values hidden as *** in the output, as Secrets' are
+	// (line by line), without being in the command's environment: the
+	// contents of secret files a node places.
+	Mask []string
+}
+
+// Attempt is a durable command (see internal/hostsh/attempt.go): it runs
+// under a supervisor on the host that records its output and exit status
+// under its ID, and running the same Attempt again
+// (AttemptRunner.RunAttempt) waits for that command or reads its result
+// instead of starting it again.
+type Attempt struct {
+	// Command is what it runs; its Stdin must be nil (a durable command
+	// may be re-attached to, and its stdin is the supervisor's).
+	Command
+	// ID is the attempt's id on its host (the characters hostsh.ValidAttempt
+	// allows): its output and exit status are recorded under it.
+	ID string
+	// Lock names a lock on the host that the command holds while it runs:
+	// commands with the same Lock never run at once on one host, across
+	// executors and workflows (flock). The attempt takes it before it
+	// claims its id on the host: one that has to wait for it has started
+	// nothing yet (see Turn).
 	Lock string
 	// Mark, with Lock, is a word (the characters of an attempt id) that
 	// the attempt leaves beside its id in the lock's holder file once it
@@ -111,40 +136,20 @@ type Command struct {
 	// when the attempt that held the lock last left the same Mark and
 	// recorded exit status 0, and when the attempt had to wait for the
 	// lock. Returning false starts nothing: the lock is let go, the
-	// attempt id stays unused on the host, and Run returns ErrDeclined.
-	// An attempt that had to wait starts only once its worker has said
-	// so (Turn, or nothing to ask and ctx not done): a worker that is gone
-	// or gave up meanwhile leaves nothing to start later. Over SSH an
-	// attempt is asked only in a host agent (sshexec/agent.go); in a session
-	// of its own it starts once it holds the lock, as before.
+	// attempt id stays unused on the host, and RunAttempt returns
+	// ErrDeclined. An attempt that had to wait starts only once its worker
+	// has said so (Turn, or nothing to ask and ctx not done): a worker that
+	// is gone or gave up meanwhile leaves nothing to start later. Over SSH
+	// an attempt is asked only in a host agent (sshexec/agent.go); in a
+	// session of its own it starts once it holds the lock, as before.
 	Turn func(Holder) bool
-	// Settle, with Attempt, starts nothing: it ends the attempt on its
-	// host if it still runs, as a cancel would, and says how the attempt
-	// ended (see ErrNoAttempt below). Script, OnLine, BeforeStart, Timeout and
-	// Lock are not used; Env is, for where the attempt's files are (its
-	// GANTRY_ATTEMPTS or HOME), Become, for whose files they are, and
-	// Secrets and Mask, to mask the output read back.
-	Settle bool
-	// Become runs the command through sudo -n on its host, as BecomeUser
-	// (root when empty): see sshexec/become.go. Over SSH only.
-	Become     bool
-	BecomeUser string
-	// Stdin, for a command that is not durable (no Attempt), is what its
-	// script reads on its standard input: over SSH it is streamed on the
-	// session (after the secrets' line), so its size is not bounded by
-	// memory or by a command line. Nil: an empty stdin.
-	Stdin io.Reader
-	// Mask are more values hidden as *** in the output, as Secrets' are
-	// (line by line), without being in the command's environment: the
-	// contents of secret files a node places.
-	Mask []string
-	// Output, with Attempt, gives the command GANTRY_OUTPUT: a file made
-	// empty for the attempt, which ReadOutput reads back (outputfile.go).
+	// Output gives the command GANTRY_OUTPUT: a file made empty for the
+	// attempt, which ReadOutput reads back (outputfile.go).
 	Output bool
 }
 
 // Holder is the attempt that held a host lock last, as an attempt that
-// has just taken the lock finds it (Command.Turn).
+// has just taken the lock finds it (Attempt.Turn).
 type Holder struct {
 	Attempt  string // its id; "" when the lock was never held (or its holder file is unreadable)
 	Mark     string // the Mark it left
@@ -152,7 +157,7 @@ type Holder struct {
 	Waited   bool   // the attempt being asked had to wait for the lock
 }
 
-// ErrDeclined: Command.Turn said the attempt is not to start; nothing of
+// ErrDeclined: Attempt.Turn said the attempt is not to start; nothing of
 // it started on the host.
 var ErrDeclined = errors.New("not started: declined at its turn")
 
@@ -168,20 +173,42 @@ type Result struct {
 	Ended    time.Time
 }
 
-// Runner runs commands on one host.
+// Runner runs commands on one host: plain commands, nothing durable.
 type Runner interface {
 	Run(ctx context.Context, cmd Command) (Result, error)
+}
+
+// AttemptRunner runs durable attempts on one host, besides plain
+// commands. Each transport implements it in its own way (over SSH a host
+// agent or a session supervisor on the host, locally a host lock the
+// worker holds), which is why durability is a port of its own rather
+// than a wrapper over Run.
+type AttemptRunner interface {
+	Runner
+	// RunAttempt runs a as a durable attempt: it starts it on the host
+	// under a supervisor, or, when a.ID was started there before,
+	// re-attaches to it (waits for it and hands on its output) or reads
+	// its recorded result, without starting it again.
+	RunAttempt(ctx context.Context, a Attempt) (Result, error)
+	// Settle settles the attempt a.ID (see Settling an attempt below): it
+	// starts nothing, ends the attempt on its host if it still runs, as a
+	// cancel would, and says how the attempt ended. Of a only ID is used,
+	// Env, for where the attempt's files are (its GANTRY_ATTEMPTS or
+	// HOME), Become and BecomeUser, for whose files they are, and Secrets
+	// and Mask, to mask the output read back; Script, OnLine,
+	// BeforeStart, Timeout, Lock, Mark, Turn and Output are not.
+	Settle(ctx context.Context, a Attempt) (Result, error)
 }
 
 // Settling an attempt. A durable attempt outlives the worker that
 // started it, so a worker may find an attempt recorded as running that
 // nobody follows any more, in a run that has been cancelled meanwhile (or
-// that a retry has superseded). Running the same Attempt again would
-// re-attach to it, but would also start it if it never started there.
-// Run with Command.Settle starts nothing: in one session it ends the
-// attempt if it still runs, as a cancel does (SIGTERM, SIGKILL after 2
-// s, confirmed; the kill's status, 143 or 137, recorded as the attempt's
-// exit status), and says how the attempt ended:
+// that a retry has superseded). Running the same Attempt again
+// (RunAttempt) would re-attach to it, but would also start it if it never
+// started there. AttemptRunner.Settle starts nothing: in one session it
+// ends the attempt if it still runs, as a cancel does (SIGTERM, SIGKILL
+// after 2 s, confirmed; the kill's status, 143 or 137, recorded as the
+// attempt's exit status), and says how the attempt ended:
 //
 //   - it had ended by itself: its recorded exit status, no error (an
 //     attempt that succeeded while nobody followed it is a success);

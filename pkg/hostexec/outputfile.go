@@ -22,20 +22,20 @@ import (
 // attempt did not start with Output, or its files were swept).
 var ErrNoOutputFile = errors.New("the attempt's outputs file is not on the host")
 
-// ReadOutput reads the outputs file of cmd's attempt (a durable command
-// run with Output, ended) on r's host: at most limit+1 bytes, so that a
-// caller can tell a file over limit. It runs one command as cmd's user
-// (Become), finding the attempt's directory as cmd's supervisor did (from
-// its Env and the host's environment: attemptsBase). The file travels as
+// ReadOutput reads the outputs file of the attempt a (run with Output,
+// ended) on r's host: at most limit+1 bytes, so that a caller can tell a
+// file over limit. It runs one plain command as a's user (Become), finding
+// the attempt's directory as a's supervisor did (from its Env and the
+// host's environment: attemptsBase). The file travels as
 // hex (od), so its bytes arrive as they are, whatever lines they make.
-func ReadOutput(ctx context.Context, r Runner, cmd Command, limit int) ([]byte, error) {
-	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
+func ReadOutput(ctx context.Context, r Runner, a Attempt, limit int) ([]byte, error) {
+	if err := hostsh.ValidAttempt(a.ID); err != nil {
 		return nil, err
 	}
 	read := Command{
-		Script: `_gf=` + hostsh.AttemptsDir + `/` + hostsh.Quote(cmd.Attempt) + `.output; [ -f "$_gf" ] || exit ` + strconv.Itoa(hostsh.NoOutputExit) +
+		Script: `_gf=` + hostsh.AttemptsDir + `/` + hostsh.Quote(a.ID) + `.output; [ -f "$_gf" ] || exit ` + strconv.Itoa(hostsh.NoOutputExit) +
 			`; head -c ` + strconv.Itoa(limit+1) + ` "$_gf" | od -An -v -tx1`,
-		Env: cmd.Env, Become: cmd.Become, BecomeUser: cmd.BecomeUser, Timeout: cmd.Timeout,
+		Env: a.Env, Become: a.Become, BecomeUser: a.BecomeUser, Timeout: a.Timeout,
 	}
 	var (
 		mu  sync.Mutex

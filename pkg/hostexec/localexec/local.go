@@ -31,17 +31,13 @@ type Local struct {
 	Worker WorkerEnv
 }
 
-// Run runs cmd on this machine: settles its attempt (Settle), runs it as
-// a durable attempt (Attempt: local_durable.go), or runs it plain.
+// The runner of transport local is an AttemptRunner.
+var _ hostexec.AttemptRunner = Local{}
+
+// Run runs the plain cmd on this machine.
 func (l Local) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
 	if err := becomeLocal(cmd); err != nil {
 		return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
-	}
-	switch {
-	case cmd.Settle:
-		return l.settle(ctx, cmd)
-	case cmd.Attempt != "":
-		return l.durable(ctx, cmd)
 	}
 	ex, err := cmdrun.CheckedExports(cmd)
 	if err != nil {
@@ -50,36 +46,40 @@ func (l Local) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	return l.runShell(ctx, cmd, localShell{text: ex + cmd.Script})
 }
 
-// durable runs the durable cmd (runAttempt); one that was started before
-// is re-attached to by the session supervisor's script.
-func (l Local) durable(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+// RunAttempt runs a on this machine as a durable attempt (runAttempt:
+// local_durable.go); one that was started before is re-attached to by the
+// session supervisor's script.
+func (l Local) RunAttempt(ctx context.Context, a hostexec.Attempt) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
-	if cmd.Stdin != nil {
-		return res, cmdrun.ErrStdinDurable
-	}
-	if err := cmdrun.CheckIDs(cmd); err != nil {
+	if err := becomeLocal(a.Command); err != nil {
 		return res, err
 	}
-	base, err := l.attemptsDir(cmd)
+	if a.Stdin != nil {
+		return res, cmdrun.ErrStdinDurable
+	}
+	if err := cmdrun.CheckIDs(a); err != nil {
+		return res, err
+	}
+	base, err := l.attemptsDir(a.Command)
 	if err != nil {
 		return res, err
 	}
-	res, err = l.runAttempt(ctx, cmd, base)
+	res, err = l.runAttempt(ctx, a, base)
 	if !errors.Is(err, cmdrun.ErrClaimed) {
 		return res, err
 	}
-	cmd.BeforeStart = nil // called: the supervisor's script re-attaches
-	ex, err := cmdrun.CheckedExports(cmd)
+	a.BeforeStart = nil // called: the supervisor's script re-attaches
+	ex, err := cmdrun.CheckedExports(a.Command)
 	if err != nil {
 		return res, err
 	}
-	lock := takeLock(cmd, base)
+	lock := takeLock(a, base)
 	if lock != nil {
 		defer lock.Close() // the command holds it from its start on
 	}
-	sv := cmdrun.SupervisionOf(cmd, ex, false)
+	sv := cmdrun.SupervisionOf(a, ex, false)
 	sv.Base, sv.Held = "_gb="+hostsh.Quote(base), lock != nil
-	return l.runShell(ctx, cmd, localShell{text: hostsh.SuperviseScript(sv), lock: lock, attempt: cmd.Attempt})
+	return l.runShell(ctx, a.Command, localShell{text: hostsh.SuperviseScript(sv), lock: lock, attempt: a.ID})
 }
 
 // localShell is what runShell starts for a command: /bin/sh -c text and,
@@ -176,7 +176,7 @@ const OutputCut = "gantry: the command ended; a process it left running kept its
 // and says for whom), or cannot be taken here for any reason (the
 // supervisor takes it as without this), or the locks directory (beside
 // base, the attempts directory) is not there yet.
-func takeLock(cmd hostexec.Command, base string) *os.File {
+func takeLock(cmd hostexec.Attempt, base string) *os.File {
 	if cmd.Lock == "" || hostsh.ValidAttempt(cmd.Lock) != nil {
 		return nil
 	}

@@ -56,8 +56,8 @@ func BenchmarkLocalRunnerDurable(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
 			for i := 0; i < b.N; i++ {
-				cmd := hostexec.Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
-				if _, err := l.Run(context.Background(), cmd); err != nil {
+				cmd := hostexec.Attempt{ID: "a." + strconv.Itoa(i), Lock: "w.f.n", Command: hostexec.Command{Script: "true", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}}
+				if _, err := l.RunAttempt(context.Background(), cmd); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -83,8 +83,8 @@ func BenchmarkLocalRunnerDurableChained(b *testing.B) {
 				b.StopTimer()
 				time.Sleep(3 * time.Millisecond)
 				b.StartTimer()
-				cmd := hostexec.Command{Script: "true", Attempt: "a." + strconv.Itoa(i), Lock: "w.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}
-				if _, err := l.Run(context.Background(), cmd); err != nil {
+				cmd := hostexec.Attempt{ID: "a." + strconv.Itoa(i), Lock: "w.f.n", Command: hostexec.Command{Script: "true", Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}}}
+				if _, err := l.RunAttempt(context.Background(), cmd); err != nil {
 					b.Fatal(err)
 				}
 			}

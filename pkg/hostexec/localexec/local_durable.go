@@ -98,7 +98,7 @@ func sweepLocal(base string) {
 // records who it is (hostsh.RecordID) and its pid, takes the lock when the worker could not (held: the
 // worker passes it on fd 3), runs the command in a subshell, and records
 // its exit status.
-func localAttemptScript(cmd hostexec.Command, ex, run string, held bool) string {
+func localAttemptScript(cmd hostexec.Attempt, ex, run string, held bool) string {
 	var b strings.Builder
 	b.WriteString(ex)
 	b.WriteString(`_gr=` + hostsh.Quote(run) + `; _gd=${_gr%.run}; _gb=${_gd%/*}
@@ -115,19 +115,19 @@ func localAttemptScript(cmd hostexec.Command, ex, run string, held bool) string 
 // having started nothing, when the attempt was started before; with a
 // lock, it first takes the lock (Local.takeTurn), so an attempt that waits
 // for it, or that its Turn declines, has claimed nothing.
-func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string) (hostexec.Result, error) {
+func (l Local) runAttempt(ctx context.Context, cmd hostexec.Attempt, base string) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
-	ex, err := cmdrun.CheckedExports(cmd)
+	ex, err := cmdrun.CheckedExports(cmd.Command)
 	if err != nil {
 		return res, err
 	}
 	if err := cmdrun.CheckIDs(cmd); err != nil {
 		return res, err
 	}
-	if err := cmdrun.BeforeStart(cmd); err != nil {
+	if err := cmdrun.BeforeStart(cmd.Command); err != nil {
 		return res, err
 	}
-	dir := base + "/" + cmd.Attempt
+	dir := base + "/" + cmd.ID
 	if _, err := os.Lstat(dir + ".run"); err == nil {
 		return res, cmdrun.ErrClaimed // started before: re-attach, without waiting for the lock
 	}
@@ -144,7 +144,7 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Command, base string
 			return res, err
 		}
 	}
-	if err := l.claimAttempt(base, cmd.Attempt); err != nil {
+	if err := l.claimAttempt(base, cmd.ID); err != nil {
 		t.release()
 		return res, err
 	}
@@ -201,11 +201,11 @@ func (t turn) release() {
 // inherits. While another holds it, it waits (and says so on errOut, as the
 // supervisor's flock would). Holding it, it asks cmd.Turn when it had to
 // wait or when the lock's last holder left cmd.Mark and exit status 0
-// (Command.asks): declined, it lets the lock go and returns ErrDeclined; a
+// (cmdrun.Asks): declined, it lets the lock go and returns ErrDeclined; a
 // ctx done meanwhile, its error. A lock the worker cannot take at all (the
 // lock file cannot be opened or locked here) is left to the shell: an
 // empty turn.
-func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base string, errOut *cmdrun.Output) (turn, error) {
+func (l Local) takeTurn(ctx context.Context, cmd hostexec.Attempt, base string, errOut *cmdrun.Output) (turn, error) {
 	locks := base + "/../locks"
 	if _, err := os.Stat(locks); err != nil {
 		// not cleaned: ".." is resolved by the kernel, as the shell's is
@@ -245,7 +245,7 @@ func (l Local) takeTurn(ctx context.Context, cmd hostexec.Command, base string, 
 	prev, _ := os.ReadFile(lockPath + ".holder")
 	h := parseHolder(prev)
 	h.ExitCode, h.Waited = recordedExit(base, h.Attempt), waited
-	_ = os.WriteFile(lockPath+".holder", []byte(cmd.Attempt+hostsh.MarkWord(cmd.Mark)+"\n"), 0o666)
+	_ = os.WriteFile(lockPath+".holder", []byte(cmd.ID+hostsh.MarkWord(cmd.Mark)+"\n"), 0o666)
 	if cmdrun.Asks(cmd, h) {
 		start := ctx.Err() == nil && (cmd.Turn == nil || cmd.Turn(h))
 		if ctx.Err() != nil || !start {
@@ -347,7 +347,7 @@ func openOutputFiles(dir string) (out, errs *os.File, err error) {
 // waitLocalAttempt follows the attempt's output files into out and errOut
 // until its shell ends, or kills its process group when rctx ends
 // (timeout or cancel).
-func waitLocalAttempt(rctx context.Context, cmd hostexec.Command, c *exec.Cmd, dir string, res hostexec.Result, out, errOut *cmdrun.Output) (hostexec.Result, error) {
+func waitLocalAttempt(rctx context.Context, cmd hostexec.Attempt, c *exec.Cmd, dir string, res hostexec.Result, out, errOut *cmdrun.Output) (hostexec.Result, error) {
 	ended := make(chan struct{})
 	followed := make(chan struct{}, 2)
 	go func() { followFile(dir+".out", out, ended); followed <- struct{}{} }()
@@ -361,7 +361,7 @@ func waitLocalAttempt(rctx context.Context, cmd hostexec.Command, c *exec.Cmd, d
 	case <-rctx.Done():
 		pgid := make(chan hostsh.Marked, 1)
 		pgid <- hostsh.Marked{PGID: c.Process.Pid, Dir: dir}
-		kerr := killAttempt(cmd.Attempt, pgid, waited)
+		kerr := killAttempt(cmd.ID, pgid, waited)
 		werr, killed = errors.Join(cmdrun.EndErr(rctx), kerr), true
 		<-waited
 	}

@@ -113,9 +113,9 @@ func TestShellHoldsTheLock(t *testing.T) {
 	started := linestest.New("running")
 	done := make(chan hostexec.Result, 1)
 	go func() {
-		res, err := Local{}.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: started.On,
+		res, err := Local{}.RunAttempt(context.Background(), hostexec.Attempt{ID: "w.1.create.f.n.1.run", Lock: "c.f.n", Command: hostexec.Command{OnLine: started.On,
 			Env:    map[string]string{"GANTRY_ATTEMPTS": base},
-			Script: `echo running; i=0; while [ ! -e ` + gate + ` ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done`})
+			Script: `echo running; i=0; while [ ! -e ` + gate + ` ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done`}})
 		if err != nil {
 			t.Error(err)
 		}

@@ -12,20 +12,24 @@ import (
 	"github.com/gantry-dev/gantry/pkg/hostexec/internal/hostsh"
 )
 
-// settle settles a durable attempt of transport local.
-func (l Local) settle(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+// Settle settles the attempt a.ID on this machine (see
+// hostexec.AttemptRunner.Settle): it starts nothing.
+func (l Local) Settle(ctx context.Context, a hostexec.Attempt) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
-	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
+	if err := becomeLocal(a.Command); err != nil {
 		return res, err
 	}
-	if _, err := cmdrun.CheckedExports(cmd); err != nil {
+	if err := hostsh.ValidAttempt(a.ID); err != nil {
 		return res, err
 	}
-	base, err := l.attemptsDir(cmd)
+	if _, err := cmdrun.CheckedExports(a.Command); err != nil {
+		return res, err
+	}
+	base, err := l.attemptsDir(a.Command)
 	if err != nil {
 		return res, err
 	}
-	c := exec.CommandContext(ctx, "/bin/sh", "-c", hostsh.SettleScript(cmd.Attempt, "_gb="+hostsh.Quote(base)))
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", hostsh.SettleScript(a.ID, "_gb="+hostsh.Quote(base)))
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut
 	c.Env = l.Worker.environ(nil)
@@ -35,7 +39,7 @@ func (l Local) settle(ctx context.Context, cmd hostexec.Command) (hostexec.Resul
 	if ctx.Err() != nil {
 		return res, cmdrun.EndErr(ctx)
 	}
-	got, err := cmdrun.Settled(cmd, "this machine", out.Bytes(), errOut.Bytes(), err)
+	got, err := cmdrun.Settled(a, "this machine", out.Bytes(), errOut.Bytes(), err)
 	got.Started = res.Started
 	return got, err
 }

@@ -326,7 +326,7 @@ type agentReq struct {
 
 // agentRequest is the request that runs cmd (its text: secrets, then the
 // environment, then the script) in an agent.
-func agentRequest(cmd hostexec.Command, ex string) (agentReq, error) {
+func agentRequest(cmd hostexec.Attempt, ex string) (agentReq, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return agentReq{}, err
@@ -340,7 +340,7 @@ func agentRequest(cmd hostexec.Command, ex string) (agentReq, error) {
 	if cmd.Turn != nil {
 		turn = "1"
 	}
-	header := "_ga=" + cmd.Attempt + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + cmdrun.AttemptsBase(cmd) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + hostsh.SweepDay()
+	header := "_ga=" + cmd.ID + "; _gk=" + cmd.Lock + "; _gm=" + cmd.Mark + "; _gT=" + turn + "; " + cmdrun.AttemptsBase(cmd.Command) + "; _gz=" + nonce + "; _gv=" + token + "; _gw=" + hostsh.SweepDay()
 	text := sec + ex + "eval " + hostsh.Quote(cmdrun.Script(cmd)) + "\n"
 	return agentReq{text: strconv.Itoa(strings.Count(text, "\n")) + " " + header + "\n" + text, nonce: nonce, token: token}, nil
 }
@@ -364,17 +364,17 @@ var errAgentGone = errors.New("the agent ended before it answered")
 // when the attempt was started before (re-attach to it through a
 // session), errAgentGone when the agent ended without answering, and
 // errConnectionEnded when it ended after starting the attempt.
-func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd hostexec.Command, ex string) (hostexec.Result, error) {
+func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd hostexec.Attempt, ex string) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
 	req, err := agentRequest(cmd, ex)
 	if err != nil {
 		return res, err
 	}
-	a, err := r.takeAgent(rctx, c, becomeOf(cmd))
+	a, err := r.takeAgent(rctx, c, becomeOf(cmd.Command))
 	if err != nil {
 		return res, err
 	}
-	if err := cmdrun.BeforeStart(cmd); err != nil {
+	if err := cmdrun.BeforeStart(cmd.Command); err != nil {
 		c.putAgent(a)
 		return res, err
 	}
@@ -413,7 +413,7 @@ func (r *sshRunner) runInAgent(rctx context.Context, c *conn, cmd hostexec.Comma
 // no), errAgentGone, or rctx's error: then the agent is dropped, and one
 // still waiting for the lock starts nothing once it gets it (its question
 // goes unanswered).
-func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd hostexec.Command, errOut *cmdrun.Output) (string, error) {
+func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd hostexec.Attempt, errOut *cmdrun.Output) (string, error) {
 	type answer struct {
 		line string
 		err  error
@@ -479,8 +479,8 @@ func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd 
 // did not say it started, is not running on the host: it never starts
 // (hostsh.CancelScript claims it first), or it is killed; as killRemote does, in
 // a fresh session of the connection client.
-func (r *sshRunner) cancelStart(client *ssh.Client, cmd hostexec.Command) error {
-	return r.remoteKill(client, becomeOf(cmd), hostsh.CancelScript(cmdrun.AttemptsBase(cmd), cmd.Attempt), "attempt "+cmd.Attempt)
+func (r *sshRunner) cancelStart(client *ssh.Client, cmd hostexec.Attempt) error {
+	return r.remoteKill(client, becomeOf(cmd.Command), hostsh.CancelScript(cmdrun.AttemptsBase(cmd.Command), cmd.ID), "attempt "+cmd.ID)
 }
 
 // parseTurn reads an agent's question "T <waited> <exit|-> <attempt|->

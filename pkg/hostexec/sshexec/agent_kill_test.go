@@ -22,7 +22,7 @@ func TestAgentKillSparesAnEarlierAttemptsProcesses(t *testing.T) {
 	r := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "")
 	dir := t.TempDir()
 	env := map[string]string{"GANTRY_ATTEMPTS": dir}
-	res, err := r.Run(context.Background(), hostexec.Command{Attempt: "d.1", Script: "sleep 60 & echo $!", Env: env})
+	res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "d.1", Command: hostexec.Command{Script: "sleep 60 & echo $!", Env: env}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -31,7 +31,7 @@ func TestAgentKillSparesAnEarlierAttemptsProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	_, err = r.Run(context.Background(), hostexec.Command{Attempt: "d.2", Script: `sh -c 'trap "" TERM; exec sleep 61' & echo $! >"$GANTRY_ATTEMPTS/p2"; sleep 60`, Env: env, Timeout: 500 * time.Millisecond})
+	_, err = r.RunAttempt(context.Background(), hostexec.Attempt{ID: "d.2", Command: hostexec.Command{Script: `sh -c 'trap "" TERM; exec sleep 61' & echo $! >"$GANTRY_ATTEMPTS/p2"; sleep 60`, Env: env, Timeout: 500 * time.Millisecond}})
 	if err == nil {
 		t.Fatal("the second attempt was not killed")
 	}

@@ -24,11 +24,11 @@ for n in $(cat /proc/[0-9]*/cmdline "$GANTRY_ATTEMPTS"/* 2>/dev/null | tr -c '0-
   printf '\n%s 0\n' "$n"; printf '\n%s\n' "$n" >&2
 done
 exit 3`
-	res, err := r.Run(context.Background(), hostexec.Command{Attempt: "a.1", Script: script, Env: map[string]string{"GANTRY_ATTEMPTS": dir}})
+	res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "a.1", Command: hostexec.Command{Script: script, Env: map[string]string{"GANTRY_ATTEMPTS": dir}}})
 	if err != nil || res.ExitCode != 3 {
 		t.Fatalf("exit %d %v, want 3 (stdout %q)", res.ExitCode, err, res.Stdout)
 	}
-	res, err = r.Run(context.Background(), hostexec.Command{Attempt: "a.2", Script: "echo next", Env: map[string]string{"GANTRY_ATTEMPTS": dir}})
+	res, err = r.RunAttempt(context.Background(), hostexec.Attempt{ID: "a.2", Command: hostexec.Command{Script: "echo next", Env: map[string]string{"GANTRY_ATTEMPTS": dir}}})
 	if err != nil || res.ExitCode != 0 || res.Stdout != "next\n" {
 		t.Fatalf("next attempt: %+v %v", res, err)
 	}

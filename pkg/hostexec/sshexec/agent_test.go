@@ -56,8 +56,8 @@ func TestAgentRunsAttemptsInOneSession(t *testing.T) {
 		id := fmt.Sprintf("w.1.f.n%d.1", i)
 		var mu sync.Mutex
 		var got []string
-		res, err := r.Run(context.Background(), hostexec.Command{Attempt: id, Lock: "w.f.n", Script: c.script, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
-			OnLine: func(s hostexec.Stream, l string) { mu.Lock(); got = append(got, string(s)+":"+l); mu.Unlock() }})
+		res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: id, Lock: "w.f.n", Command: hostexec.Command{Script: c.script, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+			OnLine: func(s hostexec.Stream, l string) { mu.Lock(); got = append(got, string(s)+":"+l); mu.Unlock() }}})
 		if c.stdout == "BIG" { // more than the tail: every line handed on
 			var all strings.Builder
 			for _, l := range got {
@@ -95,7 +95,7 @@ func TestAgentFollowsALongAttemptLive(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	start := time.Now()
-	res, err := r.Run(context.Background(), hostexec.Command{Attempt: "w.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+	res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w.1.f.n.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir},
 		Script: "echo first; echo soon >&2; sleep 1.5; echo last",
 		OnLine: func(s hostexec.Stream, l string) {
 			mu.Lock()
@@ -104,7 +104,7 @@ func TestAgentFollowsALongAttemptLive(t *testing.T) {
 			if l == "first" {
 				firstAt <- time.Now()
 			}
-		}})
+		}}})
 	ended := time.Now()
 	if err != nil || res.ExitCode != 0 || res.Stdout != "first\nlast\n" || res.Stderr != "soon\n" {
 		t.Fatalf("%+v %v", res, err)
@@ -144,7 +144,7 @@ func TestAgentSlotsGoToPlainSessions(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := r.Run(context.Background(), hostexec.Command{Attempt: fmt.Sprintf("w.1.f.n%d.1", i), Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "sleep 0.3"})
+			res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: fmt.Sprintf("w.1.f.n%d.1", i), Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "sleep 0.3"}})
 			if err != nil || res.ExitCode != 0 {
 				t.Errorf("%+v %v", res, err)
 			}
@@ -159,7 +159,7 @@ func TestAgentSlotsGoToPlainSessions(t *testing.T) {
 			t.Fatalf("plain command %d beside idle agents: %+v %v", i, res, err)
 		}
 	}
-	res, err := r.Run(ctx, hostexec.Command{Attempt: "w.1.f.n9.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "echo again"})
+	res, err := r.RunAttempt(ctx, hostexec.Attempt{ID: "w.1.f.n9.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "echo again"}})
 	if err != nil || res.Stdout != "again\n" {
 		t.Fatalf("durable after plain: %+v %v", res, err)
 	}
@@ -182,11 +182,11 @@ func TestAgentAttemptReattachedFromElsewhere(t *testing.T) {
 	}
 	first := make(chan ran, 1)
 	go func() {
-		res, err := a.Run(context.Background(), durable(dir, "w1.1.f.n.1", l.On))
+		res, err := a.RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", l.On))
 		first <- ran{res, err, time.Now()}
 	}()
 	l.Wait(t, "line1")
-	res, err := b.Run(context.Background(), durable(dir, "w1.1.f.n.1", nil))
+	res, err := b.RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", nil))
 	at := time.Now()
 	fr := <-first
 	if fr.err != nil || fr.res.ExitCode != 7 || err != nil || res.ExitCode != 7 || !strings.Contains(res.Stdout, "line1\nline2\n") {
@@ -211,14 +211,14 @@ func TestAgentReplacedAfterAKill(t *testing.T) {
 	r := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "")
 	dir := t.TempDir()
 	env := map[string]string{"GANTRY_ATTEMPTS": dir}
-	if _, err := r.Run(context.Background(), hostexec.Command{Attempt: "w.1.f.a.1", Env: env, Script: "true"}); err != nil {
+	if _, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w.1.f.a.1", Command: hostexec.Command{Env: env, Script: "true"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := r.Run(context.Background(), hostexec.Command{Attempt: "w.1.f.b.1", Env: env, Script: "sleep 30", Timeout: 300 * time.Millisecond})
+	_, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w.1.f.b.1", Command: hostexec.Command{Env: env, Script: "sleep 30", Timeout: 300 * time.Millisecond}})
 	if err == nil {
 		t.Fatal("a 30 s command with a 300 ms timeout succeeded")
 	}
-	res, err := r.Run(context.Background(), hostexec.Command{Attempt: "w.1.f.c.1", Env: env, Script: "echo after"})
+	res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w.1.f.c.1", Command: hostexec.Command{Env: env, Script: "echo after"}})
 	if err != nil || res.Stdout != "after\n" {
 		t.Fatalf("after the kill: %+v %v", res, err)
 	}

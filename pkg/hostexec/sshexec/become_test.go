@@ -25,7 +25,7 @@ import (
 type becomeHost struct {
 	f     *sshtest.Fleet
 	login string
-	r     hostexec.Runner
+	r     hostexec.AttemptRunner
 	p     *Pool
 }
 
@@ -96,8 +96,8 @@ func TestBecomeWritesRootOwnedFile(t *testing.T) {
 			if c.session {
 				r = sessionSupervised(r)
 			}
-			cmd := hostexec.Command{Script: script, Env: env, Secrets: secrets, Attempt: c.attempt, Become: true}
-			res, err := r.Run(context.Background(), cmd)
+			cmd := hostexec.Attempt{ID: c.attempt, Command: hostexec.Command{Script: script, Env: env, Secrets: secrets, Become: true}}
+			res, err := runAs(context.Background(), r, cmd)
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("%+v %v", res, err)
 			}
@@ -110,7 +110,7 @@ func TestBecomeWritesRootOwnedFile(t *testing.T) {
 			cmd.Become = false // the login user's attempts are in its home
 			delete(cmd.Env, "GANTRY_ATTEMPTS")
 			cmd.Env["OUT"] = out + ".plain"
-			res, err = r.Run(context.Background(), cmd)
+			res, err = runAs(context.Background(), r, cmd)
 			if err != nil || !strings.HasPrefix(res.Stdout, h.login+"\n") || owner(t, out+".plain") != h.login {
 				t.Errorf("without become: %+v %v, want the login user", res, err)
 			}
@@ -123,7 +123,7 @@ func TestBecomeWritesRootOwnedFile(t *testing.T) {
 func TestBecomeUser(t *testing.T) {
 	h := newBecomeHost(t)
 	app := sshtest.AddSystemUser(t)
-	res, err := h.r.Run(context.Background(), hostexec.Command{Script: "id -un; echo $HOME", Attempt: "w.1.create.f.n.1.run", Become: true, BecomeUser: app})
+	res, err := h.r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w.1.create.f.n.1.run", Command: hostexec.Command{Script: "id -un; echo $HOME", Become: true, BecomeUser: app}})
 	if err != nil || res.Stdout != app+"\n/home/"+app+"\n" {
 		t.Fatalf("%+v %v, want %s", res, err, app)
 	}
@@ -133,13 +133,13 @@ func TestBecomeUser(t *testing.T) {
 	}
 	// the same connection's agents, for another user and for none
 	for _, as := range []string{"", app, h.login} {
-		cmd := hostexec.Command{Script: "id -un", Attempt: "w.1.create.f.n.2." + as, Become: as != h.login, BecomeUser: as}
+		cmd := hostexec.Attempt{ID: "w.1.create.f.n.2." + as, Command: hostexec.Command{Script: "id -un", Become: as != h.login, BecomeUser: as}}
 		want := as
 		if as == "" {
 			want = "root"
 			cmd.Env = map[string]string{"GANTRY_ATTEMPTS": t.TempDir()} // not root's home: the machine's
 		}
-		if res, err := h.r.Run(context.Background(), cmd); err != nil || res.Stdout != want+"\n" {
+		if res, err := h.r.RunAttempt(context.Background(), cmd); err != nil || res.Stdout != want+"\n" {
 			t.Errorf("become_user %q: %+v %v, want %s", as, res, err, want)
 		}
 	}
@@ -156,7 +156,7 @@ func TestBecomeNeedsPassword(t *testing.T) {
 	for _, attempt := range []string{"", "w.1.create.f.n.1.run"} {
 		started := false
 		start := time.Now()
-		_, err := r.Run(context.Background(), hostexec.Command{Script: "touch /tmp/never", Attempt: attempt, Become: true, BeforeStart: func() error { started = true; return nil }})
+		_, err := runAs(context.Background(), r, hostexec.Attempt{ID: attempt, Command: hostexec.Command{Script: "touch /tmp/never", Become: true, BeforeStart: func() error { started = true; return nil }}})
 		want := fmt.Sprintf("sudo on %s needs a password for %s; gantry runs sudo -n and never types one: allow NOPASSWD for %s", f.Hosts[0].Addr, login, login)
 		if !errors.Is(err, hostexec.ErrBecome) || !strings.Contains(err.Error(), want) || started {
 			t.Errorf("attempt %q: err %v (started %v), want ErrBecome saying %q", attempt, err, started, want)
@@ -223,17 +223,17 @@ func TestBecomeCancelKillsRootProcess(t *testing.T) {
 			if c.session {
 				r = sessionSupervised(r)
 			}
-			cmd := hostexec.Command{Script: `sleep 60 & echo $! >"$P"; wait`, Env: env, Secrets: secrets, Attempt: c.attempt, Become: true}
+			cmd := hostexec.Attempt{ID: c.attempt, Command: hostexec.Command{Script: `sleep 60 & echo $! >"$P"; wait`, Env: env, Secrets: secrets, Become: true}}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { _, err := r.Run(ctx, cmd); done <- err }()
+			go func() { _, err := runAs(ctx, r, cmd); done <- err }()
 			pid := waitPid(t, pidFile)
 			if uid := uidOf(pid); uid != 0 {
 				t.Fatalf("sleep %d runs as uid %d, want root", pid, uid)
 			}
 			if c.settle {
-				res, err := h.r.Run(context.Background(), hostexec.Command{Attempt: c.attempt, Env: env, Settle: true, Become: true})
+				res, err := h.r.Settle(context.Background(), hostexec.Attempt{ID: c.attempt, Command: hostexec.Command{Env: env, Become: true}})
 				if !errors.Is(err, hostexec.ErrCancelled) || res.ExitCode != 143 {
 					t.Fatalf("settle: %+v %v, want the attempt killed", res, err)
 				}
@@ -270,7 +270,7 @@ func TestBecomeReattach(t *testing.T) {
 	}
 	done := make(chan ran, 1)
 	go func() {
-		res, err := h.r.Run(context.Background(), cmd)
+		res, err := h.r.RunAttempt(context.Background(), cmd)
 		done <- ran{res, err}
 	}()
 	l.Wait(t, "line1")

@@ -68,15 +68,15 @@ func TestCancelRightAtStartLeavesNothingRunning(t *testing.T) {
 	for _, path := range []string{"agent", "session"} {
 		dir := t.TempDir()
 		dirs = append(dirs, dir)
-		cmd := func(attempt, script string) hostexec.Command {
-			return hostexec.Command{Attempt: attempt, Script: script, Env: map[string]string{"GANTRY_ATTEMPTS": dir}}
+		cmd := func(attempt, script string) hostexec.Attempt {
+			return hostexec.Attempt{ID: attempt, Command: hostexec.Command{Script: script, Env: map[string]string{"GANTRY_ATTEMPTS": dir}}}
 		}
 		r := agents
 		if path == "session" {
 			r = sessionSupervised(agents)
 		}
 		// an agent waits idle, as one does after a node ran
-		if res, err := r.Run(context.Background(), cmd("warm", "true")); err != nil || res.ExitCode != 0 {
+		if res, err := r.RunAttempt(context.Background(), cmd("warm", "true")); err != nil || res.ExitCode != 0 {
 			t.Fatalf("%s: warm: %+v %v", path, res, err)
 		}
 		for round := range 2 {
@@ -86,7 +86,7 @@ func TestCancelRightAtStartLeavesNothingRunning(t *testing.T) {
 				all = append(all, started{what, marker})
 				ctx, cancel := context.WithCancel(context.Background())
 				stop := time.AfterFunc(d, cancel)
-				res, err := r.Run(ctx, cmd(fmt.Sprintf("c.%d.%d", round, i), "sleep "+marker))
+				res, err := r.RunAttempt(ctx, cmd(fmt.Sprintf("c.%d.%d", round, i), "sleep "+marker))
 				stop.Stop()
 				cancel()
 				if !errors.Is(err, hostexec.ErrCancelled) || errors.Is(err, hostexec.ErrKill) {
@@ -122,24 +122,22 @@ func TestCancelBeforeTheClaimStartsNothing(t *testing.T) {
 	}
 	for _, path := range []string{"agent", "session"} {
 		ran := filepath.Join(dir, path+".ran")
-		cmd := hostexec.Command{Attempt: "x." + path, Script: "touch " + hostsh.Quote(ran), Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}
-		run := hostexec.Runner(r)
+		cmd := hostexec.Attempt{ID: "x." + path, Command: hostexec.Command{Script: "touch " + hostsh.Quote(ran), Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}}
+		run := hostexec.AttemptRunner(r)
 		if path == "session" {
 			run = sessionSupervised(r)
 		}
-		if err := r.cancelStart(client, hostexec.Command{Attempt: cmd.Attempt, Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}); err != nil {
+		if err := r.cancelStart(client, hostexec.Attempt{ID: cmd.ID, Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir + "/sub"}}}); err != nil {
 			t.Fatalf("%s: cancel: %v", path, err)
 		}
-		res, err := run.Run(context.Background(), cmd)
+		res, err := run.RunAttempt(context.Background(), cmd)
 		if err != nil || res.ExitCode != 143 {
 			t.Errorf("%s: %+v %v, want the recorded kill (143)", path, res, err)
 		}
 		if fileExists(ran) {
 			t.Errorf("%s: the attempt started after its cancel", path)
 		}
-		settle := cmd
-		settle.Settle = true
-		if res, err := r.Run(context.Background(), settle); !errors.Is(err, hostexec.ErrNoAttempt) {
+		if res, err := r.Settle(context.Background(), cmd); !errors.Is(err, hostexec.ErrNoAttempt) {
 			t.Errorf("%s: settle: %+v %v, want never started", path, res, err)
 		}
 	}

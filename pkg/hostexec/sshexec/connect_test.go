@@ -126,8 +126,8 @@ func TestKeepaliveNamesTheHostThatStoppedAnswering(t *testing.T) {
 	l := linestest.New("up")
 	done := make(chan error, 1)
 	go func() {
-		cmd := hostexec.Command{Attempt: "frozen-1", Script: "echo up; sleep 50", OnLine: l.On, Env: map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}}
-		_, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), cmd)
+		cmd := hostexec.Attempt{ID: "frozen-1", Command: hostexec.Command{Script: "echo up; sleep 50", OnLine: l.On, Env: map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}}}
+		_, err := p.Runner(f.Hosts[0].Addr, "").RunAttempt(context.Background(), cmd)
 		done <- err
 	}()
 	l.Wait(t, "up")

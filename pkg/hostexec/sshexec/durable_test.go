@@ -22,10 +22,10 @@ import (
 )
 
 // durable is a command that counts its starts and ends in dir/count.
-func durable(dir, attempt string, on func(hostexec.Stream, string)) hostexec.Command {
+func durable(dir, attempt string, on func(hostexec.Stream, string)) hostexec.Attempt {
 	count := filepath.Join(dir, "count")
-	return hostexec.Command{Attempt: attempt, OnLine: on, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
-		Script: `echo start >>` + hostsh.Quote(count) + `; echo line1; echo warn >&2; sleep 1.5; echo line2; echo end >>` + hostsh.Quote(count) + `; exit 7`}
+	return hostexec.Attempt{ID: attempt, Command: hostexec.Command{OnLine: on, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+		Script: `echo start >>` + hostsh.Quote(count) + `; echo line1; echo warn >&2; sleep 1.5; echo line2; echo end >>` + hostsh.Quote(count) + `; exit 7`}}
 }
 
 func counted(t *testing.T, dir string) string {
@@ -48,7 +48,7 @@ func TestDurableSSHReattach(t *testing.T) {
 	p1 := newPool(t, f, f.KnownHosts)
 	done := make(chan error, 1)
 	go func() {
-		_, err := p1.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", first.On))
+		_, err := p1.Runner(f.Hosts[0].Addr, "").RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", first.On))
 		done <- err
 	}()
 	first.Wait(t, "line1")
@@ -57,7 +57,7 @@ func TestDurableSSHReattach(t *testing.T) {
 		t.Fatal("the first run reported success over a dropped connection")
 	}
 	again := linestest.New()
-	res, err := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", again.On))
+	res, err := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "").RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", again.On))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestDurableReattachesAfterALostConnection(t *testing.T) {
 	}
 	done := make(chan ran, 1)
 	go func() {
-		res, err := p.Runner(f.Hosts[0].Addr, "").Run(context.Background(), durable(dir, "w1.1.f.n.1", l.On))
+		res, err := p.Runner(f.Hosts[0].Addr, "").RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", l.On))
 		done <- ran{res, err}
 	}()
 	l.Wait(t, "line1")
@@ -131,7 +131,7 @@ func TestDurableLocalReattach(t *testing.T) {
 	defer func() { <-reaped }()
 	again := linestest.New()
 	cmd.OnLine = again.On
-	res, err := localexec.Local{}.Run(context.Background(), cmd)
+	res, err := localexec.Local{}.RunAttempt(context.Background(), cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func checkReattached(t *testing.T, res hostexec.Result, l *linestest.Lines, dir 
 		t.Fatalf("the host saw %q, want one start and one end", c)
 	}
 	// Once ended, the same attempt reads its result and runs nothing.
-	res, err := localexec.Local{}.Run(context.Background(), durable(dir, "w1.1.f.n.1", nil))
+	res, err := localexec.Local{}.RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", nil))
 	if err != nil || res.ExitCode != 7 || !strings.Contains(res.Stdout, "line2") {
 		t.Fatalf("result read again: %+v %v", res, err)
 	}
@@ -167,9 +167,9 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 			dir := t.TempDir()
 			// 2s: long enough for the supervisor to start and record its pid on a
 			// loaded machine (the kill is what this checks).
-			cmd := hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Timeout: 2 * time.Second,
-				Script: "sleep 300 & sleep 301"}
-			_, err := r.Run(context.Background(), cmd)
+			cmd := hostexec.Attempt{ID: "w1.1.f.n.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Timeout: 2 * time.Second,
+				Script: "sleep 300 & sleep 301"}}
+			_, err := r.RunAttempt(context.Background(), cmd)
 			if !errors.Is(err, hostexec.ErrTimeout) || errors.Is(err, hostexec.ErrKill) {
 				t.Fatalf("err = %v, want ErrTimeout and a confirmed kill", err)
 			}
@@ -179,7 +179,7 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 				t.Fatalf("process group %s still there: %v", pid, live)
 			}
 			cmd.Timeout = 0
-			res, err := r.Run(context.Background(), cmd)
+			res, err := r.RunAttempt(context.Background(), cmd)
 			if err != nil || res.ExitCode != 143 {
 				t.Fatalf("the killed attempt read again: %+v %v", res, err)
 			}
@@ -190,7 +190,7 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 func TestAttemptIDChecked(t *testing.T) {
 	t.Parallel()
 	for _, id := range []string{"../x", ".hidden", "a/b", "a b", strings.Repeat("a", 201)} {
-		_, err := localexec.Local{}.Run(context.Background(), hostexec.Command{Attempt: id, Script: "echo ran"})
+		_, err := localexec.Local{}.RunAttempt(context.Background(), hostexec.Attempt{ID: id, Command: hostexec.Command{Script: "echo ran"}})
 		if err == nil || !strings.Contains(err.Error(), "attempt id") {
 			t.Errorf("attempt %q: err %v", id, err)
 		}
@@ -204,9 +204,9 @@ func TestHostLockSerializes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			log := filepath.Join(dir, "log")
-			cmd := func(id string) hostexec.Command {
-				return hostexec.Command{Attempt: id, Lock: "web.nginx.install", Env: map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")},
-					Script: "echo in-" + id + " >>" + hostsh.Quote(log) + "; sleep 0.5; echo out-" + id + " >>" + hostsh.Quote(log)}
+			cmd := func(id string) hostexec.Attempt {
+				return hostexec.Attempt{ID: id, Lock: "web.nginx.install", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": filepath.Join(dir, "attempts")},
+					Script: "echo in-" + id + " >>" + hostsh.Quote(log) + "; sleep 0.5; echo out-" + id + " >>" + hostsh.Quote(log)}}
 			}
 			var wg sync.WaitGroup
 			errs := make([]string, 2)
@@ -214,7 +214,7 @@ func TestHostLockSerializes(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					res, err := r.Run(context.Background(), cmd(id))
+					res, err := r.RunAttempt(context.Background(), cmd(id))
 					if err != nil || res.ExitCode != 0 {
 						t.Errorf("%s: %+v %v", id, res, err)
 					}
@@ -254,7 +254,7 @@ func TestDurableSurvivesAClosedConnectionAtStart(t *testing.T) {
 	}
 	w.Close()
 	_ = first.Wait()
-	res, err := localexec.Local{}.Run(context.Background(), cmd)
+	res, err := localexec.Local{}.RunAttempt(context.Background(), cmd)
 	if err != nil || res.ExitCode != 7 {
 		t.Fatalf("re-attached: %+v %v", res, err)
 	}
@@ -285,8 +285,8 @@ func TestOldAttemptsSweptOncePerDay(t *testing.T) {
 	}
 	run := func(id string) {
 		t.Helper()
-		cmd := hostexec.Command{Attempt: id, Script: "true", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}}
-		if res, err := (localexec.Local{}).Run(context.Background(), cmd); err != nil || res.ExitCode != 0 {
+		cmd := hostexec.Attempt{ID: id, Command: hostexec.Command{Script: "true", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}}}
+		if res, err := (localexec.Local{}).RunAttempt(context.Background(), cmd); err != nil || res.ExitCode != 0 {
 			t.Fatalf("%s: %+v %v", id, res, err)
 		}
 	}
@@ -328,7 +328,7 @@ func TestDurableEarlierLayoutReadAgain(t *testing.T) {
 				}
 			}
 			ran := filepath.Join(dir, "ran")
-			res, err := r.Run(context.Background(), hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo >" + hostsh.Quote(ran)})
+			res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.f.n.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo >" + hostsh.Quote(ran)}})
 			if err != nil || res.ExitCode != 3 || res.Stdout != "earlier\n" || res.Stderr != "warned\n" {
 				t.Fatalf("read again: %+v %v", res, err)
 			}
@@ -349,7 +349,7 @@ func TestLocalLockTakenWithoutFlock(t *testing.T) {
 	attempts := filepath.Join(dir, "attempts")
 	run := func(id, script string) hostexec.Result {
 		t.Helper()
-		res, err := localexec.Local{}.Run(context.Background(), hostexec.Command{Attempt: id, Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: script})
+		res, err := localexec.Local{Worker: localexec.WorkerEnvOf(os.LookupEnv)}.RunAttempt(context.Background(), hostexec.Attempt{ID: id, Lock: "c.f.n", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: script}})
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("%s: %+v %v", id, res, err)
 		}
@@ -409,7 +409,7 @@ func TestLocalWaitNamesAHolderThatNamesItselfLate(t *testing.T) {
 	}
 	time.AfterFunc(300*time.Millisecond, func() { _ = os.WriteFile(lock+".holder", []byte("wfH.1.create.f.n.1.run\n"), 0o666) })
 	time.AfterFunc(600*time.Millisecond, func() { holder.Close() })
-	res, err := localexec.Local{}.Run(context.Background(), hostexec.Command{Attempt: "wfW.1.create.f.n.1.run", Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "true"})
+	res, err := localexec.Local{}.RunAttempt(context.Background(), hostexec.Attempt{ID: "wfW.1.create.f.n.1.run", Lock: "c.f.n", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "true"}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -431,13 +431,13 @@ func TestDurableSimultaneousStarts(t *testing.T) {
 	errs := make(chan string, 2*attempts)
 	for i := range attempts {
 		id := "w1.1.create.f.n" + strings.Repeat("x", i%3) + "." + string(rune('a'+i%26)) + "." + filepath.Base(t.Name()) + "." + itoa(i)
-		cmd := hostexec.Command{Attempt: id, Env: map[string]string{"GANTRY_ATTEMPTS": dir},
-			Script: `echo run >>` + hostsh.Quote(filepath.Join(dir, "count."+itoa(i))) + `; sleep 0.5`}
+		cmd := hostexec.Attempt{ID: id, Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+			Script: `echo run >>` + hostsh.Quote(filepath.Join(dir, "count."+itoa(i))) + `; sleep 0.5`}}
 		for range 2 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := localexec.Local{}.Run(context.Background(), cmd)
+				res, err := localexec.Local{}.RunAttempt(context.Background(), cmd)
 				if err != nil || res.ExitCode != 0 {
 					errs <- id + ": " + errString(err) + " exit " + itoa(res.ExitCode) + " " + res.Stderr
 				}

@@ -20,7 +20,7 @@ import (
 func TestDurableWithHomeInEnvRunsOnce(t *testing.T) {
 	t.Parallel()
 	f := sshtest.Start(t, 1, sshtest.Options{})
-	runners := map[string]hostexec.Runner{"ssh": newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, ""), "local": localexec.Local{}}
+	runners := map[string]hostexec.AttemptRunner{"ssh": newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, ""), "local": localexec.Local{}}
 	for name, r := range runners {
 		home := t.TempDir()
 		id := fmt.Sprintf("home.%s.%d", name, time.Now().UnixNano())
@@ -32,7 +32,7 @@ func TestDurableWithHomeInEnvRunsOnce(t *testing.T) {
 			})
 		}
 		for i := 0; i < 2; i++ {
-			res, err := r.Run(context.Background(), hostexec.Command{Attempt: id, Script: `echo ran >>"$HOME/count"; echo ok`, Env: map[string]string{"HOME": home}})
+			res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: id, Command: hostexec.Command{Script: `echo ran >>"$HOME/count"; echo ok`, Env: map[string]string{"HOME": home}}})
 			if err != nil || res.ExitCode != 0 || res.Stdout != "ok\n" {
 				t.Fatalf("%s run %d: %+v %v", name, i, res, err)
 			}

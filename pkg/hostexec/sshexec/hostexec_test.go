@@ -30,23 +30,32 @@ func newPool(t *testing.T, f *sshtest.Fleet, known string) *Pool {
 
 // sessionScript is the session supervisor's shell for the durable cmd,
 // its secrets (if any) in the environment it starts with.
-func sessionScript(cmd hostexec.Command) string {
+func sessionScript(cmd hostexec.Attempt) string {
 	ex, _ := hostsh.Exports(cmd.Env)
 	return hostsh.SuperviseScript(cmdrun.SupervisionOf(cmd, ex, false))
 }
 
+// runAs runs cmd with r: plain when cmd.ID is "", else as the durable
+// attempt cmd.ID.
+func runAs(ctx context.Context, r hostexec.AttemptRunner, cmd hostexec.Attempt) (hostexec.Result, error) {
+	if cmd.ID == "" {
+		return r.Run(ctx, cmd.Command)
+	}
+	return r.RunAttempt(ctx, cmd)
+}
+
 // sessionSupervised is r running its durable attempts in session
 // supervisors, never in host agents.
-func sessionSupervised(r hostexec.Runner) hostexec.Runner {
+func sessionSupervised(r hostexec.AttemptRunner) hostexec.AttemptRunner {
 	c := *r.(*sshRunner)
 	c.noAgents = true
 	return &c
 }
 
 // runners gives the same checks to the SSH and local runners.
-func runners(t *testing.T) map[string]hostexec.Runner {
+func runners(t *testing.T) map[string]hostexec.AttemptRunner {
 	f := sshtest.Start(t, 1, sshtest.Options{})
-	return map[string]hostexec.Runner{"ssh": newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, ""), "local": localexec.Local{}}
+	return map[string]hostexec.AttemptRunner{"ssh": newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, ""), "local": localexec.Local{}}
 }
 
 func TestRunOutputExitAndEnv(t *testing.T) {

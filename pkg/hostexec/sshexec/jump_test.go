@@ -53,7 +53,7 @@ func TestJumpHostRunsThrough(t *testing.T) {
 	var lines []string
 	var mu sync.Mutex
 	on := func(_ hostexec.Stream, l string) { mu.Lock(); lines = append(lines, l); mu.Unlock() }
-	res, err = r.Run(context.Background(), durable(dir, "w1.1.f.n.1", on))
+	res, err = r.RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", on))
 	if err != nil || res.ExitCode != 7 || !strings.Contains(res.Stdout, "line2") {
 		t.Fatalf("durable command through the jump host: %+v %v", res, err)
 	}
@@ -61,7 +61,7 @@ func TestJumpHostRunsThrough(t *testing.T) {
 		t.Fatalf("durable command ran %q, want once", got)
 	}
 	// the same attempt again reads the recorded result, runs nothing
-	if res, err = r.Run(context.Background(), durable(dir, "w1.1.f.n.1", nil)); err != nil || res.ExitCode != 7 || counted(t, dir) != "start end" {
+	if res, err = r.RunAttempt(context.Background(), durable(dir, "w1.1.f.n.1", nil)); err != nil || res.ExitCode != 7 || counted(t, dir) != "start end" {
 		t.Fatalf("attempt again: %+v %v, runs %q", res, err, counted(t, dir))
 	}
 }

@@ -82,7 +82,7 @@ func orphanedAttempt(t *testing.T, dir, attempt string, pid int, id string) {
 // reusedPidCases runs check with each runner, for an attempt whose
 // supervisor's pid is now held by another process (the host restarted:
 // same pid, another start time or another boot).
-func reusedPidCases(t *testing.T, check func(t *testing.T, r hostexec.Runner, dir string, pid int, id string, alive func() bool)) {
+func reusedPidCases(t *testing.T, check func(t *testing.T, r hostexec.AttemptRunner, dir string, pid int, id string, alive func() bool)) {
 	boot := bootID(t)
 	for name, r := range runners(t) {
 		t.Run(name, func(t *testing.T) {
@@ -104,9 +104,9 @@ func reusedPidCases(t *testing.T, check func(t *testing.T, r hostexec.Runner, di
 // Such an attempt is lost: a settle signals nothing and says so.
 func TestSettleReusedPidIsLost(t *testing.T) {
 	t.Parallel()
-	reusedPidCases(t, func(t *testing.T, r hostexec.Runner, dir string, pid int, id string, alive func() bool) {
+	reusedPidCases(t, func(t *testing.T, r hostexec.AttemptRunner, dir string, pid int, id string, alive func() bool) {
 		orphanedAttempt(t, dir, "w1.1.f.n.1", pid, id)
-		res, err := r.Run(context.Background(), hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Settle: true, Script: "true"})
+		res, err := r.Settle(context.Background(), hostexec.Attempt{ID: "w1.1.f.n.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}})
 		if !alive() {
 			t.Fatalf("the settle killed process group %d, which is not the attempt's (%+v %v)", pid, res, err)
 		}
@@ -120,12 +120,12 @@ func TestSettleReusedPidIsLost(t *testing.T) {
 // attempt is lost, nothing is signalled and nothing started.
 func TestReattachReusedPidIsLost(t *testing.T) {
 	t.Parallel()
-	reusedPidCases(t, func(t *testing.T, r hostexec.Runner, dir string, pid int, id string, alive func() bool) {
+	reusedPidCases(t, func(t *testing.T, r hostexec.AttemptRunner, dir string, pid int, id string, alive func() bool) {
 		orphanedAttempt(t, dir, "w1.1.f.n.1", pid, id)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		start := time.Now()
-		res, err := r.Run(ctx, hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "touch " + hostsh.Quote(filepath.Join(dir, "started"))})
+		res, err := r.RunAttempt(ctx, hostexec.Attempt{ID: "w1.1.f.n.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "touch " + hostsh.Quote(filepath.Join(dir, "started"))}})
 		if !alive() {
 			t.Fatalf("the re-attach killed process group %d, which is not the attempt's", pid)
 		}
@@ -153,7 +153,7 @@ func TestAttemptIdentityRecorded(t *testing.T) {
 				if i%2 == 0 {
 					lock = "host"
 				}
-				if _, err := r.Run(context.Background(), hostexec.Command{Attempt: a, Lock: lock, Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}); err != nil {
+				if _, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: a, Lock: lock, Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}}); err != nil {
 					t.Fatal(err)
 				}
 				b, err := os.ReadFile(filepath.Join(dir, a+".id"))
@@ -173,7 +173,7 @@ func TestAttemptIdentityRecorded(t *testing.T) {
 	// the session supervisor
 	dir := t.TempDir()
 	for _, lock := range []string{"", "host"} {
-		cmd := hostexec.Command{Attempt: "w1.1.f.n.1" + lock, Lock: lock, Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}
+		cmd := hostexec.Attempt{ID: "w1.1.f.n.1" + lock, Lock: lock, Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}}
 		if out, err := exec.Command("/bin/sh", "-c", sessionScript(cmd)).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}

@@ -30,14 +30,14 @@ func secretValue(t *testing.T) string {
 
 // withSecrets runs cmd through r, plain and as a durable attempt (whose
 // environment also sets GANTRY_ATTEMPTS, which must keep working).
-func withSecrets(t *testing.T, r hostexec.Runner, cmd hostexec.Command, check func(t *testing.T, res hostexec.Result, lines []string)) {
+func withSecrets(t *testing.T, r hostexec.AttemptRunner, cmd hostexec.Command, check func(t *testing.T, res hostexec.Result, lines []string)) {
 	t.Helper()
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
-			c := cmd
+			c := hostexec.Attempt{Command: cmd}
 			dir := filepath.Join(t.TempDir(), "attempts")
 			if durable {
-				c.Attempt = "w1.1.f.n.1"
+				c.ID = "w1.1.f.n.1"
 				c.Env = maps.Clone(c.Env)
 				if c.Env == nil {
 					c.Env = map[string]string{}
@@ -47,13 +47,13 @@ func withSecrets(t *testing.T, r hostexec.Runner, cmd hostexec.Command, check fu
 			var mu sync.Mutex
 			var lines []string
 			c.OnLine = func(s hostexec.Stream, l string) { mu.Lock(); lines = append(lines, string(s)+":"+l); mu.Unlock() }
-			res, err := r.Run(context.Background(), c)
+			res, err := runAs(context.Background(), r, c)
 			if err != nil {
 				t.Fatal(err)
 			}
 			check(t, res, lines)
 			if durable { // the attempt ran under the directory the environment named
-				if _, err := os.Stat(filepath.Join(dir, c.Attempt+".run")); err != nil {
+				if _, err := os.Stat(filepath.Join(dir, c.ID+".run")); err != nil {
 					t.Fatalf("GANTRY_ATTEMPTS not honoured: %v", err)
 				}
 			}
@@ -151,17 +151,17 @@ func TestSecretsNotInArgv(t *testing.T) {
 	}
 }
 
-func scanWhileRunning(t *testing.T, r hostexec.Runner, cmd hostexec.Command, v string) {
+func scanWhileRunning(t *testing.T, r hostexec.AttemptRunner, cmd hostexec.Command, v string) {
 	env := []byte("GANTRY_TEST_SECRET=" + v + "\x00")
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
-			c := cmd
+			c := hostexec.Attempt{Command: cmd}
 			if durable {
-				c.Attempt = "w1.1.f.n.scan"
+				c.ID = "w1.1.f.n.scan"
 				c.Env = map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}
 			}
 			done := make(chan error, 1)
-			go func() { _, err := r.Run(context.Background(), c); done <- err }()
+			go func() { _, err := runAs(context.Background(), r, c); done <- err }()
 			inEnv := 0
 			for scanning := true; scanning; {
 				select {
@@ -235,9 +235,10 @@ func TestSecretNamedLikeTheAttemptsDirChangesNothing(t *testing.T) {
 				asked := 0
 				for n := 1; n <= 2; n++ {
 					id := fmt.Sprintf("w.%d.create.f.n.1.run", n)
-					res, err := r.Run(context.Background(), hostexec.Command{Attempt: id, Lock: "c.f.n", Mark: "create.h1", Env: env,
-						Secrets: map[string]string{secret: decoy}, Turn: func(hostexec.Holder) bool { asked++; return true },
-						Script: `[ "$` + secret + `" = ` + hostsh.Quote(decoy) + ` ] && echo sees-it`})
+					res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: id, Lock: "c.f.n", Mark: "create.h1",
+						Command: hostexec.Command{Env: env, Secrets: map[string]string{secret: decoy},
+							Script: `[ "$` + secret + `" = ` + hostsh.Quote(decoy) + ` ] && echo sees-it`},
+						Turn: func(hostexec.Holder) bool { asked++; return true }})
 					if err != nil || res.ExitCode != 0 || res.Stdout != "sees-it\n" {
 						t.Fatalf("attempt %d: %+v %v, want the command to see the secret", n, res, err)
 					}

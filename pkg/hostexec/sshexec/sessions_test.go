@@ -45,11 +45,11 @@ func TestSessionsBeyondSSHDMaxSessions(t *testing.T) {
 				results := make(chan result, 8)
 				for i := range 8 {
 					go func() {
-						cmd := hostexec.Command{Script: fmt.Sprintf("sleep 0.3; echo done-%d", i)}
+						cmd := hostexec.Attempt{Command: hostexec.Command{Script: fmt.Sprintf("sleep 0.3; echo done-%d", i)}}
 						if kind == "durable" || kind == "mixed" && i%2 == 0 {
-							cmd.Attempt, cmd.Env = fmt.Sprintf("w.1.f.n%d.1", i), map[string]string{"GANTRY_ATTEMPTS": dir}
+							cmd.ID, cmd.Env = fmt.Sprintf("w.1.f.n%d.1", i), map[string]string{"GANTRY_ATTEMPTS": dir}
 						}
-						res, err := r.Run(ctx, cmd)
+						res, err := runAs(ctx, r, cmd)
 						results <- result{i, res, err}
 					}()
 				}
@@ -83,7 +83,7 @@ func TestRefusedSessionClosesIdleAgents(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			res, err := r.Run(ctx, hostexec.Command{Attempt: fmt.Sprintf("w.1.f.n%d.1", i), Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "echo durable"})
+			res, err := r.RunAttempt(ctx, hostexec.Attempt{ID: fmt.Sprintf("w.1.f.n%d.1", i), Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "echo durable"}})
 			if err != nil || res.Stdout != "durable\n" {
 				t.Errorf("durable %d: %+v %v", i, res, err)
 			}
@@ -100,7 +100,7 @@ func TestRefusedSessionClosesIdleAgents(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("the plain command took %s", took)
 	}
-	res, err = r.Run(ctx, hostexec.Command{Attempt: "w.1.f.n9.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "echo again"})
+	res, err = r.RunAttempt(ctx, hostexec.Attempt{ID: "w.1.f.n9.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "echo again"}})
 	if err != nil || res.Stdout != "again\n" {
 		t.Fatalf("durable after the plain one: %+v %v", res, err)
 	}
@@ -134,11 +134,11 @@ func TestBeforeStartWaitsForTheSession(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // it runs, in the one session sshd allows
 			var mu sync.Mutex
 			var announced time.Time
-			cmd := hostexec.Command{Script: "echo second", BeforeStart: func() error { mu.Lock(); announced = time.Now(); mu.Unlock(); return nil }}
+			cmd := hostexec.Attempt{Command: hostexec.Command{Script: "echo second", BeforeStart: func() error { mu.Lock(); announced = time.Now(); mu.Unlock(); return nil }}}
 			if kind == "durable" {
-				cmd.Attempt, cmd.Env = "w.1.f.n1.1", map[string]string{"GANTRY_ATTEMPTS": dir}
+				cmd.ID, cmd.Env = "w.1.f.n1.1", map[string]string{"GANTRY_ATTEMPTS": dir}
 			}
-			res, err := r.Run(ctx, cmd)
+			res, err := runAs(ctx, r, cmd)
 			if err != nil || res.Stdout != "second\n" {
 				t.Fatalf("second: %+v %v", res, err)
 			}
@@ -168,12 +168,12 @@ func TestRefusedSessionsFailNamingMaxSessions(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 			defer cancel()
 			announced := false
-			cmd := hostexec.Command{Script: "echo never", BeforeStart: func() error { announced = true; return nil }}
+			cmd := hostexec.Attempt{Command: hostexec.Command{Script: "echo never", BeforeStart: func() error { announced = true; return nil }}}
 			if kind == "durable" {
-				cmd.Attempt, cmd.Env = "w.1.f.n1.1", map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}
+				cmd.ID, cmd.Env = "w.1.f.n1.1", map[string]string{"GANTRY_ATTEMPTS": t.TempDir()}
 			}
 			start := time.Now()
-			_, err := r.Run(ctx, cmd)
+			_, err := runAs(ctx, r, cmd)
 			took := time.Since(start)
 			if err == nil || !errors.Is(err, hostexec.ErrSession) || !strings.Contains(err.Error(), "MaxSessions") || !strings.Contains(err.Error(), "--ssh-max-sessions") {
 				t.Fatalf("after %s: %v, want a session error naming MaxSessions and --ssh-max-sessions", took.Round(time.Millisecond), err)
@@ -321,11 +321,11 @@ func TestDrainEndsWaitsForSessions(t *testing.T) {
 	var announced sync.Map
 	for _, name := range []string{"plain", "durable", "durable2"} {
 		go func() {
-			cmd := hostexec.Command{Script: "echo " + name, BeforeStart: func() error { announced.Store(name, true); return nil }}
+			cmd := hostexec.Attempt{Command: hostexec.Command{Script: "echo " + name, BeforeStart: func() error { announced.Store(name, true); return nil }}}
 			if name != "plain" {
-				cmd.Attempt, cmd.Env = "w.1.f."+name+".1", map[string]string{"GANTRY_ATTEMPTS": dir}
+				cmd.ID, cmd.Env = "w.1.f."+name+".1", map[string]string{"GANTRY_ATTEMPTS": dir}
 			}
-			res, err := r.Run(ctx, cmd)
+			res, err := runAs(ctx, r, cmd)
 			done <- ended{name, res, err}
 		}()
 	}

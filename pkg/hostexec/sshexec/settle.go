@@ -13,12 +13,12 @@ import (
 )
 
 // settle settles a durable attempt over SSH, in a session of its own.
-func (r *sshRunner) settle(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (r *sshRunner) settle(ctx context.Context, cmd hostexec.Attempt) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
-	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
+	if err := hostsh.ValidAttempt(cmd.ID); err != nil {
 		return res, err
 	}
-	if _, err := cmdrun.CheckedExports(cmd); err != nil {
+	if _, err := cmdrun.CheckedExports(cmd.Command); err != nil {
 		return res, err
 	}
 	c := r.entry()
@@ -30,7 +30,7 @@ func (r *sshRunner) settle(ctx context.Context, cmd hostexec.Command) (hostexec.
 	defer sess.Close()
 	var out, errOut bytes.Buffer
 	sess.Stdout, sess.Stderr, sess.Stdin = &out, &errOut, eofReader{}
-	if err := sess.Start(becomeOf(cmd).remote(hostsh.SettleScript(cmd.Attempt, cmdrun.AttemptsBase(cmd)))); err != nil {
+	if err := sess.Start(becomeOf(cmd.Command).remote(hostsh.SettleScript(cmd.ID, cmdrun.AttemptsBase(cmd.Command)))); err != nil {
 		return res, fmt.Errorf("%w on %s: start: %w", hostexec.ErrSession, r.address, err)
 	}
 	waited := make(chan error, 1)

@@ -22,11 +22,11 @@ import (
 // runs "sleep <sleep>" and nobody follows any more: it is killed, and
 // settled again it reads as killed; an attempt that never started, and
 // one that ended by itself, are reported as such; nothing is started.
-func settleChecks(t *testing.T, r hostexec.Runner, dir, sleep string) {
+func settleChecks(t *testing.T, r hostexec.AttemptRunner, dir, sleep string) {
 	t.Helper()
 	env := map[string]string{"GANTRY_ATTEMPTS": dir}
 	settle := func(attempt string) (hostexec.Result, error) {
-		return r.Run(context.Background(), hostexec.Command{Attempt: attempt, Env: env, Settle: true, Script: "touch " + filepath.Join(dir, "started")})
+		return r.Settle(context.Background(), hostexec.Attempt{ID: attempt, Command: hostexec.Command{Env: env, Script: "touch " + filepath.Join(dir, "started")}})
 	}
 	pid := runPid(t, dir, "w1.1.f.n.1")
 	if _, err := os.Stat("/proc/self/stat"); err == nil && !fileExists(filepath.Join(dir, "w1.1.f.n.1.id")) {
@@ -53,7 +53,7 @@ func settleChecks(t *testing.T, r hostexec.Runner, dir, sleep string) {
 	if _, err := os.Stat(filepath.Join(dir, "w1.1.f.n.2.run")); !os.IsNotExist(err) {
 		t.Fatalf("settling an attempt that never started left a run file: %v", err)
 	}
-	if _, err := r.Run(context.Background(), hostexec.Command{Attempt: "w1.1.f.n.3", Env: env, Script: "echo done; exit 7"}); err != nil {
+	if _, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.f.n.3", Command: hostexec.Command{Env: env, Script: "echo done; exit 7"}}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := settle("w1.1.f.n.3"); err != nil || res.ExitCode != 7 || res.Stdout != "done\n" {
@@ -79,8 +79,8 @@ func TestSettleSSH(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := gone.Runner(f.Hosts[0].Addr, "").Run(context.Background(), hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir}, OnLine: l.On,
-			Script: "echo line1; echo warn >&2; sleep " + sleep + "; echo never"})
+		_, err := gone.Runner(f.Hosts[0].Addr, "").RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.f.n.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, OnLine: l.On,
+			Script: "echo line1; echo warn >&2; sleep " + sleep + "; echo never"}})
 		done <- err
 	}()
 	l.Wait(t, "line1")
@@ -98,8 +98,8 @@ func TestSettleLocal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	sleep := fmt.Sprintf("30.%09d", time.Now().UnixNano()%1e9)
-	first := exec.Command("/bin/sh", "-c", sessionScript(hostexec.Command{Attempt: "w1.1.f.n.1", Env: map[string]string{"GANTRY_ATTEMPTS": dir},
-		Script: "echo line1; echo warn >&2; sleep " + sleep + "; echo never"}))
+	first := exec.Command("/bin/sh", "-c", sessionScript(hostexec.Attempt{ID: "w1.1.f.n.1", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir},
+		Script: "echo line1; echo warn >&2; sleep " + sleep + "; echo never"}}))
 	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {

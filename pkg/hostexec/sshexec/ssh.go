@@ -303,13 +303,13 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 // Runner returns a runner for user@address (address is host:port),
 // reached through the jump hosts via, the first hop first. Each hop's host
 // key is checked as a direct host's is.
-func (p *Pool) Runner(address, user string, via ...Jump) hostexec.Runner {
+func (p *Pool) Runner(address, user string, via ...Jump) hostexec.AttemptRunner {
 	return p.HostRunner(Jump{Address: address, User: user}, via...)
 }
 
 // HostRunner returns a runner for the host h, reached through the jump
 // hosts via, the first hop first, each with its user and identity file.
-func (p *Pool) HostRunner(h Jump, via ...Jump) hostexec.Runner {
+func (p *Pool) HostRunner(h Jump, via ...Jump) hostexec.AttemptRunner {
 	fill := func(j Jump) Jump {
 		if j.User == "" {
 			j.User = p.cfg.DefaultUser

@@ -60,11 +60,11 @@ func benchSSHRunner(b *testing.B, durable bool) {
 	r := p.Runner(f.Hosts[0].Addr, "")
 	dir := b.TempDir()
 	for i := 0; i < b.N; i++ {
-		cmd := hostexec.Command{Script: "true"}
+		cmd := hostexec.Attempt{Command: hostexec.Command{Script: "true"}}
 		if durable {
-			cmd.Attempt, cmd.Lock, cmd.Env = "a."+strconv.Itoa(i), "w.f.n", map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}
+			cmd.ID, cmd.Lock, cmd.Env = "a."+strconv.Itoa(i), "w.f.n", map[string]string{"GANTRY_ATTEMPTS": dir + "/attempts"}
 		}
-		if res, err := r.Run(context.Background(), cmd); err != nil || res.ExitCode != 0 {
+		if res, err := runAs(context.Background(), r, cmd); err != nil || res.ExitCode != 0 {
 			b.Fatalf("exit %d: %v", res.ExitCode, err)
 		}
 	}

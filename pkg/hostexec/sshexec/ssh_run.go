@@ -27,26 +27,50 @@ var (
 	reattachWait  = time.Second
 )
 
-// Run runs cmd. A durable command (cmd.Attempt set) whose connection ends
-// after it started, before it reported its exit status, goes on running on
-// the host: Run re-attaches to it on a new connection (the output lines
-// already handed to OnLine are not handed again) instead of reporting a
-// failure, which a retry would have answered with a second copy of the
-// command.
+// The runner of an SSH host is an AttemptRunner.
+var _ hostexec.AttemptRunner = (*sshRunner)(nil)
+
+// Run runs the plain cmd, in a session of its own.
 func (r *sshRunner) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
-	if cmd.Stdin != nil && cmd.Attempt != "" {
-		return hostexec.Result{ExitCode: -1, Started: time.Now()}, cmdrun.ErrStdinDurable
-	}
 	if cmd.Become {
 		if err := r.checkBecome(ctx, r.entry(), becomeOf(cmd)); err != nil {
 			return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
 		}
 	}
-	if cmd.Settle {
-		return r.settle(ctx, cmd)
+	return r.run(ctx, hostexec.Attempt{Command: cmd})
+}
+
+// Settle settles the attempt cmd.ID on the host (settle.go; see
+// hostexec.AttemptRunner.Settle): it starts nothing.
+func (r *sshRunner) Settle(ctx context.Context, cmd hostexec.Attempt) (hostexec.Result, error) {
+	if cmd.Stdin != nil {
+		return hostexec.Result{ExitCode: -1, Started: time.Now()}, cmdrun.ErrStdinDurable
 	}
-	if cmd.Attempt == "" {
-		return r.run(ctx, cmd)
+	if cmd.Become {
+		if err := r.checkBecome(ctx, r.entry(), becomeOf(cmd.Command)); err != nil {
+			return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
+		}
+	}
+	return r.settle(ctx, cmd)
+}
+
+// RunAttempt runs cmd as a durable attempt. One whose connection ends
+// after it started, before it reported its exit status, goes on running on
+// the host: RunAttempt re-attaches to it on a new connection (the output
+// lines already handed to OnLine are not handed again) instead of
+// reporting a failure, which a retry would have answered with a second
+// copy of the command.
+func (r *sshRunner) RunAttempt(ctx context.Context, cmd hostexec.Attempt) (hostexec.Result, error) {
+	if cmd.Stdin != nil {
+		return hostexec.Result{ExitCode: -1, Started: time.Now()}, cmdrun.ErrStdinDurable
+	}
+	if cmd.ID == "" { // not an attempt: run's session would run it plain
+		return hostexec.Result{ExitCode: -1, Started: time.Now()}, hostsh.ValidAttempt(cmd.ID)
+	}
+	if cmd.Become {
+		if err := r.checkBecome(ctx, r.entry(), becomeOf(cmd.Command)); err != nil {
+			return hostexec.Result{ExitCode: -1, Started: time.Now()}, err
+		}
 	}
 	lc := &lineCount{on: cmd.OnLine, delivered: map[hostexec.Stream]int{}}
 	first := cmd
@@ -55,7 +79,7 @@ func (r *sshRunner) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Res
 	ended := err // why the connection ended, when it did
 	for try := 1; try <= reattachTries && errors.Is(err, errConnectionEnded) && !r.pool.isClosed(); try++ {
 		ended = err
-		r.pool.log.Warn("connection ended while an attempt ran; re-attaching to it", "host", r.address, "attempt", cmd.Attempt, "try", try)
+		r.pool.log.Warn("connection ended while an attempt ran; re-attaching to it", "host", r.address, "attempt", cmd.ID, "try", try)
 		select {
 		case <-ctx.Done():
 			return res, err
@@ -125,7 +149,7 @@ var errConnectionEnded = errors.New("the connection ended before the command rep
 // runDurable runs a durable command in a host agent (agent.go), or in a
 // session of its own: when the attempt exists on the host already (it
 // re-attaches), or when no agent answers.
-func (r *sshRunner) runDurable(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (r *sshRunner) runDurable(ctx context.Context, cmd hostexec.Attempt) (hostexec.Result, error) {
 	if r.noAgents {
 		return r.run(ctx, cmd)
 	}
@@ -133,7 +157,7 @@ func (r *sshRunner) runDurable(ctx context.Context, cmd hostexec.Command) (hoste
 	if err := cmdrun.CheckIDs(cmd); err != nil {
 		return res, err
 	}
-	ex, err := cmdrun.CheckedExports(cmd)
+	ex, err := cmdrun.CheckedExports(cmd.Command)
 	if err != nil {
 		return res, err
 	}
@@ -158,8 +182,8 @@ func (r *sshRunner) runDurable(ctx context.Context, cmd hostexec.Command) (hoste
 // sshText is what the host's shell runs for cmd, ex being its Env's
 // exports: the secrets (read from stdin) before the environment and the
 // script, or, for a durable command, the session supervisor around them.
-func sshText(cmd hostexec.Command, ex string) (string, error) {
-	if cmd.Attempt != "" {
+func sshText(cmd hostexec.Attempt, ex string) (string, error) {
+	if cmd.ID != "" {
 		if err := cmdrun.CheckIDs(cmd); err != nil {
 			return "", err
 		}
@@ -172,9 +196,12 @@ func sshText(cmd hostexec.Command, ex string) (string, error) {
 	return text, nil
 }
 
-func (r *sshRunner) run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+// run runs cmd in a session of its own: a plain command when cmd.ID is
+// "" (Run), else the session supervisor of the durable attempt (one with no
+// agent to run it, or one re-attached to).
+func (r *sshRunner) run(ctx context.Context, cmd hostexec.Attempt) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Started: time.Now()}
-	ex, err := cmdrun.CheckedExports(cmd)
+	ex, err := cmdrun.CheckedExports(cmd.Command)
 	if err != nil {
 		return res, err
 	}
@@ -191,16 +218,16 @@ func (r *sshRunner) run(ctx context.Context, cmd hostexec.Command) (hostexec.Res
 	if err != nil {
 		return res, err
 	}
-	as := becomeOf(cmd)
+	as := becomeOf(cmd.Command)
 	remote := as.remote(text)
-	if cmd.Attempt == "" {
+	if cmd.ID == "" {
 		remote = "printf '" + hostsh.PIDMarker + "%s\\n' \"$$\"; " + text
 		if as.on {
 			remote = as.remote(remote)
 		}
 	}
 	c := r.entry()
-	sess, client, err := r.slotSession(rctx, c, func() (*ssh.Session, *ssh.Client, error) { return r.prepare(rctx, c, cmd) })
+	sess, client, err := r.slotSession(rctx, c, func() (*ssh.Session, *ssh.Client, error) { return r.prepare(rctx, c, cmd.Command) })
 	if err != nil {
 		return res, err
 	}
@@ -257,8 +284,8 @@ func (r *sshRunner) run(ctx context.Context, cmd hostexec.Command) (hostexec.Res
 		if ee.Signal() != "" {
 			res.ExitCode = 128 + signalNumber(ee.Signal())
 		}
-		if cmd.Attempt != "" && res.ExitCode == hostsh.LostExit {
-			return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.Attempt, r.address)
+		if cmd.ID != "" && res.ExitCode == hostsh.LostExit {
+			return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.ID, r.address)
 		}
 	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
 		r.pool.drop(c, client)

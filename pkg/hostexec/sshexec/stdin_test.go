@@ -30,7 +30,7 @@ func TestStdinAndMask(t *testing.T) {
 			if res.Stdout != want {
 				t.Errorf("stdout %q, want %q", res.Stdout, want)
 			}
-			_, err = r.Run(context.Background(), hostexec.Command{Script: "true", Attempt: "wf.1.create.f.n.1.run", Stdin: strings.NewReader("x")})
+			_, err = r.RunAttempt(context.Background(), hostexec.Attempt{ID: "wf.1.create.f.n.1.run", Command: hostexec.Command{Script: "true", Stdin: strings.NewReader("x")}})
 			if !errors.Is(err, cmdrun.ErrStdinDurable) {
 				t.Errorf("a durable command with a stdin: %v", err)
 			}

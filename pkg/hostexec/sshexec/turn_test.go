@@ -55,8 +55,8 @@ func TestWaitingAttemptKeepsItsOutputWhole(t *testing.T) {
 			release := holdLock(t, base, "c.f.n")
 			time.AfterFunc(time.Second, release)
 			lines := linestest.New()
-			res, err := r.Run(context.Background(), hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", OnLine: lines.On,
-				Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo first; sleep 0.3; echo second; echo warn >&2"})
+			res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w.1.create.f.n.1.run", Lock: "c.f.n", Command: hostexec.Command{OnLine: lines.On,
+				Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo first; sleep 0.3; echo second; echo warn >&2"}})
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("%+v %v", res, err)
 			}
@@ -91,9 +91,9 @@ func TestTurnAskedAtTheLock(t *testing.T) {
 			var asked []hostexec.Holder
 			run := func(id, mark, script string, start bool) (hostexec.Result, error) {
 				t.Helper()
-				return r.Run(context.Background(), hostexec.Command{Attempt: id, Lock: "c.f.n", Mark: mark, Env: map[string]string{"GANTRY_ATTEMPTS": base},
-					Script: "echo " + id + " >>" + hostsh.Quote(ran) + "; " + script,
-					Turn:   func(h hostexec.Holder) bool { mu.Lock(); defer mu.Unlock(); asked = append(asked, h); return start }})
+				return r.RunAttempt(context.Background(), hostexec.Attempt{ID: id, Lock: "c.f.n", Mark: mark,
+					Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo " + id + " >>" + hostsh.Quote(ran) + "; " + script},
+					Turn:    func(h hostexec.Holder) bool { mu.Lock(); defer mu.Unlock(); asked = append(asked, h); return start }})
 			}
 			took := func() []hostexec.Holder {
 				mu.Lock()
@@ -165,13 +165,13 @@ func TestTurnAskedAfterWaiting(t *testing.T) {
 			dir := t.TempDir()
 			base := filepath.Join(dir, "attempts")
 			ran := filepath.Join(dir, "ran")
-			cmd := func(id string, turn func(hostexec.Holder) bool) hostexec.Command {
-				return hostexec.Command{Attempt: id, Lock: "c.f.n", Mark: "create.h1", Env: map[string]string{"GANTRY_ATTEMPTS": base},
-					Script: "echo " + id + " >>" + hostsh.Quote(ran) + "; sleep 0.6", Turn: turn}
+			cmd := func(id string, turn func(hostexec.Holder) bool) hostexec.Attempt {
+				return hostexec.Attempt{ID: id, Lock: "c.f.n", Mark: "create.h1", Turn: turn, Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": base},
+					Script: "echo " + id + " >>" + hostsh.Quote(ran) + "; sleep 0.6"}}
 			}
 			first := make(chan error, 1)
 			go func() {
-				_, err := r.Run(context.Background(), cmd("a.1.create.f.n.1.run", func(hostexec.Holder) bool { return true }))
+				_, err := r.RunAttempt(context.Background(), cmd("a.1.create.f.n.1.run", func(hostexec.Holder) bool { return true }))
 				first <- err
 			}()
 			deadline := time.Now().Add(10 * time.Second)
@@ -185,7 +185,7 @@ func TestTurnAskedAfterWaiting(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			var got hostexec.Holder
-			res, err := r.Run(context.Background(), cmd("b.1.create.f.n.1.run", func(h hostexec.Holder) bool { got = h; return false }))
+			res, err := r.RunAttempt(context.Background(), cmd("b.1.create.f.n.1.run", func(h hostexec.Holder) bool { got = h; return false }))
 			if !errors.Is(err, hostexec.ErrDeclined) {
 				t.Fatalf("b: %+v %v, want ErrDeclined", res, err)
 			}
@@ -219,8 +219,8 @@ func TestCancelWhileWaitingForTheLockStartsNothing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := r.Run(ctx, hostexec.Command{Attempt: "w.1.create.f.n.1.run", Lock: "c.f.n", Env: map[string]string{"GANTRY_ATTEMPTS": base},
-				Script: "echo ran >>" + hostsh.Quote(ran)})
+			_, err := r.RunAttempt(ctx, hostexec.Attempt{ID: "w.1.create.f.n.1.run", Lock: "c.f.n", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": base},
+				Script: "echo ran >>" + hostsh.Quote(ran)}})
 			if !errors.Is(err, hostexec.ErrCancelled) {
 				t.Fatalf("%v, want ErrCancelled", err)
 			}

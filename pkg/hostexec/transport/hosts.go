@@ -75,9 +75,10 @@ type Target struct {
 	Via          []sshexec.Jump
 }
 
-// Runner returns the runner for a host: "local" (when allowed), or "ssh"
-// at its address, through its jump hosts.
-func (h *Hosts) Runner(t Target) (hostexec.Runner, error) {
+// Runner returns the runner for a host, of plain commands and durable
+// attempts: "local" (when allowed), or "ssh" at its address, through its
+// jump hosts.
+func (h *Hosts) Runner(t Target) (hostexec.AttemptRunner, error) {
 	switch t.Transport {
 	case "local":
 		if !h.cfg.AllowLocal {

@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/consume"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
 	"github.com/gantry-dev/gantry/pkg/secrets"
 	"github.com/gantry-dev/gantry/pkg/tracing"
@@ -64,7 +65,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("health-gate: %w", err)
 	}
-	c := &gate.Checker{Hosts: hosts, Secrets: sec, Outputs: outs, Pub: &eventbus.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
+	c := &gate.Checker{Hosts: gateHosts{hosts}, Secrets: sec, Outputs: outs, Pub: &eventbus.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
 	svc, err := eventbus.AddService(nc, eventbus.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
 		Description: "gantry health-gate: checks formulas' health gates on their hosts", Status: func() any {
 			gates, n := c.Status()
@@ -79,3 +80,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: eventbus.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})
 }
+
+// gateHosts gives the gate the runners of hosts: its checks are plain
+// commands, nothing durable.
+type gateHosts struct{ hosts *transport.Hosts }
+
+func (h gateHosts) Runner(t transport.Target) (hostexec.Runner, error) { return h.hosts.Runner(t) }

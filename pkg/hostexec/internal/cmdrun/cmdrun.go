@@ -1,8 +1,8 @@
 // Package cmdrun is what both runners of pkg/hostexec do with a Command
-// around the shell text of hostsh: check it (its ids, env names and
-// secrets), build the supervision of a durable attempt, collect its output
-// lines with the secrets masked as ***, read back a settle, and end it by
-// its context (timeout or cancel).
+// or an Attempt around the shell text of hostsh: check it (its ids, env
+// names and secrets), build the supervision of a durable attempt, collect
+// its output lines with the secrets masked as ***, read back a settle, and
+// end it by its context (timeout or cancel).
 package cmdrun
 
 import (
@@ -25,8 +25,8 @@ var ErrStdinDurable = errors.New("a durable command (Attempt) takes no Stdin")
 
 // checkIDs checks a durable command's attempt id, and its lock and mark
 // when it has them.
-func CheckIDs(cmd hostexec.Command) error {
-	if err := hostsh.ValidAttempt(cmd.Attempt); err != nil {
+func CheckIDs(cmd hostexec.Attempt) error {
+	if err := hostsh.ValidAttempt(cmd.ID); err != nil {
 		return err
 	}
 	for what, id := range map[string]string{"lock": cmd.Lock, "mark": cmd.Mark} {
@@ -43,8 +43,8 @@ func CheckIDs(cmd hostexec.Command) error {
 // supervisionOf is the session supervisor of the durable cmd, ex being
 // its Env's exports. stdinSecrets: its secrets travel on stdin (over
 // SSH); otherwise they are in the environment the shell starts with.
-func SupervisionOf(cmd hostexec.Command, ex string, stdinSecrets bool) hostsh.Supervision {
-	sv := hostsh.Supervision{Attempt: cmd.Attempt, Lock: cmd.Lock, Mark: cmd.Mark, Base: AttemptsBase(cmd), Run: ex + "eval " + hostsh.Quote(Script(cmd))}
+func SupervisionOf(cmd hostexec.Attempt, ex string, stdinSecrets bool) hostsh.Supervision {
+	sv := hostsh.Supervision{Attempt: cmd.ID, Lock: cmd.Lock, Mark: cmd.Mark, Base: AttemptsBase(cmd.Command), Run: ex + "eval " + hostsh.Quote(Script(cmd))}
 	if stdinSecrets && len(cmd.Secrets) > 0 {
 		sv.Read, sv.Run = hostsh.ReadSecretLine, hostsh.EvalSecrets+sv.Run
 	}
@@ -52,8 +52,8 @@ func SupervisionOf(cmd hostexec.Command, ex string, stdinSecrets bool) hostsh.Su
 }
 
 // asks says whether an attempt that holds its lock is to be asked
-// before it starts (see Command.Turn).
-func Asks(cmd hostexec.Command, h hostexec.Holder) bool {
+// before it starts (see Attempt.Turn).
+func Asks(cmd hostexec.Attempt, h hostexec.Holder) bool {
 	return h.Waited || (cmd.Turn != nil && cmd.Mark != "" && h.Mark == cmd.Mark && h.ExitCode == 0)
 }
 
@@ -136,8 +136,8 @@ func AttemptsBase(cmd hostexec.Command) string {
 
 // script is what a durable command's supervisor evaluates: its Script,
 // after the making of its outputs file when it has Output.
-func Script(cmd hostexec.Command) string {
-	if !cmd.Output || cmd.Attempt == "" {
+func Script(cmd hostexec.Attempt) string {
+	if !cmd.Output || cmd.ID == "" {
 		return cmd.Script
 	}
 	return hostsh.OutputPrelude + cmd.Script

@@ -14,7 +14,7 @@ import (
 
 // settled reads what a settle printed (stdout, stderr) into a result;
 // werr is how the shell that ran it ended, where names the host.
-func Settled(cmd hostexec.Command, where string, stdout, stderr []byte, werr error) (hostexec.Result, error) {
+func Settled(cmd hostexec.Attempt, where string, stdout, stderr []byte, werr error) (hostexec.Result, error) {
 	res := hostexec.Result{ExitCode: -1, Ended: time.Now()}
 	first, rest, _ := bytes.Cut(stdout, []byte("\n"))
 	what, ok := strings.CutPrefix(string(first), hostsh.SettleMarker)
@@ -22,26 +22,26 @@ func Settled(cmd hostexec.Command, where string, stdout, stderr []byte, werr err
 		if werr == nil {
 			werr = errors.New("no answer")
 		}
-		return res, fmt.Errorf("%w on %s: settle attempt %s: %w (%s)", hostexec.ErrSession, where, cmd.Attempt, werr, strings.TrimSpace(string(stderr)))
+		return res, fmt.Errorf("%w on %s: settle attempt %s: %w (%s)", hostexec.ErrSession, where, cmd.ID, werr, strings.TrimSpace(string(stderr)))
 	}
 	mask := NewMasker(cmd.Secrets, cmd.Mask...)
 	res.Stdout, res.Stderr = MaskAll(mask, rest), MaskAll(mask, stderr)
 	how, status, _ := strings.Cut(what, " ")
 	switch how {
 	case "absent":
-		return res, fmt.Errorf("%w: %s on %s", hostexec.ErrNoAttempt, cmd.Attempt, where)
+		return res, fmt.Errorf("%w: %s on %s", hostexec.ErrNoAttempt, cmd.ID, where)
 	case "lost":
-		return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.Attempt, where)
+		return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.ID, where)
 	case "alive":
-		return res, fmt.Errorf("%w: attempt %s on %s: still running", hostexec.ErrKill, cmd.Attempt, where)
+		return res, fmt.Errorf("%w: attempt %s on %s: still running", hostexec.ErrKill, cmd.ID, where)
 	}
 	code, err := strconv.Atoi(status)
 	if err != nil || (how != "ended" && how != "killed") {
-		return res, fmt.Errorf("%w on %s: settle attempt %s: unexpected answer %q", hostexec.ErrSession, where, cmd.Attempt, what)
+		return res, fmt.Errorf("%w on %s: settle attempt %s: unexpected answer %q", hostexec.ErrSession, where, cmd.ID, what)
 	}
 	res.ExitCode = code
 	if how == "killed" && code != 0 {
-		return res, fmt.Errorf("%w: attempt %s killed on %s (exit status %d)", hostexec.ErrCancelled, cmd.Attempt, where, code)
+		return res, fmt.Errorf("%w: attempt %s killed on %s (exit status %d)", hostexec.ErrCancelled, cmd.ID, where, code)
 	}
 	return res, nil // it ended by itself (or recorded its success as it was killed)
 }

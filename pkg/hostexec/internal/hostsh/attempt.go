@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Durable commands. A Command with an Attempt runs on its host under a
+// Durable commands. An Attempt (hostexec.Attempt) runs on its host under a
 // small shell supervisor, as Ansible's async wrapper does: the command's
 // output and, at the end, its exit status are kept in files on the host
 // (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>.{run,out,err}: the
@@ -249,8 +249,9 @@ if alive; then echo "still running"; exit 1; fi
 	if d != "" {
 		// the exit status goes where the attempt's supervisor keeps it: the
 		// run file's second line, followed by a line "killed" (what a
-		// settle reports: see hostexec.Command.Settle), or <attempt>.exit for one started
-		// by an earlier version (it has a .pid file)
+		// settle reports: see hostexec.AttemptRunner.Settle), or
+		// <attempt>.exit for one started by an earlier version (it has a
+		// .pid file)
 		b.WriteString(`d=` + d + `; if [ -e "$d.pid" ]; then [ -s "$d.exit" ] || echo $s >"$d.exit"
 else x=; { read -r x; read -r x; } <"$d.run" 2>/dev/null; [ -n "$x" ] || printf '%s\nkilled\n' $s >>"$d.run"; fi
 `)

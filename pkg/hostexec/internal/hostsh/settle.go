@@ -9,11 +9,11 @@ const MaxTail = 4096
 // SettleMarker starts the first stdout line of a settle: what it found.
 const SettleMarker = "__gantry_settle "
 
-// SettleScript settles attempt (see hostexec.Command.Settle). base is the shell that sets
-// _gb, its attempts directory (attemptsBase). Its first stdout
-// line is SettleMarker followed by "absent", "lost", "alive", or "ended"
-// or "killed" and the recorded exit status; then the tails of the
-// attempt's output files, on stdout and stderr.
+// SettleScript settles attempt (see hostexec.AttemptRunner.Settle). base
+// is the shell that sets _gb, its attempts directory (attemptsBase). Its
+// first stdout line is SettleMarker followed by "absent", "lost", "alive",
+// or "ended" or "killed" and the recorded exit status; then the tails of
+// the attempt's output files, on stdout and stderr.
 func SettleScript(attempt, base string) string {
 	// The run file is created with the supervisor's pid in one write, but
 	// one may look between the create and the write: wait for the pid (at

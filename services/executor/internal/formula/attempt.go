@@ -105,7 +105,7 @@ type shell struct {
 	mask    []string
 	// cmd is the last script's command, whose outputs file keepOutputs
 	// reads.
-	cmd hostexec.Command
+	cmd hostexec.Attempt
 }
 
 // run runs one of the attempt's scripts ("check" or "run") as a durable
@@ -130,15 +130,15 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 		}
 		env[changedEnv] = sh.changedList()
 	}
-	cmd := hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
-		BeforeStart: sh.record, Attempt: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark(),
-		Become: n.Become, BecomeUser: n.BecomeUser, Mask: sh.mask}
+	cmd := hostexec.Attempt{Command: hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
+		BeforeStart: sh.record, Become: n.Become, BecomeUser: n.BecomeUser, Mask: sh.mask},
+		ID: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark()}
 	cmd.Output = what == "run" && sh.nr.d.Operation == dag.OpCreate && len(n.Outputs) > 0
 	sh.cmd = cmd
 	if sh.nr.d.Operation == dag.OpCreate && sh.nr.d.SkipAtTurnAfter != nil {
 		cmd.Turn = sh.turn
 	}
-	res, err := sh.nr.runner.Run(sh.nr.stop, cmd)
+	res, err := sh.nr.runner.RunAttempt(sh.nr.stop, cmd)
 	if errors.Is(err, hostexec.ErrDraining) && sh.drained == nil {
 		sh.drained = err
 	}

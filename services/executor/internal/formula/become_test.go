@@ -20,7 +20,7 @@ type sudoHost struct {
 	got []string // the become of each command, "user" or "-"
 }
 
-func (s *sudoHost) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (s *sudoHost) run(ctx context.Context, cmd hostexec.Attempt, settle bool) (hostexec.Result, error) {
 	s.mu.Lock()
 	as := "-"
 	if cmd.Become {
@@ -34,7 +34,7 @@ func (s *sudoHost) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Resu
 	if cmd.Become {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: sudo on h1 needs a password for deploy", hostexec.ErrBecome)
 	}
-	return s.host.Run(ctx, cmd)
+	return s.host.run(ctx, cmd, settle)
 }
 
 // A node's become reaches the host's runner with its command, and a host
@@ -44,7 +44,7 @@ func TestBecomeFailureIsPermanent(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
 	sh := &sudoHost{host: h.host}
-	h.x.Hosts = runners{r: sh}
+	h.x.Hosts = runners{r: fake{sh}}
 	plain := node("plain", "run-plain", 3)
 	root := node("root", "run-root", 3, "plain")
 	root.Become, root.BecomeUser = true, "app"

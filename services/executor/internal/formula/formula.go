@@ -395,7 +395,7 @@ type formulaRun struct {
 	d      *events.Dispatch
 	pf     *dag.PlannedFormula
 	out    Emitter
-	runner hostexec.Runner
+	runner hostexec.AttemptRunner
 	slot   chan struct{}   // the host's capacity
 	stop   context.Context // done when the formula is cancelled (or its timeout passed): running nodes are killed
 	// expired: the dispatch came after its formula's timeout passed, and
@@ -803,6 +803,18 @@ func (x *Executor) sources() Sources {
 type unreachable struct{ err error }
 
 func (u unreachable) Run(context.Context, hostexec.Command) (hostexec.Result, error) {
+	return u.fail()
+}
+
+func (u unreachable) RunAttempt(context.Context, hostexec.Attempt) (hostexec.Result, error) {
+	return u.fail()
+}
+
+func (u unreachable) Settle(context.Context, hostexec.Attempt) (hostexec.Result, error) {
+	return u.fail()
+}
+
+func (u unreachable) fail() (hostexec.Result, error) {
 	if errors.Is(u.err, transport.ErrLocalNotAllowed) {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: %w", errRefused, u.err) // reachable, but not here
 	}

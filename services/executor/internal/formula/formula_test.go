@@ -185,7 +185,7 @@ func TestNodeTransitions(t *testing.T) {
 // refusing is a host whose sshd port is closed.
 type refusing struct{}
 
-func (refusing) Run(context.Context, hostexec.Command) (hostexec.Result, error) {
+func (refusing) run(context.Context, hostexec.Attempt, bool) (hostexec.Result, error) {
 	return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w to 127.0.0.1:1: connection refused", hostexec.ErrConnect)
 }
 
@@ -240,7 +240,7 @@ func TestWaitingForTheHostLockIsAnnounced(t *testing.T) {
 		{"", "n running 1: waiting for another workflow (the same node runs there) on this host"},
 	} {
 		h := newHarness()
-		h.x.Hosts = runners{r: waitingHost{holder: c.holder}}
+		h.x.Hosts = runners{r: fake{waitingHost{holder: c.holder}}}
 		if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 1))); err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +254,7 @@ func TestWaitingForTheHostLockIsAnnounced(t *testing.T) {
 // host lock (for holder), then succeeds.
 type waitingHost struct{ holder string }
 
-func (w waitingHost) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (w waitingHost) run(_ context.Context, cmd hostexec.Attempt, _ bool) (hostexec.Result, error) {
 	if err := cmd.BeforeStart(); err != nil {
 		return hostexec.Result{ExitCode: -1}, err
 	}

@@ -33,7 +33,7 @@ type host struct {
 	// holders are the host locks' holder files, by lock: the attempt that
 	// held each last, its mark and exit status, as an attempt that takes
 	// the lock finds them (Waited: the next one waits for it). An attempt
-	// is asked at its turn as hostexec asks it (Command.Turn), and holds
+	// is asked at its turn as hostexec asks it (Attempt.Turn), and holds
 	// the lock after.
 	holders map[string]hostexec.Holder
 	turns   []hostexec.Holder // what Turn was asked with
@@ -43,9 +43,9 @@ type host struct {
 	release chan struct{}
 }
 
-func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
-	if cmd.Settle {
-		return h.settle(cmd.Attempt)
+func (h *host) run(ctx context.Context, cmd hostexec.Attempt, settle bool) (hostexec.Result, error) {
+	if settle {
+		return h.settle(cmd.ID)
 	}
 	if cmd.BeforeStart != nil {
 		if err := cmd.BeforeStart(); err != nil {
@@ -53,7 +53,7 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 		}
 	}
 	h.mu.Lock()
-	if res, ok := h.done[cmd.Attempt]; ok && cmd.Attempt != "" {
+	if res, ok := h.done[cmd.ID]; ok && cmd.ID != "" {
 		h.mu.Unlock()
 		return res, nil // re-attached: the recorded result, nothing runs
 	}
@@ -70,7 +70,7 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 		h.mu.Lock()
 	}
 	h.ran = append(h.ran, cmd.Script)
-	h.attempts = append(h.attempts, cmd.Attempt)
+	h.attempts = append(h.attempts, cmd.ID)
 	code := 0
 	if codes := h.exits[cmd.Script]; len(codes) > 0 {
 		code = codes[0]
@@ -101,9 +101,9 @@ func (h *host) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, 
 	}
 	res := hostexec.Result{ExitCode: code, Stdout: "ran " + cmd.Script + "\n"}
 	h.mu.Lock()
-	h.done[cmd.Attempt] = res
+	h.done[cmd.ID] = res
 	if cmd.Lock != "" {
-		h.holders[cmd.Lock] = hostexec.Holder{Attempt: cmd.Attempt, Mark: cmd.Mark, ExitCode: code}
+		h.holders[cmd.Lock] = hostexec.Holder{Attempt: cmd.ID, Mark: cmd.Mark, ExitCode: code}
 	}
 	h.mu.Unlock()
 	return res, nil
@@ -136,11 +136,33 @@ func (h *host) scripts() []string {
 
 // runners gives one host's runner, or an error.
 type runners struct {
-	r   hostexec.Runner
+	r   hostexec.AttemptRunner
 	err error
 }
 
-func (r runners) Runner(transport.Target) (hostexec.Runner, error) { return r.r, r.err }
+func (r runners) Runner(transport.Target) (hostexec.AttemptRunner, error) { return r.r, r.err }
+
+// scripted is a scripted host of these tests: one run for every command
+// the executor gives it, a plain one (ID "") through Run, a durable one
+// through RunAttempt, and a settle (settle true) through Settle.
+type scripted interface {
+	run(ctx context.Context, cmd hostexec.Attempt, settle bool) (hostexec.Result, error)
+}
+
+// fake is the runner of a scripted host.
+type fake struct{ h scripted }
+
+func (f fake) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+	return f.h.run(ctx, hostexec.Attempt{Command: cmd}, false)
+}
+
+func (f fake) RunAttempt(ctx context.Context, a hostexec.Attempt) (hostexec.Result, error) {
+	return f.h.run(ctx, a, false)
+}
+
+func (f fake) Settle(ctx context.Context, a hostexec.Attempt) (hostexec.Result, error) {
+	return f.h.run(ctx, a, true)
+}
 
 // bus keeps events in a MemoryOutbox and output lines in a list.
 type bus struct {
@@ -169,7 +191,7 @@ func newHarness() *harness {
 	h := &harness{host: &host{exits: map[string][]int{}, done: map[string]hostexec.Result{}, orphans: map[string]bool{}, holders: map[string]hostexec.Holder{},
 		start: make(chan string, 8), release: make(chan struct{})}, records: &eventbustest.MemoryBucket[Record]{},
 		runs: &eventbustest.MemoryBucket[events.RunSnapshot]{}, bus: &bus{out: &eventbustest.MemoryOutbox{}}}
-	h.x = &Executor{Hosts: runners{r: h.host}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
+	h.x = &Executor{Hosts: runners{r: fake{h.host}}, Records: h.records, Runs: h.runs, Bus: h.bus, Actor: "executor/test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	// The planner writes a run's snapshot before it dispatches any of it.
 	for _, id := range []string{"w1", "w2"} {

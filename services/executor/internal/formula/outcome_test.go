@@ -17,7 +17,7 @@ type interloper struct {
 	write func()
 }
 
-func (r interloper) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (r interloper) run(ctx context.Context, cmd hostexec.Attempt, settle bool) (hostexec.Result, error) {
 	if before := cmd.BeforeStart; before != nil {
 		cmd.BeforeStart = func() error {
 			if err := before(); err != nil {
@@ -27,7 +27,7 @@ func (r interloper) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Res
 			return nil
 		}
 	}
-	return r.host.Run(ctx, cmd)
+	return r.host.run(ctx, cmd, settle)
 }
 
 // Another executor re-attached to the same attempt, writing its record
@@ -36,9 +36,9 @@ func TestOutcomeIsWrittenOverAReattachedRecord(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
 	key := h.key(dag.OpCreate, "n")
-	h.x.Hosts = runners{r: interloper{host: h.host, write: func() {
+	h.x.Hosts = runners{r: fake{interloper{host: h.host, write: func() {
 		h.records.Set(key, Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"})
-	}}}
+	}}}}
 	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 1))); err != nil {
 		t.Fatal(err)
 	}
@@ -60,9 +60,9 @@ func TestOutcomeLeavesARecordThatMovedOn(t *testing.T) {
 	h := newHarness()
 	key := h.key(dag.OpCreate, "n")
 	h.host.exits["fails"] = []int{1}
-	h.x.Hosts = runners{r: interloper{host: h.host, write: func() {
+	h.x.Hosts = runners{r: fake{interloper{host: h.host, write: func() {
 		h.records.Set(key, Record{Status: dag.NodeSucceeded, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"})
-	}}}
+	}}}}
 	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "fails", 1))); err != nil {
 		t.Fatal(err)
 	}

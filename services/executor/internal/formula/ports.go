@@ -14,7 +14,7 @@ import (
 // The formula runner's ports: its node records, what it reads of the
 // planner, where its events go and how it reaches hosts. eventbus.Bucket,
 // NewBus and transport.Hosts are the real adapters; eventbustest.MemoryBucket,
-// eventbustest.MemoryOutbox and any hostexec.Runner serve the tests.
+// eventbustest.MemoryOutbox and any hostexec.AttemptRunner serve the tests.
 
 // Records holds the executor's node records (gantry_nodes).
 type Records interface {
@@ -62,9 +62,10 @@ type Bus interface {
 	Fire(subject string, pl events.Payload)
 }
 
-// Runners gives the runner of a host.
+// Runners gives the runner of a host: of its plain commands (its files)
+// and of its nodes' durable attempts.
 type Runners interface {
-	Runner(t transport.Target) (hostexec.Runner, error)
+	Runner(t transport.Target) (hostexec.AttemptRunner, error)
 }
 
 // Secrets finds the value of a secret a node's env names, on this worker

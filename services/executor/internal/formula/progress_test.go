@@ -18,7 +18,7 @@ import (
 // 800ms.
 type printer struct{}
 
-func (printer) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (printer) run(_ context.Context, cmd hostexec.Attempt, _ bool) (hostexec.Result, error) {
 	if cmd.BeforeStart != nil {
 		if err := cmd.BeforeStart(); err != nil {
 			return hostexec.Result{ExitCode: -1}, err
@@ -46,7 +46,7 @@ func (printer) Run(_ context.Context, cmd hostexec.Command) (hostexec.Result, er
 func TestProgressEvents(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
-	h.x.Hosts = runners{r: printer{}}
+	h.x.Hosts = runners{r: fake{printer{}}}
 	script := strings.Join([]string{"PROGRESS: 10", "pause", "PROGRESS: 10", "PROGRESS: 150", "PROGRESS: abc", "pause",
 		"PROGRESS: 50", "PROGRESS: 60", "PROGRESS: 70", "long", "PROGRESS: 100", "PROGRESS: 99"}, "\n")
 	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", script, 1))); err != nil {

@@ -22,11 +22,11 @@ type envHost struct {
 	env, secret []map[string]string
 }
 
-func (h *envHost) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (h *envHost) run(ctx context.Context, cmd hostexec.Attempt, settle bool) (hostexec.Result, error) {
 	h.mu.Lock()
 	h.env, h.secret = append(h.env, cmd.Env), append(h.secret, cmd.Secrets)
 	h.mu.Unlock()
-	return h.host.Run(ctx, cmd)
+	return h.host.run(ctx, cmd, settle)
 }
 
 func secretNode(attempts int, env map[string]dag.EnvValue) events.WorkNode {
@@ -41,7 +41,7 @@ func TestSecretsAreResolvedOnTheWorker(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
 	eh := &envHost{host: h.host}
-	h.x.Hosts = runners{r: eh}
+	h.x.Hosts = runners{r: fake{eh}}
 	h.x.Secrets = secretstest.Map{"db_pass": "s3cr3t"}
 	d := dispatch(dag.OpCreate, 1, secretNode(1, map[string]dag.EnvValue{"PORT": dag.Text("5432"), "DB_PASS": dag.SecretRef("db_pass")}))
 	if err := h.x.Run(context.Background(), d); err != nil {

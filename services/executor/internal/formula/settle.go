@@ -212,6 +212,6 @@ func (nr *nodeRun) settle(ctx context.Context) (dag.NodeState, *events.NodeEvent
 // records, with the node's environment (where its attempts are kept).
 func (nr *nodeRun) settleOn(ctx context.Context, rec Record, what string) (hostexec.Result, error) {
 	env, secret, _ := secrets.Split(nr.x.secrets(), nr.n.Env) // a secret not readable now is not needed to find the files
-	return nr.runner.Run(ctx, hostexec.Command{Attempt: nr.attemptIDAt(rec.Generation, rec.Attempt, what), Env: env, Secrets: secret, Settle: true,
-		Become: nr.n.Become, BecomeUser: nr.n.BecomeUser})
+	return nr.runner.Settle(ctx, hostexec.Attempt{ID: nr.attemptIDAt(rec.Generation, rec.Attempt, what),
+		Command: hostexec.Command{Env: env, Secrets: secret, Become: nr.n.Become, BecomeUser: nr.n.BecomeUser}})
 }

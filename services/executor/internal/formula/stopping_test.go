@@ -21,11 +21,11 @@ type drainingHost struct {
 	drained map[string]bool
 }
 
-func (d drainingHost) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Result, error) {
+func (d drainingHost) run(ctx context.Context, cmd hostexec.Attempt, settle bool) (hostexec.Result, error) {
 	if d.drained[cmd.Script] {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: the command on h1 was not started", hostexec.ErrDraining)
 	}
-	return d.host.Run(ctx, cmd)
+	return d.host.run(ctx, cmd, settle)
 }
 
 // A node whose command the runner did not start because the executor is
@@ -35,7 +35,7 @@ func (d drainingHost) Run(ctx context.Context, cmd hostexec.Command) (hostexec.R
 func TestStoppingRunnerStartsNothingMore(t *testing.T) {
 	t.Parallel()
 	h := newHarness()
-	h.x.Hosts = runners{r: drainingHost{h.host, map[string]bool{"waits": true}}}
+	h.x.Hosts = runners{r: fake{drainingHost{h.host, map[string]bool{"waits": true}}}}
 	d := dispatch(dag.OpCreate, 1, node("n", "ok", 1), node("m", "waits", 3, "n"))
 	if err := h.x.Run(context.Background(), d); !errors.Is(err, ErrStopping) || !errors.Is(err, hostexec.ErrDraining) {
 		t.Fatalf("err %v, want ErrStopping", err)
@@ -47,7 +47,7 @@ func TestStoppingRunnerStartsNothingMore(t *testing.T) {
 	if r := h.record(dag.OpCreate, "m"); r.Status != "" {
 		t.Fatalf("m recorded %+v though nothing started", r)
 	}
-	h.x.Hosts = runners{r: h.host}
+	h.x.Hosts = runners{r: fake{h.host}}
 	if err := h.x.Run(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
