@@ -21,7 +21,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -38,10 +38,27 @@ const Usage = "serve Prometheus metrics at http://ADDR" + Path + " (e.g. 127.0.0
 const BuildInfoName = "gantry_build_info"
 
 func init() {
-	promauto.NewGaugeVec(prometheus.GaugeOpts{
+	prometheus.MustRegister(buildInfo())
+}
+
+// buildInfo is the gauge BuildInfoName, set.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: BuildInfoName,
 		Help: "Always 1: the build of gantry this process runs, its version, VCS commit and Go version as labels.",
-	}, []string{"version", "commit", "go"}).WithLabelValues(buildinfo.Version(), buildinfo.Commit(), runtime.Version()).Set(1)
+	}, []string{"version", "commit", "go"})
+	g.WithLabelValues(buildinfo.Version(), buildinfo.Commit(), runtime.Version()).Set(1)
+	return g
+}
+
+// Only is the handler of the metrics of gs, with the build's, the Go
+// runtime's and the process's, and nothing of the default registry: for
+// a process that links packages whose metrics it does not run (gantry
+// ui links every service's, which would be served at 0).
+func Only(gs ...prometheus.Gatherer) http.Handler {
+	own := prometheus.NewRegistry()
+	own.MustRegister(buildInfo(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(append(prometheus.Gatherers{own}, gs...), promhttp.HandlerOpts{})
 }
 
 // Metrics is the handler of the metrics themselves (the default

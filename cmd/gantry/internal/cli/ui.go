@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -54,7 +55,7 @@ its trace.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			srv := &webview.Server{Src: &webview.NATS{Client: cl}, Log: log, TraceURL: traceURL, Metrics: metricsserve.Metrics()}
+			srv := &webview.Server{Src: &webview.NATS{Client: cl}, Log: log, TraceURL: traceURL, Metrics: uiMetrics()}
 			wait, err := startWebView(ctx, cmd.OutOrStdout(), "gantry ui", addr, srv)
 			if err != nil {
 				return err
@@ -158,3 +159,8 @@ func (c *connFlags) connectAs(asOperator bool) (*client.Client, error) {
 	}
 	return client.New(nc, c.timeout), nil
 }
+
+// uiMetrics is what gantry ui serves at /metrics: the web view's own, the
+// build's and the process's. The binary links every service's packages,
+// whose metrics it does not run: served, they would read 0.
+func uiMetrics() http.Handler { return metricsserve.Only(webview.Registry) }

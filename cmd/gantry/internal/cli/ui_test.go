@@ -2,6 +2,7 @@ package cli
 
 import (
 	"net"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,25 @@ func TestWebViewURLIsPasteable(t *testing.T) {
 		}
 		if o := otherMachinesURL(c.addr); c.others != strings.HasPrefix(o, " (from another machine: http://") {
 			t.Errorf("%s: other machines: %q", c.addr, o)
+		}
+	}
+}
+
+// gantry ui serves the web view's metrics, the build's and the process's,
+// and none of the services' whose packages the binary links but does not
+// run (they would read 0).
+func TestUIMetricsAreTheWebViewsOwn(t *testing.T) {
+	rec := httptest.NewRecorder()
+	uiMetrics().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{"gantry_webview_streams", "gantry_build_info{", "go_goroutines", "process_cpu_seconds_total"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, not := range []string{"gantry_ssh_", "gantry_node_duration_seconds", "gantry_consumer_", "gantry_storage_"} {
+		if strings.Contains(body, not) {
+			t.Errorf("/metrics serves %s*, a service's metric this process does not run", not)
 		}
 	}
 }

@@ -2,7 +2,12 @@ package webview
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// The web view's metrics, on the default registry (served at /metrics).
+// Registry holds the web view's metrics alone: what gantry ui serves
+// (with metricsserve.Only). They are on the default registry too, with
+// every service's, for gantry dev.
+var Registry = prometheus.NewRegistry()
+
+// The web view's metrics.
 var (
 	metricStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "gantry_webview_streams",
@@ -23,5 +28,7 @@ var (
 )
 
 func init() {
-	prometheus.MustRegister(metricStreams, metricMessages, metricRefused, refusedEvents)
+	for _, r := range []prometheus.Registerer{prometheus.DefaultRegisterer, Registry} {
+		r.MustRegister(metricStreams, metricMessages, metricRefused, refusedEvents)
+	}
 }
