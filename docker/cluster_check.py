@@ -107,7 +107,9 @@ def stream(path, wid):
             done.setdefault(k, r["seq"])
         elif st == "running" and k in done:
             late.append(f"{k[1]}/{k[2]} running at seq {r['seq']} after succeeded at seq {done[k]}")
-        if st == "running":
+        if st == "running" and d.get("started_at"):
+            # an attempt's start; a running without one only says what it
+            # waits for (a host lock, a slot)
             ran.add(a)
         elif a[2] > 0 and st in ("succeeded", "failed", "skipped", "cancelled"):
             ended.setdefault(a, (st, r["seq"]))

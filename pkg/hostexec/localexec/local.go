@@ -131,7 +131,7 @@ func (l Local) runShell(ctx context.Context, cmd hostexec.Command, sh localShell
 	select {
 	case werr = <-waited:
 	case <-rctx.Done():
-		kerr := killAttempt(sh.attempt, pgid, waited)
+		kerr := l.killAttempt(sh.attempt, pgid, waited)
 		killGroup(c.Process.Pid, waited)
 		werr = errors.Join(cmdrun.EndErr(rctx), kerr)
 		<-waited
@@ -254,7 +254,7 @@ func (w WorkerEnv) environ(secrets map[string]string) []string {
 
 // killAttempt ends a durable attempt's own session (hostsh.KillScript); a plain
 // command is in the group killGroup ends.
-func killAttempt(attempt string, pgid chan hostsh.Marked, waited chan error) error {
+func (l Local) killAttempt(attempt string, pgid chan hostsh.Marked, waited chan error) error {
 	if attempt == "" {
 		return nil
 	}
@@ -267,7 +267,9 @@ func killAttempt(attempt string, pgid chan hostsh.Marked, waited chan error) err
 	case <-time.After(cmdrun.KillGrace):
 		return fmt.Errorf("%w: attempt %s: its process group is unknown", hostexec.ErrKill, attempt)
 	}
-	out, err := exec.Command("/bin/sh", "-c", hostsh.KillScript(g.PGID, g.Dir)).Output()
+	kill := exec.Command("/bin/sh", "-c", hostsh.KillScript(g.PGID, g.Dir))
+	kill.Env = l.Worker.environ(nil) // as the command's, not the worker's
+	out, err := kill.Output()
 	if strings.TrimSpace(string(out)) != "gone" {
 		return fmt.Errorf("%w: process group %d: %s %v", hostexec.ErrKill, g.PGID, strings.TrimSpace(string(out)), err)
 	}

@@ -179,7 +179,7 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Attempt, base string
 		_ = os.Remove(dir + ".run") // nothing started
 		return res, fmt.Errorf("start /bin/sh: %w", err)
 	}
-	return waitLocalAttempt(rctx, cmd, c, dir, res, out, errOut)
+	return l.waitLocalAttempt(rctx, cmd, c, dir, res, out, errOut)
 }
 
 // turn is a local attempt's host lock, taken before the attempt is
@@ -347,7 +347,7 @@ func openOutputFiles(dir string) (out, errs *os.File, err error) {
 // waitLocalAttempt follows the attempt's output files into out and errOut
 // until its shell ends, or kills its process group when rctx ends
 // (timeout or cancel).
-func waitLocalAttempt(rctx context.Context, cmd hostexec.Attempt, c *exec.Cmd, dir string, res hostexec.Result, out, errOut *cmdrun.Output) (hostexec.Result, error) {
+func (l Local) waitLocalAttempt(rctx context.Context, cmd hostexec.Attempt, c *exec.Cmd, dir string, res hostexec.Result, out, errOut *cmdrun.Output) (hostexec.Result, error) {
 	ended := make(chan struct{})
 	followed := make(chan struct{}, 2)
 	go func() { followFile(dir+".out", out, ended); followed <- struct{}{} }()
@@ -361,7 +361,7 @@ func waitLocalAttempt(rctx context.Context, cmd hostexec.Attempt, c *exec.Cmd, d
 	case <-rctx.Done():
 		pgid := make(chan hostsh.Marked, 1)
 		pgid <- hostsh.Marked{PGID: c.Process.Pid, Dir: dir}
-		kerr := killAttempt(cmd.ID, pgid, waited)
+		kerr := l.killAttempt(cmd.ID, pgid, waited)
 		werr, killed = errors.Join(cmdrun.EndErr(rctx), kerr), true
 		<-waited
 	}

@@ -43,9 +43,6 @@ func (r *sshRunner) Run(ctx context.Context, cmd hostexec.Command) (hostexec.Res
 // Settle settles the attempt cmd.ID on the host (settle.go; see
 // hostexec.AttemptRunner.Settle): it starts nothing.
 func (r *sshRunner) Settle(ctx context.Context, cmd hostexec.Attempt) (hostexec.Result, error) {
-	if cmd.Stdin != nil {
-		return hostexec.Result{ExitCode: -1, Started: time.Now()}, cmdrun.ErrStdinDurable
-	}
 	if cmd.Become {
 		if err := r.checkBecome(ctx, r.entry(), becomeOf(cmd.Command)); err != nil {
 			return hostexec.Result{ExitCode: -1, Started: time.Now()}, err

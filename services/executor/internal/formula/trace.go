@@ -52,8 +52,9 @@ func (nr *nodeRun) recordAttempt(ctx context.Context, ev *events.NodeEvent, atte
 	nr.x.Tracer.Record(ctx, s)
 }
 
-// recordNode records the node's span, from the first attempt this
-// delivery made (or its skip) to its final state.
+// recordNode records the node's span, from the start of the first attempt
+// this delivery made or resumed (a resumed attempt's recorded start, which
+// an earlier delivery may have made), or its skip, to its final state.
 func (nr *nodeRun) recordNode(ctx context.Context, st dag.NodeState) {
 	if !nr.x.Tracer.Enabled() || !nr.span.IsValid() || nr.first.IsZero() {
 		return
