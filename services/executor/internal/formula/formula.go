@@ -381,6 +381,9 @@ func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, 
 	st, why := f.outcome(states, failed)
 	countNodes(states, d.Ref.Operation)
 	f.log.Info("formula finished", "status", st, "nodes", len(f.pf.Nodes))
+	if err := f.out.Flush(ctx); err != nil {
+		return err // the outcome follows its nodes' events, stored first
+	}
 	f.emitFormula(ctx, st, why)
 	// The outcome follows the node events in the stream; all are stored
 	// before the dispatch is acked. If any failed, the redelivery
@@ -748,8 +751,13 @@ func (f *formulaRun) emitNode(ctx context.Context, j int, ev *events.NodeEvent, 
 
 // emitNodeOf publishes a node transition of ref's generation (the
 // dispatch's, or an earlier one's attempt announced again), with the
-// node's spec hash unless ev has the attempt's.
+// node's spec hash unless ev has the attempt's. An end (any state but
+// running) goes out only once every event emitted before it is stored
+// (flushEarlier), so it never lands before the running it follows.
 func (f *formulaRun) emitNodeOf(ctx context.Context, ref events.Ref, j int, ev *events.NodeEvent, attempt int) {
+	if ev.Status != dag.NodeRunning && !f.flushEarlier(ctx) {
+		return
+	}
 	n := f.d.Nodes[j]
 	ev.Ref = ref
 	ev.Node = n.Name
@@ -764,6 +772,22 @@ func (f *formulaRun) emitNodeOf(ctx context.Context, ref events.Ref, j int, ev *
 		what += "-retry"
 	}
 	f.out.Emit(tracing.Context(ctx, f.span, f.nodeSpan(j)), events.HostLifecycle(ref.Host), ev, msgID(ref, n.Name, what, attempt))
+}
+
+// flushEarlier stores every event emitted so far before an end is
+// emitted. An event published without waiting can be lost in flight (a
+// partition between the server the executor is connected to and the
+// stream's leader) while a later one gets through once the partition
+// heals: the earlier one, sent again at the flush, would then be stored
+// after it (a node running after it succeeded). When the flush fails,
+// the end is not emitted and the formula fails with it: its redelivery
+// announces the attempt again, then its end (runningAgain).
+func (f *formulaRun) flushEarlier(ctx context.Context) bool {
+	if err := f.out.Flush(ctx); err != nil {
+		f.fail(fmt.Errorf("store the events before a node's end: %w", err))
+		return false
+	}
+	return true
 }
 
 func (x *Executor) hostSlot(host string) chan struct{} {

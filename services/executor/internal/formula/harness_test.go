@@ -169,9 +169,16 @@ type bus struct {
 	out   *eventbustest.MemoryOutbox
 	mu    sync.Mutex
 	lines []string
+	// wrap, when set, is the Emitter a formula run gets around out.
+	wrap func(Emitter) Emitter
 }
 
-func (b *bus) Batch() Emitter { return b.out }
+func (b *bus) Batch() Emitter {
+	if b.wrap != nil {
+		return b.wrap(b.out)
+	}
+	return b.out
+}
 func (b *bus) Fire(_ string, pl events.Payload) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -197,5 +198,59 @@ func TestSettlePublishesTheAttemptsRunningFirst(t *testing.T) {
 	}
 	if want := msgID(events.Ref{WorkflowID: "w1", Formula: "f", Generation: 1}, "n", "running", 1); running[0].MsgID != want {
 		t.Fatalf("running under message id %q, want %q", running[0].MsgID, want)
+	}
+}
+
+// callLog is an Emitter that notes each Emit (a node's status) and Flush.
+type callLog struct {
+	Emitter
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *callLog) Emit(ctx context.Context, subject string, pl events.Payload, msgID string) {
+	if p, ok := pl.(*events.NodeEvent); ok {
+		c.mu.Lock()
+		c.calls = append(c.calls, p.Node+" "+string(p.Status))
+		c.mu.Unlock()
+	}
+	c.Emitter.Emit(ctx, subject, pl, msgID)
+}
+
+func (c *callLog) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	c.calls = append(c.calls, "flush")
+	c.mu.Unlock()
+	return c.Emitter.Flush(ctx)
+}
+
+// A node's end is emitted only once its running is stored: the events
+// emitted before an end are flushed first. Published without waiting, a
+// running lost in flight (a partition between the executor's server and
+// the stream's leader) and sent again at the flush would otherwise be
+// stored after the end that followed it once the partition healed: a
+// node running after it succeeded.
+func TestANodesEndFollowsItsStoredRunning(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	log := &callLog{}
+	h.bus.wrap = func(e Emitter) Emitter { log.Emitter = e; return log }
+	h.host.exits["bad"] = []int{3}
+	d := dispatch(dag.OpCreate, 1, node("a", "ok", 1), node("b", "bad", 1, "a"))
+	if err := h.deliver(t, d, time.Now().UTC(), 1); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	calls := slices.Clone(log.calls)
+	log.mu.Unlock()
+	for _, end := range []string{"a succeeded", "b failed"} {
+		i := slices.Index(calls, end)
+		running := slices.Index(calls, strings.Fields(end)[0]+" running")
+		if i < 0 || running < 0 || running > i {
+			t.Fatalf("calls %q: want %q after its running", calls, end)
+		}
+		if !slices.Contains(calls[running:i], "flush") {
+			t.Errorf("calls %q: %q emitted with its running not flushed", calls, end)
+		}
 	}
 }
