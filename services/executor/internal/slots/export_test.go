@@ -28,3 +28,13 @@ func (l *Lease) Die() {
 	close(l.set.stop)
 	<-l.set.done
 }
+
+// Queued is how many attempts wait in m's queue of limit id.
+func (m *Manager) Queued(id string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.queues[id]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}

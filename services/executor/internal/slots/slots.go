@@ -72,6 +72,7 @@ type Manager struct {
 	ready   chan struct{}     // closed once the watch has caught up
 	seq     uint64
 	parked  map[string][]*slotSet // lingering slots, by their limits (limitsKey)
+	queues  map[string]*queue     // waiters of one limit, by limit (queue.go)
 }
 
 // Request is what one attempt asks for.
@@ -274,11 +275,14 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*Lease, error) {
 	if l := m.takeParked(limits, prio); l != nil {
 		return l, nil
 	}
+	val, _ := json.Marshal(events.SlotHolder{Executor: m.Executor, Attempt: r.Attempt, Priority: prio})
+	if len(limits) == 1 {
+		return m.acquireOne(ctx, limits[0], prio, val, r) // queue.go
+	}
 	m.mu.Lock()
 	m.seq++
 	uniq := strings.NewReplacer("/", "-", ".", "-", " ", "-").Replace(m.Executor) + "-" + strconv.FormatUint(m.seq, 10)
 	m.mu.Unlock()
-	val, _ := json.Marshal(events.SlotHolder{Executor: m.Executor, Attempt: r.Attempt, Priority: prio})
 	since := time.Now()
 	waits := map[string]*held{} // limit id -> my wait key
 	announced := map[string]bool{}
@@ -478,6 +482,10 @@ func (l *Lease) Release() {
 		return
 	}
 	l.gone = true
+	if m.handLocked(s) { // to this executor's next waiter (queue.go)
+		m.mu.Unlock()
+		return
+	}
 	if m.Linger > 0 && !m.waitedLocked(s.limits) {
 		m.parkLocked(s)
 		m.mu.Unlock()
@@ -585,7 +593,12 @@ func (m *Manager) parkLocked(s *slotSet) {
 				}
 			}
 			if m.unpark(s, left) {
-				s.giveBack()
+				m.mu.Lock()
+				handed := m.handLocked(s)
+				m.mu.Unlock()
+				if !handed {
+					s.giveBack()
+				}
 			}
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -393,4 +394,164 @@ func TestLingerRespectsTheTakersMax(t *testing.T) {
 	if err == nil {
 		t.Fatalf("an attempt of max 1 started while another holds the limit, with keys %v", got.Keys())
 	}
+}
+
+// holdAll runs n attempts of one limit on m at once, each holding its
+// slot for hold, and returns the most that held a slot at a time and the
+// order they got it in.
+func holdAll(t *testing.T, m *slots.Manager, lim dag.SlotLimit, prio, n int, hold time.Duration, name string, order chan<- string) (most int32) {
+	t.Helper()
+	var in, top atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}, Priority: prio, Attempt: fmt.Sprint(i)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if order != nil {
+				order <- name
+			}
+			v := in.Add(1)
+			for {
+				m := top.Load()
+				if v <= m || top.CompareAndSwap(m, v) {
+					break
+				}
+			}
+			time.Sleep(hold)
+			in.Add(-1)
+			l.Release()
+		}()
+	}
+	wg.Wait()
+	return top.Load()
+}
+
+// Many attempts behind one limit on one executor (a fanout over a host):
+// a slot given back goes to the next waiter without being given back to
+// the store and taken again, and the waiters show themselves with one key,
+// so the store is written a few times in all, not four times per attempt;
+// never more than the limit's maximum hold a slot at once.
+func TestQueueHandsSlotsOnWithFewWrites(t *testing.T) {
+	s := newStore(t, time.Second)
+	m := manager(s, "a", time.Second)
+	lim := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 2}
+	before := s.Writes()
+	if most := holdAll(t, m, lim, 0, 40, 2*time.Millisecond, "a", nil); most != 2 {
+		t.Errorf("%d held a slot at once, want the limit's 2", most)
+	}
+	// 2 slots taken and given back, a waiter key written and deleted, and
+	// some slack for a waiter that takes a slot from the store
+	if w := s.Writes() - before; w > 12 {
+		t.Errorf("%d writes for 40 attempts behind a limit of 2, want at most 12", w)
+	}
+	waitFor(t, func() bool { return len(s.Keys("")) == 0 })
+}
+
+// Across executors the order stays the one of a key per waiter: a
+// waiter of another executor goes after this executor's waiters that came
+// before it, and before those that came after it, though they wait in
+// one queue behind one key.
+func TestQueueKeepsTheOrderAcrossExecutors(t *testing.T) {
+	s := newStore(t, time.Second)
+	a, b := manager(s, "a", time.Second), manager(s, "b", time.Second)
+	lim := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
+	holder, err := a.Acquire(context.Background(), slots.Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 10)
+	var wg sync.WaitGroup
+	queue := func(m *slots.Manager, name string, after func() bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			holdAll(t, m, lim, 0, 1, 10*time.Millisecond, name, order)
+		}()
+		waitFor(t, after)
+		time.Sleep(5 * time.Millisecond) // the next comes later
+	}
+	for i := range 3 {
+		queue(a, fmt.Sprint("a", i), func() bool { return a.Queued("h-1") == i+1 })
+	}
+	queue(b, "b", func() bool { return len(s.Keys("wait.h-1.")) == 2 })
+	for i := 3; i < 6; i++ {
+		queue(a, fmt.Sprint("a", i), func() bool { return a.Queued("h-1") == i+1 })
+	}
+	holder.Release()
+	wg.Wait()
+	close(order)
+	var got []string
+	for n := range order {
+		got = append(got, n)
+	}
+	if want := []string{"a0", "a1", "a2", "b", "a3", "a4", "a5"}; !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+// A waiter of a higher priority on another executor goes before this
+// executor's queue of a lower one, when this executor gives a slot back.
+func TestQueueYieldsToAHigherPriorityElsewhere(t *testing.T) {
+	s := newStore(t, time.Second)
+	a, b := manager(s, "a", time.Second), manager(s, "b", time.Second)
+	lim := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 1}
+	holder, err := a.Acquire(context.Background(), slots.Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 10)
+	go holdAll(t, a, lim, 10, 3, 5*time.Millisecond, "low", order)
+	waitFor(t, func() bool { return len(s.Keys("wait.h-1.")) == 1 })
+	go holdAll(t, b, lim, 90, 1, 5*time.Millisecond, "high", order)
+	waitFor(t, func() bool { return len(s.Keys("wait.h-1.")) == 2 })
+	holder.Release()
+	if first := <-order; first != "high" {
+		t.Errorf("first after the release: %s, want high (priority 90, on another executor)", first)
+	}
+	for range 3 {
+		<-order
+	}
+}
+
+// Waiters that give up leave the queue; its key goes with the last one.
+func TestQueueKeyGoesWithItsLastWaiter(t *testing.T) {
+	s := newStore(t, time.Second)
+	m := manager(s, "a", time.Second)
+	lim := dag.SlotLimit{ID: "h-1", MaxParallel: 1}
+	holder, err := m.Acquire(context.Background(), slots.Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	var cancels []context.CancelFunc
+	errs := make(chan error, 2)
+	for range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels = append(cancels, cancel)
+		go func() {
+			_, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}})
+			errs <- err
+		}()
+	}
+	waitFor(t, func() bool { return len(m.KeysWithPrefix("wait.")) == 1 && len(s.Keys("wait.")) == 1 })
+	time.Sleep(50 * time.Millisecond) // both queued
+	cancels[0]()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	if k := s.Keys("wait."); len(k) != 1 {
+		t.Fatalf("one waiter left, keys %v: want its queue's key", k)
+	}
+	cancels[1]()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	waitFor(t, func() bool { return len(s.Keys("wait.")) == 0 })
 }

@@ -1,0 +1,360 @@
+package slots
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+)
+
+// The local queue of a limit. An attempt that asks for one limit only
+// (its host's, the usual case) and has to wait for it waits in this
+// executor's queue of that limit, not under a waiter key of its own:
+//
+//   - the queue shows itself to every executor with one waiter key per
+//     priority it holds waiters of, named by when that priority's first
+//     waiter came, so Acquire's order across executors holds as with a
+//     key per waiter (a higher priority first, then the earlier);
+//   - within the queue, waiters go in the same order (priority, then
+//     arrival), and only the first of them takes a slot from the store;
+//   - a slot this executor gives back goes straight to the queue's first
+//     waiter (its key stays taken, and keeps naming the attempt that took
+//     it, as a kept lease does) when no other executor's waiter is ahead
+//     of it and the slot is within the waiter's maximum;
+//   - once a waiter is served while another executor has a waiter of the
+//     same limit, the queue's key of that priority is written anew, named
+//     by when the priority's next waiter came, so the other executor's
+//     waiter goes before the queue's waiters that came after it, as it
+//     would with a key per waiter. With nobody else waiting the key stays
+//     as it is: no other executor's order depends on it.
+//
+// A run of many nodes over few hosts (fanout-1000: a thousand nodes
+// behind a host's 8 slots) so stores a few keys per limit and busy
+// period, where a key per waiter and a slot taken and given back per
+// attempt stored four per node. The slots themselves are as before: a
+// slot passes from lease to lease without ever being free, so no more
+// than a limit's maximum hold it at once.
+
+// localWaiter is one attempt in a queue.
+type localWaiter struct {
+	limit dag.SlotLimit
+	prio  int
+	since time.Time // when it came
+	seq   uint64
+	// under m.mu:
+	trying bool          // taking a slot from the store: not handed one meanwhile
+	got    chan *slotSet // buffered 1: the slot set handed to it
+	served bool          // out of the queue: handed a set, or took one
+}
+
+// queue is a limit's local waiters, in order, and their keys.
+type queue struct {
+	keyMu sync.Mutex // serializes writing and deleting keys (held without m.mu)
+	// under m.mu:
+	waiters   []*localWaiter
+	keys      map[int]*held // the waiter key of each priority queued
+	refreshed time.Time
+}
+
+func (m *Manager) queueLocked(id string) *queue {
+	if m.queues == nil {
+		m.queues = map[string]*queue{}
+	}
+	q := m.queues[id]
+	if q == nil {
+		q = &queue{keys: map[int]*held{}}
+		m.queues[id] = q
+	}
+	return q
+}
+
+// queueKey is the key of a queue's priority, written at.
+func (m *Manager) queueKey(id string, prio int, at time.Time) string {
+	m.seq++
+	uniq := strings.NewReplacer("/", "-", ".", "-", " ", "-").Replace(m.Executor) + "-q" + strconv.FormatUint(m.seq, 10)
+	return waitKey(id, prio, at, uniq)
+}
+
+// enqueue puts an attempt of one limit in its queue, writing the key of
+// its priority when the queue shows none yet.
+func (m *Manager) enqueue(ctx context.Context, l dag.SlotLimit, prio int, since time.Time, val []byte) (*localWaiter, error) {
+	m.mu.Lock()
+	q := m.queueLocked(l.ID)
+	m.seq++
+	w := &localWaiter{limit: l, prio: prio, since: since, seq: m.seq, got: make(chan *slotSet, 1)}
+	i, _ := slices.BinarySearchFunc(q.waiters, w, func(a, b *localWaiter) int {
+		if a.prio != b.prio {
+			return b.prio - a.prio // higher first
+		}
+		return int(a.seq) - int(b.seq)
+	})
+	q.waiters = slices.Insert(q.waiters, i, w)
+	m.mu.Unlock()
+	q.keyMu.Lock()
+	defer q.keyMu.Unlock()
+	if err := m.showPriority(ctx, l.ID, q, prio, val); err != nil {
+		m.leave(l.ID, w)
+		return nil, err
+	}
+	return w, nil
+}
+
+// showPriority writes the key of priority prio of q when it has waiters
+// of it and no key. Its caller holds q.keyMu.
+func (m *Manager) showPriority(ctx context.Context, id string, q *queue, prio int, val []byte) error {
+	m.mu.Lock()
+	_, shown := q.keys[prio]
+	first := q.firstOfLocked(prio)
+	var k string
+	if !shown && first != nil {
+		k = m.queueKey(id, prio, first.since)
+	}
+	m.mu.Unlock()
+	if k == "" {
+		return nil
+	}
+	rev, err := m.Store.Create(ctx, k, val)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	q.keys[prio] = &held{key: k, rev: rev, val: val}
+	m.keys[k] = rev
+	m.mu.Unlock()
+	return nil
+}
+
+func (q *queue) hasLocked(prio int) bool { return q.firstOfLocked(prio) != nil }
+
+// firstOfLocked is the first waiter of priority prio (nil: none).
+func (q *queue) firstOfLocked(prio int) *localWaiter {
+	for _, w := range q.waiters {
+		if w.prio == prio {
+			return w
+		}
+	}
+	return nil
+}
+
+// firstLocked is the queue's first waiter (nil: none).
+func (q *queue) firstLocked() *localWaiter {
+	if q == nil || len(q.waiters) == 0 {
+		return nil
+	}
+	return q.waiters[0]
+}
+
+// removeLocked takes w out of q (it was served, or gave up).
+func (q *queue) removeLocked(w *localWaiter) {
+	if i := slices.Index(q.waiters, w); i >= 0 {
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+	}
+	w.served = true
+}
+
+// handLocked gives s, the slot set of an ended attempt of one limit, to
+// the first waiter of that limit's queue, when it may have it: it is not
+// taking a slot itself, no other executor's waiter is ahead of its
+// priority's key, and the slot is within its maximum. It reports whether
+// s was handed on. Its caller holds m.mu and owns s.
+func (m *Manager) handLocked(s *slotSet) bool {
+	if len(s.limits) != 1 {
+		return false
+	}
+	id := s.limits[0]
+	q := m.queues[id]
+	w := q.firstLocked()
+	if w == nil || w.trying {
+		return false
+	}
+	k := q.keys[w.prio]
+	if k == nil || m.aheadLocked(id, k.key) || !m.withinMax(s, []dag.SlotLimit{w.limit}) {
+		return false
+	}
+	q.removeLocked(w)
+	w.got <- s
+	return true
+}
+
+// leave takes w out of its queue (it gave up waiting, or was served), and
+// keeps the queue's keys true: the key of w's priority is deleted when no
+// waiter of it is left, and written anew, named by when the next came,
+// when another executor waits for the limit.
+func (m *Manager) leave(id string, w *localWaiter) {
+	m.mu.Lock()
+	q := m.queueLocked(id)
+	q.removeLocked(w)
+	m.mu.Unlock()
+	q.keyMu.Lock()
+	defer q.keyMu.Unlock()
+	m.mu.Lock()
+	k := q.keys[w.prio]
+	left := q.hasLocked(w.prio)
+	others := k != nil && m.othersWaitLocked(id, q)
+	if k != nil && (!left || others) {
+		delete(q.keys, w.prio)
+		delete(m.keys, k.key)
+	}
+	m.mu.Unlock()
+	if k == nil || (left && !others) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if left {
+		// the new key first: the queue's waiters are never unshown
+		if err := m.showPriority(ctx, id, q, w.prio, k.val); err != nil {
+			m.log().Warn("cannot write a waiter key anew; the old one stays", "key", k.key, "err", err)
+			m.mu.Lock()
+			if q.keys[w.prio] == nil {
+				q.keys[w.prio] = k
+				m.keys[k.key] = k.rev
+			}
+			m.mu.Unlock()
+			return
+		}
+	}
+	if err := m.Store.Delete(ctx, k.key, k.rev); err != nil {
+		m.log().Warn("cannot delete a waiter key; it expires", "key", k.key, "err", err)
+	}
+}
+
+// othersWaitLocked says whether a waiter key of limit id is not one of
+// q's.
+func (m *Manager) othersWaitLocked(id string, q *queue) bool {
+	prefix := "wait." + id + "."
+	for k := range m.keys {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		mine := false
+		for _, h := range q.keys {
+			if h.key == k {
+				mine = true
+				break
+			}
+		}
+		if !mine {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshQueue writes q's keys again when TTL/3 has passed since it last
+// did, so they do not expire while their waiters wait.
+func (m *Manager) refreshQueue(ctx context.Context, q *queue) {
+	m.mu.Lock()
+	due := time.Since(q.refreshed) > m.ttl()/3
+	if due {
+		q.refreshed = time.Now()
+	}
+	m.mu.Unlock()
+	if !due {
+		return
+	}
+	q.keyMu.Lock()
+	defer q.keyMu.Unlock()
+	m.mu.Lock()
+	keys := make([]*held, 0, len(q.keys))
+	for _, h := range q.keys {
+		keys = append(keys, h)
+	}
+	m.mu.Unlock()
+	for _, h := range keys {
+		rev, err := m.Store.Update(ctx, h.key, h.val, h.rev)
+		if err != nil {
+			rev, err = m.Store.Create(ctx, h.key, h.val)
+		}
+		if err == nil {
+			m.mu.Lock()
+			h.rev = rev
+			m.mu.Unlock()
+		}
+	}
+}
+
+// acquireOne is Acquire for one limit: at once when a slot is free and no
+// waiter is ahead, else in the limit's queue.
+func (m *Manager) acquireOne(ctx context.Context, l dag.SlotLimit, prio int, val []byte, r Request) (*Lease, error) {
+	limits := []dag.SlotLimit{l}
+	since := time.Now()
+	lease, _, err := m.try(ctx, limits, prio, since, nil, val)
+	if lease != nil || err != nil {
+		return lease, err
+	}
+	w, err := m.enqueue(ctx, l, prio, since, val)
+	if err != nil {
+		return nil, err
+	}
+	if r.Waiting != nil {
+		r.Waiting(l, m.running(l.ID))
+	}
+	poll := 50 * time.Millisecond
+	maxPoll := m.MaxPoll
+	if maxPoll <= 0 {
+		maxPoll = 2 * time.Second
+	}
+	for {
+		changed := m.changes()
+		select {
+		case s := <-w.got:
+			m.leave(l.ID, w)
+			return &Lease{m: m, set: s, prio: prio}, nil
+		default:
+		}
+		if lease, err := m.tryFirst(ctx, w, val); lease != nil || err != nil {
+			m.leave(l.ID, w)
+			return lease, err
+		}
+		m.refreshQueue(ctx, m.queueOf(l.ID))
+		select {
+		case <-ctx.Done():
+			m.leave(l.ID, w)
+			select {
+			case s := <-w.got: // handed one meanwhile: on to the next
+				(&Lease{m: m, set: s, prio: prio}).Release()
+			default:
+			}
+			return nil, ctx.Err()
+		case s := <-w.got:
+			m.leave(l.ID, w)
+			return &Lease{m: m, set: s, prio: prio}, nil
+		case <-changed:
+			poll = 50 * time.Millisecond
+		case <-time.After(poll):
+			poll = min(poll*2, maxPoll)
+		}
+	}
+}
+
+func (m *Manager) queueOf(id string) *queue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.queueLocked(id)
+}
+
+// tryFirst takes a slot from the store for w when it is its queue's first
+// waiter, ordered after the waiters ahead of its priority's key. It
+// returns nil when w is not first, or no slot is free for it.
+func (m *Manager) tryFirst(ctx context.Context, w *localWaiter, val []byte) (*Lease, error) {
+	m.mu.Lock()
+	q := m.queueLocked(w.limit.ID)
+	k := q.keys[w.prio]
+	if q.firstLocked() != w || k == nil || w.served {
+		m.mu.Unlock()
+		return nil, nil
+	}
+	w.trying = true
+	mine := map[string]*held{w.limit.ID: k}
+	m.mu.Unlock()
+	lease, _, err := m.try(ctx, []dag.SlotLimit{w.limit}, w.prio, time.Now(), mine, val)
+	m.mu.Lock()
+	w.trying = false
+	m.mu.Unlock()
+	return lease, err
+}
