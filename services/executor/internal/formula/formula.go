@@ -527,6 +527,9 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 			}
 			f.x.unhold(f)
 		}
+		if f.unrecorded() {
+			return f.drain(results, states, running, &spare), failed // an end could not be stored: nothing more starts
+		}
 		again := false
 		for _, j := range step.Start {
 			if held[j] { // not retried, and nothing it waits for failed: it stays as it was
@@ -736,6 +739,9 @@ func msgID(r events.Ref, node, what string, attempt int) string {
 func (f *formulaRun) emitFormula(ctx context.Context, st dag.FormulaState, why string) {
 	ref := f.d.Ref
 	ref.Node = ""
+	if f.unrecorded() {
+		return // see emitNodeOf
+	}
 	ev := &events.FormulaEvent{Ref: ref, Status: st, Run: events.Run{Attempt: f.d.Generation, StartedAt: &f.started, Error: why}}
 	if st != dag.FormulaRunning {
 		now := time.Now().UTC()
@@ -755,6 +761,9 @@ func (f *formulaRun) emitNode(ctx context.Context, j int, ev *events.NodeEvent, 
 // running) goes out only once every event emitted before it is stored
 // (flushEarlier), so it never lands before the running it follows.
 func (f *formulaRun) emitNodeOf(ctx context.Context, ref events.Ref, j int, ev *events.NodeEvent, attempt int) {
+	if f.unrecorded() {
+		return // what came before is not stored: nothing goes out after it, the redelivery decides
+	}
 	if ev.Status != dag.NodeRunning && !f.flushEarlier(ctx) {
 		return
 	}

@@ -254,3 +254,34 @@ func TestANodesEndFollowsItsStoredRunning(t *testing.T) {
 		}
 	}
 }
+
+// When the flush before a node's end fails (its running was not stored),
+// the end is not published, nothing more of the formula is, and no node
+// starts after it: the stream never holds an end without the running
+// before it, and the redelivery publishes both, in order, then goes on.
+func TestNothingFollowsAnEndWhoseRunningWasNotStored(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.loseFirst("a", dag.NodeRunning)
+	d := dispatch(dag.OpCreate, 1, node("a", "ok", 1), node("b", "next", 1, "a"))
+	sent := time.Now().UTC()
+	if err := h.deliver(t, d, sent, 1); err == nil {
+		t.Fatal("the first delivery lost a's running but did not fail")
+	}
+	for _, n := range []string{"a", "b"} {
+		if got, _ := nodeEvents(h.bus.out, n); len(got) != 0 {
+			t.Errorf("first delivery stored for %s: %q, want nothing", n, got)
+		}
+	}
+	if ran := h.host.scripts(); !slices.Equal(ran, []string{"ok"}) {
+		t.Fatalf("first delivery ran %q, want only a's command", ran)
+	}
+	if err := h.deliver(t, d, sent, 2); err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[string][]string{"a": {"running 1 (generation 1)", "succeeded 1 (generation 1)"}, "b": {"running 1 (generation 1)", "succeeded 1 (generation 1)"}} {
+		if got, _ := nodeEvents(h.bus.out, n); !slices.Equal(got, want) {
+			t.Errorf("stored for %s: %q, want %q", n, got, want)
+		}
+	}
+}

@@ -109,8 +109,7 @@ func (f *formulaRun) stopped(ctx context.Context, later bool) error {
 	}
 	if later {
 		f.log.Info("dispatch of a superseded generation: nothing started")
-		f.emitFormula(ctx, dag.FormulaCancelled, "")
-		return f.out.Flush(ctx)
+		return f.endStopped(ctx, dag.FormulaCancelled, "")
 	}
 	// What has not started never will.
 	step := f.pf.NodeStep(states, true, f.d.OnFailure == dag.OnFailureContinue)
@@ -136,6 +135,16 @@ func (f *formulaRun) stopped(ctx context.Context, later bool) error {
 		st = dag.FormulaSucceeded // everything had ended on its hosts before the cancel reached them
 	}
 	f.log.Info("dispatch of a cancelled run (or of a formula past its timeout): nothing started", "status", st)
+	return f.endStopped(ctx, st, why)
+}
+
+// endStopped publishes the outcome of a formula that starts nothing once
+// its nodes' events are stored, and stores it; when one of them could not
+// be, it publishes nothing more and fails: the redelivery decides.
+func (f *formulaRun) endStopped(ctx context.Context, st dag.FormulaState, why string) error {
+	if err := f.out.Flush(ctx); f.unrecorded() || err != nil {
+		return errors.Join(f.err, err)
+	}
 	f.emitFormula(ctx, st, why)
 	return f.out.Flush(ctx)
 }
