@@ -48,7 +48,7 @@ type localWaiter struct {
 	// under m.mu:
 	trying bool          // taking a slot from the store: not handed one meanwhile
 	got    chan *slotSet // buffered 1: the slot set handed to it
-	served bool          // out of the queue: handed a set, or took one
+	served bool          // out of the queue: handed a set, took one, or gave up
 }
 
 // queue is a limit's local waiters, in order, and their keys.
@@ -56,7 +56,8 @@ type queue struct {
 	keyMu sync.Mutex // serializes writing and deleting keys (held without m.mu)
 	// under m.mu:
 	waiters   []*localWaiter
-	keys      map[int]*held // the waiter key of each priority queued
+	keys      map[int]*held   // the waiter key of each priority queued
+	retired   map[string]bool // keys of q's deleted or replaced, which the watch may still show
 	refreshed time.Time
 }
 
@@ -66,17 +67,29 @@ func (m *Manager) queueLocked(id string) *queue {
 	}
 	q := m.queues[id]
 	if q == nil {
-		q = &queue{keys: map[int]*held{}}
+		q = &queue{keys: map[int]*held{}, retired: map[string]bool{}}
 		m.queues[id] = q
 	}
 	return q
 }
 
-// queueKey is the key of a queue's priority, written at.
+func (m *Manager) queueOf(id string) *queue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.queueLocked(id)
+}
+
+// queueKey is the key of a queue's priority, named by at.
 func (m *Manager) queueKey(id string, prio int, at time.Time) string {
 	m.seq++
 	uniq := strings.NewReplacer("/", "-", ".", "-", " ", "-").Replace(m.Executor) + "-q" + strconv.FormatUint(m.seq, 10)
 	return waitKey(id, prio, at, uniq)
+}
+
+// notifyLocked wakes every waiter, as a change of the store does.
+func (m *Manager) notifyLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
 }
 
 // enqueue puts an attempt of one limit in its queue, writing the key of
@@ -95,16 +108,18 @@ func (m *Manager) enqueue(ctx context.Context, l dag.SlotLimit, prio int, since 
 	q.waiters = slices.Insert(q.waiters, i, w)
 	m.mu.Unlock()
 	q.keyMu.Lock()
-	defer q.keyMu.Unlock()
-	if err := m.showPriority(ctx, l.ID, q, prio, val); err != nil {
-		m.leave(l.ID, w)
+	err := m.showPriority(ctx, l.ID, q, prio, val)
+	q.keyMu.Unlock()
+	if err != nil {
+		m.finish(l.ID, w, prio)
 		return nil, err
 	}
 	return w, nil
 }
 
 // showPriority writes the key of priority prio of q when it has waiters
-// of it and no key. Its caller holds q.keyMu.
+// of it and no key, named by the first one's arrival. Its caller holds
+// q.keyMu.
 func (m *Manager) showPriority(ctx context.Context, id string, q *queue, prio int, val []byte) error {
 	m.mu.Lock()
 	_, shown := q.keys[prio]
@@ -148,36 +163,86 @@ func (q *queue) firstLocked() *localWaiter {
 	return q.waiters[0]
 }
 
-// removeLocked takes w out of q (it was served, or gave up).
-func (q *queue) removeLocked(w *localWaiter) {
+// removeLocked takes w out of q (it was served, or gave up); the waiter
+// first after it is woken to take its turn.
+func (m *Manager) removeLocked(q *queue, w *localWaiter) {
 	if i := slices.Index(q.waiters, w); i >= 0 {
 		q.waiters = slices.Delete(q.waiters, i, i+1)
+		if i == 0 {
+			m.notifyLocked()
+		}
 	}
 	w.served = true
 }
 
+// mineLocked says whether key is one of q's, current or retired.
+func (q *queue) mineLocked(key string) bool {
+	if q.retired[key] {
+		return true
+	}
+	for _, h := range q.keys {
+		if h.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// aheadOfLocked says whether another executor's waiter (or one of this
+// executor's that does not wait in q) sorts before w: a higher priority,
+// or the same and earlier. q's own keys are not counted: w goes after
+// q's waiters before it by the queue's own order.
+func (m *Manager) aheadOfLocked(q *queue, w *localWaiter) bool {
+	id := w.limit.ID
+	prefix, mine := "wait."+id+".", waitKey(id, w.prio, w.since, "~")
+	for k := range m.keys {
+		if strings.HasPrefix(k, prefix) && k < mine && !q.mineLocked(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// othersWaitLocked says whether a waiter key of limit id is not q's.
+func (m *Manager) othersWaitLocked(id string, q *queue) bool {
+	prefix := "wait." + id + "."
+	for k := range m.keys {
+		if strings.HasPrefix(k, prefix) && !q.mineLocked(k) {
+			return true
+		}
+	}
+	return false
+}
+
 // handLocked gives s, the slot set of an ended attempt of one limit, to
 // the first waiter of that limit's queue, when it may have it: it is not
-// taking a slot itself, no other executor's waiter is ahead of its
-// priority's key, and the slot is within its maximum. It reports whether
-// s was handed on. Its caller holds m.mu and owns s.
+// taking a slot itself, no other executor's waiter sorts before it, and
+// the slot is within its maximum. It reports whether s was handed on. Its
+// caller holds m.mu and owns s.
 func (m *Manager) handLocked(s *slotSet) bool {
 	if len(s.limits) != 1 {
 		return false
 	}
-	id := s.limits[0]
-	q := m.queues[id]
+	q := m.queues[s.limits[0]]
 	w := q.firstLocked()
-	if w == nil || w.trying {
+	if w == nil || w.trying || m.aheadOfLocked(q, w) || !m.withinMax(s, []dag.SlotLimit{w.limit}) {
 		return false
 	}
-	k := q.keys[w.prio]
-	if k == nil || m.aheadLocked(id, k.key) || !m.withinMax(s, []dag.SlotLimit{w.limit}) {
-		return false
-	}
-	q.removeLocked(w)
-	w.got <- s
+	m.removeLocked(q, w)
+	w.got <- s // never blocks: w is out of the queue, handed this one set only
 	return true
+}
+
+// finish takes w out of its queue for good (served, or giving up) and
+// keeps the queue's keys true (leave). A set handed to it meanwhile that
+// it will not use goes on, as a lease of its own would.
+func (m *Manager) finish(id string, w *localWaiter, prio int) {
+	m.leave(id, w)
+	select {
+	case s := <-w.got:
+		(&Lease{m: m, set: s, prio: prio}).Release()
+	default:
+	}
 }
 
 // leave takes w out of its queue (it gave up waiting, or was served), and
@@ -187,7 +252,7 @@ func (m *Manager) handLocked(s *slotSet) bool {
 func (m *Manager) leave(id string, w *localWaiter) {
 	m.mu.Lock()
 	q := m.queueLocked(id)
-	q.removeLocked(w)
+	m.removeLocked(q, w)
 	m.mu.Unlock()
 	q.keyMu.Lock()
 	defer q.keyMu.Unlock()
@@ -195,24 +260,31 @@ func (m *Manager) leave(id string, w *localWaiter) {
 	k := q.keys[w.prio]
 	left := q.hasLocked(w.prio)
 	others := k != nil && m.othersWaitLocked(id, q)
-	if k != nil && (!left || others) {
-		delete(q.keys, w.prio)
-		delete(m.keys, k.key)
-	}
 	m.mu.Unlock()
 	if k == nil || (left && !others) {
 		return
 	}
+	m.replaceKey(id, q, w.prio, k, left)
+}
+
+// replaceKey deletes q's key k of priority prio, after writing its
+// successor when the priority still has waiters (again): named by when
+// its first came. Its caller holds q.keyMu.
+func (m *Manager) replaceKey(id string, q *queue, prio int, k *held, again bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if left {
+	m.mu.Lock()
+	delete(q.keys, prio)
+	q.retired[k.key] = true
+	m.mu.Unlock()
+	if again {
 		// the new key first: the queue's waiters are never unshown
-		if err := m.showPriority(ctx, id, q, w.prio, k.val); err != nil {
+		if err := m.showPriority(ctx, id, q, prio, k.val); err != nil {
 			m.log().Warn("cannot write a waiter key anew; the old one stays", "key", k.key, "err", err)
 			m.mu.Lock()
-			if q.keys[w.prio] == nil {
-				q.keys[w.prio] = k
-				m.keys[k.key] = k.rev
+			if q.keys[prio] == nil {
+				q.keys[prio] = k
+				delete(q.retired, k.key)
 			}
 			m.mu.Unlock()
 			return
@@ -221,37 +293,44 @@ func (m *Manager) leave(id string, w *localWaiter) {
 	if err := m.Store.Delete(ctx, k.key, k.rev); err != nil {
 		m.log().Warn("cannot delete a waiter key; it expires", "key", k.key, "err", err)
 	}
-}
-
-// othersWaitLocked says whether a waiter key of limit id is not one of
-// q's.
-func (m *Manager) othersWaitLocked(id string, q *queue) bool {
-	prefix := "wait." + id + "."
-	for k := range m.keys {
-		if !strings.HasPrefix(k, prefix) {
-			continue
-		}
-		mine := false
-		for _, h := range q.keys {
-			if h.key == k {
-				mine = true
-				break
-			}
-		}
-		if !mine {
-			return true
+	m.mu.Lock()
+	for r := range q.retired { // the watch has shown them gone
+		if _, seen := m.keys[r]; !seen {
+			delete(q.retired, r)
 		}
 	}
-	return false
+	m.mu.Unlock()
+}
+
+// unstale writes the key of w's priority anew when it names an earlier
+// arrival than w's and another executor's waiter sorts between the two:
+// that waiter would otherwise wait for the queue (whose key is before
+// it) while w waits for it. w is its queue's first.
+func (m *Manager) unstale(q *queue, w *localWaiter) {
+	m.mu.Lock()
+	k := q.keys[w.prio]
+	stale := k != nil && q.firstLocked() == w && k.key < waitKey(w.limit.ID, w.prio, w.since, "") && m.aheadOfLocked(q, w)
+	m.mu.Unlock()
+	if !stale {
+		return
+	}
+	q.keyMu.Lock()
+	defer q.keyMu.Unlock()
+	m.mu.Lock()
+	still := q.keys[w.prio] == k
+	m.mu.Unlock()
+	if still {
+		m.replaceKey(w.limit.ID, q, w.prio, k, true)
+	}
 }
 
 // refreshQueue writes q's keys again when TTL/3 has passed since it last
 // did, so they do not expire while their waiters wait.
-func (m *Manager) refreshQueue(ctx context.Context, q *queue) {
+func (m *Manager) refreshQueue(q *queue) {
 	m.mu.Lock()
 	due := time.Since(q.refreshed) > m.ttl()/3
 	if due {
-		q.refreshed = time.Now()
+		q.refreshed = time.Now() // one refresh at a time; put back if it fails
 	}
 	m.mu.Unlock()
 	if !due {
@@ -259,22 +338,32 @@ func (m *Manager) refreshQueue(ctx context.Context, q *queue) {
 	}
 	q.keyMu.Lock()
 	defer q.keyMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), m.ttl()/3)
+	defer cancel()
 	m.mu.Lock()
 	keys := make([]*held, 0, len(q.keys))
 	for _, h := range q.keys {
 		keys = append(keys, h)
 	}
 	m.mu.Unlock()
+	failed := false
 	for _, h := range keys {
 		rev, err := m.Store.Update(ctx, h.key, h.val, h.rev)
 		if err != nil {
 			rev, err = m.Store.Create(ctx, h.key, h.val)
 		}
+		m.mu.Lock()
 		if err == nil {
-			m.mu.Lock()
 			h.rev = rev
-			m.mu.Unlock()
+		} else {
+			failed = true
 		}
+		m.mu.Unlock()
+	}
+	if failed {
+		m.mu.Lock()
+		q.refreshed = time.Time{}
+		m.mu.Unlock()
 	}
 }
 
@@ -294,6 +383,7 @@ func (m *Manager) acquireOne(ctx context.Context, l dag.SlotLimit, prio int, val
 	if r.Waiting != nil {
 		r.Waiting(l, m.running(l.ID))
 	}
+	q := m.queueOf(l.ID)
 	poll := 50 * time.Millisecond
 	maxPoll := m.MaxPoll
 	if maxPoll <= 0 {
@@ -307,19 +397,15 @@ func (m *Manager) acquireOne(ctx context.Context, l dag.SlotLimit, prio int, val
 			return &Lease{m: m, set: s, prio: prio}, nil
 		default:
 		}
-		if lease, err := m.tryFirst(ctx, w, val); lease != nil || err != nil {
-			m.leave(l.ID, w)
+		if lease, err := m.tryFirst(ctx, q, w, val); lease != nil || err != nil {
+			m.finish(l.ID, w, prio)
 			return lease, err
 		}
-		m.refreshQueue(ctx, m.queueOf(l.ID))
+		m.unstale(q, w)
+		m.refreshQueue(q)
 		select {
 		case <-ctx.Done():
-			m.leave(l.ID, w)
-			select {
-			case s := <-w.got: // handed one meanwhile: on to the next
-				(&Lease{m: m, set: s, prio: prio}).Release()
-			default:
-			}
+			m.finish(l.ID, w, prio)
 			return nil, ctx.Err()
 		case s := <-w.got:
 			m.leave(l.ID, w)
@@ -332,29 +418,26 @@ func (m *Manager) acquireOne(ctx context.Context, l dag.SlotLimit, prio int, val
 	}
 }
 
-func (m *Manager) queueOf(id string) *queue {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.queueLocked(id)
-}
-
 // tryFirst takes a slot from the store for w when it is its queue's first
-// waiter, ordered after the waiters ahead of its priority's key. It
-// returns nil when w is not first, or no slot is free for it.
-func (m *Manager) tryFirst(ctx context.Context, w *localWaiter, val []byte) (*Lease, error) {
+// waiter and no other executor's waiter sorts before it. It returns nil
+// when w is not first, or no slot is free for it. With a lease (or an
+// error) w is out of the queue already: no set is handed to it after.
+func (m *Manager) tryFirst(ctx context.Context, q *queue, w *localWaiter, val []byte) (*Lease, error) {
 	m.mu.Lock()
-	q := m.queueLocked(w.limit.ID)
 	k := q.keys[w.prio]
-	if q.firstLocked() != w || k == nil || w.served {
+	if q.firstLocked() != w || k == nil || w.served || m.aheadOfLocked(q, w) {
 		m.mu.Unlock()
 		return nil, nil
 	}
 	w.trying = true
 	mine := map[string]*held{w.limit.ID: k}
 	m.mu.Unlock()
-	lease, _, err := m.try(ctx, []dag.SlotLimit{w.limit}, w.prio, time.Now(), mine, val)
+	lease, _, err := m.try(ctx, []dag.SlotLimit{w.limit}, w.prio, w.since, mine, val)
 	m.mu.Lock()
 	w.trying = false
+	if lease != nil || err != nil {
+		m.removeLocked(q, w)
+	}
 	m.mu.Unlock()
 	return lease, err
 }

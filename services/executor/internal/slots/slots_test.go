@@ -555,3 +555,93 @@ func TestQueueKeyGoesWithItsLastWaiter(t *testing.T) {
 	}
 	waitFor(t, func() bool { return len(s.Keys("wait.")) == 0 })
 }
+
+// failWaits fails the writes of waiter keys while fail is set.
+type failWaits struct {
+	slots.Store
+	fail *atomic.Bool
+}
+
+func (s failWaits) Create(ctx context.Context, key string, val []byte) (uint64, error) {
+	if strings.HasPrefix(key, "wait.") && s.fail.Load() {
+		return 0, errors.New("no responders available for request")
+	}
+	return s.Store.Create(ctx, key, val)
+}
+
+// A waiter whose queue key cannot be written fails at once with the
+// store's error, and leaves the queue working: the next waiter of the
+// same limit queues and gets the slot.
+func TestQueueKeyWriteFails(t *testing.T) {
+	s := newStore(t, time.Second)
+	var fail atomic.Bool
+	m := manager(failWaits{s, &fail}, "a", time.Second)
+	lim := dag.SlotLimit{ID: "h-1", MaxParallel: 1}
+	holder, err := m.Acquire(context.Background(), slots.Request{Limits: []dag.SlotLimit{lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}}); err == nil || ctx.Err() != nil {
+		t.Fatalf("err %v (ctx %v): want the store's error at once", err, ctx.Err())
+	}
+	fail.Store(false)
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}})
+		if err == nil {
+			l.Release()
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return m.Queued("h-1") == 1 })
+	holder.Release()
+	if err := <-got; err != nil {
+		t.Fatalf("the next waiter: %v", err)
+	}
+	waitFor(t, func() bool { return len(s.Keys("")) == 0 })
+}
+
+// Three executors, many attempts of one host's limit of 2 each, taking
+// and giving back at once: never more than 2 hold a slot, every attempt
+// gets one, and no slot or waiter key is left over (none lost between a
+// hand-off and a take).
+func TestQueuesOfSeveralExecutors(t *testing.T) {
+	s := newStore(t, time.Second)
+	lim := dag.SlotLimit{ID: "h-1", Name: "host 1", MaxParallel: 2}
+	var in, top atomic.Int32
+	var wg sync.WaitGroup
+	for e := range 3 {
+		m := manager(s, fmt.Sprint("e", e), time.Second)
+		for i := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				l, err := m.Acquire(ctx, slots.Request{Limits: []dag.SlotLimit{lim}, Priority: 1 + i%3*40, Attempt: fmt.Sprint(e, ".", i)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				v := in.Add(1)
+				for {
+					m := top.Load()
+					if v <= m || top.CompareAndSwap(m, v) {
+						break
+					}
+				}
+				time.Sleep(time.Duration(i%3) * time.Millisecond)
+				in.Add(-1)
+				l.Release()
+			}()
+		}
+	}
+	wg.Wait()
+	if top.Load() > 2 {
+		t.Errorf("%d held a slot at once, max 2", top.Load())
+	}
+	waitFor(t, func() bool { return len(s.Keys("")) == 0 })
+}
