@@ -49,6 +49,7 @@ type localWaiter struct {
 	trying bool          // taking a slot from the store: not handed one meanwhile
 	got    chan *slotSet // buffered 1: the slot set handed to it
 	served bool          // out of the queue: handed a set, took one, or gave up
+	wake   chan struct{} // buffered 1: it has become its queue's first
 }
 
 // queue is a limit's local waiters, in order, and their keys.
@@ -86,19 +87,13 @@ func (m *Manager) queueKey(id string, prio int, at time.Time) string {
 	return waitKey(id, prio, at, uniq)
 }
 
-// notifyLocked wakes every waiter, as a change of the store does.
-func (m *Manager) notifyLocked() {
-	close(m.changed)
-	m.changed = make(chan struct{})
-}
-
 // enqueue puts an attempt of one limit in its queue, writing the key of
 // its priority when the queue shows none yet.
 func (m *Manager) enqueue(ctx context.Context, l dag.SlotLimit, prio int, since time.Time, val []byte) (*localWaiter, error) {
 	m.mu.Lock()
 	q := m.queueLocked(l.ID)
 	m.seq++
-	w := &localWaiter{limit: l, prio: prio, since: since, seq: m.seq, got: make(chan *slotSet, 1)}
+	w := &localWaiter{limit: l, prio: prio, since: since, seq: m.seq, got: make(chan *slotSet, 1), wake: make(chan struct{}, 1)}
 	i, _ := slices.BinarySearchFunc(q.waiters, w, func(a, b *localWaiter) int {
 		if a.prio != b.prio {
 			return b.prio - a.prio // higher first
@@ -164,12 +159,15 @@ func (q *queue) firstLocked() *localWaiter {
 }
 
 // removeLocked takes w out of q (it was served, or gave up); the waiter
-// first after it is woken to take its turn.
+// first after it is woken to take its turn (the others sleep on).
 func (m *Manager) removeLocked(q *queue, w *localWaiter) {
 	if i := slices.Index(q.waiters, w); i >= 0 {
 		q.waiters = slices.Delete(q.waiters, i, i+1)
-		if i == 0 {
-			m.notifyLocked()
+		if next := q.firstLocked(); i == 0 && next != nil {
+			select {
+			case next.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	w.served = true
@@ -403,6 +401,11 @@ func (m *Manager) acquireOne(ctx context.Context, l dag.SlotLimit, prio int, val
 		}
 		m.unstale(q, w)
 		m.refreshQueue(q)
+		if !m.isFirst(q, w) {
+			// Behind the queue's first, woken when it becomes first
+			// (removeLocked); a slow look stands guard.
+			changed = nil
+		}
 		select {
 		case <-ctx.Done():
 			m.finish(l.ID, w, prio)
@@ -412,10 +415,18 @@ func (m *Manager) acquireOne(ctx context.Context, l dag.SlotLimit, prio int, val
 			return &Lease{m: m, set: s, prio: prio}, nil
 		case <-changed:
 			poll = 50 * time.Millisecond
+		case <-w.wake:
+			poll = 50 * time.Millisecond
 		case <-time.After(poll):
 			poll = min(poll*2, maxPoll)
 		}
 	}
+}
+
+func (m *Manager) isFirst(q *queue, w *localWaiter) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return q.firstLocked() == w
 }
 
 // tryFirst takes a slot from the store for w when it is its queue's first
