@@ -495,6 +495,7 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
+			chaosStuck(nc, doc)
 			t.Fatalf("workflow did not end within 6 minutes (status %s)", doc.Status)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -686,4 +687,35 @@ func formulaRank(s dag.FormulaState) int {
 		return 4
 	}
 	return 5
+}
+
+// chaosStuck prints what a run that did not end was waiting for: its
+// formulas that had not ended, and the dispatches and events the
+// services' consumers had not taken or acknowledged.
+func chaosStuck(nc *nats.Conn, doc events.WorkflowDoc) {
+	for id, f := range doc.Formulas {
+		if f.Status != dag.FormulaHealthy && f.Status != dag.FormulaSucceeded {
+			fmt.Printf("chaos: stuck: formula %s %s\n", id, f.Status)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct{ stream, consumer string }{{events.StreamDispatch, "executor"}, {events.StreamEvents, "planner"}} {
+		ci, err := js.Consumer(ctx, c.stream, c.consumer)
+		if err != nil {
+			fmt.Printf("chaos: stuck: consumer %s of %s: %v\n", c.consumer, c.stream, err)
+			continue
+		}
+		info, err := ci.Info(ctx)
+		if err != nil {
+			fmt.Printf("chaos: stuck: consumer %s of %s: %v\n", c.consumer, c.stream, err)
+			continue
+		}
+		fmt.Printf("chaos: stuck: consumer %s of %s: %d pending, %d waiting for an ack, %d redelivered, delivered up to %d, acked up to %d\n",
+			c.consumer, c.stream, info.NumPending, info.NumAckPending, info.NumRedelivered, info.Delivered.Stream, info.AckFloor.Stream)
+	}
 }
