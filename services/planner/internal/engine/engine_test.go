@@ -99,9 +99,16 @@ func TestRunTransitions(t *testing.T) {
 			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"a gating", "gate a"}},
 			{do: health("a", false), want: []string{"a unhealthy", "b/y blocked", "b blocked (a)", "workflow failed: formula a: health gate failed after 3 checks: pg_isready: no response"}, status: dag.WorkflowFailed},
 		},
-		"a health verdict without a gate running is ignored": {
+		"a health verdict before its formula's success is asked again later, then applies": {
+			// A planner asked for the gate, then died before it recorded
+			// the run: the success comes again after the verdict.
 			{do: submit(gated)},
-			{do: health("a", true), want: nil, status: dag.WorkflowRunning},
+			{do: health("a", true), want: nil, status: dag.WorkflowRunning, err: ErrEarlyVerdict},
+			{do: formula("a", 1, dag.FormulaRunning), want: nil, status: dag.WorkflowRunning},
+			{do: health("a", true), want: nil, status: dag.WorkflowRunning, err: ErrEarlyVerdict},
+			{do: formula("a", 1, dag.FormulaSucceeded), want: []string{"a gating", "gate a"}, status: dag.WorkflowRunning},
+			{do: health("a", true), want: []string{"a healthy", "b ready", "dispatch b create g1"}},
+			{do: health("a", false), want: nil, status: dag.WorkflowRunning},
 		},
 		"cancel stops what has not started, waits for what runs, then ignores later events": {
 			{do: submit(chain)},

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,11 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
+
+// ErrEarlyVerdict: a health gate's verdict came before the formula's
+// success that asked for it; it is delivered again later, once that
+// success has been applied.
+var ErrEarlyVerdict = errors.New("a health verdict came before its formula's gate was asked for")
 
 func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
 	if ev.Type.Family() == events.FamilyNode {
@@ -109,6 +115,14 @@ func (e *Engine) transition(ctx context.Context, r *run, i int, st dag.FormulaSt
 	}
 	gated := st == dag.FormulaHealthy || st == dag.FormulaUnhealthy
 	if gated && cur != dag.FormulaGating {
+		if dag.FormulaRank(cur) < dag.FormulaRank(dag.FormulaGating) {
+			// The verdict came before the formula's success, which asked
+			// for it: that event is being delivered again (a planner died
+			// after it asked for the gate, before it recorded the run).
+			// Dropped, it would not come again: the gate was asked for
+			// once, under its message id.
+			return fmt.Errorf("%w: formula %s is %s", ErrEarlyVerdict, r.plan.Formulas[i].ID, cur)
+		}
 		return nil
 	}
 	if why != "" && (st == dag.FormulaFailed || st == dag.FormulaUnhealthy) {
