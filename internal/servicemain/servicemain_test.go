@@ -148,7 +148,7 @@ func TestWorkersEnvironmentReachesTheSettings(t *testing.T) {
 	}
 	for name, hosts := range map[string]transport.HostsConfig{"executor": x.Hosts, "health-gate": h.Hosts} {
 		w := hosts.Worker
-		if hosts.SSH.AgentSocket != "/run/agent.sock" || w.Path != "/opt/bin" || w.Home != "/home/deploy" || w.Lang != "C.UTF-8" || w.User != "deploy" {
+		if hosts.SSH.AgentSocket != "/run/agent.sock" || hosts.SSH.Home != "/home/deploy" || w.Path != "/opt/bin" || w.Home != "/home/deploy" || w.Lang != "C.UTF-8" || w.User != "deploy" {
 			t.Errorf("%s: agent socket %q, worker env %+v: want the lookup's", name, hosts.SSH.AgentSocket, w)
 		}
 	}

@@ -21,14 +21,14 @@ import (
 // among them as they are. Keys are read on the worker when a connection
 // is set up; only their paths travel on the bus.
 
-// expandHome resolves a leading ~ (or ~/) to the worker's home directory.
-func expandHome(path string) (string, error) {
+// expandHome resolves a leading ~ (or ~/) to home, the worker's home
+// directory ("": none known).
+func expandHome(path, home string) (string, error) {
 	if path != "~" && !strings.HasPrefix(path, "~/") {
 		return path, nil
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("%s: the worker's home directory: %w", path, err)
+	if home == "" {
+		return "", fmt.Errorf("%s: the worker's home directory is not known", path)
 	}
 	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
 }

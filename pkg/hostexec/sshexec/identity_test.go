@@ -71,17 +71,18 @@ func echo(t *testing.T, r hostexec.Runner) error {
 // hosts, each authorizing one of two keys, are both reached, each with its
 // key; and a host reached with one key never shares the connection of the
 // same user@address reached with another (the wrong key is refused even
-// after the right one connected). A leading ~ is the worker's home.
+// after the right one connected). A leading ~ is the worker's home, as
+// its main gave it (SSHConfig.Home), whatever the process's $HOME.
 func TestIdentityFilePerHost(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("HOME", dir)
+	t.Setenv("HOME", filepath.Join(dir, "not-the-home"))
 	auth0, auth1 := filepath.Join(dir, "auth0"), filepath.Join(dir, "auth1")
 	k0 := sshtest.NewKey(t, filepath.Join(dir, "k0"))
 	k1 := sshtest.NewKey(t, filepath.Join(dir, "k1"))
 	authorizeOnly(t, auth0, k0)
 	authorizeOnly(t, auth1, k1)
 	f := sshtest.Start(t, 2, sshtest.Options{HostConfig: map[int][]string{0: {"AuthorizedKeysFile " + auth0}, 1: {"AuthorizedKeysFile " + auth1}}})
-	p, err := NewPool(SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User})
+	p, err := NewPool(SSHConfig{KeyFile: f.KeyFile, KnownHosts: f.KnownHosts, DefaultUser: f.User, Home: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -36,6 +37,10 @@ type SSHConfig struct {
 	// AgentSocket is the ssh-agent's socket: $SSH_AUTH_SOCK of the
 	// worker, which the service's main reads (ReadEnv); "": no agent.
 	AgentSocket string
+	// Home is the worker's home directory, for the default key and
+	// known_hosts (~/.ssh) and identity files under ~: $HOME of the
+	// worker (ReadEnv); "": its user's, from the user database.
+	Home string
 	// KnownHosts is the known_hosts file. Empty: ~/.ssh/known_hosts. It is
 	// read again when it changed, before a new connection.
 	KnownHosts string
@@ -70,9 +75,21 @@ const UserEnv = "USER"
 const AgentSocketEnv = "SSH_AUTH_SOCK"
 
 // ReadEnv sets what the settings take from the worker's environment
-// rather than from a flag: the ssh-agent's socket.
+// rather than from a flag: the ssh-agent's socket and the home directory.
 func (c *SSHConfig) ReadEnv(lookup func(string) (string, bool)) {
 	c.AgentSocket, _ = lookup(AgentSocketEnv)
+	c.Home, _ = lookup("HOME")
+}
+
+// home is the worker's home directory: Home, else its user's ("": none).
+func (c SSHConfig) home() string {
+	if c.Home != "" {
+		return c.Home
+	}
+	if u, err := user.Current(); err == nil {
+		return u.HomeDir
+	}
+	return ""
 }
 
 // RegisterFlags adds the SSH flags a service takes. Their variables are
@@ -119,10 +136,10 @@ func (c *SSHConfig) RegisterConnectFlags(fs *flag.FlagSet) {
 // DefaultKeyFiles are tried in order when no key file is given, as OpenSSH does.
 var DefaultKeyFiles = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
 
-// DefaultSSHPaths returns the key file and known_hosts OpenSSH would use.
-func DefaultSSHPaths() (keyFile, knownHosts string) {
-	home, err := os.UserHomeDir()
-	if err != nil {
+// DefaultSSHPaths returns the key file and known_hosts OpenSSH would use
+// in the home directory home ("": none).
+func DefaultSSHPaths(home string) (keyFile, knownHosts string) {
+	if home == "" {
 		return "", ""
 	}
 	dir := filepath.Join(home, ".ssh")
@@ -143,6 +160,7 @@ type Pool struct {
 	cfg       SSHConfig
 	keys      []ssh.Signer // from the key file
 	agentSock string       // cfg.AgentSocket when the agent is used
+	home      string       // the worker's home directory, for identity files under ~
 	agentDown atomic.Bool  // its failure was logged
 	known     *knownHosts  // nil when host keys are not checked
 	log       *slog.Logger
@@ -256,7 +274,8 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	if cfg.DefaultUser == "" {
 		cfg.DefaultUser = "root"
 	}
-	defKey, defKnown := DefaultSSHPaths()
+	home := cfg.home()
+	defKey, defKnown := DefaultSSHPaths(home)
 	if cfg.KeyFile == "" {
 		cfg.KeyFile = defKey
 	}
@@ -269,7 +288,7 @@ func NewPool(cfg SSHConfig) (*Pool, error) {
 	if cfg.SessionWait <= 0 {
 		cfg.SessionWait = DefaultSessionWait
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, dials: map[*dialing]struct{}{}, stop: make(chan struct{}), draining: make(chan struct{})}
+	p := &Pool{cfg: cfg, home: home, log: cfg.Logger, conns: map[string]*conn{}, dials: map[*dialing]struct{}{}, stop: make(chan struct{}), draining: make(chan struct{})}
 	switch {
 	case cfg.KeyFile != "":
 		keys, err := keySigners(cfg.KeyFile, cfg.CertFile, nil)

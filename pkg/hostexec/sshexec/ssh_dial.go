@@ -356,7 +356,7 @@ func (p *Pool) signers(identity string) (_ []ssh.Signer, closeAgent func(), _ er
 	}
 	signers := p.keys
 	if identity != "" {
-		path, err := expandHome(identity)
+		path, err := expandHome(identity, p.home)
 		if err != nil {
 			return nil, closeAgent, fmt.Errorf("%w: identity_file %w", hostexec.ErrIdentity, err)
 		}
