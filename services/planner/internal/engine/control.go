@@ -161,6 +161,7 @@ const PausedReason = "paused by request: running nodes finish, no new node start
 // run state, saved paused with this unit of work, before starting any);
 // what runs finishes.
 func (e *Engine) pause(ctx context.Context, r *run, by *events.Principal) error {
+	e.acceptedFirst(ctx, r)
 	r.rec.Status = dag.WorkflowPaused
 	r.snap.Status = dag.WorkflowPaused
 	e.touched(r)
@@ -198,6 +199,7 @@ func (e *Engine) cancel(ctx context.Context, r *run, by *events.Principal) error
 // cancelled here; the others are killed by their executors, and the run
 // waits for their outcomes (at most CancelWait), then ends.
 func (e *Engine) stop(ctx context.Context, r *run, notStarted string) error {
+	e.acceptedFirst(ctx, r)
 	var d dag.Decision
 	zones := map[string]events.Takers{}
 	for _, i := range r.plan.Order {

@@ -144,7 +144,11 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 		ev.Graph = events.GraphOf(r.plan) // what viewers draw
 		ev.Vars = dag.ShownVars(r.rec.Composition.ExtraVars)
 	}
-	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests)))
+	requests := r.rec.Requests
+	if st == dag.WorkflowAccepted {
+		requests = 0 // published again by acceptedFirst, maybe after a request
+	}
+	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(requests)))
 	if st.Terminal() {
 		e.recordWorkflow(ctx, r, st, reason)
 	}

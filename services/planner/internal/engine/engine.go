@@ -96,6 +96,9 @@ type run struct {
 	dirty   bool
 	started map[int]time.Time // formula dispatch times, for their spans (only when tracing)
 	checked bool              // found current (or loaded) in this unit of work
+	// acceptedStored: the submission saw its accepted event stored
+	// (acceptedFirst need not look for it).
+	acceptedStored bool
 }
 
 func (e *Engine) now() time.Time {
@@ -181,6 +184,8 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	if err := e.Out.Flush(fctx); err != nil {
 		e.Log.Warn("accepted event not published; the run starts anyway", "workflow_id", rec.ID, "err", err)
 		reply.Warnings = append(reply.Warnings, "accepted, but its accepted event is not stored yet ("+err.Error()+"): the run starts once JetStream stores again")
+	} else {
+		r.acceptedStored = true
 	}
 	return reply, nil
 }
@@ -264,6 +269,7 @@ func (e *Engine) advance(ctx context.Context, r *run) error {
 }
 
 func (e *Engine) begin(ctx context.Context, r *run) error {
+	e.acceptedFirst(ctx, r)
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, "", nil)
 	r.rec.Status = dag.WorkflowRunning
 	r.snap.Status = dag.WorkflowRunning
@@ -272,6 +278,24 @@ func (e *Engine) begin(ctx context.Context, r *run) error {
 		return err
 	}
 	return e.act(ctx, r, r.plan.Step(r.state))
+}
+
+// acceptedFirst publishes an accepted run's accepted event again before
+// the run's first transition (it begins, is paused or is stopped), unless
+// its submission saw it stored: a submission stops waiting for it after
+// AcceptedEventWait (JetStream slow to store, as in a partition), and a
+// planner may stop between recording a workflow and storing its event.
+// The stream is read for it first (Emitter.Recheck), so it is stored once
+// however long ago its first copy went out, and before what follows it.
+// Only a unit that looks for nothing else calls it: an accepted run has
+// no events of its own to handle.
+func (e *Engine) acceptedFirst(ctx context.Context, r *run) {
+	if r.rec.Status != dag.WorkflowAccepted || r.acceptedStored {
+		return
+	}
+	e.Out.Recheck(r.rec.CreatedAt)
+	e.publishWorkflow(ctx, r, dag.WorkflowAccepted, "", r.rec.SubmittedBy)
+	e.Out.Recheck(time.Time{})
 }
 
 // Resume restarts every unfinished workflow after a planner restart:

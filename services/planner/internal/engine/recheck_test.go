@@ -60,3 +60,36 @@ func TestDecisionsOnARedeliveredEventAreLookedFor(t *testing.T) {
 		}
 	}
 }
+
+// The accepted event a planner publishes again (its submission did not
+// see it stored) may have been stored all the same, maybe longer ago than
+// the duplicate window: it is looked for since the workflow was created,
+// and what the run does next is not.
+func TestAcceptedEventPublishedAgainIsLookedFor(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	rc := &rechecking{MemoryOutbox: h.out}
+	h.e.Out = rc
+	h.out.Fail = func(eventbustest.Emitted) error { return storageFull(events.StreamEvents) }
+	reply, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.out.Fail = nil
+	rc.emitted = nil
+	if err := h.e.Start(context.Background(), reply.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err := h.workflows.Get(context.Background(), reply.WorkflowID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.emitted) < 2 || !rc.emitted[0].Equal(rec.CreatedAt) {
+		t.Fatalf("emitted looked for since %v, want the first (accepted) since %v", rc.emitted, rec.CreatedAt)
+	}
+	for i, since := range rc.emitted[1:] {
+		if !since.IsZero() {
+			t.Errorf("event %d after the accepted one looked for since %v, want not", i+1, since)
+		}
+	}
+}

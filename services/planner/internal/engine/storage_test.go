@@ -85,3 +85,64 @@ func TestSubmitAcceptedWhenTheUnansweredRecordIsStored(t *testing.T) {
 		t.Fatalf("start: %v", err)
 	}
 }
+
+// workflowEvents are the statuses of the workflow events stored for id,
+// in the order stored.
+func workflowEvents(h *harness, id string) []string {
+	var out []string
+	for _, e := range h.out.Stored() {
+		if ev, ok := e.Payload.(*events.WorkflowEvent); ok && ev.WorkflowID == id {
+			out = append(out, string(ev.Status))
+		}
+	}
+	return out
+}
+
+// An accepted event that could not be stored while the submission waited
+// for it is stored before the run's first transition, once, whether the
+// run begins, is paused or is cancelled, in this planner or (after a
+// restart) in the next: the stream never holds a run without its accepted
+// event.
+func TestAcceptedEventStoredBeforeTheRunGoesOn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		restart bool
+		act     func(h *harness, id string) error
+		want    []string
+	}{
+		{"begins", false, func(h *harness, id string) error { return h.e.Start(context.Background(), id) }, []string{"accepted", "running"}},
+		{"begins after a restart", true, func(h *harness, id string) error {
+			_, err := h.e.Resume(context.Background())
+			return err
+		}, []string{"accepted", "running"}},
+		{"paused", false, func(h *harness, id string) error {
+			_, err := h.e.Control(context.Background(), id, events.VerbPause, operator)
+			return err
+		}, []string{"accepted", "paused"}},
+		{"cancelled", true, func(h *harness, id string) error {
+			_, err := h.e.Control(context.Background(), id, events.VerbCancel, operator)
+			return err
+		}, []string{"accepted", "cancelled"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.out.Fail = func(eventbustest.Emitted) error { return storageFull(events.StreamEvents) }
+			reply, err := h.e.Submit(context.Background(), []byte(chain), false, operator)
+			if err != nil || reply.Status != "accepted" || len(reply.Warnings) != 1 {
+				t.Fatalf("submit: %+v, %v; want accepted with a warning", reply, err)
+			}
+			h.out.Fail = nil // JetStream stores again
+			if tc.restart {
+				h.fresh()
+			}
+			if err := tc.act(h, reply.WorkflowID); err != nil {
+				t.Fatal(err)
+			}
+			if got := workflowEvents(h, reply.WorkflowID); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Errorf("workflow events stored %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
