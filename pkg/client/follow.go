@@ -6,6 +6,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,12 +46,15 @@ type Message struct {
 // beyond the feed, a viewer may open one). Its messages end when its
 // context does. One goroutine reads a feed.
 type Feed struct {
-	ctx       context.Context
-	cons      jetstream.Consumer
-	msgs      jetstream.MessagesContext
-	skipped   func(*Message, error)
-	delivered uint64 // the consumer sequence of the last message read, given out or not
-	pending   uint64 // what the stream held after the last message read (Message.Pending)
+	ctx      context.Context
+	nc       *nats.Conn
+	stream   string
+	subjects []string // the filters, or ">" for the whole stream
+	cons     jetstream.Consumer
+	msgs     jetstream.MessagesContext
+	skipped  func(*Message, error)
+	readSeq  uint64 // the stream sequence of the last message read, given out or not
+	pending  uint64 // what the stream held after the last message read (Message.Pending)
 }
 
 // Follow opens a feed of o's stream; it stops when ctx ends (or Stop).
@@ -72,7 +76,11 @@ func (c *Client) Follow(ctx context.Context, o FollowOptions) (*Feed, error) {
 		return nil, err
 	}
 	go func() { <-ctx.Done(); msgs.Stop() }()
-	f := &Feed{ctx: ctx, cons: cons, msgs: msgs, skipped: o.Skipped}
+	subjects := o.Subjects
+	if len(subjects) == 0 {
+		subjects = []string{">"}
+	}
+	f := &Feed{ctx: ctx, nc: c.nc, stream: o.Stream, subjects: subjects, cons: cons, msgs: msgs, skipped: o.Skipped}
 	f.pending = f.Pending()
 	return f, nil
 }
@@ -197,7 +205,7 @@ func (f *Feed) admit(m jetstream.Msg) (*Message, bool) {
 	msg := &Message{Subject: m.Subject(), Header: nats.Header(m.Headers()), Data: m.Data()}
 	if md, err := m.Metadata(); err == nil {
 		msg.Seq, msg.ConsumerSeq, msg.Pending = md.Sequence.Stream, md.Sequence.Consumer, md.NumPending
-		f.delivered, f.pending = md.Sequence.Consumer, md.NumPending
+		f.pending, f.readSeq = md.NumPending, md.Sequence.Stream
 	}
 	env, err := events.Parse(m.Data())
 	if err == nil {
@@ -214,18 +222,25 @@ func (f *Feed) admit(m jetstream.Msg) (*Message, bool) {
 }
 
 // CaughtUp asks the server whether the feed has nothing more to deliver:
-// nothing pending, and all it delivered read (by Next).
+// the stream holds no message on the feed's subjects after the last one
+// the feed read (by Next).
 func (f *Feed) CaughtUp(ctx context.Context) bool {
 	done, err := f.caughtUp(ctx)
 	return err == nil && done
 }
 
+// caughtUp asks the stream's leader for the last message on each of the
+// feed's subjects: the consumer's own count of what it has left
+// (NumPending) can miss a message whose publish was just acknowledged, and
+// a drain that trusted it ended before that message.
 func (f *Feed) caughtUp(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	info, err := f.cons.Info(ctx)
-	if err != nil {
-		return false, err
+	for _, s := range f.subjects {
+		last, err := eventbus.LastSeq(ctx, f.nc, f.stream, s)
+		if err != nil || last > f.readSeq {
+			return false, err
+		}
 	}
-	return info.NumPending == 0 && info.Delivered.Consumer <= f.delivered, nil
+	return true, nil
 }

@@ -176,3 +176,13 @@ func (p *Publisher) conn() *nats.Conn {
 	}
 	return p.JS.Conn()
 }
+
+// LastSeq is the stream sequence of the last message stream holds on
+// subject (a filter: wildcards allowed), 0 when none, as the stream's
+// leader answers: it counts every message stored, where a consumer's
+// count of what it has left (NumPending) may not yet count one whose
+// publish was just acknowledged.
+func LastSeq(ctx context.Context, nc *nats.Conn, stream, subject string) (uint64, error) {
+	seq, _, err := leaderMsgGet(ctx, nc, stream, msgGetRequest{LastFor: subject})
+	return seq, err
+}

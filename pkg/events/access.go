@@ -448,7 +448,8 @@ func kvEnsureAPI(bucket string) []string { return streamEnsureAPI(KVStream(bucke
 
 // readerAPI is what reading a stream with an ordered consumer takes:
 // stream info, creating, reading and pulling ephemeral consumers, and
-// single-message gets.
+// single-message gets from the stream's leader (the last message on a
+// subject: has a feed read all there is).
 func readerAPI(stream string) []string {
 	return []string{
 		"$JS.API.STREAM.INFO." + stream,
@@ -456,6 +457,7 @@ func readerAPI(stream string) []string {
 		"$JS.API.CONSUMER.CREATE." + stream + ".*.>",
 		"$JS.API.CONSUMER.INFO." + stream + ".*",
 		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.API.STREAM.MSG.GET." + stream,
 	}
 }
 
