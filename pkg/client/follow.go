@@ -75,14 +75,32 @@ func (c *Client) Follow(ctx context.Context, o FollowOptions) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	go func() { <-ctx.Done(); msgs.Stop() }()
-	subjects := o.Subjects
-	if len(subjects) == 0 {
-		subjects = []string{">"}
+	subjects, err := c.feedSubjects(ctx, o)
+	if err != nil {
+		msgs.Stop()
+		return nil, err
 	}
+	go func() { <-ctx.Done(); msgs.Stop() }()
 	f := &Feed{ctx: ctx, nc: c.nc, stream: o.Stream, subjects: subjects, cons: cons, msgs: msgs, skipped: o.Skipped}
+	if ci := cons.CachedInfo(); ci != nil {
+		f.readSeq = ci.Delivered.Stream // where it starts, less one: what came before is not the feed's
+	}
 	f.pending = f.Pending()
 	return f, nil
+}
+
+// feedSubjects are the subjects a feed of o reads, for CaughtUp: o's, or
+// the stream's own (a last-message get of ">" answers only for the
+// stream's last sequence, which a deleted message leaves empty).
+func (c *Client) feedSubjects(ctx context.Context, o FollowOptions) ([]string, error) {
+	if len(o.Subjects) > 0 {
+		return o.Subjects, nil
+	}
+	s, err := c.js.Stream(ctx, o.Stream)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo().Config.Subjects, nil
 }
 
 // Pending is how many of the subjects' messages the stream held from the

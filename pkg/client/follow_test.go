@@ -134,3 +134,35 @@ func TestFeedDrain(t *testing.T) {
 	drain("[c d]")
 	drain("[]")
 }
+
+// A feed that starts after what its subjects hold (from a time, or new
+// messages only) has caught up at once, and drains what comes after its
+// start: what came before is not the feed's to wait for.
+func TestFeedStartingAfterWhatIsHeld(t *testing.T) {
+	ns, publish := logStream(t)
+	publish("old", false)
+	viewer := client.New(ns.Connect(events.Viewer), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, o := range []client.FollowOptions{
+		{Stream: events.StreamLogs, Subjects: []string{events.HostLogs("h1", "*")}, Since: time.Now().Add(time.Second)},
+		{Stream: events.StreamLogs, Subjects: []string{events.HostLogs("h1", "*")}},
+		{Stream: events.StreamLogs},
+	} {
+		feed, err := viewer.Follow(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if got := lines(t, feed.Drain(ctx)); len(got) != 0 {
+			t.Errorf("%+v: Drain %q, want nothing", o, got)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("%+v: Drain took %v: it waited for what came before the feed's start", o, took)
+		}
+		if !feed.CaughtUp(ctx) {
+			t.Errorf("%+v: not caught up", o)
+		}
+		feed.Stop()
+	}
+}
