@@ -141,6 +141,8 @@ func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowSta
 		ev.TotalNodes += len(r.plan.Formulas[i].Nodes)
 	}
 	if st == dag.WorkflowAccepted {
+		at := r.rec.CreatedAt // when it was accepted, however late its event is published
+		ev.Run.StartedAt = &at
 		ev.Graph = events.GraphOf(r.plan) // what viewers draw
 		ev.Vars = dag.ShownVars(r.rec.Composition.ExtraVars)
 	}

@@ -46,6 +46,9 @@ func foldWorkflow(doc *events.WorkflowDoc, ev *consume.Event, w *events.Workflow
 	doc.EndedAt = w.EndedAt
 	if w.Status == dag.WorkflowAccepted {
 		doc.CreatedAt, doc.Vars = ev.Time, dag.ShownVars(w.Vars) // masked again: whoever published it
+		if w.StartedAt != nil && w.StartedAt.Before(ev.Time) {
+			doc.CreatedAt = *w.StartedAt // accepted then, its event stored later (published again)
+		}
 		doc.TraceID = traceID(ev)
 	}
 	if n := sum(w.Formulas); n > 0 {
