@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,7 +32,7 @@ func logStream(t *testing.T) (*natstest.Server, func(text string, misrouted bool
 	return ns, func(text string, misrouted bool) {
 		t.Helper()
 		seq++
-		b, _, err := events.Marshal("test", &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: seq, Line: text})
+		b, _, err := eventstest.Marshal("test", &events.LogLine{Ref: ref, Attempt: 1, Stream: events.Stdout, Seq: seq, Line: text})
 		if err != nil {
 			t.Fatal(err)
 		}

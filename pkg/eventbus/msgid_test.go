@@ -8,6 +8,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -67,7 +68,7 @@ func TestMessageIDsCannotBeTakenFirst(t *testing.T) {
 
 func mustMarshal(t *testing.T, p events.Payload) []byte {
 	t.Helper()
-	b, _, err := events.Marshal("test", p)
+	b, _, err := eventstest.Marshal("test", p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,16 +83,6 @@ func NewAt(id, source string, at time.Time, p Payload) (*Envelope, error) {
 	}, nil
 }
 
-// Marshal encodes a payload as a complete CloudEvent.
-func Marshal(source string, p Payload) ([]byte, *Envelope, error) {
-	env, err := New(source, p)
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := json.Marshal(env)
-	return b, env, err
-}
-
 // Parse decodes and checks an envelope: the required CloudEvents
 // attributes, a known type, and a bounded size. It does not decode Data.
 func Parse(b []byte) (*Envelope, error) {

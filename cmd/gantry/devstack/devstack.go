@@ -69,16 +69,17 @@ func (c Config) tracer(service string) *tracing.Tracer {
 }
 
 // EnvTracers are the services' tracers when OTEL_EXPORTER_OTLP_ENDPOINT is
-// set (one provider per service, so each has its service.name), and
-// flush, to call on the way out; with it unset, none.
-func EnvTracers(ctx context.Context) (func(service string) *tracing.Tracer, func(), error) {
-	if !tracing.Configured(os.Getenv) {
+// set in the environment getenv reads (one provider per service, so each
+// has its service.name), and flush, to call on the way out; with it
+// unset, none.
+func EnvTracers(ctx context.Context, getenv func(string) string) (func(service string) *tracing.Tracer, func(), error) {
+	if !tracing.Configured(getenv) {
 		return nil, func() {}, nil
 	}
 	tracers := map[string]*tracing.Tracer{}
 	var shutdowns []func(context.Context) error
 	for _, s := range []string{"gantry-planner", "gantry-executor", "gantry-health-gate"} {
-		t, shutdown, err := tracing.FromEnv(ctx, s, os.Getenv)
+		t, shutdown, err := tracing.FromEnv(ctx, s, getenv)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -72,9 +72,9 @@ func localRunners() map[string]Local {
 
 // BenchmarkLocalRunnerDurableChained is BenchmarkLocalRunnerDurable with a
 // pause of 3 ms (not timed) before each attempt, as the nodes of a chain
-// of formulas come: the worker gets the next attempt's warm shell and
-// spare files ready in between, as it does in a chain. Back to back
-// (BenchmarkLocalRunnerDurable) every attempt also pays for making those.
+// of formulas come: the time between the nodes of a chain, when the
+// worker's earlier attempt has finished its bookkeeping (following its
+// output, giving its lock back) before the next starts.
 func BenchmarkLocalRunnerDurableChained(b *testing.B) {
 	for name, l := range localRunners() {
 		b.Run(name, func(b *testing.B) {

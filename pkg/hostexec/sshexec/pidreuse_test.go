@@ -140,7 +140,7 @@ func TestReattachReusedPidIsLost(t *testing.T) {
 
 // Every supervisor records who it is (boot id, start time) next to its
 // pid: over SSH (the host agent, the session supervisor) and with
-// transport local (a shell of its own, a warm shell).
+// transport local (the attempt's supervising shell).
 func TestAttemptIdentityRecorded(t *testing.T) {
 	t.Parallel()
 	boot := bootID(t)

@@ -134,7 +134,7 @@ environment variable its help names, as the services take them.`,
 			} else if addr != nil {
 				fmt.Fprintf(out, "  metrics: http://%s%s\n", addr, metricsserve.Path)
 			}
-			tracers, flush, err := devstack.EnvTracers(ctx)
+			tracers, flush, err := devstack.EnvTracers(ctx, os.Getenv)
 			if err != nil {
 				return &exitError{code: ExitProblem, err: fmt.Errorf("trace export: %w", err)}
 			}

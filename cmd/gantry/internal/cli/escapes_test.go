@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/events/eventstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -314,7 +315,7 @@ func TestWatchStreamEscapesHostText(t *testing.T) {
 		&events.NodeEvent{Ref: ref, Status: dag.NodeFailed, Run: events.Run{Attempt: 1, ExitCode: new(int), Error: attack}, StderrTail: attack},
 		&events.WorkflowEvent{Ref: wf, Status: dag.WorkflowFailed, Reason: attack},
 	} {
-		b, _, err := events.Marshal("test", p)
+		b, _, err := eventstest.Marshal("test", p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,7 +382,7 @@ func TestJSONOutputEscapesC1(t *testing.T) {
 		t.Fatal(err)
 	}
 	wf := events.Ref{WorkflowID: "w1", Workflow: "w", Operation: dag.OpCreate, Generation: 1}
-	msg, _, err := events.Marshal("test", &events.WorkflowEvent{Ref: wf, Status: dag.WorkflowFailed, Reason: "MARK"})
+	msg, _, err := eventstest.Marshal("test", &events.WorkflowEvent{Ref: wf, Status: dag.WorkflowFailed, Reason: "MARK"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,12 @@ func (nr *nodeRun) run(ctx context.Context) (dag.NodeState, error) {
 			return dag.NodeFailed, err
 		}
 	}
-	for range 3 { // a record appears under a create at most once per delivery
+	// Not a Records.Update: what is decided from the record starts work on
+	// the host, which a compare-and-set cannot take back; a record changed
+	// under the write (ErrChanged) is read and the node decided again
+	// before anything starts. A record appears under a create at most
+	// once per delivery.
+	for range 3 {
 		st, err := nr.fromRecord(ctx)
 		if !errors.Is(err, events.ErrChanged) {
 			return st, err
