@@ -168,12 +168,12 @@ func fleetBench(w fleetRun) (*Scenario, error) {
 		return nil, err
 	}
 	defer st.close()
-	nc, err := st.connect()
+	cl, err := st.connect()
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	if err := waitServices(nc); err != nil {
+	defer cl.Close()
+	if err := waitServices(cl); err != nil {
 		return nil, err
 	}
 	time.Sleep(time.Second)
@@ -184,7 +184,7 @@ func fleetBench(w fleetRun) (*Scenario, error) {
 	}
 	sshd0 := fl.sshdCPU()
 	c := fl.composition()
-	r, err := m.run(nc, c, 3*time.Minute)
+	r, err := m.run(cl, c, 3*time.Minute)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -17,13 +18,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/dag/dagtest"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
-	"github.com/nats-io/nats.go"
 )
 
 // Scenario figures in results.json.
@@ -365,12 +366,12 @@ func workflowBench(w workflowRun) (*Scenario, error) {
 		return nil, err
 	}
 	defer st.close()
-	nc, err := st.connect()
+	cl, err := st.connect()
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	if err := waitServices(nc); err != nil {
+	defer cl.Close()
+	if err := waitServices(cl); err != nil {
 		return nil, err
 	}
 	time.Sleep(time.Second)
@@ -384,7 +385,7 @@ func workflowBench(w workflowRun) (*Scenario, error) {
 	for i := 0; i < w.runs; i++ {
 		c := w.comp()
 		c.Reset = true // every run does the work
-		r, err := m.run(nc, c, 5*time.Minute)
+		r, err := m.run(cl, c, 5*time.Minute)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", w.name, err)
 		}
@@ -425,17 +426,27 @@ func countNodes(c *dag.Composition) int {
 	return n
 }
 
-func waitServices(nc *nats.Conn) error {
+// waitServices waits for the planner and the state-store to answer a
+// request (an error reply is an answer: validating "{}" is one).
+func waitServices(cl *client.Client) error {
+	ctx := context.Background()
+	c := cl.WithTimeout(time.Second)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		_, e1 := nc.Request("workflow.validate", []byte("{}"), time.Second)
-		_, e2 := nc.Request("state.list", nil, time.Second)
-		if e1 == nil && e2 == nil {
+		_, e1 := c.Validate(ctx, []byte("{}"))
+		_, e2 := c.List(ctx, 0)
+		if answered(e1) && answered(e2) {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("services did not come up")
+}
+
+// answered: err is nil or the service's own error reply.
+func answered(err error) bool {
+	var se *client.ServiceError
+	return err == nil || errors.As(err, &se)
 }
 
 // sshRun is ssh-500 and its peers: how many runs of each.
@@ -519,18 +530,18 @@ func devBench(binDir string) (map[string]float64, error) {
 	if err := waitPort(port); err != nil {
 		return nil, err
 	}
-	nc, err := connectAs(fmt.Sprintf("nats://127.0.0.1:%d", port), filepath.Join(dir, "data", "auth", string(events.Operator)+".nk"))
+	cl, err := connectAs(fmt.Sprintf("nats://127.0.0.1:%d", port), filepath.Join(dir, "data", "auth", string(events.Operator)+".nk"))
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	if err := waitServices(nc); err != nil {
+	defer cl.Close()
+	if err := waitServices(cl); err != nil {
 		return nil, err
 	}
 	time.Sleep(2 * time.Second)
 	idle, _ := rss(p.cmd.Process.Pid)
 	c := fanout1000()
-	r, err := runWorkflow(nc, c, 5*time.Minute)
+	r, err := runWorkflow(cl, c, 5*time.Minute)
 	if err != nil {
 		return nil, err
 	}

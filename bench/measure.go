@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/nats-io/nats.go"
 )
 
 // snapshot is what a stack's processes had spent and stored at one
@@ -115,7 +115,7 @@ func newMeter(st *stack, profile bool) (*meter, error) {
 // with the streams settled, it counts the stack's CPU and stored
 // messages (and profiles it); then it reads the ready -> running
 // latencies back from the events, outside the count.
-func (m *meter) run(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*runResult, error) {
+func (m *meter) run(cl *client.Client, c *dag.Composition, timeout time.Duration) (*runResult, error) {
 	ctx := context.Background()
 	before, err := m.st.snapshot(ctx)
 	if err != nil {
@@ -124,7 +124,7 @@ func (m *meter) run(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*
 	if m.prof != nil {
 		m.prof.start()
 	}
-	r, err := runWorkflow(nc, c, timeout)
+	r, err := runWorkflow(cl, c, timeout)
 	if err != nil {
 		if m.prof != nil {
 			_ = m.prof.stop()
@@ -139,7 +139,7 @@ func (m *meter) run(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*
 		return nil, err
 	}
 	m.use.add(before, after)
-	r.Latencies, err = latencies(nc, r.ID, c)
+	r.Latencies, err = latencies(cl.Conn(), r.ID, c)
 	return r, err
 }
 

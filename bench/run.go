@@ -3,17 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
-	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // runResult is one run of a workflow.
@@ -26,7 +26,7 @@ type runResult struct {
 
 // runWorkflow submits a composition and waits for its end; latencies
 // reads its events back after.
-func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*runResult, error) {
+func runWorkflow(cl *client.Client, c *dag.Composition, timeout time.Duration) (*runResult, error) {
 	body, err := json.Marshal(c)
 	if err != nil {
 		return nil, err
@@ -34,7 +34,7 @@ func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*run
 	done := make(chan dag.WorkflowState, 16)
 	var id string
 	idSet := make(chan struct{})
-	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
+	sub, err := cl.Conn().Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
 		<-idSet
 		env, err := events.Parse(m.Data)
 		if err != nil || !strings.HasPrefix(env.Subject, id) {
@@ -49,23 +49,18 @@ func runWorkflow(nc *nats.Conn, c *dag.Composition, timeout time.Duration) (*run
 	}
 	defer sub.Unsubscribe()
 	start := time.Now()
-	msg, err := nc.Request(events.SubjectSubmit, body, 30*time.Second)
+	reply, err := cl.Submit(context.Background(), body, nil)
+	if se := (*client.ServiceError)(nil); errors.As(err, &se) {
+		close(idSet)
+		return nil, fmt.Errorf("submit rejected: %s: %s", se.Description, se.Body)
+	}
 	if err != nil {
 		close(idSet)
 		return nil, fmt.Errorf("submit: %w", err)
 	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+	if reply.WorkflowID == "" {
 		close(idSet)
-		return nil, fmt.Errorf("submit rejected: %s", msg.Data)
-	}
-	var reply events.SubmitReply
-	data, err := eventbus.BodyOf(msg) // a large plan comes compressed
-	if err == nil {
-		err = json.Unmarshal(data, &reply)
-	}
-	if err != nil || reply.WorkflowID == "" {
-		close(idSet)
-		return nil, fmt.Errorf("submit reply: %v (%d bytes)", err, len(msg.Data))
+		return nil, fmt.Errorf("submit reply: no workflow id")
 	}
 	id = reply.WorkflowID
 	close(idSet)

@@ -36,12 +36,12 @@ func executorsBench(binDir string, runs int) (map[string]*Scenario, error) {
 		}
 		s, err := func() (*Scenario, error) {
 			defer st.close()
-			nc, err := st.connect()
+			cl, err := st.connect()
 			if err != nil {
 				return nil, err
 			}
-			defer nc.Close()
-			if err := waitServices(nc); err != nil {
+			defer cl.Close()
+			if err := waitServices(cl); err != nil {
 				return nil, err
 			}
 			time.Sleep(2 * time.Second) // every executor subscribed
@@ -53,7 +53,7 @@ func executorsBench(binDir string, runs int) (map[string]*Scenario, error) {
 			for i := 0; i < runs; i++ {
 				c := waiting200()
 				c.Reset = true
-				r, err := m.run(nc, c, 5*time.Minute)
+				r, err := m.run(cl, c, 5*time.Minute)
 				if err != nil {
 					return nil, err
 				}

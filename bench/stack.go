@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 )
@@ -107,12 +108,17 @@ type stack struct {
 	pprof   map[string]string // process -> host:port of its pprof, when served
 }
 
-// connect connects as an operator, as a user of the stack would.
-func (s *stack) connect() (*nats.Conn, error) {
+// connect connects as an operator, as a user of the stack would, and
+// talks to the services through the gantry client.
+func (s *stack) connect() (*client.Client, error) {
 	return connectAs(s.url, s.keys.SeedFile(events.Operator))
 }
 
-func connectAs(url, seedFile string) (*nats.Conn, error) {
+// requestTimeout is how long a request to the services waits for its
+// reply (a submit of a large composition takes a while).
+const requestTimeout = 30 * time.Second
+
+func connectAs(url, seedFile string) (*client.Client, error) {
 	opt, err := nats.NkeyOptionFromSeed(seedFile)
 	if err != nil {
 		return nil, err
@@ -126,7 +132,11 @@ func connectAs(url, seedFile string) (*nats.Conn, error) {
 		}
 		fmt.Fprintln(os.Stderr, "nats:", err)
 	})
-	return nats.Connect(url, opt, quiet)
+	nc, err := nats.Connect(url, opt, quiet)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(nc, requestTimeout), nil
 }
 
 var serviceNames = []string{"planner", "executor", "health-gate", "state-store"}

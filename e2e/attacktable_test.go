@@ -24,7 +24,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // The attack table: what a stolen service credential can do with events.
@@ -1160,45 +1159,32 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 // submitComposition submits c as an operator: the workflow id.
 func submitComposition(s *stack, c *dag.Composition) (string, error) {
 	b, _ := json.Marshal(c)
-	msg, err := s.nc.Request(events.SubjectSubmit, b, 30*time.Second)
+	r, err := s.cl.WithTimeout(30*time.Second).Submit(context.Background(), b, nil)
 	if err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", fmt.Errorf("submit: %s", failure(err))
 	}
-	var r events.SubmitReply
-	if err := decodeReply(msg, &r); err != nil || r.Status != "accepted" || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		return "", fmt.Errorf("submit: %s %v %s", r.Status, err, msg.Data)
+	if r.Status != "accepted" {
+		return "", fmt.Errorf("submit: %s %v", r.Status, r.Errors)
 	}
 	return r.WorkflowID, nil
 }
 
 // stateDoc is state.workflow's document of a workflow.
 func stateDoc(s *stack, id string) (*events.WorkflowDoc, error) {
-	msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 10*time.Second)
+	d, err := s.cl.WithTimeout(10*time.Second).Status(context.Background(), id)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("state.workflow: %s", failure(err))
 	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return nil, fmt.Errorf("state.workflow: %s %s", code, msg.Data)
-	}
-	var d events.WorkflowDoc
-	if err := decodeReply(msg, &d); err != nil {
-		return nil, err
-	}
-	return &d, nil
+	return d, nil
 }
 
 // stateHost is state.host's nodes of a host.
 func stateHost(s *stack, host string) ([]events.HostNode, error) {
-	b, _ := json.Marshal(events.HostQuery{Host: host})
-	msg, err := s.nc.Request(events.StateHost, b, 10*time.Second)
+	nodes, err := s.cl.WithTimeout(10*time.Second).Host(context.Background(), host)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("state.host: %s", failure(err))
 	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return nil, fmt.Errorf("state.host: %s %s", code, msg.Data)
-	}
-	var nodes []events.HostNode
-	return nodes, decodeReply(msg, &nodes)
+	return nodes, nil
 }
 
 // runCLI runs the built gantry as an operator; its exit code and output.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -204,9 +205,8 @@ func (s *stack) watchStatus(tl *timeline, id string) {
 			}
 		}
 		for {
-			msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 2*time.Second)
-			var d events.WorkflowDoc
-			if err == nil && decodeReply(msg, &d) == nil && d.Status != "" {
+			d, err := s.cl.WithTimeout(2*time.Second).Status(context.Background(), id)
+			if err == nil && d.Status != "" {
 				note("workflow", fmt.Sprintf("%s (generation %d)", d.Status, d.Generation))
 				for fid, f := range d.Formulas {
 					for n, nd := range f.Nodes {

@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // proc is a separate OS process that the chaos test kills and restarts.
@@ -401,25 +401,30 @@ func TestChaos(t *testing.T) {
 	defer nc.Close()
 	defer admin.Close()
 	js, _ := jetstream.New(admin)
-	request := func(subj string, body []byte) (*nats.Msg, error) {
-		var m *nats.Msg
+	// The services are asked through the gantry client; persist asks
+	// again while no service answers (nats-server killed): an answer,
+	// an error reply or not, ends it.
+	cl := client.New(nc, 2*time.Second)
+	persist := func(call func() error) error {
 		var err error
 		for i := 0; i < 100; i++ {
-			if m, err = nc.Request(subj, body, 2*time.Second); err == nil {
-				return m, nil
+			if err = call(); answered(err) {
+				return err
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		return nil, err
+		return err
 	}
 	comp := chaosComposition(fleet, "sleep 0.5")
 	body, _ := json.Marshal(comp)
-	msg, err := request(events.SubjectSubmit, body)
-	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		t.Fatalf("submit: %v %s", err, msg.Data)
-	}
 	var reply events.SubmitReply
-	decodeReply(msg, &reply)
+	err = persist(func() (err error) {
+		reply, err = cl.WithTimeout(30*time.Second).Submit(context.Background(), body, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("submit: %s", failure(err))
+	}
 	id := reply.WorkflowID
 	fmt.Printf("chaos: workflow %s: 200 nodes on 5 sshd hosts\n", id)
 	start := time.Now()
@@ -489,8 +494,8 @@ func TestChaos(t *testing.T) {
 	var doc events.WorkflowDoc
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
-		if m, err := nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second); err == nil && m.Header.Get(micro.ErrorCodeHeader) == "" {
-			if decodeReply(m, &doc) == nil && doc.Status.Terminal() {
+		if d, err := cl.WithTimeout(5*time.Second).Status(context.Background(), id); err == nil {
+			if doc = *d; doc.Status.Terminal() {
 				break
 			}
 		}
@@ -619,8 +624,9 @@ func TestChaos(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if m, err := request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`)); err == nil {
-		decodeReply(m, &doc)
+	var last *events.WorkflowDoc
+	if err := persist(func() (err error) { last, err = cl.Status(context.Background(), id); return err }); err == nil {
+		doc = *last
 	}
 	differ := 0
 	for fid, f := range doc.Formulas {
@@ -642,17 +648,17 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("chaos: projection vs an independent fold of the stream: %d formulas, %d nodes, %d differ\n", len(doc.Formulas), len(fold), differ)
 
 	// And with a rebuild from the stream by the state-store itself.
-	m, err := request(events.StateRebuild, []byte(`{"check_only":true}`))
-	if err != nil {
+	var rep events.RebuildReport
+	err = persist(func() (err error) {
+		rep, err = cl.WithTimeout(time.Minute).Rebuild(context.Background(), events.RebuildQuery{CheckOnly: true})
+		return err
+	})
+	if !answered(err) {
 		t.Fatal(err)
 	}
-	var rep struct {
-		Keys      int                    `json:"keys"`
-		UpTo      uint64                 `json:"up_to"`
-		Differing []string               `json:"differing"`
-		Findings  []events.StreamFinding `json:"findings"`
+	if err != nil {
+		t.Errorf("rebuild: %s", failure(err))
 	}
-	decodeReply(m, &rep)
 	fmt.Printf("chaos: projection vs rebuild from %d events: %d documents, %d differ %v\n", rep.UpTo, rep.Keys, len(rep.Differing), rep.Differing)
 	fmt.Printf("chaos: the stream's own check: %d problem(s)\n", len(rep.Findings))
 	for _, f := range rep.Findings {
@@ -664,7 +670,7 @@ func TestChaos(t *testing.T) {
 
 	// Then a cancel in the middle of a second workflow, with the executor
 	// and nats-server killed around it.
-	cx := &cancelPhase{t: t, fleet: fleet, nc: nc, js: js, natsd: natsd, executor: byName["executor"], port: port, request: request, stamp: stamp}
+	cx := &cancelPhase{t: t, fleet: fleet, cl: cl, js: js, natsd: natsd, executor: byName["executor"], port: port, persist: persist, stamp: stamp}
 	cx.run()
 
 	fmt.Printf("chaos: %d kills/restarts, %d of 12 service kills with their kind of work in flight\n", len(kills), aimed.Load())

@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -12,12 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // natsRounds is nats-server's part of the first run's schedule: how long
@@ -98,12 +99,12 @@ func readTimedMarkers(t *testing.T, path string) []marker {
 type cancelPhase struct {
 	t        *testing.T
 	fleet    *sshtest.Fleet
-	nc       *nats.Conn // an operator's
+	cl       *client.Client // an operator's
 	js       jetstream.JetStream
 	natsd    *proc
 	executor *proc
 	port     int
-	request  func(subj string, body []byte) (*nats.Msg, error)
+	persist  func(call func() error) error // call, asked again while no service answers
 	stamp    func(string)
 	// name and file: the current case's composition and marker file.
 	name, file string
@@ -142,15 +143,11 @@ func (cx *cancelPhase) running() (started, running int) {
 
 // doc reads the workflow's document from the state-store (nil: no answer).
 func (cx *cancelPhase) doc(id string) *events.WorkflowDoc {
-	m, err := cx.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
-	if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" {
+	d, err := cx.cl.WithTimeout(5*time.Second).Status(context.Background(), id)
+	if err != nil {
 		return nil
 	}
-	var d events.WorkflowDoc
-	if decodeReply(m, &d) != nil {
-		return nil
-	}
-	return &d
+	return d
 }
 
 // cancel sends the cancel as an operator and returns when the planner's
@@ -159,22 +156,23 @@ func (cx *cancelPhase) doc(id string) *events.WorkflowDoc {
 func (cx *cancelPhase) cancel(id string) (status string) {
 	t := cx.t
 	for try := 0; try < 5; try++ {
-		m, err := cx.nc.Request(events.WorkflowControl(id, events.VerbCancel), nil, 10*time.Second)
-		if err != nil {
+		r, err := cx.cl.WithTimeout(10*time.Second).Control(context.Background(), id, events.VerbCancel, nil)
+		var se *client.ServiceError
+		switch {
+		case err == nil:
+			return string(r.Status)
+		case !errors.As(err, &se): // no reply, or not one it could read
 			cx.stamp(fmt.Sprintf("cancel request: %v (sent again)", err))
 			continue
-		}
-		switch code := m.Header.Get(micro.ErrorCodeHeader); {
-		case code == "":
-			var r events.ControlReply
-			if err := decodeReply(m, &r); err != nil {
-				t.Fatalf("cancel reply: %v: %s", err, m.Data)
-			}
-			return string(r.Status)
-		case code == "409" && try > 0 && strings.Contains(m.Header.Get(micro.ErrorHeader), "being cancelled"):
+		case errors.Is(err, client.ErrUnavailable):
+			// The planner could not do it within the 10 s the client
+			// said it waits (a raw request timed out there): the same.
+			cx.stamp(fmt.Sprintf("cancel request: %s %s (sent again)", se.Code, se.Description))
+			continue
+		case se.Code == "409" && try > 0 && strings.Contains(se.Description, "being cancelled"):
 			return "already being cancelled (an earlier try was carried out)"
 		default:
-			t.Fatalf("cancel: %s %s", code, m.Header.Get(micro.ErrorHeader))
+			t.Fatalf("cancel: %s %s", se.Code, se.Description)
 		}
 	}
 	t.Fatalf("cancel of %s: no reply after 5 tries", id)
@@ -197,15 +195,18 @@ func (cx *cancelPhase) runCase(executorFirst bool) {
 	}
 	phase := "cancel phase (" + how + ")"
 	body, _ := json.Marshal(cancelComposition(cx.fleet, cx.name, cx.file))
-	msg, err := cx.request(events.SubjectSubmit, body)
+	var reply events.SubmitReply
+	err := cx.persist(func() (err error) {
+		reply, err = cx.cl.WithTimeout(30*time.Second).Submit(context.Background(), body, nil)
+		return err
+	})
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		t.Fatalf("%s: submit: %s %s", phase, se.Code, se.Description)
+	}
 	if err != nil {
 		t.Fatalf("%s: submit: %v", phase, err)
 	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		t.Fatalf("%s: submit: %s %s", phase, code, msg.Header.Get(micro.ErrorHeader))
-	}
-	var reply events.SubmitReply
-	decodeReply(msg, &reply)
 	id := reply.WorkflowID
 	cx.stamp(fmt.Sprintf("%s: workflow %s: 50 nodes of 3 s on 5 sshd hosts", phase, id))
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,31 +11,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/micro"
 )
 
 func (s *stack) control(id, verb string) (string, string) {
 	s.t.Helper()
-	msg, err := s.nc.Request(events.WorkflowControl(id, verb), nil, 10*time.Second)
+	r, err := s.cl.WithTimeout(10*time.Second).Control(context.Background(), id, verb, nil)
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		return se.Description, se.Code
+	}
 	if err != nil {
 		s.t.Fatalf("%s: %v", verb, err)
 	}
-	return string(msg.Data), msg.Header.Get(micro.ErrorCodeHeader)
+	b, _ := json.Marshal(r) // the reply as the planner sent it
+	return string(b), ""
 }
 
 // status reads a workflow document now.
 func (s *stack) status(id string) *events.WorkflowDoc {
 	s.t.Helper()
-	msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
+	d, err := s.cl.WithTimeout(5*time.Second).Status(context.Background(), id)
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		return &events.WorkflowDoc{} // none yet
+	}
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var d events.WorkflowDoc
-	decodeReply(msg, &d)
-	return &d
+	return d
 }
 
 func (s *stack) waitFor(what string, timeout time.Duration, cond func() bool) {
@@ -251,12 +259,8 @@ func TestPauseStartsNoNodeUntilResume(t *testing.T) {
 		if m := markers(t, h); m["s2"] > 0 {
 			t.Fatalf("s2 ran on the host while the workflow was paused: %v", m)
 		}
-		msg, err := s.nc.Request(events.StatusSubject(events.Executor), nil, 5*time.Second)
-		if err != nil {
-			return false
-		}
-		var st events.ExecutorStatus
-		return decodeReply(msg, &st) == nil && st.HeldFormulas == 1 && st.Held[0].WorkflowID == id && st.Held[0].Formula == "f"
+		st, err := tryStatus[events.ExecutorStatus](s.cl, events.Executor)
+		return err == nil && st.HeldFormulas == 1 && st.Held[0].WorkflowID == id && st.Held[0].Formula == "f"
 	})
 	if m := markers(t, h); m["s1"] != 1 || m["s2"] != 0 {
 		t.Fatalf("while paused, the host has %v; want s1 done, s2 not started", m)

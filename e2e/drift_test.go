@@ -9,7 +9,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/micro"
 )
 
 func (s *stack) drift(c *dag.Composition) events.DriftReport {
@@ -19,29 +18,16 @@ func (s *stack) drift(c *dag.Composition) events.DriftReport {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	b, _ := json.Marshal(events.DriftQueryOf(dag.PlanLoaded(loaded)))
-	msg, err := s.nc.Request(events.StateDrift, b, 10*time.Second)
-	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		s.t.Fatalf("drift: %v %s", err, msg.Data)
+	rep, err := s.cl.WithTimeout(10*time.Second).Drift(context.Background(), dag.PlanLoaded(loaded))
+	if err != nil {
+		s.t.Fatalf("drift: %s", failure(err))
 	}
-	var rep events.DriftReport
-	decodeReply(msg, &rep)
 	return rep
 }
 
 func (s *stack) rebuild(checkOnly bool) (keys int, differing []string, rewritten bool) {
 	s.t.Helper()
-	b, _ := json.Marshal(events.RebuildQuery{CheckOnly: checkOnly})
-	msg, err := s.nc.Request(events.StateRebuild, b, time.Minute)
-	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		s.t.Fatalf("rebuild: %v %s", err, msg.Data)
-	}
-	var rep struct {
-		Keys      int      `json:"keys"`
-		Differing []string `json:"differing"`
-		Rewritten bool     `json:"rewritten"`
-	}
-	decodeReply(msg, &rep)
+	rep := s.rebuildReport(checkOnly)
 	return rep.Keys, rep.Differing, rep.Rewritten
 }
 

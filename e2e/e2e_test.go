@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -115,9 +115,8 @@ func TestKubernetesExampleEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	var cp []events.HostNode
-	msg, err := s.nc.Request(events.StateHost, []byte(`{"host":"cp-0"}`), 5*time.Second)
-	if err != nil || json.Unmarshal(msg.Data, &cp) != nil {
+	cp, err := s.cl.WithTimeout(5*time.Second).Host(context.Background(), "cp-0")
+	if err != nil {
 		t.Fatalf("state.host: %v", err)
 	}
 	if len(cp) != 8 { // cp-os 3, cp-containerd 2, cp-kubernetes 2, cni 1

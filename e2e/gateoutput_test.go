@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,11 +98,9 @@ formulas:
 // list is state.list now.
 func (s *stack) list() []events.WorkflowSummary {
 	s.t.Helper()
-	msg, err := s.nc.Request(events.StateList, []byte(`{}`), 5*time.Second)
-	if err != nil {
+	rows, err := s.cl.WithTimeout(5*time.Second).List(context.Background(), 0)
+	if !answered(err) {
 		s.t.Fatal(err)
 	}
-	var rows []events.WorkflowSummary
-	decodeReply(msg, &rows)
 	return rows
 }

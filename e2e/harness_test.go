@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
 	"github.com/gantry-dev/gantry/pkg/busauth"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
@@ -32,7 +34,6 @@ import (
 	plannersvc "github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // stack is an embedded NATS server with the four services in process,
@@ -41,6 +42,7 @@ type stack struct {
 	t     *testing.T
 	ns    *natstest.Server
 	nc    *nats.Conn
+	cl    *client.Client // the gantry client over nc: how tests ask the services
 	js    jetstream.JetStream
 	fleet *sshtest.Fleet
 	logs  string
@@ -137,6 +139,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	// Requests as an operator would make them; streams and buckets are
 	// looked at as an administrator.
 	s.nc = s.ns.Connect(events.Operator, clientTLS...)
+	s.cl = client.New(s.nc, 10*time.Second)
 	s.js, _ = jetstream.New(s.ns.Connect(busauth.Admin, clientTLS...))
 	var stopOnce sync.Once
 	s.stopServices = func(within time.Duration) time.Duration {
@@ -168,12 +171,13 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			t.Logf("service logs:\n%s", tail(string(b), 6000))
 		}
 	})
-	// ready when both micro services answer
+	// ready when both micro services answer (an error reply is an answer)
 	deadline := time.Now().Add(15 * time.Second)
+	ready := s.cl.WithTimeout(time.Second)
 	for {
-		_, e1 := s.nc.Request(events.SubjectValidate, []byte("{}"), time.Second)
-		_, e2 := s.nc.Request(events.StateList, nil, time.Second)
-		if e1 == nil && e2 == nil {
+		_, e1 := ready.Validate(context.Background(), []byte("{}"))
+		_, e2 := ready.List(context.Background(), 0)
+		if answered(e1) && answered(e2) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -182,6 +186,23 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return s
+}
+
+// answered says whether a request got the service's answer: a reply, or
+// the service's error reply (*client.ServiceError).
+func answered(err error) bool {
+	var se *client.ServiceError
+	return err == nil || errors.As(err, &se)
+}
+
+// failure describes a failed request for a test's message: a service's
+// error reply with its code and the body it came with.
+func failure(err error) string {
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s %s %s", se.Code, se.Description, se.Body)
+	}
+	return err.Error()
 }
 
 func tail(s string, n int) string {
@@ -196,19 +217,19 @@ func tail(s string, n int) string {
 // publish that finds its stream deleted is tried again after 5 s.
 func (s *stack) submit(doc []byte) (events.SubmitReply, string) {
 	s.t.Helper()
-	msg, err := s.nc.Request(events.SubjectSubmit, doc, 35*time.Second)
+	r, err := s.cl.WithTimeout(35*time.Second).Submit(context.Background(), doc, nil)
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		rejected, ok := client.Rejected(err)
+		if !ok {
+			s.t.Fatalf("submit reply %q: %s %s", se.Body, se.Code, se.Description)
+		}
+		return rejected, se.Code
+	}
 	if err != nil {
 		s.t.Fatalf("submit: %v", err)
 	}
-	var r events.SubmitReply
-	body, err := eventbus.BodyOf(msg)
-	if err == nil {
-		err = json.Unmarshal(body, &r)
-	}
-	if err != nil {
-		s.t.Fatalf("submit reply %q: %v", msg.Data, err)
-	}
-	return r, msg.Header.Get(micro.ErrorCodeHeader)
+	return r, ""
 }
 
 func (s *stack) mustSubmit(c *dag.Composition) string {
@@ -234,13 +255,9 @@ func (s *stack) waitGen(id string, gen int, timeout time.Duration) *events.Workf
 	s.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
-		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
-			var d events.WorkflowDoc
-			body, _ := eventbus.BodyOf(msg)
-			if json.Unmarshal(body, &d) == nil && d.Status.Terminal() && d.Generation >= gen {
-				return &d
-			}
+		d, err := s.cl.WithTimeout(5*time.Second).Status(context.Background(), id)
+		if err == nil && d.Status.Terminal() && d.Generation >= gen {
+			return d
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("workflow %s did not end within %s", id, timeout)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // gated is a two-formula local workflow with a health gate between them,
@@ -98,14 +96,9 @@ func TestHealsDeletedTopology(t *testing.T) {
 
 func (s *stack) rebuildReport(checkOnly bool) events.RebuildReport {
 	s.t.Helper()
-	b, _ := json.Marshal(events.RebuildQuery{CheckOnly: checkOnly})
-	msg, err := s.nc.Request(events.StateRebuild, b, time.Minute)
-	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		s.t.Fatalf("rebuild: %v %s %s", err, msg.Header.Get(micro.ErrorHeader), msg.Data)
-	}
-	var rep events.RebuildReport
-	if err := decodeReply(msg, &rep); err != nil {
-		s.t.Fatal(err)
+	rep, err := s.cl.WithTimeout(time.Minute).Rebuild(context.Background(), events.RebuildQuery{CheckOnly: checkOnly})
+	if err != nil {
+		s.t.Fatalf("rebuild: %s", failure(err))
 	}
 	return rep
 }

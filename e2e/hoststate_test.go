@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,20 +10,16 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // hostDocs reads the per-host projection of a host (state.host) as JSON
 // objects, so that a test states what it expects field by field.
 func (s *stack) hostDocs(host string) []map[string]any {
 	s.t.Helper()
-	msg, err := s.nc.Request(events.StateHost, []byte(`{"host":"`+host+`"}`), 5*time.Second)
-	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		s.t.Fatalf("state.host %s: %v %s", host, err, msg.Data)
-	}
-	var docs []map[string]any
-	if err := decodeReply(msg, &docs); err != nil {
-		s.t.Fatalf("state.host %s: %v", host, err)
+	b, _ := json.Marshal(events.HostQuery{Host: host})
+	var docs []map[string]any // not client.Host's typed nodes: the fields as sent
+	if err := s.cl.WithTimeout(5*time.Second).Request(context.Background(), events.StateHost, b, nil, &docs); err != nil {
+		s.t.Fatalf("state.host %s: %s", host, failure(err))
 	}
 	return docs
 }

@@ -57,6 +57,7 @@ func TestViewerCannotReadAnOperatorsPlan(t *testing.T) {
 		t.Fatalf("submit: exit %d\n%s", code, out)
 	}
 	// And a request of a viewer's own still gets its reply on _INBOX.
+	// Raw, not the gantry client: this tests the bus's reply inboxes.
 	if _, err := spy.Request(events.StateList, []byte(`{}`), 10*time.Second); err != nil {
 		t.Fatalf("a viewer's own request: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/metricsserve"
@@ -32,6 +33,7 @@ func discover(t *testing.T, nc *nats.Conn, subject string, want int) []json.RawM
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// Raw, not the gantry client: this tests the micro protocol on the bus.
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +52,9 @@ func discover(t *testing.T, nc *nats.Conn, subject string, want int) []json.RawM
 }
 
 // status asks a service's status endpoint.
-func statusOf[T any](t *testing.T, nc *nats.Conn, id events.Identity) T {
+func statusOf[T any](t *testing.T, cl *client.Client, id events.Identity) T {
 	t.Helper()
-	v, err := tryStatus[T](nc, id)
+	v, err := tryStatus[T](cl, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,17 +63,10 @@ func statusOf[T any](t *testing.T, nc *nats.Conn, id events.Identity) T {
 
 // tryStatus asks a service's status endpoint once: an error while the
 // service has not started yet (no responders), or a reply that says one.
-func tryStatus[T any](nc *nats.Conn, id events.Identity) (T, error) {
+func tryStatus[T any](cl *client.Client, id events.Identity) (T, error) {
 	var v T
-	m, err := nc.Request(events.StatusSubject(id), nil, 5*time.Second)
-	if err != nil {
+	if err := cl.WithTimeout(5*time.Second).Request(context.Background(), events.StatusSubject(id), nil, nil, &v); err != nil {
 		return v, fmt.Errorf("status.%s: %w", id, err)
-	}
-	if m.Header.Get(micro.ErrorCodeHeader) != "" {
-		return v, fmt.Errorf("status.%s: %s", id, m.Header.Get(micro.ErrorHeader))
-	}
-	if err := json.Unmarshal(m.Data, &v); err != nil {
-		return v, fmt.Errorf("status.%s %s: %w", id, m.Data, err)
 	}
 	return v, nil
 }
@@ -87,24 +82,24 @@ func TestMicroServicesDiscoverable(t *testing.T) {
 			HealthGate: &dag.HealthGate{Check: "sleep 2", Timeout: dag.Duration(20 * time.Second), Retries: 1}}}}
 	id := s.mustSubmit(c)
 	s.waitFor("the executor to report the node running", 15*time.Second, func() bool {
-		st, err := tryStatus[events.ExecutorStatus](s.nc, events.Executor) // it may not have started yet
+		st, err := tryStatus[events.ExecutorStatus](s.cl, events.Executor) // it may not have started yet
 		return err == nil && st.RunningNodes == 1 && st.RunningFormulas == 1 && len(st.Nodes) == 1 && st.Nodes[0].Node == "nap" && st.Nodes[0].WorkflowID == id && st.Nodes[0].Host == "me"
 	})
-	if st := statusOf[events.PlannerStatus](t, s.nc, events.Planner); st.WorkflowsActive != 1 {
+	if st := statusOf[events.PlannerStatus](t, s.cl, events.Planner); st.WorkflowsActive != 1 {
 		t.Errorf("planner status while running: %+v, want 1 workflow active", st)
 	}
 	s.waitFor("the health-gate to report the gate in progress", 15*time.Second, func() bool {
-		st, err := tryStatus[events.HealthGateStatus](s.nc, events.HealthGate)
+		st, err := tryStatus[events.HealthGateStatus](s.cl, events.HealthGate)
 		return err == nil && st.GatesInProgress == 1 && len(st.Gates) == 1 && st.Gates[0].Formula == "slow" && st.Gates[0].WorkflowID == id
 	})
 	if doc := s.wait(id, 30*time.Second); doc.Status != dag.WorkflowSucceeded {
 		t.Fatalf("workflow %s", doc.Status)
 	}
 	s.waitFor("the planner to count the workflow ended", 10*time.Second, func() bool {
-		return statusOf[events.PlannerStatus](t, s.nc, events.Planner).WorkflowsActive == 0
+		return statusOf[events.PlannerStatus](t, s.cl, events.Planner).WorkflowsActive == 0
 	})
 	s.waitFor("the projection to catch up", 10*time.Second, func() bool {
-		st := statusOf[events.StateStoreStatus](t, s.nc, events.StateStore)
+		st := statusOf[events.StateStoreStatus](t, s.cl, events.StateStore)
 		return st.Error == "" && st.AppliedSeq > 0 && st.ProjectionLag == 0 && st.StreamLastSeq == st.AppliedSeq
 	})
 

@@ -157,6 +157,7 @@ func TestOutputsFromOneHostToAnother(t *testing.T) {
 			t.Fatalf("a viewer read the outputs: %q", e.Value())
 		}
 	}
+	// Raw JetStream API request: this tests the bus's permissions.
 	msg, err := s.ns.Connect(events.Viewer).Request("$JS.API.DIRECT.GET."+events.KVStream(events.BucketOutputs)+".$KV."+events.BucketOutputs+".outs.cp.init", nil, 2*time.Second)
 	if err == nil && strings.Contains(string(msg.Data), secret) {
 		t.Fatal("a viewer read the outputs with a direct get")

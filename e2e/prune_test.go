@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	plannersvc "github.com/gantry-dev/gantry/services/planner/service"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // pruneComp is a composition of two hosts, every node printing lines;
@@ -231,9 +232,8 @@ func TestPruneKeepsTheLatestAndWhatRunsNeed(t *testing.T) {
 		t.Errorf("gantry state: exit %d\n%s", code, out)
 	}
 	// A pruned workflow is no more.
-	msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+pruned[0]+`"}`), 5*time.Second)
-	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "404" {
-		t.Errorf("status of a pruned workflow: %v %s", err, msg.Header.Get(micro.ErrorCodeHeader))
+	if _, err := s.cl.WithTimeout(5*time.Second).Status(context.Background(), pruned[0]); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("status of a pruned workflow: %v, want a 404", err)
 	}
 
 	// A resubmit skips what the latest run did, and what the first did

@@ -43,6 +43,7 @@ func TestViewerCannotControlThroughAPushConsumer(t *testing.T) {
 			name := "push" + string(rune('a'+i)) + string(rune('a'+j))
 			req := `{"stream_name":"` + stream + `","config":{"name":"` + name + `","deliver_subject":"` + target +
 				`","deliver_group":"q","deliver_policy":"all","ack_policy":"none","idle_heartbeat":500000000}}`
+			// Raw JetStream API request: this tests the bus's permissions.
 			if msg, err := viewer.Request("$JS.API.CONSUMER.CREATE."+stream+"."+name, []byte(req), 2*time.Second); err == nil {
 				t.Logf("viewer's push consumer on %s to %s: %.200s", stream, target, msg.Data)
 			}
@@ -68,6 +69,7 @@ func TestViewerQueryCannotInflateMuch(t *testing.T) {
 	_ = zw.Close()
 	viewer := s.ns.Connect(events.Viewer)
 	msg := &nats.Msg{Subject: events.StateList, Data: buf.Bytes(), Header: nats.Header{eventbus.EncodingHeader: {eventbus.EncodingGzip}}}
+	// Raw, not the gantry client: a hand-made malicious body.
 	reply, err := viewer.RequestMsg(msg, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -242,6 +242,7 @@ func TestAuditRecordsWhoAsked(t *testing.T) {
 	m := nats.NewMsg(events.SubjectSubmit)
 	m.Data = mustMarshal(t, c)
 	m.Header.Set(events.RequestInfoHeader, `{"acc":"GANTRY","user":"UFORGEDFORGEDFORGED","name_tag":"admin"}`)
+	// Raw, not the gantry client: a forged header sent on purpose.
 	reply, err := s.nc.RequestMsg(m, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

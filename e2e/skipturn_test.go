@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // Two submissions of one composition 100 ms apart, over a real sshd (and
@@ -157,23 +157,16 @@ func markerLines(t *testing.T, path string) int {
 // state.workflow answers.
 func nodeStatus(s *stack, id, formula, node string) (dag.NodeState, string) {
 	s.t.Helper()
-	msg, err := s.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
-	if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		s.t.Fatalf("state.workflow %s: %v %q", id, err, msg.Data)
+	d, err := s.cl.WithTimeout(5*time.Second).Status(context.Background(), id)
+	if err != nil {
+		s.t.Fatalf("state.workflow %s: %s", id, failure(err))
 	}
-	var d struct {
-		Formulas map[string]struct {
-			Nodes map[string]struct {
-				Status dag.NodeState `json:"status"`
-				Reason string        `json:"reason"`
-			} `json:"nodes"`
-		} `json:"formulas"`
+	if f := d.Formulas[formula]; f != nil {
+		if n := f.Nodes[node]; n != nil {
+			return n.Status, n.Reason
+		}
 	}
-	if err := decodeReply(msg, &d); err != nil {
-		s.t.Fatal(err)
-	}
-	n := d.Formulas[formula].Nodes[node]
-	return n.Status, n.Reason
+	return "", ""
 }
 
 // outputOf is every output line the workflow's nodes published, as

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,12 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/client"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec/sshtest"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // devTmpfs is the size of the tmpfs gantry dev keeps its data on in these
@@ -163,6 +164,7 @@ type dev struct {
 	done           chan struct{}
 	code           int
 	nc             *nats.Conn
+	cl             *client.Client // over nc
 	dir            string
 }
 
@@ -224,9 +226,10 @@ func startStorageDev(t *testing.T, dir string, fleet *sshtest.Fleet) *dev {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.nc.Close)
+	d.cl = client.New(d.nc, 5*time.Second)
 	waitFor(t, 20*time.Second, func() bool {
-		_, err := d.nc.Request(events.StateList, nil, time.Second)
-		return err == nil
+		_, err := d.cl.WithTimeout(time.Second).List(context.Background(), 0)
+		return answered(err)
 	})
 	return d
 }
@@ -309,15 +312,11 @@ func (d *dev) wait(t *testing.T, id string, timeout time.Duration) *events.Workf
 	t.Helper()
 	var doc *events.WorkflowDoc
 	waitFor(t, timeout, func() bool {
-		msg, err := d.nc.Request(events.StateWorkflow, []byte(`{"workflow_id":"`+id+`"}`), 5*time.Second)
-		if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		w, err := d.cl.Status(context.Background(), id)
+		if err != nil || !w.Status.Terminal() {
 			return false
 		}
-		var w events.WorkflowDoc
-		if decodeReply(msg, &w) != nil || !w.Status.Terminal() {
-			return false
-		}
-		doc = &w
+		doc = w
 		return true
 	})
 	return doc

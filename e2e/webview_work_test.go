@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -15,10 +14,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // webviewDocs, when set, is the directory TestWebViewWork saves its
@@ -30,20 +27,14 @@ var webviewDocs = os.Getenv("GANTRY_WEBVIEW_DOCS")
 // submitter running under a span would (its traceparent header).
 func (s *stack) submitTraced(doc []byte, traceID string) string {
 	s.t.Helper()
-	msg := nats.NewMsg(events.SubjectSubmit)
-	msg.Data = doc
-	msg.Header.Set(events.TraceParentHeader, "00-"+traceID+"-00f067aa0ba902b7-01")
-	reply, err := s.nc.RequestMsg(msg, 35*time.Second)
+	h := nats.Header{}
+	h.Set(events.TraceParentHeader, "00-"+traceID+"-00f067aa0ba902b7-01")
+	r, err := s.cl.WithTimeout(35*time.Second).Submit(context.Background(), doc, h)
 	if err != nil {
-		s.t.Fatalf("submit: %v", err)
+		s.t.Fatalf("submit: %s", failure(err))
 	}
-	var r events.SubmitReply
-	body, err := eventbus.BodyOf(reply)
-	if err == nil {
-		err = json.Unmarshal(body, &r)
-	}
-	if err != nil || reply.Header.Get(micro.ErrorCodeHeader) != "" || r.Status != "accepted" {
-		s.t.Fatalf("submit: %v %s %v", err, reply.Header.Get(micro.ErrorCodeHeader), r.Errors)
+	if r.Status != "accepted" {
+		s.t.Fatalf("submit: %s %v", r.Status, r.Errors)
 	}
 	return r.WorkflowID
 }
