@@ -205,7 +205,10 @@ func (s *stack) watchStatus(tl *timeline, id string) {
 			}
 		}
 		for {
-			d, err := s.cl.WithTimeout(2*time.Second).Status(context.Background(), id)
+			// Polled in the background: a long wait costs nothing, and the
+			// state-store keeps its own read budget (a short one it ran out
+			// of under load would have it answer every read 503 a while).
+			d, err := s.cl.WithTimeout(10*time.Second).Status(context.Background(), id)
 			if err == nil && d.Status != "" {
 				note("workflow", fmt.Sprintf("%s (generation %d)", d.Status, d.Generation))
 				for fid, f := range d.Formulas {

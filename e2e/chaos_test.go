@@ -404,7 +404,7 @@ func TestChaos(t *testing.T) {
 	// The services are asked through the gantry client; persist asks
 	// again while no service answers (nats-server killed): an answer,
 	// an error reply or not, ends it.
-	cl := client.New(nc, 2*time.Second)
+	cl := client.New(nc, 5*time.Second)
 	persist := func(call func() error) error {
 		var err error
 		for i := 0; i < 100; i++ {

@@ -164,7 +164,7 @@ func (cx *cancelPhase) cancel(id string) (status string) {
 		case !errors.As(err, &se): // no reply, or not one it could read
 			cx.stamp(fmt.Sprintf("cancel request: %v (sent again)", err))
 			continue
-		case errors.Is(err, client.ErrUnavailable):
+		case errors.Is(err, client.ErrUnavailable) && strings.Contains(se.Description, "deadline exceeded"):
 			// The planner could not do it within the 10 s the client
 			// said it waits (a raw request timed out there): the same.
 			cx.stamp(fmt.Sprintf("cancel request: %s %s (sent again)", se.Code, se.Description))
