@@ -179,11 +179,8 @@ func (e *Engine) prune(ctx context.Context, rule PruneRule) (*events.PruneReply,
 	if rule.DryRun {
 		return reply, nil
 	}
-	for _, c := range prune {
-		e.publishPruned(ctx, c, rule)
-	}
-	if err := e.Out.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("announce the pruned workflows: %w", err)
+	if err := e.announcePruned(ctx, prune, rule); err != nil {
+		return nil, err
 	}
 	for _, c := range prune {
 		if err := e.removeRecords(ctx, c); err != nil {
@@ -359,6 +356,25 @@ func documents(rec *Record) int {
 }
 
 // publishPruned announces that c is pruned.
+// announcePruned publishes the pruned events and waits until they are
+// stored. It holds the engine as a unit of work does: the outbox is the
+// engine's, and a flush outside a unit would store (or fail) events a
+// unit in progress emitted, which that unit's own flush then would not
+// see, so it would record decisions whose events were never stored.
+func (e *Engine) announcePruned(ctx context.Context, prune []*candidate, rule PruneRule) error {
+	if err := e.lockFor(ctx); err != nil {
+		return err
+	}
+	defer e.mu.Unlock()
+	for _, c := range prune {
+		e.publishPruned(ctx, c, rule)
+	}
+	if err := e.Out.Flush(ctx); err != nil {
+		return fmt.Errorf("announce the pruned workflows: %w", err)
+	}
+	return nil
+}
+
 func (e *Engine) publishPruned(ctx context.Context, c *candidate, rule PruneRule) {
 	ev := &events.WorkflowPruned{Ref: events.Ref{WorkflowID: c.id, Workflow: c.name, Operation: c.op},
 		FinalStatus: c.status, CreatedAt: c.created, EndedAt: c.ended, Reason: rule.Reason, RequestedBy: rule.By}

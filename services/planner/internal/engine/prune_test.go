@@ -343,3 +343,73 @@ func TestPruneLosesToARetry(t *testing.T) {
 		t.Fatalf("retried workflow is %s", st)
 	}
 }
+
+// blockingEvents is fakeEvents whose removal waits, once armed, until
+// released: a prune held between its claim and its announcement.
+type blockingEvents struct {
+	fakeEvents
+	in, release chan struct{}
+}
+
+func (b *blockingEvents) RemoveWorkflows(ctx context.Context, ids map[string]bool, spans []events.Span, dryRun bool) (events.StoreSize, error) {
+	close(b.in)
+	<-b.release
+	return b.fakeEvents.RemoveWorkflows(ctx, ids, spans, dryRun)
+}
+
+// holdingOut is an Emitter whose first Emit of anything but a pruned
+// event, once armed, waits until released: a unit of work in progress,
+// its events not yet flushed.
+type holdingOut struct {
+	Emitter
+	armed       bool
+	in, release chan struct{}
+}
+
+func (o *holdingOut) Emit(ctx context.Context, subject string, pl events.Payload, msgID string) {
+	o.Emitter.Emit(ctx, subject, pl, msgID)
+	if _, pruned := pl.(*events.WorkflowPruned); o.armed && !pruned {
+		o.armed = false
+		close(o.in)
+		<-o.release
+	}
+}
+
+// A prune announces what it pruned only between units of work: its flush
+// must not store (or fail) the events of a unit in progress, whose own
+// flush would then find nothing left to store and record decisions whose
+// events were never stored.
+func TestPruneAnnouncesBetweenUnits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t)
+	old := ran(t, h, chain, nil, nil)
+	finish(t, h, old, dag.WorkflowSucceeded)
+	ran(t, h, chain, nil, nil) // running: h.ref is its
+	ev := &blockingEvents{in: make(chan struct{}), release: make(chan struct{})}
+	h.e.Events = ev
+	out := &holdingOut{Emitter: h.e.Out, in: make(chan struct{}), release: make(chan struct{})}
+	h.e.Out = out
+
+	pruned := make(chan error, 1)
+	go func() {
+		_, err := h.e.Prune(ctx, PruneRule{Keep: 0, HasKeep: true})
+		pruned <- err
+	}()
+	<-ev.in // claimed, not yet announced
+	out.armed = true
+	unit := make(chan error, 1)
+	go func() {
+		unit <- h.e.Handle(ctx, h.event(&events.FormulaEvent{Ref: h.ref("a", 1), Status: dag.FormulaSucceeded}))
+	}()
+	<-out.in // the unit has emitted, and holds the engine
+	close(ev.release)
+	select {
+	case err := <-pruned:
+		t.Fatalf("the prune announced while a unit of work was in progress (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(out.release)
+	must(t, <-unit)
+	must(t, <-pruned)
+}
