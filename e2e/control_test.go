@@ -107,18 +107,27 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 	}
 }
 
-// Nothing new is dispatched while a workflow is paused.
+// Nothing new is dispatched while a workflow is paused; what runs
+// finishes.
 func TestPauseResume(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	dir := t.TempDir()
+	// a runs until the test releases it (at most 30 s), so the pause
+	// comes while it runs: a pause before a node starts holds that node
+	// too (TestPauseStartsNoNodeUntilResume).
+	release := dir + "/release"
 	c := &dag.Composition{Name: "pausable", Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
 		Formulas: []dag.Formula{
-			{ID: "first", Server: "me", Nodes: []dag.Node{{Name: "a", Run: "sleep 1; touch " + dir + "/a"}}},
+			{ID: "first", Server: "me", Nodes: []dag.Node{{Name: "a", Run: "touch " + dir + "/started; for i in $(seq 600); do [ -e " + release + " ] && break; sleep 0.05; done; touch " + dir + "/a"}}},
 			{ID: "second", Server: "me", DependsOn: []dag.FormulaDep{{Formula: "first"}}, Nodes: []dag.Node{{Name: "b", Run: "touch " + dir + "/b"}}},
 		}}
 	id := s.mustSubmit(c)
+	s.waitFor("a to run", 15*time.Second, func() bool { _, err := os.Stat(dir + "/started"); return err == nil })
 	if body, code := s.control(id, events.VerbPause); code != "" {
 		t.Fatalf("pause: %s %s", code, body)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	s.waitFor("first to finish", 15*time.Second, func() bool {
 		f := s.status(id).Formulas["first"]
@@ -128,6 +137,9 @@ func TestPauseResume(t *testing.T) {
 	d := s.status(id)
 	if d.Status != dag.WorkflowPaused || d.Formulas["second"] != nil && d.Formulas["second"].Status != dag.FormulaPending {
 		t.Fatalf("while paused: %s, second %+v", d.Status, d.Formulas["second"])
+	}
+	if _, err := os.Stat(dir + "/b"); err == nil {
+		t.Fatal("b ran while the workflow was paused")
 	}
 	if body, code := s.control(id, events.VerbResume); code != "" {
 		t.Fatalf("resume: %s %s", code, body)
