@@ -65,6 +65,12 @@ $MAKE --no-print-directory up COMPOSE="$COMPOSE" 2>&1 | grep -v '^\(for\|cd\|CGO
 $COMPOSE ps
 # anon: no credentials, a viewer; everything else is the operator.
 anon() { env -u NATS_NKEY -u NATS_CREDS "$@"; }
+# sub FILE SUBJECT: a `nats sub --raw` without credentials in the background, its
+# pid (nats's own: env execs it) killed on exit.
+sub() {
+	env -u NATS_NKEY -u NATS_CREDS "$bin/nats" sub --raw "$2" >"$1" 2>>"$work/sub.err" &
+	subs+=($!)
+}
 keys=$root/dev/keys/nats
 export NATS_NKEY=$keys/operator.nk
 say "services registered (nats micro ls, no credentials):"
@@ -72,10 +78,8 @@ anon "$bin/nats" micro ls | sed 's/^/    /'
 anon "$bin/nats" micro ls | grep -q gantry-planner || fail "gantry-planner not listed"
 anon "$bin/nats" micro ls | grep -q gantry-state-store || fail "gantry-state-store not listed"
 
-anon "$bin/nats" sub --raw 'decky.*.lifecycle' >"$work/decky.jsonl" 2>"$work/sub.err" &
-subs+=($!)
-anon "$bin/nats" sub --raw 'workflow.*.lifecycle' >"$work/workflow.jsonl" 2>>"$work/sub.err" &
-subs+=($!)
+sub "$work/decky.jsonl" 'decky.*.lifecycle'
+sub "$work/workflow.jsonl" 'workflow.*.lifecycle'
 sleep 1
 
 say "2. submit $example at target-1..3"
@@ -155,8 +159,7 @@ formulas:
       retries: 2
       env: {TOKEN: {secret: demo_token}}
 YAML
-anon "$bin/nats" sub --raw 'decky.t1.logs.>' >"$work/secret-logs.jsonl" 2>>"$work/sub.err" &
-subs+=($!)
+sub "$work/secret-logs.jsonl" 'decky.t1.logs.>'
 sleep 0.5
 sid=$("$bin/gantry" submit -q "$work/secret.yaml")
 "$bin/gantry" watch "$sid" >"$work/secret-watch.txt" || { cat "$work/secret-watch.txt"; fail "the secret run did not succeed"; }
