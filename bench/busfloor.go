@@ -96,12 +96,7 @@ func busFloor(binDir string, f floorShape) (float64, error) {
 	defer cancel()
 	attempts := ""
 	if f.durable {
-		// beside the executor's own attempt files, as processStart's
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return 0, err
-		}
-		adir, err := os.MkdirTemp(home, ".gantry-bench-floor-")
+		adir, err := besideAttempts("bench-floor-")
 		if err != nil {
 			return 0, err
 		}
