@@ -46,7 +46,6 @@ type localWaiter struct {
 	since time.Time // when it came
 	seq   uint64
 	// under m.mu:
-	trying bool          // taking a slot from the store: not handed one meanwhile
 	got    chan *slotSet // buffered 1: the slot set handed to it
 	served bool          // out of the queue: handed a set, took one, or gave up
 	wake   chan struct{} // buffered 1: it has become its queue's first
@@ -213,17 +212,23 @@ func (m *Manager) othersWaitLocked(id string, q *queue) bool {
 }
 
 // handLocked gives s, the slot set of an ended attempt of one limit, to
-// the first waiter of that limit's queue, when it may have it: it is not
-// taking a slot itself, no other executor's waiter sorts before it, and
-// the slot is within its maximum. It reports whether s was handed on. Its
-// caller holds m.mu and owns s.
+// the first waiter of that limit's queue, when it may have it: no other
+// executor's waiter sorts before it, and the slot is within its maximum.
+// It reports whether s was handed on. Its caller holds m.mu and owns s.
+//
+// A first waiter taking a slot from the store at that moment (tryFirst)
+// is handed s all the same: it takes s when the store had none for it,
+// and gives s on (finish) when it got one there too. Not handed, s would
+// go back to the store for the waiter to take again: under a bus's round
+// trips that is a delete and a create for most attempts of a busy limit,
+// each waking the queue's next first waiter to take a slot in turn.
 func (m *Manager) handLocked(s *slotSet) bool {
 	if len(s.limits) != 1 {
 		return false
 	}
 	q := m.queues[s.limits[0]]
 	w := q.firstLocked()
-	if w == nil || w.trying || m.aheadOfLocked(q, w) || !m.withinMax(s, []dag.SlotLimit{w.limit}) {
+	if w == nil || m.aheadOfLocked(q, w) || !m.withinMax(s, []dag.SlotLimit{w.limit}) {
 		return false
 	}
 	m.removeLocked(q, w)
@@ -432,7 +437,8 @@ func (m *Manager) isFirst(q *queue, w *localWaiter) bool {
 // tryFirst takes a slot from the store for w when it is its queue's first
 // waiter and no other executor's waiter sorts before it. It returns nil
 // when w is not first, or no slot is free for it. With a lease (or an
-// error) w is out of the queue already: no set is handed to it after.
+// error) w is out of the queue already: no set is handed to it after, and
+// one handed to it meanwhile (handLocked) is its caller's to give on.
 func (m *Manager) tryFirst(ctx context.Context, q *queue, w *localWaiter, val []byte) (*Lease, error) {
 	m.mu.Lock()
 	k := q.keys[w.prio]
@@ -440,12 +446,10 @@ func (m *Manager) tryFirst(ctx context.Context, q *queue, w *localWaiter, val []
 		m.mu.Unlock()
 		return nil, nil
 	}
-	w.trying = true
 	mine := map[string]*held{w.limit.ID: k}
 	m.mu.Unlock()
 	lease, _, err := m.try(ctx, []dag.SlotLimit{w.limit}, w.prio, w.since, mine, val)
 	m.mu.Lock()
-	w.trying = false
 	if lease != nil || err != nil {
 		m.removeLocked(q, w)
 	}
