@@ -278,10 +278,9 @@ const durablePause = 3 * time.Millisecond
 // local (localexec.Local: /bin/sh -c, its own process group, output
 // captured), and returns the median milliseconds per start. durable runs
 // it as each node's command runs: a durable attempt holding a host lock,
-// under its supervisor (attempt files in a temporary directory), each
+// under its supervisor (attempt files beside the executor's), each
 // after a pause of durablePause, as the next node of a chain comes some
-// milliseconds after the last one ended: time for the worker to get the
-// next attempt's warm shell and spare files ready, as it does in a chain.
+// milliseconds after the last one ended.
 func processStart(n int, durable bool) (float64, error) {
 	dir, err := besideAttempts("bench-start-")
 	if err != nil {
@@ -318,11 +317,10 @@ func processStart(n int, durable bool) (float64, error) {
 
 // besideAttempts makes a directory beside the executor's own attempt
 // files, in $HOME/.gantry, for a floor's attempts. Not in the temporary
-// directory, nor right under $HOME: on ext4 a new directory high in the
-// tree goes to a block group of its own, where creating a file can cost
-// far more (0.1-1.3 ms of CPU each on this VM, against 0.03 ms in
-// $HOME/.gantry/attempts), which would put a cost under the floor that
-// the executor does not pay.
+// directory, nor right under $HOME: creating a file in a new directory
+// there cost this VM's ext4 far more (0.1-1.3 ms of CPU each, against
+// 0.03-0.08 ms in $HOME/.gantry/attempts or a new directory of
+// $HOME/.gantry), a cost under the floor that the executor does not pay.
 func besideAttempts(prefix string) (string, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
