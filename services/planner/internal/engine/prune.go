@@ -355,7 +355,6 @@ func documents(rec *Record) int {
 	return n
 }
 
-// publishPruned announces that c is pruned.
 // announcePruned publishes the pruned events and waits until they are
 // stored. It holds the engine as a unit of work does: the outbox is the
 // engine's, and a flush outside a unit would store (or fail) events a
@@ -375,6 +374,7 @@ func (e *Engine) announcePruned(ctx context.Context, prune []*candidate, rule Pr
 	return nil
 }
 
+// publishPruned announces that c is pruned.
 func (e *Engine) publishPruned(ctx context.Context, c *candidate, rule PruneRule) {
 	ev := &events.WorkflowPruned{Ref: events.Ref{WorkflowID: c.id, Workflow: c.name, Operation: c.op},
 		FinalStatus: c.status, CreatedAt: c.created, EndedAt: c.ended, Reason: rule.Reason, RequestedBy: rule.By}
