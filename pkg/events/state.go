@@ -51,8 +51,11 @@ type WorkflowDoc struct {
 	// the stored summary has none.
 	Formulas     map[string]*FormulaDoc `json:"formulas,omitempty"`
 	FormulaCount int                    `json:"formula_count"`
-	NodeCount    int                    `json:"node_count"`
-	LastSeq      uint64                 `json:"last_seq"` // stream sequence of the last event applied
+	// Pages is how many values of gantry_state hold its formula and
+	// node documents (the state-store's layout; not in replies).
+	Pages     int    `json:"pages,omitempty"`
+	NodeCount int    `json:"node_count"`
+	LastSeq   uint64 `json:"last_seq"` // stream sequence of the last event applied
 	// SubmittedBy is who submitted it; Requests, every control request
 	// the planner carried out, in order.
 	SubmittedBy *Principal `json:"submitted_by,omitempty"`

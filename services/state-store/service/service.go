@@ -48,7 +48,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("state-store: %w", err)
 	}
-	store := &project.KVStore{JS: js, KV: kv, Storage: storage}
+	store := &project.Pages{Raw: &project.KVStore{JS: js, KV: kv, Storage: storage}}
 	p := &project.Projector{Store: store, Log: log, Checkpoint: project.CheckpointKey, Heal: heal.Heal, Records: nodes, Hold: WriteHold}
 	meter := &lag.Meter{Instance: cfg.Instance, Applied: p.Applied, LastSeq: func(ctx context.Context) (uint64, error) {
 		s, err := js.Stream(ctx, events.StreamEvents)
@@ -64,7 +64,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return st
 	}}
 	svc, err := api.Register(nc, spec, store, log, func(ctx context.Context, checkOnly bool) (*project.RebuildReport, error) {
-		return p.Rebuild(ctx, js, kv, checkOnly)
+		return p.Rebuild(ctx, js, checkOnly)
 	}, func(ctx context.Context) error { return p.CatchUp(ctx, js) })
 	if err != nil {
 		return fmt.Errorf("state-store: micro: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -172,6 +173,16 @@ func (e *env) lastSeq() uint64 {
 	return s.CachedInfo().State.LastSeq
 }
 
+// doc reads a projection document by its key (nil when absent), as the
+// state-store keeps it (project.Pages).
+func (e *env) doc(key string) ([]byte, error) {
+	b, _, err := (&project.Pages{Raw: &project.KVStore{JS: e.js, KV: e.kv}}).Get(context.Background(), key)
+	if err == nil && b == nil {
+		err = fmt.Errorf("%s: %w", key, jetstream.ErrKeyNotFound)
+	}
+	return b, err
+}
+
 func (e *env) checkpoint() uint64 {
 	v, err := e.kv.Get(context.Background(), project.CheckpointKey)
 	if err != nil {
@@ -214,8 +225,8 @@ func (e *env) check(id string, n int) {
 		for _, node := range []string{"a", "b"} {
 			key := project.NodeDocKey(id, fmt.Sprintf("f%d", i), node)
 			var nd events.NodeDoc
-			v, err := e.kv.Get(ctx, key)
-			if err != nil || json.Unmarshal(v.Value(), &nd) != nil {
+			v, err := e.doc(key)
+			if err != nil || json.Unmarshal(v, &nd) != nil {
 				e.t.Fatalf("%s: %v", key, err)
 			}
 			if nd.Status != dag.NodeSucceeded || nd.Transitions != 2 || nd.Attempts != 1 {
@@ -254,9 +265,10 @@ func TestFollowInBatches(t *testing.T) {
 	e.caughtUp()
 	e.check("w1", n)
 	// One write per event would be a write for each workflow and formula
-	// event and two for each node event.
+	// event and two for each node event; one per value, the summary, the
+	// pages of its formulas and nodes and the per-host node documents.
 	perEvent := uint64(3 + 3*n + 2*4*n)
-	docs := uint64(1 + n + 2*2*n)
+	docs := uint64(1 + project.PagesFor(n, 2*n) + 2*n)
 	if w := e.writes(); w >= perEvent || w < docs {
 		t.Errorf("%d events made %d writes; one per document is %d, one per event %d", published, w, docs, perEvent)
 	} else {
@@ -414,7 +426,7 @@ func TestRebuildRefusesWhatTheLiveProjectionRefuses(t *testing.T) {
 	defer stop()
 	e.caughtUp()
 	for _, node := range []string{"forged", "elsewhere"} {
-		if _, err := e.kv.Get(context.Background(), project.NodeDocKey("w1", "f0", node)); err == nil {
+		if _, err := e.doc(project.NodeDocKey("w1", "f0", node)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Fatalf("the live projection applied the misrouted event about node %s", node)
 		}
 	}
@@ -433,7 +445,7 @@ func TestRebuildRefusesWhatTheLiveProjectionRefuses(t *testing.T) {
 		}
 	}
 	for _, node := range []string{"forged", "elsewhere"} {
-		if _, err := e.kv.Get(context.Background(), project.NodeDocKey("w1", "f0", node)); err == nil {
+		if _, err := e.doc(project.NodeDocKey("w1", "f0", node)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Errorf("after a rebuild, the projection holds the misrouted event about node %s", node)
 		}
 	}

@@ -327,6 +327,7 @@ func (s *server) workflow(req micro.Request) {
 		s.fail(req, err)
 		return
 	}
+	doc.Pages = 0 // the store's layout, not the workflow's
 	respond(req, doc)
 }
 

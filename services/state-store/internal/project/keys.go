@@ -30,11 +30,14 @@ func NodeDocKey(id, formula, node string) string {
 // resumes following the stream.
 const CheckpointKey = "meta.applied"
 
-// workflowOf returns the workflow id of a wf.<id>[.<formula>[.<node>]] key.
+// workflowOf returns the workflow id of a wf.<id>[.<formula>[.<node>]]
+// key or of a page (Pages).
 func workflowOf(key string) string {
 	rest, ok := strings.CutPrefix(key, "wf.")
 	if !ok {
-		return ""
+		if rest, ok = strings.CutPrefix(key, pagePrefix); !ok {
+			return ""
+		}
 	}
 	id, _, _ := strings.Cut(rest, ".")
 	return id

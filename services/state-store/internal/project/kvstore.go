@@ -91,12 +91,24 @@ func (s *KVStore) Mark(_ context.Context, key string, val []byte) error {
 // stream (no delete markers stay).
 func (s *KVStore) RemoveWorkflow(ctx context.Context, id string) error {
 	stream := events.KVStream(s.KV.Bucket())
-	for _, key := range []string{WorkflowDocKey(id), WorkflowDocKey(id) + ".>"} {
+	for _, key := range []string{WorkflowDocKey(id), WorkflowDocKey(id) + ".>", pagePrefix + id + ".>"} {
 		if _, err := eventbus.PurgeSubject(ctx, s.JS, stream, s.subject(key)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Rewrite puts val at key whatever its revision, or deletes key when val
+// is nil (a rebuild's).
+func (s *KVStore) Rewrite(ctx context.Context, key string, val []byte) error {
+	var err error
+	if val == nil {
+		err = s.KV.Delete(ctx, key)
+	} else {
+		_, err = s.KV.Put(ctx, key, val)
+	}
+	return err
 }
 
 // Keys lists the keys matching a KV subject filter ("wf.*"); none is an

@@ -59,6 +59,17 @@ func (s *MemStore) Mark(_ context.Context, key string, val []byte) error {
 	return nil
 }
 
+// Rewrite is KVStore.Rewrite.
+func (s *MemStore) Rewrite(_ context.Context, key string, val []byte) error {
+	s.revs[key]++
+	if val == nil {
+		delete(s.Vals, key)
+		return nil
+	}
+	s.Vals[key] = val
+	return nil
+}
+
 // Keys is KVStore.Keys.
 func (s *MemStore) Keys(_ context.Context, filter string) ([]string, error) {
 	var out []string

@@ -493,6 +493,9 @@ func (p *Projector) remember(key string, val any, rev uint64) {
 func (p *Projector) forget() {
 	p.stale = true
 	p.cache, p.fresh, p.dirty, p.removals = nil, nil, p.dirty[:0], nil
+	if f, ok := p.Store.(interface{ Forget() }); ok {
+		f.Forget() // what it caches of the store (Pages)
+	}
 }
 
 // pruned forgets a pruned workflow's documents, cached or to be written,
@@ -550,6 +553,7 @@ func (p *Projector) workflow(ctx context.Context, ev *consume.Event, w *events.W
 		}
 		p.fresh[w.WorkflowID] = true
 		doc = newWorkflowDoc(ev, w.Ref)
+		doc.Pages = workflowPages(w)
 	}
 	if !foldWorkflow(doc, ev, w) {
 		return nil

@@ -161,7 +161,11 @@ func retryNoResponders(ctx context.Context, f func() error) error {
 // Events wait while it runs. It also reports what is wrong in the stream
 // itself (Audit: events stored twice, transitions out of order, and, with
 // Records, nodes the executors recorded otherwise).
-func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, checkOnly bool) (*RebuildReport, error) {
+func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, checkOnly bool) (*RebuildReport, error) {
+	docs, ok := p.Store.(Rewritable)
+	if !ok {
+		return nil, errors.New("rebuild: the projection's store cannot be rewritten")
+	}
 	// First catch up with the stream as it is now, so that the comparison
 	// is with what every state-store replica has written.
 	if err := retryNoResponders(ctx, func() error { return p.CatchUp(ctx, js) }); err != nil {
@@ -189,21 +193,13 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 			return nil, fmt.Errorf("rebuild: %w", err)
 		}
 	}
-	live := map[string][]byte{}
-	lister, err := kv.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, err
+	live, err := docs.Values(ctx, ">")
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: read the projection: %w", err)
 	}
-	if err == nil {
-		for k := range lister.Keys() {
-			if !strings.HasPrefix(k, "wf.") && !strings.HasPrefix(k, "host.") {
-				continue
-			}
-			e, err := kv.Get(ctx, k)
-			if err != nil {
-				return nil, err
-			}
-			live[k] = e.Value()
+	for k := range live {
+		if !strings.HasPrefix(k, "wf.") && !strings.HasPrefix(k, "host.") {
+			delete(live, k)
 		}
 	}
 	rep := &RebuildReport{Keys: len(mem.Vals), UpTo: p.applied, Differing: []string{}, FirstSeq: first, Workflows: audit.Workflows()}
@@ -245,12 +241,7 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, kv jets
 		return rep, nil
 	}
 	for _, k := range rewrite {
-		if v, ok := mem.Vals[k]; ok {
-			_, err = kv.Put(ctx, k, v)
-		} else {
-			err = kv.Delete(ctx, k)
-		}
-		if err != nil {
+		if err := docs.Rewrite(ctx, k, mem.Vals[k]); err != nil {
 			return nil, fmt.Errorf("rewrite %s: %w", k, err)
 		}
 	}

@@ -24,6 +24,16 @@ func newWorkflowDoc(ev *consume.Event, r events.Ref) *events.WorkflowDoc {
 		Generation: r.Generation, CreatedAt: ev.Time}
 }
 
+// workflowPages is the page count (Pages) of a workflow whose summary w
+// creates: by the plan's size, which its accepted event (the planner's
+// first) carries, else DefaultPages. It is never changed after.
+func workflowPages(w *events.WorkflowEvent) int {
+	if n := sum(w.Formulas); w.Status == dag.WorkflowAccepted && n > 0 {
+		return PagesFor(n, w.TotalNodes)
+	}
+	return DefaultPages
+}
+
 // foldWorkflow applies a workflow transition that is not behind the
 // workflow's state (dag.CompareWorkflow): a late running or paused of a
 // run that has ended, or an event of an earlier generation, changes

@@ -21,6 +21,15 @@ type Store interface {
 	RemoveWorkflow(ctx context.Context, id string) error
 }
 
+// Rewritable is a Store a rebuild compares and rewrites: every document
+// by a subject filter (Values), and one replaced whatever its revision
+// (Rewrite; nil removes it).
+type Rewritable interface {
+	Store
+	Values(ctx context.Context, filter string) (map[string][]byte, error)
+	Rewrite(ctx context.Context, key string, val []byte) error
+}
+
 // Write is one document write of a flush.
 type Write struct {
 	Key    string

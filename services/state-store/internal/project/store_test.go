@@ -26,7 +26,16 @@ type documents interface {
 	Values(ctx context.Context, filter string) (map[string][]byte, error)
 }
 
+// documentStores are the stores the contract holds: KVStore and
+// MemStore, and Pages (what the state-store keeps its projection in) over
+// each.
 func documentStores(t *testing.T, ctx context.Context) map[string]documents {
+	return map[string]documents{"jetstream": kvStore(t, ctx), "memory": project.NewMemStore(),
+		"pages on jetstream": &project.Pages{Raw: kvStore(t, ctx)}, "pages in memory": &project.Pages{Raw: project.NewMemStore()}}
+}
+
+// kvStore is a KVStore on gantry_state of a server of its own.
+func kvStore(t *testing.T, ctx context.Context) *project.KVStore {
 	ns := natstest.Start(t)
 	js, err := eventbus.Open(ctx, ns.Connect(events.StateStore), events.StateStore, 1, nil)
 	if err != nil {
@@ -36,7 +45,7 @@ func documentStores(t *testing.T, ctx context.Context) map[string]documents {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]documents{"jetstream": &project.KVStore{JS: js, KV: kv}, "memory": project.NewMemStore()}
+	return &project.KVStore{JS: js, KV: kv}
 }
 
 func storeContract(t *testing.T, run func(t *testing.T, ctx context.Context, s documents)) {
@@ -70,32 +79,39 @@ func value(t *testing.T, ctx context.Context, s documents, key string) (string, 
 
 func TestStoreWrites(t *testing.T) {
 	storeContract(t, func(t *testing.T, ctx context.Context, s documents) {
-		if b, rev, err := s.Get(ctx, "wf.none"); b != nil || rev != 0 || err != nil {
-			t.Fatalf("get of nothing: %q at %d, %v", b, rev, err)
-		}
-		rev := put(t, ctx, s, "wf.a", `{"v":1}`, 0)
-		if v, at := value(t, ctx, s, "wf.a"); v != `{"v":1}` || at != rev {
-			t.Fatalf("created: %s at %d, want at %d", v, at, rev)
-		}
-		// One flush: a create over a document, a stale compare-and-set and
-		// a good one each get their own answer.
-		ws := []project.Write{
-			{Key: "wf.a", Val: []byte(`{"v":"create again"}`)},
-			{Key: "wf.a", Val: []byte(`{"v":"stale"}`), Rev: rev + 100},
-			{Key: "wf.b", Val: []byte(`{"v":"new"}`)},
-		}
-		s.PutAll(ctx, ws)
-		if ws[0].Err == nil || ws[1].Err == nil || ws[2].Err != nil || ws[2].NewRev == 0 {
-			t.Fatalf("answers: create again %v, stale %v, new %d %v", ws[0].Err, ws[1].Err, ws[2].NewRev, ws[2].Err)
-		}
-		if v, at := value(t, ctx, s, "wf.a"); v != `{"v":1}` || at != rev {
-			t.Fatalf("a refused write changed wf.a: %s at %d", v, at)
-		}
-		next := put(t, ctx, s, "wf.a", `{"v":2}`, rev)
-		if v, at := value(t, ctx, s, "wf.a"); v != `{"v":2}` || at != next || next <= rev {
-			t.Fatalf("compare-and-set: %s at %d (after %d)", v, at, rev)
+		// A summary, and a node's document (which Pages keeps in a page).
+		for _, k := range []struct{ a, b string }{{"wf.a", "wf.b"}, {"wf.p.f.a", "wf.p.g.b"}} {
+			storeWrites(t, ctx, s, k.a, k.b)
 		}
 	})
+}
+
+func storeWrites(t *testing.T, ctx context.Context, s documents, a, b string) {
+	if b, rev, err := s.Get(ctx, a+"none"); b != nil || rev != 0 || err != nil {
+		t.Fatalf("get of nothing: %q at %d, %v", b, rev, err)
+	}
+	rev := put(t, ctx, s, a, `{"v":1}`, 0)
+	if v, at := value(t, ctx, s, a); v != `{"v":1}` || at != rev {
+		t.Fatalf("created: %s at %d, want at %d", v, at, rev)
+	}
+	// One flush: a create over a document, a stale compare-and-set and
+	// a good one each get their own answer.
+	ws := []project.Write{
+		{Key: a, Val: []byte(`{"v":"create again"}`)},
+		{Key: a, Val: []byte(`{"v":"stale"}`), Rev: rev + 100},
+		{Key: b, Val: []byte(`{"v":"new"}`)},
+	}
+	s.PutAll(ctx, ws)
+	if ws[0].Err == nil || ws[1].Err == nil || ws[2].Err != nil || ws[2].NewRev == 0 {
+		t.Fatalf("answers: create again %v, stale %v, new %d %v", ws[0].Err, ws[1].Err, ws[2].NewRev, ws[2].Err)
+	}
+	if v, at := value(t, ctx, s, a); v != `{"v":1}` || at != rev {
+		t.Fatalf("a refused write changed %s: %s at %d", a, v, at)
+	}
+	next := put(t, ctx, s, a, `{"v":2}`, rev)
+	if v, at := value(t, ctx, s, a); v != `{"v":2}` || at != next || next <= rev {
+		t.Fatalf("compare-and-set: %s at %d (after %d)", v, at, rev)
+	}
 }
 
 // A mark is stored without a wait, then read as any document.
