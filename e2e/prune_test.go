@@ -72,8 +72,8 @@ func (s *stack) everything(id, name string) map[string]int {
 		"gantry_nodes":     len(s.keysOf(events.BucketNodes, id+".>")),
 		"gantry_state": len(s.keysOf(events.BucketState, "wf."+id)) + len(s.keysOf(events.BucketState, "wf."+id+".>")) +
 			len(s.keysOf(events.BucketState, "wf-page."+id+".>")),
-		"GANTRY_EVENTS":    len(s.typesOf(events.StreamEvents, id)),
-		"GANTRY_LOGS":      len(s.typesOf(events.StreamLogs, id)),
+		"GANTRY_EVENTS": len(s.typesOf(events.StreamEvents, id)),
+		"GANTRY_LOGS":   len(s.typesOf(events.StreamLogs, id)),
 	}
 }
 
