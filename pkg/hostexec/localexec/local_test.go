@@ -150,3 +150,17 @@ func TestShellHoldsTheLock(t *testing.T) {
 		t.Fatalf("flock once the attempt ended: %v", err)
 	}
 }
+
+// A holder's name is written over the last one and cut to length: a
+// shorter name leaves nothing of a longer one, and a missing file is made.
+func TestWriteHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.holder")
+	for _, line := range []string{"w1.1.create.f.n.1.run create.h1\n", "w2.1.f.n.1.run\n", "w3.1.create.f.n.10.run create.h1\n"} {
+		if err := writeHolder(path, []byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(path); string(b) != line || err != nil {
+			t.Fatalf("holder file %q, %v; want %q", b, err, line)
+		}
+	}
+}

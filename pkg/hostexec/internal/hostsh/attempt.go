@@ -164,7 +164,8 @@ exit ` + strconv.Itoa(LostExit) + `
 // empty) on fd 9 for the rest of the attempt: one attempt holds it at a
 // time, on this host, whichever executor or workflow started it. One that
 // has to wait says for whom, on stderr. held: the shell holds it on fd 9
-// already, and only says it is the holder. The holder file names the
+// already, and whoever took it (the worker, the host agent) has named the
+// attempt its holder: nothing is left to do. The holder file names the
 // attempt, followed by its mark when it has one (holderLine).
 func HostLock(lock, mark string, held bool) string {
 	if lock == "" {
@@ -173,7 +174,7 @@ func HostLock(lock, mark string, held bool) string {
 	dir := `"$_gb/../locks"`
 	l := dir + `/` + Quote(lock)
 	if held {
-		return `echo "${_gd##*/}` + MarkWord(mark) + `" >` + l + `.holder; `
+		return ""
 	}
 	return `{ [ -d ` + dir + ` ] || mkdir -p ` + dir + `; } && command exec 9>>` + l + ` && { flock -n 9 || { read -r _gh _gj 2>/dev/null <` + l + `.holder; [ -n "$_gh" ] || { sleep 0.2; read -r _gh _gj 2>/dev/null <` + l + `.holder; }; echo "gantry: waiting for $_gh on this host" >&2; flock 9; }; } && echo "${_gd##*/}` + MarkWord(mark) + `" >` + l + `.holder; `
 }
