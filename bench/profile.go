@@ -152,7 +152,7 @@ var wholeStackSteps = []step{
 	{"compression", regexp.MustCompile(`^compress/|klauspost/compress`)},
 	{"crypto (auth, TLS, SSH)", regexp.MustCompile(`^crypto/|nats-io/nkeys|^golang\.org/x/crypto/`)},
 	{"logging (slog)", regexp.MustCompile(`^log/slog\.`)},
-	{"host attempt (hostexec: files, lock, output)", regexp.MustCompile(`^github\.com/gantry-dev/gantry/pkg/hostexec\.`)},
+	{"host attempt (hostexec: files, lock, output)", regexp.MustCompile(`^github\.com/gantry-dev/gantry/pkg/hostexec[./]`)}, // and its transports (localexec, sshexec)
 	{"concurrency slots (executor)", regexp.MustCompile(`^github\.com/gantry-dev/gantry/services/executor/internal/slots\.`)},
 	{"KV (client)", regexp.MustCompile(`nats\.go/jetstream\.\(\*kv\)`)},
 	{"JetStream publish (client)", regexp.MustCompile(`nats\.go/jetstream\.\(\*jetStream\)\.Publish`)},

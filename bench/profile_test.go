@@ -72,6 +72,23 @@ func TestParseTracesAndSteps(t *testing.T) {
 	}
 }
 
+// Each step by the function a sample passes through, as the packages are
+// laid out: the host attempt's work is in hostexec and its transports.
+func TestStepOfPackages(t *testing.T) {
+	for fn, want := range map[string]string{
+		"github.com/gantry-dev/gantry/pkg/hostexec/localexec.Local.runAttempt":             "host attempt (hostexec: files, lock, output)",
+		"github.com/gantry-dev/gantry/pkg/hostexec/sshexec.(*agent).run":                   "host attempt (hostexec: files, lock, output)",
+		"github.com/gantry-dev/gantry/pkg/hostexec.Attempt.Check":                          "host attempt (hostexec: files, lock, output)",
+		"github.com/gantry-dev/gantry/pkg/hostexecutor.Run":                                "gantry's own code",
+		"github.com/gantry-dev/gantry/services/executor/internal/slots.(*Manager).Acquire": "concurrency slots (executor)",
+		"github.com/gantry-dev/gantry/services/executor/internal/formula.(*nodeRun).run":   "gantry's own code",
+	} {
+		if got := stepOf([]string{"syscall.openat", fn, "runtime.goexit"}); got != want {
+			t.Errorf("%s: step %q, want %q", fn, got, want)
+		}
+	}
+}
+
 func TestParseTracesRefusesAValueWithoutUnit(t *testing.T) {
 	bad := "-----------+----\n      10   runtime.futex\n"
 	if _, err := parseTraces([]byte(bad)); err == nil {
