@@ -71,7 +71,7 @@ func (s *stack) everything(id, name string) map[string]int {
 		"gantry_runs":      len(s.keysOf(events.BucketRuns, id)),
 		"gantry_nodes":     len(s.keysOf(events.BucketNodes, id+".>")),
 		"gantry_state": len(s.keysOf(events.BucketState, "wf."+id)) + len(s.keysOf(events.BucketState, "wf."+id+".>")) +
-			len(s.keysOf(events.BucketState, "wf-page."+id+".>")),
+			len(s.keysOf(events.BucketState, "wf-page."+id+".>")) + len(s.keysOf(events.BucketState, "wf-doc."+id+".>")),
 		"GANTRY_EVENTS": len(s.typesOf(events.StreamEvents, id)),
 		"GANTRY_LOGS":   len(s.typesOf(events.StreamLogs, id)),
 	}

@@ -31,13 +31,16 @@ func NodeDocKey(id, formula, node string) string {
 const CheckpointKey = "meta.applied"
 
 // workflowOf returns the workflow id of a wf.<id>[.<formula>[.<node>]]
-// key or of a page (Pages).
+// key, or of a page or a document's value of its own (Pages).
 func workflowOf(key string) string {
 	rest, ok := strings.CutPrefix(key, "wf.")
-	if !ok {
-		if rest, ok = strings.CutPrefix(key, pagePrefix); !ok {
-			return ""
+	for _, prefix := range []string{pagePrefix, ownPrefix} {
+		if !ok {
+			rest, ok = strings.CutPrefix(key, prefix)
 		}
+	}
+	if !ok {
+		return ""
 	}
 	id, _, _ := strings.Cut(rest, ".")
 	return id

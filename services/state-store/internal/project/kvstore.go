@@ -91,7 +91,7 @@ func (s *KVStore) Mark(_ context.Context, key string, val []byte) error {
 // stream (no delete markers stay).
 func (s *KVStore) RemoveWorkflow(ctx context.Context, id string) error {
 	stream := events.KVStream(s.KV.Bucket())
-	for _, key := range []string{WorkflowDocKey(id), WorkflowDocKey(id) + ".>", pagePrefix + id + ".>"} {
+	for _, key := range []string{WorkflowDocKey(id), WorkflowDocKey(id) + ".>", pagePrefix + id + ".>", ownPrefix + id + ".>"} {
 		if _, err := eventbus.PurgeSubject(ctx, s.JS, stream, s.subject(key)); err != nil {
 			return err
 		}

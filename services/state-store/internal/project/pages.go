@@ -3,6 +3,8 @@ package project
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,29 +21,37 @@ import (
 // Pages is the Store the state-store keeps gantry_state in. A workflow's
 // formula and node documents (wf.<id>.<formula>[.<node>]) are kept many
 // to a KV value, a page (wf-page.<id>.<n>, by a hash of the key), so
-// that a flush writes one value per
-// page it changed rather than one per document: a chain of a thousand
-// links, each changing a formula and a node document, writes its 16
-// pages about once a second (Projector.Hold) instead of two values per
-// link. Every other key (a workflow's summary, the per-host documents,
-// the checkpoint) is a value of its own, as is a formula or node document
-// grown past MaxPagedDoc (it would make its page too large to store): it
-// leaves its page for its own key, which it keeps.
+// that a flush writes one value per page it changed rather than one per
+// document: a chain of a thousand links, each changing a formula and a
+// node document, writes its 16 pages about once a second
+// (Projector.Hold) instead of two values per link. Every other key (a
+// workflow's summary, the per-host documents, the checkpoint) is a value
+// of its own.
 //
-// Callers see documents by their own keys and revisions: a paged
-// document's revision counts its writes (1 when created); a document of
-// its own key has its KV revision. A write compares the revision it was
-// read at, as KVStore's do, and a page is written with a compare-and-set
-// on its own revision, so two state-store replicas writing the same page
-// lose nothing: the one behind fails, reads again and applies its events
-// again (they are skipped as applied).
+// The page holds, for each of its documents, the document's revision (a
+// count of its writes) and either the document itself or, for one larger
+// than MaxPagedDoc, the name of the value that holds it
+// (wf-doc.<id>.<nonce>, a new name at each write, written before the page
+// that names it). So the page alone says which revision and which value
+// each of its documents is at, and a write to the page is a
+// compare-and-set on its KV revision: two state-store replicas writing
+// the same page lose nothing, the one behind fails, reads again and
+// applies its events again (they are skipped as applied), and whatever it
+// wrote under a name of its own is never read.
+//
+// What a build before pages stored, a document a value at its own key,
+// is read there while its page has no entry for it; its next write goes
+// to the page.
 //
 // Pages caches the pages it reads and writes; Forget drops them.
 type Pages struct {
 	Raw   PageStore
 	mu    sync.Mutex
 	known map[string]int // page counts by workflow id, from the summaries
-	cache map[string]*page
+	// before: the workflows whose summary has no page count: a build
+	// before pages may have left documents at their own keys.
+	before map[string]bool
+	cache  map[string]*page
 }
 
 // PageStore is where Pages keeps its values: KVStore, or MemStore.
@@ -62,9 +72,15 @@ const (
 	// event).
 	DefaultPages = 16
 	// MaxPagedDoc is the largest document a page holds (encoded); a
-	// larger one is kept at its own key. With DocsPerPage, a page stays
-	// well under the bucket's largest value (eventbus.MaxMessageBytes).
+	// larger one is a value of its own, which the page names.
 	MaxPagedDoc = 4 << 10
+	// maxPageBytes is the largest page written: beyond it, its largest
+	// documents become values of their own until it fits (a page holds
+	// about DocsPerPage documents of at most MaxPagedDoc, far less; this
+	// keeps a workflow paged by DefaultPages, or larger than MaxPages
+	// pages hold, storable under the bucket's largest value,
+	// eventbus.MaxMessageBytes).
+	maxPageBytes = 512 << 10
 	// maxCachedPages bounds the cache.
 	maxCachedPages = 1024
 )
@@ -79,24 +95,32 @@ func PagesFor(formulas, nodes int) int {
 	return n
 }
 
-// page is one page as read or written: its revision (0: absent) and its
-// documents by the rest of their keys after "wf.<id>.".
+// page is one page as read or written: its KV revision (0: absent) and
+// its documents by the rest of their keys after "wf.<id>.".
 type page struct {
 	rev  uint64
 	docs map[string]pageEntry
 }
 
-// pageEntry is a paged document: its revision and its value.
+// pageEntry is a paged document: its revision, and its value (V) or the
+// nonce of the value of its own that holds it (K).
 type pageEntry struct {
 	R uint64          `json:"r"`
-	V json.RawMessage `json:"v"`
+	V json.RawMessage `json:"v,omitempty"`
+	K string          `json:"k,omitempty"`
 }
 
-// pagePrefix starts every page key; a workflow's pages are
-// pagePrefix<id>.<n>.
-const pagePrefix = "wf-page."
+// The key prefixes of Pages' values: a workflow's pages are
+// pagePrefix<id>.<n>, its documents too large for a page
+// ownPrefix<id>.<nonce>.
+const (
+	pagePrefix = "wf-page."
+	ownPrefix  = "wf-doc."
+)
 
 func pageKey(id string, n int) string { return pagePrefix + id + "." + strconv.Itoa(n) }
+
+func ownKey(id, nonce string) string { return ownPrefix + id + "." + nonce }
 
 // pagedKey splits a formula or node document's key into its workflow id
 // and the rest (formula[.node]); ok is false for any other key.
@@ -121,6 +145,13 @@ func pageOf(rest string, pages int) int {
 // errRevision is a write over a revision the document no longer has.
 var errRevision = errors.New("the document has another revision")
 
+// nonce names a value of its own: never the same twice.
+func nonce() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // Forget drops every cached page: they are read again.
 func (s *Pages) Forget() {
 	s.mu.Lock()
@@ -143,30 +174,64 @@ func (s *Pages) pagesOf(ctx context.Context, id string) (int, error) {
 	return s.known[id], nil
 }
 
-// learn remembers the page count a workflow's summary says.
-func (s *Pages) learn(id string, summary []byte) {
-	if _, ok := s.known[id]; ok {
-		return
-	}
+// summaryPages is the page count a summary says (0: none).
+func summaryPages(summary []byte) int {
 	var d struct {
 		Pages int `json:"pages"`
 	}
 	if json.Unmarshal(summary, &d) != nil || d.Pages <= 0 || d.Pages > MaxPages {
-		d.Pages = DefaultPages
+		return 0
 	}
-	if s.known == nil {
-		s.known = map[string]int{}
-	}
-	s.known[id] = d.Pages
+	return d.Pages
 }
 
-// load returns a page, from the cache or the store. A page that does
-// not decode comes back empty, at its revision, with errBadDocument (a
-// rebuild writes it again).
+// learn remembers the page count a workflow's summary says. It never
+// changes once known: the documents are where it put them.
+func (s *Pages) learn(id string, summary []byte) {
+	if _, ok := s.known[id]; ok {
+		return
+	}
+	n := summaryPages(summary)
+	if s.known == nil {
+		s.known, s.before = map[string]int{}, map[string]bool{}
+	}
+	if n == 0 {
+		n, s.before[id] = DefaultPages, true
+	}
+	s.known[id] = n
+}
+
+// maybeBefore says whether a workflow may have documents a build before
+// pages stored at their own keys: its summary has no page count, or is
+// not read yet.
+func (s *Pages) maybeBefore(id string) bool {
+	_, known := s.known[id]
+	return !known || s.before[id]
+}
+
+// load returns a page, from the cache or the store; a page that does not
+// decode is errBadDocument (its documents are skipped until a rebuild
+// writes them again).
 func (s *Pages) load(ctx context.Context, key string) (*page, error) {
 	if pg, ok := s.cache[key]; ok {
 		return pg, nil
 	}
+	pg, err := s.read(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.cache) >= maxCachedPages {
+		s.cache = nil
+	}
+	if s.cache == nil {
+		s.cache = map[string]*page{}
+	}
+	s.cache[key] = pg
+	return pg, nil
+}
+
+// read reads a page from the store.
+func (s *Pages) read(ctx context.Context, key string) (*page, error) {
 	b, rev, err := s.Raw.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
@@ -177,19 +242,7 @@ func (s *Pages) load(ctx context.Context, key string) (*page, error) {
 			return &page{rev: rev, docs: map[string]pageEntry{}}, fmt.Errorf("%s: %w: %w", key, errBadDocument, err)
 		}
 	}
-	s.keep(key, pg)
 	return pg, nil
-}
-
-// keep caches a page.
-func (s *Pages) keep(key string, pg *page) {
-	if len(s.cache) >= maxCachedPages {
-		s.cache = nil
-	}
-	if s.cache == nil {
-		s.cache = map[string]*page{}
-	}
-	s.cache[key] = pg
 }
 
 // locate is the page key of a formula or node document.
@@ -207,75 +260,73 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 		return s.Raw.Get(ctx, key)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	pk, err := s.locate(ctx, id, rest)
-	var pg *page
-	if err == nil {
-		pg, err = s.load(ctx, pk)
-	}
-	var e pageEntry
-	var inline bool
-	if err == nil {
-		e, inline = pg.docs[rest]
-	}
-	s.mu.Unlock()
 	if err != nil {
 		return nil, 0, err
 	}
-	if inline {
-		return e.V, e.R, nil
+	for try := 0; ; try++ {
+		pg, err := s.load(ctx, pk)
+		if err != nil {
+			return nil, 0, err
+		}
+		e, ok := pg.docs[rest]
+		switch {
+		case !ok && !s.maybeBefore(id):
+			return nil, 0, nil
+		case !ok:
+			// Not in its page: absent, or as a build before pages
+			// stored it (written to the page next, as a create).
+			b, _, err := s.Raw.Get(ctx, key)
+			return b, 0, err
+		case e.K == "":
+			return e.V, e.R, nil
+		}
+		b, _, err := s.Raw.Get(ctx, ownKey(id, e.K))
+		if err != nil || b != nil {
+			return b, e.R, err
+		}
+		// The value the cached page names is gone: a later write named
+		// another. The page is read again.
+		delete(s.cache, pk)
+		if try == 2 {
+			return nil, 0, fmt.Errorf("%s: its page %s names %s, which is gone", key, pk, ownKey(id, e.K))
+		}
 	}
-	return s.Raw.Get(ctx, key) // kept at its own key, or absent
 }
 
-// pending is a page a flush changes: the index of the first write it
-// carries (where it goes among the flush's values) and those writes.
+// pending is a page a flush changes: where it goes among the flush's
+// values (the index of the first write it carries), the writes it
+// carries, the values of their own that it names (written before it) and
+// those it no longer names (removed once it is written).
 type pending struct {
 	key    string
+	id     string
 	pg     *page
 	first  int
 	writes []int
-	failed bool // a document moved out of it was not written
+	own    []Write
+	gone   []string
+	failed bool // a value it names was not written
 }
 
 // flush is what one PutAll writes: ws, as values of their own keys (raw;
-// rawOf, the index in ws of each) and pages; moved are documents moved
-// out of a page to their own keys, written before anything else (a page
-// without a document whose own key was not written would lose it).
+// rawOf, the index in ws of each) and pages.
 type flush struct {
 	ws    []Write
 	raw   []Write
 	rawOf []int
 	pages map[string]*pending
-	moved []move
-}
-
-// move is a document moved out of its page: ws[i] written as w.
-type move struct {
-	i    int
-	w    Write
-	page *pending
-}
-
-// own writes ws[i] as w, a value of its own key.
-func (f *flush) own(i int, w Write) {
-	f.raw, f.rawOf = append(f.raw, w), append(f.rawOf, i)
-}
-
-// paged records that ws[i] changes page pk.
-func (f *flush) paged(i int, pk string, pg *page) *pending {
-	p := f.pages[pk]
-	if p == nil {
-		p = &pending{key: pk, pg: pg, first: i}
-		f.pages[pk] = p
-	}
-	p.writes = append(p.writes, i)
-	return p
 }
 
 // PutAll writes each document over the revision it was read at: the
-// documents of one page in one value, placed where the first of them was
-// among ws (so that whoever reads a document in the state a write left it
-// finds every earlier write too), the rest each in its own.
+// documents of one page in one value, the rest each in its own. A page is
+// stored where the first write it carries was among ws: whoever reads a
+// document finds every write before it in ws that is not a document of a
+// page, and every write of the pages, stored (the workflow's summary,
+// written last when a workflow ends, after its formulas and nodes); a
+// document read from a page may be ahead of a value of its own written
+// between two of the page's (a per-host document).
 func (s *Pages) PutAll(ctx context.Context, ws []Write) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -289,96 +340,100 @@ func (s *Pages) PutAll(ctx context.Context, ws []Write) {
 		s.place(ctx, f, i)
 	}
 	for _, p := range f.pages {
-		s.fit(ctx, f, p)
+		if len(p.writes) > 0 {
+			fit(p)
+		}
 	}
 	s.write(ctx, f)
 }
 
-// place decides where ws[i] goes: into its page, or to its own key.
+// place puts ws[i] into its page, or with the values of their own keys.
 func (s *Pages) place(ctx context.Context, f *flush, i int) {
 	w := &f.ws[i]
 	id, rest, ok := pagedKey(w.Key)
 	if !ok {
-		f.own(i, *w)
+		f.raw, f.rawOf = append(f.raw, *w), append(f.rawOf, i)
 		return
 	}
-	pk, err := s.locate(ctx, id, rest)
-	var pg *page
-	if err == nil {
-		pg, err = s.load(ctx, pk)
-		if errors.Is(err, errBadDocument) {
-			// Its documents cannot be read either way: written anew (a
-			// rebuild restores the others).
-			s.keep(pk, pg)
-			err = nil
-		}
-	}
+	p, err := s.pending(ctx, f, id, rest, i)
 	if err != nil {
 		w.Err = err
 		return
 	}
-	e, inline := pg.docs[rest]
-	switch {
-	case inline && e.R != w.Rev:
+	e, inline := p.pg.docs[rest]
+	if e.R != w.Rev {
 		w.Err = fmt.Errorf("%s: %w: %d, not %d", w.Key, errRevision, e.R, w.Rev)
-	case !inline && w.Rev > 0:
-		f.own(i, *w) // kept at its own key
-	case len(w.Val) > MaxPagedDoc && !inline:
-		f.own(i, *w) // created at its own key
-	case len(w.Val) > MaxPagedDoc:
-		// Grown too large for a page: out of it, to its own key.
-		if s.moveOut(ctx, f, i, w.Val, f.paged(i, pk, pg)) {
-			delete(pg.docs, rest)
-		}
-	default:
-		pg.docs[rest] = pageEntry{R: e.R + 1, V: w.Val}
-		w.NewRev = e.R + 1
-		f.paged(i, pk, pg)
+		return
 	}
+	if inline && e.K != "" {
+		p.gone = append(p.gone, ownKey(id, e.K))
+	}
+	p.pg.docs[rest] = pageEntry{R: e.R + 1, V: w.Val}
+	w.NewRev = e.R + 1
+	p.writes = append(p.writes, i)
 }
 
-// moveOut writes ws[i] as val at its own key, over whatever an earlier
-// try left there, before its page p.
-func (s *Pages) moveOut(ctx context.Context, f *flush, i int, val []byte, p *pending) bool {
-	w := &f.ws[i]
-	_, rev, err := s.Raw.Get(ctx, w.Key)
+// pending is the flush's copy of the page of a document, read (or taken
+// from the cache) the first time the flush writes to it.
+func (s *Pages) pending(ctx context.Context, f *flush, id, rest string, i int) (*pending, error) {
+	pk, err := s.locate(ctx, id, rest)
 	if err != nil {
-		w.Err = err
-		return false
+		return nil, err
 	}
-	f.moved = append(f.moved, move{i: i, w: Write{Key: w.Key, Val: val, Rev: rev}, page: p})
-	w.NewRev = 0
-	return true
+	if p := f.pages[pk]; p != nil {
+		return p, nil
+	}
+	pg, err := s.load(ctx, pk)
+	if err != nil {
+		return nil, err
+	}
+	p := &pending{key: pk, id: id, pg: pg, first: i}
+	f.pages[pk] = p
+	return p, nil
 }
 
-// maxPageBytes is the largest page written: beyond it, the documents the
-// flush wrote to the page move to their own keys (a page holds about
-// DocsPerPage documents of at most MaxPagedDoc, far less; this keeps a
-// workflow paged by DefaultPages, or larger than MaxPages pages hold,
-// storable).
-const maxPageBytes = 512 << 10
-
-// fit moves the flush's documents out of a page too large to store.
-func (s *Pages) fit(ctx context.Context, f *flush, p *pending) {
-	size := len(encodePage(p.pg.docs))
-	for _, i := range p.writes {
+// fit makes each document of a page larger than MaxPagedDoc a value of
+// its own, then, while the page is larger than maxPageBytes, its largest
+// documents too.
+func fit(p *pending) {
+	size := 0
+	for rest, e := range p.pg.docs {
+		if len(e.V) > MaxPagedDoc {
+			p.moveOut(rest, e)
+			continue
+		}
+		size += len(rest) + len(e.V) + 32
+	}
+	if size <= maxPageBytes {
+		return
+	}
+	rests := slices.Collect(maps.Keys(p.pg.docs))
+	slices.SortFunc(rests, func(a, b string) int { return len(p.pg.docs[b].V) - len(p.pg.docs[a].V) })
+	for _, rest := range rests {
 		if size <= maxPageBytes {
 			return
 		}
-		_, rest, _ := pagedKey(f.ws[i].Key)
-		e, inline := p.pg.docs[rest]
-		if !inline || f.ws[i].Err != nil || !s.moveOut(ctx, f, i, e.V, p) {
-			continue
+		e := p.pg.docs[rest]
+		if e.K == "" {
+			size -= len(rest) + len(e.V) + 32
+			p.moveOut(rest, e)
 		}
-		delete(p.pg.docs, rest)
-		size -= len(rest) + len(e.V) + 16
 	}
 }
 
-// write stores the flush's values in order and gives each of ws its
-// answer.
+// moveOut makes a document of the page a value of its own, under a new
+// name, at the same revision.
+func (p *pending) moveOut(rest string, e pageEntry) {
+	k := nonce()
+	p.own = append(p.own, Write{Key: ownKey(p.id, k), Val: e.V})
+	p.pg.docs[rest] = pageEntry{R: e.R, K: k}
+}
+
+// write stores the flush's values and gives each of ws its answer: the
+// values the pages name first, then, in order, the pages and the values
+// of their own keys; then it removes what the pages no longer name.
 func (s *Pages) write(ctx context.Context, f *flush) {
-	s.writeMoved(ctx, f)
+	s.writeOwn(ctx, f)
 	type value struct {
 		pos int
 		raw int      // index in f.raw, or -1
@@ -389,7 +444,7 @@ func (s *Pages) write(ctx context.Context, f *flush) {
 		order = append(order, value{pos: f.rawOf[i], raw: i})
 	}
 	for _, p := range f.pages {
-		if !p.failed {
+		if !p.failed && len(p.writes) > 0 {
 			order = append(order, value{pos: p.first, raw: -1, pg: p})
 		}
 	}
@@ -406,57 +461,56 @@ func (s *Pages) write(ctx context.Context, f *flush) {
 	if len(phys) > 0 {
 		s.Raw.PutAll(ctx, phys)
 	}
-	ws := f.ws
+	var gone []string
 	for i, v := range order {
 		w := phys[i]
 		if v.raw >= 0 {
-			j := f.rawOf[v.raw]
-			if w.Err != nil {
-				ws[j].Err = w.Err
-			}
-			ws[j].NewRev = w.NewRev
+			f.ws[f.rawOf[v.raw]].Err, f.ws[f.rawOf[v.raw]].NewRev = w.Err, w.NewRev
 			continue
 		}
 		if w.Err != nil {
-			delete(s.cache, v.pg.key) // read again
-			for _, j := range v.pg.writes {
-				ws[j].Err = fmt.Errorf("write %s: %w", v.pg.key, w.Err)
+			v.pg.fail(s, f, fmt.Errorf("write %s: %w", v.pg.key, w.Err))
+			for _, o := range v.pg.own {
+				gone = append(gone, o.Key) // named by no page
 			}
 			continue
 		}
 		v.pg.pg.rev = w.NewRev
+		gone = append(gone, v.pg.gone...)
 	}
-	for i := range ws {
-		if ws[i].Err != nil {
-			ws[i].NewRev = 0
+	for _, k := range gone {
+		_ = s.Raw.Rewrite(ctx, k, nil) // read by no one: a failure leaves it to the prune
+	}
+}
+
+// writeOwn writes the values of their own that the pages name; a page
+// one of whose values failed is not written.
+func (s *Pages) writeOwn(ctx context.Context, f *flush) {
+	var ws []Write
+	var of []*pending
+	for _, p := range f.pages {
+		for _, o := range p.own {
+			ws, of = append(ws, o), append(of, p)
+		}
+	}
+	if len(ws) == 0 {
+		return
+	}
+	s.Raw.PutAll(ctx, ws)
+	for i, w := range ws {
+		if w.Err != nil && !of[i].failed {
+			of[i].fail(s, f, fmt.Errorf("write %s: %w", w.Key, w.Err))
 		}
 	}
 }
 
-// writeMoved writes the documents moved out of their pages; the page of
-// one that failed is not written (its documents get the error, and it is
-// read again).
-func (s *Pages) writeMoved(ctx context.Context, f *flush) {
-	if len(f.moved) == 0 {
-		return
-	}
-	ws := make([]Write, len(f.moved))
-	for i, m := range f.moved {
-		ws[i] = m.w
-	}
-	s.Raw.PutAll(ctx, ws)
-	for i, m := range f.moved {
-		if ws[i].Err == nil {
-			f.ws[m.i].NewRev = ws[i].NewRev
-			continue
-		}
-		if !m.page.failed {
-			m.page.failed = true
-			delete(s.cache, m.page.key)
-			for _, j := range m.page.writes {
-				f.ws[j].Err = fmt.Errorf("write %s: %w", m.w.Key, ws[i].Err)
-			}
-		}
+// fail gives each write the page carries err and drops the page from the
+// cache (it is read again).
+func (p *pending) fail(s *Pages, f *flush, err error) {
+	p.failed = true
+	delete(s.cache, p.key)
+	for _, j := range p.writes {
+		f.ws[j].Err, f.ws[j].NewRev = err, 0
 	}
 }
 
@@ -472,6 +526,10 @@ func encodePage(docs map[string]pageEntry) []byte {
 		b.Write(kb)
 		b.WriteString(`:{"r":`)
 		b.WriteString(strconv.FormatUint(docs[k].R, 10))
+		if e := docs[k]; e.K != "" {
+			b.WriteString(`,"k":"` + e.K + `"}`)
+			continue
+		}
 		b.WriteString(`,"v":`)
 		b.Write(docs[k].V)
 		b.WriteByte('}')
@@ -484,7 +542,8 @@ func (s *Pages) Mark(ctx context.Context, key string, val []byte) error {
 	return s.Raw.Mark(ctx, key, val)
 }
 
-// RemoveWorkflow removes a workflow's documents and pages.
+// RemoveWorkflow removes a workflow's documents, pages and values of
+// their own.
 func (s *Pages) RemoveWorkflow(ctx context.Context, id string) error {
 	s.mu.Lock()
 	for k := range s.cache {
@@ -493,70 +552,108 @@ func (s *Pages) RemoveWorkflow(ctx context.Context, id string) error {
 		}
 	}
 	delete(s.known, id)
+	delete(s.before, id)
 	s.mu.Unlock()
 	return s.Raw.RemoveWorkflow(ctx, id)
 }
 
 // pageFilter is the filter of the pages that may hold documents filter
-// matches ("" when none can).
-func pageFilter(filter string) string {
+// matches, and the workflow token of it ("" when none can).
+func pageFilter(filter string) (string, string) {
 	t := strings.Split(filter, ".")
 	if t[0] == ">" {
-		return pagePrefix + ">"
+		return pagePrefix + ">", "*"
 	}
 	if (t[0] != "wf" && t[0] != "*") || len(t) < 2 {
-		return ""
+		return "", ""
 	}
 	if t[1] == ">" {
-		return pagePrefix + ">"
+		return pagePrefix + ">", "*"
 	}
 	if len(t) < 3 {
-		return ""
+		return "", ""
 	}
-	return pagePrefix + t[1] + ".*"
+	return pagePrefix + t[1] + ".*", t[1]
 }
 
-// Values reads every document whose key matches filter: the values of
-// their own keys and the documents of the pages that may hold some.
+// Values reads every document whose key matches filter: the pages that
+// may hold some, the values of their own they name, and the values of
+// their own keys (a page's entry, written later, over a copy a build
+// before pages left).
 func (s *Pages) Values(ctx context.Context, filter string) (map[string][]byte, error) {
+	pf, wid := pageFilter(filter)
+	var pages map[string][]byte
+	if pf != "" {
+		var err error
+		if pages, err = s.Raw.Values(ctx, pf); err != nil {
+			return nil, err
+		}
+	}
 	out, err := s.Raw.Values(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
 	for k := range out {
-		if strings.HasPrefix(k, pagePrefix) {
+		if strings.HasPrefix(k, pagePrefix) || strings.HasPrefix(k, ownPrefix) {
 			delete(out, k)
 		}
 	}
-	pf := pageFilter(filter)
 	if pf == "" {
 		return out, nil
 	}
-	pages, err := s.Raw.Values(ctx, pf)
+	own, err := s.Raw.Values(ctx, ownPrefix+wid+".*")
 	if err != nil {
 		return nil, err
 	}
 	for pk, b := range pages {
-		rest, _ := strings.CutPrefix(pk, pagePrefix)
-		id, _, _ := strings.Cut(rest, ".")
-		var docs map[string]pageEntry
-		if json.Unmarshal(b, &docs) != nil {
-			continue // not one of ours
-		}
-		for r, e := range docs {
-			if k := "wf." + id + "." + r; eventbus.KeyMatches(filter, k) {
-				out[k] = e.V // a page's copy over one an unfinished move left
-			}
+		if err := s.expand(ctx, filter, pk, b, own, out); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
 }
 
+// expand adds to out the documents of page pk (its value b) that filter
+// matches; own are the values of their own read after the pages.
+func (s *Pages) expand(ctx context.Context, filter, pk string, b []byte, own, out map[string][]byte) error {
+	id, _, _ := strings.Cut(strings.TrimPrefix(pk, pagePrefix), ".")
+	var docs map[string]pageEntry
+	if json.Unmarshal(b, &docs) != nil {
+		return nil // read as nothing, as Get reads its documents as bad
+	}
+	for rest, e := range docs {
+		k := "wf." + id + "." + rest
+		if !eventbus.KeyMatches(filter, k) {
+			continue
+		}
+		if e.K == "" {
+			out[k] = e.V
+			continue
+		}
+		if v, ok := own[ownKey(id, e.K)]; ok {
+			out[k] = v
+			continue
+		}
+		// Named by the page read, and gone since: written again under
+		// another name.
+		v, _, err := s.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			out[k] = v
+		}
+	}
+	return nil
+}
+
 // Keys lists the keys of the documents matching filter.
 func (s *Pages) Keys(ctx context.Context, filter string) ([]string, error) {
-	if pageFilter(filter) == "" {
+	if pf, _ := pageFilter(filter); pf == "" {
 		keys, err := s.Raw.Keys(ctx, filter)
-		return slices.DeleteFunc(keys, func(k string) bool { return strings.HasPrefix(k, pagePrefix) }), err
+		return slices.DeleteFunc(keys, func(k string) bool {
+			return strings.HasPrefix(k, pagePrefix) || strings.HasPrefix(k, ownPrefix)
+		}), err
 	}
 	vals, err := s.Values(ctx, filter)
 	if err != nil {
@@ -566,10 +663,17 @@ func (s *Pages) Keys(ctx context.Context, filter string) ([]string, error) {
 }
 
 // Rewrite replaces a document whatever its revision (nil removes it): a
-// rebuild's.
+// rebuild's. A summary keeps the page count it has (or its lack of
+// one): its documents are where that put them.
 func (s *Pages) Rewrite(ctx context.Context, key string, val []byte) error {
 	id, rest, ok := pagedKey(key)
 	if !ok {
+		if id, isSummary := strings.CutPrefix(key, "wf."); isSummary && val != nil && !strings.Contains(id, ".") {
+			var err error
+			if val, err = s.keepPages(ctx, key, val); err != nil {
+				return err
+			}
+		}
 		return s.Raw.Rewrite(ctx, key, val)
 	}
 	s.mu.Lock()
@@ -579,33 +683,54 @@ func (s *Pages) Rewrite(ctx context.Context, key string, val []byte) error {
 		return err
 	}
 	for try := 0; ; try++ {
-		delete(s.cache, pk)
-		pg, err := s.load(ctx, pk)
-		if err != nil && !errors.Is(err, errBadDocument) {
-			return err // (one that does not decode is written anew)
-		}
-		e := pg.docs[rest]
-		if val == nil || len(val) > MaxPagedDoc {
-			delete(pg.docs, rest)
-		} else {
-			pg.docs[rest] = pageEntry{R: e.R + 1, V: val}
-		}
-		ws := []Write{{Key: pk, Val: encodePage(pg.docs), Rev: pg.rev}}
-		s.Raw.PutAll(ctx, ws)
-		if ws[0].Err == nil {
-			pg.rev = ws[0].NewRev
-			break
-		}
-		delete(s.cache, pk)
-		if try == 4 {
-			return fmt.Errorf("rewrite %s in %s: %w", key, pk, ws[0].Err)
+		err := s.rewrite(ctx, id, rest, pk, val)
+		if err == nil || try == 4 {
+			if err == nil && val == nil {
+				_ = s.Raw.Rewrite(ctx, key, nil) // and what a build before pages left
+			}
+			return err
 		}
 	}
-	if val != nil && len(val) <= MaxPagedDoc {
-		val = nil // paged: nothing of its own key
-	}
-	if b, _, err := s.Raw.Get(ctx, key); err != nil || (b == nil && val == nil) {
+}
+
+// rewrite writes one document into its page, read afresh (one that does
+// not decode is written anew: a rebuild writes its other documents too).
+func (s *Pages) rewrite(ctx context.Context, id, rest, pk string, val []byte) error {
+	delete(s.cache, pk)
+	pg, err := s.read(ctx, pk)
+	if err != nil && !errors.Is(err, errBadDocument) {
 		return err
 	}
-	return s.Raw.Rewrite(ctx, key, val)
+	p := &pending{key: pk, id: id, pg: pg, writes: []int{0}}
+	e := pg.docs[rest]
+	if e.K != "" {
+		p.gone = append(p.gone, ownKey(id, e.K))
+	}
+	if val == nil {
+		delete(pg.docs, rest)
+	} else {
+		pg.docs[rest] = pageEntry{R: e.R + 1, V: val}
+	}
+	fit(p)
+	ws := []Write{{}}
+	s.write(ctx, &flush{ws: ws, pages: map[string]*pending{pk: p}})
+	return ws[0].Err
+}
+
+// keepPages gives a summary about to be rewritten the page count the
+// stored one has, or none when it has none.
+func (s *Pages) keepPages(ctx context.Context, key string, val []byte) ([]byte, error) {
+	stored, _, err := s.Raw.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]json.RawMessage
+	if json.Unmarshal(val, &doc) != nil {
+		return val, nil
+	}
+	delete(doc, "pages")
+	if n := summaryPages(stored); n > 0 {
+		doc["pages"] = json.RawMessage(strconv.Itoa(n))
+	}
+	return json.Marshal(doc)
 }

@@ -38,3 +38,23 @@ func TestRetryNoResponders(t *testing.T) {
 		t.Fatalf("lasting no responders: %v after %d calls, want it after 4", err, calls)
 	}
 }
+
+// A summary is the same document whatever page count it keeps (the live
+// one keeps what its documents were placed by, a replay has its own); any
+// other difference counts.
+func TestSameDocumentLeavesOutThePageCount(t *testing.T) {
+	for _, c := range []struct {
+		key, a, b string
+		same      bool
+	}{
+		{"wf.w", `{"workflow_id":"w","pages":16}`, `{"workflow_id":"w","pages":1}`, true},
+		{"wf.w", `{"workflow_id":"w"}`, `{"workflow_id":"w","pages":1}`, true},
+		{"wf.w", `{"workflow_id":"w","status":"running","pages":1}`, `{"workflow_id":"w","status":"succeeded","pages":1}`, false},
+		{"wf.w.f", `{"status":"ready","pages":1}`, `{"status":"ready","pages":2}`, false},
+		{"host.h.c.f.n", `{"pages":1}`, `{"pages":2}`, false},
+	} {
+		if got := sameDocument(c.key, []byte(c.a), []byte(c.b)); got != c.same {
+			t.Errorf("%s: %s and %s the same: %v, want %v", c.key, c.a, c.b, got, c.same)
+		}
+	}
+}
