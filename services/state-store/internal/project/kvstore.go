@@ -111,6 +111,12 @@ func (s *KVStore) Rewrite(ctx context.Context, key string, val []byte) error {
 	return err
 }
 
+// Remove purges key from the bucket's stream: no delete marker stays.
+func (s *KVStore) Remove(ctx context.Context, key string) error {
+	_, err := eventbus.PurgeSubject(ctx, s.JS, events.KVStream(s.KV.Bucket()), s.subject(key))
+	return err
+}
+
 // Keys lists the keys matching a KV subject filter ("wf.*"); none is an
 // empty list, not an error.
 func (s *KVStore) Keys(ctx context.Context, filter string) ([]string, error) {

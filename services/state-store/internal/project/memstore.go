@@ -70,6 +70,13 @@ func (s *MemStore) Rewrite(_ context.Context, key string, val []byte) error {
 	return nil
 }
 
+// Remove is KVStore.Remove.
+func (s *MemStore) Remove(_ context.Context, key string) error {
+	delete(s.Vals, key)
+	delete(s.revs, key)
+	return nil
+}
+
 // Keys is KVStore.Keys.
 func (s *MemStore) Keys(_ context.Context, filter string) ([]string, error) {
 	var out []string

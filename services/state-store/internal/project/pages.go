@@ -32,12 +32,14 @@ import (
 // count of its writes) and either the document itself or, for one larger
 // than MaxPagedDoc, the name of the value that holds it
 // (wf-doc.<id>.<nonce>, a new name at each write, written before the page
-// that names it). So the page alone says which revision and which value
+// that names it; the value it replaces is removed once the page is
+// written). So the page alone says which revision and which value
 // each of its documents is at, and a write to the page is a
 // compare-and-set on its KV revision: two state-store replicas writing
 // the same page lose nothing, the one behind fails, reads again and
 // applies its events again (they are skipped as applied), and whatever it
-// wrote under a name of its own is never read.
+// wrote under a name of its own is never read (left for the workflow's
+// prune: a write answered failed may be stored, its answer lost).
 //
 // What a build before pages stored, a document a value at its own key,
 // is read there while its page has no entry for it; its next write goes
@@ -60,6 +62,8 @@ type PageStore interface {
 	Keys(ctx context.Context, filter string) ([]string, error)
 	Values(ctx context.Context, filter string) (map[string][]byte, error)
 	Rewrite(ctx context.Context, key string, val []byte) error
+	// Remove removes a key and leaves nothing of it (no delete marker).
+	Remove(ctx context.Context, key string) error
 }
 
 const (
@@ -287,10 +291,11 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 			return b, e.R, err
 		}
 		// The value the cached page names is gone: a later write named
-		// another. The page is read again.
+		// another. The page is read again; one it names that is gone
+		// reads as a bad document (skipped until a rebuild writes it).
 		delete(s.cache, pk)
 		if try == 2 {
-			return nil, 0, fmt.Errorf("%s: its page %s names %s, which is gone", key, pk, ownKey(id, e.K))
+			return nil, 0, fmt.Errorf("%s: %w: its page %s names %s, which is gone", key, errBadDocument, pk, ownKey(id, e.K))
 		}
 	}
 }
@@ -394,15 +399,15 @@ func (s *Pages) pending(ctx context.Context, f *flush, id, rest string, i int) (
 
 // fit makes each document of a page larger than MaxPagedDoc a value of
 // its own, then, while the page is larger than maxPageBytes, its largest
-// documents too.
+// documents too. (A page of entries that all name values of their own
+// holds about 17,000 of them under 1 MiB: far more than DocsPerPage.)
 func fit(p *pending) {
 	size := 0
 	for rest, e := range p.pg.docs {
 		if len(e.V) > MaxPagedDoc {
 			p.moveOut(rest, e)
-			continue
 		}
-		size += len(rest) + len(e.V) + 32
+		size += entrySize(rest, p.pg.docs[rest])
 	}
 	if size <= maxPageBytes {
 		return
@@ -413,12 +418,17 @@ func fit(p *pending) {
 		if size <= maxPageBytes {
 			return
 		}
-		e := p.pg.docs[rest]
-		if e.K == "" {
-			size -= len(rest) + len(e.V) + 32
+		if e := p.pg.docs[rest]; e.K == "" {
+			size -= entrySize(rest, e)
 			p.moveOut(rest, e)
+			size += entrySize(rest, p.pg.docs[rest])
 		}
 	}
+}
+
+// entrySize is about what an entry takes in its page's value.
+func entrySize(rest string, e pageEntry) int {
+	return len(rest) + len(e.V) + len(e.K) + 32
 }
 
 // moveOut makes a document of the page a value of its own, under a new
@@ -469,17 +479,18 @@ func (s *Pages) write(ctx context.Context, f *flush) {
 			continue
 		}
 		if w.Err != nil {
+			// What it names is left: a write answered failed may be
+			// stored all the same (its answer lost). A value named by
+			// no page is read by no one, and goes with the workflow's
+			// prune.
 			v.pg.fail(s, f, fmt.Errorf("write %s: %w", v.pg.key, w.Err))
-			for _, o := range v.pg.own {
-				gone = append(gone, o.Key) // named by no page
-			}
 			continue
 		}
 		v.pg.pg.rev = w.NewRev
 		gone = append(gone, v.pg.gone...)
 	}
 	for _, k := range gone {
-		_ = s.Raw.Rewrite(ctx, k, nil) // read by no one: a failure leaves it to the prune
+		_ = s.Raw.Remove(ctx, k) // replaced by the page written: a failure leaves it to the prune
 	}
 }
 
@@ -635,12 +646,17 @@ func (s *Pages) expand(ctx context.Context, filter, pk string, b []byte, own, ou
 			continue
 		}
 		// Named by the page read, and gone since: written again under
-		// another name.
+		// another name, which the page read now names. One that cannot
+		// be read is left out, as a page that does not decode is.
+		s.mu.Lock()
+		delete(s.cache, pk)
+		s.mu.Unlock()
 		v, _, err := s.Get(ctx, k)
-		if err != nil {
+		switch {
+		case errors.Is(err, errBadDocument):
+		case err != nil:
 			return err
-		}
-		if v != nil {
+		case v != nil:
 			out[k] = v
 		}
 	}
