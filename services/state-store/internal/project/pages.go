@@ -269,6 +269,7 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	var named uint64 // the revision of the page read last that named a value gone
 	for try := 0; ; try++ {
 		pg, err := s.load(ctx, pk)
 		if err != nil {
@@ -290,13 +291,18 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 		if err != nil || b != nil {
 			return b, e.R, err
 		}
-		// The value the cached page names is gone: a later write named
-		// another. The page is read again; one it names that is gone
-		// reads as a bad document (skipped until a rebuild writes it).
+		// The value the page names is gone: a later write named another
+		// (it is read again), unless the page read from the store names
+		// it still, unchanged (a bad document, skipped until a rebuild
+		// writes it).
 		delete(s.cache, pk)
-		if try == 2 {
+		switch {
+		case named == pg.rev:
 			return nil, 0, fmt.Errorf("%s: %w: its page %s names %s, which is gone", key, errBadDocument, pk, ownKey(id, e.K))
+		case try == 9:
+			return nil, 0, fmt.Errorf("%s: its page %s changed under each of 10 reads", key, pk)
 		}
+		named = pg.rev
 	}
 }
 

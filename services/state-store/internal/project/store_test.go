@@ -164,6 +164,35 @@ func TestStoreRemoveWorkflow(t *testing.T) {
 	})
 }
 
+// Remove leaves nothing of a key: not its value, nor a delete marker
+// (the bucket holds only what was not removed).
+func TestStoreRemove(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := kvStore(t, ctx)
+	for name, s := range map[string]interface {
+		documents
+		Remove(ctx context.Context, key string) error
+	}{"jetstream": kv, "memory": project.NewMemStore()} {
+		put(t, ctx, s, "wf-doc.w.1", `"gone"`, 0)
+		put(t, ctx, s, "wf-doc.w.2", `"kept"`, 0)
+		if err := s.Remove(ctx, "wf-doc.w.1"); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b, rev, err := s.Get(ctx, "wf-doc.w.1"); b != nil || rev != 0 || err != nil {
+			t.Errorf("%s: removed: %s at %d, %v", name, b, rev, err)
+		}
+		if v, _ := value(t, ctx, s, "wf-doc.w.2"); v != `"kept"` {
+			t.Errorf("%s: the other key: %s", name, v)
+		}
+	}
+	st, err := kv.KV.Status(ctx)
+	if err != nil || st.Values() != 1 {
+		t.Errorf("the bucket holds %d messages after a remove (%v), want 1", st.Values(), err)
+	}
+}
+
 // The reads the state.* endpoints make: keys by filter, values by filter
 // in one pass.
 func TestStoreReads(t *testing.T) {
