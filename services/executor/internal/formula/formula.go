@@ -272,20 +272,35 @@ func (x *Executor) watchRunState(ctx context.Context, d *events.Dispatch, kill c
 // generation's. A run state that cannot be read is an error (the
 // dispatch comes back later).
 func (x *Executor) superseded(ctx context.Context, d *events.Dispatch) (cancelled, later, expired bool, err error) {
-	w, _, err := x.Runs.Get(ctx, d.WorkflowID)
+	w, err := x.runState(ctx, d.WorkflowID)
+	if err != nil {
+		return false, false, false, err
+	}
+	cancelled, later, expired = supersedes(w, d)
+	return cancelled, later, expired, nil
+}
+
+// runState reads a workflow's run state: errPruned when it is gone.
+func (x *Executor) runState(ctx context.Context, id string) (events.RunSnapshot, error) {
+	w, _, err := x.Runs.Get(ctx, id)
 	if errors.Is(err, events.ErrNoRecord) {
-		return false, false, false, x.gone(ctx, d.WorkflowID)
+		return w, x.gone(ctx, id)
 	}
 	if err != nil {
-		return false, false, false, fmt.Errorf("read the run state of %s: %w", d.WorkflowID, err)
+		return w, fmt.Errorf("read the run state of %s: %w", id, err)
 	}
+	return w, nil
+}
+
+// supersedes is what run state w says of dispatch d (superseded).
+func supersedes(w events.RunSnapshot, d *events.Dispatch) (cancelled, later, expired bool) {
 	switch {
 	case w.Generation > d.Generation:
-		return false, true, false, nil
+		return false, true, false
 	case w.Generation < d.Generation:
-		return false, false, false, nil
+		return false, false, false
 	}
-	return w.Status == dag.WorkflowCancelled || w.Cancelling, false, slices.Contains(w.Expired, d.Formula), nil
+	return w.Status == dag.WorkflowCancelled || w.Cancelling, false, slices.Contains(w.Expired, d.Formula)
 }
 
 // gone is errPruned when the authoritative copy confirms that the run
@@ -347,7 +362,14 @@ func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, 
 	// starts; one published before shows in the run state, or was seen
 	// on the bus.
 	defer x.track(d.WorkflowID, &tracked{formula: d.Formula, generation: d.Generation, kill: kill})()
-	cancelled, later, expired, err := x.superseded(ctx, d)
+	resumed, resumeDone := x.awaitResume(d.WorkflowID) // before the read, for the first look for a pause
+	w, err := x.runState(ctx, d.WorkflowID)
+	f.atDispatch = &readState{w: w, resumed: resumed, done: resumeDone}
+	defer func() {
+		if f.atDispatch != nil {
+			f.atDispatch.done() // never looked at
+		}
+	}()
 	if errors.Is(err, errPruned) {
 		// The planner writes a run's snapshot before dispatching any of
 		// it, and removes it only when it prunes the finished run: a
@@ -359,6 +381,7 @@ func (x *Executor) run(ctx context.Context, d *events.Dispatch, sent time.Time, 
 	if err != nil {
 		return err
 	}
+	cancelled, later, expired := supersedes(w, d)
 	if cancelled || later || x.seenCancelled(d) || expired || x.seenExpired(d) {
 		// Nothing starts; what an earlier delivery left running on the
 		// host is killed there, and its node ends as it did.
@@ -422,6 +445,17 @@ type formulaRun struct {
 	// the stream before it is sent (zero: it is not; see recheck).
 	recheckMu sync.Mutex
 	rechecked time.Time
+	// atDispatch is the run state read when the dispatch came, which the
+	// first look for a pause uses (paused): nothing is started between.
+	atDispatch *readState
+}
+
+// readState is a run state read, and the wait for a resume registered
+// before it was read (a resume after the read wakes the pause it shows).
+type readState struct {
+	w       events.RunSnapshot
+	resumed <-chan struct{}
+	done    func()
 }
 
 // recheck says an earlier delivery of the dispatch may have stored, since

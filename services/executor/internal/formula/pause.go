@@ -101,9 +101,22 @@ type pauseState struct {
 // (read in its run state), with what wakes it. A run state that cannot be
 // read holds nothing: the pause is the planner's to keep, and a read
 // that fails must not stop a run.
+//
+// The first look, before the formula starts any node, is at the run state
+// read when the dispatch came (nothing starts in between); the next ones
+// read it again.
 func (f *formulaRun) paused(ctx context.Context) (*pauseState, bool) {
-	resumed, done := f.x.awaitResume(f.d.WorkflowID) // before the read: a resume after it wakes us
-	w, _, err := f.x.Runs.Get(ctx, f.d.WorkflowID)
+	var w events.RunSnapshot
+	var err error
+	var resumed <-chan struct{}
+	var done func()
+	if st := f.atDispatch; st != nil {
+		f.atDispatch = nil
+		w, resumed, done = st.w, st.resumed, st.done
+	} else {
+		resumed, done = f.x.awaitResume(f.d.WorkflowID) // before the read: a resume after it wakes us
+		w, _, err = f.x.Runs.Get(ctx, f.d.WorkflowID)
+	}
 	if err != nil || w.Generation != f.d.Generation || w.Status != dag.WorkflowPaused {
 		if err != nil && ctx.Err() == nil {
 			f.log.Debug("cannot read the run state to see whether the workflow is paused; going on", "err", err)

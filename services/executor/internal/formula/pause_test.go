@@ -3,6 +3,7 @@ package formula
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +94,75 @@ func TestCancelEndsAFormulaHeldByAPause(t *testing.T) {
 	}
 	if slices.Contains(h.host.scripts(), "s2") {
 		t.Fatal("s2 ran after the cancel")
+	}
+}
+
+// countingRuns counts the run-state reads.
+type countingRuns struct {
+	Runs
+	gets atomic.Int32
+}
+
+func (r *countingRuns) Get(ctx context.Context, id string) (events.RunSnapshot, uint64, error) {
+	r.gets.Add(1)
+	return r.Runs.Get(ctx, id)
+}
+
+// A formula reads its run state once before its first node starts: the
+// read when the dispatch comes is the first look for a pause too. Its
+// second node looks again.
+func TestFirstNodeLooksForAPauseInTheDispatchsRead(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	runs := &countingRuns{Runs: h.runs}
+	h.x.Runs = runs
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("s1", "s1", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.gets.Load(); n != 1 {
+		t.Errorf("a formula of one node read its run state %d times, want 1", n)
+	}
+	runs.gets.Store(0)
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("a", "a", 1), node("b", "b", 1, "a"))); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.gets.Load(); n != 2 {
+		t.Errorf("a formula of two nodes in a row read its run state %d times, want 2 (the dispatch's, then before b)", n)
+	}
+}
+
+// A pause saved before the dispatch came holds the formula's first node
+// (the dispatch's read shows it) until the resume.
+func TestPauseBeforeTheDispatchHoldsTheFirstNode(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowPaused})
+	done := make(chan error, 1)
+	go func() { done <- h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("s1", "s1", 1))) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if len(h.host.scripts()) > 0 {
+			t.Fatalf("s1 started while the workflow was paused: %v", h.host.scripts())
+		}
+		if _, n := h.x.Held(); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the formula is not held by the pause")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
+	h.x.Resumed("w1")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the formula did not go on after the resume")
+	}
+	if got := h.host.scripts(); !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("ran %v", got)
 	}
 }
