@@ -446,8 +446,20 @@ type formulaRun struct {
 	recheckMu sync.Mutex
 	rechecked time.Time
 	// atDispatch is the run state read when the dispatch came, which the
-	// first look for a pause uses (paused): nothing is started between.
+	// first look for a pause uses (paused) when nothing was read or waited
+	// for since (lookAgain).
 	atDispatch *readState
+}
+
+// lookAgain makes the first look for a pause read the run state again:
+// something was read or waited for since the dispatch's read (a retry's
+// nodes not run again, events of nodes blocked or cancelled before any
+// starts), during which a pause may have been answered.
+func (f *formulaRun) lookAgain() {
+	if f.atDispatch != nil {
+		f.atDispatch.done()
+		f.atDispatch = nil
+	}
 }
 
 // readState is a run state read, and the wait for a resume registered
@@ -530,6 +542,9 @@ func (f *formulaRun) runNodes(ctx context.Context) ([]dag.NodeState, []string) {
 	}
 	for {
 		step := f.pf.NodeStep(states, f.stop.Err() != nil, f.d.OnFailure == dag.OnFailureContinue)
+		if len(step.Blocked) > 0 || len(step.Cancelled) > 0 {
+			f.lookAgain() // their events are waited for first
+		}
 		for _, b := range step.Blocked {
 			states[b.Node] = dag.NodeBlocked
 			f.emitNode(ctx, b.Node, &events.NodeEvent{Status: dag.NodeBlocked, Blocker: f.pf.Nodes[b.Blocker].Name}, 0)
@@ -910,6 +925,7 @@ func (f *formulaRun) holdNodes(ctx context.Context, states []dag.NodeState) ([]s
 		if !n.NotRetried {
 			continue
 		}
+		f.lookAgain() // records are read, and ends sent, before any node starts
 		key := events.NodeKey(f.d.WorkflowID, f.d.Operation, f.d.Formula, n.Name)
 		rec, _, err := f.x.Records.Get(ctx, key)
 		switch {

@@ -103,8 +103,8 @@ type pauseState struct {
 // that fails must not stop a run.
 //
 // The first look, before the formula starts any node, is at the run state
-// read when the dispatch came (nothing starts in between); the next ones
-// read it again.
+// read when the dispatch came, unless something was read or waited for
+// since (lookAgain); the next ones read it again.
 func (f *formulaRun) paused(ctx context.Context) (*pauseState, bool) {
 	var w events.RunSnapshot
 	var err error

@@ -3,6 +3,7 @@ package formula
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,5 +165,53 @@ func TestPauseBeforeTheDispatchHoldsTheFirstNode(t *testing.T) {
 	}
 	if got := h.host.scripts(); !slices.Equal(got, []string{"s1"}) {
 		t.Fatalf("ran %v", got)
+	}
+}
+
+// pausingRecords saves a pause (as the planner does, before answering it)
+// when the held node's record is read.
+type pausingRecords struct {
+	Records
+	h    *harness
+	once sync.Once
+}
+
+func (r *pausingRecords) Get(ctx context.Context, key string) (Record, uint64, error) {
+	if key == r.h.key(dag.OpCreate, "a") {
+		r.once.Do(func() { r.h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowPaused}) })
+	}
+	return r.Records.Get(ctx, key)
+}
+
+// A pause saved after the dispatch's run-state read, while a retry reads
+// the record of a node it does not run again, holds the first node to
+// start: the first look reads the run state again.
+func TestPauseWhileARetryReadsItsRecordsHoldsTheFirstNode(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	h.x.Records = &pausingRecords{Records: h.records, h: h}
+	h.records.Set(h.key(dag.OpCreate, "a"), Record{Status: dag.NodeSucceeded, Attempt: 1})
+	a := node("a", "a", 1)
+	a.NotRetried = true
+	d := dispatch(dag.OpCreate, 1, a, node("b", "b", 1))
+	done := make(chan error, 1)
+	go func() { done <- h.x.Run(context.Background(), d) }()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if slices.Contains(h.host.scripts(), "b") {
+			t.Fatalf("b started after the pause was saved: %v", h.host.scripts())
+		}
+		if _, n := h.x.Held(); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
+	h.x.Resumed("w1")
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
