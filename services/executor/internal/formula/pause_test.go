@@ -140,19 +140,36 @@ func TestPauseBeforeTheDispatchHoldsTheFirstNode(t *testing.T) {
 	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowPaused})
 	done := make(chan error, 1)
 	go func() { done <- h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("s1", "s1", 1))) }()
+	heldBeforeAnyStart(t, h)
+	resumeAndWait(t, h, done)
+	if got := h.host.scripts(); !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("ran %v", got)
+	}
+}
+
+// heldBeforeAnyStart waits until the formula is held by a pause, and
+// fails if any of its nodes started first.
+func heldBeforeAnyStart(t *testing.T, h *harness) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if len(h.host.scripts()) > 0 {
-			t.Fatalf("s1 started while the workflow was paused: %v", h.host.scripts())
+		if got := h.host.scripts(); len(got) > 0 {
+			t.Fatalf("%v started while the workflow was paused", got)
 		}
 		if _, n := h.x.Held(); n == 1 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the formula is not held by the pause")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// resumeAndWait resumes workflow w1 and waits for its formula's run
+// (done) to end without error.
+func resumeAndWait(t *testing.T, h *harness, done <-chan error) {
+	t.Helper()
 	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
 	h.x.Resumed("w1")
 	select {
@@ -162,9 +179,6 @@ func TestPauseBeforeTheDispatchHoldsTheFirstNode(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the formula did not go on after the resume")
-	}
-	if got := h.host.scripts(); !slices.Equal(got, []string{"s1"}) {
-		t.Fatalf("ran %v", got)
 	}
 }
 
@@ -196,22 +210,9 @@ func TestPauseWhileARetryReadsItsRecordsHoldsTheFirstNode(t *testing.T) {
 	d := dispatch(dag.OpCreate, 1, a, node("b", "b", 1))
 	done := make(chan error, 1)
 	go func() { done <- h.x.Run(context.Background(), d) }()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		if slices.Contains(h.host.scripts(), "b") {
-			t.Fatalf("b started after the pause was saved: %v", h.host.scripts())
-		}
-		if _, n := h.x.Held(); n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not held")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
-	h.x.Resumed("w1")
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	heldBeforeAnyStart(t, h)
+	resumeAndWait(t, h, done)
+	if got := h.host.scripts(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("ran %v", got)
 	}
 }
