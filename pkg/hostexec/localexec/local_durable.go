@@ -77,7 +77,7 @@ func (l Local) claimAttempt(base, dir string) error {
 			return cmdrun.ErrClaimed
 		case errors.Is(err, fs.ErrNotExist) && try == 0:
 			// not cleaned: ".." is resolved by the kernel, as the shell's is
-			if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(filepath.Dir(path), 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
+			if err := makeAttemptDirs(base, filepath.Dir(path)); err != nil {
 				return fmt.Errorf("attempts directory: %w", err)
 			}
 		default:
@@ -86,20 +86,37 @@ func (l Local) claimAttempt(base, dir string) error {
 	}
 }
 
+// makeAttemptDirs makes base and the locks directory beside it (mode 700)
+// when missing, and dir, an attempt's directory in base, with base's mode
+// (hostsh.AttemptDirMode), as the supervisor's shell does (_gK).
+func makeAttemptDirs(base, dir string) error {
+	if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
+		return err
+	}
+	fi, err := os.Stat(base)
+	if err != nil || dir == base {
+		return err
+	}
+	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetgid)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	return os.Chmod(dir, mode) // whatever the umask
+}
+
 // sweepLocal removes what is older than 7 days in base, once a day (UTC),
-// as the supervisor's shell does on a host (hostsh.SweepText).
+// as the supervisor's shell does on a host (hostsh.SweepText): the attempt
+// that creates today's stamp file sweeps.
 func sweepLocal(base string) {
 	stamp := base + "/.swept-" + hostsh.SweepDay()
-	if _, err := os.Stat(stamp); err == nil {
+	f, err := os.OpenFile(stamp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
 		return
 	}
-	old, _ := filepath.Glob(base + "/.swept-*")
-	for _, p := range old {
-		_ = os.Remove(p)
-	}
-	if f, err := os.Create(stamp); err == nil {
-		f.Close()
-	}
+	f.Close()
 	sweepFiles(base, time.Now())
 }
 

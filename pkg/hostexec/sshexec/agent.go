@@ -108,7 +108,7 @@ while IFS= read -r _gq; do
       [ "$_gA" = run ] || { printf '%s\n' "$_gS" >"$_gL.holder"; exec 9>&-; _gA=declined; }
     fi
   fi 2>/dev/null
-  if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "${_gd%/*}" "$_gb/../locks" && _gn; }; }; then
+  if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && _gK && _gn; }; }; then
     _gI; : >>"$_gd.out"; : >>"$_gd.err"
     ` + hostsh.SweepText(".swept-$_gw") + `
     printf 'S %s %s\n' "$$" "$_gd"

@@ -2,6 +2,7 @@ package sshexec
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,6 +205,83 @@ func TestSweepKeepsNewFilesOfOldDirectories(t *testing.T) {
 			for p, want := range map[string]bool{stale: false, flat: false, idle: false, recent: true, fresh: true} {
 				if fileExists(p) != want {
 					t.Errorf("%s: there %v, want %v", p, fileExists(p), want)
+				}
+			}
+		})
+	}
+}
+
+// A workflow's directory of attempts has the mode of the attempts
+// directory, whatever the umask: 700 when gantry made that, and as a
+// shared directory's (its group may write, set-group-ID) when its owner
+// made it so, which the other users of the group go on using.
+func TestAttemptDirectoryTakesTheAttemptsDirectorysMode(t *testing.T) {
+	for name, r := range layoutRunners(t) {
+		t.Run(name, func(t *testing.T) {
+			shared := filepath.Join(t.TempDir(), "shared")
+			if err := os.Mkdir(shared, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(shared, 0o770|os.ModeSetgid); err != nil {
+				t.Fatal(err)
+			}
+			made := filepath.Join(t.TempDir(), "made", "attempts")
+			for base, want := range map[string]os.FileMode{shared: os.ModeDir | os.ModeSetgid | 0o770, made: os.ModeDir | 0o700} {
+				a := hostexec.Attempt{ID: "wfm.1.create.f.n.1.run", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "true"}}
+				if res, err := r.RunAttempt(context.Background(), a); err != nil || res.ExitCode != 0 {
+					t.Fatalf("%+v %v", res, err)
+				}
+				for _, d := range []string{base, filepath.Join(base, "wfm")} {
+					fi, err := os.Stat(d)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := fi.Mode() & (os.ModeDir | os.ModeSetgid | os.ModePerm); got != want {
+						t.Errorf("%s: mode %v, want %v", d, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The day's sweep is done by the attempt that creates the day's stamp
+// file; another that finds the stamp made since it looked goes on: a
+// failed create ends no shell (the stamp here is a dangling symlink, which
+// reads as absent and cannot be created over).
+func TestSweepStampTakenByAnotherEndsNoShell(t *testing.T) {
+	base := t.TempDir()
+	if err := os.Symlink(filepath.Join(base, "nowhere"), filepath.Join(base, ".swept-x")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("/bin/sh", "-c", `_gb=`+hostsh.Quote(base)+`; `+hostsh.SweepText(".swept-x")+`; echo alive`).CombinedOutput()
+	if err != nil || string(out) != "alive\n" {
+		t.Fatalf("%q %v: the shell did not go on", out, err)
+	}
+}
+
+// Attempts that are each the first of the day on the host, at once, all
+// run: only one sweeps, and none ends for it.
+func TestTheDaysFirstAttemptsAllRun(t *testing.T) {
+	for name, r := range layoutRunners(t) {
+		t.Run(name, func(t *testing.T) {
+			for round := range 5 {
+				base := filepath.Join(t.TempDir(), "attempts")
+				errs := make(chan error, 4)
+				for i := range 4 {
+					go func() {
+						a := hostexec.Attempt{ID: fmt.Sprintf("wd%d.1.create.f.n%d.1.run", round, i), Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": base}, Script: "echo ok"}}
+						res, err := r.RunAttempt(context.Background(), a)
+						if err == nil && (res.ExitCode != 0 || res.Stdout != "ok\n") {
+							err = fmt.Errorf("%s: %+v", a.ID, res)
+						}
+						errs <- err
+					}()
+				}
+				for range 4 {
+					if err := <-errs; err != nil {
+						t.Fatalf("round %d: %v", round, err)
+					}
 				}
 			}
 		})

@@ -133,7 +133,7 @@ func SuperviseScript(sv Supervision) string {
 	return pre + sv.Base + `; ` + sv.Read + `
 ` + setAttemptDir(attempt) + RecordID + CheckID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
-if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "${_gd%/*}" "$_gb/../locks" && _gn; }; then
+if _gn || { [ ! -e "$_gd.run" ] && _gK && _gn; }; then
   _gI; : >>"$_gd.out"; : >>"$_gd.err"
   ` + SweepText(".swept-"+SweepDay()) + `
   trap '' PIPE; printf '` + PIDMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
@@ -279,7 +279,7 @@ func CancelScript(base, attempt string) string {
 ` + setAttemptDir(attempt) + CheckID + `_gn() { set -C; echo '0
 143
 ` + Unstarted + `' 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
-if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "${_gd%/*}" 2>/dev/null && _gn; }; then echo gone; exit 0; fi
+if _gn || { [ ! -e "$_gd.run" ] && _gK 2>/dev/null && _gn; }; then echo gone; exit 0; fi
 _gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
 [ -n "$_gp" ] || { echo "no pid in the attempt's run file"; exit 1; }
 _gJ "$_gp" && [ "$_gp" -gt 1 ] 2>/dev/null || { echo gone; exit 0; }
