@@ -88,7 +88,7 @@ func (l Local) claimAttempt(base, dir string) error {
 
 // makeAttemptDirs makes base and the locks directory beside it (mode 700)
 // when missing, and dir, an attempt's directory in base, with base's mode
-// (hostsh.AttemptDirMode), as the supervisor's shell does (_gK).
+// whatever the umask, as the supervisor's shell does (hostsh.AttemptAt).
 func makeAttemptDirs(base, dir string) error {
 	if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
 		return err

@@ -32,16 +32,12 @@ func AttemptPath(id string) string { return AttemptShard(id) + "/" + id }
 // script that finds an attempt's files finds them with it. _gK makes the
 // directories an attempt is claimed in (_gd set): _gb and the locks
 // directory beside it (mode 700) when missing, and the attempt's
-// directory with the mode of _gb (AttemptDirMode).
+// directory with the mode of _gb, its set-group-ID bit too, whatever the
+// umask: 700 when gantry made _gb, and as a directory shared by a group's
+// users has it, so that they all go on using it.
 const AttemptAt = `_gD() { _gF="$_gb/${1%%.*}/$1"; if [ -e "$_gb/$1.run" ] || [ -e "$_gb/$1.pid" ]; then _gF="$_gb/$1"; fi; }
 _gK() { mkdir -p -m 700 "$_gb" "$_gb/../locks" || return; [ "${_gd%/*}" != "$_gb" ] && [ ! -d "${_gd%/*}" ] || return 0; _gO=$(stat -c %a "$_gb" 2>/dev/null) || _gO=700; mkdir -m "$_gO" "${_gd%/*}" 2>/dev/null || [ -d "${_gd%/*}" ]; }
 `
-
-// AttemptDirMode: a workflow's directory of attempts is made with the
-// mode of the attempts directory, its set-group-ID bit too, whatever the
-// umask: one that gantry made is 700, and one shared by several users (a
-// group's, with its own mode) stays as usable by each of them as the
-// attempts directory itself is.
 
 // setAttemptDir is the shell that sets _gd to attempt's files (AttemptAt).
 func setAttemptDir(attempt string) string {
