@@ -249,7 +249,7 @@ func farComp(s *stack, name string, nodes ...dag.Node) *dag.Composition {
 // ("" while it runs).
 func (s *stack) hostAttempt(id string, gen int, node string) (pid, status string) {
 	s.t.Helper()
-	runs, _ := filepath.Glob(filepath.Join(s.fleet.Hosts[0].Dir, "attempts", id, fmt.Sprintf("%s.%d.create.work.%s.*.run.run", id, gen, node)))
+	runs, _ := filepath.Glob(filepath.Join(s.fleet.Hosts[0].Dir, "attempts", fmt.Sprintf("%s.%d.create.work.%s.*.run.run", id, gen, node)))
 	if len(runs) == 0 {
 		return "", ""
 	}

@@ -235,7 +235,7 @@ formulas:
 // its exit status ("" while it runs).
 func (s *stack) hostAttemptOf(dir, id, formula, node string) (pid, status string) {
 	s.t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "attempts", id, fmt.Sprintf("%s.1.create.%s.%s.1.run.run", id, formula, node)))
+	b, err := os.ReadFile(filepath.Join(dir, "attempts", fmt.Sprintf("%s.1.create.%s.%s.1.run.run", id, formula, node)))
 	if err != nil {
 		return "", ""
 	}

@@ -14,7 +14,7 @@ import (
 
 // Outputs files. A durable command with Output gets GANTRY_OUTPUT in its
 // environment: the path of a file made empty for its attempt, beside the
-// attempt's other files (<attempt>.output, hostsh.AttemptPath), where it writes the values it
+// attempt's other files (<attempt>.output), where it writes the values it
 // hands on. ReadOutput reads it back once the attempt has ended, however
 // often the attempt was re-attached to.
 
@@ -33,7 +33,7 @@ func ReadOutput(ctx context.Context, r Runner, a Attempt, limit int) ([]byte, er
 		return nil, err
 	}
 	read := Command{
-		Script: `_gb=` + hostsh.AttemptsDir + `; ` + hostsh.AttemptAt + `_gD ` + hostsh.Quote(a.ID) + `; _gf="$_gF.output"; [ -f "$_gf" ] || exit ` + strconv.Itoa(hostsh.NoOutputExit) +
+		Script: `_gf=` + hostsh.AttemptsDir + `/` + hostsh.Quote(a.ID) + `.output; [ -f "$_gf" ] || exit ` + strconv.Itoa(hostsh.NoOutputExit) +
 			`; head -c ` + strconv.Itoa(limit+1) + ` "$_gf" | od -An -v -tx1`,
 		Env: a.Env, Become: a.Become, BecomeUser: a.BecomeUser, Timeout: a.Timeout,
 	}

@@ -49,25 +49,10 @@ func (l Local) attemptsDir(cmd hostexec.Command) (string, error) {
 	return home + "/.gantry/attempts", nil
 }
 
-// attemptFiles is where attempt's files are under base, the attempts
-// directory, without their extension: as the supervisor's shell finds
-// them (hostsh.AttemptAt), <shard>/<attempt>, or <attempt> in base itself
-// for one that an earlier build started there.
-func attemptFiles(base, attempt string) string {
-	flat := base + "/" + attempt
-	for _, ext := range []string{".run", ".pid"} {
-		if _, err := os.Lstat(flat + ext); err == nil {
-			return flat
-		}
-	}
-	return base + "/" + hostsh.AttemptPath(attempt)
-}
-
-// claimAttempt creates the run file of the attempt whose files are at dir
-// (attemptFiles) under base, and the directories when they are missing.
-// It returns errClaimed when the file exists.
-func (l Local) claimAttempt(base, dir string) error {
-	path := dir + ".run"
+// claimAttempt creates the attempt's run file, and the directories when
+// they are missing. It returns errClaimed when the file exists.
+func (l Local) claimAttempt(base, attempt string) error {
+	path := base + "/" + attempt + ".run"
 	for try := 0; ; try++ {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 		switch {
@@ -77,7 +62,7 @@ func (l Local) claimAttempt(base, dir string) error {
 			return cmdrun.ErrClaimed
 		case errors.Is(err, fs.ErrNotExist) && try == 0:
 			// not cleaned: ".." is resolved by the kernel, as the shell's is
-			if err := makeAttemptDirs(base, filepath.Dir(path)); err != nil {
+			if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
 				return fmt.Errorf("attempts directory: %w", err)
 			}
 		default:
@@ -86,67 +71,25 @@ func (l Local) claimAttempt(base, dir string) error {
 	}
 }
 
-// makeAttemptDirs makes base and the locks directory beside it (mode 700)
-// when missing, and dir, an attempt's directory in base, with base's mode
-// whatever the umask, as the supervisor's shell does (hostsh.AttemptAt).
-func makeAttemptDirs(base, dir string) error {
-	if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
-		return err
-	}
-	fi, err := os.Stat(base)
-	if err != nil || dir == base {
-		return err
-	}
-	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetgid)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil
-		}
-		return err
-	}
-	return os.Chmod(dir, mode) // whatever the umask
-}
-
-// sweepLocal removes what is older than 7 days in base, once a day (UTC),
-// as the supervisor's shell does on a host (hostsh.SweepText): the attempt
-// that creates today's stamp file sweeps.
+// sweepLocal removes attempt files older than 7 days, once a day (UTC),
+// as the supervisor's shell does on a host.
 func sweepLocal(base string) {
 	stamp := base + "/.swept-" + hostsh.SweepDay()
-	f, err := os.OpenFile(stamp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if _, err := os.Stat(stamp); err == nil {
 		return
 	}
-	f.Close()
-	sweepFiles(base, time.Now())
-}
-
-// sweepFiles removes the files of dir and of its directories that are
-// older than 7 days at now (today's stamp is new), then the directories
-// left empty that nothing has changed for an hour: os.Remove fails on one
-// that is not empty, and one an attempt just made for its files is new.
-func sweepFiles(dir string, now time.Time) {
-	cutoff, idle := now.Add(-7*24*time.Hour), now.Add(-time.Hour)
-	old := func(e fs.DirEntry, before time.Time) bool {
-		fi, err := e.Info()
-		return err == nil && fi.ModTime().Before(before)
+	old, _ := filepath.Glob(base + "/.swept-*")
+	for _, p := range old {
+		_ = os.Remove(p)
 	}
-	entries, _ := os.ReadDir(dir)
+	if f, err := os.Create(stamp); err == nil {
+		f.Close()
+	}
+	entries, _ := os.ReadDir(base)
+	cutoff := time.Now().Add(-7 * 24 * time.Hour)
 	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
-		if !e.IsDir() {
-			if old(e, cutoff) {
-				_ = os.Remove(p)
-			}
-			continue
-		}
-		inner, _ := os.ReadDir(p)
-		for _, f := range inner {
-			if !f.IsDir() && old(f, cutoff) {
-				_ = os.Remove(filepath.Join(p, f.Name()))
-			}
-		}
-		if old(e, idle) {
-			_ = os.Remove(p) // only when empty
+		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) && !strings.HasPrefix(e.Name(), ".swept-") {
+			_ = os.RemoveAll(filepath.Join(base, e.Name()))
 		}
 	}
 }
@@ -155,10 +98,10 @@ func sweepFiles(dir string, now time.Time) {
 // records who it is (hostsh.RecordID) and its pid, takes the lock when the worker could not (held: the
 // worker passes it on fd 3), runs the command in a subshell, and records
 // its exit status.
-func localAttemptScript(cmd hostexec.Attempt, ex, base, run string, held bool) string {
+func localAttemptScript(cmd hostexec.Attempt, ex, run string, held bool) string {
 	var b strings.Builder
 	b.WriteString(ex)
-	b.WriteString(`_gr=` + hostsh.Quote(run) + `; _gd=${_gr%.run}; _gb=` + hostsh.Quote(base) + `
+	b.WriteString(`_gr=` + hostsh.Quote(run) + `; _gd=${_gr%.run}; _gb=${_gd%/*}
 ` + hostsh.RecordID + `_gI; echo $$ >>"$_gr"; `)
 	if held {
 		b.WriteString("exec 9>&3 3>&-; ")
@@ -184,7 +127,7 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Attempt, base string
 	if err := cmdrun.BeforeStart(cmd.Command); err != nil {
 		return res, err
 	}
-	dir := attemptFiles(base, cmd.ID)
+	dir := base + "/" + cmd.ID
 	if _, err := os.Lstat(dir + ".run"); err == nil {
 		return res, cmdrun.ErrClaimed // started before: re-attach, without waiting for the lock
 	}
@@ -201,7 +144,7 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Attempt, base string
 			return res, err
 		}
 	}
-	if err := l.claimAttempt(base, dir); err != nil {
+	if err := l.claimAttempt(base, cmd.ID); err != nil {
 		t.release()
 		return res, err
 	}
@@ -215,7 +158,7 @@ func (l Local) runAttempt(ctx context.Context, cmd hostexec.Attempt, base string
 	if lock == nil && cmd.Lock != "" {
 		lock = takeLock(cmd, base) // the worker could not wait for it: the shell takes it if it can
 	}
-	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, base, dir+".run", lock != nil))
+	c := exec.Command("/bin/sh", "-c", localAttemptScript(cmd, ex, dir+".run", lock != nil))
 	c.Stdout, c.Stderr, c.Stdin = outFile, errFile, nil
 	c.Env = l.Worker.environ(cmd.Secrets)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -375,7 +318,7 @@ func recordedExit(base, attempt string) int {
 	if attempt == "" || hostsh.ValidAttempt(attempt) != nil {
 		return -1
 	}
-	b, err := os.ReadFile(attemptFiles(base, attempt) + ".run")
+	b, err := os.ReadFile(base + "/" + attempt + ".run")
 	if err != nil {
 		return -1
 	}

@@ -85,22 +85,22 @@ const agentMarker = "__gantry_agent "
 // ending the agent (SIGPIPE ignored; the command gets the default back).
 // What goes wrong with the lock is kept out of the attempt's output (an
 // attempt that cannot take its lock runs without it, as before).
-var agentScript = `trap '' PIPE
-` + hostsh.RecordID + hostsh.AttemptAt + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+const agentScript = `trap '' PIPE
+` + hostsh.RecordID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 printf '` + agentMarker + `%s\n' "$$"
 while IFS= read -r _gq; do
   _gl=${_gq%% *}; _gh=${_gq#* }; _gt=; _gi=0
   while [ "$_gi" -lt "$_gl" ] && IFS= read -r _gr; do _gt="$_gt$_gr
 "; _gi=$((_gi+1)); done
   [ "$_gi" -eq "$_gl" ] || exit 0
-  _gk=; _gm=; _gT=; eval "$_gh"; _gD "$_ga"; _gd=$_gF; _gL="$_gb/../locks/$_gk"; _gA=run
+  _gk=; _gm=; _gT=; eval "$_gh"; _gd="$_gb/$_ga"; _gL="$_gb/../locks/$_gk"; _gA=run
   if [ -e "$_gd.run" ]; then _gA=claimed
   elif [ -n "$_gk" ] && { [ -d "$_gb/../locks" ] || mkdir -p -m 700 "$_gb" "$_gb/../locks"; } && command exec 9>>"$_gL"; then
     _gW=0
     flock -n 9 || { _gP=; read -r _gP _gM <"$_gL.holder"; [ -n "$_gP" ] || { sleep 0.2; read -r _gP _gM <"$_gL.holder"; }; printf 'W %s\n' "$_gP"; _gW=1; flock 9; }
     _gS=; _gP=; _gM=; _gE=; IFS= read -r _gS <"$_gL.holder"; _gP=${_gS%% *}
     case $_gS in *' '*) _gM=${_gS#* } ;; esac
-    case $_gP in ''|.*|*/*) _gP= ;; *) _gD "$_gP"; { read -r _gE; read -r _gE; } <"$_gF.run" ;; esac
+    case $_gP in ''|.*|*/*) _gP= ;; *) { read -r _gE; read -r _gE; } <"$_gb/$_gP.run" ;; esac
     echo "$_ga${_gm:+ $_gm}" >"$_gL.holder"
     if [ "$_gW" = 1 ] || { [ -n "$_gT" ] && [ -n "$_gm" ] && [ "$_gM" = "$_gm" ] && [ "$_gE" = 0 ]; }; then
       printf 'T %s %s %s %s\n' "$_gW" "${_gE:--}" "${_gP:--}" "${_gM:--}"
@@ -108,9 +108,9 @@ while IFS= read -r _gq; do
       [ "$_gA" = run ] || { printf '%s\n' "$_gS" >"$_gL.holder"; exec 9>&-; _gA=declined; }
     fi
   fi 2>/dev/null
-  if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && _gK && _gn; }; }; then
+  if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; }; then
     _gI; : >>"$_gd.out"; : >>"$_gd.err"
-    ` + hostsh.SweepText(".swept-$_gw") + `
+    [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
     ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
     _gx=$?

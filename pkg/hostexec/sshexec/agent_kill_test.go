@@ -54,7 +54,7 @@ func TestAgentKillSparesAnEarlierAttemptsProcesses(t *testing.T) {
 		_ = syscall.Kill(p2, syscall.SIGKILL)
 		t.Fatalf("the second attempt's process %d, which ignores SIGTERM, outlived its kill", p2)
 	}
-	if run, _ := os.ReadFile(attemptFile(dir, "d.2", ".run")); !strings.HasSuffix(string(run), "\n137\nkilled\n") {
+	if run, _ := os.ReadFile(dir + "/d.2.run"); !strings.HasSuffix(string(run), "\n137\nkilled\n") {
 		t.Fatalf("d.2.run %q, want the kill recorded (137, then killed)", run)
 	}
 }

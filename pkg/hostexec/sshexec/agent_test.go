@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // runPid is the process group an attempt's run file records.
 func runPid(t *testing.T, dir, attempt string) string {
 	t.Helper()
-	b, err := os.ReadFile(attemptFile(dir, attempt, ".run"))
+	b, err := os.ReadFile(filepath.Join(dir, attempt+".run"))
 	if err != nil {
 		t.Fatal(err)
 	}

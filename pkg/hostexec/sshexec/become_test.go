@@ -127,7 +127,7 @@ func TestBecomeUser(t *testing.T) {
 	if err != nil || res.Stdout != app+"\n/home/"+app+"\n" {
 		t.Fatalf("%+v %v, want %s", res, err, app)
 	}
-	run := attemptFile("/home/"+app+"/.gantry/attempts", "w.1.create.f.n.1.run", ".run")
+	run := "/home/" + app + "/.gantry/attempts/w.1.create.f.n.1.run.run"
 	if owner(t, run) != app {
 		t.Errorf("the attempt's run file is %s's, want %s's", owner(t, run), app)
 	}
@@ -290,7 +290,7 @@ func TestBecomeReattach(t *testing.T) {
 	if c := counted(t, dir); c != "start end" {
 		t.Fatalf("the host saw %q, want one start and one end", c)
 	}
-	if owner(t, attemptFile(dir, "w1.1.f.n.1", ".run")) != "root" {
+	if owner(t, filepath.Join(dir, "w1.1.f.n.1.run")) != "root" {
 		t.Fatal("the attempt's files are not root's")
 	}
 }

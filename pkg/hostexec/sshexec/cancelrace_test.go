@@ -55,7 +55,7 @@ func TestCancelRightAtStartLeavesNothingRunning(t *testing.T) {
 	neverStarted := func(t *testing.T) int {
 		n := 0
 		for _, d := range dirs {
-			runs, _ := filepath.Glob(d + "/c/c.*.run")
+			runs, _ := filepath.Glob(d + "/c.*.run")
 			for _, p := range runs {
 				if b, _ := os.ReadFile(p); string(b) == "0\n143\nunstarted\n" {
 					n++

@@ -173,7 +173,7 @@ func TestDurableTimeoutKillConfirmed(t *testing.T) {
 			if !errors.Is(err, hostexec.ErrTimeout) || errors.Is(err, hostexec.ErrKill) {
 				t.Fatalf("err = %v, want ErrTimeout and a confirmed kill", err)
 			}
-			run, _ := os.ReadFile(attemptFile(dir, "w1.1.f.n.1", ".run"))
+			run, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1.run"))
 			pid, _, _ := strings.Cut(string(run), "\n") // the supervisor's pid, then the exit status
 			if live := liveMembers(pid); len(live) > 0 {
 				t.Fatalf("process group %s still there: %v", pid, live)
@@ -304,12 +304,6 @@ func TestOldAttemptsSweptOncePerDay(t *testing.T) {
 	if !fileExists(stale) {
 		t.Fatalf("the day's second attempt swept again")
 	}
-}
-
-// attemptFile is the file of attempt id with extension ext (".run") in
-// the attempts directory base.
-func attemptFile(base, id, ext string) string {
-	return filepath.Join(base, hostsh.AttemptPath(id)+ext)
 }
 
 func fileExists(p string) bool {

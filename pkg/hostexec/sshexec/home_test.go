@@ -27,7 +27,7 @@ func TestDurableWithHomeInEnvRunsOnce(t *testing.T) {
 		if real, err := os.UserHomeDir(); err == nil { // where it went astray
 			t.Cleanup(func() {
 				for _, x := range []string{".run", ".out", ".err", ".f"} {
-					_ = os.Remove(attemptFile(filepath.Join(real, ".gantry/attempts"), id, x))
+					_ = os.Remove(filepath.Join(real, ".gantry/attempts", id+x))
 				}
 			})
 		}
@@ -41,7 +41,7 @@ func TestDurableWithHomeInEnvRunsOnce(t *testing.T) {
 		if n := strings.Count(string(b), "ran"); n != 1 {
 			t.Errorf("%s: the attempt ran %d times", name, n)
 		}
-		if _, err := os.Stat(attemptFile(filepath.Join(home, ".gantry/attempts"), id, ".run")); err != nil {
+		if _, err := os.Stat(filepath.Join(home, ".gantry/attempts", id+".run")); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -66,17 +66,14 @@ func bystander(t *testing.T) (int, func() bool) {
 // status: the host restarted under it.
 func orphanedAttempt(t *testing.T, dir, attempt string, pid int, id string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(attemptFile(dir, attempt, "")), 0o700); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, attempt+".run"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(attemptFile(dir, attempt, ".run"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(attemptFile(dir, attempt, ".id"), []byte(id+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, attempt+".id"), []byte(id+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, ext := range []string{".out", ".err"} {
-		if err := os.WriteFile(attemptFile(dir, attempt, ext), nil, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, attempt+ext), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,7 +156,7 @@ func TestAttemptIdentityRecorded(t *testing.T) {
 				if _, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: a, Lock: lock, Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": dir}, Script: "true"}}); err != nil {
 					t.Fatal(err)
 				}
-				b, err := os.ReadFile(attemptFile(dir, a, ".id"))
+				b, err := os.ReadFile(filepath.Join(dir, a+".id"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -180,7 +177,7 @@ func TestAttemptIdentityRecorded(t *testing.T) {
 		if out, err := exec.Command("/bin/sh", "-c", sessionScript(cmd)).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if b, _ := os.ReadFile(attemptFile(dir, "w1.1.f.n.1"+lock, ".id")); !strings.HasPrefix(string(b), boot+" ") {
+		if b, _ := os.ReadFile(filepath.Join(dir, "w1.1.f.n.1"+lock+".id")); !strings.HasPrefix(string(b), boot+" ") {
 			t.Fatalf("the session supervisor (lock %q) recorded %q", lock, b)
 		}
 	}

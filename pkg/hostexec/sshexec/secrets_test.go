@@ -53,7 +53,7 @@ func withSecrets(t *testing.T, r hostexec.AttemptRunner, cmd hostexec.Command, c
 			}
 			check(t, res, lines)
 			if durable { // the attempt ran under the directory the environment named
-				if _, err := os.Stat(attemptFile(dir, c.ID, ".run")); err != nil {
+				if _, err := os.Stat(filepath.Join(dir, c.ID+".run")); err != nil {
 					t.Fatalf("GANTRY_ATTEMPTS not honoured: %v", err)
 				}
 			}
@@ -242,7 +242,7 @@ func TestSecretNamedLikeTheAttemptsDirChangesNothing(t *testing.T) {
 					if err != nil || res.ExitCode != 0 || res.Stdout != "sees-it\n" {
 						t.Fatalf("attempt %d: %+v %v, want the command to see the secret", n, res, err)
 					}
-					if _, err := os.Stat(attemptFile(base, id, ".run")); err != nil {
+					if _, err := os.Stat(filepath.Join(base, id+".run")); err != nil {
 						t.Errorf("attempt %d is not recorded in %s: %v", n, base, err)
 					}
 				}

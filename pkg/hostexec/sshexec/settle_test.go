@@ -29,7 +29,7 @@ func settleChecks(t *testing.T, r hostexec.AttemptRunner, dir, sleep string) {
 		return r.Settle(context.Background(), hostexec.Attempt{ID: attempt, Command: hostexec.Command{Env: env, Script: "touch " + filepath.Join(dir, "started")}})
 	}
 	pid := runPid(t, dir, "w1.1.f.n.1")
-	if _, err := os.Stat("/proc/self/stat"); err == nil && !fileExists(attemptFile(dir, "w1.1.f.n.1", ".id")) {
+	if _, err := os.Stat("/proc/self/stat"); err == nil && !fileExists(filepath.Join(dir, "w1.1.f.n.1.id")) {
 		t.Fatal("the attempt's supervisor did not record who it is") // the kill below goes by it
 	}
 	start := time.Now()
@@ -50,7 +50,7 @@ func settleChecks(t *testing.T, r hostexec.AttemptRunner, dir, sleep string) {
 	if _, err := settle("w1.1.f.n.2"); !errors.Is(err, hostexec.ErrNoAttempt) {
 		t.Fatalf("settling an attempt that never started: %v, want ErrNoAttempt", err)
 	}
-	if _, err := os.Stat(attemptFile(dir, "w1.1.f.n.2", ".run")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, "w1.1.f.n.2.run")); !os.IsNotExist(err) {
 		t.Fatalf("settling an attempt that never started left a run file: %v", err)
 	}
 	if _, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.f.n.3", Command: hostexec.Command{Env: env, Script: "echo done; exit 7"}}); err != nil {

@@ -117,7 +117,7 @@ func TestTurnAskedAtTheLock(t *testing.T) {
 			if a := took(); len(a) != 1 || a[0] != (hostexec.Holder{Attempt: "a.1.create.f.n.1.run", Mark: "create.h1", ExitCode: 0}) {
 				t.Fatalf("b was asked %+v", a)
 			}
-			if _, err := os.Stat(attemptFile(base, "b.1.create.f.n.1.run", ".run")); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(base, "b.1.create.f.n.1.run.run")); !os.IsNotExist(err) {
 				t.Fatalf("b's attempt was claimed on the host: %v", err)
 			}
 			holder := filepath.Join(dir, "locks", "c.f.n.holder")
@@ -233,7 +233,7 @@ func TestCancelWhileWaitingForTheLockStartsNothing(t *testing.T) {
 				t.Fatalf("the command ran once the lock was free: %v", err)
 			}
 			// over SSH the cancel claims the attempt, recorded never started
-			if b, err := os.ReadFile(attemptFile(base, "w.1.create.f.n.1.run", ".run")); !os.IsNotExist(err) && string(b) != "0\n143\n"+hostsh.Unstarted+"\n" {
+			if b, err := os.ReadFile(filepath.Join(base, "w.1.create.f.n.1.run.run")); !os.IsNotExist(err) && string(b) != "0\n143\n"+hostsh.Unstarted+"\n" {
 				t.Fatalf("the attempt was claimed: %q %v", b, err)
 			}
 			// the lock is free again: nothing left holds it

@@ -10,7 +10,7 @@ import (
 // Durable commands. An Attempt (hostexec.Attempt) runs on its host under a
 // small shell supervisor, as Ansible's async wrapper does: the command's
 // output and, at the end, its exit status are kept in files on the host
-// (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<workflow id>/<attempt>.{run,out,err}, layout.go: the
+// (${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}/<attempt>.{run,out,err}: the
 // run file holds the supervisor's pid on its first line and, once the
 // command ended, its exit status on the second; the id file, who that pid
 // is: see RecordID),
@@ -101,6 +101,7 @@ type Supervision struct {
 // line is PIDMarker, the process group of the command (the supervisor's
 // session) and the attempt's directory (see marked).
 func SuperviseScript(sv Supervision) string {
+	q := Quote
 	attempt, lock, mark, held := sv.Attempt, sv.Lock, sv.Mark, sv.Held
 	// The attempt starts where its run file can be created with its pid
 	// (noclobber: an atomic create; echo is a builtin that a failed
@@ -130,12 +131,12 @@ func SuperviseScript(sv Supervision) string {
 	if held && lock != "" {
 		pre, drop = "exec 9>&3 3>&-; ", "exec 9>&-; "
 	}
-	return pre + sv.Base + `; ` + sv.Read + `
-` + setAttemptDir(attempt) + RecordID + CheckID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
+	return pre + sv.Base + `; _gd="$_gb/"` + q(attempt) + `; ` + sv.Read + `
+` + RecordID + CheckID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 _ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
-if _gn || { [ ! -e "$_gd.run" ] && _gK && _gn; }; then
+if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
   _gI; : >>"$_gd.out"; : >>"$_gd.err"
-  ` + SweepText(".swept-"+SweepDay()) + `
+  [ -e "$_gb/.swept-` + SweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + SweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
   trap '' PIPE; printf '` + PIDMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
   { { ` + HostLock(lock, mark, held) + `( ` + sv.Run + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 else
@@ -275,11 +276,11 @@ const Unstarted = "unstarted"
 // supervisor's process group as KillScript does. It prints "gone" once
 // nothing of the attempt runs.
 func CancelScript(base, attempt string) string {
-	return base + `
-` + setAttemptDir(attempt) + CheckID + `_gn() { set -C; echo '0
+	return base + `; _gd="$_gb/"` + Quote(attempt) + `
+` + CheckID + `_gn() { set -C; echo '0
 143
 ` + Unstarted + `' 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
-if _gn || { [ ! -e "$_gd.run" ] && _gK 2>/dev/null && _gn; }; then echo gone; exit 0; fi
+if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" 2>/dev/null && _gn; }; then echo gone; exit 0; fi
 _gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
 [ -n "$_gp" ] || { echo "no pid in the attempt's run file"; exit 1; }
 _gJ "$_gp" && [ "$_gp" -gt 1 ] 2>/dev/null || { echo gone; exit 0; }

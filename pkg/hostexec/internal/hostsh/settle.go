@@ -21,8 +21,8 @@ func SettleScript(attempt, base string) string {
 	// exit status may be writing it: wait a second for it. A pid that is
 	// no longer the supervisor's (CheckID: the host restarted) is not
 	// signalled: the attempt is lost.
-	return base + `
-` + setAttemptDir(attempt) + CheckID + `_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
+	return base + `; _gd="$_gb/"` + Quote(attempt) + `
+` + CheckID + `_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then echo '` + SettleMarker + `absent'; exit 0; fi
 _gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
 [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
