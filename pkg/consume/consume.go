@@ -76,6 +76,11 @@ type Options struct {
 	// NakDelay is the redelivery delay after the n-th failed delivery
 	// (default: 250ms doubling, capped at 30s).
 	NakDelay func(delivered uint64) time.Duration
+	// Skip, when set, names the event types the handler does nothing
+	// with: a message whose type (events.PeekType) it says yes to is
+	// acknowledged unread, neither decoded nor checked (Run, RunBatch;
+	// not Follow). A message whose type cannot be peeked is read in full.
+	Skip func(events.Type) bool
 	// Repair, when set, re-creates what was found missing (deleted by
 	// someone with the rights to) and returns the durable consumer to go
 	// on with: when the consumer or its stream is gone (Run, RunBatch go
@@ -515,6 +520,12 @@ func parse(msg jetstream.Msg, o Options) (*Event, msgLogger, bool) {
 		return nil, msgLogger{}, false
 	}
 	log := msgLogger{o.Logger, o.Name, msg.Subject(), meta.Sequence.Stream, meta.NumDelivered}
+	if o.Skip != nil {
+		if t, ok := events.PeekType(msg.Data()); ok && o.Skip(t) {
+			settle(msg, nil, meta.NumDelivered, o.draining(), log, o)
+			return nil, log, false
+		}
+	}
 	env, err := events.Parse(msg.Data())
 	if err != nil {
 		settle(msg, err, meta.NumDelivered, o.draining(), log, o)

@@ -524,3 +524,62 @@ func TestFollowEndsWhenItsConsumerCannotBeRecreated(t *testing.T) {
 		t.Fatal("the follow still waits 20s after its stream was deleted")
 	}
 }
+
+// Skip: the types the handler does nothing with are acknowledged unread
+// (one whose data does not decode too: it is never read), the others come
+// to the handler as ever, and a message whose type cannot be peeked is
+// read in full (here refused as not an event).
+func TestRunBatchSkipsTypesUnread(t *testing.T) {
+	js, cons := setup(t, time.Second)
+	ctx := context.Background()
+	formula := &events.FormulaEvent{Ref: events.Ref{WorkflowID: "w", Workflow: "w", Formula: "f", Host: "h", Operation: dag.OpCreate}, Status: dag.FormulaSucceeded}
+	env, _ := events.New("test", formula)
+	fb, _ := json.Marshal(env)
+	publishEvent(t, js, "decky.h.lifecycle", "a")
+	// a node event's head with data that is no node event: skipped unread
+	node, _ := events.New("test", &events.NodeEvent{Ref: events.Ref{WorkflowID: "w", Workflow: "w", Formula: "f", Host: "h", Node: "b", Operation: dag.OpCreate}, Status: dag.NodeRunning})
+	node.Data = json.RawMessage(`{"status": 7}`)
+	nb, _ := json.Marshal(node)
+	for _, b := range [][]byte{nb, fb, []byte("not an event")} {
+		if _, err := js.Publish(ctx, "decky.h.lifecycle", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var got []events.Type
+	handler := func(ctx context.Context, evs []*consume.Event) []error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			got = append(got, ev.Type)
+		}
+		return make([]error, len(evs))
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.RunBatch(cctx, cons, handler, consume.Options{Name: "t", AckWait: time.Second, Logger: quiet,
+			Skip: func(t events.Type) bool { return t.Family() == events.FamilyNode }})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	var info *jetstream.ConsumerInfo
+	for time.Now().Before(deadline) {
+		info, _ = cons.Info(ctx)
+		if info != nil && info.AckFloor.Stream == 4 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if info == nil || info.AckFloor.Stream != 4 || info.NumAckPending != 0 {
+		t.Fatalf("consumer %+v: want all 4 settled", info)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, []events.Type{formula.EventType()}) {
+		t.Fatalf("the handler got %v, want only the formula event", got)
+	}
+}

@@ -83,6 +83,37 @@ func NewAt(id, source string, at time.Time, p Payload) (*Envelope, error) {
 	}, nil
 }
 
+// envelopeHead is how every envelope New makes is written up to its
+// type: specversion, id, source, then type.
+var envelopeHead = [...]string{`{"specversion":"` + SpecVersion + `","id":"`, `","source":"`, `","type":"`}
+
+// PeekType reads an encoded envelope's type from its head, without
+// reading the rest, for a consumer that steps on some types only and
+// passes the others by unread (consume.Options.Skip). It knows the head
+// only as New's envelopes are written (specversion, id, source and type
+// first, each a string without escapes): for anything else ok is false,
+// and the envelope is to be read in full. Parse refuses an envelope whose
+// type is not the one its head names (a second "type" member), so no
+// reader decides on another type than PeekType says.
+func PeekType(b []byte) (t Type, ok bool) {
+	rest := b
+	for i, part := range envelopeHead {
+		if !bytes.HasPrefix(rest, []byte(part)) {
+			return "", false
+		}
+		rest = rest[len(part):]
+		end := bytes.IndexByte(rest, '"')
+		if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+			return "", false
+		}
+		if i == len(envelopeHead)-1 {
+			return Type(rest[:end]), true
+		}
+		rest = rest[end:]
+	}
+	return "", false
+}
+
 // Parse decodes and checks an envelope: the required CloudEvents
 // attributes, a known type, and a bounded size. It does not decode Data.
 func Parse(b []byte) (*Envelope, error) {
@@ -111,6 +142,9 @@ func Parse(b []byte) (*Envelope, error) {
 	}
 	if !env.Type.Known() {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownType, env.Type)
+	}
+	if head, ok := PeekType(b); ok && head != env.Type {
+		return nil, fmt.Errorf("%w: two types, %q and %q", ErrMalformed, head, env.Type)
 	}
 	if len(bytes.TrimSpace(env.Data)) == 0 || bytes.Equal(bytes.TrimSpace(env.Data), []byte("null")) {
 		return nil, fmt.Errorf("%w: %s has no data", ErrMalformed, env.Type)

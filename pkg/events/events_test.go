@@ -300,3 +300,39 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// PeekType reads the type from the head New's envelopes have, and nothing
+// else; Parse refuses an envelope with a second type, so that a reader
+// that peeks and one that parses decide on the same type.
+func TestPeekType(t *testing.T) {
+	ev := &events.NodeEvent{Ref: events.Ref{WorkflowID: "w", Workflow: "w", Formula: "f", Host: "h", Node: "n", Operation: dag.OpCreate}, Status: dag.NodeRunning}
+	env, err := events.New("executor/x", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(env)
+	if got, ok := events.PeekType(b); !ok || got != ev.EventType() {
+		t.Fatalf("PeekType = %q, %v; want %q", got, ok, ev.EventType())
+	}
+	head := `{"specversion":"1.0","id":"i","source":"s","type":"gantry.node.running"`
+	for name, in := range map[string]string{
+		"spaces":          `{ "specversion":"1.0","id":"i","source":"s","type":"gantry.node.running"}`,
+		"another order":   `{"id":"i","specversion":"1.0","source":"s","type":"gantry.node.running"}`,
+		"escape in id":    `{"specversion":"1.0","id":"i\"","source":"s","type":"gantry.node.running"}`,
+		"escape in type":  `{"specversion":"1.0","id":"i","source":"s","type":"gantry.node.runn\u0069ng"}`,
+		"other version":   `{"specversion":"0.3","id":"i","source":"s","type":"gantry.node.running"}`,
+		"cut in the type": `{"specversion":"1.0","id":"i","source":"s","type":"gantry.no`,
+		"empty":           ``,
+	} {
+		if got, ok := events.PeekType([]byte(in)); ok {
+			t.Errorf("%s: PeekType = %q, want not ok", name, got)
+		}
+	}
+	if got, ok := events.PeekType([]byte(head + `}`)); !ok || got != "gantry.node.running" {
+		t.Errorf("PeekType of a bare head = %q, %v", got, ok)
+	}
+	two := head + `,"time":"2026-01-01T00:00:00Z","datacontenttype":"application/json","type":"gantry.formula.succeeded","data":{"x":1}}`
+	if _, err := events.Parse([]byte(two)); !errors.Is(err, events.ErrMalformed) || !strings.Contains(err.Error(), "two types") {
+		t.Fatalf("Parse of an envelope with two types: %v, want ErrMalformed naming them", err)
+	}
+}

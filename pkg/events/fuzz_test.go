@@ -19,10 +19,15 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"gantry.node.failed","data":{"attempt":-1}}`))
 	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"gantry.progress.update","data":{"workflow_id":"w","workflow":"w","formula":"f","host":"h","node":"n","operation":"create","attempt":1,"percent":101}}`))
 	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"gantry.node.running","data":{"workflow_id":"w","workflow":"w","formula":"f","host":"10.0.0.5","node":"n","operation":"create","status":"running"}}`))
+	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"s","type":"gantry.node.running","type":"gantry.formula.succeeded","data":{"workflow_id":"w"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		peeked, peekOK := events.PeekType(b)
 		env, err := events.Parse(b)
 		if err != nil {
 			return
+		}
+		if peekOK && peeked != env.Type {
+			t.Fatalf("PeekType says %q, Parse %q: a consumer that skips by the first decides otherwise than one that reads", peeked, env.Type)
 		}
 		for _, p := range []events.Payload{&events.WorkflowEvent{}, &events.FormulaEvent{}, &events.NodeEvent{}, &events.HealthEvent{},
 			&events.LogLine{}, &events.Dispatch{}, &events.GateRequest{}, &events.RolloutEvent{}, &events.ProgressEvent{}} {

@@ -168,7 +168,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	log.Info("planner started")
 	return consume.RunBatch(ctx, cons, e.HandleBatch, consume.Options{Name: "planner", Prefetch: eventbus.PlannerPrefetch, AckWait: eventbus.EventAckWait, Logger: log,
-		Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})
+		Skip: engine.Ignores, Repair: heal.Consumer(events.StreamEvents, events.ConsumerPlanner)})
 }
 
 // expireCancels ends the cancelled workflows whose running formulas have

@@ -17,10 +17,20 @@ import (
 // success has been applied.
 var ErrEarlyVerdict = errors.New("a health verdict came before its formula's gate was asked for")
 
+// Ignores says whether the planner does nothing with events of type t,
+// whatever they hold: every known type but formula and health events
+// (node events, progress, rollouts). Node outcomes are the executor's
+// records (gantry_nodes), read where needed (rollback); runs are stepped
+// on formula outcomes and health verdicts. Its consumer passes them by
+// unread (consume.Options.Skip); a type this version does not know is
+// read, and refused as ever.
+func Ignores(t events.Type) bool {
+	f := t.Family()
+	return t.Known() && f != events.FamilyFormula && f != events.FamilyHealth
+}
+
 func (e *Engine) handle(ctx context.Context, ev *consume.Event) error {
-	if ev.Type.Family() == events.FamilyNode {
-		// Node outcomes are the executor's records (gantry_nodes), read
-		// where needed (rollback); runs are stepped on formula outcomes.
+	if Ignores(ev.Type) {
 		return nil
 	}
 	pl, err := ev.Payload()
