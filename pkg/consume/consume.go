@@ -78,8 +78,10 @@ type Options struct {
 	NakDelay func(delivered uint64) time.Duration
 	// Skip, when set, names the event types the handler does nothing
 	// with: a message whose type (events.PeekType) it says yes to is
-	// acknowledged unread, neither decoded nor checked (Run, RunBatch;
-	// not Follow). A message whose type cannot be peeked is read in full.
+	// acknowledged unread, neither decoded nor checked, so neither logged
+	// nor counted as refused when it came on a subject not its type's
+	// (Run, RunBatch; not Follow). A message whose type cannot be peeked
+	// is read in full.
 	Skip func(events.Type) bool
 	// Repair, when set, re-creates what was found missing (deleted by
 	// someone with the rights to) and returns the durable consumer to go
@@ -522,7 +524,12 @@ func parse(msg jetstream.Msg, o Options) (*Event, msgLogger, bool) {
 	log := msgLogger{o.Logger, o.Name, msg.Subject(), meta.Sequence.Stream, meta.NumDelivered}
 	if o.Skip != nil {
 		if t, ok := events.PeekType(msg.Data()); ok && o.Skip(t) {
-			settle(msg, nil, meta.NumDelivered, o.draining(), log, o)
+			// A plain ack, even while draining: nothing was done that a
+			// redelivery would do again, and the batch's own events must
+			// not wait behind confirmations of these.
+			if err := msg.Ack(); err != nil {
+				log.get().Debug("ack of a message passed by failed; it will come again", "err", err)
+			}
 			return nil, log, false
 		}
 	}

@@ -43,8 +43,8 @@ const (
 	HealthGateMaxAcks = 64
 	PlannerMaxAcks    = 256
 	// PlannerPrefetch is how many events the planner pulls at a time, and
-	// the largest batch it applies before one flush (most are node events
-	// it only acknowledges).
+	// the largest batch it applies before one flush (most are node events,
+	// which it acknowledges unread: engine.Ignores).
 	PlannerPrefetch = 128
 	// StateStorePrefetch is how many events the state-store takes in at a
 	// time: the largest batch it applies before one write per document.
@@ -128,7 +128,7 @@ func Consumers() map[string][]jetstream.ConsumerConfig {
 		events.StreamEvents: {
 			{
 				Durable:        events.ConsumerPlanner,
-				Description:    "planner: steps runs on node, formula and health events",
+				Description:    "planner: steps runs on formula and health events (node events acknowledged unread)",
 				FilterSubjects: []string{events.AllHostLifecycle, events.AllHealth},
 				AckPolicy:      jetstream.AckExplicitPolicy,
 				AckWait:        EventAckWait,

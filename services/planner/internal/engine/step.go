@@ -18,8 +18,8 @@ import (
 var ErrEarlyVerdict = errors.New("a health verdict came before its formula's gate was asked for")
 
 // Ignores says whether the planner does nothing with events of type t,
-// whatever they hold: every known type but formula and health events
-// (node events, progress, rollouts). Node outcomes are the executor's
+// whatever they hold: every known type but formula and health events (of
+// what its consumer takes, node and progress events). Node outcomes are the executor's
 // records (gantry_nodes), read where needed (rollback); runs are stepped
 // on formula outcomes and health verdicts. Its consumer passes them by
 // unread (consume.Options.Skip); a type this version does not know is
