@@ -44,16 +44,7 @@ func TestPauseHoldsTheNextNode(t *testing.T) {
 	if rec := h.record(dag.OpCreate, "s1"); rec.Status != dag.NodeSucceeded {
 		t.Fatalf("s1 did not finish while paused: %+v", rec)
 	}
-	h.runs.Set("w1", events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
-	h.x.Resumed("w1")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the formula did not go on after the resume")
-	}
+	resumeAndWait(t, h, done)
 	if got := h.host.scripts(); !slices.Equal(got, []string{"hold s1", "s2"}) {
 		t.Fatalf("ran %v", got)
 	}

@@ -25,19 +25,20 @@ func (s *racing) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	return s.MemStore.Get(ctx, key)
 }
 
-// A document another replica writes again (a new value of its own, the
-// one read purged) between this replica's page read and value read, time
-// after time, is read all the same: a value gone from a page that moved
-// on is not a bad document.
-func TestPagesGetWhileAnotherReplicaWritesAgain(t *testing.T) {
-	mem := project.NewMemStore()
-	raw := &racing{MemStore: mem}
+// writtenAgain stores a large document x (a value of its own) in pages on
+// mem, and returns raw, mem read through a racing store, and write, which
+// writes x again as another replica would (a new value, the one before
+// purged).
+func writtenAgain(t *testing.T) (mem *project.MemStore, raw *racing, x string, write func()) {
+	t.Helper()
+	mem = project.NewMemStore()
+	raw = &racing{MemStore: mem}
 	b := &project.Pages{Raw: mem}
 	ctx := context.Background()
-	x := project.NodeDocKey("w", "f", "n")
+	x = project.NodeDocKey("w", "f", "n")
 	putAll(t, b, []project.Write{summary("w", 1), {Key: x, Val: largeDoc}})
 	rev := uint64(1)
-	raw.other = func() {
+	write = func() {
 		ws := []project.Write{{Key: x, Val: largeDoc, Rev: rev}}
 		b.PutAll(ctx, ws)
 		if ws[0].Err != nil {
@@ -45,7 +46,17 @@ func TestPagesGetWhileAnotherReplicaWritesAgain(t *testing.T) {
 		}
 		rev = ws[0].NewRev
 	}
-	raw.n = 3
+	return mem, raw, x, write
+}
+
+// A document another replica writes again (a new value of its own, the
+// one read purged) between this replica's page read and value read, time
+// after time, is read all the same: a value gone from a page that moved
+// on is not a bad document.
+func TestPagesGetWhileAnotherReplicaWritesAgain(t *testing.T) {
+	mem, raw, x, write := writtenAgain(t)
+	ctx := context.Background()
+	raw.other, raw.n = write, 3
 	a := &project.Pages{Raw: raw}
 	v, r, err := a.Get(ctx, x)
 	if err != nil {
@@ -59,21 +70,8 @@ func TestPagesGetWhileAnotherReplicaWritesAgain(t *testing.T) {
 
 // The same, from a stale cached page.
 func TestPagesGetWithAStaleCacheWhileAnotherWrites(t *testing.T) {
-	mem := project.NewMemStore()
-	raw := &racing{MemStore: mem}
-	b := &project.Pages{Raw: mem}
+	_, raw, x, write := writtenAgain(t)
 	ctx := context.Background()
-	x := project.NodeDocKey("w", "f", "n")
-	putAll(t, b, []project.Write{summary("w", 1), {Key: x, Val: largeDoc}})
-	rev := uint64(1)
-	write := func() {
-		ws := []project.Write{{Key: x, Val: largeDoc, Rev: rev}}
-		b.PutAll(ctx, ws)
-		if ws[0].Err != nil {
-			t.Fatal(ws[0].Err)
-		}
-		rev = ws[0].NewRev
-	}
 	a := &project.Pages{Raw: raw}
 	if _, _, err := a.Get(ctx, x); err != nil { // cached
 		t.Fatal(err)
