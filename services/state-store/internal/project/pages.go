@@ -24,11 +24,9 @@ import (
 // that a flush writes one value per page it changed rather than one per
 // document: a chain of a thousand links, each changing a formula and a
 // node document, writes its 16 pages about once a second
-// (Projector.Hold) instead of two values per link. The per-host
-// documents (host.<host>.<composition>.<formula>.<node>) are paged the
-// same way, by host and composition (host-page.<host>.<composition>.<n>,
-// HostPages of them). Every other key (a workflow's summary, the
-// checkpoint) is a value of its own.
+// (Projector.Hold) instead of two values per link. Every other key (a
+// workflow's summary, the per-host documents, the checkpoint) is a value
+// of its own.
 //
 // The page holds, for each of its documents, the document's revision (a
 // count of its writes) and either the document itself or, for one larger
@@ -45,9 +43,7 @@ import (
 //
 // What a build before pages stored, a document a value at its own key,
 // is read there while its page has no entry for it; its next write goes
-// to the page. (A workflow's summary says whether it was written before
-// pages; a per-host document, which outlives the runs that wrote it, is
-// looked for there whenever its page has none.)
+// to the page.
 //
 // Pages caches the pages it reads and writes; Forget drops them.
 type Pages struct {
@@ -127,7 +123,6 @@ type family struct {
 	tokens int    // how many tokens after doc name the group
 	page   string // the pages' key prefix
 	own    string // the prefix of the values of their own
-	maxDoc int    // the largest document a page holds (encoded)
 }
 
 // The families: a workflow's formula and node documents
@@ -136,8 +131,8 @@ type family struct {
 // (host.<host>.<composition>.<formula>.<node>), grouped by host and
 // composition, HostPages pages.
 var (
-	workflowDocs = &family{doc: "wf.", tokens: 1, page: "wf-page.", own: "wf-doc.", maxDoc: MaxPagedDoc}
-	hostDocs     = &family{doc: "host.", tokens: 2, page: "host-page.", own: "host-doc.", maxDoc: MaxPagedHostDoc}
+	workflowDocs = &family{doc: "wf.", tokens: 1, page: "wf-page.", own: "wf-doc."}
+	hostDocs     = &family{doc: "host.", tokens: 2, page: "host-page.", own: "host-doc."}
 	families     = []*family{workflowDocs, hostDocs}
 )
 
@@ -146,13 +141,6 @@ var (
 // a node, as it did with a document a value; one of a chain of a
 // thousand links, its 16 pages about once a second.
 const HostPages = 16
-
-// MaxPagedHostDoc is the largest per-host document a page holds: one
-// with a full log (events.MaxHostLog transitions of about 200 bytes, two
-// or more a run) is about 10 KiB, and a composition run ten times on its
-// host has one over 4 KiB; kept in pages, sixteen pages hold about 800
-// such documents before their largest become values of their own.
-const MaxPagedHostDoc = 16 << 10
 
 // The workflow family's prefixes (a workflow's prune removes them).
 const (
@@ -407,9 +395,8 @@ type flush struct {
 // document finds every write before it in ws that is not a document of a
 // page, and every write of the pages, stored (the workflow's summary,
 // written last when a workflow ends, after its formulas and nodes); a
-// document read from a page may be ahead of a document of another page
-// written between two of the page's (a per-host document and its node's
-// document in the workflow).
+// document read from a page may be ahead of a value of its own written
+// between two of the page's (a per-host document).
 func (s *Pages) PutAll(ctx context.Context, ws []Write) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -475,15 +462,14 @@ func (s *Pages) pending(ctx context.Context, f *flush, g group, rest string, i i
 	return p, nil
 }
 
-// fit makes each document of a page larger than its family's largest
-// (MaxPagedDoc, MaxPagedHostDoc) a value of
+// fit makes each document of a page larger than MaxPagedDoc a value of
 // its own, then, while the page is larger than maxPageBytes, its largest
 // documents too. (A page of entries that all name values of their own
 // holds about 17,000 of them under 1 MiB: far more than DocsPerPage.)
 func fit(p *pending) {
 	size := 0
 	for rest, e := range p.pg.docs {
-		if len(e.V) > p.g.fam.maxDoc {
+		if len(e.V) > MaxPagedDoc {
 			p.moveOut(rest, e)
 		}
 		size += entrySize(rest, p.pg.docs[rest])

@@ -2,15 +2,12 @@ package project_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
 )
@@ -121,40 +118,5 @@ func TestPagesReadPerHostDocumentsWrittenBefore(t *testing.T) {
 	}
 	if _, left := raw.Vals[old]; left {
 		t.Errorf("the copy a build before pages left is still there")
-	}
-}
-
-// A per-host document with a full log (about 10 KiB: a composition run
-// some ten times on its host) stays in its page; one larger than
-// MaxPagedHostDoc becomes a value of its own, which its page names; both
-// read back.
-func TestPagesKeepAPerHostDocumentWithAFullLog(t *testing.T) {
-	raw := project.NewMemStore()
-	s := &project.Pages{Raw: raw}
-	ctx := context.Background()
-	now := time.Date(2026, 11, 27, 13, 14, 8, 526986426, time.UTC)
-	hn := events.HostNode{Host: "web-1", Workflow: "site", Formula: "base", Node: "nginx", Status: dag.NodeSucceeded, Operation: dag.OpCreate,
-		SpecHash: strings.Repeat("0", 64), WorkflowID: "01a21d24-4f09-775f-8796-a8e8e901268c", StartedAt: &now, EndedAt: &now}
-	for range events.MaxHostLog {
-		hn.Log = append(hn.Log, events.HostLogEntry{Time: now, Event: "gantry.node.succeeded", WorkflowID: hn.WorkflowID, Operation: dag.OpCreate, Status: dag.NodeSucceeded, Attempt: 1, Generation: 1})
-	}
-	full, _ := json.Marshal(hn)
-	if len(full) <= project.MaxPagedDoc || len(full) > project.MaxPagedHostDoc {
-		t.Fatalf("a per-host document with a full log is %d bytes: the test wants one between %d and %d", len(full), project.MaxPagedDoc, project.MaxPagedHostDoc)
-	}
-	large := []byte(`"` + strings.Repeat("x", project.MaxPagedHostDoc) + `"`)
-	fullKey, largeKey := events.HostNodeKey("web-1", "site", "base", "nginx"), events.HostNodeKey("web-1", "site", "base", "big")
-	putAll(t, s, []project.Write{{Key: fullKey, Val: full}, {Key: largeKey, Val: large}})
-	own := pageKeys(raw, "host-doc.web-1.site.")
-	if len(own) != 1 {
-		t.Errorf("values of their own %v, want one: the document larger than MaxPagedHostDoc", own)
-	}
-	if pages := pageKeys(raw, "host-page.web-1.site."); len(pages) == 0 || len(pages)+len(own) != len(raw.Vals) {
-		t.Errorf("values written %v, want pages and the one value of its own", slices.Sorted(maps.Keys(raw.Vals)))
-	}
-	for key, want := range map[string][]byte{fullKey: full, largeKey: large} {
-		if v, rev, err := (&project.Pages{Raw: raw}).Get(ctx, key); string(v) != string(want) || rev != 1 || err != nil {
-			t.Errorf("%s: %d bytes at %d, %v; want %d bytes at 1", key, len(v), rev, err, len(want))
-		}
 	}
 }
