@@ -65,8 +65,8 @@ func TestDriftAndRebuild(t *testing.T) {
 		t.Fatalf("check: %d keys, differing %v", keys, diff)
 	}
 	kv, _ := s.js.KeyValue(context.Background(), events.BucketState)
-	rewriteHostDoc(t, kv, "me", "drifty", "base", "a", []byte(`{"status":"failed"}`))
-	kv.Put(context.Background(), "host.me.bogus.node", []byte(`{}`)) // as a build before pages kept them
+	kv.Put(context.Background(), events.HostNodeKey("me", "drifty", "base", "a"), []byte(`{"status":"failed"}`))
+	kv.Put(context.Background(), "host.me.bogus.node", []byte(`{}`))
 	if _, diff, _ = s.rebuild(true); len(diff) != 2 {
 		t.Fatalf("after damage, differing %v", diff)
 	}

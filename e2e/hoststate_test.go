@@ -10,7 +10,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // hostDocs reads the per-host projection of a host (state.host) as JSON
@@ -139,51 +138,5 @@ func TestCompositionsSharingFormulaIDs(t *testing.T) {
 	}
 	if got := lines(t, dir+"/markers"); len(got) != before {
 		t.Errorf("one again ran %v", strings.Join(got[before:], ", "))
-	}
-}
-
-// hostPage is the page of gantry_state that holds the per-host document
-// of a composition's formula/node on host (the state-store keeps them many
-// to a value, host-page.<host>.<composition>.<n>, each entry {"r":
-// revision, "v": document}), read as an attacker with the state-store's
-// credential, or a damaged disk, would change it: its key, KV revision
-// and entries.
-func hostPage(t *testing.T, kv jetstream.KeyValue, host, composition, formula, node string) (string, uint64, map[string]map[string]json.RawMessage) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	keys, err := kv.ListKeysFiltered(ctx, "host-page."+dag.HostToken(host)+"."+composition+".*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range keys.Keys() {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var docs map[string]map[string]json.RawMessage
-		if err := json.Unmarshal(e.Value(), &docs); err != nil {
-			t.Fatalf("page %s: %v", k, err)
-		}
-		if docs[formula+"."+node] != nil {
-			return k, e.Revision(), docs
-		}
-	}
-	t.Fatalf("no page holds the per-host document of %s %s/%s on %s", composition, formula, node, host)
-	return "", 0, nil
-}
-
-// rewriteHostDoc writes doc as the per-host document of a composition's
-// formula/node on host, in its page, over the revision read.
-func rewriteHostDoc(t *testing.T, kv jetstream.KeyValue, host, composition, formula, node string, doc []byte) {
-	t.Helper()
-	key, rev, docs := hostPage(t, kv, host, composition, formula, node)
-	docs[formula+"."+node]["v"] = doc
-	b, err := json.Marshal(docs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Update(context.Background(), key, b, rev); err != nil {
-		t.Fatalf("rewrite %s: %v", key, err)
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -422,16 +420,22 @@ func (s *server) list(req micro.Request) {
 // of host only, unless host is "" (keys carry a host token, which two
 // names may share).
 func (s *server) hostNodes(c context.Context, filter, host string) ([]events.HostNode, error) {
-	// Values, not Keys then Get: one read of the pages as stored, not a
-	// replica's cache of them.
-	vals, err := s.docs.Values(c, filter)
+	keys, err := s.docs.Keys(c, filter)
 	if err != nil {
 		return nil, err
 	}
+	sort.Strings(keys)
 	nodes := []events.HostNode{}
-	for _, k := range slices.Sorted(maps.Keys(vals)) {
+	for _, k := range keys {
+		b, _, err := s.docs.Get(c, k)
+		if err != nil && c.Err() != nil {
+			return nil, err // not a partial answer
+		}
+		if err != nil || b == nil {
+			continue // gone since listed
+		}
 		var hn events.HostNode
-		if json.Unmarshal(vals[k], &hn) == nil && (host == "" || hn.Host == host) {
+		if json.Unmarshal(b, &hn) == nil && (host == "" || hn.Host == host) {
 			nodes = append(nodes, hn)
 		}
 	}

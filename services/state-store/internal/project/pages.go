@@ -114,78 +114,27 @@ type pageEntry struct {
 	K string          `json:"k,omitempty"`
 }
 
-// family is a kind of document Pages keeps in pages: a group of them
-// (a workflow's formulas and nodes; a composition's nodes on one host)
-// shares its pages, page<group>.<n>, and its values of their own,
-// own<group>.<nonce>.
-type family struct {
-	doc    string // the documents' key prefix
-	tokens int    // how many tokens after doc name the group
-	page   string // the pages' key prefix
-	own    string // the prefix of the values of their own
-}
-
-// The families: a workflow's formula and node documents
-// (wf.<id>.<formula>[.<node>]), grouped by workflow, as many pages as its
-// summary says; the per-host documents
-// (host.<host>.<composition>.<formula>.<node>), grouped by host and
-// composition, HostPages pages.
-var (
-	workflowDocs = &family{doc: "wf.", tokens: 1, page: "wf-page.", own: "wf-doc."}
-	hostDocs     = &family{doc: "host.", tokens: 2, page: "host-page.", own: "host-doc."}
-	families     = []*family{workflowDocs, hostDocs}
-)
-
-// HostPages is how many pages hold the per-host documents of one
-// composition on one host: a host of a few nodes writes about one value
-// a node, as it did with a document a value; one of a chain of a
-// thousand links, its 16 pages about once a second.
-const HostPages = 16
-
-// The workflow family's prefixes (a workflow's prune removes them).
+// The key prefixes of Pages' values: a workflow's pages are
+// pagePrefix<id>.<n>, its documents too large for a page
+// ownPrefix<id>.<nonce>.
 const (
 	pagePrefix = "wf-page."
 	ownPrefix  = "wf-doc."
 )
 
-// group is the documents of one family that share pages: id is the key's
-// tokens that name it (a workflow id; a host token and a composition).
-type group struct {
-	fam *family
-	id  string
-}
+func pageKey(id string, n int) string { return pagePrefix + id + "." + strconv.Itoa(n) }
 
-func (g group) pageKey(n int) string { return g.fam.page + g.id + "." + strconv.Itoa(n) }
+func ownKey(id, nonce string) string { return ownPrefix + id + "." + nonce }
 
-func (g group) ownKey(nonce string) string { return g.fam.own + g.id + "." + nonce }
-
-func (g group) docKey(rest string) string { return g.fam.doc + g.id + "." + rest }
-
-// pagedKey splits a paged document's key into its group and the rest
-// (formula[.node]); ok is false for any other key.
-func pagedKey(key string) (g group, rest string, ok bool) {
-	for _, f := range families {
-		r, ok := strings.CutPrefix(key, f.doc)
-		if !ok {
-			continue
-		}
-		t := strings.SplitN(r, ".", f.tokens+1)
-		if len(t) <= f.tokens || slices.Contains(t, "") {
-			return group{}, "", false
-		}
-		return group{f, strings.Join(t[:f.tokens], ".")}, t[f.tokens], true
+// pagedKey splits a formula or node document's key into its workflow id
+// and the rest (formula[.node]); ok is false for any other key.
+func pagedKey(key string) (id, rest string, ok bool) {
+	r, ok := strings.CutPrefix(key, "wf.")
+	if !ok {
+		return "", "", false
 	}
-	return group{}, "", false
-}
-
-// isPageOrOwn says whether a key is a page or a value of its own.
-func isPageOrOwn(k string) bool {
-	for _, f := range families {
-		if strings.HasPrefix(k, f.page) || strings.HasPrefix(k, f.own) {
-			return true
-		}
-	}
-	return false
+	id, rest, ok = strings.Cut(r, ".")
+	return id, rest, ok && id != "" && rest != ""
 }
 
 // pageOf is the page of a document (by the rest of its key) among pages:
@@ -214,14 +163,10 @@ func (s *Pages) Forget() {
 	s.cache = nil
 }
 
-// pagesOf is a group's page count: HostPages for the per-host documents;
-// a workflow's, as its summary says (DefaultPages when it has none; not
-// remembered while the summary is absent, as it may still come).
-func (s *Pages) pagesOf(ctx context.Context, g group) (int, error) {
-	if g.fam == hostDocs {
-		return HostPages, nil
-	}
-	id := g.id
+// pagesOf is a workflow's page count, as its summary says (DefaultPages
+// when it has none; not remembered while the summary is absent, as it
+// may still come).
+func (s *Pages) pagesOf(ctx context.Context, id string) (int, error) {
 	if n, ok := s.known[id]; ok {
 		return n, nil
 	}
@@ -260,16 +205,12 @@ func (s *Pages) learn(id string, summary []byte) {
 	s.known[id] = n
 }
 
-// maybeBefore says whether a group may have documents a build before
-// pages stored at their own keys: a workflow whose summary has no page
-// count, or is not read yet; a composition on a host, always (its
-// documents outlive the runs that wrote them).
-func (s *Pages) maybeBefore(g group) bool {
-	if g.fam == hostDocs {
-		return true
-	}
-	_, known := s.known[g.id]
-	return !known || s.before[g.id]
+// maybeBefore says whether a workflow may have documents a build before
+// pages stored at their own keys: its summary has no page count, or is
+// not read yet.
+func (s *Pages) maybeBefore(id string) bool {
+	_, known := s.known[id]
+	return !known || s.before[id]
 }
 
 // load returns a page, from the cache or the store; a page that does not
@@ -308,23 +249,23 @@ func (s *Pages) read(ctx context.Context, key string) (*page, error) {
 	return pg, nil
 }
 
-// locate is the page key of a paged document.
-func (s *Pages) locate(ctx context.Context, g group, rest string) (string, error) {
-	n, err := s.pagesOf(ctx, g)
+// locate is the page key of a formula or node document.
+func (s *Pages) locate(ctx context.Context, id, rest string) (string, error) {
+	n, err := s.pagesOf(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	return g.pageKey(pageOf(rest, n)), nil
+	return pageKey(id, pageOf(rest, n)), nil
 }
 
 func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	g, rest, ok := pagedKey(key)
+	id, rest, ok := pagedKey(key)
 	if !ok {
 		return s.Raw.Get(ctx, key)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pk, err := s.locate(ctx, g, rest)
+	pk, err := s.locate(ctx, id, rest)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -336,7 +277,7 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 		}
 		e, ok := pg.docs[rest]
 		switch {
-		case !ok && !s.maybeBefore(g):
+		case !ok && !s.maybeBefore(id):
 			return nil, 0, nil
 		case !ok:
 			// Not in its page: absent, or as a build before pages
@@ -346,7 +287,7 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 		case e.K == "":
 			return e.V, e.R, nil
 		}
-		b, _, err := s.Raw.Get(ctx, g.ownKey(e.K))
+		b, _, err := s.Raw.Get(ctx, ownKey(id, e.K))
 		if err != nil || b != nil {
 			return b, e.R, err
 		}
@@ -357,7 +298,7 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 		delete(s.cache, pk)
 		switch {
 		case named == pg.rev:
-			return nil, 0, fmt.Errorf("%s: %w: its page %s names %s, which is gone", key, errBadDocument, pk, g.ownKey(e.K))
+			return nil, 0, fmt.Errorf("%s: %w: its page %s names %s, which is gone", key, errBadDocument, pk, ownKey(id, e.K))
 		case try == 9:
 			return nil, 0, fmt.Errorf("%s: its page %s changed under each of 10 reads", key, pk)
 		}
@@ -371,7 +312,7 @@ func (s *Pages) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 // those it no longer names (removed once it is written).
 type pending struct {
 	key    string
-	g      group
+	id     string
 	pg     *page
 	first  int
 	writes []int
@@ -420,12 +361,12 @@ func (s *Pages) PutAll(ctx context.Context, ws []Write) {
 // place puts ws[i] into its page, or with the values of their own keys.
 func (s *Pages) place(ctx context.Context, f *flush, i int) {
 	w := &f.ws[i]
-	g, rest, ok := pagedKey(w.Key)
+	id, rest, ok := pagedKey(w.Key)
 	if !ok {
 		f.raw, f.rawOf = append(f.raw, *w), append(f.rawOf, i)
 		return
 	}
-	p, err := s.pending(ctx, f, g, rest, i)
+	p, err := s.pending(ctx, f, id, rest, i)
 	if err != nil {
 		w.Err = err
 		return
@@ -436,7 +377,7 @@ func (s *Pages) place(ctx context.Context, f *flush, i int) {
 		return
 	}
 	if inline && e.K != "" {
-		p.gone = append(p.gone, g.ownKey(e.K))
+		p.gone = append(p.gone, ownKey(id, e.K))
 	}
 	p.pg.docs[rest] = pageEntry{R: e.R + 1, V: w.Val}
 	w.NewRev = e.R + 1
@@ -445,8 +386,8 @@ func (s *Pages) place(ctx context.Context, f *flush, i int) {
 
 // pending is the flush's copy of the page of a document, read (or taken
 // from the cache) the first time the flush writes to it.
-func (s *Pages) pending(ctx context.Context, f *flush, g group, rest string, i int) (*pending, error) {
-	pk, err := s.locate(ctx, g, rest)
+func (s *Pages) pending(ctx context.Context, f *flush, id, rest string, i int) (*pending, error) {
+	pk, err := s.locate(ctx, id, rest)
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +398,7 @@ func (s *Pages) pending(ctx context.Context, f *flush, g group, rest string, i i
 	if err != nil {
 		return nil, err
 	}
-	p := &pending{key: pk, g: g, pg: pg, first: i}
+	p := &pending{key: pk, id: id, pg: pg, first: i}
 	f.pages[pk] = p
 	return p, nil
 }
@@ -500,7 +441,7 @@ func entrySize(rest string, e pageEntry) int {
 // name, at the same revision.
 func (p *pending) moveOut(rest string, e pageEntry) {
 	k := nonce()
-	p.own = append(p.own, Write{Key: p.g.ownKey(k), Val: e.V})
+	p.own = append(p.own, Write{Key: ownKey(p.id, k), Val: e.V})
 	p.pg.docs[rest] = pageEntry{R: e.R, K: k}
 }
 
@@ -633,46 +574,23 @@ func (s *Pages) RemoveWorkflow(ctx context.Context, id string) error {
 	return s.Raw.RemoveWorkflow(ctx, id)
 }
 
-// selection is the pages of one family that may hold documents a filter
-// matches, and their values of their own: two filters.
-type selection struct {
-	fam        *family
-	pages, own string
-}
-
-// selections are the pages that may hold documents filter matches, by
-// family (none: no paged document matches it).
-func selections(filter string) []selection {
+// pageFilter is the filter of the pages that may hold documents filter
+// matches, and the workflow token of it ("" when none can).
+func pageFilter(filter string) (string, string) {
 	t := strings.Split(filter, ".")
-	var out []selection
-	for _, f := range families {
-		if sel, ok := f.selection(t); ok {
-			out = append(out, sel)
-		}
-	}
-	return out
-}
-
-// selection is the family's pages that may hold a document whose key
-// matches the filter of tokens t.
-func (f *family) selection(t []string) (selection, bool) {
 	if t[0] == ">" {
-		return selection{f, f.page + ">", f.own + ">"}, true
+		return pagePrefix + ">", "*"
 	}
-	if t[0] != strings.TrimSuffix(f.doc, ".") && t[0] != "*" {
-		return selection{}, false
+	if (t[0] != "wf" && t[0] != "*") || len(t) < 2 {
+		return "", ""
 	}
-	for i := 1; i <= f.tokens && i < len(t); i++ {
-		if t[i] == ">" {
-			g := strings.Join(t[1:i+1], ".")
-			return selection{f, f.page + g, f.own + g}, true
-		}
+	if t[1] == ">" {
+		return pagePrefix + ">", "*"
 	}
-	if len(t) < f.tokens+2 {
-		return selection{}, false // a key shorter than any document's
+	if len(t) < 3 {
+		return "", ""
 	}
-	g := strings.Join(t[1:f.tokens+1], ".")
-	return selection{f, f.page + g + ".*", f.own + g + ".*"}, true
+	return pagePrefix + t[1] + ".*", t[1]
 }
 
 // Values reads every document whose key matches filter: the pages that
@@ -680,11 +598,11 @@ func (f *family) selection(t []string) (selection, bool) {
 // their own keys (a page's entry, written later, over a copy a build
 // before pages left).
 func (s *Pages) Values(ctx context.Context, filter string) (map[string][]byte, error) {
-	sels := selections(filter)
-	pages := make([]map[string][]byte, len(sels))
-	for i, sel := range sels {
+	pf, wid := pageFilter(filter)
+	var pages map[string][]byte
+	if pf != "" {
 		var err error
-		if pages[i], err = s.Raw.Values(ctx, sel.pages); err != nil {
+		if pages, err = s.Raw.Values(ctx, pf); err != nil {
 			return nil, err
 		}
 	}
@@ -693,39 +611,35 @@ func (s *Pages) Values(ctx context.Context, filter string) (map[string][]byte, e
 		return nil, err
 	}
 	for k := range out {
-		if isPageOrOwn(k) {
+		if strings.HasPrefix(k, pagePrefix) || strings.HasPrefix(k, ownPrefix) {
 			delete(out, k)
 		}
 	}
-	for i, sel := range sels {
-		own, err := s.Raw.Values(ctx, sel.own)
-		if err != nil {
+	if pf == "" {
+		return out, nil
+	}
+	own, err := s.Raw.Values(ctx, ownPrefix+wid+".*")
+	if err != nil {
+		return nil, err
+	}
+	for pk, b := range pages {
+		if err := s.expand(ctx, filter, pk, b, own, out); err != nil {
 			return nil, err
-		}
-		for pk, b := range pages[i] {
-			if err := s.expand(ctx, filter, sel.fam, pk, b, own, out); err != nil {
-				return nil, err
-			}
 		}
 	}
 	return out, nil
 }
 
-// expand adds to out the documents of page pk (its value b, of family
-// fam) that filter matches; own are the values of their own read after
-// the pages.
-func (s *Pages) expand(ctx context.Context, filter string, fam *family, pk string, b []byte, own, out map[string][]byte) error {
-	id := strings.TrimPrefix(pk, fam.page)
-	if i := strings.LastIndexByte(id, '.'); i >= 0 {
-		id = id[:i]
-	}
-	g := group{fam, id}
+// expand adds to out the documents of page pk (its value b) that filter
+// matches; own are the values of their own read after the pages.
+func (s *Pages) expand(ctx context.Context, filter, pk string, b []byte, own, out map[string][]byte) error {
+	id, _, _ := strings.Cut(strings.TrimPrefix(pk, pagePrefix), ".")
 	var docs map[string]pageEntry
 	if json.Unmarshal(b, &docs) != nil {
 		return nil // read as nothing, as Get reads its documents as bad
 	}
 	for rest, e := range docs {
-		k := g.docKey(rest)
+		k := "wf." + id + "." + rest
 		if !eventbus.KeyMatches(filter, k) {
 			continue
 		}
@@ -733,7 +647,7 @@ func (s *Pages) expand(ctx context.Context, filter string, fam *family, pk strin
 			out[k] = e.V
 			continue
 		}
-		if v, ok := own[g.ownKey(e.K)]; ok {
+		if v, ok := own[ownKey(id, e.K)]; ok {
 			out[k] = v
 			continue
 		}
@@ -757,9 +671,11 @@ func (s *Pages) expand(ctx context.Context, filter string, fam *family, pk strin
 
 // Keys lists the keys of the documents matching filter.
 func (s *Pages) Keys(ctx context.Context, filter string) ([]string, error) {
-	if len(selections(filter)) == 0 {
+	if pf, _ := pageFilter(filter); pf == "" {
 		keys, err := s.Raw.Keys(ctx, filter)
-		return slices.DeleteFunc(keys, isPageOrOwn), err
+		return slices.DeleteFunc(keys, func(k string) bool {
+			return strings.HasPrefix(k, pagePrefix) || strings.HasPrefix(k, ownPrefix)
+		}), err
 	}
 	vals, err := s.Values(ctx, filter)
 	if err != nil {
@@ -772,7 +688,7 @@ func (s *Pages) Keys(ctx context.Context, filter string) ([]string, error) {
 // rebuild's. A summary keeps the page count it has (or its lack of
 // one): its documents are where that put them.
 func (s *Pages) Rewrite(ctx context.Context, key string, val []byte) error {
-	g, rest, ok := pagedKey(key)
+	id, rest, ok := pagedKey(key)
 	if !ok {
 		if id, isSummary := strings.CutPrefix(key, "wf."); isSummary && val != nil && !strings.Contains(id, ".") {
 			var err error
@@ -784,12 +700,12 @@ func (s *Pages) Rewrite(ctx context.Context, key string, val []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pk, err := s.locate(ctx, g, rest)
+	pk, err := s.locate(ctx, id, rest)
 	if err != nil {
 		return err
 	}
 	for try := 0; ; try++ {
-		err := s.rewrite(ctx, g, rest, pk, val)
+		err := s.rewrite(ctx, id, rest, pk, val)
 		if err == nil || try == 4 {
 			if err == nil && val == nil {
 				_ = s.Raw.Rewrite(ctx, key, nil) // and what a build before pages left
@@ -801,16 +717,16 @@ func (s *Pages) Rewrite(ctx context.Context, key string, val []byte) error {
 
 // rewrite writes one document into its page, read afresh (one that does
 // not decode is written anew: a rebuild writes its other documents too).
-func (s *Pages) rewrite(ctx context.Context, g group, rest, pk string, val []byte) error {
+func (s *Pages) rewrite(ctx context.Context, id, rest, pk string, val []byte) error {
 	delete(s.cache, pk)
 	pg, err := s.read(ctx, pk)
 	if err != nil && !errors.Is(err, errBadDocument) {
 		return err
 	}
-	p := &pending{key: pk, g: g, pg: pg, writes: []int{0}}
+	p := &pending{key: pk, id: id, pg: pg, writes: []int{0}}
 	e := pg.docs[rest]
 	if e.K != "" {
-		p.gone = append(p.gone, g.ownKey(e.K))
+		p.gone = append(p.gone, ownKey(id, e.K))
 	}
 	if val == nil {
 		delete(pg.docs, rest)
