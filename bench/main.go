@@ -95,7 +95,7 @@ type Ratio struct {
 }
 
 func main() {
-	only := flag.String("scenario", os.Getenv("BENCH"), "run these scenarios only, comma-separated (chain-1000, fanout-1000, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
+	only := flag.String("scenario", os.Getenv("BENCH"), "run these scenarios only, comma-separated (chain-1000, fanout-1000, fanout-1000x5, wide-1000, ssh-500, executors-N, fleet-1000, plan-100k, dev)")
 	runs := flag.Int("runs", 5, "runs per scenario")
 	sshRuns := flag.Int("ssh-runs", 3, "runs of ssh-500 and each peer")
 	ansibleRuns := flag.Int("ansible-runs", 1, "runs of the Ansible peer (slow)")
@@ -131,6 +131,7 @@ func main() {
 	}{
 		{"chain-1000", chain1000, "<= 1.5 ms per link, < 1.5 s"},
 		{"fanout-1000", fanout1000, ">= 2000 nodes/s"},
+		{"fanout-1000x5", fanout1000x5, "measured: a workflow kept a document a value"},
 		{"wide-1000", wide1000, ">= 2000 nodes/s"},
 	}
 	for _, sc := range local {
@@ -562,7 +563,7 @@ func devBench(binDir string) (map[string]float64, error) {
 func printTable(r *results) {
 	fmt.Printf("\nmachine: %s\n", r.Machine)
 	fmt.Printf("%-12s %10s %17s %10s %10s %10s %10s  %s\n", "scenario", "wall (med)", "spread", "nodes/s", "ms/node", "p50 r->r", "p99 r->r", "target")
-	for _, name := range []string{"plan-100k", "chain-1000", "fanout-1000", "wide-1000", "ssh-500", "executors-1", "executors-2", "executors-4", "fleet-1000"} {
+	for _, name := range []string{"plan-100k", "chain-1000", "fanout-1000", "fanout-1000x5", "wide-1000", "ssh-500", "executors-1", "executors-2", "executors-4", "fleet-1000"} {
 		s, ok := r.Scenarios[name]
 		if !ok {
 			continue

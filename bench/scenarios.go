@@ -23,6 +23,21 @@ func fanout1000() *dag.Composition {
 	return c
 }
 
+// fanout1000x5 is fanout-1000 with 5 nodes a formula: 6,000 formula and
+// node documents, a workflow the state-store keeps a document a value
+// (more than project.MaxPagedDocuments), as a fleet's.
+func fanout1000x5() *dag.Composition {
+	c := &dag.Composition{Name: "fanout5", Hosts: local()}
+	for i := 0; i < 1000; i++ {
+		f := dag.Formula{ID: fmt.Sprintf("f%d", i), Server: "local"}
+		for n := 0; n < 5; n++ {
+			f.Nodes = append(f.Nodes, dag.Node{Name: fmt.Sprintf("n%d", n), Run: "true"})
+		}
+		c.Formulas = append(c.Formulas, f)
+	}
+	return c
+}
+
 func wide1000() *dag.Composition {
 	f := dag.Formula{ID: "wide", Server: "local", MaxParallel: 32}
 	for i := 0; i < 1000; i++ {
