@@ -47,6 +47,9 @@ type Scenario struct {
 	CPUMSPerNodeTotal  float64            `json:"cpu_ms_per_node_total,omitempty"`
 	StoredPerNode      map[string]float64 `json:"stored_per_node,omitempty"`
 	StoredPerNodeTotal float64            `json:"stored_per_node_total,omitempty"`
+	// BusKBPerNode is what nats-server received from its clients (/varz
+	// in_bytes: publishes, KV writes, requests) per node, over all runs.
+	BusKBPerNode float64 `json:"bus_kb_per_node,omitempty"`
 	// With -profile: each process's CPU profile over the runs, and its
 	// CPU ms per node by step (profile.go).
 	Profiles         map[string]string             `json:"profiles,omitempty"`

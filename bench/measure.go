@@ -17,28 +17,38 @@ import (
 type snapshot struct {
 	cpu     map[string]float64 // CPU seconds, by process
 	streams streamStates
+	inBytes uint64 // bytes nats-server received from its clients
 }
 
-// snapshot reads the stack's CPU and stream counts now.
+// snapshot reads the stack's CPU, stream counts and bytes in now.
 func (s *stack) snapshot(ctx context.Context) (snapshot, error) {
 	st, err := readStreams(ctx, s.monitor)
-	return snapshot{cpu: s.cpuByProcess(), streams: st}, err
+	if err != nil {
+		return snapshot{}, err
+	}
+	in, err := readInBytes(ctx, s.monitor)
+	return snapshot{cpu: s.cpuByProcess(), streams: st, inBytes: in}, err
 }
 
 // settled waits for the streams to stop growing (settle), then reads
-// the CPU: a run's end as far as its cost goes.
+// the CPU and bytes in: a run's end as far as its cost goes.
 func (s *stack) settled(ctx context.Context) (snapshot, error) {
 	st, err := settle(ctx, s.monitor)
-	return snapshot{cpu: s.cpuByProcess(), streams: st}, err
+	if err != nil {
+		return snapshot{}, err
+	}
+	in, err := readInBytes(ctx, s.monitor)
+	return snapshot{cpu: s.cpuByProcess(), streams: st, inBytes: in}, err
 }
 
 // usage is what the stack spent over the runs measured: each run from
 // just before its submission to its end, once the streams settled, so
 // neither the stack's start nor what the bench does between runs counts.
 type usage struct {
-	runs   int
-	cpu    map[string]float64 // CPU seconds, by process
-	stored map[string]uint64  // messages stored, by stream
+	runs    int
+	cpu     map[string]float64 // CPU seconds, by process
+	stored  map[string]uint64  // messages stored, by stream
+	inBytes uint64             // bytes nats-server received
 }
 
 func newUsage() *usage {
@@ -54,6 +64,7 @@ func (u *usage) add(before, after snapshot) {
 	for st, n := range storedBetween(before.streams, after.streams) {
 		u.stored[st] += n
 	}
+	u.inBytes += after.inBytes - before.inBytes
 }
 
 // perNode divides the usage by the nodes of all runs: CPU ms per node by
@@ -78,6 +89,9 @@ func (u *usage) record(s *Scenario) {
 	s.CPUSeconds = maps.Clone(u.cpu)
 	s.CPUMSPerNode, s.StoredPerNode = u.perNode(s.Nodes)
 	s.CPUMSPerNodeTotal, s.StoredPerNodeTotal = sum(s.CPUMSPerNode), sum(s.StoredPerNode)
+	if n := s.Nodes * u.runs; n > 0 {
+		s.BusKBPerNode = float64(u.inBytes) / 1024 / float64(n)
+	}
 }
 
 func sum(m map[string]float64) float64 {
@@ -182,6 +196,9 @@ func printPerNode(s *Scenario) {
 	}
 	if len(s.StoredPerNode) > 0 {
 		fmt.Printf("  stored msgs per node %s\n", fmtPerNode(s.StoredPerNode, storeLabel, 2))
+	}
+	if s.BusKBPerNode > 0 {
+		fmt.Printf("  bus KB per node %.2f (what nats-server received from its clients)\n", s.BusKBPerNode)
 	}
 	for _, proc := range slices.Sorted(maps.Keys(s.ProfileMSPerNode)) {
 		fmt.Printf("  profile %s, CPU ms per node %s\n", proc, fmtPerNode(s.ProfileMSPerNode[proc], same, 3))

@@ -28,23 +28,48 @@ type streamStates map[string]streamState
 // monitoring endpoint (/jsz): the bench starts nats-server with one on
 // loopback, so reading the counts needs no permission on the bus.
 func readStreams(ctx context.Context, monitorURL string) (streamStates, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, monitorURL+"/jsz?accounts=true&streams=true", nil)
+	body, err := monitorGet(ctx, monitorURL+"/jsz?accounts=true&streams=true")
+	if err != nil {
+		return nil, fmt.Errorf("stream counts: %w", err)
+	}
+	return parseJsz(body)
+}
+
+// readInBytes reads how many bytes nats-server has received from its
+// clients (/varz in_bytes): every publish, KV write and request on the bus.
+func readInBytes(ctx context.Context, monitorURL string) (uint64, error) {
+	body, err := monitorGet(ctx, monitorURL+"/varz")
+	if err != nil {
+		return 0, fmt.Errorf("bytes in: %w", err)
+	}
+	var v struct {
+		InBytes *uint64 `json:"in_bytes"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil || v.InBytes == nil {
+		return 0, fmt.Errorf("bytes in: /varz has no in_bytes (%v)", err)
+	}
+	return *v.InBytes, nil
+}
+
+// monitorGet reads one of nats-server's monitoring endpoints.
+func monitorGet(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("stream counts: %w", err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("stream counts: %w", err)
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("stream counts: %s: %s", resp.Status, body)
+		return nil, fmt.Errorf("%s: %s", resp.Status, body)
 	}
-	return parseJsz(body)
+	return body, nil
 }
 
 // parseJsz takes the streams' states out of a /jsz?accounts=true&streams=true

@@ -104,7 +104,17 @@ func TestStreamCountsFromTheMonitor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub("ev.a", 5)
+	inBefore, err := readInBytes(ctx, monitor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "ev.big", make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := readInBytes(ctx, monitor); err != nil || in-inBefore < 64<<10 || in-inBefore > 66<<10 {
+		t.Errorf("bytes in grew by %d over a publish of 64 KiB (%v)", in-inBefore, err)
+	}
+	pub("ev.a", 4)
 	if err := ev.DeleteMsg(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
