@@ -52,7 +52,8 @@ type WorkflowDoc struct {
 	Formulas     map[string]*FormulaDoc `json:"formulas,omitempty"`
 	FormulaCount int                    `json:"formula_count"`
 	// Pages is how many values of gantry_state hold its formula and
-	// node documents (the state-store's layout; not in replies).
+	// node documents, or -1 when each is a value of its own (a large
+	// workflow); the state-store's layout, not in replies.
 	Pages     int    `json:"pages,omitempty"`
 	NodeCount int    `json:"node_count"`
 	LastSeq   uint64 `json:"last_seq"` // stream sequence of the last event applied

@@ -99,7 +99,8 @@ const (
 // pages (1,357 MiB against 47 MiB, and 25 times the state-store's CPU;
 // BenchmarkPagesWritesAFleet) to store 1.08 values a node instead of
 // 2.4. Up to 4,096 documents (32 pages), a flush rewrites at most about
-// 1.6 MiB.
+// 1.6 MiB of 400-byte documents (up to 16 MiB of documents near
+// MaxPagedDoc).
 const MaxPagedDocuments = 4096
 
 // Unpaged is the page count of a workflow whose formula and node
@@ -367,8 +368,12 @@ type flush struct {
 func (s *Pages) PutAll(ctx context.Context, ws []Write) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range ws {
+	learned := map[int]string{} // summaries first learned from this flush, by index in ws
+	for i, w := range ws {
 		if id, ok := strings.CutPrefix(w.Key, "wf."); ok && !strings.Contains(id, ".") {
+			if _, known := s.known[id]; !known {
+				learned[i] = id
+			}
 			s.learn(id, w.Val) // a summary first written in this flush: its pages
 		}
 	}
@@ -382,6 +387,14 @@ func (s *Pages) PutAll(ctx context.Context, ws []Write) {
 		}
 	}
 	s.write(ctx, f)
+	for i, id := range learned {
+		if ws[i].Err != nil {
+			// Not stored (another replica's summary came first, maybe of
+			// a build that counts pages otherwise): read it, not this.
+			delete(s.known, id)
+			delete(s.before, id)
+		}
+	}
 }
 
 // place puts ws[i] into its page, or with the values of their own keys.
@@ -665,6 +678,18 @@ func (s *Pages) Values(ctx context.Context, filter string) (map[string][]byte, e
 // matches; own are the values of their own read after the pages.
 func (s *Pages) expand(ctx context.Context, filter, pk string, b []byte, own, out map[string][]byte) error {
 	id, _, _ := strings.Cut(strings.TrimPrefix(pk, pagePrefix), ".")
+	s.mu.Lock()
+	n, err := s.pagesOf(ctx, id)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if n == Unpaged {
+		// Its documents are values of their own; a page of it is what a
+		// replica of a build before unpaged workflows wrote, left out
+		// (a rebuild removes it: Rewrite).
+		return nil
+	}
 	var docs map[string]pageEntry
 	if json.Unmarshal(b, &docs) != nil {
 		return nil // read as nothing, as Get reads its documents as bad
@@ -736,7 +761,10 @@ func (s *Pages) Rewrite(ctx context.Context, key string, val []byte) error {
 		return err
 	}
 	if pk == "" { // unpaged
-		return s.Raw.Rewrite(ctx, key, val)
+		if err := s.Raw.Rewrite(ctx, key, val); err != nil {
+			return err
+		}
+		return s.dropStray(ctx, id, rest)
 	}
 	for try := 0; ; try++ {
 		err := s.rewrite(ctx, id, rest, pk, val)
@@ -747,6 +775,21 @@ func (s *Pages) Rewrite(ctx context.Context, key string, val []byte) error {
 			return err
 		}
 	}
+}
+
+// dropStray removes an unpaged workflow's document from the page a build
+// before unpaged workflows put it in (it read the summary's -1 as no
+// count: DefaultPages), if there.
+func (s *Pages) dropStray(ctx context.Context, id, rest string) error {
+	pk := pageKey(id, pageOf(rest, DefaultPages))
+	pg, err := s.read(ctx, pk)
+	if err != nil && !errors.Is(err, errBadDocument) {
+		return err
+	}
+	if _, ok := pg.docs[rest]; !ok && err == nil {
+		return nil
+	}
+	return s.rewrite(ctx, id, rest, pk, nil)
 }
 
 // rewrite writes one document into its page, read afresh (one that does
@@ -774,11 +817,12 @@ func (s *Pages) rewrite(ctx context.Context, id, rest, pk string, val []byte) er
 }
 
 // keepPages gives a summary about to be rewritten the page count the
-// stored one has, or none when it has none.
+// stored one has, or none when it has none; one not stored keeps the
+// count it comes with (a rebuild into an emptied bucket: the replay's).
 func (s *Pages) keepPages(ctx context.Context, key string, val []byte) ([]byte, error) {
 	stored, _, err := s.Raw.Get(ctx, key)
-	if err != nil {
-		return nil, err
+	if err != nil || stored == nil {
+		return val, err // none stored: the count the rebuild's replay gave it
 	}
 	var doc map[string]json.RawMessage
 	if json.Unmarshal(val, &doc) != nil {
