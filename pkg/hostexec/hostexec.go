@@ -242,3 +242,8 @@ var ErrHostKeyRevoked = errors.New("host key revoked")
 // ErrLost: an attempt's command ended on the host without recording an
 // exit status (it was killed outside gantry, or the host restarted).
 var ErrLost = errors.New("attempt lost on the host")
+
+// ErrAttemptFiles: the attempt's files could not be made on the host (its
+// attempts directory, GANTRY_ATTEMPTS or ~/.gantry/attempts, cannot be
+// made or written by the user the command runs as); nothing started.
+var ErrAttemptFiles = errors.New("the attempt's files cannot be made on the host")

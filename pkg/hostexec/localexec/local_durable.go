@@ -63,10 +63,10 @@ func (l Local) claimAttempt(base, attempt string) error {
 		case errors.Is(err, fs.ErrNotExist) && try == 0:
 			// not cleaned: ".." is resolved by the kernel, as the shell's is
 			if err := errors.Join(os.MkdirAll(base, 0o700), os.MkdirAll(base+"/../locks", 0o700)); err != nil {
-				return fmt.Errorf("attempts directory: %w", err)
+				return fmt.Errorf("%w: attempts directory: %w", hostexec.ErrAttemptFiles, err)
 			}
 		default:
-			return fmt.Errorf("record the attempt: %w", err)
+			return fmt.Errorf("%w: record the attempt: %w", hostexec.ErrAttemptFiles, err)
 		}
 	}
 }

@@ -108,7 +108,7 @@ while IFS= read -r _gq; do
       [ "$_gA" = run ] || { printf '%s\n' "$_gS" >"$_gL.holder"; exec 9>&-; _gA=declined; }
     fi
   fi 2>/dev/null
-  if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; }; then
+  if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" 2>/dev/null && _gn; }; }; then
     _gI; : >>"$_gd.out"; : >>"$_gd.err"
     [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
     printf 'S %s %s\n' "$$" "$_gd"
@@ -116,7 +116,7 @@ while IFS= read -r _gq; do
     _gx=$?
     echo "$_gx" >>"$_gd.run"
     exec 9>&-
-    _gf=; _gy=; [ -e "$_gd.f" ] && read -r _gf _gy <"$_gd.f" 2>/dev/null
+    _gf=; _gy=; [ -e "$_gd.f" ] && read -r _gf _gy 2>/dev/null <"$_gd.f"
     [ -n "$_gf" ] && kill "$_gf" 2>/dev/null
     [ "$_gy" = "$_gv" ] || { [ -s "$_gd.out" ] && cat "$_gd.out"; [ -s "$_gd.err" ] && cat "$_gd.err" >&2; }
     printf '\n%s %s\n' "$_gz" "$_gx"; printf '\n%s\n' "$_gz" >&2
@@ -142,7 +142,7 @@ done
 // the attempt's output.
 func followScript(dir string, pgid int, token string) string {
 	return `echo ` + followMarker + `; _gd=` + hostsh.Quote(dir) + `; _gp=` + strconv.Itoa(pgid) + `
-_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ]; }
+_ge() { _gx=; { read -r _gx; read -r _gx; } 2>/dev/null <"$_gd.run"; [ -n "$_gx" ]; }
 ( until _ge || ! kill -0 "$_gp" 2>/dev/null; do sleep 1; done ) & _gw=$!
 echo "$_gw ` + token + `" >"$_gd.f"
 _ge && kill "$_gw" 2>/dev/null

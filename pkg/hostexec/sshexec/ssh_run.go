@@ -284,6 +284,9 @@ func (r *sshRunner) run(ctx context.Context, cmd hostexec.Attempt) (hostexec.Res
 		if cmd.ID != "" && res.ExitCode == hostsh.LostExit {
 			return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.ID, r.address)
 		}
+		if cmd.ID != "" && res.ExitCode == hostsh.NoFilesExit {
+			return res, fmt.Errorf("%w: %s on %s: %s", hostexec.ErrAttemptFiles, cmd.ID, r.address, hostsh.LastLine(res.Stderr))
+		}
 	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
 		r.pool.drop(c, client)
 		return res, r.ended(c, client)

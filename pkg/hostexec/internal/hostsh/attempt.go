@@ -31,6 +31,12 @@ import (
 // LostExit is the exit status the supervisor script gives a lost attempt.
 const LostExit = 254
 
+// NoFilesExit is the exit status the supervisor script gives an attempt
+// whose files it could not make (its directory cannot be made or written:
+// GANTRY_ATTEMPTS or HOME points where the user cannot write); its stderr
+// says why, in one line. Nothing started.
+const NoFilesExit = 253
+
 // ValidAttempt checks an attempt id: one path segment of letters, digits,
 // '.', '_' and '-', not starting with '.'.
 func ValidAttempt(id string) error {
@@ -133,14 +139,18 @@ func SuperviseScript(sv Supervision) string {
 	}
 	return pre + sv.Base + `; _gd="$_gb/"` + q(attempt) + `; ` + sv.Read + `
 ` + RecordID + CheckID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
-_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
-if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" && _gn; }; then
+_ge() { _gx=; { read -r _gx; read -r _gx; } 2>/dev/null <"$_gd.run"; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
+if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" 2>/dev/null && _gn; }; then
   _gI; : >>"$_gd.out"; : >>"$_gd.err"
   [ -e "$_gb/.swept-` + SweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + SweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
   trap '' PIPE; printf '` + PIDMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
   { { ` + HostLock(lock, mark, held) + `( ` + sv.Run + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
+elif [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then
+  _gw=$(mkdir -p "$_gb" 2>&1) && _gw="$_gb is not writable by $(id -un)"
+  echo "gantry: the attempt's files cannot be made: $_gw" >&2
+  exit ` + strconv.Itoa(NoFilesExit) + `
 else
-  ` + drop + `_gi=0; until { _gp=; read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
+  ` + drop + `_gi=0; until { _gp=; read -r _gp 2>/dev/null <"$_gd.run"; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
   [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
   [ -n "$_gp" ] && ! _ge && ! _gJ "$_gp" && _gp=
   printf '` + PIDMarker + `%s %s\n' "${_gp:-0}" "$_gd"
@@ -281,7 +291,7 @@ func CancelScript(base, attempt string) string {
 143
 ` + Unstarted + `' 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" 2>/dev/null && _gn; }; then echo gone; exit 0; fi
-_gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
+_gp=; _gi=0; until { read -r _gp 2>/dev/null <"$_gd.run"; [ -n "$_gp" ]; } || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
 [ -n "$_gp" ] || { echo "no pid in the attempt's run file"; exit 1; }
 _gJ "$_gp" && [ "$_gp" -gt 1 ] 2>/dev/null || { echo gone; exit 0; }
 ` + KillText(`"$_gp"`, `"$_gd"`, "gone")

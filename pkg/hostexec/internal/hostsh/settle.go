@@ -22,9 +22,9 @@ func SettleScript(attempt, base string) string {
 	// no longer the supervisor's (CheckID: the host restarted) is not
 	// signalled: the attempt is lost.
 	return base + `; _gd="$_gb/"` + Quote(attempt) + `
-` + CheckID + `_ge() { _gx=; { read -r _gx; read -r _gx; } <"$_gd.run" 2>/dev/null; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
+` + CheckID + `_ge() { _gx=; { read -r _gx; read -r _gx; } 2>/dev/null <"$_gd.run"; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then echo '` + SettleMarker + `absent'; exit 0; fi
-_gp=; _gi=0; until { read -r _gp <"$_gd.run" 2>/dev/null; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
+_gp=; _gi=0; until { read -r _gp 2>/dev/null <"$_gd.run"; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
 [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
 [ -n "$_gp" ] && ! _gJ "$_gp" && _gp=
 _gkill() {
@@ -38,7 +38,7 @@ if ! _ge; then
     _gi=0; until _ge || [ $_gi -ge 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
   fi
 fi
-_gy=; { read -r _gy; read -r _gy; read -r _gy; } <"$_gd.run" 2>/dev/null; [ "$_gy" = killed ] && _gk=killed
+_gy=; { read -r _gy; read -r _gy; read -r _gy; } 2>/dev/null <"$_gd.run"; [ "$_gy" = killed ] && _gk=killed
 [ "$_gy" = ` + Unstarted + ` ] && { echo '` + SettleMarker + `absent'; exit 0; }
 if _ge; then echo "` + SettleMarker + `$_gk $_gx"; else echo '` + SettleMarker + `lost'; fi
 tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.out" 2>/dev/null; tail -c ` + strconv.Itoa(MaxTail) + ` "$_gd.err" >&2 2>/dev/null
