@@ -166,9 +166,14 @@ func TestPagesMoveALargeDocument(t *testing.T) {
 
 // ownValues are the keys of a workflow's documents' values of their own.
 func ownValues(raw *project.MemStore, id string) []string {
+	return pageKeys(raw, "wf-doc."+id+".")
+}
+
+// pageKeys are the keys of raw's values that start with prefix, sorted.
+func pageKeys(raw *project.MemStore, prefix string) []string {
 	var keys []string
 	for k := range raw.Vals {
-		if strings.HasPrefix(k, "wf-doc."+id+".") {
+		if strings.HasPrefix(k, prefix) {
 			keys = append(keys, k)
 		}
 	}

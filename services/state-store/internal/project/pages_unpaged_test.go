@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,89 +116,5 @@ func TestProjectorLeavesALargeWorkflowUnpaged(t *testing.T) {
 		if _, ok := mem.Vals[k]; !ok {
 			t.Errorf("%s is not a value of its own; values: %v", k, strings.Join(pageKeys(mem, ""), " "))
 		}
-	}
-}
-
-// pageKeys are the keys of raw's values that start with prefix.
-func pageKeys(raw *project.MemStore, prefix string) []string {
-	var keys []string
-	for k := range raw.Vals {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// A replica of a build before unpaged workflows reads the summary's -1 as
-// no count and writes the documents into pages (DefaultPages), beside the
-// values of their own: those page entries are left out of what the
-// workflow reads, and a rebuild's Rewrite of the document removes its
-// stray entry.
-func TestPagesUnpagedWorkflowLeavesOutStrayPageEntries(t *testing.T) {
-	raw := project.NewMemStore()
-	ctx := context.Background()
-	s := &project.Pages{Raw: raw}
-	key := project.NodeDocKey("w", "f", "n")
-	putAll(t, s, []project.Write{summary("w", project.Unpaged), {Key: key, Val: []byte(`"new build"`)}})
-	// What the build before wrote: the summary read as having no count
-	// (as in a bucket whose summary has none), the document in a page.
-	before := project.NewMemStore()
-	putAll(t, before, []project.Write{{Key: project.WorkflowDocKey("w"), Val: []byte(`{"workflow_id":"w"}`)}})
-	putAll(t, &project.Pages{Raw: before}, []project.Write{{Key: key, Val: []byte(`"old build"`)}})
-	stray := pageKeys(before, "wf-page.w.")
-	if len(stray) != 1 {
-		t.Fatalf("the test's stray page entry was not written: %v", pageKeys(before, ""))
-	}
-	raw.Vals[stray[0]] = before.Vals[stray[0]]
-	fresh := &project.Pages{Raw: raw}
-	vals, err := fresh.Values(ctx, "wf.w.>")
-	if err != nil || string(vals[key]) != `"new build"` {
-		t.Errorf("Values: %s (%v), want the value of its own, not the stray page entry", vals[key], err)
-	}
-	if err := fresh.Rewrite(ctx, key, []byte(`"rebuilt"`)); err != nil {
-		t.Fatal(err)
-	}
-	if pg := raw.Vals[stray[0]]; strings.Contains(string(pg), "old build") {
-		t.Errorf("the stray page entry is still there after a rebuild's Rewrite: %s", pg)
-	}
-	if string(raw.Vals[key]) != `"rebuilt"` {
-		t.Errorf("the value of its own after Rewrite: %s", raw.Vals[key])
-	}
-}
-
-// A summary write that fails (another replica's came first) teaches a
-// Pages nothing: the count it holds is read from the one stored.
-func TestPagesLearnOnlyFromAStoredSummary(t *testing.T) {
-	raw := project.NewMemStore()
-	ctx := context.Background()
-	putAll(t, raw, []project.Write{summary("w", 4)}) // another replica's, first
-	s := &project.Pages{Raw: raw}
-	refused := []project.Write{summary("w", project.Unpaged)}
-	s.PutAll(ctx, refused)
-	if refused[0].Err == nil {
-		t.Fatal("the second create of the summary went through")
-	}
-	putAll(t, s, []project.Write{{Key: project.NodeDocKey("w", "f", "n"), Val: []byte(`"x"`)}})
-	if p := pageKeys(raw, "wf-page.w."); len(p) != 1 {
-		t.Errorf("the document went to pages %v, want one of the stored summary's 4 (not a value of its own)", p)
-	}
-}
-
-// A rebuild into a bucket that lost the summary writes it with the count
-// the replay gave it: an unpaged workflow stays unpaged.
-func TestPagesRebuiltSummaryKeepsItsCountWhenNoneIsStored(t *testing.T) {
-	raw := project.NewMemStore()
-	ctx := context.Background()
-	s := &project.Pages{Raw: raw}
-	if err := s.Rewrite(ctx, project.WorkflowDocKey("w"), summary("w", project.Unpaged).Val); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Rewrite(ctx, project.NodeDocKey("w", "f", "n"), []byte(`"x"`)); err != nil {
-		t.Fatal(err)
-	}
-	if p := pageKeys(raw, "wf-page."); len(p) != 0 || string(raw.Vals[project.NodeDocKey("w", "f", "n")]) != `"x"` {
-		t.Errorf("pages %v, the document's own value %s: want no page, the value of its own", p, raw.Vals[project.NodeDocKey("w", "f", "n")])
 	}
 }
