@@ -337,6 +337,54 @@ func TestFollowInBatches(t *testing.T) {
 	stop1()
 }
 
+// TestUnpagedWorkflowOnTwoReplicas: a workflow of more documents than
+// the state-store keeps in pages (1,400 formulas of 2 nodes: 4,200),
+// projected by two replicas at once, keeps each document a value of its
+// own: every transition counted once, state.workflow whole, a rebuild
+// check finding nothing differing, and no page written.
+func TestUnpagedWorkflowOnTwoReplicas(t *testing.T) {
+	e := setup(t)
+	const n = 1400
+	if project.PagesFor(n, 2*n) != project.Unpaged {
+		t.Fatalf("PagesFor(%d, %d) = %d: the test wants an unpaged workflow", n, 2*n, project.PagesFor(n, 2*n))
+	}
+	stop1, _ := e.start("ss-1")
+	defer stop1()
+	stop2, _ := e.start("ss-2")
+	defer stop2()
+	e.run("big", n)
+	e.caughtUp()
+	e.check("big", n)
+	keys, err := e.kv.ListKeys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pages, own int
+	for k := range keys.Keys() {
+		switch {
+		case strings.HasPrefix(k, "wf-page.") || strings.HasPrefix(k, "wf-doc."):
+			pages++
+		case strings.HasPrefix(k, project.FormulaDocPrefix("big")):
+			own++
+		}
+	}
+	if pages != 0 || own != 3*n {
+		t.Errorf("%d pages and values they name, %d documents at their own keys; want 0 and %d", pages, own, 3*n)
+	}
+	m, err := e.op.Request(events.StateWorkflow, []byte(`{"workflow_id":"big"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := eventbus.BodyOf(m) // a large reply comes compressed
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wd events.WorkflowDoc
+	if err := json.Unmarshal(body, &wd); err != nil || wd.Status != dag.WorkflowSucceeded || len(wd.Formulas) != n {
+		t.Errorf("state.workflow: status %s, %d formulas (%v); want succeeded, %d", wd.Status, len(wd.Formulas), err, n)
+	}
+}
+
 // TestCheckpointBehindPurgedStream: events the state-store had not applied
 // yet are purged while it is down. It starts again past them, says which
 // are gone, answers reads and state.rebuild at once (with what could not
