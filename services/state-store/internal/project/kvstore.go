@@ -99,6 +99,11 @@ func (s *KVStore) RemoveWorkflow(ctx context.Context, id string) error {
 	return nil
 }
 
+// RewriteAll is a Rewrite of each key.
+func (s *KVStore) RewriteAll(ctx context.Context, keys []string, vals map[string][]byte) error {
+	return rewriteEach(ctx, s.Rewrite, keys, vals)
+}
+
 // Rewrite puts val at key whatever its revision, or deletes key when val
 // is nil (a rebuild's).
 func (s *KVStore) Rewrite(ctx context.Context, key string, val []byte) error {

@@ -59,6 +59,11 @@ func (s *MemStore) Mark(_ context.Context, key string, val []byte) error {
 	return nil
 }
 
+// RewriteAll is a Rewrite of each key.
+func (s *MemStore) RewriteAll(ctx context.Context, keys []string, vals map[string][]byte) error {
+	return rewriteEach(ctx, s.Rewrite, keys, vals)
+}
+
 // Rewrite is KVStore.Rewrite.
 func (s *MemStore) Rewrite(_ context.Context, key string, val []byte) error {
 	s.revs[key]++

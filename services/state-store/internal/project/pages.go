@@ -795,25 +795,106 @@ func (s *Pages) dropStray(ctx context.Context, id, rest string) error {
 // rewrite writes one document into its page, read afresh (one that does
 // not decode is written anew: a rebuild writes its other documents too).
 func (s *Pages) rewrite(ctx context.Context, id, rest, pk string, val []byte) error {
+	return s.rewritePage(ctx, id, pk, map[string][]byte{rest: val})
+}
+
+// rewritePage writes documents (by the rest of their keys; nil removes
+// one) into their page pk, read afresh, in one write.
+func (s *Pages) rewritePage(ctx context.Context, id, pk string, docs map[string][]byte) error {
 	delete(s.cache, pk)
 	pg, err := s.read(ctx, pk)
 	if err != nil && !errors.Is(err, errBadDocument) {
 		return err
 	}
 	p := &pending{key: pk, id: id, pg: pg, writes: []int{0}}
-	e := pg.docs[rest]
-	if e.K != "" {
-		p.gone = append(p.gone, ownKey(id, e.K))
-	}
-	if val == nil {
-		delete(pg.docs, rest)
-	} else {
-		pg.docs[rest] = pageEntry{R: e.R + 1, V: val}
+	for rest, val := range docs {
+		e := pg.docs[rest]
+		if e.K != "" {
+			p.gone = append(p.gone, ownKey(id, e.K))
+		}
+		if val == nil {
+			delete(pg.docs, rest)
+		} else {
+			pg.docs[rest] = pageEntry{R: e.R + 1, V: val}
+		}
 	}
 	fit(p)
 	ws := []Write{{}}
 	s.write(ctx, &flush{ws: ws, pages: map[string]*pending{pk: p}})
 	return ws[0].Err
+}
+
+// RewriteAll rewrites the documents keys name to their values in vals
+// (none: removed), as Rewrite does each, but each page once for all of
+// its documents: a rebuild of a paged workflow writes its pages, not a
+// page for each of its documents. The other keys (summaries first) are
+// rewritten one by one, before the pages.
+func (s *Pages) RewriteAll(ctx context.Context, keys []string, vals map[string][]byte) error {
+	type pageDocs struct {
+		id   string
+		docs map[string][]byte
+		keys []string
+	}
+	pages := map[string]*pageDocs{}
+	var order, paged []string
+	for _, k := range keys {
+		if _, _, ok := pagedKey(k); ok {
+			paged = append(paged, k)
+		} else if err := s.Rewrite(ctx, k, vals[k]); err != nil {
+			return fmt.Errorf("rewrite %s: %w", k, err)
+		}
+	}
+	for _, k := range paged {
+		id, rest, _ := pagedKey(k)
+		s.mu.Lock()
+		pk, err := s.locate(ctx, id, rest)
+		s.mu.Unlock()
+		if err != nil || pk == "" { // unpaged: a value of its own
+			if err == nil {
+				err = s.Rewrite(ctx, k, vals[k])
+			}
+			if err != nil {
+				return fmt.Errorf("rewrite %s: %w", k, err)
+			}
+			continue
+		}
+		pd := pages[pk]
+		if pd == nil {
+			pd = &pageDocs{id: id, docs: map[string][]byte{}}
+			pages[pk] = pd
+			order = append(order, pk)
+		}
+		pd.docs[rest], pd.keys = vals[k], append(pd.keys, k)
+	}
+	for _, pk := range order {
+		if err := s.rewriteAllOf(ctx, pk, pages[pk].id, pages[pk].docs, pages[pk].keys); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewriteAllOf writes one page's documents (RewriteAll), trying again
+// on a page another writer changed meanwhile, then removes what a build
+// before pages left of those it removed.
+func (s *Pages) rewriteAllOf(ctx context.Context, pk, id string, docs map[string][]byte, keys []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	for range 5 {
+		if err = s.rewritePage(ctx, id, pk, docs); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rewrite %s: %w", pk, err)
+	}
+	for _, k := range keys {
+		if docs[strings.TrimPrefix(k, FormulaDocPrefix(id))] == nil {
+			_ = s.Raw.Rewrite(ctx, k, nil) // and what a build before pages left
+		}
+	}
+	return nil
 }
 
 // keepPages gives a summary about to be rewritten the page count the

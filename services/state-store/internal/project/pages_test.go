@@ -460,3 +460,42 @@ func TestPagesAFailedMoveLosesNothing(t *testing.T) {
 		t.Fatalf("%s after the move: %d bytes", a, len(v))
 	}
 }
+
+// A rebuild's RewriteAll writes each page once for all of its documents:
+// 2,000 documents of a 16-page workflow rewritten into an empty bucket
+// are 16 page writes (and the summary), not a page write a document; a
+// document removed goes from its page and from where a build before
+// pages kept it; each reads back.
+func TestPagesRewriteAllWritesEachPageOnce(t *testing.T) {
+	raw := &countingStore{MemStore: project.NewMemStore()}
+	s := &project.Pages{Raw: raw}
+	ctx := context.Background()
+	gone := project.NodeDocKey("w", "old", "n")
+	putAll(t, raw.MemStore, []project.Write{{Key: gone, Val: []byte(`"before pages"`)}})
+	vals := map[string][]byte{project.WorkflowDocKey("w"): summary("w", 16).Val}
+	for i := range 1000 {
+		f := fmt.Sprintf("f%d", i)
+		vals[project.FormulaDocKey("w", f)] = []byte(fmt.Sprintf(`{"f":%d}`, i))
+		vals[project.NodeDocKey("w", f, "n")] = []byte(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	keys := append(slices.Sorted(maps.Keys(vals)), gone)
+	raw.values = 0
+	if err := s.RewriteAll(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	if raw.values != 16 || raw.Vals[project.WorkflowDocKey("w")] == nil {
+		t.Errorf("2,000 documents rewritten in %d page writes, want 16; the summary %s", raw.values, raw.Vals[project.WorkflowDocKey("w")])
+	}
+	fresh := &project.Pages{Raw: raw.MemStore}
+	for k, v := range vals {
+		if got, _, err := fresh.Get(ctx, k); err != nil || !jsonEqual(got, v) && k != project.WorkflowDocKey("w") {
+			t.Fatalf("%s: %s, %v; want %s", k, got, err, v)
+		}
+	}
+	if v, _, err := fresh.Get(ctx, gone); v != nil || err != nil {
+		t.Errorf("%s after its removal: %s, %v", gone, v, err)
+	}
+	if _, left := raw.Vals[gone]; left {
+		t.Errorf("the copy a build before pages left of %s is still there", gone)
+	}
+}

@@ -240,10 +240,8 @@ func (p *Projector) Rebuild(ctx context.Context, js jetstream.JetStream, checkOn
 	if checkOnly || len(rewrite) == 0 {
 		return rep, nil
 	}
-	for _, k := range rewrite {
-		if err := docs.Rewrite(ctx, k, mem.Vals[k]); err != nil {
-			return nil, fmt.Errorf("rewrite %s: %w", k, err)
-		}
+	if err := docs.RewriteAll(ctx, rewrite, mem.Vals); err != nil {
+		return nil, err
 	}
 	p.forget()
 	rep.Rewritten = true

@@ -1,6 +1,9 @@
 package project
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Store holds projection documents: the gantry_state bucket (KVStore), or
 // memory for a replay (MemStore). The Projector is its one user.
@@ -23,11 +26,23 @@ type Store interface {
 
 // Rewritable is a Store a rebuild compares and rewrites: every document
 // by a subject filter (Values), and one replaced whatever its revision
-// (Rewrite; nil removes it).
+// (Rewrite; nil removes it), or many (RewriteAll: the documents keys
+// name, to their values in vals, none removing one).
 type Rewritable interface {
 	Store
 	Values(ctx context.Context, filter string) (map[string][]byte, error)
 	Rewrite(ctx context.Context, key string, val []byte) error
+	RewriteAll(ctx context.Context, keys []string, vals map[string][]byte) error
+}
+
+// rewriteEach is RewriteAll as a Rewrite of each key in turn.
+func rewriteEach(ctx context.Context, rewrite func(context.Context, string, []byte) error, keys []string, vals map[string][]byte) error {
+	for _, k := range keys {
+		if err := rewrite(ctx, k, vals[k]); err != nil {
+			return fmt.Errorf("rewrite %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // Write is one document write of a flush.
