@@ -154,8 +154,8 @@ func (l Local) runShell(ctx context.Context, cmd hostexec.Command, sh localShell
 		if sh.attempt != "" && res.ExitCode == hostsh.LostExit {
 			return res, fmt.Errorf("%w: %s on this machine", hostexec.ErrLost, sh.attempt)
 		}
-		if sh.attempt != "" && res.ExitCode == hostsh.NoFilesExit {
-			return res, fmt.Errorf("%w: %s on this machine: %s", hostexec.ErrAttemptFiles, sh.attempt, hostsh.LastLine(res.Stderr))
+		if why, ok := hostsh.NoFiles(res.ExitCode, res.Stderr); sh.attempt != "" && ok {
+			return res, fmt.Errorf("%w: %s on this machine: %s", hostexec.ErrAttemptFiles, sh.attempt, why)
 		}
 	default:
 		if rctx.Err() != nil {

@@ -40,3 +40,19 @@ func TestAttemptFilesThatCannotBeMade(t *testing.T) {
 		})
 	}
 }
+
+// A command of its own that exits with the status the supervisor gives
+// an attempt without files is its own failure, with that status: not
+// taken for ErrAttemptFiles.
+func TestCommandExiting253IsItsOwnFailure(t *testing.T) {
+	for name, r := range runners(t) {
+		t.Run(name, func(t *testing.T) {
+			attempts := filepath.Join(t.TempDir(), "attempts")
+			res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
+				Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo why >&2; exit 253"}})
+			if err != nil || res.ExitCode != 253 || res.Stderr != "why\n" {
+				t.Fatalf("result %+v, err %v; want exit 253 with its own stderr, no error", res, err)
+			}
+		})
+	}
+}

@@ -284,8 +284,8 @@ func (r *sshRunner) run(ctx context.Context, cmd hostexec.Attempt) (hostexec.Res
 		if cmd.ID != "" && res.ExitCode == hostsh.LostExit {
 			return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.ID, r.address)
 		}
-		if cmd.ID != "" && res.ExitCode == hostsh.NoFilesExit {
-			return res, fmt.Errorf("%w: %s on %s: %s", hostexec.ErrAttemptFiles, cmd.ID, r.address, hostsh.LastLine(res.Stderr))
+		if why, ok := hostsh.NoFiles(res.ExitCode, res.Stderr); cmd.ID != "" && ok {
+			return res, fmt.Errorf("%w: %s on %s: %s", hostexec.ErrAttemptFiles, cmd.ID, r.address, why)
 		}
 	case errors.As(werr, &missing), errors.Is(werr, io.EOF):
 		r.pool.drop(c, client)

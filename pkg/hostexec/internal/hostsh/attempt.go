@@ -33,9 +33,23 @@ const LostExit = 254
 
 // NoFilesExit is the exit status the supervisor script gives an attempt
 // whose files it could not make (its directory cannot be made or written:
-// GANTRY_ATTEMPTS or HOME points where the user cannot write); its stderr
-// says why, in one line. Nothing started.
+// GANTRY_ATTEMPTS or HOME points where the user cannot write); the last
+// line of its stderr says why, after NoFilesPrefix. Nothing started.
 const NoFilesExit = 253
+
+// NoFilesPrefix starts the line that says why an attempt's files could
+// not be made.
+const NoFilesPrefix = "gantry: the attempt's files cannot be made: "
+
+// NoFiles says whether a supervisor's exit status and stderr say its
+// attempt's files could not be made (a command of its own that exits
+// NoFilesExit is not taken for it), and why.
+func NoFiles(exitCode int, stderr string) (string, bool) {
+	if exitCode != NoFilesExit {
+		return "", false
+	}
+	return strings.CutPrefix(LastLine(stderr), NoFilesPrefix)
+}
 
 // ValidAttempt checks an attempt id: one path segment of letters, digits,
 // '.', '_' and '-', not starting with '.'.
@@ -147,7 +161,7 @@ if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" 2>/dev
   { { ` + HostLock(lock, mark, held) + `( ` + sv.Run + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 elif [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then
   _gw=$(mkdir -p "$_gb" 2>&1) && _gw="$_gb is not writable by $(id -un)"
-  echo "gantry: the attempt's files cannot be made: $_gw" >&2
+  echo "` + NoFilesPrefix + `$_gw" >&2
   exit ` + strconv.Itoa(NoFilesExit) + `
 else
   ` + drop + `_gi=0; until { _gp=; read -r _gp 2>/dev/null <"$_gd.run"; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
