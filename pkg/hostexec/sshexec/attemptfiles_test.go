@@ -17,7 +17,9 @@ import (
 // claim nobody made, ended as a lost attempt with a shell complaining
 // about the missing run file in its stderr.
 func TestAttemptFilesThatCannotBeMade(t *testing.T) {
-	for name, r := range runners(t) {
+	rs := runners(t)
+	rs["ssh, a session's supervisor"] = sessionSupervised(rs["ssh"])
+	for name, r := range rs {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			file := filepath.Join(dir, "afile")
@@ -45,7 +47,9 @@ func TestAttemptFilesThatCannotBeMade(t *testing.T) {
 // an attempt without files is its own failure, with that status: not
 // taken for ErrAttemptFiles.
 func TestCommandExiting253IsItsOwnFailure(t *testing.T) {
-	for name, r := range runners(t) {
+	rs := runners(t)
+	rs["ssh, a session's supervisor"] = sessionSupervised(rs["ssh"])
+	for name, r := range rs {
 		t.Run(name, func(t *testing.T) {
 			attempts := filepath.Join(t.TempDir(), "attempts")
 			res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
