@@ -52,10 +52,12 @@ func TestCommandExiting253IsItsOwnFailure(t *testing.T) {
 	for name, r := range rs {
 		t.Run(name, func(t *testing.T) {
 			attempts := filepath.Join(t.TempDir(), "attempts")
-			res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
-				Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo why >&2; exit 253"}})
-			if err != nil || res.ExitCode != 253 || res.Stderr != "why\n" {
-				t.Fatalf("result %+v, err %v; want exit 253 with its own stderr, no error", res, err)
+			a := hostexec.Attempt{ID: "w1.1.create.f.n.1.run", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo why >&2; exit 253"}}
+			for _, what := range []string{"run", "read again (a re-attach)"} {
+				res, err := r.RunAttempt(context.Background(), a)
+				if err != nil || res.ExitCode != 253 || res.Stderr != "why\n" {
+					t.Fatalf("%s: result %+v, err %v; want exit 253 with its own stderr, no error", what, res, err)
+				}
 			}
 		})
 	}

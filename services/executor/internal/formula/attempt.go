@@ -408,7 +408,7 @@ func isUnreachable(err error) bool {
 // used), or its sudo does not run commands as asked (become).
 func isPermanent(err error) bool {
 	for _, p := range []error{errUnreachable, errRefused, errSecret, errFiles, errOutputMissing, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
-		hostexec.ErrAuth, hostexec.ErrIdentity, hostexec.ErrBecome, hostexec.ErrAttemptFiles} {
+		hostexec.ErrAuth, hostexec.ErrIdentity, hostexec.ErrBecome} {
 		if errors.Is(err, p) {
 			return true
 		}
