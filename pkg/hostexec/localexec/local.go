@@ -151,7 +151,7 @@ func (l Local) runShell(ctx context.Context, cmd hostexec.Command, sh localShell
 		res.Stderr += OutputCut + "\n"
 	case errors.As(werr, &ee) && ee.Exited():
 		res.ExitCode = ee.ExitCode()
-		if sh.attempt != "" && res.ExitCode == hostsh.LostExit {
+		if sh.attempt != "" && hostsh.Lost(res.ExitCode, res.Stderr) {
 			return res, fmt.Errorf("%w: %s on this machine", hostexec.ErrLost, sh.attempt)
 		}
 		if why, ok := hostsh.NoFiles(res.ExitCode, res.Stderr); sh.attempt != "" && ok {

@@ -3,6 +3,7 @@ package sshexec
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,19 +45,21 @@ func TestAttemptFilesThatCannotBeMade(t *testing.T) {
 }
 
 // A command of its own that exits with the status the supervisor gives
-// an attempt without files is its own failure, with that status: not
-// taken for ErrAttemptFiles.
-func TestCommandExiting253IsItsOwnFailure(t *testing.T) {
+// an attempt without files (253) or a lost one (254) is its own failure,
+// with that status: not taken for ErrAttemptFiles or ErrLost.
+func TestCommandExitingTheSupervisorsStatusesIsItsOwnFailure(t *testing.T) {
 	rs := runners(t)
 	rs["ssh, a session's supervisor"] = sessionSupervised(rs["ssh"])
 	for name, r := range rs {
 		t.Run(name, func(t *testing.T) {
-			attempts := filepath.Join(t.TempDir(), "attempts")
-			a := hostexec.Attempt{ID: "w1.1.create.f.n.1.run", Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: "echo why >&2; exit 253"}}
-			for _, what := range []string{"run", "read again (a re-attach)"} {
-				res, err := r.RunAttempt(context.Background(), a)
-				if err != nil || res.ExitCode != 253 || res.Stderr != "why\n" {
-					t.Fatalf("%s: result %+v, err %v; want exit 253 with its own stderr, no error", what, res, err)
+			for _, code := range []int{253, 254} {
+				attempts := filepath.Join(t.TempDir(), "attempts")
+				a := hostexec.Attempt{ID: fmt.Sprintf("w1.1.create.f.n.%d.run", code), Command: hostexec.Command{Env: map[string]string{"GANTRY_ATTEMPTS": attempts}, Script: fmt.Sprintf("echo why >&2; exit %d", code)}}
+				for _, what := range []string{"run", "read again (a re-attach)"} {
+					res, err := r.RunAttempt(context.Background(), a)
+					if err != nil || res.ExitCode != code || res.Stderr != "why\n" {
+						t.Fatalf("exit %d, %s: result %+v, err %v; want exit %d with its own stderr, no error", code, what, res, err, code)
+					}
 				}
 			}
 		})

@@ -281,7 +281,7 @@ func (r *sshRunner) run(ctx context.Context, cmd hostexec.Attempt) (hostexec.Res
 		if ee.Signal() != "" {
 			res.ExitCode = 128 + signalNumber(ee.Signal())
 		}
-		if cmd.ID != "" && res.ExitCode == hostsh.LostExit {
+		if cmd.ID != "" && hostsh.Lost(res.ExitCode, res.Stderr) {
 			return res, fmt.Errorf("%w: %s on %s", hostexec.ErrLost, cmd.ID, r.address)
 		}
 		if why, ok := hostsh.NoFiles(res.ExitCode, res.Stderr); cmd.ID != "" && ok {

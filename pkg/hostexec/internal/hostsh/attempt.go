@@ -28,8 +28,20 @@ import (
 // and flock), two subshells for the output pipes and one for the command,
 // and three new files.
 
-// LostExit is the exit status the supervisor script gives a lost attempt.
+// LostExit is the exit status the supervisor script gives a lost attempt;
+// the last line of its stderr is "gantry: attempt <id>" and LostSuffix.
 const LostExit = 254
+
+// LostSuffix ends the line that says an attempt was lost.
+const LostSuffix = " ended on this host without an exit status (killed outside gantry, or the host restarted)"
+
+// Lost says whether a supervisor's exit status and stderr say its attempt
+// was lost (a command of its own that exits LostExit is not taken for
+// it).
+func Lost(exitCode int, stderr string) bool {
+	last := LastLine(stderr)
+	return exitCode == LostExit && strings.HasPrefix(last, "gantry: attempt ") && strings.HasSuffix(last, LostSuffix)
+}
 
 // NoFilesExit is the exit status the supervisor script gives an attempt
 // whose files it could not make (its directory cannot be made or written:
@@ -179,7 +191,7 @@ else
 fi
 _gi=0; until _ge || [ $_gi -ge 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
 _ge && exit "$_gx"
-echo "gantry: attempt ` + attempt + ` ended on this host without an exit status (killed outside gantry, or the host restarted)" >&2
+echo "gantry: attempt ` + attempt + LostSuffix + `" >&2
 exit ` + strconv.Itoa(LostExit) + `
 `
 }

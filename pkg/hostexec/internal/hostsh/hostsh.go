@@ -108,15 +108,15 @@ func BoundStderr(s string) string {
 	return s
 }
 
-// LastLine is the last line of s that is not empty, at most 300 bytes:
-// what a script said last on stderr.
+// LastLine is the last line of s that is not empty, at most 1,024
+// bytes: what a script said last on stderr.
 func LastLine(s string) string {
 	s = strings.TrimRight(s, "\n")
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		s = s[i+1:]
 	}
-	if len(s) > 300 {
-		s = s[:300]
+	if len(s) > 1024 {
+		s = s[:1024]
 	}
 	return s
 }
