@@ -50,6 +50,10 @@ type Scenario struct {
 	// BusKBPerNode is what nats-server received from its clients (/varz
 	// in_bytes: publishes, KV writes, requests) per node, over all runs.
 	BusKBPerNode float64 `json:"bus_kb_per_node,omitempty"`
+	// CoresBusy is the median over the runs of the machine's cores busy
+	// (every process, /proc/stat) from submission to end: near the
+	// core count, the run is bound by CPU, and so is its ratio to a floor.
+	CoresBusy float64 `json:"cores_busy,omitempty"`
 	// With -profile: each process's CPU profile over the runs, and its
 	// CPU ms per node by step (profile.go).
 	Profiles         map[string]string             `json:"profiles,omitempty"`
@@ -395,6 +399,7 @@ func workflowBench(w workflowRun) (*Scenario, error) {
 	}
 	s := &Scenario{IdleRSSMB: idle, Status: "succeeded"}
 	var lats []time.Duration
+	var busy []float64
 	for i := 0; i < w.runs; i++ {
 		c := w.comp()
 		c.Reset = true // every run does the work
@@ -406,9 +411,10 @@ func workflowBench(w workflowRun) (*Scenario, error) {
 			s.Status = string(r.Status)
 		}
 		s.Runs = append(s.Runs, r.Wall.Seconds())
+		busy = append(busy, r.Busy)
 		lats = append(lats, r.Latencies...)
 		s.Nodes = countNodes(c)
-		fmt.Printf("  %s run %d: %.3fs (%s)\n", w.name, i+1, r.Wall.Seconds(), r.Status)
+		fmt.Printf("  %s run %d: %.3fs (%s), %.2f cores busy\n", w.name, i+1, r.Wall.Seconds(), r.Status, r.Busy)
 		if w.after != nil {
 			if err := w.after(); err != nil {
 				return nil, err
@@ -423,6 +429,7 @@ func workflowBench(w workflowRun) (*Scenario, error) {
 		s.LinkMS = lastBreakdown
 	}
 	s.WallS = median(s.Runs)
+	s.CoresBusy = median(busy)
 	s.Min, s.Max = minMax(s.Runs)
 	s.NodesPerS = float64(s.Nodes) / s.WallS
 	s.PerNodeMS = s.WallS * 1000 / float64(s.Nodes)
@@ -479,14 +486,15 @@ func sshBench(w sshRun) (*Scenario, error) {
 	defer fleet.Close()
 	// The raw loop runs after each gantry run, so both see the same
 	// machine (it is shared and its load changes).
-	var floors []float64
+	var floors, floorBusy []float64
 	after := func() error {
+		cpu := readMachineCPU()
 		d, err := rawLoop(ssh500Floor(fleet))
 		if err != nil {
 			return fmt.Errorf("floor: %w", err)
 		}
-		floors = append(floors, d.Seconds())
-		fmt.Printf("  ssh-500 peer floor run %d: %.3fs\n", len(floors), d.Seconds())
+		floors, floorBusy = append(floors, d.Seconds()), append(floorBusy, cpu.coresBusy())
+		fmt.Printf("  ssh-500 peer floor run %d: %.3fs, %.2f cores busy\n", len(floors), d.Seconds(), floorBusy[len(floorBusy)-1])
 		return nil
 	}
 	s, err := workflowBench(workflowRun{name: "ssh-500", comp: func() *dag.Composition { return ssh500(fleet) }, runs: w.runs,
@@ -513,7 +521,7 @@ func sshBench(w sshRun) (*Scenario, error) {
 		return nil
 	}
 	lo, hi := minMax(floors)
-	s.Peers["floor"] = map[string]float64{"wall_s": median(floors), "min_s": lo, "max_s": hi, "runs": float64(len(floors))}
+	s.Peers["floor"] = map[string]float64{"wall_s": median(floors), "min_s": lo, "max_s": hi, "runs": float64(len(floors)), "cores_busy": median(floorBusy)}
 	s.RatioVsPeer["floor"] = s.WallS / median(floors)
 	if w.opensshRuns > 0 {
 		if err := peer("openssh", w.opensshRuns, func() (time.Duration, error) { return openssh(fleet, dir) }); err != nil {
@@ -578,6 +586,9 @@ func printTable(r *results) {
 		for _, peer := range []string{"floor", "openssh", "ansible"} {
 			if p, ok := s.Peers[peer]; ok {
 				fmt.Printf("  vs %-8s %9.3fs %7.3f-%-7.3fs   gantry/%s = %.2fx\n", peer, p["wall_s"], p["min_s"], p["max_s"], peer, s.RatioVsPeer[peer])
+				if b := p["cores_busy"]; b > 0 {
+					fmt.Printf("    %s: machine cores busy %.2f (median of its runs)\n", peer, b)
+				}
 			}
 		}
 		if len(s.IdleRSSMB) > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"time"
 
@@ -153,7 +154,7 @@ func (m *meter) run(cl *client.Client, c *dag.Composition, timeout time.Duration
 		return nil, err
 	}
 	m.use.add(before, after)
-	r.Latencies, err = latencies(cl.Conn(), r.ID, c)
+	r.Latencies, err = latencies(cl.Conn(), r, c)
 	return r, err
 }
 
@@ -199,6 +200,9 @@ func printPerNode(s *Scenario) {
 	}
 	if s.BusKBPerNode > 0 {
 		fmt.Printf("  bus KB per node %.2f (what nats-server received from its clients)\n", s.BusKBPerNode)
+	}
+	if s.CoresBusy > 0 {
+		fmt.Printf("  machine cores busy %.2f of %d (median of the runs: every process, sshd and shells too)\n", s.CoresBusy, runtime.NumCPU())
 	}
 	for _, proc := range slices.Sorted(maps.Keys(s.ProfileMSPerNode)) {
 		fmt.Printf("  profile %s, CPU ms per node %s\n", proc, fmtPerNode(s.ProfileMSPerNode[proc], same, 3))

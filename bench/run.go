@@ -19,9 +19,11 @@ import (
 // runResult is one run of a workflow.
 type runResult struct {
 	ID        string
+	Start     time.Time // when it was submitted
 	Wall      time.Duration
 	Status    dag.WorkflowState
 	Latencies []time.Duration // ready -> running, per node
+	Busy      float64         // the machine's cores busy on average, submission to end
 }
 
 // runWorkflow submits a composition and waits for its end; latencies
@@ -48,6 +50,7 @@ func runWorkflow(cl *client.Client, c *dag.Composition, timeout time.Duration) (
 		return nil, err
 	}
 	defer sub.Unsubscribe()
+	cpu := readMachineCPU()
 	start := time.Now()
 	reply, err := cl.Submit(context.Background(), body, nil)
 	if se := (*client.ServiceError)(nil); errors.As(err, &se) {
@@ -70,12 +73,14 @@ func runWorkflow(cl *client.Client, c *dag.Composition, timeout time.Duration) (
 	case <-time.After(timeout):
 		return nil, fmt.Errorf("workflow %s did not end within %s", id, timeout)
 	}
-	return &runResult{ID: id, Wall: time.Since(start), Status: st}, nil
+	wall := time.Since(start)
+	return &runResult{ID: id, Start: start, Wall: wall, Status: st, Busy: cpu.coresBusy()}, nil
 }
 
 // latencies: for each node, from the moment it could start (its formula
 // dispatched and its dependencies succeeded) to its running event.
-func latencies(nc *nats.Conn, id string, c *dag.Composition) ([]time.Duration, error) {
+func latencies(nc *nats.Conn, r *runResult, c *dag.Composition) ([]time.Duration, error) {
+	id := r.ID
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -126,6 +131,7 @@ func latencies(nc *nats.Conn, id string, c *dag.Composition) ([]time.Duration, e
 		}
 	}
 	breakdown(c, ready, fRunning, running, succeeded, fDone)
+	ends(r, ready, fDone)
 	var out []time.Duration
 	for _, f := range c.Formulas {
 		for _, n := range f.Nodes {
@@ -192,6 +198,10 @@ func breakdown(c *dag.Composition, ready, fRunning, nRunning, nDone, fDone map[s
 		// formulas of nodes run one after another (ssh-500): where a
 		// node's time goes
 		for _, f := range c.Formulas {
+			first, last := f.ID+"/"+f.Nodes[0].Name, f.ID+"/"+f.Nodes[len(f.Nodes)-1].Name
+			add("0 ready->formula running", ready[f.ID], fRunning[f.ID])
+			add("0 formula running->first node running", fRunning[f.ID], nRunning[first])
+			add("c last node succeeded->formula succeeded", nDone[last], fDone[f.ID])
 			for j, n := range f.Nodes {
 				k := f.ID + "/" + n.Name
 				add("a node running->node succeeded", nRunning[k], nDone[k])
@@ -217,5 +227,28 @@ func breakdown(c *dag.Composition, ready, fRunning, nRunning, nDone, fDone map[s
 	lastBreakdown = map[string]float64{}
 	for k, v := range segs {
 		lastBreakdown[k] = median(v)
+	}
+}
+
+// ends adds to lastBreakdown the time from the submission to the first
+// formula ready, and from the last formula's end to the workflow's (as
+// the submitter saw it): what a run costs besides its nodes.
+func ends(r *runResult, ready, fDone map[string]time.Time) {
+	var first, last time.Time
+	for _, t := range ready {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	for _, t := range fDone {
+		if t.After(last) {
+			last = t
+		}
+	}
+	if !first.IsZero() {
+		lastBreakdown["s submit->first formula ready"] = float64(first.Sub(r.Start).Microseconds()) / 1000
+	}
+	if !last.IsZero() {
+		lastBreakdown["e last formula succeeded->workflow end seen"] = float64(r.Start.Add(r.Wall).Sub(last).Microseconds()) / 1000
 	}
 }
