@@ -29,8 +29,13 @@ import (
 // and three new files.
 
 // LostExit is the exit status the supervisor script gives a lost attempt;
-// the last line of its stderr is "gantry: attempt <id>" and LostSuffix.
+// the last line of its stderr is LostPrefix, the attempt's id and
+// LostSuffix.
 const LostExit = 254
+
+// LostPrefix starts, and LostSuffix ends, the line that says an attempt
+// was lost.
+const LostPrefix = "gantry: attempt "
 
 // LostSuffix ends the line that says an attempt was lost.
 const LostSuffix = " ended on this host without an exit status (killed outside gantry, or the host restarted)"
@@ -40,7 +45,7 @@ const LostSuffix = " ended on this host without an exit status (killed outside g
 // it).
 func Lost(exitCode int, stderr string) bool {
 	last := LastLine(stderr)
-	return exitCode == LostExit && strings.HasPrefix(last, "gantry: attempt ") && strings.HasSuffix(last, LostSuffix)
+	return exitCode == LostExit && strings.HasPrefix(last, LostPrefix) && strings.HasSuffix(last, LostSuffix)
 }
 
 // NoFilesExit is the exit status the supervisor script gives an attempt
@@ -191,7 +196,7 @@ else
 fi
 _gi=0; until _ge || [ $_gi -ge 50 ]; do sleep 0.02; _gi=$((_gi+1)); done
 _ge && exit "$_gx"
-echo "gantry: attempt ` + attempt + LostSuffix + `" >&2
+echo "` + LostPrefix + attempt + LostSuffix + `" >&2
 exit ` + strconv.Itoa(LostExit) + `
 `
 }
