@@ -521,6 +521,9 @@ func (e *Dispatch) Validate() error {
 		if !dag.IsToken(n.Name) {
 			errs = append(errs, fmt.Errorf("nodes[%d].name %q is not a token", i, n.Name))
 		}
+		if names[n.Name] {
+			errs = append(errs, fmt.Errorf("nodes[%d].name %q: a second node of that name", i, n.Name))
+		}
 		names[n.Name] = true
 		for k := range n.Files {
 			if err := n.Files[k].validate(); err != nil {
@@ -535,10 +538,15 @@ func (e *Dispatch) Validate() error {
 			}
 		}
 	}
+	ordered := make(map[string]bool, len(e.Order))
 	for _, o := range e.Order {
-		if !names[o] {
+		switch {
+		case !names[o]:
 			errs = append(errs, fmt.Errorf("order: unknown node %q", o))
+		case ordered[o]:
+			errs = append(errs, fmt.Errorf("order: node %q named twice", o))
 		}
+		ordered[o] = true
 	}
 	if len(e.Order) != len(e.Nodes) {
 		errs = append(errs, fmt.Errorf("order names %d nodes, want %d", len(e.Order), len(e.Nodes)))
