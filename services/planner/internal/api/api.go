@@ -60,6 +60,14 @@ func Register(nc *nats.Conn, spec eventbus.ServiceSpec, e *engine.Engine, log *s
 				return
 			}
 			body, packed, err := eventbus.EncodeBody(reply)
+			if err != nil && reply.Status == "accepted" {
+				// Checked before it was stored (engine's replyFits), so
+				// not expected: the workflow runs all the same, and the
+				// answer says so, not that the submission failed.
+				start(reply.WorkflowID)
+				_ = req.Error("500", "workflow "+reply.WorkflowID+" is accepted and runs, but its reply (the plan) cannot be sent: "+err.Error(), nil)
+				return
+			}
 			if err != nil {
 				_ = req.Error("500", "reply: "+err.Error(), nil)
 				return

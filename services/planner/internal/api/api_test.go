@@ -2,8 +2,10 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +82,64 @@ func TestSubmitFailsBeforeTheRequesterGivesUp(t *testing.T) {
 		t.Fatalf("answered %q %q %s, want the submit's failure", r.Header.Get(micro.ErrorCodeHeader), r.Header.Get(micro.ErrorHeader), r.Data)
 	}
 	t.Logf("answered after %.1f s: %s", time.Since(began).Seconds(), r.Header.Get(micro.ErrorHeader))
+}
+
+// fanOut is a composition of a group formula over hosts hosts and
+// dependents formulas on one host that each depend on it: its plan lists
+// every dependent's dependency on every instance, so the plan outgrows
+// the workflow's record.
+func fanOut(hosts, dependents int) []byte {
+	var b strings.Builder
+	b.WriteString("name: big\nhosts:\n")
+	for i := 0; i < hosts; i++ {
+		fmt.Fprintf(&b, "  h%d: {transport: local, labels: {role: web}}\n", i)
+	}
+	b.WriteString("groups:\n  web: {labels: {role: web}}\nformulas:\n  - id: app\n    group: web\n    nodes: [{name: n, run: \"true\"}]\n")
+	for j := 0; j < dependents; j++ {
+		fmt.Fprintf(&b, "  - {id: f%d, server: h0, depends_on: [app], nodes: [{name: n, run: \"true\"}]}\n", j)
+	}
+	return []byte(b.String())
+}
+
+// A composition whose record fits in a message but whose plan, the
+// submission's reply, does not is refused before anything is stored,
+// saying so; validating it says the same. (It was accepted, recorded and
+// answered "500 reply: too large for one message", and never started:
+// its submitter told it failed, the run left accepted.)
+func TestSubmitWhosePlanDoesNotFitAReplyIsRefused(t *testing.T) {
+	ns := natstest.Start(t)
+	workflows := &eventbustest.MemoryBucket[engine.Record]{}
+	e := &engine.Engine{Workflows: workflows, Runs: &eventbustest.MemoryBucket[engine.Snapshot]{},
+		Nodes: &eventbustest.MemoryBucket[events.NodeRecord]{}, Out: &eventbustest.MemoryOutbox{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	served := ns.Connect(events.Planner)
+	var started []string
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1"}, e, e.Log, func(id string) { started = append(started, id) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	op := ns.Connect(events.Operator)
+	body := fanOut(2000, 210)
+	for _, subject := range []string{events.SubjectValidate, events.SubjectSubmit} {
+		m := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{events.WaitHeader: {"30s"}}}
+		r, err := op.RequestMsg(m, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, why := r.Header.Get(micro.ErrorCodeHeader), r.Header.Get(micro.ErrorHeader)
+		if code != "400" || !strings.Contains(string(r.Data), "its plan is too large for a reply") {
+			t.Fatalf("%s answered %q %q %.300s, want 400: the plan too large for a reply", subject, code, why, r.Data)
+		}
+	}
+	keys, err := workflows.Keys(context.Background(), ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 0 || len(started) > 0 {
+		t.Fatalf("refused, yet recorded %v and started %v", keys, started)
+	}
 }

@@ -142,6 +142,10 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 		return nil, err
 	}
 	plan := dag.PlanLoaded(c)
+	if err := replyFits(plan); err != nil {
+		return &events.SubmitReply{Status: "rejected", Errors: []string{
+			"composition " + c.Name + ": its plan is too large for a reply: " + err.Error() + "; split it into several compositions (for example one per group or zone)"}}, nil
+	}
 	if validateOnly {
 		return &events.SubmitReply{Status: "valid", Plan: plan}, nil
 	}
@@ -188,6 +192,22 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 		r.acceptedStored = true
 	}
 	return reply, nil
+}
+
+// replyRoom is what a submission's reply keeps free for what is known
+// only once it is stored: its workflow and trace ids, its warnings.
+const replyRoom = 4 << 10
+
+// replyFits says whether the reply that carries plan fits in one
+// message (eventbus.ErrTooLarge if not), checked before anything is
+// stored: a workflow accepted whose reply cannot be sent would be one
+// its submitter is told failed, and submits again.
+func replyFits(plan *dag.Plan) error {
+	body, _, err := eventbus.EncodeBody(&events.SubmitReply{Status: "accepted", Plan: plan})
+	if err == nil && len(body) > eventbus.MaxMessageBytes-replyRoom {
+		err = fmt.Errorf("%w: %d bytes compressed, more than the %d a reply may hold", eventbus.ErrTooLarge, len(body), eventbus.MaxMessageBytes-replyRoom)
+	}
+	return err
 }
 
 // AcceptedEventWait bounds how long a submission waits for its accepted
