@@ -9,9 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -70,7 +73,7 @@ func Register(nc *nats.Conn, spec eventbus.ServiceSpec, docs Documents, log *slo
 	if err != nil {
 		return nil, err
 	}
-	s := &server{docs: docs, log: log, rebuild: rebuild, catchUp: catchUp}
+	s := &server{docs: &answering{Documents: docs}, log: log, rebuild: rebuild, catchUp: catchUp}
 	g := svc.AddGroup("state")
 	reads := map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift}
 	for name, h := range reads {
@@ -91,7 +94,7 @@ func Register(nc *nats.Conn, spec eventbus.ServiceSpec, docs Documents, log *slo
 }
 
 type server struct {
-	docs    Documents
+	docs    *answering
 	log     *slog.Logger
 	rebuild Rebuilder
 	catchUp func(context.Context) error
@@ -166,6 +169,13 @@ func (s *server) fail(req micro.Request, err error) {
 	why := "the state-store cannot read its projection now (JetStream did not answer): " + err.Error()
 	if errors.Is(err, context.DeadlineExceeded) && eventbus.HandlerBudget(req.Headers(), ReadBudget) < eventbus.NoAnswerAfter {
 		_ = req.Error("503", why, nil)
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) && s.docs.answeredWithin(eventbus.NoAnswerAfter) {
+		// JetStream answers: the request ran out of its budget on its
+		// own cost (a drift of many hosts), which must not make every
+		// other read fail.
+		_ = req.Error("503", "the query did not finish within its read budget ("+eventbus.HandlerBudget(req.Headers(), ReadBudget).Round(time.Millisecond).String()+"; JetStream answers): ask for less, for example fewer hosts: "+err.Error(), nil)
 		return
 	}
 	s.mu.Lock()
@@ -420,26 +430,56 @@ func (s *server) list(req micro.Request) {
 // of host only, unless host is "" (keys carry a host token, which two
 // names may share).
 func (s *server) hostNodes(c context.Context, filter, host string) ([]events.HostNode, error) {
-	keys, err := s.docs.Keys(c, filter)
+	vals, err := s.docs.Values(c, filter)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(keys)
 	nodes := []events.HostNode{}
-	for _, k := range keys {
-		b, _, err := s.docs.Get(c, k)
-		if err != nil && c.Err() != nil {
-			return nil, err // not a partial answer
-		}
-		if err != nil || b == nil {
-			continue // gone since listed
-		}
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
 		var hn events.HostNode
-		if json.Unmarshal(b, &hn) == nil && (host == "" || hn.Host == host) {
+		if json.Unmarshal(vals[k], &hn) == nil && (host == "" || hn.Host == host) {
 			nodes = append(nodes, hn)
 		}
 	}
 	return nodes, nil
+}
+
+// answering is the projection's documents, noting when JetStream last
+// answered a read (anything but a transient error), so that a read that
+// ran out of its budget while JetStream answers is told from JetStream
+// not answering.
+type answering struct {
+	Documents
+	at atomic.Int64 // time.Now().UnixNano() of the last answer
+}
+
+func (a *answering) answered(err error) {
+	if err == nil || !eventbus.Transient(err) {
+		a.at.Store(time.Now().UnixNano())
+	}
+}
+
+// answeredWithin says whether JetStream answered a read within d.
+func (a *answering) answeredWithin(d time.Duration) bool {
+	return time.Since(time.Unix(0, a.at.Load())) < d
+}
+
+func (a *answering) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	b, rev, err := a.Documents.Get(ctx, key)
+	a.answered(err)
+	return b, rev, err
+}
+
+func (a *answering) Keys(ctx context.Context, filter string) ([]string, error) {
+	keys, err := a.Documents.Keys(ctx, filter)
+	a.answered(err)
+	return keys, err
+}
+
+func (a *answering) Values(ctx context.Context, filter string) (map[string][]byte, error) {
+	vals, err := a.Documents.Values(ctx, filter)
+	a.answered(err)
+	return vals, err
 }
 
 func (s *server) host(req micro.Request) {

@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +138,72 @@ func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
 		t.Fatalf("the next read, of a workflow there is not: %q %q after %v, want 404", code, r.Header.Get(micro.ErrorHeader), took.Round(time.Millisecond))
 	}
 	t.Logf("the next read: %s after %v", r.Header.Get(micro.ErrorCodeHeader), took.Round(time.Millisecond))
+}
+
+// TestACostlyQueryDoesNotFailOtherReads: a drift query of many hosts
+// that runs out of its budget while JetStream answers each of its reads
+// is answered 503 naming its own cost, and the replica goes on answering
+// the next reads; it took the query's deadline for JetStream not
+// answering and answered every read 503 for DownFor, so a viewer asking
+// such a drift every 5 s kept every read of everyone failing.
+func TestACostlyQueryDoesNotFailOtherReads(t *testing.T) {
+	ns := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin, err := jetstream.New(ns.Connect(busauth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg jetstream.KeyValueConfig
+	for _, c := range eventbus.KeyValues(1) {
+		if c.Bucket == events.BucketState {
+			cfg = c
+		}
+	}
+	kv, err := admin.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := ns.Connect(events.StateStore)
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+		&project.KVStore{KV: kv}, slog.Default(), nil, func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Each host is a read of its own: 20,000 of them take far more than
+	// the 2 s the requester gives (about 1 ms each on a fast machine).
+	q := events.DriftQuery{Workflow: "w"}
+	for i := range 20000 {
+		q.Nodes = append(q.Nodes, events.DriftWant{Host: fmt.Sprintf("h%d", i), Formula: "f", Node: "n", Spec: "x"})
+	}
+	body, packed, err := eventbus.EncodeBody(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: events.StateDrift, Data: body, Header: nats.Header{events.WaitHeader: {"2s"}}}
+	if packed {
+		m.Header.Set(eventbus.EncodingHeader, eventbus.EncodingGzip)
+	}
+	viewer := ns.Connect(events.Viewer)
+	r, err := viewer.RequestMsg(m, 4*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, why := r.Header.Get(micro.ErrorCodeHeader), r.Header.Get(micro.ErrorHeader)
+	if code != "503" || !strings.Contains(why, "did not finish within") {
+		t.Fatalf("the drift of 20,000 hosts in 2 s: %q %q, want 503 naming the query's own cost", code, why)
+	}
+	t.Logf("the costly drift: %s %s", code, why)
+	next := &nats.Msg{Subject: events.StateWorkflow, Data: []byte(`{"workflow_id":"w1"}`), Header: nats.Header{events.WaitHeader: {"4s"}}}
+	r, err = viewer.RequestMsg(next, 4*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := r.Header.Get(micro.ErrorCodeHeader); code != "404" {
+		t.Fatalf("the next read, of a workflow there is not: %q %q, want 404", code, r.Header.Get(micro.ErrorHeader))
+	}
 }
