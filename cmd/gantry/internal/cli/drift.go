@@ -154,7 +154,7 @@ func recordsDrift(cmd *cobra.Command, cf connFlags, path string, data []byte, ou
 			rep.Counts[events.DriftOK], rep.Counts[events.DriftChanged], rep.Counts[events.DriftMissing], rep.Counts[events.DriftOrphaned])
 	}
 	if len(rep.Items) != rep.Counts[events.DriftOK] {
-		return &exitError{code: ExitChanges, err: fmt.Errorf("")} // as a drift that asked the hosts
+		return &exitError{code: ExitChanges, err: errors.New("the records differ from the composition")} // as a drift that asked the hosts
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,5 +33,26 @@ func TestHostDriftEscapesWhatHostsSay(t *testing.T) {
 	}
 	if err := hostDriftExit(&rep); err == nil || err.(*exitError).code != ExitChanges {
 		t.Errorf("exit %v, want %d", err, ExitChanges)
+	}
+}
+
+// drift --records that finds drift exits 4 saying so in its last line
+// (it printed a bare "gantry: "); one that finds none exits 0.
+func TestDriftRecordsExitSaysWhy(t *testing.T) {
+	t.Parallel()
+	comp := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(comp, []byte("name: wf\nhosts: {h1: {transport: local}}\nformulas:\n  - id: a\n    server: h1\n    nodes: [{name: n, run: 'true'}]\n"), 0o644)
+	missing := events.DriftReport{Workflow: "wf", Counts: map[string]int{events.DriftMissing: 1},
+		Items: []events.DriftItem{{Host: "h1", Formula: "a", Node: "n", Drift: events.DriftMissing}}}
+	url, _ := fakeBus(t, map[string]answer{events.StateDrift: {body: missing}})
+	code, out, errOut := run(t, "drift", comp, "--records", "--server", url, "--timeout", "5s")
+	if code != ExitChanges || strings.TrimSpace(errOut) != "gantry: the records differ from the composition" {
+		t.Fatalf("exit %d, stderr %q (stdout %q), want 4 and why", code, errOut, out)
+	}
+	ok := events.DriftReport{Workflow: "wf", Counts: map[string]int{events.DriftOK: 1},
+		Items: []events.DriftItem{{Host: "h1", Formula: "a", Node: "n", Drift: events.DriftOK}}}
+	url, _ = fakeBus(t, map[string]answer{events.StateDrift: {body: ok}})
+	if code, _, errOut := run(t, "drift", comp, "--records", "--server", url, "--timeout", "5s"); code != 0 || errOut != "" {
+		t.Fatalf("no drift: exit %d, stderr %q, want 0 and nothing", code, errOut)
 	}
 }

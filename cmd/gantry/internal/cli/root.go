@@ -29,14 +29,16 @@ const exitCodesHelp = `Every gantry command exits with one of these codes:
 
   0    done: the command did what was asked (a watched workflow succeeded)
   1    the workflow failed or was cancelled, or the input is invalid (a
-       composition, inventory or --var-file with problems; drift found)
+       composition, inventory or --var-file with problems); a drift that
+       could not ask some hosts (unreachable) and found nothing else
   2    usage error: an unknown command or flag, a missing or extra
        argument, a bad flag value, a workflow id prefix that more than one
        workflow's id starts with (the error lists them)
   3    cannot read an input (a missing or unreadable file) or reach the
        server (NATS, or a service that does not answer); a watch's
        --timeout passed
-  4    an operation: check run found something that would change
+  4    an operation: check run found something that would change; a
+       drift found nodes changed, missing or orphaned
   130  interrupted (Ctrl-C); a workflow being watched keeps running
 
 A workflow id may be given as any unique prefix of it (as gantry list
