@@ -253,6 +253,11 @@ func (d *decoder) hosts(v *Value, path string) map[string]Host {
 			"identity_file": d.str(&h.IdentityFile),
 		})
 		h.Transport = Transport(tr)
+		if h.Address == "" && (h.Transport == "" || h.Transport == TransportSSH) {
+			// As an inventory's host without ansible_host: the name is
+			// where it is reached (10.0.0.5, web-1.example.com).
+			h.Address = name
+		}
 		out[name] = h
 	}
 	return out

@@ -167,8 +167,6 @@ func validationCases() []validationCase {
 			[]want{{"formulas[0].max_parallel", dag.CodeType, "whole number"}}},
 		{"bad transport", `{"name":"t","hosts":{"h1":{"transport":"telnet"}},"formulas":[` + okFormula + `]}`,
 			[]want{{"hosts.h1.transport", dag.CodeValue, `unknown transport "telnet"`}}},
-		{"ssh without address", `{"name":"t","hosts":{"h1":{"user":"root"}},"formulas":[` + okFormula + `]}`,
-			[]want{{"hosts.h1.address", dag.CodeRequired, "address is required"}}},
 		{"bad port", `{"name":"t","hosts":{"h1":{"address":"a:0"}},"formulas":[` + okFormula + `]}`,
 			[]want{{"hosts.h1.address", dag.CodeValue, "bad port"}}},
 		{"bad operation", strings.Replace(base(okFormula), `"name":"t"`, `"name":"t","operation":"destroy"`, 1),
@@ -384,5 +382,23 @@ func TestHostBecomeAndIdentity(t *testing.T) {
 	_, err = load(t, `{"name":"t","hosts":{"h1":{"address":"10.0.0.1","become":"yes"}},"formulas":[`+okFormula+`]}`)
 	if got := problemsOf(t, err); len(got) != 1 || got[0].Path != "hosts.h1.become" || got[0].Code != dag.CodeType {
 		t.Errorf("become \"yes\": %s", fmtProblems(got))
+	}
+}
+
+// An ssh host without an address is reached at its name, as an
+// inventory's host without ansible_host: the contract's
+// `10.0.0.5: {user: deploy, become: true, identity_file: ...}`. A local
+// host has none.
+func TestHostWithoutAddressIsReachedAtItsName(t *testing.T) {
+	c, err := load(t, `{"name":"t","hosts":{"10.0.0.5":{"user":"deploy","become":true,"identity_file":"~/.ssh/fleet_ed25519"},
+		"web-1.example.com":{"transport":"ssh"},"h1":{"transport":"local"}},
+		"formulas":[`+okFormula+`]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"10.0.0.5": "10.0.0.5:22", "web-1.example.com": "web-1.example.com:22", "h1": ""} {
+		if got := c.Hosts[name].Address; got != want {
+			t.Errorf("host %s: address %q, want %q", name, got, want)
+		}
 	}
 }
