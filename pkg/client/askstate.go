@@ -114,8 +114,10 @@ func (a *stateAsk) denied(err error, deadline time.Time) error {
 	case a.retry != a.m.Subject && strings.Contains(msg, `"`+a.retry+`"`):
 		a.retry = a.m.Subject
 		return a.again(deadline)
-	case strings.Contains(msg, `"`+a.m.Subject+`"`) || strings.Contains(msg, `"`+a.inbox+`"`):
+	case strings.Contains(msg, `"`+a.m.Subject+`"`):
 		return ErrDenied
+	case strings.Contains(msg, `"`+a.inbox+`"`):
+		return ErrRepliesDenied
 	}
 	return nil
 }

@@ -167,8 +167,12 @@ func (c *Client) requestOrDenied(ctx context.Context, m *nats.Msg) (*nats.Msg, e
 		for {
 			select {
 			case err := <-denied:
-				if msg := err.Error(); strings.Contains(msg, `"`+subject+`"`) || strings.Contains(msg, `"`+inbox+`.`) {
+				switch msg := err.Error(); {
+				case strings.Contains(msg, `"`+subject+`"`):
 					deny(ErrDenied)
+					return
+				case strings.Contains(msg, `"`+inbox+`.`):
+					deny(ErrRepliesDenied)
 					return
 				}
 			case <-ctx.Done():
@@ -177,8 +181,8 @@ func (c *Client) requestOrDenied(ctx context.Context, m *nats.Msg) (*nats.Msg, e
 		}
 	}()
 	msg, err := c.nc.RequestMsgWithContext(ctx, m)
-	if err != nil && errors.Is(context.Cause(ctx), ErrDenied) {
-		return nil, ErrDenied
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrDenied) {
+		return nil, cause
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil, nats.ErrTimeout

@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -43,6 +44,12 @@ var (
 // ErrDenied is wrapped by the error of a request the NATS server refused
 // this identity (its publish, or its reply inbox's subscription).
 var ErrDenied = errors.New("not allowed for this identity")
+
+// ErrRepliesDenied wraps ErrDenied for a request whose reply inbox the
+// server refused this identity: what only an operator may ask (submit,
+// control, rebuild) comes back to the operator's inbox prefix, which a
+// viewer may not subscribe to, whatever the request's own subject.
+var ErrRepliesDenied = fmt.Errorf("%w: its replies come to an operator's inbox", ErrDenied)
 
 // RequestError is a request that got no usable reply: refused (ErrDenied),
 // not answered (nats.ErrNoResponders, nats.ErrTimeout), answered with what

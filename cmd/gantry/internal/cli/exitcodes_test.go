@@ -180,6 +180,24 @@ func TestExitCodesOfRuns(t *testing.T) {
 			t.Errorf("gantry %s: exit %d, want %d with %q\n%s%s", strings.Join(c.args, " "), code, c.code, c.want, out, errOut)
 		}
 	}
+	// What only an operator may do, asked as a viewer, is refused saying
+	// so (it named the first read, state.workflow, which a viewer may
+	// make), and a viewer's reads work.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"cancel", "w1"}, ExitProblem, "this command is for operators"},
+		{[]string{"pause", "w1"}, ExitProblem, "this command is for operators"},
+		{[]string{"submit", ok}, ExitProblem, "this command is for operators"},
+		{[]string{"status", "no-such-workflow"}, ExitFailed, "no workflow no-such-workflow"},
+	} {
+		code, out, errOut := run(t, s.as(s.viewer, c.args...)...)
+		if code != c.code || !strings.Contains(out+errOut, c.want) {
+			t.Errorf("gantry %s as a viewer: exit %d, want %d with %q\n%s%s", strings.Join(c.args, " "), code, c.code, c.want, out, errOut)
+		}
+	}
 }
 
 // gantry help exit-codes prints every code with what it means.
