@@ -27,7 +27,12 @@ func CheckSize(data []byte, max int) error {
 	}
 	if len(data) > max {
 		var ps problems
-		ps.add("", 0, CodeTooLarge, "document is %d bytes, over the %d-byte limit", len(data), max)
+		if len(data) == max+1 {
+			// what a file read stops at (ReadFile): its size is not known
+			ps.add("", 0, CodeTooLarge, "document is over the %d-byte limit (read no further)", max)
+		} else {
+			ps.add("", 0, CodeTooLarge, "document is %d bytes, over the %d-byte limit", len(data), max)
+		}
 		return ps.err()
 	}
 	return nil
