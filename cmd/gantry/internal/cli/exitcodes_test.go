@@ -144,6 +144,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"submit", ok, "-q", "-o", "json", "--server", unreachable}, ExitUsage, "--quiet and -o"},
 		{[]string{"logs", "w1", "--host", "Bad_Host", "--server", unreachable}, ExitUsage, `--host "Bad_Host" is not a host name`},
 		{[]string{"state", "--timeout", "soon"}, ExitUsage, "invalid argument"},
+		{[]string{"watch", "w1", "--timeout", "0s", "--server", unreachable}, ExitUsage, "--timeout 0s: give a time above 0"},
 		// Done: 0.
 		{[]string{"validate", ok}, ExitOK, ""},
 		{[]string{"help", "exit-codes"}, ExitOK, ""},

@@ -49,6 +49,9 @@ escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: cf.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("timeout") && cf.timeout <= 0 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--timeout %s: give a time above 0, or leave it out to wait as long as it takes", cf.timeout)}
+			}
 			cl, err := cf.connect()
 			if err != nil {
 				return err
@@ -70,6 +73,9 @@ escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 		},
 	}
 	cf.add(cmd)
+	// watch's --timeout bounds the watch, not only each reply
+	t := cmd.Flags().Lookup("timeout")
+	t.Usage, t.DefValue = "give up (exit 3) when the workflow has not ended by then (default: wait as long as it takes)", "0s"
 	outputFlag(cmd, &output, "text", "json")
 	return cmd
 }
