@@ -143,7 +143,7 @@ func TestFleetProblems(t *testing.T) {
 		code           dag.Code
 		msg            string
 	}{
-		{"missing var", "{{ .Vars.port }}/health", "{{ .Vars.nope }}/health", "formulas[1].health_gate.check", dag.CodeTemplate, `map has no entry for key "nope" (for host web-1)`},
+		{"missing var", "{{ .Vars.port }}/health", "{{ .Vars.nope }}/health", "formulas[1].health_gate.check", dag.CodeTemplate, `var "nope" is not set (in vars:, a host's or group's vars, an inventory, --var or --var-file) (for host web-1)`},
 		{"bad template", "echo port={{ .Vars.port }}", "echo port={{ .Vars.port ", "formulas[1].nodes[0].run", dag.CodeTemplate, "template:"},
 		{"unknown field", "{{ .Host }} {{ .Vars.domain }}", "{{ .Hots }}", "formulas[0].nodes[0].run", dag.CodeTemplate, "can't evaluate field Hots"},
 		{"templated secret name renders to a path", `"PASS":{"secret":"db_pass"}`, `"PASS":{"secret":"{{ .Vars.domain }}/x"}`, `formulas[1].nodes[0].env["PASS"].secret`, dag.CodeValue, `"example.com/x" is not a secret name`},

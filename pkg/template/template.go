@@ -306,5 +306,21 @@ func cleanExecErr(s string) string {
 	}
 	s = strings.Replace(s, " | "+printFunc+">: ", ">: ", 1)
 	s = strings.Replace(s, "error calling "+printFunc+": ", "", 1)
-	return strings.Replace(s, "error calling "+loopFunc+": ", "", 1)
+	s = strings.Replace(s, "error calling "+loopFunc+": ", "", 1)
+	return missingVar(s)
+}
+
+// missingVar words text/template's `<.Vars.x>: map has no entry for key
+// "x"` as what it means: a var that is set nowhere (any other mapping's
+// missing key is said as a key).
+func missingVar(s string) string {
+	action, key, ok := strings.Cut(s, ">: map has no entry for key ")
+	if !ok {
+		return s
+	}
+	name := strings.Trim(key, `"`)
+	if action == "<.Vars."+name {
+		return action + ">: var " + key + " is not set (in vars:, a host's or group's vars, an inventory, --var or --var-file)"
+	}
+	return action + ">: no key " + key + " in that mapping"
 }

@@ -59,7 +59,7 @@ func TestTypedVarsRender(t *testing.T) {
 // problem with its path.
 func TestTypedVarsRefused(t *testing.T) {
 	cases := []struct{ name, run, msg string }{
-		{"a field the mapping lacks", `{{ .Vars.cfg.nope }}echo`, `map has no entry for key "nope"`},
+		{"a field the mapping lacks", `{{ .Vars.cfg.nope }}echo`, `no key "nope" in that mapping`},
 		{"a typed number compared with text", `{{ if eq .Vars.workers "4" }}{{ end }}echo`, "incompatible types for comparison"},
 		{"range over a typed number", `{{ range .Vars.workers }}{{ end }}echo`, "range over a number is not allowed"},
 	}

@@ -68,7 +68,7 @@ func TestVarPrecedence(t *testing.T) {
 		t.Errorf("validate with the var a template needs: exit %d\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = run(t, "validate", filepath.Join(dir, "plain.yaml"))
-	if code != ExitFailed || !strings.Contains(errOut, `map has no entry for key "x"`) {
+	if code != ExitFailed || !strings.Contains(errOut, `var "x" is not set`) {
 		t.Errorf("validate without it: exit %d\n%s", code, errOut)
 	}
 }
