@@ -176,7 +176,8 @@ func TestExecCommandLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"exec", inv, "web", "uptime"}, ExitUsage, "put the command after --"},
-		{[]string{"exec", inv, "--", "uptime"}, ExitUsage, "exec wants INVENTORY PATTERN -- COMMAND"},
+		{[]string{"exec", inv, "--", "uptime"}, ExitUsage, "gantry: exec wants INVENTORY PATTERN -- COMMAND"}, // said once, not "gantry: gantry exec: exec wants"
+		{[]string{"exec", inv, "web"}, ExitUsage, "gantry: exec wants INVENTORY PATTERN -- COMMAND"},
 		{[]string{"exec", inv, "web", "--", " "}, ExitUsage, "the command after -- is empty"},
 		{[]string{"exec", inv, "web", "--forks", "-1", "--", "uptime"}, ExitUsage, "--forks -1"},
 		{[]string{"exec", inv, "nope", "--", "uptime"}, ExitUsage, `"nope" matches no host or group`},

@@ -116,7 +116,11 @@ func classifyErrors(root *cobra.Command) {
 	walk = func(c *cobra.Command) {
 		if args := c.Args; args != nil {
 			c.Args = func(cmd *cobra.Command, a []string) error {
-				if err := args(cmd, a); err != nil {
+				var own *exitError
+				switch err := args(cmd, a); {
+				case errors.As(err, &own):
+					return err // a command's own check, worded by it
+				case err != nil:
 					return &exitError{code: ExitUsage, err: fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
 				}
 				return nil
