@@ -72,7 +72,8 @@ func (l Local) claimAttempt(base, attempt string) error {
 }
 
 // sweepLocal removes attempt files older than 7 days, once a day (UTC),
-// as the supervisor's shell does on a host.
+// as the supervisor's shell does on a host (hostsh.Sweep): an attempt's
+// files once it ended, never those of one still running.
 func sweepLocal(base string) {
 	stamp := base + "/.swept-" + hostsh.SweepDay()
 	if _, err := os.Stat(stamp); err == nil {
@@ -89,9 +90,54 @@ func sweepLocal(base string) {
 	cutoff := time.Now().Add(-7 * 24 * time.Hour)
 	for _, e := range entries {
 		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) && !strings.HasPrefix(e.Name(), ".swept-") {
-			_ = os.RemoveAll(filepath.Join(base, e.Name()))
+			sweepOld(base, e.Name())
 		}
 	}
+}
+
+// sweepOld removes the old entry name of the attempts directory base: a
+// run file with its attempt's files once the attempt ended (an exit
+// status recorded, or its pid runs no more); an attempt's other file
+// when it has no run file; anything else.
+func sweepOld(base, name string) {
+	p := filepath.Join(base, name)
+	ext := filepath.Ext(name)
+	switch ext {
+	case ".run":
+		if attemptRuns(p) {
+			return
+		}
+		stem := strings.TrimSuffix(p, ext)
+		for _, x := range []string{".run", ".out", ".err", ".id", ".f", ".pid", ".exit"} {
+			_ = os.RemoveAll(stem + x)
+		}
+	case ".out", ".err", ".id", ".f":
+		if _, err := os.Stat(strings.TrimSuffix(p, ext) + ".run"); err == nil {
+			return // its run file decides
+		}
+		_ = os.RemoveAll(p)
+	default:
+		_ = os.RemoveAll(p)
+	}
+}
+
+// attemptRuns says whether the run file p names a process that still
+// runs and no exit status.
+func attemptRuns(p string) bool {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > 1 && strings.TrimSpace(lines[1]) != "" {
+		return false // ended
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 1 {
+		return false
+	}
+	_, err = os.Stat("/proc/" + strconv.Itoa(pid))
+	return syscall.Kill(pid, 0) != syscall.ESRCH || err == nil
 }
 
 // localAttemptScript is the shell that supervises a local attempt: it

@@ -85,7 +85,7 @@ const agentMarker = "__gantry_agent "
 // ending the agent (SIGPIPE ignored; the command gets the default back).
 // What goes wrong with the lock is kept out of the attempt's output (an
 // attempt that cannot take its lock runs without it, as before).
-const agentScript = `trap '' PIPE
+var agentScript = `trap '' PIPE
 ` + hostsh.RecordID + `_gn() { set -C; echo $$ 2>/dev/null >"$_gd.run"; _gc=$?; set +C; return $_gc; }
 printf '` + agentMarker + `%s\n' "$$"
 while IFS= read -r _gq; do
@@ -110,7 +110,7 @@ while IFS= read -r _gq; do
   fi 2>/dev/null
   if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" 2>/dev/null && _gn; }; }; then
     _gI; : >>"$_gd.out"; : >>"$_gd.err"
-    [ -e "$_gb/.swept-$_gw" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-$_gw"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
+    ` + hostsh.Sweep("$_gw") + `
     printf 'S %s %s\n' "$$" "$_gd"
     ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
     _gx=$?
@@ -431,8 +431,10 @@ func (r *sshRunner) awaitStart(rctx context.Context, c *conn, a *hostAgent, cmd 
 		case <-rctx.Done():
 			// The agent may have read the request and be about to start
 			// the attempt: closing its session does not stop it.
+			// Dropped first (its read ends with the session), its session
+			// is free for the cancel's.
+			c.dropAgent(a)
 			kerr := r.cancelStart(a.client, cmd)
-			c.dropAgent(a) // its read ends with the session
 			return "", errors.Join(cmdrun.EndErr(rctx), kerr)
 		}
 		l := got.line
@@ -587,9 +589,14 @@ func (r *sshRunner) awaitAgent(rctx context.Context, run *agentRun) (int, error)
 				fol = r.startFollow(rctx, run)
 			}
 		case <-rctx.Done():
-			kerr := r.killRemote(a.client, run.m, a.as)
+			// The agent dropped first (the attempt runs on without it) and
+			// the follow session stopped free their sessions of sshd's
+			// MaxSessions for the kill's; a host that answers nothing has
+			// its connection dropped by the stop, and the kill fails at
+			// once, unconfirmed.
 			c.dropAgent(a)
-			fol.end()
+			fol.stop()
+			kerr := r.killRemote(a.client, run.m, a.as)
 			return -1, errors.Join(cmdrun.EndErr(rctx), kerr)
 		}
 	}
@@ -657,9 +664,10 @@ type follower struct {
 	done    chan struct{}
 	cancel  context.CancelFunc
 	mu      sync.Mutex
-	started bool // its session opened: it is waited for
-	ran     bool // its script ran (its marker came)
-	ending  bool // end was called
+	started bool   // its session opened: it is waited for
+	ran     bool   // its script ran (its marker came)
+	ending  bool   // end was called
+	drop    func() // drops its session's connection (a host that answers nothing)
 }
 
 // startFollow starts a follow session for the attempt run in a slot of
@@ -684,7 +692,12 @@ func (r *sshRunner) startFollow(ctx context.Context, run *agentRun) *follower {
 			}
 			f.started = true
 			f.mu.Unlock()
-			s, _, err := r.session(ctx, c)
+			s, client, err := r.session(ctx, c)
+			if err == nil {
+				f.mu.Lock()
+				f.drop = func() { r.pool.drop(c, client) }
+				f.mu.Unlock()
+			}
 			if errors.Is(err, errOverLimit) { // wait for a slot again, unless the attempt ended
 				f.mu.Lock()
 				f.started = false
@@ -738,6 +751,36 @@ func (f *follower) end() (ran bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ran
+}
+
+// followStopWait is how long a follow session stopped may take to end: its
+// close answered by the host. A host that answers nothing holds it until
+// its connection ends, which stop then ends.
+const followStopWait = 2 * time.Second
+
+// stop ends the follow session at once (an attempt killed: the rest of its
+// output is not waited for); on a host that does not answer its close, by
+// dropping its connection.
+func (f *follower) stop() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.ending = true
+	f.mu.Unlock()
+	f.cancel()
+	select {
+	case <-f.done:
+		return
+	case <-time.After(followStopWait):
+	}
+	f.mu.Lock()
+	drop := f.drop
+	f.mu.Unlock()
+	if drop != nil {
+		drop()
+	}
+	<-f.done
 }
 
 // markedOut passes a stream on to dst, less its first line when that is

@@ -267,6 +267,14 @@ func TestDurableSurvivesAClosedConnectionAtStart(t *testing.T) {
 // day on the host, whether or not the directory was just made; the other
 // attempts of the day leave them.
 func TestOldAttemptsSweptOncePerDay(t *testing.T) {
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	ssh := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "")
+	for name, r := range map[string]hostexec.AttemptRunner{"local": localexec.Local{}, "ssh agent": ssh, "ssh session": sessionSupervised(ssh)} {
+		t.Run(name, func(t *testing.T) { oldAttemptsSwept(t, r) })
+	}
+}
+
+func oldAttemptsSwept(t *testing.T, r hostexec.AttemptRunner) {
 	dir := t.TempDir()
 	attempts := filepath.Join(dir, "attempts")
 	if err := os.MkdirAll(attempts, 0o700); err != nil {
@@ -286,7 +294,7 @@ func TestOldAttemptsSweptOncePerDay(t *testing.T) {
 	run := func(id string) {
 		t.Helper()
 		cmd := hostexec.Attempt{ID: id, Command: hostexec.Command{Script: "true", Env: map[string]string{"GANTRY_ATTEMPTS": attempts}}}
-		if res, err := (localexec.Local{}).RunAttempt(context.Background(), cmd); err != nil || res.ExitCode != 0 {
+		if res, err := r.RunAttempt(context.Background(), cmd); err != nil || res.ExitCode != 0 {
 			t.Fatalf("%s: %+v %v", id, res, err)
 		}
 	}
@@ -295,9 +303,34 @@ func TestOldAttemptsSweptOncePerDay(t *testing.T) {
 	if err := os.WriteFile(recent, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An attempt that ended (its exit status in its run file) goes with
+	// its files; one whose pid runs no more (lost) too; one still running
+	// (this test's pid, no status) stays whatever its files' age, as the
+	// files of an attempt whose run file is young.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ended, lost := old("w0.1.create.f.n.4.run.run"), old("w0.1.create.f.n.5.run.run")
+	endedOut, running, runningOut := old("w0.1.create.f.n.4.run.out"), old("w0.1.create.f.n.6.run.run"), old("w0.1.create.f.n.6.run.out")
+	os.WriteFile(ended, []byte("123\n0\n"), 0o600)
+	os.WriteFile(lost, []byte(strconv.Itoa(dead.Process.Pid)+"\n"), 0o600)
+	os.WriteFile(running, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+	for _, p := range []string{ended, lost, running} {
+		ten := time.Now().Add(-10 * 24 * time.Hour)
+		os.Chtimes(p, ten, ten)
+	}
+	youngRun := filepath.Join(attempts, "w0.1.create.f.n.2.run.run")
+	os.WriteFile(youngRun, []byte("123\n0\n"), 0o600)
+	youngsOut := old("w0.1.create.f.n.2.run.err")
 	run("w1.1.create.f.n.1.run")
 	if fileExists(stale) || !fileExists(recent) {
 		t.Fatalf("after the day's first attempt: stale kept %v, recent kept %v", fileExists(stale), fileExists(recent))
+	}
+	for p, want := range map[string]bool{ended: false, endedOut: false, lost: false, running: true, runningOut: true, youngRun: true, youngsOut: true} {
+		if fileExists(p) != want {
+			t.Errorf("%s: kept %v, want %v", filepath.Base(p), fileExists(p), want)
+		}
 	}
 	stale = old("w0.1.create.f.n.3.run.out")
 	run("w1.1.create.f.n.2.run")

@@ -250,15 +250,20 @@ func (r *sshRunner) run(ctx context.Context, cmd hostexec.Attempt) (hostexec.Res
 		// after the start may come before it, so wait for it a little.
 		var g hostsh.Marked
 		var kerr error
+		kill := true
 		select {
 		case g = <-pgid:
-			kerr = r.killRemote(client, g, as)
 		case <-waited:
 			waited <- nil // ended by itself meanwhile; nothing to kill
-		case <-time.After(cmdrun.KillGrace):
-			kerr = r.killRemote(client, g, as) // says the group is unknown
+			kill = false
+		case <-time.After(cmdrun.KillGrace): // the kill says the group is unknown
 		}
+		// Its session closed first gives its slot of sshd's MaxSessions
+		// to the kill's; the kill, not the close, ends the command.
 		_ = sess.Close()
+		if kill {
+			kerr = r.killRemote(client, g, as)
+		}
 		select {
 		case <-waited:
 		case <-time.After(cmdrun.KillGrace):
@@ -311,30 +316,90 @@ func (r *sshRunner) killRemote(client *ssh.Client, m hostsh.Marked, as becomeAs)
 // remoteKill runs a kill script on the host in a fresh session of client,
 // as the user as, and says whether it confirmed (printed "gone") the end
 // of what (the process group or attempt it kills).
+//
+// The whole of it, its session's opening too, is bounded by killWait: a
+// host that hangs answers no channel open (x/crypto waits for the
+// connection's end, which keepalives find after 45 s by default). A
+// session sshd refuses (the connection at its MaxSessions, as when many
+// attempts on the host are killed at once) is asked for again until then,
+// as the other sessions end.
 func (r *sshRunner) remoteKill(client *ssh.Client, as becomeAs, script, what string) error {
-	s, err := client.NewSession()
+	ctx, cancel := context.WithTimeout(context.Background(), killWait)
+	defer cancel()
+	s, done, err := r.killSession(ctx, client)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", hostexec.ErrKill, r.address, err)
+		return fmt.Errorf("%w: %s on %s: %w", hostexec.ErrKill, what, r.address, err)
 	}
-	defer s.Close()
+	defer done()
 	type result struct {
 		out []byte
 		err error
 	}
-	done := make(chan result, 1)
+	answer := make(chan result, 1)
 	go func() {
 		out, err := s.Output(as.remote(script))
-		done <- result{out, err}
+		answer <- result{out, err}
 	}()
 	select {
-	case res := <-done:
+	case res := <-answer:
 		if strings.TrimSpace(string(res.out)) != "gone" {
 			return fmt.Errorf("%w: %s on %s: %s %v", hostexec.ErrKill, what, r.address, strings.TrimSpace(string(res.out)), res.err)
 		}
 		return nil
-	case <-time.After(cmdrun.KillGrace + 10*time.Second):
-		return fmt.Errorf("%w: %s on %s: no answer", hostexec.ErrKill, what, r.address)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %s on %s: no answer within %s", hostexec.ErrKill, what, r.address, killWait)
 	}
+}
+
+// killWait bounds a kill on the host, from asking for its session to its
+// answer.
+const killWait = cmdrun.KillGrace + 10*time.Second
+
+// killOpenWait is how long a kill waits for the host to answer its
+// session's opening (a refusal is an answer).
+var killOpenWait = 5 * time.Second
+
+// killOwnAfter is how long sshd may refuse a kill's session on the
+// command's connection before the kill dials a connection of its own:
+// sshd's MaxSessions is a connection's, and a session it holds for an
+// attempt still running (a host agent's, its shell waiting) is not
+// given back when gantry closes it.
+var killOwnAfter = time.Second
+
+// killSession opens a kill's session of client, outside the connection's
+// slots, asking again while sshd refuses it; past killOwnAfter, on a
+// connection of its own. done closes what it opened. ctx bounds it all.
+func (r *sshRunner) killSession(ctx context.Context, client *ssh.Client) (s *ssh.Session, done func(), err error) {
+	refusedUntil := time.Now().Add(killOwnAfter)
+	for wait := 5 * time.Millisecond; time.Now().Before(refusedUntil); wait = min(2*wait, 200*time.Millisecond) {
+		octx, cancel := context.WithTimeout(ctx, killOpenWait)
+		s, err = newSession(octx, client)
+		cancel()
+		if err != nil && errors.Is(octx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			// The host answers nothing: its connection goes (what runs on
+			// it ends now, not when keepalives find it dead).
+			r.pool.drop(r.entry(), client)
+			return nil, nil, fmt.Errorf("%w: the host did not answer the kill's session within %s", hostexec.ErrStoppedAnswering, killOpenWait)
+		}
+		var oce *ssh.OpenChannelError
+		if err == nil || !errors.As(err, &oce) {
+			return s, func() { _ = s.Close() }, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("sshd refused its session: %w", err)
+		case <-time.After(wait):
+		}
+	}
+	own, cerr := r.pool.connect(ctx, r.entry())
+	if cerr != nil {
+		return nil, nil, fmt.Errorf("sshd refused its session on the command's connection (%w), and a connection of its own failed: %w", err, cerr)
+	}
+	if s, err = newSession(ctx, own); err != nil {
+		_ = own.Close()
+		return nil, nil, fmt.Errorf("on a connection of its own: %w", err)
+	}
+	return s, func() { _ = s.Close(); _ = own.Close() }, nil
 }
 
 type eofReader struct{}

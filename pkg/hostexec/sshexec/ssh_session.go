@@ -111,7 +111,10 @@ func (r *sshRunner) session(ctx context.Context, c *conn) (*ssh.Session, *ssh.Cl
 		if err != nil {
 			return nil, nil, err
 		}
-		sess, err := client.NewSession()
+		sess, err := newSession(ctx, client)
+		if err != nil && ctx.Err() != nil {
+			return nil, nil, cmdrun.EndErr(ctx)
+		}
 		if err == nil {
 			c.lim.Lock()
 			c.refusing = time.Time{}
@@ -268,4 +271,30 @@ func (r *sshRunner) prepare(ctx context.Context, c *conn, cmd hostexec.Command) 
 		return nil, nil, err
 	}
 	return sess, client, nil
+}
+
+// newSession opens a session of client, giving up when ctx ends: a host
+// that hangs after authentication answers no channel open, and x/crypto
+// waits for the connection's end. A session opened after that is closed.
+func newSession(ctx context.Context, client *ssh.Client) (*ssh.Session, error) {
+	type opened struct {
+		s   *ssh.Session
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		s, err := client.NewSession()
+		ch <- opened{s, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.s, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.s != nil {
+				_ = o.s.Close()
+			}
+		}()
+		return nil, cmdrun.EndErr(ctx)
+	}
 }

@@ -86,6 +86,25 @@ func ValidAttempt(id string) error {
 // SweepDay names the day of the last sweep of old attempt files (UTC).
 var SweepDay = func() string { return time.Now().UTC().Format("20060102") }
 
+// Sweep is the shell that removes, once a day (the first attempt of the
+// day named by stamp, a shell word), what the attempts directory $_gb
+// holds that is older than 7 days: an attempt's files once it ended (its
+// run file has its exit status, or its pid runs no more), never those of
+// one still running, whatever their age says (a host whose clock jumped
+// forward, an attempt running for more than 7 days): its run file is its
+// claim, and its exit status is read from it. Files of an attempt whose
+// run file is younger stay with it.
+func Sweep(stamp string) string {
+	return `[ -e "$_gb/.swept-` + stamp + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + stamp + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 2>/dev/null | while IFS= read -r _gs; do
+    case $_gs in
+    *.run) _gp=; _gx=; { read -r _gp; read -r _gx; } <"$_gs" 2>/dev/null; case $_gp in ''|*[!0-9]*|0|1) _gp= ;; esac
+      [ -z "$_gx" ] && [ -n "$_gp" ] && { kill -0 "$_gp" 2>/dev/null || [ -d "/proc/$_gp" ]; } || { _gs=${_gs%.run}; rm -rf "$_gs.run" "$_gs.out" "$_gs.err" "$_gs.id" "$_gs.f" "$_gs.pid" "$_gs.exit"; } ;;
+    *.out|*.err|*.id|*.f) [ -e "${_gs%.*}.run" ] || rm -rf "$_gs" ;;
+    *) rm -rf "$_gs" ;;
+    esac
+  done; }`
+}
+
 // AttemptsDir is the attempts directory as a plain command's shell finds
 // it, once the command's Env is exported.
 const AttemptsDir = `"${GANTRY_ATTEMPTS:-$HOME/.gantry/attempts}"`
@@ -173,7 +192,7 @@ func SuperviseScript(sv Supervision) string {
 _ge() { _gx=; { read -r _gx; read -r _gx; } 2>/dev/null <"$_gd.run"; [ -n "$_gx" ] || { [ -s "$_gd.exit" ] && read -r _gx <"$_gd.exit"; }; [ -n "$_gx" ]; }
 if _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" 2>/dev/null && _gn; }; then
   _gI; : >>"$_gd.out"; : >>"$_gd.err"
-  [ -e "$_gb/.swept-` + SweepDay() + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + SweepDay() + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null; }
+  ` + Sweep(SweepDay()) + `
   trap '' PIPE; printf '` + PIDMarker + `%s %s\n' "$$" "$_gd" 2>/dev/null; trap - PIPE
   { { ` + HostLock(lock, mark, held) + `( ` + sv.Run + ` ) </dev/null 9>&-; echo $? >>"$_gd.run"; } 2>&1 1>&3 3>&- | tee -p -a "$_gd.err" 1>&2 3>&-; } 3>&1 | tee -p -a "$_gd.out" 2>/dev/null
 elif [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then
@@ -183,6 +202,7 @@ elif [ ! -e "$_gd.run" ] && [ ! -e "$_gd.pid" ]; then
 else
   ` + drop + `_gi=0; until { _gp=; read -r _gp 2>/dev/null <"$_gd.run"; [ -n "$_gp" ]; } || [ -s "$_gd.pid" ] || [ -s "$_gd.exit" ] || [ $_gi -ge 250 ]; do sleep 0.02; _gi=$((_gi+1)); done
   [ -n "$_gp" ] || { [ -s "$_gd.pid" ] && read -r _gp <"$_gd.pid"; }
+  case $_gp in *[!0-9]*|0|1) _gp= ;; esac
   [ -n "$_gp" ] && ! _ge && ! _gJ "$_gp" && _gp=
   printf '` + PIDMarker + `%s %s\n' "${_gp:-0}" "$_gd"
   if [ -n "$_gp" ] && kill -0 "$_gp" 2>/dev/null && ! _ge; then
