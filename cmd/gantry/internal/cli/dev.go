@@ -29,6 +29,7 @@ import (
 	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 	planner "github.com/gantry-dev/gantry/services/planner/service"
 	statestore "github.com/gantry-dev/gantry/services/state-store/service"
+	"github.com/gofrs/flock"
 	"github.com/spf13/cobra"
 )
 
@@ -89,6 +90,11 @@ environment variable its help names, as the services take them.`,
 			if err := os.MkdirAll(dataDir, 0o755); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
+			unlock, err := lockDataDir(dataDir)
+			if err != nil {
+				return &exitError{code: ExitProblem, err: err}
+			}
+			defer unlock()
 			if err := checkStoreSpace(dataDir, freeSpace); err != nil {
 				return &exitError{code: ExitProblem, err: err}
 			}
@@ -253,4 +259,19 @@ func defaultDataDir() (string, error) {
 		return "", err
 	}
 	return d, nil
+}
+
+// lockDataDir holds dir's lock file while gantry dev runs: two JetStream
+// servers on one store would corrupt it, so a second gantry dev on the
+// same --data-dir is refused, naming the directory.
+func lockDataDir(dir string) (unlock func(), err error) {
+	l := flock.New(filepath.Join(dir, "gantry-dev.lock"))
+	ok, err := l.TryLock()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("lock the data dir %s: %w", dir, err)
+	case !ok:
+		return nil, fmt.Errorf("another gantry dev runs on the data dir %s (give another --data-dir to run a second one)", dir)
+	}
+	return func() { _ = l.Unlock() }, nil
 }

@@ -223,3 +223,24 @@ func TestDevPortInUse(t *testing.T) {
 		t.Errorf("took %s to say the port is in use", took.Round(time.Millisecond))
 	}
 }
+
+// A second gantry dev on a data dir that one uses is refused, naming the
+// directory (it started: two JetStream servers on one store); the lock
+// is given back when the first ends.
+func TestDevRefusesADataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	unlock, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "dev", "--port", "0", "--data-dir", dir)
+	if code != ExitProblem || !strings.Contains(errOut, "another gantry dev runs on the data dir "+dir) {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	unlock()
+	again, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatalf("the lock given back is not taken again: %v", err)
+	}
+	again()
+}
