@@ -62,8 +62,9 @@ formulas:
 	if remote.stillThere() {
 		t.Fatalf("the sleep still runs on the host once the workflow is failed")
 	}
-	if n := doc.Formulas["slow"].Nodes["wait"]; n.Status != dag.NodeCancelled {
-		t.Errorf("the running node is %s, want cancelled", n.Status)
+	// It says why: no one asked (it said "cancelled by request").
+	if n := doc.Formulas["slow"].Nodes["wait"]; n.Status != dag.NodeCancelled || !strings.HasPrefix(n.Reason, "cancelled: the composition's timeout passed") {
+		t.Errorf("the running node is %s (%q), want cancelled: the composition's timeout passed", n.Status, n.Reason)
 	}
 	if f := doc.Formulas["after"]; f.Status != dag.FormulaCancelled || f.Nodes["never"].Status != dag.NodeCancelled ||
 		f.Nodes["never"].Error != "" && !strings.Contains(f.Nodes["never"].Error, "timeout") {

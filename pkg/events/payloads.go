@@ -86,9 +86,11 @@ type WorkflowEvent struct {
 	// accepted; cancel, pause, resume, retry), as the server
 	// authenticated them; absent for the planner's own transitions.
 	RequestedBy *Principal `json:"requested_by,omitempty"`
-	// Cancelling, on a running workflow, says a cancel was requested and
-	// its formulas still running are being stopped (executors kill them);
-	// the workflow is cancelled once they have ended.
+	// Cancelling, on a running workflow, says a cancel was requested (or,
+	// with no RequestedBy and a Reason starting ReasonDeadline and ":",
+	// the composition's timeout passed) and its formulas still running
+	// are being stopped (executors kill them); the workflow is cancelled
+	// (failed, for the deadline) once they have ended.
 	Cancelling bool `json:"cancelling,omitempty"`
 	// Stopping, on a running workflow, names formulas whose timeout has
 	// passed while they ran: executors kill what of them still runs and
@@ -103,6 +105,11 @@ type WorkflowEvent struct {
 	// value is "***".
 	Vars map[string]string `json:"vars,omitempty"`
 }
+
+// ReasonDeadline starts the reason of what the composition's or a
+// formula's timeout ended ("deadline: the composition's timeout of 5m
+// passed ..."): the reason the contract names.
+const ReasonDeadline = "deadline"
 
 // FormulaEvent is published on decky.<host>.lifecycle.
 type FormulaEvent struct {

@@ -195,11 +195,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		}
 		if w.Status == dag.WorkflowCancelled || w.Cancelling {
 			log.Info("workflow cancelled: killing its nodes here", "workflow_id", w.WorkflowID)
-			by := ""
-			if w.RequestedBy != nil {
-				by = w.RequestedBy.Display()
+			switch {
+			case w.RequestedBy != nil:
+				x.Cancelled(w.WorkflowID, w.Generation, w.RequestedBy.Display())
+			case strings.HasPrefix(w.Reason, events.ReasonDeadline+":"):
+				x.DeadlinePassed(w.WorkflowID, w.Generation)
+			default:
+				x.Cancelled(w.WorkflowID, w.Generation, "")
 			}
-			x.Cancelled(w.WorkflowID, w.Generation, by)
 		}
 		if len(w.Stopping) > 0 {
 			log.Info("formulas past their timeout: killing their nodes here", "workflow_id", w.WorkflowID, "formulas", w.Stopping)

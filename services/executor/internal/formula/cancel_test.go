@@ -14,9 +14,22 @@ import (
 )
 
 // A cancelled workflow's running node is killed on the host, and what has
-// not started is cancelled, not run.
+// not started is cancelled, not run; each says why: who asked, or the
+// composition's timeout (no one asked: it said "cancelled by request").
 func TestCancelKillsRunningNodes(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		stop func(*harness)
+		why  string
+	}{
+		{func(h *harness) { h.x.Cancelled("w1", 1, "operator") }, "cancelled by operator"}, // as the cancel event names who asked
+		{func(h *harness) { h.x.DeadlinePassed("w1", 1) }, "cancelled: the composition's timeout passed"},
+	} {
+		cancelKillsRunningNodes(t, c.stop, c.why)
+	}
+}
+
+func cancelKillsRunningNodes(t *testing.T, stop func(*harness), why string) {
 	h := newHarness()
 	d := dispatch(dag.OpCreate, 1, node("n", "block", 3), node("m", "ok", 1, "n"))
 	done := make(chan error, 1)
@@ -26,7 +39,7 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the node never started")
 	}
-	h.x.Cancelled("w1", 1, "operator") // as the cancel event names who asked
+	stop(h)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -36,7 +49,7 @@ func TestCancelKillsRunningNodes(t *testing.T) {
 		t.Fatal("the formula did not end after the cancel")
 	}
 	// why is said once: no "cancelled: cancelled: ... context canceled"
-	want := []string{"f running", "n running 1", "n cancelled 1: cancelled by operator: killed on the host", "m blocked 0", "f cancelled"}
+	want := []string{"f running", "n running 1", "n cancelled 1: " + why + ": killed on the host", "m blocked 0", "f cancelled"}
 	if got := h.stored(); !slices.Equal(got, want) {
 		t.Fatalf("stored\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}

@@ -100,11 +100,19 @@ type tracked struct {
 var errDeadline = errors.New("the formula's timeout passed")
 
 // cancelRequest is why a formula is stopped when its workflow was
-// cancelled, by whom (the requester's name as the cancel event gives it).
-type cancelRequest struct{ by string }
+// cancelled, by whom (the requester's name as the cancel event gives it);
+// deadline: by no one, the composition's timeout passed (the planner
+// stops the run as a cancel does).
+type cancelRequest struct {
+	by       string
+	deadline bool
+}
 
 func (c *cancelRequest) Error() string {
-	if c.by == "" {
+	switch {
+	case c.deadline:
+		return "cancelled: the composition's timeout passed"
+	case c.by == "":
 		return "cancelled by request"
 	}
 	return "cancelled by " + c.by
@@ -121,15 +129,14 @@ const cancelMemory = 10 * time.Minute
 type Record = events.NodeRecord
 
 // CancelWorkflow kills every node of the workflow running here.
-func (x *Executor) CancelWorkflow(id string) { x.cancelWorkflow(id, "") }
+func (x *Executor) CancelWorkflow(id string) { x.cancelWorkflow(id, &cancelRequest{}) }
 
-// cancelWorkflow kills every node of the workflow running here, cancelled
-// by by ("": a request, of whom is not known).
-func (x *Executor) cancelWorkflow(id, by string) {
+// cancelWorkflow kills every node of the workflow running here, for why.
+func (x *Executor) cancelWorkflow(id string, why *cancelRequest) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for c := range x.running[id] {
-		c.kill(&cancelRequest{by: by})
+		c.kill(why)
 	}
 }
 
@@ -173,6 +180,16 @@ func (x *Executor) seenExpired(d *events.Dispatch) bool {
 // not known), and remembers the cancel for the dispatches of that
 // generation that arrive next.
 func (x *Executor) Cancelled(id string, gen int, by string) {
+	x.stopWorkflow(id, gen, &cancelRequest{by: by})
+}
+
+// DeadlinePassed is Cancelled for a run the planner stops because the
+// composition's timeout passed: its nodes say so, not that someone asked.
+func (x *Executor) DeadlinePassed(id string, gen int) {
+	x.stopWorkflow(id, gen, &cancelRequest{deadline: true})
+}
+
+func (x *Executor) stopWorkflow(id string, gen int, why *cancelRequest) {
 	x.mu.Lock()
 	now := time.Now()
 	if x.cancelled == nil {
@@ -187,7 +204,7 @@ func (x *Executor) Cancelled(id string, gen int, by string) {
 		x.cancelled[id] = cancelSeen{generation: gen, at: now}
 	}
 	x.mu.Unlock()
-	x.cancelWorkflow(id, by)
+	x.cancelWorkflow(id, why)
 }
 
 // seenCancelled says whether a cancel of the dispatch's generation (or a
@@ -706,7 +723,7 @@ func (f *formulaRun) deadlineFailure(states []dag.NodeState, failed []string) st
 			unfinished = append(unfinished, f.pf.Nodes[j].Name)
 		}
 	}
-	why := fmt.Sprintf("deadline: %s with %d node(s) unfinished (%s)", f.deadline(), len(unfinished), strings.Join(unfinished, ", "))
+	why := fmt.Sprintf("%s: %s with %d node(s) unfinished (%s)", events.ReasonDeadline, f.deadline(), len(unfinished), strings.Join(unfinished, ", "))
 	if len(failed) > 0 {
 		why += "; node(s) failed: " + strings.Join(failed, ", ")
 	}

@@ -189,7 +189,7 @@ func (e *Engine) deadlines(ctx context.Context, r *run, now time.Time) error {
 
 // formulaDeadline is the reason a formula fails when its timeout passes.
 func formulaDeadline(pf *dag.PlannedFormula) string {
-	return fmt.Sprintf("deadline: formula %s's timeout of %s passed", pf.ID, pf.Timeout)
+	return fmt.Sprintf("%s: formula %s's timeout of %s passed", events.ReasonDeadline, pf.ID, pf.Timeout)
 }
 
 // passDeadline stops a run whose composition's timeout has passed.
@@ -208,7 +208,7 @@ func (e *Engine) passDeadline(ctx context.Context, r *run) error {
 	if len(unfinished) > 5 {
 		names = strings.Join(unfinished[:5], ", ") + fmt.Sprintf(" and %d more", len(unfinished)-5)
 	}
-	r.rec.Expired = fmt.Sprintf("deadline: the composition's timeout of %s passed with %d formula(s) unfinished (%s)", timeout, len(unfinished), names)
+	r.rec.Expired = fmt.Sprintf("%s: the composition's timeout of %s passed with %d formula(s) unfinished (%s)", events.ReasonDeadline, timeout, len(unfinished), names)
 	e.Log.Warn("workflow past its deadline: stopping it", "workflow_id", r.rec.ID, "timeout", timeout.String(), "unfinished", len(unfinished))
 	return e.stop(ctx, r, fmt.Sprintf("not started: the composition's timeout of %s passed", timeout))
 }
