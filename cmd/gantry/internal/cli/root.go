@@ -35,7 +35,8 @@ const exitCodesHelp = `Every gantry command exits with one of these codes:
        argument, a bad flag value, a workflow id prefix that more than one
        workflow's id starts with (the error lists them)
   3    cannot read an input (a missing or unreadable file) or reach the
-       server (NATS, or a service that does not answer); a watch's
+       server (NATS, or a service that does not answer); the server
+       refused this identity the request (a viewer's cancel); a watch's
        --timeout passed
   4    an operation: check run found something that would change; a
        drift found nodes changed, missing or orphaned
