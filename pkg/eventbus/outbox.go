@@ -76,13 +76,13 @@ func (o *Outbox) Recheck(since time.Time) {
 // the next Flush. Past MaxOutboxPending publishes in flight, Emit first
 // waits for them.
 func (o *Outbox) Emit(ctx context.Context, subject string, pl events.Payload, msgID string) {
+	msgID = o.pub.wireID(subject, msgID)
 	data, _, err := o.pub.encode(pl, msgID)
 	if err != nil {
 		o.fail(err)
 		return
 	}
 	h := InjectTrace(ctx, nil)
-	msgID = o.pub.wireID(subject, msgID)
 	o.sending.Lock()
 	defer o.sending.Unlock()
 	if o.behind() {

@@ -15,8 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// idSpace derives envelope ids from message ids, so the same transition
-// published twice carries the same CloudEvents id.
+// idSpace derives envelope ids from wire message ids (wireID), so the same
+// transition published twice carries the same CloudEvents id, and no
+// other identity can work it out ahead (a reader that skips an id it has
+// seen would skip the real event after a forged one with its id).
 var idSpace = uuid.MustParse("9f0c9d5e-1c7e-4b0a-9a57-5f8a3f2c7d10")
 
 // Publisher publishes events of one source ("planner/host-1").
@@ -49,19 +51,20 @@ func (p *Publisher) now() time.Time {
 // Publish stores an event in JetStream with Nats-Msg-Id msgID (so a retried
 // publish is stored once), retrying transient failures for a few seconds.
 func (p *Publisher) Publish(ctx context.Context, subject string, pl events.Payload, msgID string) error {
-	b, typ, err := p.encode(pl, msgID)
+	wire := p.wireID(subject, msgID)
+	b, typ, err := p.encode(pl, wire)
 	if err != nil {
 		return err
 	}
-	if err := p.send(ctx, subject, b, InjectTrace(ctx, nil), p.wireID(subject, msgID), scans{}); err != nil {
+	if err := p.send(ctx, subject, b, InjectTrace(ctx, nil), wire, scans{}); err != nil {
 		return fmt.Errorf("publish %s on %s: %w", typ, subject, err)
 	}
 	return nil
 }
 
-// encode is the event's envelope, its id derived from msgID.
-func (p *Publisher) encode(pl events.Payload, msgID string) ([]byte, events.Type, error) {
-	env, err := events.NewAt(uuid.NewSHA1(idSpace, []byte(msgID)).String(), p.Source, p.now(), pl)
+// encode is the event's envelope, its id derived from its wire message id.
+func (p *Publisher) encode(pl events.Payload, wire string) ([]byte, events.Type, error) {
+	env, err := events.NewAt(uuid.NewSHA1(idSpace, []byte(wire)).String(), p.Source, p.now(), pl)
 	if err != nil {
 		return nil, "", err
 	}

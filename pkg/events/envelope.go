@@ -46,6 +46,12 @@ type Envelope struct {
 	Data            json.RawMessage `json:"data"`
 }
 
+// SeenKey is what a reader that takes each event once keys it by: its id
+// within its type. Admit binds a type to the subjects and identities it
+// may come from, so an event of one type, whatever id it carries, never
+// shadows another type's (a health event with the id of a workflow's end).
+func (e *Envelope) SeenKey() string { return string(e.Type) + " " + e.ID }
+
 // Payload is implemented by every event's data struct.
 type Payload interface {
 	// EventType is the CloudEvents type for this payload.

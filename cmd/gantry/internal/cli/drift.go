@@ -352,10 +352,10 @@ func (f *driftFollow) follow(ctx context.Context, cl *client.Client, id string, 
 
 // take takes an event of the run in.
 func (f *driftFollow) take(env *events.Envelope) {
-	if f.seen[env.ID] {
+	if f.seen[env.SeenKey()] {
 		return
 	}
-	f.seen[env.ID] = true
+	f.seen[env.SeenKey()] = true
 	pl, _ := env.Payload() // nil, and left out, when it does not decode
 	switch e := pl.(type) {
 	case *events.NodeEvent:

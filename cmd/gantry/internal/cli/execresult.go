@@ -66,10 +66,10 @@ func newExecFollow(ex *execRun, id string, out io.Writer, format string) *execFo
 
 // take takes an event in: a node's start or end, the workflow's end.
 func (f *execFollow) take(env *events.Envelope, now time.Time) {
-	if f.seen[env.ID] {
+	if f.seen[env.SeenKey()] {
 		return
 	}
-	f.seen[env.ID] = true
+	f.seen[env.SeenKey()] = true
 	pl, _ := env.Payload() // nil, and left out, when it does not decode
 	switch e := pl.(type) {
 	case *events.NodeEvent:

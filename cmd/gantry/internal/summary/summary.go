@@ -159,13 +159,13 @@ type formula struct {
 // Observe takes an event in; repeat says it was taken in already (the
 // same event stored again), and changes nothing.
 func (t *Tally) Observe(env *events.Envelope) (repeat bool) {
-	if t.seen[env.ID] {
+	if t.seen[env.SeenKey()] {
 		return true
 	}
 	if t.seen == nil {
 		t.seen = map[string]bool{}
 	}
-	t.seen[env.ID] = true
+	t.seen[env.SeenKey()] = true
 	pl, _ := env.Payload() // nil, and left out, when it does not decode
 	switch e := pl.(type) {
 	case *events.WorkflowEvent:

@@ -227,6 +227,23 @@ func TestSummaryIgnoresRepeatsAndStaleEvents(t *testing.T) {
 	}
 }
 
+// An event of another type with the id of one taken in is not a repeat:
+// a health event (which a health-gate may publish) carrying the id of a
+// workflow's end does not hide the end (Admit binds a type to where it
+// comes from, not an id).
+func TestSummaryRepeatIsByTypeAndID(t *testing.T) {
+	t.Parallel()
+	s := newStream(t).workflow(1, dag.WorkflowAccepted, 1).check(1, "f", "h", 1, 1, true, "ok", 0).workflow(1, dag.WorkflowSucceeded, 1)
+	health, end := s.envs[1], s.envs[2]
+	end.ID = health.ID // the forger's id, taken in first
+	var tl Tally
+	tl.Observe(s.envs[0])
+	tl.Observe(health)
+	if tl.Observe(end) {
+		t.Fatal("the workflow's end is taken for a repeat of a health event that carried its id")
+	}
+}
+
 // A summary started from the state-store's document goes on with the
 // events that follow; FromDoc is what gantry status shows.
 func TestSummaryFromDoc(t *testing.T) {

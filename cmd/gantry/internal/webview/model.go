@@ -352,10 +352,10 @@ func (m *Model) ApplyGraph(g *events.Graph) {
 // ApplyEvent applies one event of the workflow and says what changed. An
 // event applied already (the same id, stored again) changes nothing.
 func (m *Model) ApplyEvent(env *events.Envelope) Patch {
-	if m.seen[env.ID] {
+	if m.seen[env.SeenKey()] {
 		return Patch{}
 	}
-	m.seen[env.ID] = true
+	m.seen[env.SeenKey()] = true
 	p := m.applyEvent(env)
 	m.tally.Observe(env)
 	if sum := m.tally.Summary(); !reflect.DeepEqual(sum, m.h.Summary) {
