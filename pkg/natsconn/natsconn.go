@@ -168,6 +168,10 @@ func Redact(u string) string {
 		p = strings.TrimSpace(p)
 		pu, err := url.Parse(p)
 		switch {
+		case !strings.Contains(p, "://") && strings.Contains(p, "@"):
+			// no scheme (nats.go adds nats://): url.Parse reads the user
+			// as a scheme and the password as the opaque rest
+			parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
 		case err != nil && strings.Contains(p, "@"):
 			parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
 		case err != nil && creds:
@@ -253,7 +257,7 @@ func (e *connectError) Error() string {
 	if errors.As(e.err, &bad) && strings.Contains(e.url, "@") {
 		// what url.Parse quotes may be a piece of the password (one with a
 		// comma is cut in two), so none of it is shown
-		return fmt.Sprintf("connect to NATS at %s: the URL does not parse (the reason is not shown: it would quote the URL, password and all)", Redact(e.url))
+		return scrub(fmt.Sprintf("connect to NATS at %s: the URL does not parse (the reason is not shown: it would quote the URL, password and all)", Redact(e.url)), e.url)
 	}
 	return scrub(fmt.Sprintf("connect to NATS at %s: %v", Redact(e.url), e.err), e.url)
 }
