@@ -409,8 +409,8 @@ func TestSchemaRejectsStructuralProblems(t *testing.T) {
 }
 
 // The schema's conditions and enumerations accept what the decoder
-// accepts: the other operations, transport local without an address, a
-// formula on a group.
+// accepts: the other operations, a host without an address (transport
+// local, or ssh reached at its name), a formula on a group.
 func TestSchemaAcceptsValidVariants(t *testing.T) {
 	s := compileSchema(t, compositionSchema)
 	docs := map[string]string{
@@ -420,6 +420,7 @@ func TestSchemaAcceptsValidVariants(t *testing.T) {
 		"dependency": `{"name":"t","hosts":{"h":{"transport":"local"}},"formulas":[{"id":"a","server":"h","nodes":[{"name":"n","run":"x"}],"health_gate":{"check":"true","timeout":"5s","retries":2}},{"id":"b","server":"h","depends_on":[{"formula":"a","condition":"healthy"}],"nodes":[{"name":"n","run":"x"}]},{"id":"c","server":"h","depends_on":["b"],"nodes":[{"name":"n","run":"x"}]}]}`,
 		"become":     `{"name":"t","hosts":{"h":{"address":"h:22","user":"ops","become":true,"become_user":"app","identity_file":"~/.ssh/k"}},"formulas":[{"id":"a","server":"h","become":false,"nodes":[{"name":"n","run":"x","become":true}]}],"retry":{"max_attempts":3,"initial_interval":"1s","max_interval":"1m","multiplier":2}}`,
 		"inventory":  `{"name":"t","inventory":"hosts.ini","formulas":[{"id":"a","server":"h","nodes":[{"name":"n","run":"x"}]}]}`,
+		"no address": `{"name":"t","hosts":{"10.0.0.5":{"user":"deploy","become":true,"identity_file":"~/.ssh/fleet_ed25519"}},"formulas":[{"id":"a","server":"10.0.0.5","nodes":[{"name":"n","run":"x"}]}]}`,
 		"extra vars": `{"name":"t","vars":{"a":"1"},"extra_vars":{"a":2,"b":true},"hosts":{"h":{"transport":"local","vars":{"x":"[1,2]"},"typed_vars":["x"],"max_parallel":4}},"targets":["n"],"reset":true,"on_failure":"rollback","formulas":[{"id":"a","server":"h","max_parallel":2,"timeout":"90s","nodes":[{"name":"n","run":"x","depends_on":[]}]}]}`,
 	}
 	for name, doc := range docs {
