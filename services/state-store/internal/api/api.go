@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -73,7 +72,7 @@ func Register(nc *nats.Conn, spec eventbus.ServiceSpec, docs Documents, log *slo
 	if err != nil {
 		return nil, err
 	}
-	s := &server{docs: &answering{Documents: docs}, log: log, rebuild: rebuild, catchUp: catchUp}
+	s := &server{docs: docs, log: log, rebuild: rebuild, catchUp: catchUp}
 	g := svc.AddGroup("state")
 	reads := map[string]micro.HandlerFunc{"workflow": s.workflow, "list": s.list, "host": s.host, "drift": s.drift}
 	for name, h := range reads {
@@ -94,7 +93,7 @@ func Register(nc *nats.Conn, spec eventbus.ServiceSpec, docs Documents, log *slo
 }
 
 type server struct {
-	docs    *answering
+	docs    Documents
 	log     *slog.Logger
 	rebuild Rebuilder
 	catchUp func(context.Context) error
@@ -171,10 +170,10 @@ func (s *server) fail(req micro.Request, err error) {
 		_ = req.Error("503", why, nil)
 		return
 	}
-	if errors.Is(err, context.DeadlineExceeded) && s.docs.answeredWithin(eventbus.NoAnswerAfter) {
+	if errors.Is(err, context.DeadlineExceeded) && s.answers(eventbus.HandlerBudget(req.Headers(), ReadBudget)/20) {
 		// JetStream answers: the request ran out of its budget on its
-		// own cost (a drift of many hosts), which must not make every
-		// other read fail.
+		// own cost (a drift of many hosts, one large read), which must
+		// not make every other read fail.
 		_ = req.Error("503", "the query did not finish within its read budget ("+eventbus.HandlerBudget(req.Headers(), ReadBudget).Round(time.Millisecond).String()+"; JetStream answers): ask for less, for example fewer hosts: "+err.Error(), nil)
 		return
 	}
@@ -444,42 +443,13 @@ func (s *server) hostNodes(c context.Context, filter, host string) ([]events.Hos
 	return nodes, nil
 }
 
-// answering is the projection's documents, noting when JetStream last
-// answered a read (anything but a transient error), so that a read that
-// ran out of its budget while JetStream answers is told from JetStream
-// not answering.
-type answering struct {
-	Documents
-	at atomic.Int64 // time.Now().UnixNano() of the last answer
-}
-
-func (a *answering) answered(err error) {
-	if err == nil || !eventbus.Transient(err) {
-		a.at.Store(time.Now().UnixNano())
-	}
-}
-
-// answeredWithin says whether JetStream answered a read within d.
-func (a *answering) answeredWithin(d time.Duration) bool {
-	return time.Since(time.Unix(0, a.at.Load())) < d
-}
-
-func (a *answering) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	b, rev, err := a.Documents.Get(ctx, key)
-	a.answered(err)
-	return b, rev, err
-}
-
-func (a *answering) Keys(ctx context.Context, filter string) ([]string, error) {
-	keys, err := a.Documents.Keys(ctx, filter)
-	a.answered(err)
-	return keys, err
-}
-
-func (a *answering) Values(ctx context.Context, filter string) (map[string][]byte, error) {
-	vals, err := a.Documents.Values(ctx, filter)
-	a.answered(err)
-	return vals, err
+// answers says whether JetStream answers a read of the projection now,
+// within wait (at most NoAnswerAfter): the read of a key no document has.
+func (s *server) answers(wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), min(wait, eventbus.NoAnswerAfter))
+	defer cancel()
+	_, _, err := s.docs.Get(ctx, "probe")
+	return err == nil
 }
 
 func (s *server) host(req micro.Request) {

@@ -207,3 +207,43 @@ func TestACostlyQueryDoesNotFailOtherReads(t *testing.T) {
 		t.Fatalf("the next read, of a workflow there is not: %q %q, want 404", code, r.Header.Get(micro.ErrorHeader))
 	}
 }
+
+// slowValues is a projection whose one-pass reads (Values) outlast any
+// budget, a read of all of a huge host, while JetStream answers the rest.
+type slowValues struct{ hangingDocs }
+
+func (slowValues) Get(ctx context.Context, _ string) ([]byte, uint64, error) { return nil, 0, nil }
+
+// TestOneLongReadDoesNotFailOtherReads: a single read that outlasts its
+// budget while JetStream answers (a probe read does) is answered 503
+// naming its own cost, and does not make the next reads fail at once.
+func TestOneLongReadDoesNotFailOtherReads(t *testing.T) {
+	ns := natstest.Start(t)
+	served := ns.Connect(events.StateStore)
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+		slowValues{}, slog.Default(), nil, func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	viewer := ns.Connect(events.Viewer)
+	ask := func(subject, body string) *nats.Msg {
+		m := &nats.Msg{Subject: subject, Data: []byte(body), Header: nats.Header{events.WaitHeader: {"2s"}}}
+		r, err := viewer.RequestMsg(m, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := ask(events.StateHost, `{"host":"h1"}`)
+	if code, why := r.Header.Get(micro.ErrorCodeHeader), r.Header.Get(micro.ErrorHeader); code != "503" || !strings.Contains(why, "did not finish within") {
+		t.Fatalf("the long read: %q %q, want 503 naming its own cost", code, why)
+	}
+	r = ask(events.StateWorkflow, `{"workflow_id":"w1"}`)
+	if code := r.Header.Get(micro.ErrorCodeHeader); code != "404" {
+		t.Fatalf("the next read: %q %q, want 404 (no workflow w1), not the long read's failure", code, r.Header.Get(micro.ErrorHeader))
+	}
+}
