@@ -319,7 +319,7 @@ func missingVar(s string) string {
 		return s
 	}
 	name := strings.Trim(key, `"`)
-	if action == "<.Vars."+name {
+	if action == "<.Vars."+name || action == "<$.Vars."+name {
 		return action + ">: var " + key + " is not set (in vars:, a host's or group's vars, an inventory, --var or --var-file)"
 	}
 	return action + ">: no key " + key + " in that mapping"

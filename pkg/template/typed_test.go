@@ -60,6 +60,8 @@ func TestTypedVarsRender(t *testing.T) {
 func TestTypedVarsRefused(t *testing.T) {
 	cases := []struct{ name, run, msg string }{
 		{"a field the mapping lacks", `{{ .Vars.cfg.nope }}echo`, `no key "nope" in that mapping`},
+		{"a var set nowhere", `{{ .Vars.nope }}echo`, `var "nope" is not set`},
+		{"a var set nowhere, read as $.Vars", `{{ range fromjson .Vars.ntp }}{{ $.Vars.nope }}{{ end }}echo`, `var "nope" is not set`},
 		{"a typed number compared with text", `{{ if eq .Vars.workers "4" }}{{ end }}echo`, "incompatible types for comparison"},
 		{"range over a typed number", `{{ range .Vars.workers }}{{ end }}echo`, "range over a number is not allowed"},
 	}
