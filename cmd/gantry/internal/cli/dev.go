@@ -29,8 +29,8 @@ import (
 	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 	planner "github.com/gantry-dev/gantry/services/planner/service"
 	statestore "github.com/gantry-dev/gantry/services/state-store/service"
-	"github.com/gofrs/flock"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 func newDevCmd() *cobra.Command {
@@ -263,15 +263,20 @@ func defaultDataDir() (string, error) {
 
 // lockDataDir holds dir's lock file while gantry dev runs: two JetStream
 // servers on one store would corrupt it, so a second gantry dev on the
-// same --data-dir is refused, naming the directory.
+// same --data-dir is refused, naming the directory. The lock is the
+// file's flock, which the kernel drops with the process however it ends.
 func lockDataDir(dir string) (unlock func(), err error) {
-	l := flock.New(filepath.Join(dir, "gantry-dev.lock"))
-	ok, err := l.TryLock()
-	switch {
-	case err != nil:
+	f, err := os.OpenFile(filepath.Join(dir, "gantry-dev.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
 		return nil, fmt.Errorf("lock the data dir %s: %w", dir, err)
-	case !ok:
-		return nil, fmt.Errorf("another gantry dev runs on the data dir %s (give another --data-dir to run a second one)", dir)
 	}
-	return func() { _ = l.Unlock() }, nil
+	switch err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); {
+	case errors.Is(err, unix.EWOULDBLOCK):
+		f.Close()
+		return nil, fmt.Errorf("another gantry dev runs on the data dir %s (give another --data-dir to run a second one)", dir)
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("lock the data dir %s: %w", dir, err)
+	}
+	return func() { _ = f.Close() }, nil
 }

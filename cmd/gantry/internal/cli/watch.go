@@ -21,6 +21,7 @@ import (
 func newWatchCmd() *cobra.Command {
 	var cf connFlags
 	var output string
+	var limit time.Duration // --timeout: how long the watch may last
 	cmd := &cobra.Command{
 		Use:   "watch WORKFLOW_ID",
 		Short: "Stream a workflow's progress until it ends",
@@ -49,8 +50,8 @@ escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: cf.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.Flags().Changed("timeout") && cf.timeout <= 0 {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("--timeout %s: give a time above 0, or leave it out to wait as long as it takes", cf.timeout)}
+			if cmd.Flags().Changed("timeout") && limit <= 0 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--timeout %s: give a time above 0, or leave it out to wait as long as it takes", limit)}
 			}
 			cl, err := cf.connect()
 			if err != nil {
@@ -64,7 +65,7 @@ escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 			ctx := cmd.Context()
 			if cmd.Flags().Changed("timeout") {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeoutCause(ctx, cf.timeout, errWatchTimeout)
+				ctx, cancel = context.WithTimeoutCause(ctx, limit, errWatchTimeout)
 				defer cancel()
 				cmd.SetContext(ctx)
 			}
@@ -72,10 +73,8 @@ escapes) and the summary on stderr; -o yaml, each as a YAML document.`,
 			return watchWorkflow(cmd, cl, id, since, gen, output)
 		},
 	}
-	cf.add(cmd)
-	// watch's --timeout bounds the watch, not only each reply
-	t := cmd.Flags().Lookup("timeout")
-	t.Usage, t.DefValue = "give up (exit 3) when the workflow has not ended by then (default: wait as long as it takes)", "0s"
+	cf.addConn(cmd) // watch's --timeout bounds the watch; each reply waits defaultReplyTimeout
+	cmd.Flags().DurationVar(&limit, "timeout", 0, "give up (exit 3) when the workflow has not ended by then (default: wait as long as it takes)")
 	outputFlag(cmd, &output, "text", "json")
 	return cmd
 }
