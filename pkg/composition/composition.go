@@ -255,21 +255,21 @@ func (c *converter) scalar(n *yaml.Node, path string) *dag.Value {
 	case "!!bool":
 		var b bool
 		if err := n.Decode(&b); err != nil {
-			c.fail(n, path, dag.CodeType, "bad boolean %q", n.Value)
+			c.fail(n, path, dag.CodeType, "a value tagged !!bool that is not true or false (the value is not shown: it may be a secret)")
 			return nil
 		}
 		v.Kind, v.Scalar = dag.KindBool, strconv.FormatBool(b)
 	case "!!int":
 		var i int64
 		if err := n.Decode(&i); err != nil {
-			c.fail(n, path, dag.CodeType, "number %q is out of range", n.Value)
+			c.fail(n, path, dag.CodeType, "a value tagged !!int that is not a whole number within 64 bits (the value is not shown: it may be a secret)")
 			return nil
 		}
 		v.Kind, v.Scalar = dag.KindNumber, strconv.FormatInt(i, 10)
 	case "!!float":
 		var f float64
 		if err := n.Decode(&f); err != nil {
-			c.fail(n, path, dag.CodeType, "bad number %q", n.Value)
+			c.fail(n, path, dag.CodeType, "a value tagged !!float that is not a number (the value is not shown: it may be a secret)")
 			return nil
 		}
 		v.Kind, v.Scalar = dag.KindNumber, strconv.FormatFloat(f, 'g', -1, 64)
