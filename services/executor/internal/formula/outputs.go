@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -92,10 +93,27 @@ func (sh *shell) keepOutputs() error {
 	ev.Outputs, ev.SecretOutputs = outputs.Public(rec)
 	for _, k := range ev.SecretOutputs {
 		if v := values[k]; v != "" {
-			ev.StdoutTail = strings.ReplaceAll(ev.StdoutTail, v, "***")
-			ev.StderrTail = strings.ReplaceAll(ev.StderrTail, v, "***")
+			ev.StdoutTail = maskTail(ev.StdoutTail, v)
+			ev.StderrTail = maskTail(ev.StderrTail, v)
 		}
 	}
 	nr.log.Info("outputs stored", "outputs", len(values), "secret", len(ev.SecretOutputs))
 	return nil
+}
+
+// maskTail masks secret in an output tail (events.BoundTail of
+// MaxTailBytes): each whole copy, and, when the tail was cut, the end of
+// one the cut began inside.
+func maskTail(tail, secret string) string {
+	wasCut := len(tail) > events.MaxTailBytes-utf8.UTFMax
+	tail = strings.ReplaceAll(tail, secret, "***")
+	if !wasCut {
+		return tail // it starts where the output did
+	}
+	for k := len(secret) - 1; k > 0; k-- {
+		if strings.HasPrefix(tail, secret[len(secret)-k:]) {
+			return "***" + tail[k:]
+		}
+	}
+	return tail
 }
