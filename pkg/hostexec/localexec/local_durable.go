@@ -122,7 +122,8 @@ func sweepOld(base, name string) {
 }
 
 // attemptRuns says whether the run file p names a process that still
-// runs and no exit status.
+// runs and no exit status: the attempt's own, when its id file
+// (hostsh.RecordID: "<boot id> <start time>") says who that is.
 func attemptRuns(p string) bool {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -136,8 +137,22 @@ func attemptRuns(p string) bool {
 	if err != nil || pid <= 1 {
 		return false
 	}
-	_, err = os.Stat("/proc/" + strconv.Itoa(pid))
-	return syscall.Kill(pid, 0) != syscall.ESRCH || err == nil
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err != nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+		return false
+	}
+	id, err := os.ReadFile(strings.TrimSuffix(p, ".run") + ".id")
+	boot, berr := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	stat, serr := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	want := strings.Fields(string(id))
+	if err != nil || berr != nil || len(want) != 2 {
+		return true // nothing tells: trusted by its pid
+	}
+	if serr != nil || want[0] != strings.TrimSpace(string(boot)) {
+		return false // another boot: not that process
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	f := strings.Fields(rest)
+	return len(f) > 19 && f[19] == want[1] // field 22: its start time
 }
 
 // localAttemptScript is the shell that supervises a local attempt: it

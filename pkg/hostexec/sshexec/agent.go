@@ -589,14 +589,15 @@ func (r *sshRunner) awaitAgent(rctx context.Context, run *agentRun) (int, error)
 				fol = r.startFollow(rctx, run)
 			}
 		case <-rctx.Done():
-			// The agent dropped first (the attempt runs on without it) and
-			// the follow session stopped free their sessions of sshd's
-			// MaxSessions for the kill's; a host that answers nothing has
-			// its connection dropped by the stop, and the kill fails at
-			// once, unconfirmed.
+			// The agent dropped first (the attempt runs on without it)
+			// frees its session of sshd's MaxSessions for the kill's (a
+			// kill refused one dials a connection of its own). The follow
+			// session, closed with rctx, ends once the kill ended the
+			// attempt; on a host that answers nothing the kill drops the
+			// connection, and it ends then.
 			c.dropAgent(a)
-			fol.stop()
 			kerr := r.killRemote(a.client, run.m, a.as)
+			fol.stop()
 			return -1, errors.Join(cmdrun.EndErr(rctx), kerr)
 		}
 	}
@@ -753,10 +754,11 @@ func (f *follower) end() (ran bool) {
 	return f.ran
 }
 
-// followStopWait is how long a follow session stopped may take to end: its
-// close answered by the host. A host that answers nothing holds it until
-// its connection ends, which stop then ends.
-const followStopWait = 2 * time.Second
+// followStopWait is how long a follow session stopped may take to end
+// (the attempt it follows killed: its tail sees it gone within a second).
+// A host that answers nothing holds it until its connection ends, which
+// stop then ends.
+const followStopWait = 5 * time.Second
 
 // stop ends the follow session at once (an attempt killed: the rest of its
 // output is not waited for); on a host that does not answer its close, by

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -320,14 +321,29 @@ func oldAttemptsSwept(t *testing.T, r hostexec.AttemptRunner) {
 		ten := time.Now().Add(-10 * 24 * time.Hour)
 		os.Chtimes(p, ten, ten)
 	}
+	// a live pid that is not the attempt's (its id file names another
+	// start time: the pid reused after a reboot) is a lost attempt
+	reused, reusedID := old("w0.1.create.f.n.7.run.run"), old("w0.1.create.f.n.7.run.id")
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	os.WriteFile(reused, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+	os.WriteFile(reusedID, []byte(strings.TrimSpace(string(boot))+" 1\n"), 0o600)
+	for _, p := range []string{reused, reusedID} {
+		ten := time.Now().Add(-10 * 24 * time.Hour)
+		os.Chtimes(p, ten, ten)
+	}
 	youngRun := filepath.Join(attempts, "w0.1.create.f.n.2.run.run")
 	os.WriteFile(youngRun, []byte("123\n0\n"), 0o600)
 	youngsOut := old("w0.1.create.f.n.2.run.err")
 	run("w1.1.create.f.n.1.run")
+	// the sweep runs in the background: the attempt does not wait for it
+	gone := []string{stale, ended, endedOut, lost, reused, reusedID}
+	for end := time.Now().Add(10 * time.Second); slices.ContainsFunc(gone, fileExists) && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if fileExists(stale) || !fileExists(recent) {
 		t.Fatalf("after the day's first attempt: stale kept %v, recent kept %v", fileExists(stale), fileExists(recent))
 	}
-	for p, want := range map[string]bool{ended: false, endedOut: false, lost: false, running: true, runningOut: true, youngRun: true, youngsOut: true} {
+	for p, want := range map[string]bool{ended: false, endedOut: false, lost: false, running: true, runningOut: true, youngRun: true, youngsOut: true, reused: false, reusedID: false} {
 		if fileExists(p) != want {
 			t.Errorf("%s: kept %v, want %v", filepath.Base(p), fileExists(p), want)
 		}

@@ -161,6 +161,9 @@ func TestTimeoutOnAHungHostEndsSoon(t *testing.T) {
 				if !errors.Is(err, hostexec.ErrTimeout) || !errors.Is(err, hostexec.ErrKill) {
 					t.Errorf("err = %v, want the timeout and the kill not confirmed", err)
 				}
+				if errors.Is(err, hostexec.ErrStoppedAnswering) {
+					t.Errorf("err = %v: a host that stopped answering after the command started is not unreachable (nothing ran there)", err)
+				}
 			case <-time.After(100 * time.Second):
 				t.Fatal("still running 100s after the start")
 			}

@@ -379,7 +379,9 @@ func (r *sshRunner) killSession(ctx context.Context, client *ssh.Client) (s *ssh
 			// The host answers nothing: its connection goes (what runs on
 			// it ends now, not when keepalives find it dead).
 			r.pool.drop(r.entry(), client)
-			return nil, nil, fmt.Errorf("%w: the host did not answer the kill's session within %s", hostexec.ErrStoppedAnswering, killOpenWait)
+			// Not ErrStoppedAnswering: that says nothing of the attempt
+			// ran there (unreachable), and it did.
+			return nil, nil, fmt.Errorf("the host stopped answering: no answer to the kill's session within %s", killOpenWait)
 		}
 		var oce *ssh.OpenChannelError
 		if err == nil || !errors.As(err, &oce) {

@@ -89,21 +89,37 @@ var SweepDay = func() string { return time.Now().UTC().Format("20060102") }
 // Sweep is the shell that removes, once a day (the first attempt of the
 // day named by stamp, a shell word), what the attempts directory $_gb
 // holds that is older than 7 days: an attempt's files once it ended (its
-// run file has its exit status, or its pid runs no more), never those of
-// one still running, whatever their age says (a host whose clock jumped
+// run file has its exit status, or its pid runs no more, or runs another
+// process than the one its id file names: CheckID), never those of one
+// still running, whatever their age says (a host whose clock jumped
 // forward, an attempt running for more than 7 days): its run file is its
 // claim, and its exit status is read from it. Files of an attempt whose
-// run file is younger stay with it.
+// run file is younger stay with it. It runs in the background, its
+// output and the host lock (fd 9) closed, so an attempt never waits for
+// it; a batch of entries a shell, with builtins but for rm.
 func Sweep(stamp string) string {
-	return `[ -e "$_gb/.swept-` + stamp + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + stamp + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 2>/dev/null | while IFS= read -r _gs; do
-    case $_gs in
-    *.run) _gp=; _gx=; { read -r _gp; read -r _gx; } <"$_gs" 2>/dev/null; case $_gp in ''|*[!0-9]*|0|1) _gp= ;; esac
-      [ -z "$_gx" ] && [ -n "$_gp" ] && { kill -0 "$_gp" 2>/dev/null || [ -d "/proc/$_gp" ]; } || { _gs=${_gs%.run}; rm -rf "$_gs.run" "$_gs.out" "$_gs.err" "$_gs.id" "$_gs.f" "$_gs.pid" "$_gs.exit"; } ;;
-    *.out|*.err|*.id|*.f) [ -e "${_gs%.*}.run" ] || rm -rf "$_gs" ;;
-    *) rm -rf "$_gs" ;;
-    esac
-  done; }`
+	return `[ -e "$_gb/.swept-` + stamp + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + stamp + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec /bin/sh -c ` + Quote(sweepBatch) + ` sweep {} + </dev/null >/dev/null 2>&1 9>&- & }`
 }
+
+// sweepBatch removes the old entries it is given (Sweep).
+const sweepBatch = `_gN=; { read -r _gN </proc/sys/kernel/random/boot_id; } 2>/dev/null
+for _gs; do
+  case $_gs in
+  *.run)
+    _gp=; _gx=; { read -r _gp; read -r _gx; } <"$_gs" 2>/dev/null
+    case $_gp in ''|*[!0-9]*|0|1) _gp= ;; esac
+    if [ -z "$_gx" ] && [ -n "$_gp" ] && { kill -0 "$_gp" 2>/dev/null || [ -d "/proc/$_gp" ]; }; then
+      _gB=; _gS=; { read -r _gB _gS <"${_gs%.run}.id"; } 2>/dev/null
+      [ -n "$_gS" ] && [ -n "$_gN" ] || continue
+      _gl=; { read -r _gl <"/proc/$_gp/stat"; } 2>/dev/null
+      set -- ${_gl##*) }
+      [ "$_gN" = "$_gB" ] && [ "${20}" = "$_gS" ] && continue
+    fi
+    _gs=${_gs%.run}; rm -rf "$_gs.run" "$_gs.out" "$_gs.err" "$_gs.id" "$_gs.f" "$_gs.pid" "$_gs.exit" ;;
+  *.out|*.err|*.id|*.f) [ -e "${_gs%.*}.run" ] || rm -rf "$_gs" ;;
+  *) rm -rf "$_gs" ;;
+  esac
+done`
 
 // AttemptsDir is the attempts directory as a plain command's shell finds
 // it, once the command's Env is exported.
