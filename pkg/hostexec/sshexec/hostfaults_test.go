@@ -225,3 +225,52 @@ func TestSweepLeavesARunningAttempt(t *testing.T) {
 		t.Errorf("the attempt started %d times", got)
 	}
 }
+
+// The day's sweep runs in a session of its own: a kill of an attempt
+// that runs while it does neither stops it (it stopped, leaving most old
+// files for the next day) nor takes it for one of the attempt's processes
+// (the agent's kill then also took what an earlier attempt left running
+// in the background).
+func TestSweepOutlivesAKilledAttempt(t *testing.T) {
+	f := sshtest.Start(t, 1, sshtest.Options{})
+	r := newPool(t, f, f.KnownHosts).Runner(f.Hosts[0].Addr, "")
+	dir := t.TempDir()
+	const n = 3000
+	ten := time.Now().Add(-10 * 24 * time.Hour)
+	for i := range n {
+		for _, ext := range []string{".run", ".out"} {
+			p := filepath.Join(dir, "w"+strconv.Itoa(i)+".1.create.f.n.1.run"+ext)
+			os.WriteFile(p, []byte("123\n0\n"), 0o600)
+			os.Chtimes(p, ten, ten)
+		}
+	}
+	env := map[string]string{"GANTRY_ATTEMPTS": dir}
+	res, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "d.1", Command: hostexec.Command{Script: "sleep 0.1; sleep 60 & echo $!", Env: env}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	left := mustAtoi(t, res.Stdout)
+	t.Cleanup(func() { _ = syscall.Kill(left, syscall.SIGKILL) })
+	if _, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "d.2", Command: hostexec.Command{Script: "sleep 60", Env: env, Timeout: 500 * time.Millisecond}}); !errors.Is(err, hostexec.ErrTimeout) {
+		t.Fatalf("the second attempt: %v, want its timeout", err)
+	}
+	if syscall.Kill(left, 0) != nil {
+		t.Error("what the first attempt left running in the background was killed with the second attempt")
+	}
+	old := func() int { m, _ := filepath.Glob(filepath.Join(dir, "w*.run.run")); return len(m) }
+	for end := time.Now().Add(20 * time.Second); old() > 0 && time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if k := old(); k > 0 {
+		t.Errorf("%d of %d old attempts left: the sweep was stopped with the killed attempt", k, n)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	i, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}

@@ -22,7 +22,8 @@ import (
 // the host: a stamp file names the day, so the other attempts pay only a
 // shell test for it.
 //
-// The host needs a POSIX sh, flock, and GNU coreutils' tee -p and tail
+// The host needs a POSIX sh, flock, setsid (the daily sweep; without it
+// only the sweep does not run), and GNU coreutils' tee -p and tail
 // --pid (Debian, Ubuntu, RHEL and their images have them). The common path
 // costs the host three program starts more than a plain command (two tee
 // and flock), two subshells for the output pipes and one for the command,
@@ -94,11 +95,14 @@ var SweepDay = func() string { return time.Now().UTC().Format("20060102") }
 // still running, whatever their age says (a host whose clock jumped
 // forward, an attempt running for more than 7 days): its run file is its
 // claim, and its exit status is read from it. Files of an attempt whose
-// run file is younger stay with it. It runs in the background, its
-// output and the host lock (fd 9) closed, so an attempt never waits for
-// it; a batch of entries a shell, with builtins but for rm.
+// run file is younger stay with it. It runs in the background in a
+// session of its own (setsid: not in the attempt's process group, so a
+// kill of the attempt neither stops it nor takes it, or what started
+// after it, for the attempt's), its output and the host lock (fd 9)
+// closed, so an attempt never waits for it; a batch of entries a shell,
+// with builtins but for rm.
 func Sweep(stamp string) string {
-	return `[ -e "$_gb/.swept-` + stamp + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + stamp + `"; find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec /bin/sh -c ` + Quote(sweepBatch) + ` sweep {} + </dev/null >/dev/null 2>&1 9>&- & }`
+	return `[ -e "$_gb/.swept-` + stamp + `" ] || { rm -f "$_gb"/.swept-*; : >"$_gb/.swept-` + stamp + `"; setsid find "$_gb" -mindepth 1 -maxdepth 1 -mtime +7 -exec /bin/sh -c ` + Quote(sweepBatch) + ` sweep {} + </dev/null >/dev/null 2>&1 9>&- & }`
 }
 
 // sweepBatch removes the old entries it is given (Sweep).

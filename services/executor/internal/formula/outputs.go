@@ -91,29 +91,44 @@ func (sh *shell) keepOutputs() error {
 	}
 	ev := sh.ev
 	ev.Outputs, ev.SecretOutputs = outputs.Public(rec)
+	var secrets []string
 	for _, k := range ev.SecretOutputs {
 		if v := values[k]; v != "" {
-			ev.StdoutTail = maskTail(ev.StdoutTail, v)
-			ev.StderrTail = maskTail(ev.StderrTail, v)
+			secrets = append(secrets, v)
 		}
 	}
+	ev.StdoutTail, ev.StderrTail = maskTail(ev.StdoutTail, secrets), maskTail(ev.StderrTail, secrets)
 	nr.log.Info("outputs stored", "outputs", len(values), "secret", len(ev.SecretOutputs))
 	return nil
 }
 
-// maskTail masks secret in an output tail (events.BoundTail of
-// MaxTailBytes): each whole copy, and, when the tail was cut, the end of
-// one the cut began inside.
-func maskTail(tail, secret string) string {
-	wasCut := len(tail) > events.MaxTailBytes-utf8.UTFMax
-	tail = strings.ReplaceAll(tail, secret, "***")
-	if !wasCut {
-		return tail // it starts where the output did
+// maskTail masks secrets in an output tail (events.BoundTail of
+// MaxTailBytes): each whole copy, and, when the tail was cut (told once,
+// before anything is masked), the end of one the cut began inside.
+func maskTail(tail string, secrets []string) string {
+	if len(tail) > events.MaxTailBytes-utf8.UTFMax {
+		tail = maskCutStart(tail, secrets)
 	}
-	for k := len(secret) - 1; k > 0; k-- {
-		if strings.HasPrefix(tail, secret[len(secret)-k:]) {
-			return "***" + tail[k:]
-		}
+	for _, v := range secrets {
+		tail = strings.ReplaceAll(tail, v, "***")
 	}
 	return tail
+}
+
+// maskCutStart masks the start of a cut tail where it is the end of a
+// secret (the longest such end).
+func maskCutStart(tail string, secrets []string) string {
+	longest := 0
+	for _, v := range secrets {
+		for k := len(v) - 1; k > longest; k-- {
+			if strings.HasPrefix(tail, v[len(v)-k:]) {
+				longest = k
+				break
+			}
+		}
+	}
+	if longest == 0 {
+		return tail
+	}
+	return "***" + tail[longest:]
 }

@@ -444,11 +444,13 @@ func (s *server) hostNodes(c context.Context, filter, host string) ([]events.Hos
 }
 
 // answers says whether JetStream answers a read of the projection now,
-// within wait (at most NoAnswerAfter): the read of a key no document has.
+// within wait (at most NoAnswerAfter): a listing of keys no document has
+// (which its stream's leader answers, as the reads that failed need; a
+// Get may be answered by a replica without one).
 func (s *server) answers(wait time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), min(wait, eventbus.NoAnswerAfter))
 	defer cancel()
-	_, _, err := s.docs.Get(ctx, "probe")
+	_, err := s.docs.Keys(ctx, "probe.none")
 	return err == nil
 }
 

@@ -214,6 +214,8 @@ type slowValues struct{ hangingDocs }
 
 func (slowValues) Get(ctx context.Context, _ string) ([]byte, uint64, error) { return nil, 0, nil }
 
+func (slowValues) Keys(ctx context.Context, _ string) ([]string, error) { return nil, nil }
+
 // TestOneLongReadDoesNotFailOtherReads: a single read that outlasts its
 // budget while JetStream answers (a probe read does) is answered 503
 // naming its own cost, and does not make the next reads fail at once.
