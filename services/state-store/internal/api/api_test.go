@@ -89,35 +89,7 @@ func TestReadsFailFastWithoutJetStream(t *testing.T) {
 // kept every read of everyone failing.
 func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
 	ns := natstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := jetstream.New(ns.Connect(busauth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg jetstream.KeyValueConfig
-	for _, c := range eventbus.KeyValues(1) {
-		if c.Bucket == events.BucketState {
-			cfg = c
-		}
-	}
-	kv, err := admin.CreateKeyValue(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caughtUp := func(context.Context) error { return nil }
-	served := ns.Connect(events.StateStore)
-	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
-		&project.KVStore{KV: kv}, slog.Default(), nil, caughtUp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Stop()
-	// The endpoints' subscriptions reach the server before the first
-	// request (another connection's request could find no responder).
-	if err := served.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	serveStateBucket(t, ns)
 	viewer := ns.Connect(events.Viewer)
 	ask := func(subject string, wait time.Duration) (*nats.Msg, time.Duration, error) {
 		m := &nats.Msg{Subject: subject, Data: []byte(`{"workflow_id":"w1"}`), Header: nats.Header{events.WaitHeader: {wait.String()}}}
@@ -148,32 +120,7 @@ func TestAShortWaitDoesNotFailOtherReads(t *testing.T) {
 // such a drift every 5 s kept every read of everyone failing.
 func TestACostlyQueryDoesNotFailOtherReads(t *testing.T) {
 	ns := natstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	admin, err := jetstream.New(ns.Connect(busauth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg jetstream.KeyValueConfig
-	for _, c := range eventbus.KeyValues(1) {
-		if c.Bucket == events.BucketState {
-			cfg = c
-		}
-	}
-	kv, err := admin.CreateKeyValue(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := ns.Connect(events.StateStore)
-	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
-		&project.KVStore{KV: kv}, slog.Default(), nil, func(context.Context) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Stop()
-	if err := served.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	serveStateBucket(t, ns)
 	// Each host is a read of its own: 20,000 of them take far more than
 	// the 2 s the requester gives (about 1 ms each on a fast machine).
 	q := events.DriftQuery{Workflow: "w"}
@@ -247,5 +194,39 @@ func TestOneLongReadDoesNotFailOtherReads(t *testing.T) {
 	r = ask(events.StateWorkflow, `{"workflow_id":"w1"}`)
 	if code := r.Header.Get(micro.ErrorCodeHeader); code != "404" {
 		t.Fatalf("the next read: %q %q, want 404 (no workflow w1), not the long read's failure", code, r.Header.Get(micro.ErrorHeader))
+	}
+}
+
+// serveStateBucket serves the state-store's reads on ns from a real
+// gantry_state bucket, caught up, until the test ends.
+func serveStateBucket(t *testing.T, ns *natstest.Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := jetstream.New(ns.Connect(busauth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg jetstream.KeyValueConfig
+	for _, c := range eventbus.KeyValues(1) {
+		if c.Bucket == events.BucketState {
+			cfg = c
+		}
+	}
+	kv, err := admin.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := ns.Connect(events.StateStore)
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1", Status: func() any { return nil }},
+		&project.KVStore{KV: kv}, slog.Default(), nil, func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	// The endpoints' subscriptions reach the server before the first
+	// request (another connection's request could find no responder).
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
 	}
 }
