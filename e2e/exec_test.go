@@ -145,7 +145,7 @@ func TestCLIExec(t *testing.T) {
 
 	// An exec is a submit: a viewer may not.
 	code, out, errOut = runCmd(t, s.execAs(events.Viewer, bin, []string{inv, "all"}, "true"))
-	if code != 3 || out != "" || !strings.Contains(errOut, "workflow.submit: not allowed for this identity") {
+	if code != 3 || out != "" || !strings.Contains(errOut, "this command is for operators: not allowed for this identity") {
 		t.Errorf("a viewer's exec: exit %d\n%s\n%s", code, out, errOut)
 	}
 

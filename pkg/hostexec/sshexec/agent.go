@@ -94,6 +94,7 @@ while IFS= read -r _gq; do
 "; _gi=$((_gi+1)); done
   [ "$_gi" -eq "$_gl" ] || exit 0
   _gk=; _gm=; _gT=; eval "$_gh"; _gd="$_gb/$_ga"; _gL="$_gb/../locks/$_gk"; _gA=run
+  if [ -d "$_gb" ]; then ` + hostsh.Sweep("$_gw") + `; fi 2>/dev/null
   if [ -e "$_gd.run" ]; then _gA=claimed
   elif [ -n "$_gk" ] && { [ -d "$_gb/../locks" ] || mkdir -p -m 700 "$_gb" "$_gb/../locks"; } && command exec 9>>"$_gL"; then
     _gW=0
@@ -110,7 +111,6 @@ while IFS= read -r _gq; do
   fi 2>/dev/null
   if [ "$_gA" = run ] && { _gn || { [ ! -e "$_gd.run" ] && mkdir -p -m 700 "$_gb" "$_gb/../locks" 2>/dev/null && _gn; }; }; then
     _gI; : >>"$_gd.out"; : >>"$_gd.err"
-    ` + hostsh.Sweep("$_gw") + `
     printf 'S %s %s\n' "$$" "$_gd"
     ( trap - PIPE; unset _gq _gh _gz _gv _gH; eval "$_gt" ) </dev/null >>"$_gd.out" 2>>"$_gd.err" 9>&-
     _gx=$?

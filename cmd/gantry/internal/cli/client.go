@@ -87,7 +87,7 @@ func busErr(err error) error {
 	case !errors.As(err, &re):
 		return err
 	case errors.Is(err, client.ErrRepliesDenied):
-		return &exitError{code: ExitProblem, err: errors.New("this command is for operators: the NATS server refused this identity its replies (they come to the operator's inbox); connect as an operator with --creds or --nkey")}
+		return &exitError{code: ExitProblem, err: errors.New("this command is for operators: not allowed for this identity (the NATS server refused it the replies, which come to the operator's inbox); connect as an operator with --creds or --nkey")}
 	case errors.Is(err, client.ErrDenied):
 		return &exitError{code: ExitProblem, err: fmt.Errorf("%s: not allowed for this identity (the NATS server refused the request); connect as an operator with --creds or --nkey", re.Subject)}
 	case errors.Is(err, nats.ErrNoResponders):
