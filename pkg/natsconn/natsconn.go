@@ -168,11 +168,10 @@ func Redact(u string) string {
 		p = strings.TrimSpace(p)
 		pu, err := url.Parse(p)
 		switch {
-		case !strings.Contains(p, "://") && strings.Contains(p, "@"):
-			// no scheme (nats.go adds nats://): url.Parse reads the user
-			// as a scheme and the password as the opaque rest
-			parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
-		case err != nil && strings.Contains(p, "@"):
+		case strings.Contains(p, "@") && (err != nil || !strings.Contains(p, "://")):
+			// unparsed, or with no scheme (nats.go adds nats://), which
+			// url.Parse reads as the user for a scheme and the password
+			// as the opaque rest
 			parts[i] = "***@" + p[strings.LastIndex(p, "@")+1:]
 		case err != nil && creds:
 			parts[i] = "***" // maybe the start of a password with a comma in it

@@ -17,10 +17,10 @@ import (
 // and the command lives in its own session, so it outlives the connection
 // that started it. Running the same Attempt again re-attaches: it waits
 // for the running command (streaming its output again from the start), or
-// reads the result it recorded, and never starts a second copy. Files
-// older than 7 days are removed by the first attempt of each day (UTC) on
-// the host: a stamp file names the day, so the other attempts pay only a
-// shell test for it.
+// reads the result it recorded, and never starts a second copy. The
+// files of attempts that ended more than 7 days ago are removed by the
+// first attempt of each day (UTC) on the host (Sweep): a stamp file names
+// the day, so the other attempts pay only a shell test for it.
 //
 // The host needs a POSIX sh, flock, setsid (the daily sweep; without it
 // only the sweep does not run), and GNU coreutils' tee -p and tail

@@ -159,7 +159,8 @@ func (s *server) down() string {
 // (eventbus.Transient), remembered for DownFor; else 500. A read that ran
 // out of a budget shorter than eventbus.NoAnswerAfter (its requester said
 // it waits that little) ran out of its requester's time, which says
-// nothing of JetStream: it is not remembered.
+// nothing of JetStream: it is not remembered; nor is one that ran out of
+// its budget while JetStream answers a probe (answers): its own cost.
 func (s *server) fail(req micro.Request, err error) {
 	if !eventbus.Transient(err) {
 		_ = req.Error("500", err.Error(), nil)
@@ -170,11 +171,11 @@ func (s *server) fail(req micro.Request, err error) {
 		_ = req.Error("503", why, nil)
 		return
 	}
-	if errors.Is(err, context.DeadlineExceeded) && s.answers(eventbus.HandlerBudget(req.Headers(), ReadBudget)/20) {
+	if budget := eventbus.HandlerBudget(req.Headers(), ReadBudget); errors.Is(err, context.DeadlineExceeded) && s.answers(budget/20) {
 		// JetStream answers: the request ran out of its budget on its
 		// own cost (a drift of many hosts, one large read), which must
 		// not make every other read fail.
-		_ = req.Error("503", "the query did not finish within its read budget ("+eventbus.HandlerBudget(req.Headers(), ReadBudget).Round(time.Millisecond).String()+"; JetStream answers): ask for less, for example fewer hosts: "+err.Error(), nil)
+		_ = req.Error("503", "the query did not finish within its read budget ("+budget.Round(time.Millisecond).String()+"; JetStream answers): ask for less, for example fewer hosts: "+err.Error(), nil)
 		return
 	}
 	s.mu.Lock()
