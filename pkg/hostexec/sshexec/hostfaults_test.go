@@ -19,18 +19,15 @@ import (
 )
 
 // pidAlive reads a pid from file and says whether it still runs (the
-// loopback host is this machine).
+// loopback host is this machine; a zombie does not run).
 func pidAlive(t *testing.T, file string) (int, bool) {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatalf("pid file: %v", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid, syscall.Kill(pid, 0) == nil
+	pid := mustAtoi(t, string(b))
+	return pid, running(pid)
 }
 
 // With sshd's MaxSessions 1 the host agent running an attempt holds the
@@ -254,7 +251,7 @@ func TestSweepOutlivesAKilledAttempt(t *testing.T) {
 	if _, err := r.RunAttempt(context.Background(), hostexec.Attempt{ID: "d.2", Command: hostexec.Command{Script: "sleep 60", Env: env, Timeout: 500 * time.Millisecond}}); !errors.Is(err, hostexec.ErrTimeout) {
 		t.Fatalf("the second attempt: %v, want its timeout", err)
 	}
-	if syscall.Kill(left, 0) != nil {
+	if !running(left) {
 		t.Error("what the first attempt left running in the background was killed with the second attempt")
 	}
 	old := func() int { m, _ := filepath.Glob(filepath.Join(dir, "w*.run.run")); return len(m) }
