@@ -67,31 +67,11 @@ var busFloorShapes = []floorShape{{}, {record: true}, {record: true, more: 10}, 
 // temporary directory, a random password) and returns the ms per link of
 // the loop of shape f (wall time over links, as chain-1000's).
 func busFloor(binDir string, f floorShape) (float64, error) {
-	dir, err := os.MkdirTemp("", "gantry-bench-busfloor-")
+	url, auth, stop, err := floorServer(binDir)
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
-	pass, err := randomHex(16)
-	if err != nil {
-		return 0, err
-	}
-	port := freePort()
-	logf, err := os.Create(filepath.Join(dir, "nats.log"))
-	if err != nil {
-		return 0, err
-	}
-	defer logf.Close()
-	natsd, err := startProc("nats-server", logf, nil, filepath.Join(binDir, "nats-server"),
-		"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"), "--user", "bench", "--pass", pass)
-	if err != nil {
-		return 0, err
-	}
-	defer natsd.stop()
-	if err := waitPort(port); err != nil {
-		return 0, err
-	}
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	attempts := ""
@@ -103,7 +83,43 @@ func busFloor(binDir string, f floorShape) (float64, error) {
 		defer os.RemoveAll(adir)
 		attempts = filepath.Join(adir, "attempts")
 	}
-	return floorLoop(ctx, url, nats.UserInfo("bench", pass), floorRun{f, attempts, busFloorLinks})
+	return floorLoop(ctx, url, auth, floorRun{f, attempts, busFloorLinks})
+}
+
+// floorServer starts binDir's nats-server for a floor: JetStream with
+// file storage in a temporary directory, a random password. stop ends it
+// and removes the directory.
+func floorServer(binDir string) (url string, auth nats.Option, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "gantry-bench-busfloor-")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	pass, err := randomHex(16)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "nats.log"))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	defer logf.Close()
+	port := freePort()
+	natsd, err := startProc("nats-server", logf, nil, filepath.Join(binDir, "nats-server"),
+		"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"), "--user", "bench", "--pass", pass)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err = waitPort(port); err != nil {
+		natsd.stop()
+		return "", nil, nil, err
+	}
+	stop = func() { natsd.stop(); os.RemoveAll(dir) }
+	return fmt.Sprintf("nats://127.0.0.1:%d", port), nats.UserInfo("bench", pass), stop, nil
 }
 
 func randomHex(n int) (string, error) {

@@ -57,7 +57,7 @@ func TestBusFloorStoresWhatItsShapeSays(t *testing.T) {
 			if shape.record {
 				want["RECORD"] = links
 			}
-			got := streamCounts(ctx, t, url, auth)
+			got := streamCounts(ctx, t, url, auth, "DISPATCH", "OUTCOME", "RECORD", "MORE")
 			total := 0
 			for name, n := range want {
 				total += got[name]
@@ -86,7 +86,7 @@ func TestBusFloorStoresWhatItsShapeSays(t *testing.T) {
 	}
 }
 
-func streamCounts(ctx context.Context, t *testing.T, url string, auth nats.Option) map[string]int {
+func streamCounts(ctx context.Context, t *testing.T, url string, auth nats.Option, names ...string) map[string]int {
 	t.Helper()
 	nc, err := nats.Connect(url, auth)
 	if err != nil {
@@ -98,7 +98,7 @@ func streamCounts(ctx context.Context, t *testing.T, url string, auth nats.Optio
 		t.Fatal(err)
 	}
 	got := map[string]int{}
-	for _, name := range []string{"DISPATCH", "OUTCOME", "RECORD", "MORE"} {
+	for _, name := range names {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)

@@ -484,9 +484,14 @@ func sshBench(w sshRun) (*Scenario, error) {
 		return nil, err
 	}
 	defer fleet.Close()
+	fsNote := hostFSNote()
+	if fsNote != "" {
+		fmt.Println("  ssh-500: " + fsNote)
+	}
 	// The raw loop runs after each gantry run, so both see the same
 	// machine (it is shared and its load changes).
 	var floors, floorBusy []float64
+	shaped, shapedBusy := map[string][]float64{}, map[string][]float64{} // sshFloorShapes' runs, by key
 	after := func() error {
 		cpu := readMachineCPU()
 		d, err := rawLoop(ssh500Floor(fleet))
@@ -495,6 +500,17 @@ func sshBench(w sshRun) (*Scenario, error) {
 		}
 		floors, floorBusy = append(floors, d.Seconds()), append(floorBusy, cpu.coresBusy())
 		fmt.Printf("  ssh-500 peer floor run %d: %.3fs, %.2f cores busy\n", len(floors), d.Seconds(), floorBusy[len(floorBusy)-1])
+		for _, shape := range sshFloorShapes {
+			cpu := readMachineCPU()
+			d, err := sshFloor(w.binDir, ssh500Floor(fleet), shape)
+			if err != nil {
+				return fmt.Errorf("%s: %w", shape.key(), err)
+			}
+			busy := cpu.coresBusy()
+			shaped[shape.key()] = append(shaped[shape.key()], d.Seconds())
+			shapedBusy[shape.key()] = append(shapedBusy[shape.key()], busy)
+			fmt.Printf("  ssh-500 peer %s run %d: %.3fs (%.2fx the raw loop), %.2f cores busy\n", shape.key(), len(floors), d.Seconds(), d.Seconds()/floors[len(floors)-1], busy)
+		}
 		return nil
 	}
 	s, err := workflowBench(workflowRun{name: "ssh-500", comp: func() *dag.Composition { return ssh500(fleet) }, runs: w.runs,
@@ -503,6 +519,7 @@ func sshBench(w sshRun) (*Scenario, error) {
 		return nil, err
 	}
 	s.Target = "<= 1.10x the raw Go loop"
+	s.Note = fsNote
 	s.Peers = map[string]map[string]float64{}
 	s.RatioVsPeer = map[string]float64{}
 	peer := func(name string, n int, f func() (time.Duration, error)) error {
@@ -523,6 +540,12 @@ func sshBench(w sshRun) (*Scenario, error) {
 	lo, hi := minMax(floors)
 	s.Peers["floor"] = map[string]float64{"wall_s": median(floors), "min_s": lo, "max_s": hi, "runs": float64(len(floors)), "cores_busy": median(floorBusy)}
 	s.RatioVsPeer["floor"] = s.WallS / median(floors)
+	for k, xs := range shaped {
+		lo, hi := minMax(xs)
+		s.Peers[k] = map[string]float64{"wall_s": median(xs), "min_s": lo, "max_s": hi, "runs": float64(len(xs)), "cores_busy": median(shapedBusy[k]),
+			"vs_raw_loop": median(xs) / median(floors)}
+		s.RatioVsPeer[k] = s.WallS / median(xs)
+	}
 	if w.opensshRuns > 0 {
 		if err := peer("openssh", w.opensshRuns, func() (time.Duration, error) { return openssh(fleet, dir) }); err != nil {
 			return nil, err
@@ -583,11 +606,18 @@ func printTable(r *results) {
 		if x, ok := s.RatioVsPeer["speedup_vs_1"]; ok {
 			fmt.Printf("  speed-up vs 1 executor: %.2fx\n", x)
 		}
-		for _, peer := range []string{"floor", "openssh", "ansible"} {
+		peers := []string{"floor"}
+		for _, f := range sshFloorShapes {
+			peers = append(peers, f.key())
+		}
+		for _, peer := range append(peers, "openssh", "ansible") {
 			if p, ok := s.Peers[peer]; ok {
 				fmt.Printf("  vs %-8s %9.3fs %7.3f-%-7.3fs   gantry/%s = %.2fx\n", peer, p["wall_s"], p["min_s"], p["max_s"], peer, s.RatioVsPeer[peer])
 				if b := p["cores_busy"]; b > 0 {
 					fmt.Printf("    %s: machine cores busy %.2f (median of its runs)\n", peer, b)
+				}
+				if x := p["vs_raw_loop"]; x > 0 {
+					fmt.Printf("    %s: %.2fx the raw loop (medians)\n", peer, x)
 				}
 			}
 		}

@@ -38,19 +38,10 @@ func ssh500Floor(f *sshtest.Fleet) rawTarget {
 // rawLoop runs t over x/crypto/ssh and returns its wall time, from the
 // first dial to the last connection closed.
 func rawLoop(t rawTarget) (time.Duration, error) {
-	pem, err := os.ReadFile(t.keyFile)
+	cfg, err := rawConfig(t)
 	if err != nil {
 		return 0, err
 	}
-	signer, err := ssh.ParsePrivateKey(pem)
-	if err != nil {
-		return 0, err
-	}
-	hk, err := knownhosts.New(t.knownHosts)
-	if err != nil {
-		return 0, err
-	}
-	cfg := &ssh.ClientConfig{User: t.user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hk, Timeout: 10 * time.Second}
 	start := time.Now()
 	errs := make(chan error, len(t.addrs))
 	todo := make(chan string, len(t.addrs))
@@ -76,6 +67,23 @@ func rawLoop(t rawTarget) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Since(start), nil
+}
+
+// rawConfig is t's client configuration: its key, its known_hosts.
+func rawConfig(t rawTarget) (*ssh.ClientConfig, error) {
+	pem, err := os.ReadFile(t.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := ssh.ParsePrivateKey(pem)
+	if err != nil {
+		return nil, err
+	}
+	hk, err := knownhosts.New(t.knownHosts)
+	if err != nil {
+		return nil, err
+	}
+	return &ssh.ClientConfig{User: t.user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hk, Timeout: 10 * time.Second}, nil
 }
 
 // rawHost dials one host and runs command n times, a session each.
