@@ -190,8 +190,8 @@ func (r *rawConn) close() {
 	}
 }
 
-// chainsDirect runs each host's commands one after another, the hosts in
-// parallel, with no bus.
+// chainsDirect runs each host's commands one after another, all the hosts
+// at once (ssh-500's raw loop runs its 5 hosts at once too), with no bus.
 func chainsDirect(ctx context.Context, t rawTarget, run runFloorCommand) (time.Duration, error) {
 	start := time.Now()
 	errs := make(chan error, len(t.addrs))
