@@ -8,7 +8,7 @@ package hostpattern
 import (
 	"errors"
 	"fmt"
-	"path"
+	"net"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -39,7 +39,7 @@ const (
 type Term struct {
 	Op   Op
 	Text string         // without its & or !
-	re   *regexp.Regexp // for a ~regex term
+	re   *regexp.Regexp // for a ~regex term, and a glob's translation
 }
 
 // Pattern is a parsed host pattern.
@@ -48,9 +48,9 @@ type Pattern struct {
 	Terms  []Term
 }
 
-// Parse reads a pattern: terms separated by ':' or ',' (a separator inside
-// a glob's [...] is part of it), each a name, a glob or a ~regex,
-// optionally after '&' or '!'.
+// Parse reads a pattern: terms separated by ',' or ':' (a ':' inside a
+// glob's [...] or an IPv6 address is part of it), each a name, a glob or
+// a ~regex, optionally after '&' or '!'.
 func Parse(s string) (Pattern, error) {
 	p := Pattern{Source: s}
 	if len(s) > MaxLen {
@@ -71,8 +71,24 @@ func Parse(s string) (Pattern, error) {
 	return p, nil
 }
 
-// split cuts s at ':' and ',' that are not inside [...].
+// split cuts s into its terms: at each ',', then each part at each ':'
+// outside [...], unless the part is an IPv6 address (2001:db8::5), which
+// is one term. (Ansible cuts at ',' only when there is one; a ':' left in
+// a part there names nothing.)
 func split(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if net.ParseIP(strings.TrimSpace(part)) != nil {
+			out = append(out, part)
+			continue
+		}
+		out = append(out, splitColons(part)...)
+	}
+	return out
+}
+
+// splitColons cuts s at each ':' that is not inside [...].
+func splitColons(s string) []string {
 	var out []string
 	depth, start := 0, 0
 	for i := 0; i < len(s); i++ {
@@ -81,7 +97,7 @@ func split(s string) []string {
 			depth++
 		case ']':
 			depth = max(depth-1, 0)
-		case ':', ',':
+		case ':':
 			if depth == 0 {
 				out = append(out, s[start:i])
 				start = i + 1
@@ -108,11 +124,83 @@ func parseTerm(s string) (Term, error) {
 		}
 		t.re = re
 	case isGlob(s):
-		if _, err := path.Match(s, ""); err != nil {
-			return t, fmt.Errorf("host pattern %q: bad glob (an unclosed [ ?)", s)
+		re, err := globRE(s)
+		if err != nil {
+			return t, fmt.Errorf("host pattern %q: bad glob (%w)", s, err)
 		}
+		t.re = re
 	}
 	return t, nil
+}
+
+// globRE is glob s as a regular expression matching a whole name, read as
+// Python's fnmatch reads it (Ansible's globs): * any text, ? one
+// character, [...] one of a class, [!...] one not in it; nothing escapes
+// (a backslash is itself).
+func globRE(s string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString("^(?s:")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*':
+			b.WriteString(".*")
+		case '?':
+			b.WriteString(".")
+		case '[':
+			end := classEnd(s, i)
+			if end < 0 {
+				return nil, errors.New("an unclosed [")
+			}
+			b.WriteString(globClass(s[i+1 : end]))
+			i = end
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString(")$")
+	re, err := regexp.Compile(b.String())
+	if err != nil {
+		return nil, unwrapRE(err)
+	}
+	return re, nil
+}
+
+// classEnd is the index of the ']' that closes the class opened at s[open]
+// (a ']' right after '[' or '[!' is one of the class), or -1.
+func classEnd(s string, open int) int {
+	j := open + 1
+	if j < len(s) && s[j] == '!' {
+		j++
+	}
+	if j < len(s) && s[j] == ']' {
+		j++
+	}
+	if k := strings.IndexByte(s[j:], ']'); k >= 0 {
+		return j + k
+	}
+	return -1
+}
+
+// globClass is the body of a glob's class as a regular expression's: a
+// leading '!' negates it, '-' between two characters is a range, every
+// other character stands for itself.
+func globClass(body string) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	if strings.HasPrefix(body, "!") {
+		b.WriteByte('^')
+		body = body[1:]
+	}
+	for _, r := range body {
+		if r == '-' || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') || r >= 0x80 {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 func unwrapRE(err error) error {
@@ -268,19 +356,23 @@ func (ix *index) groupNames() []string {
 	return out
 }
 
-// match is what one term selects, as Ansible's: the hosts of the groups
-// it names; and the hosts it names, when it names no group or is a glob
-// or a regular expression.
+// match is what one term selects, as Ansible's: a plain term naming a host
+// is that host; else the hosts of the groups it names, and the hosts it
+// names when it names no group or is a glob, a regular expression or has a
+// '.' in it.
 func (ix *index) match(t Term) []string {
 	if t.Text == "*" {
 		return ix.all
+	}
+	if t.Op == Union && ix.hosts[t.Text] {
+		return []string{t.Text}
 	}
 	var out []string
 	names := ix.names(t, ix.groupList())
 	for _, g := range names {
 		out = append(out, ix.groups[g]...)
 	}
-	if len(names) == 0 || t.re != nil || isGlob(t.Text) {
+	if len(names) == 0 || t.re != nil || strings.Contains(t.Text, ".") {
 		out = append(out, ix.names(t, ix.all)...)
 	}
 	return filterKnown(out, ix.hosts)
@@ -307,12 +399,8 @@ func (ix *index) names(t Term, list []string) []string {
 }
 
 func termMatches(t Term, name string) bool {
-	switch {
-	case t.re != nil:
+	if t.re != nil {
 		return t.re.MatchString(name)
-	case isGlob(t.Text):
-		ok, _ := path.Match(t.Text, name)
-		return ok
 	}
 	return t.Text == name
 }

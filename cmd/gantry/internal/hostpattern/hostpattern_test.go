@@ -68,6 +68,52 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// TestAnsibleReadings: where Go's own readings differ from Ansible's, the
+// pattern is read as Ansible reads it: an IPv6 address is one term, not
+// cut at its ':'s; globs are Python's fnmatch ([!1] is "not 1", [^1] is
+// '^' or '1'); and a plain term naming a host is that host, though a
+// group has the same name.
+func TestAnsibleReadings(t *testing.T) {
+	inv := Inventory{
+		Hosts: []string{"2001:db8::5", "db1", "web01", "web02", "web03", "web^", "app", "app2", `w\1`},
+		Groups: map[string][]string{
+			"db":  {"2001:db8::5", "db1"},
+			"web": {"web01", "web02", "web03"},
+			"app": {"app", "app2"},
+		},
+	}
+	for _, tc := range []struct{ pattern, want string }{
+		{"2001:db8::5", "2001:db8::5"},
+		{"2001:db8::5,db1", "2001:db8::5 db1"},
+		{"db:!2001:db8::5", "2001:db8::5 db1"}, // not an address: cut at each ':'; "db8" names nothing
+		{"web0[!1]", "web02 web03"},
+		{"web[^]", "web^"},
+		{"web0[^1]", "web01"},
+		{"web0[!1-2]", "web03"},
+		{`w\[1]`, `w\1`},
+		{"app", "app"},
+		{"app*", "app app2"},
+		{"all:!app", "2001:db8::5 db1 w\\1 web01 web02 web03 web^"},
+	} {
+		p, err := Parse(tc.pattern)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tc.pattern, err)
+			continue
+		}
+		got, err := p.Match(inv)
+		if tc.pattern == "db:!2001:db8::5" {
+			var nm *NoMatchError
+			if !errors.As(err, &nm) || nm.Term != "db8" {
+				t.Errorf("%q: got %q, %v; want no match for \"db8\"", tc.pattern, got, err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, " ") != tc.want {
+			t.Errorf("%q: got %q, %v; want %q", tc.pattern, strings.Join(got, " "), err, tc.want)
+		}
+	}
+}
+
 // TestNoMatch: a term that selects nothing is an error naming it and the
 // inventory's groups; one whose hosts the intersections take away is not,
 // but the result is empty.
@@ -108,7 +154,8 @@ func TestParseErrors(t *testing.T) {
 		{" : , ", "names no host or group"},
 		{"web:&", `"&" needs a host or group after it`},
 		{"!", `"!" needs a host or group after it`},
-		{"web-[1", "bad glob"},
+		{"web-[1", "bad glob (an unclosed [)"},
+		{"web-[2-1]", "bad glob (invalid character class range"},
 		{"~web(", "bad regular expression: missing closing )"},
 		{strings.Repeat("a", MaxLen+1), "more than 65536"},
 	} {
