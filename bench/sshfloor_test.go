@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-		"os"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
