@@ -92,7 +92,7 @@ func entry(lines []string, i int, line string) (name, value string, last int, er
 			}
 			b.WriteString(l)
 		}
-		return "", "", 0, fmt.Errorf("%w: line %d: the multi-line value is not closed by a line holding its delimiter %q", ErrMalformed, i+1, trunc(delim))
+		return "", "", 0, fmt.Errorf("%w: line %d: the multi-line value is not closed by a line holding its delimiter (not quoted: the line may hold a secret)", ErrMalformed, i+1)
 	case eq > 0:
 		return line[:eq], line[eq+1:], i, nil
 	}
@@ -104,7 +104,9 @@ func checkEntry(line int, name, value string, declared []dag.Output) error {
 		if !dag.IsOutputName(name) { // not quoted: it may be part of a value
 			return fmt.Errorf("%w: line %d: what comes before its '=' or '<<' is not an output name (%s; the node declares %s)", ErrMalformed, line, dag.OutputNameRule, declaredText(declared))
 		}
-		return fmt.Errorf("%w: line %d: %q (the node declares %s)", ErrUndeclared, line, name, declaredText(declared))
+		// Not quoted either: a value written without its name (a base64
+		// token, '=' and all) reads as a name.
+		return fmt.Errorf("%w: line %d (its name is not quoted: the line may hold a secret; the node declares %s)", ErrUndeclared, line, declaredText(declared))
 	}
 	switch {
 	case !utf8.ValidString(value):
@@ -122,16 +124,6 @@ func declaredText(declared []dag.Output) string {
 		return "none"
 	}
 	return strings.Join(dag.OutputNames(declared), ", ")
-}
-
-// trunc cuts what the file holds to quote it in an error: a value may be
-// a secret, and is never quoted; a name or line is, cut short.
-func trunc(s string) string {
-	const n = 40
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "…"
-	}
-	return s
 }
 
 // Format writes values as a file Parse reads back: `name=value`, or a

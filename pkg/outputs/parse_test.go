@@ -49,13 +49,16 @@ func TestParseRefuses(t *testing.T) {
 		is   error
 		msg  string
 	}{
-		{"undeclared name", "join_cmd=x\njoin_command=y\n", ErrUndeclared, `line 2: "join_command" (the node declares join_cmd, token, ca)`},
-		{"undeclared multi-line", "\nkey<<EOF\nx\nEOF\n", ErrUndeclared, `line 2: "key"`},
+		{"undeclared name", "join_cmd=x\njoin_command=y\n", ErrUndeclared, `line 2 (its name is not quoted: the line may hold a secret; the node declares join_cmd, token, ca)`},
+		{"undeclared multi-line", "\nkey<<EOF\nx\nEOF\n", ErrUndeclared, `line 2 (its name is not quoted`},
+		{"a value without its name (base64, '=' padded)", "s3cr3tc3VwZXJzZWNyZXQ==\n", ErrUndeclared, "line 1 (its name is not quoted"},
+		{"a value without its name, a '<<' in it", "s3cr3t<<x\n", ErrMalformed, "line 1: the multi-line value is not closed"},
+		{"a delimiter is not quoted", "token<<s3cr3t\nx\n", ErrMalformed, "line 1: the multi-line value is not closed by a line holding its delimiter (not quoted"},
 		{"no = nor <<", "join_cmd=x\n\njust text\n", ErrMalformed, "line 3: expected name=value or name<<DELIMITER"},
 		{"a line is never quoted", "s3cr3t-token-value\n", ErrMalformed, "line 1: expected"},
 		{"not a name before =", "tok en=x\n", ErrMalformed, "line 1: what comes before its '=' or '<<' is not an output name"},
 		{"empty name", "=x\n", ErrMalformed, "line 1: expected name=value"},
-		{"unclosed", "token=x\nca<<EOF\nabc\n", ErrMalformed, `line 2: the multi-line value is not closed by a line holding its delimiter "EOF"`},
+		{"unclosed", "token=x\nca<<EOF\nabc\n", ErrMalformed, `line 2: the multi-line value is not closed by a line holding its delimiter`},
 		{"no delimiter", "ca<<\nx\n", ErrMalformed, "line 1: a multi-line value needs a delimiter"},
 		{"NUL", "token=a\x00b\n", ErrMalformed, "line 1: the value of token holds a NUL byte"},
 		{"carriage return inside", "token=a\rb\n", ErrMalformed, "line 1: the value of token holds a carriage return"},
