@@ -81,6 +81,10 @@ func (v *validator) outputDecls(path string, n *Node) {
 		v.bad(path, CodeTooLarge, "%d outputs: a node declares at most %d", len(n.Outputs), MaxOutputs)
 		return
 	}
+	if len(n.Outputs) > 0 && strings.TrimSpace(n.Run) == "" {
+		v.bad(path, CodeValue, "a node without run declares outputs: only its run writes them ($GANTRY_OUTPUT)")
+		return
+	}
 	seen := make(map[string]bool, len(n.Outputs))
 	for i, o := range n.Outputs {
 		p := indexPath(path, i)
@@ -262,6 +266,7 @@ func (v *validator) outputReads(ids map[string]int) []outputLink {
 	var links []outputLink
 	for i := range v.c.Formulas {
 		f := &v.c.Formulas[i]
+		v.noOutputsInFiles(indexPath("formulas", i), f)
 		outputTemplates(indexPath("formulas", i), f, func(path string, node int, s string) {
 			calls, err := outputCalls(s)
 			if err != nil {
@@ -280,6 +285,29 @@ func (v *validator) outputReads(ids map[string]int) []outputLink {
 		})
 	}
 	return links
+}
+
+// noOutputsInFiles refuses a read of an output in a file's path or
+// template (the two a template renders; content is written as it is):
+// files are written before the run, and the executor fills outputs in
+// scripts and env only.
+func (v *validator) noOutputsInFiles(p string, f *Formula) {
+	for j := range f.Nodes {
+		for k, file := range f.Nodes[j].Files {
+			fp := indexPath(indexPath(p+".nodes", j)+".files", k)
+			for _, t := range []struct {
+				field string
+				text  *string
+			}{{"path", &file.Path}, {"template", file.Template}} {
+				if t.text == nil {
+					continue
+				}
+				if calls, err := outputCalls(*t.text); err == nil && len(calls) > 0 {
+					v.bad(fp+"."+t.field, CodeValue, "a file cannot read an output (files are written before the node's run; outputs are read by run, check, delete and env): read it in env and write the file in run")
+				}
+			}
+		}
+	}
 }
 
 // outputRead checks one read, by formula consumer's node (-1: its gate),

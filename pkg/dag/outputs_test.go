@@ -57,6 +57,12 @@ func TestOutputValidation(t *testing.T) {
 			[]want{{"formulas[1].nodes[0].run", "quote it with shq once at most"}}},
 		{"secret name from an output", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"join","run":"x","env":{"T":{"secret":"{{ output \"cp/init\" \"token\" }}"}}}]}`),
 			[]want{{`formulas[1].nodes[0].env["T"].secret`, "a secret's name cannot be an output"}}},
+		{"an output in a file's template", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"conf","run":"true","files":[{"path":"/etc/app.conf","template":"tok={{ output \"cp/init\" \"join_cmd\" }}"}]}]}`),
+			[]want{{"formulas[1].nodes[0].files[0].template", "a file cannot read an output"}}},
+		{"an output in a file's path", outputsDoc(cpFormula + `,{"id":"w","server":"h1","nodes":[{"name":"conf","run":"true","files":[{"path":"/etc/{{ output \"cp/init\" \"join_cmd\" }}","content":"x"}]}]}`),
+			[]want{{"formulas[1].nodes[0].files[0].path", "a file cannot read an output"}}},
+		{"outputs on a node without run", outputsDoc(`{"id":"cp","server":"h3","nodes":[{"name":"init","outputs":["v"],"files":[{"path":"/etc/x","content":"x"}]}]}`),
+			[]want{{"formulas[0].nodes[0].outputs", "a node without run declares outputs"}}},
 		{"reads its own output", outputsDoc(`{"id":"cp","server":"h3","nodes":[{"name":"init","run":"echo {{ output \"cp/init\" \"a\" }}","outputs":["a"]}]}`),
 			[]want{{"formulas[0].nodes[0].run", `node "init" reads its own output`}}},
 		{"node cycle through an output", outputsDoc(`{"id":"cp","server":"h3","nodes":[
