@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -177,7 +178,7 @@ func TestEntriesOfAWorkflowOnJetStream(t *testing.T) {
 		t.Fatalf("read %d records, want %d", len(got), len(want))
 	}
 	for k, v := range want {
-		if got[k] != v {
+		if !reflect.DeepEqual(got[k], v) {
 			t.Fatalf("%s: got %+v, want %+v", k, got[k], v)
 		}
 	}

@@ -67,6 +67,11 @@ type NodeRecord struct {
 	// may never have been stored). Written with the record the attempt
 	// writes anyway; none in records written before it was kept.
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// Changed are the paths the node's files changed in attempts that did
+	// not succeed, since it last did: the next attempt (a retry, a
+	// `gantry retry`) names them in $GANTRY_CHANGED with those it changes,
+	// as its run has not acted on them yet. None once it succeeds.
+	Changed []string `json:"changed,omitempty"`
 }
 
 // OutputRecord is what a node's run handed on (its outputs), in

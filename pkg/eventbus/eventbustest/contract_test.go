@@ -3,6 +3,7 @@ package eventbustest_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -104,7 +105,7 @@ func TestRecordsUpdate(t *testing.T) {
 	contract(t, func(t *testing.T, ctx context.Context, s store) {
 		const key = "w.create.f.u"
 		rev, err := s.Update(ctx, key, func(r *events.NodeRecord) error {
-			if *r != (events.NodeRecord{}) {
+			if !reflect.DeepEqual(*r, events.NodeRecord{}) {
 				t.Errorf("a record not there reads as %+v", *r)
 			}
 			r.Status, r.Attempt = dag.NodeRunning, 1

@@ -36,6 +36,7 @@ func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeStat
 		}
 		return dag.NodeFailed, ev, false, hold{}, err
 	}
+	nr.placed = nil
 	sh := &shell{nr: nr, attempt: attempt, record: record, ev: ev}
 	sh.progress = &progressSink{sh: sh}
 	defer func() {

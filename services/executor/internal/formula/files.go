@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
@@ -142,7 +143,10 @@ func (c *compared) result(i int) events.FileResult {
 }
 
 // placeFiles is the file step of a create: files that differ are placed;
-// the event says what each was, and sh.changed what changed.
+// the event says what each was, and sh.changed what changed since the node
+// last succeeded: in this attempt, and in the attempts before it that
+// did not succeed (a file one of them placed is in place now, but the
+// run that would act on it has not succeeded yet).
 func (sh *shell) placeFiles() filesDone {
 	ctx, cancel := sh.filesContext()
 	defer cancel()
@@ -150,10 +154,16 @@ func (sh *shell) placeFiles() filesDone {
 	if err != nil {
 		return sh.filesFailed(err)
 	}
+	before := sh.changedBefore(c.wants)
+	sh.changed = slices.Clone(before)
+	defer func() { sh.nr.placed = slices.Clone(sh.changed) }()
 	results := make([]events.FileResult, len(c.wants))
 	for i := range c.wants {
 		results[i] = c.result(i)
 		if !c.found[i].Changed() {
+			if slices.Contains(before, c.wants[i].Path) {
+				results[i].Status = events.FileChanged // by an attempt before, for this run
+			}
 			continue
 		}
 		if err := hostfile.Place(ctx, c.host, &c.wants[i], c.found[i]); err != nil {
@@ -161,7 +171,9 @@ func (sh *shell) placeFiles() filesDone {
 			sh.ev.Files = results[:i+1]
 			return sh.filesFailed(err)
 		}
-		sh.changed = append(sh.changed, c.wants[i].Path)
+		if !slices.Contains(sh.changed, c.wants[i].Path) {
+			sh.changed = append(sh.changed, c.wants[i].Path)
+		}
 	}
 	sh.ev.Files = results
 	n := sh.nr.n
@@ -179,6 +191,18 @@ func (sh *shell) placeFiles() filesDone {
 		return filesDone{done: true, state: dag.NodeSkipped}
 	}
 	return filesDone{}
+}
+
+// changedBefore are the paths of wants that attempts of the node changed
+// since it last succeeded, as its record keeps them.
+func (sh *shell) changedBefore(wants []hostfile.Want) []string {
+	var out []string
+	for _, p := range sh.nr.rec.Changed {
+		if slices.ContainsFunc(wants, func(w hostfile.Want) bool { return w.Path == p }) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // compareFiles is the file step of a check: files are compared (and

@@ -121,6 +121,64 @@ func TestFilesInACreate(t *testing.T) {
 	}
 }
 
+// A file placed by an attempt that then failed is named in
+// $GANTRY_CHANGED again until the node succeeds: in the attempt that
+// retries it (where the file is in place already), and in the next
+// generation's (`gantry retry`) once the node's attempts ran out; a run
+// that reloads on a change would otherwise never reload. The event says
+// the file changed; the record forgets it once the node succeeded.
+func TestFilesChangedByAFailedAttemptStayChanged(t *testing.T) {
+	t.Parallel()
+	h := newFilesHarness(t)
+	a, out, fails := filepath.Join(h.dir, "a.conf"), filepath.Join(h.dir, "changed"), filepath.Join(h.dir, "fails")
+	// The run fails while the file fails holds a line: the first attempt,
+	// each time it is written.
+	n := h.fileNode(`printf '%s|' "$GANTRY_CHANGED" >>`+out+`; [ -s `+fails+` ] && { : >`+fails+`; exit 1; }; true`, inline(a, "A\n"))
+	n.Retry.MaxAttempts = 2
+	if err := os.WriteFile(fails, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.run(t, "w1", dag.OpCreate, n, false)
+	if ev.Status != dag.NodeSucceeded || !slices.Equal(fileStatuses(ev), []string{"a.conf changed"}) {
+		t.Fatalf("retried: %s %v %s", ev.Status, fileStatuses(ev), ev.Error)
+	}
+	if got, _ := os.ReadFile(out); string(got) != a+"|"+a+"|" {
+		t.Errorf("$GANTRY_CHANGED was %q, want %q in both attempts", got, a)
+	}
+	if rec := h.record(dag.OpCreate, "n"); rec.Changed != nil {
+		t.Errorf("the record keeps %q after the node succeeded", rec.Changed)
+	}
+
+	// Attempts run out: the next generation's attempt names the file.
+	b := filepath.Join(h.dir, "b.conf")
+	one := h.fileNode(`printf '%s|' "$GANTRY_CHANGED" >>`+out+`; [ -s `+fails+` ] && { : >`+fails+`; exit 1; }; true`, inline(b, "B\n"))
+	one.Name = "m"
+	if err := os.WriteFile(fails, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := dispatch(dag.OpCreate, 1, one)
+	d.WorkflowID = "w2"
+	h.runs.Set("w2", events.RunSnapshot{Generation: 1, Status: dag.WorkflowRunning})
+	if err := h.x.Run(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, _ := h.records.Get(context.Background(), events.NodeKey("w2", dag.OpCreate, "f", "m")); rec.Status != dag.NodeFailed || !slices.Equal(rec.Changed, []string{b}) {
+		t.Fatalf("generation 1: record %+v, want failed with %s changed", rec, b)
+	}
+	d = dispatch(dag.OpCreate, 2, one)
+	d.WorkflowID = "w2"
+	h.runs.Set("w2", events.RunSnapshot{Generation: 2, Status: dag.WorkflowRunning})
+	if err := h.x.Run(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(out); string(got) != b+"|"+b+"|" {
+		t.Errorf("$GANTRY_CHANGED was %q, want %q in both generations", got, b)
+	}
+}
+
 // A check compares and writes nothing: a file that differs makes the
 // verdict would_change, with a diff when asked; a secret's diff shows
 // no content.

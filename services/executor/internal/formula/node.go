@@ -35,6 +35,10 @@ type nodeRun struct {
 	kept   *slots.Lease
 	// released are closed once the slots given back are back.
 	released []chan struct{}
+	// placed are the paths of the node's files changed since it last
+	// succeeded, as the last attempt's file step found them (nil: it did
+	// not get that far).
+	placed []string
 }
 
 // runNode runs node j through its attempts and returns its final state
@@ -326,6 +330,7 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	}
 	ev.StartedAt, ev.EndedAt = &started, &ended
 	retry := final == dag.NodeFailed && !permanent && rec.GenAttempts < maxAttempts && nr.stop.Err() == nil
+	rec.Changed = nr.changedAfter(final, rec)
 	switch {
 	case retry:
 		held.giveBackNow() // before the next attempt takes them again
@@ -358,6 +363,21 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	nr.recordAttempt(ctx, ev, rec.Attempt, started, ended)
 	nr.log.Info("node attempt", "status", final, "attempt", rec.Attempt, "will_retry", retry, "exit_code", ev.ExitCode)
 	return final, retry, nil
+}
+
+// changedAfter is what the node's record keeps, after an attempt that
+// ended final, of the paths its files changed: none once the node
+// succeeded (its run had them in $GANTRY_CHANGED), else those changed by
+// the attempts since, for the next attempt's $GANTRY_CHANGED (a retry, a
+// `gantry retry`).
+func (nr *nodeRun) changedAfter(final dag.NodeState, rec Record) []string {
+	switch {
+	case final == dag.NodeSucceeded || final == dag.NodeSkipped:
+		return nil
+	case nr.placed != nil:
+		return nr.placed
+	}
+	return rec.Changed
 }
 
 // giveBack gives an ended attempt's slots back while the caller goes on
