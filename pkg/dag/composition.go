@@ -49,6 +49,21 @@ const (
 	DefaultSSHPort     = "22"
 )
 
+// MaxScript bounds a script (run, check, delete, a health gate's check)
+// once rendered, with its environment once outputs are in: a host's shell
+// is handed a script as one argument (sh -c), and Linux takes at most
+// 128 KiB in one (MAX_ARG_STRLEN); the rest is left for what gantry wraps
+// around it. Longer content goes in files:.
+const MaxScript = 120 << 10
+
+// ScriptTooLarge says why a script of n bytes is refused; "" when it fits.
+func ScriptTooLarge(n int) string {
+	if n <= MaxScript {
+		return ""
+	}
+	return fmt.Sprintf("%d bytes, more than the %d KiB a script may be (a host's shell takes at most 128 KiB as one argument): place the rest with files:", n, MaxScript>>10)
+}
+
 // DefaultRetry is the retry policy when a composition names none: one
 // attempt. Commands are not assumed to be safe to repeat.
 var DefaultRetry = RetryPolicy{MaxAttempts: 1, InitialInterval: Duration(2 * time.Second), MaxInterval: Duration(time.Minute), Multiplier: 2}

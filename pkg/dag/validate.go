@@ -252,6 +252,9 @@ func (v *validator) formula(p string, f *Formula, ids map[string]int) {
 		if strings.TrimSpace(g.Check) == "" {
 			v.bad(gp+".check", CodeRequired, "health_gate needs a check command")
 		}
+		if why := ScriptTooLarge(len(g.Check)); why != "" {
+			v.bad(gp+".check", CodeTooLarge, "%s", why)
+		}
 		if g.Timeout <= 0 {
 			v.bad(gp+".timeout", CodeRequired, "health_gate needs a timeout greater than 0")
 		}
@@ -294,6 +297,11 @@ func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string
 	case OpDelete:
 		if isBlank(n.Delete) {
 			v.bad(path(".delete"), CodeRequired, "delete is required for operation delete")
+		}
+	}
+	for _, s := range []struct{ field, text string }{{".run", n.Run}, {".check", n.Check}, {".delete", n.Delete}} {
+		if why := ScriptTooLarge(len(s.text)); why != "" {
+			v.bad(path(s.field), CodeTooLarge, "%s", why)
 		}
 	}
 	for k, d := range n.DependsOn {

@@ -131,6 +131,9 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 		}
 		env[changedEnv] = sh.changedList()
 	}
+	if why := dag.ScriptTooLarge(scriptSize(script, env)); why != "" {
+		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: the %s script with its environment (its outputs in) is %s", errScriptTooLarge, what, why)
+	}
 	cmd := hostexec.Attempt{Command: hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
 		BeforeStart: sh.record, Become: n.Become, BecomeUser: n.BecomeUser, Mask: sh.mask},
 		ID: sh.nr.attemptID(sh.attempt, what), Lock: sh.nr.lockName(), Mark: sh.nr.lockMark()}
@@ -407,8 +410,22 @@ func isUnreachable(err error) bool {
 // isPermanent says retrying cannot help: the host cannot be reached or
 // trusted, refuses the credentials (or its identity file cannot be
 // used), or its sudo does not run commands as asked (become).
+// errScriptTooLarge: a script, once its outputs are in, is longer than a
+// host's shell takes; nothing ran.
+var errScriptTooLarge = errors.New("nothing ran")
+
+// scriptSize is what a script and its environment take of the one
+// argument a host's shell is handed.
+func scriptSize(script string, env map[string]string) int {
+	n := len(script)
+	for k, v := range env {
+		n += len(k) + len(v) + len("export ='';\n")
+	}
+	return n
+}
+
 func isPermanent(err error) bool {
-	for _, p := range []error{errUnreachable, errRefused, errSecret, errFiles, errOutputMissing, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
+	for _, p := range []error{errUnreachable, errRefused, errSecret, errFiles, errOutputMissing, errScriptTooLarge, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,
 		hostexec.ErrAuth, hostexec.ErrIdentity, hostexec.ErrBecome} {
 		if errors.Is(err, p) {
 			return true

@@ -87,6 +87,31 @@ func TestAMissingSecretFailsTheNodeBeforeAnythingRuns(t *testing.T) {
 	}
 }
 
+// A script that, with its environment (its outputs in), is longer than a
+// host's shell takes as one argument fails the node before anything runs,
+// saying so, and is not retried: the host would refuse it each time
+// ("argument list too long", which a health gate took for a failed
+// check).
+func TestAScriptTooLargeFailsBeforeAnythingRuns(t *testing.T) {
+	t.Parallel()
+	h := newHarness()
+	big := strings.Repeat("x", dag.MaxScript)
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, secretNode(3, map[string]dag.EnvValue{"BIG": dag.Text(big)}))); err != nil {
+		t.Fatal(err)
+	}
+	if ran := h.host.scripts(); len(ran) != 0 {
+		t.Errorf("ran %d scripts", len(ran))
+	}
+	got := h.stored()
+	if len(got) != 4 || !strings.HasPrefix(got[2], "n failed 1: nothing ran: the run script with its environment (its outputs in) is ") ||
+		!strings.Contains(got[2], "more than the 120 KiB a script may be") {
+		t.Errorf("stored %q", got)
+	}
+	if r := h.record(dag.OpCreate, "n"); r.Status != dag.NodeFailed || r.GenAttempts != 1 {
+		t.Errorf("record %+v: want failed after one attempt", r)
+	}
+}
+
 // A host this worker refuses (transport local without --allow-local) fails
 // its nodes at once, saying so, without calling it unreachable.
 func TestRefusedLocalHost(t *testing.T) {

@@ -179,6 +179,9 @@ func (c *Checker) start(g *events.GateRequest) *gateRun {
 	if r.rerr == nil {
 		r.rerr = r.fillOutputs()
 	}
+	if r.rerr == nil {
+		r.rerr = r.fits()
+	}
 	return r
 }
 
@@ -213,6 +216,19 @@ func (r *gateRun) fillOutputs() error {
 	}
 	f.Secrets(r.env, r.secret)
 	r.script = script
+	return nil
+}
+
+// fits refuses a check that, with its environment (its outputs in), is
+// longer than a host's shell takes.
+func (r *gateRun) fits() error {
+	n := len(r.script)
+	for k, v := range r.env {
+		n += len(k) + len(v) + len("export ='';\n")
+	}
+	if why := dag.ScriptTooLarge(n); why != "" {
+		return fmt.Errorf("nothing ran: the check with its environment (its outputs in) is %s", why)
+	}
 	return nil
 }
 

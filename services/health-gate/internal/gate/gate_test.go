@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -234,6 +235,29 @@ func TestGateVerdicts(t *testing.T) {
 			}
 			same(t, "events", describe(out), c.want)
 		})
+	}
+}
+
+// A check that, with its environment, is longer than a host's shell takes
+// as one argument fails the gate at once, saying so, and is never run: the
+// host would refuse it ("argument list too long"), which read as a check
+// that failed.
+func TestGateCheckTooLargeFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	out := &eventbustest.MemoryOutbox{}
+	p := &probe{exits: []int{0}}
+	ck, _ := fake(p, out)
+	req := request(time.Second, 3)
+	req.Gate.Env = map[string]dag.EnvValue{"BIG": dag.Text(strings.Repeat("x", dag.MaxScript))}
+	if err := ck.Run(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := describe(out)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "1 fail final: nothing ran: the check with its environment (its outputs in) is ") {
+		t.Errorf("events %q", got)
+	}
+	if p.calls != 0 {
+		t.Errorf("the check ran %d times", p.calls)
 	}
 }
 
