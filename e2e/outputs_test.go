@@ -282,3 +282,43 @@ func TestSkippedProducerOutputsStillRead(t *testing.T) {
 		t.Errorf("init ran %d times, want 1", n)
 	}
 }
+
+// Outputs read into a script can make it longer than a host's shell takes
+// as one argument (here 3 reads of a 50,000-byte output): the node fails
+// at once, naming the size, and nothing runs; before, a gate's check got
+// "Argument list too long" from the host and read it as a failed check.
+func TestOutputsThatMakeAScriptTooLargeFailItClearly(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	h := s.fleet.Hosts[0]
+	marker := filepath.Join(t.TempDir(), "ran")
+	read := `{{ output "cp/init" "v" }}{{ output "cp/init" "v" }}{{ output "cp/init" "v" }}`
+	c, err := composition.Load("big.yaml", []byte(`name: big
+hosts: {h: {address: "`+h.Addr+`", user: `+s.fleet.User+`}}
+formulas:
+  - id: cp
+    server: h
+    nodes:
+      - name: init
+        outputs: [v]
+        run: 'printf "v=%050000d\n" 0 >> "$GANTRY_OUTPUT"'
+  - id: w
+    server: h
+    nodes:
+      - name: use
+        run: |
+          touch `+marker+`
+          x='`+read+`'
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := s.wait(s.mustSubmit(c), 60*time.Second)
+	use := doc.Formulas["w"].Nodes["use"]
+	if use.Status != dag.NodeFailed || !strings.Contains(use.Error, "nothing ran: the run script with its environment (its outputs in) is ") ||
+		!strings.Contains(use.Error, "more than the 120 KiB a script may be") {
+		t.Fatalf("use: %s %q", use.Status, use.Error)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the script ran")
+	}
+}
