@@ -98,6 +98,9 @@ func ParseMode(s string) (uint32, error) {
 	if t != s && t == "" {
 		return 0, fmt.Errorf("mode %q has no digits after 0o", s)
 	}
+	if strings.Trim(t, "01234567") != "" {
+		return 0, fmt.Errorf("mode %q is not octal: want digits 0-7, like \"0640\"", s)
+	}
 	if len(t) < 3 || len(t) > 5 {
 		return 0, fmt.Errorf("mode %q: want an octal string like \"0640\" (three or four octal digits)", s)
 	}

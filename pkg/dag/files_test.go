@@ -159,6 +159,12 @@ func TestParseMode(t *testing.T) {
 			t.Errorf("ParseMode(%q) = %o, want an error", in, v)
 		}
 	}
+	// What is wrong is named: a sign or letter is not octal (not "above 07777").
+	for in, want := range map[string]string{"-0640": "is not octal", "+644": "is not octal", "0x644": "is not octal", "17777": "is above 07777", "64": "three or four octal digits"} {
+		if _, err := dag.ParseMode(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseMode(%q): %v, want %q", in, err, want)
+		}
+	}
 }
 
 // FuzzParseMode: any text is a mode within 07777 or an error, and a mode
