@@ -56,14 +56,22 @@ func ParsePruneRequest(body []byte) (PruneRequest, time.Duration, error) {
 	return req, age, nil
 }
 
+// MaxAgeDays bounds an age given in days: a time.Duration holds about
+// 106,751 days, and more would wrap round to a short age (or a negative
+// one).
+const MaxAgeDays = 100 * 365
+
 // ParseAge reads a duration as Go writes them ("36h", "90m") or a number
-// of days ("30d"). It must be positive.
+// of days ("30d"), at most MaxAgeDays. It must be positive.
 func ParseAge(s string) (time.Duration, error) {
 	var d time.Duration
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(days)
 		if err != nil {
 			return 0, fmt.Errorf("%q is not a duration (30d, 12h, 90m)", s)
+		}
+		if n > MaxAgeDays {
+			return 0, fmt.Errorf("%q is more than %d days (%d years)", s, MaxAgeDays, MaxAgeDays/365)
 		}
 		d = time.Duration(n) * 24 * time.Hour
 	} else {
