@@ -139,8 +139,13 @@ type NodeEvent struct {
 	Unreachable bool   `json:"unreachable,omitempty"`
 	Reason      string `json:"reason,omitempty"`     // why skipped or cancelled
 	WillRetry   bool   `json:"will_retry,omitempty"` // failed, but another attempt follows
-	StdoutTail  string `json:"stdout_tail,omitempty"`
-	StderrTail  string `json:"stderr_tail,omitempty"`
+	// NotStarted says the attempt started nothing on its host: on a
+	// running, it waits for a slot; on its end, it ended before anything
+	// started (cancelled while it waited, its host unreachable). What an
+	// earlier create put in place is left as it was.
+	NotStarted bool   `json:"not_started,omitempty"`
+	StdoutTail string `json:"stdout_tail,omitempty"`
+	StderrTail string `json:"stderr_tail,omitempty"`
 	// Files are the node's files as its attempt found (and, in a create,
 	// left) them, on its final event: never their content.
 	Files []FileResult `json:"files,omitempty"`

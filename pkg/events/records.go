@@ -72,6 +72,11 @@ type NodeRecord struct {
 	// `gantry retry`) names them in $GANTRY_CHANGED with those it changes,
 	// as its run has not acted on them yet. None once it succeeds.
 	Changed []string `json:"changed,omitempty"`
+	// NeverStarted says no attempt of the node in this run started
+	// anything on its host (cancelled while it waited for a slot, its host
+	// unreachable): the run did not reach the node, and what an earlier
+	// create put in place is still there (a submission skips it).
+	NeverStarted bool `json:"never_started,omitempty"`
 }
 
 // OutputRecord is what a node's run handed on (its outputs), in

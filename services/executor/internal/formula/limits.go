@@ -120,7 +120,7 @@ var ErrBus = errors.New("nothing ran: the bus did not answer")
 // waitingForSlot announces that the attempt waits for a slot of limit l.
 func (nr *nodeRun) waitingForSlot(attempt int, l dag.SlotLimit, running int) {
 	nr.log.Info("waiting for a slot", "limit", l.Name, "running", running, "attempt", attempt)
-	ev := &events.NodeEvent{Status: dag.NodeRunning, Reason: fmt.Sprintf("waiting for a slot of limit %s (%d running)", l.Name, running)}
+	ev := &events.NodeEvent{Status: dag.NodeRunning, Reason: fmt.Sprintf("waiting for a slot of limit %s (%d running)", l.Name, running), NotStarted: true}
 	n := nr.d.Nodes[nr.j]
 	ev.Ref, ev.Node, ev.Attempt, ev.SpecHash, ev.MaxAttempts, ev.Actor = nr.d.Ref, n.Name, attempt, n.SpecHash, n.Retry.MaxAttempts, nr.x.Actor
 	nr.out.Emit(context.Background(), events.HostLifecycle(nr.d.Ref.Host), ev, msgID(nr.d.Ref, n.Name, "running-slot-"+l.ID, attempt))

@@ -342,8 +342,10 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	default:
 		nr.giveBack(held)
 	}
+	startedNothing := !recorded && !resumed
 	if !retry {
 		rec.Status, rec.ExitCode = final, ev.ExitCode
+		rec.NeverStarted = startedNothing && nr.neverStarted()
 		if err := nr.saveOutcome(ctx, rec); err != nil {
 			return dag.NodeFailed, false, err
 		}
@@ -353,9 +355,9 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	if !recorded {
 		// Nothing started (no connection, cancelled while waiting for a
 		// slot): the attempt is still announced before its outcome.
-		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: rec.GenAttempts, Run: events.Run{StartedAt: &started}}, rec.Attempt)
+		nr.emit(ctx, &events.NodeEvent{Status: dag.NodeRunning, GenAttempt: rec.GenAttempts, Run: events.Run{StartedAt: &started}, NotStarted: startedNothing}, rec.Attempt)
 	}
-	ev.WillRetry, ev.GenAttempt = retry, rec.GenAttempts
+	ev.WillRetry, ev.GenAttempt, ev.NotStarted = retry, rec.GenAttempts, startedNothing
 	nr.emit(ctx, ev, rec.Attempt)
 	if nr.first.IsZero() {
 		nr.first = started
@@ -363,6 +365,12 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	nr.recordAttempt(ctx, ev, rec.Attempt, started, ended)
 	nr.log.Info("node attempt", "status", final, "attempt", rec.Attempt, "will_retry", retry, "exit_code", ev.ExitCode)
 	return final, retry, nil
+}
+
+// neverStarted says no earlier attempt of the node in this run started
+// anything on its host: none is recorded, or the one recorded says so.
+func (nr *nodeRun) neverStarted() bool {
+	return !nr.known || nr.rev == 0 || nr.rec.NeverStarted
 }
 
 // changedAfter is what the node's record keeps, after an attempt that

@@ -2,6 +2,7 @@ package formula
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -109,6 +110,41 @@ func TestAScriptTooLargeFailsBeforeAnythingRuns(t *testing.T) {
 	}
 	if r := h.record(dag.OpCreate, "n"); r.Status != dag.NodeFailed || r.GenAttempts != 1 {
 		t.Errorf("record %+v: want failed after one attempt", r)
+	}
+}
+
+// An attempt that started nothing on its host (here its host is
+// unreachable) says so on its events (NotStarted: the per-host projection
+// keeps what is in place) and in the node's record (NeverStarted: a later
+// submission still skips what an earlier run put in place); one that ran
+// says neither.
+func TestAnAttemptThatStartedNothingSaysSo(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name        string
+		unreachable bool
+	}{{"unreachable", true}, {"ran", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness()
+			if c.unreachable {
+				h.x.Hosts = runners{err: errors.New("no key for user deploy")}
+			}
+			if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, node("n", "ok", 1))); err != nil {
+				t.Fatal(err)
+			}
+			var said []bool
+			for _, e := range h.bus.out.Stored() {
+				if ne, ok := e.Payload.(*events.NodeEvent); ok {
+					said = append(said, ne.NotStarted)
+				}
+			}
+			if want := []bool{c.unreachable, c.unreachable}; !slices.Equal(said, want) {
+				t.Errorf("the node's events say not started %v, want %v", said, want)
+			}
+			if r := h.record(dag.OpCreate, "n"); r.NeverStarted != c.unreachable {
+				t.Errorf("record %+v: never started %t, want %t", r, r.NeverStarted, c.unreachable)
+			}
+		})
 	}
 }
 

@@ -149,7 +149,7 @@ func (e *Engine) alreadyDone(ctx context.Context, id string, p *dag.Plan) ([]str
 				continue
 			}
 			nr, ok := recs[create]
-			if !ok {
+			if !ok || (nr.NeverStarted && !nr.Status.Done()) {
 				continue // that run did not reach it
 			}
 			if nr.Status.Done() && nr.SpecHash == w.spec {

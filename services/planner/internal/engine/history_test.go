@@ -61,6 +61,22 @@ func ran(t *testing.T, h *harness, yaml string, did map[string]dag.NodeState, sp
 	return h.id
 }
 
+// neverStarted marks the records of run id's nodes in did as written by
+// attempts that started nothing on the host.
+func neverStarted(t *testing.T, h *harness, id string, did map[string]dag.NodeState) {
+	t.Helper()
+	rec, _, err := h.workflows.Get(context.Background(), id)
+	must(t, err)
+	for k := range did {
+		f, n, _ := strings.Cut(k, "/")
+		key := events.NodeKey(id, rec.Operation, f, n)
+		nr, _, err := h.nodes.Get(context.Background(), key)
+		must(t, err)
+		nr.NeverStarted = true
+		h.nodes.Set(key, nr)
+	}
+}
+
 // What a create of chain skips, after the runs before it, by the rule of
 // the per-host projection's in_place (drift's ok), decided from the
 // executors' records of the composition's own runs.
@@ -73,9 +89,10 @@ func TestAlreadyDoneFromThePastRuns(t *testing.T) {
 		spec map[string]string
 	}
 	cases := map[string]struct {
-		runs []past
-		yaml string // submitted last (chain when "")
-		skip string // what its dispatch of a skips
+		runs  []past
+		never int    // the records of runs[never-1] say no attempt started anything (NeverStarted); 0: none
+		yaml  string // submitted last (chain when "")
+		skip  string // what its dispatch of a skips
 	}{
 		"nothing ran": {},
 		"created":     {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
@@ -93,13 +110,23 @@ func TestAlreadyDoneFromThePastRuns(t *testing.T) {
 		"created on another host":                      {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainOnH2},
 		"created, then submitted with rerun naming it": {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}}, yaml: chainRerun},
 		"created on this host, then on another":        {runs: []past{{chainOnH2, map[string]dag.NodeState{"a/x": failed}, nil}, {chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chainOnH2, map[string]dag.NodeState{"a/x": ok}, nil}}, skip: "x"},
+		// A run whose attempt started nothing on the host (cancelled while
+		// it waited for a slot, or its host unreachable) did not reach the
+		// node: what an earlier create put in place is still there.
+		"created, then cancelled before it started":   {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": dag.NodeCancelled}, nil}}, never: 2, skip: "x"},
+		"created, then failed with nothing started":   {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": failed}, nil}}, never: 2, skip: "x"},
+		"created, then cancelled once it started":     {runs: []past{{chain, map[string]dag.NodeState{"a/x": ok}, nil}, {chain, map[string]dag.NodeState{"a/x": dag.NodeCancelled}, nil}}},
+		"cancelled before it started, nothing before": {runs: []past{{chain, map[string]dag.NodeState{"a/x": dag.NodeCancelled}, nil}}, never: 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			for _, r := range tc.runs {
-				ran(t, h, r.yaml, r.did, r.spec)
+			for i, r := range tc.runs {
+				id := ran(t, h, r.yaml, r.did, r.spec)
+				if tc.never == i+1 {
+					neverStarted(t, h, id, r.did)
+				}
 			}
 			h.stored()
 			yaml := tc.yaml

@@ -336,10 +336,12 @@ func transition(hn *events.HostNode, e *events.NodeEvent) {
 // inPlace keeps what a create left on the host: set by a create that
 // completed the node, removed by a create or delete that runs it again,
 // fails or deletes it. A node blocked or cancelled before it started was
-// not touched (one cancelled while running was: its running removed it).
+// not touched (one cancelled while running was: its running removed it),
+// nor was one whose attempt started nothing (NotStarted: it waited for a
+// slot, or its host could not be reached).
 func inPlace(hn *events.HostNode, e *events.NodeEvent) {
 	switch {
-	case e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled:
+	case e.Status == dag.NodeBlocked || e.Status == dag.NodeCancelled || e.NotStarted:
 	case e.Operation == dag.OpCreate && e.Status.Done():
 		hn.InPlace = &events.InPlace{Status: e.Status, SpecHash: hn.SpecHash, WorkflowID: e.WorkflowID, EndedAt: hn.EndedAt}
 	default:

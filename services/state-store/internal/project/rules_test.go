@@ -325,6 +325,48 @@ func TestFoldHostNode(t *testing.T) {
 				hn.Log = append(hn.Log, e)
 				return hn
 			}()},
+		{name: "an attempt that waits for a slot has touched nothing: still in place", before: created, ev: stored(7, 6),
+			e: func() events.NodeEvent {
+				e := ev(dag.OpCreate, dag.NodeRunning, events.Run{})
+				e.Generation, e.NotStarted = 2, true
+				return e
+			}(),
+			want: func() *events.HostNode {
+				hn := created()
+				hn.Status, hn.StartedAt, hn.EndedAt, hn.LastSeq = dag.NodeRunning, nil, nil, 7
+				e := entry(7, 6, dag.NodeRunning, dag.OpCreate)
+				e.Generation = 2
+				hn.Log = append(hn.Log, e)
+				return hn
+			}()},
+		{name: "an attempt that started nothing and failed (no connection): still in place", before: created, ev: stored(7, 6),
+			e: func() events.NodeEvent {
+				e := ev(dag.OpCreate, dag.NodeFailed, events.Run{EndedAt: sec(6), Error: "no ssh"})
+				e.Generation, e.NotStarted = 2, true
+				return e
+			}(),
+			want: func() *events.HostNode {
+				hn := created()
+				hn.Status, hn.EndedAt, hn.LastSeq = dag.NodeFailed, sec(6), 7
+				e := entry(7, 6, dag.NodeFailed, dag.OpCreate)
+				e.Generation, e.Error = 2, "no ssh"
+				hn.Log = append(hn.Log, e)
+				return hn
+			}()},
+		{name: "an attempt that started runs it again: no longer in place", before: created, ev: stored(7, 6),
+			e: func() events.NodeEvent {
+				e := ev(dag.OpCreate, dag.NodeRunning, events.Run{StartedAt: sec(6)})
+				e.Generation = 2
+				return e
+			}(),
+			want: func() *events.HostNode {
+				hn := created()
+				hn.Status, hn.StartedAt, hn.EndedAt, hn.LastSeq, hn.InPlace = dag.NodeRunning, sec(6), nil, 7, nil
+				e := entry(7, 6, dag.NodeRunning, dag.OpCreate)
+				e.Generation = 2
+				hn.Log = append(hn.Log, e)
+				return hn
+			}()},
 		{name: "the same transition stored again", before: created, ev: stored(6, 4), e: ev(dag.OpCreate, dag.NodeSucceeded, events.Run{EndedAt: sec(4)}),
 			want: func() *events.HostNode { hn := created(); hn.LastSeq = 6; return hn }()},
 		{name: "a running stored after the end", before: created, ev: stored(6, 4), e: ev(dag.OpCreate, dag.NodeRunning, events.Run{})},
