@@ -238,14 +238,25 @@ func TestCLIExecForks(t *testing.T) {
 	}
 }
 
-// Ctrl-C cancels the exec's workflow: its commands are killed on the
-// hosts, each host is printed as cancelled, and gantry exits 130.
+// Interrupting gantry exec (Ctrl-C, and SIGTERM or SIGHUP as CI jobs,
+// systemd, timeout(1) or a closed terminal send them) cancels its
+// workflow: the commands are killed on the hosts, each host is printed
+// cancelled with what it printed, and gantry exits 130. Before, SIGTERM
+// and SIGHUP ended gantry at once and left the commands running.
 func TestCLIExecInterrupted(t *testing.T) {
 	s, inv := execFleet(t)
 	bin := buildGantry(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) { execInterrupted(t, s, bin, inv, sig) })
+	}
+}
+
+func execInterrupted(t *testing.T, s *stack, bin, inv string, sig syscall.Signal) {
 	dir := t.TempDir()
-	marker := fmt.Sprintf("gantry-e2e-exec-%d", time.Now().UnixNano())
-	cmd := s.execCmd(bin, []string{inv, "web"}, fmt.Sprintf("echo started; touch %s/$GANTRY_HOST; sleep 60; echo %s", dir, marker))
+	// The sleep's own argument marks the commands in the hosts' process
+	// lists (pgrep -f sees a process's arguments, not its shell's script).
+	sleep := fmt.Sprintf("60.%06d", time.Now().UnixNano()%1000000)
+	cmd := s.execCmd(bin, []string{inv, "web"}, fmt.Sprintf("echo started; touch %s/$GANTRY_HOST; sleep %s; echo done", dir, sleep))
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
@@ -267,6 +278,13 @@ func TestCLIExecInterrupted(t *testing.T) {
 		n, _ := filepath.Glob(filepath.Join(dir, "h-*"))
 		return len(n) == 3
 	})
+	running := func() string {
+		out, _ := exec.Command("pgrep", "-f", "sleep "+strings.ReplaceAll(sleep, ".", "[.]")).Output()
+		return strings.TrimSpace(string(out))
+	}
+	if running() == "" {
+		t.Fatal("pgrep finds no command on the hosts: the check below could not fail")
+	}
 	// A command's output streams once it has run 150 ms (before, it comes
 	// with its result, which a killed command has not).
 	s.waitFor("the commands' output to stream", 30*time.Second, func() bool {
@@ -274,7 +292,7 @@ func TestCLIExecInterrupted(t *testing.T) {
 		return strings.Count(string(logs), " stdout started\n") == 3
 	})
 	start := time.Now()
-	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Process.Signal(sig)
 	code := exitOf(t, cmd.Wait())
 	t.Logf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", code, time.Since(start), out.String(), errOut.String())
 	blocks, _ := hostBlocks(out.String())
@@ -290,10 +308,7 @@ func TestCLIExecInterrupted(t *testing.T) {
 	if st := s.status(id).Status; st != dag.WorkflowCancelled {
 		t.Errorf("workflow %s", st)
 	}
-	s.waitFor("no command left on the hosts", 10*time.Second, func() bool {
-		out, _ := exec.Command("pgrep", "-f", marker).Output()
-		return strings.TrimSpace(string(out)) == ""
-	})
+	s.waitFor("no command left on the hosts", 10*time.Second, func() bool { return running() == "" })
 }
 
 // gantry exec --become runs the command through sudo -n; --become=false
@@ -336,4 +351,62 @@ formulas: [{id: x, server: plain, nodes: [{name: n, run: "true"}]}]
 			t.Errorf("%v: users %q, want %q", tc.flags, got, tc.want)
 		}
 	}
+}
+
+// Every line a host printed is in gantry exec's output, or counted as left
+// out, or the host says its last lines had not come: none is lost without
+// a word. Before, a host's lines got 2 s after its end to come, and
+// 100,000 lines on 3 hosts lost their last tens of thousands silently
+// (exit 0), while gantry logs had them all.
+func TestCLIExecPrintsEveryLine(t *testing.T) {
+	const lines = 100000
+	s, inv := execFleet(t)
+	bin := buildGantry(t)
+	code, out, errOut := s.runExec(t, bin, []string{inv, "web", "-o", "json"}, fmt.Sprint("seq 1 ", lines))
+	var doc struct {
+		Hosts []struct {
+			Host       string `json:"host"`
+			Stdout     string `json:"stdout"`
+			LeftOut    int    `json:"lines_left_out"`
+			Incomplete bool   `json:"output_incomplete"`
+		} `json:"hosts"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || len(doc.Hosts) != 3 {
+		t.Fatalf("exit %d, %v: %s", code, err, errOut)
+	}
+	for _, h := range doc.Hosts {
+		n := strings.Count(h.Stdout, "\n")
+		if n+h.LeftOut != lines && !h.Incomplete {
+			t.Errorf("%s: %d lines, %d left out, of %d: %d lost without a word", h.Host, n, h.LeftOut, lines, lines-n-h.LeftOut)
+		}
+		if n+h.LeftOut == lines && !strings.HasSuffix(h.Stdout, fmt.Sprintf("\n%d\n", lines)) {
+			t.Errorf("%s: its output does not end with its last line: %q", h.Host, h.Stdout[max(0, len(h.Stdout)-40):])
+		}
+	}
+}
+
+// With no executor to take its work, gantry exec says why nothing starts
+// (the planner reports the work unclaimed), instead of waiting without a
+// word.
+func TestCLIExecSaysWhyNothingStarts(t *testing.T) {
+	s := newStack(t, stackOptions{unclaimedAfter: time.Second})
+	bin := buildGantry(t)
+	comp := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(comp, []byte(`name: fleet
+hosts:
+  far: {transport: local, labels: {zone: nowhere}}
+formulas: [{id: x, server: far, nodes: [{name: n, run: "true"}]}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := s.execCmd(bin, []string{comp, "all"}, "echo hi")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGINT); cmd.Wait() }()
+	s.waitFor("gantry exec to say why nothing starts", 20*time.Second, func() bool {
+		return strings.Contains(errOut.String(), "gantry: far (and any other host held back so) waits: no executor")
+	})
 }

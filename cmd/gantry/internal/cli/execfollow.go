@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/client"
@@ -44,16 +45,16 @@ func runExec(cmd *cobra.Command, cf connFlags, ex *execRun, format string) error
 		return err
 	}
 	linef(cmd.ErrOrStderr(), "gantry: workflow %s (%s) on %d host(s); gantry logs %s, gantry cancel %s", reply.WorkflowID, ex.name, len(ex.hosts), reply.WorkflowID, reply.WorkflowID)
-	f := newExecFollow(ex, reply.WorkflowID, cmd.OutOrStdout(), format)
+	f := newExecFollow(ex, reply.WorkflowID, cmd.OutOrStdout(), cmd.ErrOrStderr(), format)
 	return f.follow(cmd.Context(), cl, since, cmd.ErrOrStderr())
 }
 
 // follow reads the workflow's events and output lines until it ends,
-// printing each host as its command ends. Ctrl-C cancels the workflow
-// and waits (at most execCancelWait; a second Ctrl-C ends gantry) for it
-// to end.
+// printing each host as its command ends. Ctrl-C (SIGINT), SIGTERM or
+// SIGHUP cancels the workflow and waits (at most execCancelWait; a second
+// signal ends gantry) for it to end.
 func (f *execFollow) follow(ctx context.Context, cl *client.Client, since time.Time, stderr io.Writer) error {
-	sig, stopSignals := signal.NotifyContext(ctx, os.Interrupt)
+	sig, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stopSignals()
 	feedCtx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()

@@ -36,6 +36,7 @@ type hostLines struct {
 	lines   []outputLine
 	bytes   int
 	leftOut int
+	last    time.Time // when its last line came
 }
 
 func newLogBook(id string, ours map[string]string) *logBook {
@@ -73,6 +74,7 @@ func (b *logBook) add(ll *events.LogLine) {
 		h = &hostLines{}
 		b.keys[k] = h
 	}
+	h.last = time.Now()
 	if h.bytes+len(ll.Line) > maxHostOutput {
 		h.leftOut++
 		return
@@ -89,11 +91,21 @@ func (b *logBook) complete(k logKey, tails [2]string) bool {
 	var lines []outputLine
 	if h := b.keys[k]; h != nil {
 		if h.leftOut > 0 {
-			return true // the end is not kept: nothing to wait for
+			return false // the end is not kept: its lines are in once none has come for a while
 		}
 		lines = h.lines
 	}
 	return outputComplete(lines, tails)
+}
+
+// lastLine is when the attempt's last line came (zero: none has).
+func (b *logBook) lastLine(k logKey) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h := b.keys[k]; h != nil {
+		return h.last
+	}
+	return time.Time{}
 }
 
 // take hands an attempt's lines over, in the order they were printed,

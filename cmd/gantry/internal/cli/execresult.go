@@ -23,6 +23,10 @@ type hostResult struct {
 	Output   []outputLine `json:"output"`
 	// LeftOut counts the lines past what gantry exec keeps of a host.
 	LeftOut int `json:"lines_left_out,omitempty"`
+	// Incomplete says lines of its output may be missing here: its end
+	// came, its last lines had not, and none came for execLogGrace
+	// (gantry logs has them all).
+	Incomplete bool `json:"output_incomplete,omitempty"`
 
 	formula          string
 	attempt          int
@@ -57,11 +61,15 @@ type execFollow struct {
 	state       dag.WorkflowState
 	reason      string
 	interrupted bool
+	// warn is where what holds hosts back is said (stderr), once each
+	// reason (warned).
+	warn   io.Writer
+	warned map[string]bool
 }
 
-func newExecFollow(ex *execRun, id string, out io.Writer, format string) *execFollow {
-	return &execFollow{ex: ex, id: id, out: out, format: format, book: newLogBook(id, ex.byID),
-		seen: map[string]bool{}, byHost: map[string]*hostResult{}}
+func newExecFollow(ex *execRun, id string, out, warn io.Writer, format string) *execFollow {
+	return &execFollow{ex: ex, id: id, out: out, warn: warn, format: format, book: newLogBook(id, ex.byID),
+		seen: map[string]bool{}, byHost: map[string]*hostResult{}, warned: map[string]bool{}}
 }
 
 // take takes an event in: a node's start or end, the workflow's end.
@@ -74,12 +82,26 @@ func (f *execFollow) take(env *events.Envelope, now time.Time) {
 	switch e := pl.(type) {
 	case *events.NodeEvent:
 		f.node(e, env.Time, now)
+	case *events.FormulaEvent:
+		f.held(e)
 	case *events.WorkflowEvent:
 		if e.Status.Terminal() {
 			f.ended, f.state, f.reason = true, e.Status, e.Reason
 			f.notRun(now, fmt.Sprintf("the workflow ended (%s) before it ran", f.state))
 		}
 	}
+}
+
+// held says, once a reason, why a host's command has not started: its
+// formula is ready and the planner reports its work unclaimed (no
+// executor takes it).
+func (f *execFollow) held(e *events.FormulaEvent) {
+	host, ok := f.ex.byID[e.Formula]
+	if !ok || e.Status != dag.FormulaReady || e.Error == "" || f.warned[e.Error] {
+		return
+	}
+	f.warned[e.Error] = true
+	linef(f.warn, "gantry: %s (and any other host held back so) waits: %s; gantry status %s", host, e.Error, f.id)
 }
 
 // node takes a node event of one of the exec's hosts in.
@@ -150,16 +172,26 @@ func (f *execFollow) flush(now time.Time) bool {
 			continue
 		}
 		k := logKey{r.formula, r.attempt}
-		if !r.outputIn(f.book, k) && now.Sub(r.seenEnd) < execLogGrace {
-			all = false
+		in := r.outputIn(f.book, k)
+		if !in && now.Sub(later(r.seenEnd, f.book.lastLine(k))) < execLogGrace {
+			all = false // lines may still come: they came within the grace
 			continue
 		}
 		f.settle(r, k)
+		r.Incomplete = !in && r.ExitCode != nil && r.LeftOut == 0
 		if !structured(f.format) {
 			printHost(f.out, r, f.id)
 		}
 	}
 	return all
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // outputIn says whether the host's output lines are all in: they end as
@@ -219,6 +251,9 @@ func printHost(w io.Writer, r *hostResult, id string) {
 	linef(w, "== %s (%s) ==", r.Host, r.headline())
 	for _, l := range r.Output {
 		fmt.Fprintln(w, termsafe.Line(l.Line))
+	}
+	if r.Incomplete {
+		linef(w, "... its last lines had not come when gantry stopped waiting for them: gantry logs %s %s/%s", id, r.formula, execNode)
 	}
 	if r.LeftOut > 0 {
 		linef(w, "... %d more line(s) left out: gantry logs %s %s/%s", r.LeftOut, id, r.formula, execNode)
