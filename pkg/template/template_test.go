@@ -178,7 +178,7 @@ func TestLargeOutputIsBounded(t *testing.T) {
 	cases := []struct {
 		name, doc, path, msg string
 	}{
-		{"a long command on 11,000 hosts", groupDoc(11000, long[:240<<10]+"{{ .Host }}", long[:240<<10]+"{{ .Vars.b }}"),
+		{"a long command on 11,000 hosts (each within a script's 120 KiB)", groupDoc(11000, long[:100<<10]+"{{ .Host }}", long[:100<<10]+"{{ .Vars.b }}"),
 			"*", "steps or 128 MiB"},
 		{"a hex dump over the cap", varsDoc([]string{`"x":"` + long[:250<<10] + `"`}, `{{ $y := printf "% #x" .Vars.x }}{{ len $y }}`),
 			"formulas[0].nodes[0].run", "printf makes more than 262144 bytes"},
