@@ -414,5 +414,6 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *
 	if err := e.saveRecord(ctx, r); err != nil {
 		return err
 	}
+	e.activated(ctx, r.rec)
 	return e.act(ctx, r, r.plan.Step(r.state))
 }

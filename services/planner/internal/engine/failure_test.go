@@ -106,7 +106,7 @@ func TestSubmitFailsWhenThePastRunsCannotBeRead(t *testing.T) {
 	first := h.id
 	for name, fail := range map[string]func(){
 		"node records": func() { h.nodes.Fail = func(op, key string) error { return errors.New("timeout") } },
-		"runs listed":  func() { h.workflows.Fail = func(op, key string) error { return failOn(op, "keys", "timeout") } },
+		"runs listed":  func() { h.workflows.Fail = func(op, key string) error { return failOn(op, "entries", "timeout") } },
 		"run record": func() {
 			h.workflows.Fail = func(op, key string) error { return failOn(op+key, "get"+first, "timeout") }
 		},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -46,6 +47,68 @@ func (e *Engine) remember(ctx context.Context, rec *Record) error {
 	return nil
 }
 
+// activated marks a retried workflow as the latest run of its composition
+// from now (its entry's UpdatedAt): what it runs again is newer than what
+// runs accepted after it ran (alreadyDone and prune read the runs in the
+// order they were last started). An entry that cannot be updated is
+// logged: the retry goes on.
+func (e *Engine) activated(ctx context.Context, rec *Record) {
+	if rec.Operation == dag.OpCheck {
+		return
+	}
+	key, now := historyKey(rec.Name, rec.ID), e.now()
+	var err error
+	for range 3 { // another replica may write it at once: read it again
+		var entry Record
+		var rev uint64
+		if entry, rev, err = e.Workflows.Get(ctx, key); err != nil {
+			break
+		}
+		entry.UpdatedAt = now
+		if _, err = e.Workflows.Put(ctx, key, entry, rev); !errors.Is(err, events.ErrChanged) {
+			break
+		}
+	}
+	if err != nil {
+		e.Log.Error("the retried workflow is not marked the latest run of its composition: a submission may take an earlier run for a later one",
+			"workflow_id", rec.ID, "err", err)
+	}
+}
+
+// lastStarted is when a composition's run was last started: its entry's
+// UpdatedAt (a retry), else its acceptance.
+func lastStarted(entry Record) time.Time {
+	if !entry.UpdatedAt.IsZero() {
+		return entry.UpdatedAt
+	}
+	return entry.CreatedAt
+}
+
+// runsNewestFirst lists the runs of composition name, the one last started
+// first (ties, and entries that do not decode, by id: UUIDv7, in the order
+// accepted).
+func (e *Engine) runsNewestFirst(ctx context.Context, name string) ([]string, error) {
+	entries, bad, err := e.Workflows.Entries(ctx, historyPrefix(name)+"*")
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of %s: %w", name, err)
+	}
+	started := make(map[string]time.Time, len(entries))
+	for k, entry := range entries {
+		started[strings.TrimPrefix(k, historyPrefix(name))] = lastStarted(entry)
+	}
+	for k := range bad {
+		started[strings.TrimPrefix(k, historyPrefix(name))] = time.Time{}
+	}
+	runs := make([]string, 0, len(started))
+	for id := range started {
+		runs = append(runs, id)
+	}
+	slices.SortFunc(runs, func(a, b string) int {
+		return cmp.Or(started[b].Compare(started[a]), strings.Compare(b, a))
+	})
+	return runs, nil
+}
+
 // listed is the set of workflow ids listed among their composition's runs.
 func (e *Engine) listed(ctx context.Context) (map[string]bool, error) {
 	keys, err := e.Workflows.Keys(ctx, historyPrefix("*")+"*")
@@ -70,8 +133,9 @@ type wanted struct {
 // (succeeded, or skipped), with nothing run on them since: the rule of the
 // per-host projection's in_place, decided from the executors' records.
 //
-// The composition's runs are read newest first; a node is decided by the
-// newest run whose executor record names it on its host: done when that
+// The composition's runs are read newest first (the one last started, by
+// its acceptance or a retry, first); a node is decided by the newest run
+// whose executor record names it on its host: done when that
 // run's create record is succeeded or skipped with the same spec hash and
 // no delete (a rollback) of it is recorded, not done otherwise. A run
 // that did not reach the node (blocked, cancelled, not selected, not in
@@ -85,17 +149,10 @@ type wanted struct {
 // read fails the submission: skipping on a guess would be a lie either
 // way.
 func (e *Engine) alreadyDone(ctx context.Context, id string, p *dag.Plan) ([]string, error) {
-	keys, err := e.Workflows.Keys(ctx, historyPrefix(p.Workflow)+"*")
+	runs, err := e.runsNewestFirst(ctx, p.Workflow)
 	if err != nil {
-		return nil, fmt.Errorf("read the runs of %s: %w", p.Workflow, err)
+		return nil, err
 	}
-	runs := make([]string, 0, len(keys))
-	for _, k := range keys {
-		runs = append(runs, strings.TrimPrefix(k, historyPrefix(p.Workflow)))
-	}
-	// Workflow ids are UUIDv7: in the order they were accepted.
-	slices.Sort(runs)
-	slices.Reverse(runs)
 
 	undecided := map[string]wanted{}
 	for i := range p.Formulas {

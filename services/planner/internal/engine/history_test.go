@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -141,6 +142,29 @@ func TestAlreadyDoneFromThePastRuns(t *testing.T) {
 			wantStored(t, h, "workflow accepted", "workflow running", "a ready", want)
 		})
 	}
+}
+
+// A run retried after a newer run of the composition ran is the latest to
+// have touched its nodes: its record decides them, not the newer run's.
+// Before, runs were read in the order they were accepted, and a node the
+// newer run created with another spec was skipped though the retry had
+// put the older spec back.
+func TestAlreadyDoneReadsARetriedRunAsTheLatest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	older := ran(t, h, chain, map[string]dag.NodeState{"a/x": dag.NodeFailed}, map[string]string{"a/x": "sha256:old"})
+	ran(t, h, chain, map[string]dag.NodeState{"a/x": dag.NodeSucceeded}, nil)
+	// The older run is retried an hour later, and its node succeeds with
+	// its own spec.
+	rec, _, err := h.workflows.Get(context.Background(), older)
+	must(t, err)
+	h.nodes.Set(events.NodeKey(older, dag.OpCreate, "a", "x"), events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 2, Generation: 2, GenAttempts: 1, SpecHash: "sha256:old"})
+	later := h.e.Now().Add(time.Hour)
+	h.e.Now = func() time.Time { return later }
+	h.e.activated(context.Background(), &rec)
+	h.stored()
+	must(t, h.submit(chain))
+	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1")
 }
 
 // A rollback's delete, recorded in the same workflow, undoes its create.

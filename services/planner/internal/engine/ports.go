@@ -26,6 +26,9 @@ type Records[T any] interface {
 	Put(ctx context.Context, key string, v T, rev uint64) (uint64, error)
 	// Keys lists the keys matching a KV filter ("" for all).
 	Keys(ctx context.Context, filter string) ([]string, error)
+	// Entries reads every record whose key matches filter; one that does
+	// not decode is left out and returned in bad, by key.
+	Entries(ctx context.Context, filter string) (recs map[string]T, bad map[string]error, err error)
 	// Remove deletes the records matching a KV filter (a prune).
 	Remove(ctx context.Context, filter string) (uint64, error)
 	// Size counts the records matching a KV filter and their bytes.

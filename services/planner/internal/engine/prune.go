@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,8 +69,9 @@ type candidate struct {
 	status    dag.WorkflowState
 	created   time.Time
 	ended     time.Time
-	pruning   bool     // a prune already chose it
-	hostNodes []string // "host/formula/node" it recorded a create or delete of
+	started   time.Time // when it was last started: its acceptance or a retry (lastStarted)
+	pruning   bool      // a prune already chose it
+	hostNodes []string  // "host/formula/node" it recorded a create or delete of
 	rev       uint64
 }
 
@@ -95,9 +97,12 @@ func choose(finished []*candidate, rule PruneRule, now time.Time) (prune []*cand
 	slices.Sort(names)
 	for _, name := range names {
 		runs := byName[name]
-		// Newest first: workflow ids are UUIDv7, in the order accepted
-		// (as alreadyDone reads them).
-		slices.SortFunc(runs, func(a, b *candidate) int { return strings.Compare(b.id, a.id) })
+		// Newest first: the one last started (accepted or retried) first,
+		// as alreadyDone reads them (ties by id: UUIDv7, in the order
+		// accepted).
+		slices.SortFunc(runs, func(a, b *candidate) int {
+			return cmp.Or(b.started.Compare(a.started), strings.Compare(b.id, a.id))
+		})
 		claimed := map[string]bool{}
 		latest := map[*candidate]int{}
 		for _, c := range runs {
@@ -210,6 +215,10 @@ func (e *Engine) finished(ctx context.Context) ([]*candidate, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("list workflows: %w", err)
 	}
+	hist, _, err := e.Workflows.Entries(ctx, historyPrefix("*")+"*")
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the runs of compositions: %w", err)
+	}
 	var out []*candidate
 	unfinished := 0
 	for _, id := range ids {
@@ -228,7 +237,10 @@ func (e *Engine) finished(ctx context.Context) ([]*candidate, int, error) {
 			continue
 		}
 		c := &candidate{id: id, name: rec.Name, op: rec.Operation, status: rec.Status, created: rec.CreatedAt, ended: rec.UpdatedAt,
-			pruning: rec.PrunedAt != nil, rev: rev}
+			pruning: rec.PrunedAt != nil, rev: rev, started: rec.CreatedAt}
+		if entry, ok := hist[historyKey(rec.Name, id)]; ok {
+			c.started = lastStarted(entry)
+		}
 		if c.op != dag.OpCheck && !c.pruning {
 			if c.hostNodes, err = e.nodesTouched(ctx, &rec); err != nil {
 				return nil, 0, err

@@ -28,6 +28,7 @@ func TestPruneChooses(t *testing.T) {
 		ago     time.Duration
 		nodes   []string
 		pruning bool
+		retried time.Duration // ago, when it was retried (0: never)
 	}
 	r := func(id string, ago time.Duration, nodes ...string) run {
 		return run{id: id, name: "c", op: dag.OpCreate, ago: ago, nodes: nodes}
@@ -78,6 +79,10 @@ func TestPruneChooses(t *testing.T) {
 			runs: []run{r("1", 9*day, "h1/a/x"), {id: "2", name: "d", op: dag.OpCreate, ago: 8 * day, nodes: []string{"h1/a/x"}}},
 			rule: PruneRule{Keep: 0, HasKeep: true}, kept: "1 2",
 		},
+		"a run retried after a newer one ran is the latest to have touched the node": {
+			runs: []run{{id: "1", name: "c", op: dag.OpCreate, ago: day, nodes: []string{"h1/a/x"}, retried: day + time.Hour}, r("2", 8*day, "h1/a/x")},
+			rule: PruneRule{Keep: 0, HasKeep: true}, prune: "2", kept: "1",
+		},
 		"one a prune already chose goes whatever the rule": {
 			runs: []run{r("1", time.Hour, "h1/a/x"), {id: "2", name: "c", op: dag.OpCreate, ago: time.Minute, nodes: []string{"h1/a/x"}, pruning: true}},
 			rule: PruneRule{OlderThan: 30 * day}, prune: "2",
@@ -88,8 +93,13 @@ func TestPruneChooses(t *testing.T) {
 			t.Parallel()
 			var finished []*candidate
 			for _, r := range tc.runs {
-				finished = append(finished, &candidate{id: r.id, name: r.name, op: r.op, status: dag.WorkflowSucceeded,
-					ended: now.Add(-r.ago), hostNodes: r.nodes, pruning: r.pruning})
+				c := &candidate{id: r.id, name: r.name, op: r.op, status: dag.WorkflowSucceeded,
+					ended: now.Add(-r.ago), hostNodes: r.nodes, pruning: r.pruning}
+				c.started = now.Add(-r.ago - time.Hour) // accepted an hour before it ended
+				if r.retried > 0 {
+					c.started = now.Add(-r.retried)
+				}
+				finished = append(finished, c)
 			}
 			prune, kept := choose(finished, tc.rule, now)
 			var got, gotKept []string
