@@ -220,15 +220,19 @@ func prunedEventBytes(ws []events.PrunedWorkflow) int {
 
 // measuredAfter reads the sizes after a prune, once the executors and the
 // state-store have acted on it: when the node records are down by what
-// the planner counted and two readings 300 ms apart agree (10 s at most).
+// the planner counted, the state-store's documents are fewer than before
+// (each pruned run has some), and two readings 300 ms apart agree (10 s
+// at most).
 func measuredAfter(ctx context.Context, cl *client.Client, before map[string]events.StoreSize, reply *events.PruneReply) []storeSizes {
 	after := cl.StoreSizes(ctx)
 	if len(reply.Pruned) > 0 {
 		want := minus(before[events.BucketNodes], reply.Removed[events.BucketNodes]).Messages
+		state, hasState := before[events.BucketState]
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			time.Sleep(300 * time.Millisecond)
 			now := cl.StoreSizes(ctx)
-			settled := now[events.BucketNodes].Messages <= want && fmt.Sprint(now) == fmt.Sprint(after)
+			stateDone := !hasState || state.Messages == 0 || now[events.BucketState].Messages < state.Messages
+			settled := now[events.BucketNodes].Messages <= want && stateDone && fmt.Sprint(now) == fmt.Sprint(after)
 			after = now
 			if settled {
 				break
