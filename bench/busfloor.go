@@ -167,38 +167,75 @@ type floorRun struct {
 	links    int
 }
 
-// floorLoop runs f.links links and returns the ms per link.
-func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (float64, error) {
-	decider, err := connectSide(url, auth)
-	if err != nil {
-		return 0, err
+// floorBus is a floor's bus: its two sides, the consumers of dispatches
+// (the runner's) and of outcomes (the decider's), and the streams of the
+// records and the more messages.
+type floorBus struct {
+	decider, runner      *floorSide
+	dispatches, outcomes jetstream.Consumer
+}
+
+// openFloorBus connects both sides and makes the streams and consumers.
+func openFloorBus(ctx context.Context, url string, auth nats.Option) (*floorBus, error) {
+	b := &floorBus{}
+	var err error
+	if b.decider, err = connectSide(url, auth); err != nil {
+		return nil, err
 	}
-	defer decider.nc.Close()
-	runner, err := connectSide(url, auth)
-	if err != nil {
-		return 0, err
+	if b.runner, err = connectSide(url, auth); err != nil {
+		b.decider.nc.Close()
+		return nil, err
 	}
-	defer runner.nc.Close()
-	dispatches, err := runner.consumer(ctx, "DISPATCH")
-	if err != nil {
-		return 0, err
+	if err = b.streams(ctx); err != nil {
+		b.close()
+		return nil, err
 	}
-	outcomes, err := decider.consumer(ctx, "OUTCOME")
-	if err != nil {
-		return 0, err
+	return b, nil
+}
+
+func (b *floorBus) streams(ctx context.Context) error {
+	var err error
+	if b.dispatches, err = b.runner.consumer(ctx, "DISPATCH"); err != nil {
+		return err
+	}
+	if b.outcomes, err = b.decider.consumer(ctx, "OUTCOME"); err != nil {
+		return err
 	}
 	for _, name := range []string{"RECORD", "MORE"} {
-		if _, err := runner.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
-			return 0, fmt.Errorf("stream %s: %w", name, err)
+		if _, err := b.runner.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
 		}
 	}
-	fail := make(chan error, 1)
-	report := func(err error) { // the first error ends the loop
-		select {
-		case fail <- err:
-		default:
-		}
+	return nil
+}
+
+func (b *floorBus) close() {
+	b.decider.nc.Close()
+	b.runner.nc.Close()
+}
+
+// firstError keeps the first error reported (the one that ends a loop).
+type firstError chan error
+
+func newFirstError() firstError { return make(firstError, 1) }
+
+func (f firstError) report(err error) {
+	select {
+	case f <- err:
+	default:
 	}
+}
+
+// floorLoop runs f.links links and returns the ms per link.
+func floorLoop(ctx context.Context, url string, auth nats.Option, f floorRun) (float64, error) {
+	bus, err := openFloorBus(ctx, url, auth)
+	if err != nil {
+		return 0, err
+	}
+	defer bus.close()
+	decider, runner, dispatches, outcomes := bus.decider, bus.runner, bus.dispatches, bus.outcomes
+	fail := newFirstError()
+	report := fail.report
 	// ran is closed once the last link's messages are all stored and its
 	// dispatch acked: the loop ends there.
 	ran, last, once := make(chan struct{}), strconv.Itoa(f.links-1), sync.Once{}

@@ -238,36 +238,14 @@ type busChains struct {
 // messages stored without waiting, then acks the dispatch; the decider
 // reads every outcome and ends with the last. The hosts run in parallel.
 func chainsOverBus(ctx context.Context, b busChains, run runFloorCommand) (time.Duration, error) {
-	decider, err := connectSide(b.url, b.auth)
+	bus, err := openFloorBus(ctx, b.url, b.auth)
 	if err != nil {
 		return 0, err
 	}
-	defer decider.nc.Close()
-	runner, err := connectSide(b.url, b.auth)
-	if err != nil {
-		return 0, err
-	}
-	defer runner.nc.Close()
-	dispatches, err := runner.consumer(ctx, "DISPATCH")
-	if err != nil {
-		return 0, err
-	}
-	outcomes, err := decider.consumer(ctx, "OUTCOME")
-	if err != nil {
-		return 0, err
-	}
-	for _, name := range []string{"RECORD", "MORE"} {
-		if _, err := runner.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
-			return 0, fmt.Errorf("stream %s: %w", name, err)
-		}
-	}
-	fail := make(chan error, 1)
-	report := func(err error) {
-		select {
-		case fail <- err:
-		default:
-		}
-	}
+	defer bus.close()
+	decider, runner, dispatches, outcomes := bus.decider, bus.runner, bus.dispatches, bus.outcomes
+	fail := newFirstError()
+	report := fail.report
 	t := b.target
 	ran, err := dispatches.Consume(func(m jetstream.Msg) {
 		go func() { // the hosts at once
