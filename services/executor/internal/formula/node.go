@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -302,7 +303,7 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 			started = time.Now().UTC()
 		}
 		at := started
-		next.StartedAt = &at
+		next.StartedAt, next.NeverStarted = &at, false // it starts now
 		if recordErr = nr.save(ctx, next); recordErr != nil {
 			return recordErr
 		}
@@ -349,8 +350,8 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 		if err := nr.saveOutcome(ctx, rec); err != nil {
 			return dag.NodeFailed, false, err
 		}
-	} else {
-		nr.rec = rec // recorded as running by BeforeStart, or not at all
+	} else if err := nr.keepChanged(ctx, rec); err != nil {
+		return dag.NodeFailed, false, err
 	}
 	if !recorded {
 		// Nothing started (no connection, cancelled while waiting for a
@@ -365,6 +366,19 @@ func (nr *nodeRun) once(ctx context.Context, next Record, maxAttempts int) (dag.
 	nr.recordAttempt(ctx, ev, rec.Attempt, started, ended)
 	nr.log.Info("node attempt", "status", final, "attempt", rec.Attempt, "will_retry", retry, "exit_code", ev.ExitCode)
 	return final, retry, nil
+}
+
+// keepChanged keeps, between an attempt that failed and the next, the
+// record as it is (running, written by BeforeStart, or not at all), but
+// writes it again when the attempt placed files: the next attempt, maybe
+// after a restart, finds them in place and must still name them in
+// $GANTRY_CHANGED.
+func (nr *nodeRun) keepChanged(ctx context.Context, rec Record) error {
+	if nr.placed == nil || slices.Equal(nr.placed, nr.rec.Changed) {
+		nr.rec = rec
+		return nil
+	}
+	return nr.save(ctx, rec)
 }
 
 // neverStarted says no earlier attempt of the node in this run started
