@@ -78,7 +78,7 @@ func Parse(s string) (Pattern, error) {
 func split(s string) []string {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
-		if net.ParseIP(strings.TrimSpace(part)) != nil {
+		if net.ParseIP(strings.TrimLeft(strings.TrimSpace(part), "&! ")) != nil {
 			out = append(out, part)
 			continue
 		}

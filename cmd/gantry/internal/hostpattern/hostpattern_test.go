@@ -85,6 +85,8 @@ func TestAnsibleReadings(t *testing.T) {
 	for _, tc := range []struct{ pattern, want string }{
 		{"2001:db8::5", "2001:db8::5"},
 		{"2001:db8::5,db1", "2001:db8::5 db1"},
+		{"db,!2001:db8::5", "db1"},
+		{"db,&2001:db8::5", "2001:db8::5"},
 		{"db:!2001:db8::5", "2001:db8::5 db1"}, // not an address: cut at each ':'; "db8" names nothing
 		{"web0[!1]", "web02 web03"},
 		{"web[^]", "web^"},
