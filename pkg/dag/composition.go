@@ -3,6 +3,7 @@ package dag
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -56,12 +57,19 @@ const (
 // around it. Longer content goes in files:.
 const MaxScript = 120 << 10
 
-// ScriptTooLarge says why a script of n bytes is refused; "" when it fits.
+// ScriptArgSize is what text s takes of that one argument: a host's shell
+// is handed it quoted once or twice (a supervisor's script holds the
+// command's), and each single quote grows by 12 bytes at most ('\” once,
+// quoted again).
+func ScriptArgSize(s string) int { return len(s) + 12*strings.Count(s, "'") }
+
+// ScriptTooLarge says why a script whose ScriptArgSize is n is refused; ""
+// when it fits.
 func ScriptTooLarge(n int) string {
 	if n <= MaxScript {
 		return ""
 	}
-	return fmt.Sprintf("%d bytes, more than the %d KiB a script may be (a host's shell takes at most 128 KiB as one argument): place the rest with files:", n, MaxScript>>10)
+	return fmt.Sprintf("%d bytes once quoted (a single quote counts 13), more than the %d KiB a script may be (a host's shell takes at most 128 KiB as one argument): place the rest with files:", n, MaxScript>>10)
 }
 
 // DefaultRetry is the retry policy when a composition names none: one

@@ -252,7 +252,7 @@ func (v *validator) formula(p string, f *Formula, ids map[string]int) {
 		if strings.TrimSpace(g.Check) == "" {
 			v.bad(gp+".check", CodeRequired, "health_gate needs a check command")
 		}
-		if why := ScriptTooLarge(len(g.Check)); why != "" {
+		if why := ScriptTooLarge(ScriptArgSize(g.Check)); why != "" {
 			v.bad(gp+".check", CodeTooLarge, "%s", why)
 		}
 		if g.Timeout <= 0 {
@@ -300,7 +300,7 @@ func (v *validator) node(fp string, j int, f *Formula, n *Node, names map[string
 		}
 	}
 	for _, s := range []struct{ field, text string }{{".run", n.Run}, {".check", n.Check}, {".delete", n.Delete}} {
-		if why := ScriptTooLarge(len(s.text)); why != "" {
+		if why := ScriptTooLarge(ScriptArgSize(s.text)); why != "" {
 			v.bad(path(s.field), CodeTooLarge, "%s", why)
 		}
 	}

@@ -417,9 +417,9 @@ var errScriptTooLarge = errors.New("nothing ran")
 // scriptSize is what a script and its environment take of the one
 // argument a host's shell is handed.
 func scriptSize(script string, env map[string]string) int {
-	n := len(script)
+	n := dag.ScriptArgSize(script)
 	for k, v := range env {
-		n += len(k) + len(v) + len("export ='';\n")
+		n += len(k) + dag.ScriptArgSize(v) + len("export ='';\n")
 	}
 	return n
 }

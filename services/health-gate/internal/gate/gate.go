@@ -222,9 +222,9 @@ func (r *gateRun) fillOutputs() error {
 // fits refuses a check that, with its environment (its outputs in), is
 // longer than a host's shell takes.
 func (r *gateRun) fits() error {
-	n := len(r.script)
+	n := dag.ScriptArgSize(r.script)
 	for k, v := range r.env {
-		n += len(k) + len(v) + len("export ='';\n")
+		n += len(k) + dag.ScriptArgSize(v) + len("export ='';\n")
 	}
 	if why := dag.ScriptTooLarge(n); why != "" {
 		return fmt.Errorf("nothing ran: the check with its environment (its outputs in) is %s", why)
