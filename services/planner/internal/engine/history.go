@@ -85,19 +85,20 @@ func lastStarted(entry Record) time.Time {
 }
 
 // runsNewestFirst lists the runs of composition name, the one last started
-// first (ties, and entries that do not decode, by id: UUIDv7, in the order
-// accepted).
-func (e *Engine) runsNewestFirst(ctx context.Context, name string) ([]string, error) {
+// first (ties by id: UUIDv7, in the order accepted), and when each was last
+// started. A run whose entry does not decode is taken as started now: read
+// first, it is never passed over.
+func (e *Engine) runsNewestFirst(ctx context.Context, name string) ([]string, map[string]time.Time, error) {
 	entries, bad, err := e.Workflows.Entries(ctx, historyPrefix(name)+"*")
 	if err != nil {
-		return nil, fmt.Errorf("read the runs of %s: %w", name, err)
+		return nil, nil, fmt.Errorf("read the runs of %s: %w", name, err)
 	}
 	started := make(map[string]time.Time, len(entries))
 	for k, entry := range entries {
 		started[strings.TrimPrefix(k, historyPrefix(name))] = lastStarted(entry)
 	}
 	for k := range bad {
-		started[strings.TrimPrefix(k, historyPrefix(name))] = time.Time{}
+		started[strings.TrimPrefix(k, historyPrefix(name))] = e.now()
 	}
 	runs := make([]string, 0, len(started))
 	for id := range started {
@@ -106,7 +107,84 @@ func (e *Engine) runsNewestFirst(ctx context.Context, name string) ([]string, er
 	slices.SortFunc(runs, func(a, b string) int {
 		return cmp.Or(started[b].Compare(started[a]), strings.Compare(b, a))
 	})
-	return runs, nil
+	return runs, started, nil
+}
+
+// verdict is what a run's record says of a node: done or not, and when
+// the attempt that wrote it started (zero: a record written before
+// records kept it).
+type verdict struct {
+	done bool
+	at   time.Time
+}
+
+// runRead is one past run read for alreadyDone: the nodes still undecided
+// and the latest verdict found of each.
+type runRead struct {
+	id, past  string // the submission, the run read
+	rec       *Record
+	undecided map[string]wanted
+	found     map[string]verdict
+}
+
+// readRun reads one past run's records of the nodes still undecided. A
+// record that does not decode decides its node at once: not done.
+func (e *Engine) readRun(ctx context.Context, r runRead) error {
+	servers := make(map[string]string, len(r.rec.Composition.Formulas))
+	for _, f := range r.rec.Composition.Formulas {
+		servers[f.ID] = f.Server
+	}
+	recs, bad, err := e.Nodes.Entries(ctx, r.past+".>")
+	if err != nil {
+		return fmt.Errorf("read the node records of run %s of %s: %w", r.past, r.rec.Name, err)
+	}
+	for key, w := range r.undecided {
+		if servers[w.formula] != w.server {
+			continue // not on this host in that run: another record
+		}
+		create, del := events.NodeKey(r.past, dag.OpCreate, w.formula, w.node), events.NodeKey(r.past, dag.OpDelete, w.formula, w.node)
+		if why := cmp.Or(bad[del], bad[create]); why != nil {
+			e.ignored(events.BucketNodes, "node record does not decode; the node is not skipped",
+				"workflow_id", r.past, "host", w.server, "formula", w.formula, "node", w.node, "submission", r.id, "reason", why)
+			delete(r.undecided, key)
+			delete(r.found, key)
+			continue
+		}
+		var v verdict
+		if dr, ok := recs[del]; ok { // deleted, or a delete started on it
+			v.at = startedAt(dr)
+		} else if nr, ok := recs[create]; ok && !(nr.NeverStarted && !nr.Status.Done()) {
+			v = verdict{done: nr.Status.Done() && nr.SpecHash == w.spec, at: startedAt(nr)}
+		} else {
+			continue // that run did not reach it
+		}
+		if cur, ok := r.found[key]; !ok || v.at.After(cur.at) {
+			r.found[key] = v
+		}
+	}
+	return nil
+}
+
+func startedAt(r events.NodeRecord) time.Time {
+	if r.StartedAt != nil {
+		return *r.StartedAt
+	}
+	return time.Time{}
+}
+
+// decide takes as final each verdict found whose attempt started after
+// next (the next run to read was last started then; zero: none is left),
+// or that has no start to compare.
+func decide(undecided map[string]wanted, found map[string]verdict, done map[string]bool, next time.Time) {
+	for key, v := range found {
+		if _, ok := undecided[key]; !ok || (!v.at.IsZero() && !next.IsZero() && !v.at.After(next)) {
+			continue
+		}
+		if v.done {
+			done[key] = true
+		}
+		delete(undecided, key)
+	}
 }
 
 // listed is the set of workflow ids listed among their composition's runs.
@@ -134,8 +212,9 @@ type wanted struct {
 // per-host projection's in_place, decided from the executors' records.
 //
 // The composition's runs are read newest first (the one last started, by
-// its acceptance or a retry, first); a node is decided by the newest run
-// whose executor record names it on its host: done when that
+// its acceptance or a retry, first); a node is decided by the record of
+// it, on its host, whose attempt started last (a retry of an older run
+// reads first but may have left the node as it was): done when that
 // run's create record is succeeded or skipped with the same spec hash and
 // no delete (a rollback) of it is recorded, not done otherwise. A run
 // that did not reach the node (blocked, cancelled, not selected, not in
@@ -149,7 +228,7 @@ type wanted struct {
 // read fails the submission: skipping on a guess would be a lie either
 // way.
 func (e *Engine) alreadyDone(ctx context.Context, id string, p *dag.Plan) ([]string, error) {
-	runs, err := e.runsNewestFirst(ctx, p.Workflow)
+	runs, started, err := e.runsNewestFirst(ctx, p.Workflow)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +241,8 @@ func (e *Engine) alreadyDone(ctx context.Context, id string, p *dag.Plan) ([]str
 		}
 	}
 	done := map[string]bool{}
-	for _, past := range runs {
+	found := map[string]verdict{} // by "formula/node": the latest record found so far
+	for i, past := range runs {
 		if len(undecided) == 0 {
 			break
 		}
@@ -179,42 +259,22 @@ func (e *Engine) alreadyDone(ctx context.Context, id string, p *dag.Plan) ([]str
 		case err != nil:
 			return nil, fmt.Errorf("read run %s of %s: %w", past, p.Workflow, err)
 		}
-		if rec.Name != p.Workflow || rec.Operation == dag.OpCheck || rec.Composition == nil {
-			continue
+		if rec.Name == p.Workflow && rec.Operation != dag.OpCheck && rec.Composition != nil {
+			if err := e.readRun(ctx, runRead{id: id, past: past, rec: &rec, undecided: undecided, found: found}); err != nil {
+				return nil, err
+			}
 		}
-		servers := make(map[string]string, len(rec.Composition.Formulas))
-		for _, f := range rec.Composition.Formulas {
-			servers[f.ID] = f.Server
+		// A record found decides its node once no run still to read was
+		// started after its attempt: a run is read before those last
+		// started earlier (a retry may run an older run's node again
+		// after a newer run's, or leave it as it was).
+		var next time.Time
+		if i+1 < len(runs) {
+			next = started[runs[i+1]]
 		}
-		recs, bad, err := e.Nodes.Entries(ctx, past+".>")
-		if err != nil {
-			return nil, fmt.Errorf("read the node records of run %s of %s: %w", past, p.Workflow, err)
-		}
-		for key, w := range undecided {
-			if servers[w.formula] != w.server {
-				continue // not on this host in that run: another record
-			}
-			create, del := events.NodeKey(past, dag.OpCreate, w.formula, w.node), events.NodeKey(past, dag.OpDelete, w.formula, w.node)
-			if why := cmp.Or(bad[del], bad[create]); why != nil {
-				e.ignored(events.BucketNodes, "node record does not decode; the node is not skipped",
-					"workflow_id", past, "host", w.server, "formula", w.formula, "node", w.node, "submission", id, "reason", why)
-				delete(undecided, key)
-				continue
-			}
-			if _, ok := recs[del]; ok { // deleted, or a delete started on it
-				delete(undecided, key)
-				continue
-			}
-			nr, ok := recs[create]
-			if !ok || (nr.NeverStarted && !nr.Status.Done()) {
-				continue // that run did not reach it
-			}
-			if nr.Status.Done() && nr.SpecHash == w.spec {
-				done[key] = true
-			}
-			delete(undecided, key)
-		}
+		decide(undecided, found, done, next)
 	}
+	decide(undecided, found, done, time.Time{})
 	return inPlanOrder(p, done), nil
 }
 

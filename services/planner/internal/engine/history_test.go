@@ -48,6 +48,10 @@ func specs(t *testing.T, h *harness, yaml string) map[string]string {
 func ran(t *testing.T, h *harness, yaml string, did map[string]dag.NodeState, spec map[string]string) string {
 	t.Helper()
 	must(t, h.submit(yaml))
+	// The run's nodes start a minute after its acceptance, and the clock
+	// stays there: the next run is accepted after they started.
+	at := h.e.Now().Add(time.Minute)
+	h.e.Now = func() time.Time { return at }
 	rec, _, err := h.workflows.Get(context.Background(), h.id)
 	must(t, err)
 	hashes := specs(t, h, yaml)
@@ -57,7 +61,7 @@ func ran(t *testing.T, h *harness, yaml string, did map[string]dag.NodeState, sp
 		if s, ok := spec[k]; ok {
 			hash = s
 		}
-		h.nodes.Set(events.NodeKey(h.id, rec.Operation, f, n), events.NodeRecord{Status: st, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: hash})
+		h.nodes.Set(events.NodeKey(h.id, rec.Operation, f, n), events.NodeRecord{Status: st, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: hash, StartedAt: &at})
 	}
 	return h.id
 }
@@ -158,10 +162,10 @@ func TestAlreadyDoneReadsARetriedRunAsTheLatest(t *testing.T) {
 	// its own spec.
 	rec, _, err := h.workflows.Get(context.Background(), older)
 	must(t, err)
-	h.nodes.Set(events.NodeKey(older, dag.OpCreate, "a", "x"), events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 2, Generation: 2, GenAttempts: 1, SpecHash: "sha256:old"})
 	later := h.e.Now().Add(time.Hour)
 	h.e.Now = func() time.Time { return later }
 	h.e.activated(context.Background(), &rec)
+	h.nodes.Set(events.NodeKey(older, dag.OpCreate, "a", "x"), events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 2, Generation: 2, GenAttempts: 1, SpecHash: "sha256:old", StartedAt: &later})
 	h.stored()
 	must(t, h.submit(chain))
 	wantStored(t, h, "workflow accepted", "workflow running", "a ready", "dispatch a create g1")

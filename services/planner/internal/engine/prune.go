@@ -64,15 +64,18 @@ func (r PruneRule) String() string {
 
 // candidate is a finished workflow as the selection sees it.
 type candidate struct {
-	id, name  string
-	op        dag.Operation
-	status    dag.WorkflowState
-	created   time.Time
-	ended     time.Time
-	started   time.Time // when it was last started: its acceptance or a retry (lastStarted)
-	pruning   bool      // a prune already chose it
-	hostNodes []string  // "host/formula/node" it recorded a create or delete of
-	rev       uint64
+	id, name string
+	op       dag.Operation
+	status   dag.WorkflowState
+	created  time.Time
+	ended    time.Time
+	started  time.Time // when it was last started: its acceptance or a retry (lastStarted)
+	pruning  bool      // a prune already chose it
+	// touched are the nodes ("host/formula/node") it recorded a create or
+	// delete of, with when the attempt of the last record started (zero:
+	// not kept in the record).
+	touched map[string]time.Time
+	rev     uint64
 }
 
 // kept is a candidate the rule chose that stays, and why.
@@ -103,19 +106,7 @@ func choose(finished []*candidate, rule PruneRule, now time.Time) (prune []*cand
 		slices.SortFunc(runs, func(a, b *candidate) int {
 			return cmp.Or(b.started.Compare(a.started), strings.Compare(b.id, a.id))
 		})
-		claimed := map[string]bool{}
-		latest := map[*candidate]int{}
-		for _, c := range runs {
-			if c.pruning || c.op == dag.OpCheck {
-				continue
-			}
-			for _, hn := range c.hostNodes {
-				if !claimed[hn] {
-					claimed[hn] = true
-					latest[c]++
-				}
-			}
-		}
+		latest := latestOfEachNode(runs)
 		newer := 0 // finished runs newer than c
 		for _, c := range runs {
 			chosen := c.pruning || ((rule.OlderThan <= 0 || now.Sub(c.ended) > rule.OlderThan) && (!rule.HasKeep || newer >= rule.Keep))
@@ -207,6 +198,28 @@ func (c *candidate) summary() events.PrunedWorkflow {
 	return events.PrunedWorkflow{WorkflowID: c.id, Workflow: c.name, Operation: c.op, Status: c.status, CreatedAt: c.created, EndedAt: c.ended}
 }
 
+// latestOfEachNode counts, for each of runs (newest first), the nodes it is
+// the latest run to have touched: the one whose record's attempt started
+// last (as alreadyDone decides), the newest when the records do not say.
+func latestOfEachNode(runs []*candidate) map[*candidate]int {
+	best := map[string]*candidate{}
+	for _, c := range runs {
+		if c.pruning || c.op == dag.OpCheck {
+			continue
+		}
+		for hn, at := range c.touched {
+			if b, ok := best[hn]; !ok || at.After(b.touched[hn]) {
+				best[hn] = c
+			}
+		}
+	}
+	latest := map[*candidate]int{}
+	for _, c := range best {
+		latest[c]++
+	}
+	return latest
+}
+
 // finished reads every finished workflow with what it touched, and counts
 // the others. A record that does not decode is left alone: whether it
 // ended is unknown.
@@ -242,7 +255,7 @@ func (e *Engine) finished(ctx context.Context) ([]*candidate, int, error) {
 			c.started = lastStarted(entry)
 		}
 		if c.op != dag.OpCheck && !c.pruning {
-			if c.hostNodes, err = e.nodesTouched(ctx, &rec); err != nil {
+			if c.touched, err = e.nodesTouched(ctx, &rec); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -254,10 +267,17 @@ func (e *Engine) finished(ctx context.Context) ([]*candidate, int, error) {
 // nodesTouched lists the nodes ("host/formula/node") whose create or delete a
 // workflow's executors recorded: the nodes it may decide for a later
 // submission (alreadyDone).
-func (e *Engine) nodesTouched(ctx context.Context, rec *Record) ([]string, error) {
-	keys, err := e.Nodes.Keys(ctx, rec.ID+".>")
+func (e *Engine) nodesTouched(ctx context.Context, rec *Record) (map[string]time.Time, error) {
+	recs, bad, err := e.Nodes.Entries(ctx, rec.ID+".>")
 	if err != nil {
 		return nil, fmt.Errorf("read the node records of %s: %w", rec.ID, err)
+	}
+	keys := make(map[string]time.Time, len(recs)+len(bad))
+	for k, r := range recs {
+		keys[k] = startedAt(r)
+	}
+	for k := range bad {
+		keys[k] = time.Time{}
 	}
 	servers := map[string]string{}
 	for _, c := range []*dag.Composition{rec.Composition, rec.Rollback} {
@@ -268,16 +288,18 @@ func (e *Engine) nodesTouched(ctx context.Context, rec *Record) ([]string, error
 			servers[f.ID] = f.Server
 		}
 	}
-	var out []string
-	for _, k := range keys {
+	out := map[string]time.Time{}
+	for k, at := range keys {
 		parts := strings.SplitN(k, ".", 4) // <id>.<operation>.<formula>.<node>
 		if len(parts) != 4 || (parts[1] != string(dag.OpCreate) && parts[1] != string(dag.OpDelete)) {
 			continue
 		}
-		out = append(out, servers[parts[2]]+"/"+parts[2]+"/"+parts[3])
+		hn := servers[parts[2]] + "/" + parts[2] + "/" + parts[3]
+		if prev, ok := out[hn]; !ok || at.After(prev) {
+			out[hn] = at
+		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
 }
 
 // claim marks each chosen workflow's record as being pruned, at the

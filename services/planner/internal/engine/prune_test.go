@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,8 @@ func TestPruneChooses(t *testing.T) {
 		nodes   []string
 		pruning bool
 		retried time.Duration // ago, when it was retried (0: never)
+		reran   []string      // the nodes the retry ran again
+		ranAgo  time.Duration // when its nodes first ran (0: half an hour before it ended)
 	}
 	r := func(id string, ago time.Duration, nodes ...string) run {
 		return run{id: id, name: "c", op: dag.OpCreate, ago: ago, nodes: nodes}
@@ -80,8 +83,12 @@ func TestPruneChooses(t *testing.T) {
 			rule: PruneRule{Keep: 0, HasKeep: true}, kept: "1 2",
 		},
 		"a run retried after a newer one ran is the latest to have touched the node": {
-			runs: []run{{id: "1", name: "c", op: dag.OpCreate, ago: day, nodes: []string{"h1/a/x"}, retried: day + time.Hour}, r("2", 8*day, "h1/a/x")},
+			runs: []run{{id: "1", name: "c", op: dag.OpCreate, ago: day, nodes: []string{"h1/a/x"}, retried: day + time.Hour, reran: []string{"h1/a/x"}}, r("2", 8*day, "h1/a/x")},
 			rule: PruneRule{Keep: 0, HasKeep: true}, prune: "2", kept: "1",
+		},
+		"a retry that did not run the node again leaves the newer run the latest": {
+			runs: []run{{id: "1", name: "c", op: dag.OpCreate, ago: day, nodes: []string{"h1/a/x", "h1/b/y"}, retried: day + time.Hour, reran: []string{"h1/b/y"}, ranAgo: 9 * day}, r("2", 8*day, "h1/a/x")},
+			rule: PruneRule{Keep: 0, HasKeep: true}, kept: "1 2",
 		},
 		"one a prune already chose goes whatever the rule": {
 			runs: []run{r("1", time.Hour, "h1/a/x"), {id: "2", name: "c", op: dag.OpCreate, ago: time.Minute, nodes: []string{"h1/a/x"}, pruning: true}},
@@ -94,10 +101,19 @@ func TestPruneChooses(t *testing.T) {
 			var finished []*candidate
 			for _, r := range tc.runs {
 				c := &candidate{id: r.id, name: r.name, op: r.op, status: dag.WorkflowSucceeded,
-					ended: now.Add(-r.ago), hostNodes: r.nodes, pruning: r.pruning}
+					ended: now.Add(-r.ago), touched: map[string]time.Time{}, pruning: r.pruning}
 				c.started = now.Add(-r.ago - time.Hour) // accepted an hour before it ended
 				if r.retried > 0 {
 					c.started = now.Add(-r.retried)
+				}
+				// Its nodes ran half an hour before it ended (the first
+				// time; what its retry ran again, a minute after the retry).
+				ran := cmp.Or(r.ranAgo, r.ago+30*time.Minute)
+				for _, hn := range r.nodes {
+					c.touched[hn] = now.Add(-ran)
+					if slices.Contains(r.reran, hn) {
+						c.touched[hn] = now.Add(-r.retried + time.Minute)
+					}
 				}
 				finished = append(finished, c)
 			}
