@@ -450,6 +450,11 @@ func (m *Model) applyNode(e *events.NodeEvent) Patch {
 	// An older run's attempt is history: kept, but it says nothing of the
 	// node now; nor does a transition behind the node's last one.
 	if next := e.Mark(); dag.CompareNode(n.mark, next) != dag.Behind {
+		if e.Status == dag.NodeRunning && (next.Attempt != n.mark.Attempt || next.Generation != n.mark.Generation) {
+			// A new attempt: its own progress and files, once it says them
+			// (as the state-store's projection does).
+			n.Progress, n.Files = nil, nil
+		}
 		n.gen, n.mark = e.Generation, next
 		n.Status, n.Blocker, n.Reason, n.Error, n.Check = string(e.Status), e.Blocker, e.Reason, e.Error, string(e.Check)
 		if e.Files != nil {

@@ -7,14 +7,25 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
 
-// MaxOutputBytes bounds the full output of a node the web view sends: the
-// lines after it are left out, and the reply says so.
+// MaxOutputBytes bounds the full output of a node the web view sends, as
+// its JSON takes it (each line's escaped text and its fields): the lines
+// after it are left out, and the reply says so.
 const MaxOutputBytes = 32 << 20
+
+// MaxOutputReads bounds the full outputs read at once (each reads the
+// node's lines from the log stream and holds them until it answers);
+// others get 503.
+const MaxOutputReads = 4
+
+// outputLineFields is what a line's fields and punctuation take in the
+// JSON reply, beside its text: {"attempt":N,"stream":"stdout","text":""},
+const outputLineFields = 48
 
 // OutputLine is one line of a node's full output (format=json).
 type OutputLine struct {
@@ -53,13 +64,22 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.outputsOnce.Do(func() { s.outputs = make(chan struct{}, MaxOutputReads) })
+	select {
+	case s.outputs <- struct{}{}:
+		defer func() { <-s.outputs }()
+	default:
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "too many outputs read at once; try again later", http.StatusServiceUnavailable)
+		return
+	}
 	reply := OutputReply{WorkflowID: q.WorkflowID, Formula: q.Formula, Node: q.Node, Host: q.Host, Lines: []OutputLine{}}
 	size := 0
 	err = s.Src.Output(r.Context(), q, func(l *events.LogLine) error {
 		if opts.attempt > 0 && l.Attempt != opts.attempt {
 			return nil
 		}
-		if size += len(l.Line) + 1; size > MaxOutputBytes {
+		if size += jsonTextLen(l.Line) + outputLineFields; size > MaxOutputBytes {
 			return errCut
 		}
 		reply.Lines = append(reply.Lines, OutputLine{Attempt: l.Attempt, Stream: string(l.Stream), Text: l.Line})
@@ -75,7 +95,9 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	if opts.json {
 		h.Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(reply)
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false) // never read as HTML: application/json, nosniff
+		_ = enc.Encode(reply)
 		return
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
@@ -83,6 +105,29 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request) {
 		h.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", outputFileName(q, opts.attempt)))
 	}
 	writeText(w, &reply)
+}
+
+// jsonTextLen is what s takes as a JSON string's content, as encoding/json
+// writes it without HTML escapes: a quote, a backslash and \n \r \t
+// take 2 bytes, other control characters, U+2028, U+2029 and each byte
+// of invalid UTF-8 6.
+func jsonTextLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1, r == '\u2028', r == '\u2029':
+			n += 6
+		case r == '"', r == '\\', r == '\n', r == '\r', r == '\t':
+			n += 2
+		case r < 0x20:
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
 }
 
 // outputOptions are the query's: ?attempt=N, ?format=text|json,

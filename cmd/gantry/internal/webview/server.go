@@ -60,6 +60,9 @@ type Server struct {
 
 	once  sync.Once
 	slots chan struct{}
+	// outputs bounds the full outputs read at once (MaxOutputReads).
+	outputsOnce sync.Once
+	outputs     chan struct{}
 	// verdicts remembers what check runs found (verdictOf).
 	verdicts verdictCache
 }

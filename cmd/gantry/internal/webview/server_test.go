@@ -39,6 +39,8 @@ type memSource struct {
 	// stream's output lines.
 	hostNodes map[string][]events.HostNode
 	lines     []events.LogLine
+	// outputHeld, when set, holds each Output until it is closed.
+	outputHeld chan struct{}
 	// docs are more documents, by workflow id (setDoc).
 	docs map[string]*webview.Doc
 	// outputErr, when set, is what Output fails with.
@@ -117,6 +119,9 @@ func (s *memSource) Output(_ context.Context, q webview.OutputQuery, each func(*
 	s.mu.Unlock()
 	if s.outputErr != nil {
 		return s.outputErr
+	}
+	if s.outputHeld != nil {
+		<-s.outputHeld
 	}
 	for i := range s.lines {
 		l := &s.lines[i]

@@ -273,15 +273,18 @@ function connect() {
     setConn("live", "live");
   });
   on("workflow", (h) => { S.header = h; renderHeader(); });
+  // A patch is the whole formula or node as it is now: a field it leaves
+  // out is gone (an error cleared by a retry), so it replaces what was
+  // there, but for the node's output lines, which come on their own.
   on("formula", (f) => {
-    S.formulas.set(f.id, Object.assign(S.formulas.get(f.id) || {}, f));
+    S.formulas.set(f.id, f);
     update();
   });
   on("node", (n) => {
     const key = n.formula + "/" + n.name;
     const old = S.nodes.get(key);
     if (old && !n.output) n.output = old.output;
-    S.nodes.set(key, Object.assign(old || {}, n));
+    S.nodes.set(key, n);
     const f = S.formulas.get(n.formula);
     if (f && !f.nodes.includes(n.name)) f.nodes.push(n.name);
     update();
