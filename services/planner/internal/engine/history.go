@@ -40,7 +40,7 @@ func (e *Engine) remember(ctx context.Context, rec *Record) error {
 	if rec.Operation == dag.OpCheck {
 		return nil
 	}
-	entry := Record{ID: rec.ID, Name: rec.Name, Operation: rec.Operation, CreatedAt: rec.CreatedAt}
+	entry := Record{ID: rec.ID, Name: rec.Name, Operation: rec.Operation, CreatedAt: rec.CreatedAt, GenerationStarts: []time.Time{rec.CreatedAt}}
 	if _, err := e.Workflows.Put(ctx, historyKey(rec.Name, rec.ID), entry, 0); err != nil && !errors.Is(err, events.ErrChanged) {
 		return fmt.Errorf("list workflow %s among the runs of %s: %w", rec.ID, rec.Name, err)
 	}
@@ -65,6 +65,7 @@ func (e *Engine) activated(ctx context.Context, rec *Record) {
 			break
 		}
 		entry.UpdatedAt = now
+		entry.GenerationStarts = startsUpTo(entry, rec.Generation, now)
 		if _, err = e.Workflows.Put(ctx, key, entry, rev); !errors.Is(err, events.ErrChanged) {
 			break
 		}
@@ -73,6 +74,33 @@ func (e *Engine) activated(ctx context.Context, rec *Record) {
 		e.Log.Error("the retried workflow is not marked the latest run of its composition: a submission may take an earlier run for a later one",
 			"workflow_id", rec.ID, "err", err)
 	}
+}
+
+// startsUpTo is entry's generation starts with generation gen's at now
+// (those missing before it taken as its last start).
+func startsUpTo(entry Record, gen int, now time.Time) []time.Time {
+	starts := slices.Clone(entry.GenerationStarts)
+	for len(starts) < gen-1 {
+		starts = append(starts, lastStarted(entry))
+	}
+	if len(starts) >= gen {
+		starts[gen-1] = now
+		return starts[:gen]
+	}
+	return append(starts, now)
+}
+
+// generationStart is when generation gen of the run of entry started: as
+// the entry lists it; else its acceptance for the first, and its last start
+// for a later one.
+func generationStart(entry Record, gen int) time.Time {
+	switch {
+	case gen >= 1 && gen <= len(entry.GenerationStarts):
+		return entry.GenerationStarts[gen-1]
+	case gen <= 1:
+		return entry.CreatedAt
+	}
+	return lastStarted(entry)
 }
 
 // lastStarted is when a composition's run was last started: its entry's
@@ -84,35 +112,57 @@ func lastStarted(entry Record) time.Time {
 	return entry.CreatedAt
 }
 
-// runsNewestFirst lists the runs of composition name, the one last started
-// first (ties by id: UUIDv7, in the order accepted), and when each was last
-// started. A run whose entry does not decode is taken as started now: read
-// first, it is never passed over.
-func (e *Engine) runsNewestFirst(ctx context.Context, name string) ([]string, map[string]time.Time, error) {
-	entries, bad, err := e.Workflows.Entries(ctx, historyPrefix(name)+"*")
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the runs of %s: %w", name, err)
-	}
-	started := make(map[string]time.Time, len(entries))
-	for k, entry := range entries {
-		started[strings.TrimPrefix(k, historyPrefix(name))] = lastStarted(entry)
-	}
-	for k := range bad {
-		started[strings.TrimPrefix(k, historyPrefix(name))] = e.now()
-	}
-	runs := make([]string, 0, len(started))
-	for id := range started {
-		runs = append(runs, id)
-	}
-	slices.SortFunc(runs, func(a, b string) int {
-		return cmp.Or(started[b].Compare(started[a]), strings.Compare(b, a))
-	})
-	return runs, started, nil
+// history is a composition's runs as its history entries list them.
+type history struct {
+	runs    []string          // the one last started first (ties by id: UUIDv7, in the order accepted)
+	entries map[string]Record // by run id
+	bad     map[string]bool   // runs whose entry does not decode: taken as started now
+	now     time.Time
 }
 
-// verdict is what a run's record says of a node: done or not, and when
-// the attempt that wrote it started (zero: a record written before
-// records kept it).
+// runsNewestFirst reads the history of composition name.
+func (e *Engine) runsNewestFirst(ctx context.Context, name string) (*history, error) {
+	entries, bad, err := e.Workflows.Entries(ctx, historyPrefix(name)+"*")
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of %s: %w", name, err)
+	}
+	h := &history{entries: make(map[string]Record, len(entries)), bad: map[string]bool{}, now: e.now()}
+	for k, entry := range entries {
+		h.entries[strings.TrimPrefix(k, historyPrefix(name))] = entry
+	}
+	for k := range bad {
+		h.bad[strings.TrimPrefix(k, historyPrefix(name))] = true
+	}
+	for id := range h.entries {
+		h.runs = append(h.runs, id)
+	}
+	for id := range h.bad {
+		h.runs = append(h.runs, id)
+	}
+	slices.SortFunc(h.runs, func(a, b string) int {
+		return cmp.Or(h.lastStarted(b).Compare(h.lastStarted(a)), strings.Compare(b, a))
+	})
+	return h, nil
+}
+
+func (h *history) lastStarted(id string) time.Time {
+	if h.bad[id] {
+		return h.now
+	}
+	return lastStarted(h.entries[id])
+}
+
+// recordTime is how recent a record of run id is: the start of the
+// generation that wrote it (now when the run's entry does not decode).
+func (h *history) recordTime(id string, gen int) time.Time {
+	if h.bad[id] {
+		return h.now
+	}
+	return generationStart(h.entries[id], gen)
+}
+
+// verdict is what a run's record says of a node: done or not, and how
+// recent it is (the start of the generation that wrote it).
 type verdict struct {
 	done bool
 	at   time.Time
@@ -125,6 +175,7 @@ type runRead struct {
 	rec       *Record
 	undecided map[string]wanted
 	found     map[string]verdict
+	hist      *history
 }
 
 // readRun reads one past run's records of the nodes still undecided. A
@@ -152,11 +203,14 @@ func (e *Engine) readRun(ctx context.Context, r runRead) error {
 		}
 		var v verdict
 		if dr, ok := recs[del]; ok { // deleted, or a delete started on it
-			v.at = startedAt(dr)
+			v.at = r.hist.recordTime(r.past, dr.Generation)
 		} else if nr, ok := recs[create]; ok && !(nr.NeverStarted && !nr.Status.Done()) {
-			v = verdict{done: nr.Status.Done() && nr.SpecHash == w.spec, at: startedAt(nr)}
+			v = verdict{done: nr.Status.Done() && nr.SpecHash == w.spec, at: r.hist.recordTime(r.past, nr.Generation)}
 		} else {
 			continue // that run did not reach it
+		}
+		if r.hist.bad[r.past] {
+			v.done = false // how recent it is is unknown: never a reason to skip
 		}
 		if cur, ok := r.found[key]; !ok || v.at.After(cur.at) {
 			r.found[key] = v
@@ -165,19 +219,11 @@ func (e *Engine) readRun(ctx context.Context, r runRead) error {
 	return nil
 }
 
-func startedAt(r events.NodeRecord) time.Time {
-	if r.StartedAt != nil {
-		return *r.StartedAt
-	}
-	return time.Time{}
-}
-
-// decide takes as final each verdict found whose attempt started after
-// next (the next run to read was last started then; zero: none is left),
-// or that has no start to compare.
+// decide takes as final each verdict found more recent than next (the
+// next run to read was last started then; zero: none is left).
 func decide(undecided map[string]wanted, found map[string]verdict, done map[string]bool, next time.Time) {
 	for key, v := range found {
-		if _, ok := undecided[key]; !ok || (!v.at.IsZero() && !next.IsZero() && !v.at.After(next)) {
+		if _, ok := undecided[key]; !ok || (!next.IsZero() && !v.at.After(next)) {
 			continue
 		}
 		if v.done {
@@ -212,9 +258,10 @@ type wanted struct {
 // per-host projection's in_place, decided from the executors' records.
 //
 // The composition's runs are read newest first (the one last started, by
-// its acceptance or a retry, first); a node is decided by the record of
-// it, on its host, whose attempt started last (a retry of an older run
-// reads first but may have left the node as it was): done when that
+// its acceptance or a retry, first); a node is decided by the most recent
+// record of it on its host, a record being as recent as the start of the
+// generation that wrote it (on the planner's clock: a retry of an older
+// run is read first, but what it left as it was is as old as before): done when that
 // run's create record is succeeded or skipped with the same spec hash and
 // no delete (a rollback) of it is recorded, not done otherwise. A run
 // that did not reach the node (blocked, cancelled, not selected, not in
@@ -228,10 +275,11 @@ type wanted struct {
 // read fails the submission: skipping on a guess would be a lie either
 // way.
 func (e *Engine) alreadyDone(ctx context.Context, id string, p *dag.Plan) ([]string, error) {
-	runs, started, err := e.runsNewestFirst(ctx, p.Workflow)
+	hist, err := e.runsNewestFirst(ctx, p.Workflow)
 	if err != nil {
 		return nil, err
 	}
+	runs := hist.runs
 
 	undecided := map[string]wanted{}
 	for i := range p.Formulas {
@@ -260,17 +308,18 @@ func (e *Engine) alreadyDone(ctx context.Context, id string, p *dag.Plan) ([]str
 			return nil, fmt.Errorf("read run %s of %s: %w", past, p.Workflow, err)
 		}
 		if rec.Name == p.Workflow && rec.Operation != dag.OpCheck && rec.Composition != nil {
-			if err := e.readRun(ctx, runRead{id: id, past: past, rec: &rec, undecided: undecided, found: found}); err != nil {
+			if err := e.readRun(ctx, runRead{id: id, past: past, rec: &rec, undecided: undecided, found: found, hist: hist}); err != nil {
 				return nil, err
 			}
 		}
 		// A record found decides its node once no run still to read was
-		// started after its attempt: a run is read before those last
-		// started earlier (a retry may run an older run's node again
-		// after a newer run's, or leave it as it was).
+		// started (accepted or retried) after the generation that wrote
+		// it: a run is read before those last started earlier (a retry
+		// may run an older run's node again after a newer run's, or leave
+		// it as it was).
 		var next time.Time
 		if i+1 < len(runs) {
-			next = started[runs[i+1]]
+			next = hist.lastStarted(runs[i+1])
 		}
 		decide(undecided, found, done, next)
 	}

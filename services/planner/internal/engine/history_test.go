@@ -164,6 +164,7 @@ func TestAlreadyDoneReadsARetriedRunAsTheLatest(t *testing.T) {
 	must(t, err)
 	later := h.e.Now().Add(time.Hour)
 	h.e.Now = func() time.Time { return later }
+	rec.Generation = 2 // retried
 	h.e.activated(context.Background(), &rec)
 	h.nodes.Set(events.NodeKey(older, dag.OpCreate, "a", "x"), events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 2, Generation: 2, GenAttempts: 1, SpecHash: "sha256:old", StartedAt: &later})
 	h.stored()

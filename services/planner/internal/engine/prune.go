@@ -228,10 +228,11 @@ func (e *Engine) finished(ctx context.Context) ([]*candidate, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("list workflows: %w", err)
 	}
-	hist, _, err := e.Workflows.Entries(ctx, historyPrefix("*")+"*")
+	hist, badHist, err := e.Workflows.Entries(ctx, historyPrefix("*")+"*")
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the runs of compositions: %w", err)
 	}
+	now := e.now()
 	var out []*candidate
 	unfinished := 0
 	for _, id := range ids {
@@ -249,13 +250,18 @@ func (e *Engine) finished(ctx context.Context) ([]*candidate, int, error) {
 			unfinished++
 			continue
 		}
-		c := &candidate{id: id, name: rec.Name, op: rec.Operation, status: rec.Status, created: rec.CreatedAt, ended: rec.UpdatedAt,
-			pruning: rec.PrunedAt != nil, rev: rev, started: rec.CreatedAt}
+		// As alreadyDone reads the run: a run whose entry does not decode
+		// as started now, its records as recent as that.
+		h := &history{entries: map[string]Record{id: {CreatedAt: rec.CreatedAt}}, bad: map[string]bool{}, now: now}
 		if entry, ok := hist[historyKey(rec.Name, id)]; ok {
-			c.started = lastStarted(entry)
+			h.entries[id] = entry
+		} else if badHist[historyKey(rec.Name, id)] != nil {
+			h.bad[id] = true
 		}
+		c := &candidate{id: id, name: rec.Name, op: rec.Operation, status: rec.Status, created: rec.CreatedAt, ended: rec.UpdatedAt,
+			pruning: rec.PrunedAt != nil, rev: rev, started: h.lastStarted(id)}
 		if c.op != dag.OpCheck && !c.pruning {
-			if c.touched, err = e.nodesTouched(ctx, &rec); err != nil {
+			if c.touched, err = e.nodesTouched(ctx, &rec, h); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -264,20 +270,25 @@ func (e *Engine) finished(ctx context.Context) ([]*candidate, int, error) {
 	return out, unfinished, nil
 }
 
-// nodesTouched lists the nodes ("host/formula/node") whose create or delete a
-// workflow's executors recorded: the nodes it may decide for a later
-// submission (alreadyDone).
-func (e *Engine) nodesTouched(ctx context.Context, rec *Record) (map[string]time.Time, error) {
+// nodesTouched lists the nodes ("host/formula/node") whose create or
+// delete a workflow's executors recorded, with how recent its record is
+// (as alreadyDone reads it, h): the nodes it may decide for a later
+// submission. A record of an attempt that started nothing on its host does
+// not decide its node (alreadyDone reads past it); one that does not
+// decode does (the node runs), as recent as the run's last start.
+func (e *Engine) nodesTouched(ctx context.Context, rec *Record, h *history) (map[string]time.Time, error) {
 	recs, bad, err := e.Nodes.Entries(ctx, rec.ID+".>")
 	if err != nil {
 		return nil, fmt.Errorf("read the node records of %s: %w", rec.ID, err)
 	}
 	keys := make(map[string]time.Time, len(recs)+len(bad))
 	for k, r := range recs {
-		keys[k] = startedAt(r)
+		if !(r.NeverStarted && !r.Status.Done()) {
+			keys[k] = h.recordTime(rec.ID, r.Generation)
+		}
 	}
 	for k := range bad {
-		keys[k] = time.Time{}
+		keys[k] = h.lastStarted(rec.ID)
 	}
 	servers := map[string]string{}
 	for _, c := range []*dag.Composition{rec.Composition, rec.Rollback} {

@@ -25,6 +25,7 @@ func TestARetryDoesNotMakeTheNodesItDidNotRunTheLatest(t *testing.T) {
 	h.nodes.Set(events.NodeKey(older, dag.OpCreate, "b", "y"), events.NodeRecord{Status: dag.NodeSucceeded, Attempt: 2, Generation: 2, GenAttempts: 1, SpecHash: specs(t, h, chain)["b/y"]})
 	later := h.e.Now().Add(time.Hour)
 	h.e.Now = func() time.Time { return later }
+	rec.Generation = 2 // retried
 	h.e.activated(context.Background(), &rec)
 	h.stored()
 	// The host has a/x with "sha256:other": a submission of chain's spec

@@ -11,14 +11,19 @@ import (
 // Record is an accepted workflow, stored in gantry_workflows before the
 // submitter hears "accepted".
 type Record struct {
-	ID          string            `json:"workflow_id"`
-	Name        string            `json:"workflow"`
-	Operation   dag.Operation     `json:"operation"`
-	Status      dag.WorkflowState `json:"status"`
-	Generation  int               `json:"generation"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
-	Composition *dag.Composition  `json:"composition"` // normalized
+	ID         string            `json:"workflow_id"`
+	Name       string            `json:"workflow"`
+	Operation  dag.Operation     `json:"operation"`
+	Status     dag.WorkflowState `json:"status"`
+	Generation int               `json:"generation"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+	// GenerationStarts, in a composition's history entry, are when each
+	// generation of the run started (on the planner's clock): its
+	// acceptance, then each retry. A node's record is as recent as the
+	// generation that wrote it (alreadyDone, prune).
+	GenerationStarts []time.Time      `json:"generation_starts,omitempty"`
+	Composition      *dag.Composition `json:"composition"` // normalized
 	// AlreadyDone lists "formula/node" recorded succeeded on its host with
 	// the same spec hash when the workflow was accepted: they are skipped.
 	AlreadyDone []string `json:"already_done,omitempty"`
