@@ -83,9 +83,17 @@ dump_events() {
 		return 1
 	fi
 	nats_cmd state-store
-	timeout 120 "${NATS_AS[@]}" sub --stream GANTRY_EVENTS --all --count "$n" --wait 10s --dump=- '>' >"$out.raw" 2>>"$out.err" || true
-	check_py dump "$out.raw" "$out" 2>>"$out.err"
-	rm -f "$out.raw"
+	# A read right after a partition heals can get nothing within its wait
+	# (its consumer made on a replica that is still catching up): read
+	# again, up to 3 times, until it holds every message counted.
+	local try
+	for try in 1 2 3; do
+		timeout 120 "${NATS_AS[@]}" sub --stream GANTRY_EVENTS --all --count "$n" --wait 10s --dump=- '>' >"$out.raw" 2>>"$out.err" || true
+		check_py dump "$out.raw" "$out" 2>>"$out.err"
+		rm -f "$out.raw"
+		[ "$(wc -l <"$out")" -lt "$n" ] || break
+		echo "dump $try: $(wc -l <"$out") of $n events; reading again" >>"$out.err"
+	done
 }
 
 # keep_logs DIR: every container's log (killed and stopped ones too), and
