@@ -167,6 +167,11 @@ func foldNode(n *events.NodeDoc, ev *consume.Event, e *events.NodeEvent) (*event
 		n.LastAttempt = e.Attempt
 		n.StartedAt, n.EndedAt, n.ExitCode, n.Error, n.Progress, n.Files = e.StartedAt, nil, nil, "", 0, nil
 	}
+	if n.StartedAt == nil && e.StartedAt != nil {
+		// The attempt's start, after a running that announced it without
+		// one (it waited for a slot).
+		n.StartedAt = e.StartedAt
+	}
 	if e.Files != nil {
 		n.Files = e.Files
 	}
