@@ -237,7 +237,7 @@ func (s *RunState) rolloutFailures(in *Instance) (first int, over bool) {
 
 // tolerated counts the failures rollouts allow: failed instances of a
 // rollout within its max_failed do not stop the run (it still ends
-// failed).
+// failed). One a retry carried is not counted: kept has it already.
 func (s *RunState) tolerated() int {
 	n := 0
 	for _, idx := range s.plan.rollouts {
@@ -249,7 +249,11 @@ func (s *RunState) tolerated() int {
 			}
 		}
 		if failed <= in.MaxFailed {
-			n += failed
+			for _, i := range idx {
+				if st := s.formulas[i]; (st == FormulaFailed || st == FormulaUnhealthy) && !s.Carried(i) {
+					n++ // a carried one is counted in kept already
+				}
+			}
 		}
 	}
 	return n
