@@ -201,7 +201,7 @@ func groupHostsOnce(c *Composition) func(group string) []string {
 func fanOut(c *Composition, f Formula, p string, hosts []string, rd *renderer, ps *problems) []Formula {
 	size, maxFailed := len(hosts), 0
 	if r := f.Rollout; r != nil {
-		size, maxFailed = max(r.Batch.Of(len(hosts)), 1), r.MaxFailed.Of(len(hosts))
+		size, maxFailed = max(r.Batch.Of(len(hosts)), 1), r.MaxFailed.Floor(len(hosts))
 	}
 	batches := (len(hosts) + size - 1) / size
 	made := make([]Formula, 0, len(hosts))

@@ -118,6 +118,16 @@ func (a Amount) Of(whole int) int {
 	return n
 }
 
+// Floor is a of whole rounded down, never up to 1: max_failed "10%" of 5
+// instances allows none (one failure is 20%), as Ansible's
+// max_fail_percentage.
+func (a Amount) Floor(whole int) int {
+	if !a.Percent {
+		return a.N
+	}
+	return whole * a.N / 100
+}
+
 func (a Amount) String() string {
 	if a.Percent {
 		return strconv.Itoa(a.N) + "%"
