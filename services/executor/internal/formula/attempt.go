@@ -29,6 +29,9 @@ import (
 func (nr *nodeRun) attempt(attempt int, record func() error) (final dag.NodeState, ev *events.NodeEvent, permanent bool, slots hold, busErr error) {
 	ev = &events.NodeEvent{}
 	slots, err := nr.takeSlots(attempt)
+	if err == nil && slots.waited {
+		slots, err = nr.heldByPause(attempt, slots)
+	}
 	if err != nil {
 		if nr.stop.Err() != nil {
 			ev.Status, ev.Reason = dag.NodeCancelled, "cancelled before it started"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -17,8 +18,9 @@ import (
 // hold is the slots an attempt holds: a lease of slots across executors,
 // or (lease nil) a slot of this executor's own per-host capacity.
 type hold struct {
-	lease *slots.Lease
-	free  func() // gives them back
+	lease  *slots.Lease
+	free   func() // gives them back
+	waited bool   // the attempt waited for them (announced: waitingForSlot)
 }
 
 // takeSlots waits until the attempt may start: a slot of each of the
@@ -52,11 +54,15 @@ func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
 	if len(limits) == 0 { // a planner that sends none: the host's own limit
 		limits = []dag.SlotLimit{{ID: "n-" + strings.ReplaceAll(dag.HostToken(d.Ref.Host), "_", "-"), Name: "host " + d.Ref.Host}}
 	}
+	var waited atomic.Bool
 	req := slots.Request{
 		Limits:   limits,
 		Priority: d.Priority,
 		Attempt:  strings.Join([]string{d.WorkflowID, strconv.Itoa(d.Generation), d.Formula, nr.n.Name, strconv.Itoa(attempt)}, "."),
-		Waiting:  func(l dag.SlotLimit, running int) { nr.waitingForSlot(attempt, l, running) },
+		Waiting: func(l dag.SlotLimit, running int) {
+			waited.Store(true)
+			nr.waitingForSlot(attempt, l, running)
+		},
 	}
 	// The slots bucket may not answer for a while (a NATS node lost, its
 	// leaders being elected): that is gantry's trouble, not the node's, so
@@ -72,7 +78,7 @@ func (nr *nodeRun) takeSlots(attempt int) (hold, error) {
 	for {
 		lease, err := nr.x.Slots.Acquire(actx, req)
 		if err == nil {
-			return hold{lease: lease, free: lease.Release}, nil
+			return hold{lease: lease, free: lease.Release, waited: waited.Load()}, nil
 		}
 		if nr.stop.Err() != nil {
 			return hold{}, nr.stop.Err()
@@ -106,6 +112,40 @@ func (x *Executor) stopping() <-chan struct{} {
 		return nil
 	}
 	return x.Stopping.Done()
+}
+
+// heldByPause gives the slots h back while the workflow is paused, and
+// takes them again once it goes on: an attempt that waited for its slots
+// may get them after a pause, which holds every node not started yet. (A
+// formula looks for a pause before it starts nodes; this attempt had
+// started waiting before.) A run state that cannot be read holds nothing,
+// as there.
+func (nr *nodeRun) heldByPause(attempt int, h hold) (hold, error) {
+	for {
+		resumed, done := nr.x.awaitResume(nr.d.WorkflowID) // before the read: a resume after it wakes us
+		w, _, err := nr.x.Runs.Get(nr.stop, nr.d.WorkflowID)
+		if err != nil || w.Generation != nr.d.Generation || w.Status != dag.WorkflowPaused {
+			done()
+			return h, nil
+		}
+		h.giveBackNow()
+		nr.log.Info("slots came while the workflow is paused: given back until it goes on")
+		t := time.NewTimer(PausePoll)
+		select {
+		case <-resumed:
+		case <-t.C:
+		case <-nr.stop.Done():
+		case <-nr.x.stopping():
+		}
+		t.Stop()
+		done()
+		if nr.stop.Err() != nil {
+			return hold{}, nr.stop.Err()
+		}
+		if h, err = nr.takeSlots(attempt); err != nil {
+			return hold{}, err
+		}
+	}
 }
 
 // SlotRetryFor is how long an attempt tries to take its slots while the
