@@ -47,11 +47,11 @@ func (e *Engine) remember(ctx context.Context, rec *Record) error {
 	return nil
 }
 
-// activated marks a retried workflow as the latest run of its composition
-// from now (its entry's UpdatedAt): what it runs again is newer than what
-// runs accepted after it ran (alreadyDone and prune read the runs in the
-// order they were last started). An entry that cannot be updated is
-// logged: the retry goes on.
+// activated marks a retried workflow's generation as started now (its
+// entry's GenerationStarts): what it runs again is newer than what runs
+// accepted after it ran (alreadyDone and prune read the runs in the order
+// they were last started). An entry that cannot be updated is logged: the
+// retry goes on.
 func (e *Engine) activated(ctx context.Context, rec *Record) {
 	if rec.Operation == dag.OpCheck {
 		return
@@ -64,7 +64,6 @@ func (e *Engine) activated(ctx context.Context, rec *Record) {
 		if entry, rev, err = e.Workflows.Get(ctx, key); err != nil {
 			break
 		}
-		entry.UpdatedAt = now
 		entry.GenerationStarts = startsUpTo(entry, rec.Generation, now)
 		if _, err = e.Workflows.Put(ctx, key, entry, rev); !errors.Is(err, events.ErrChanged) {
 			break
@@ -103,11 +102,12 @@ func generationStart(entry Record, gen int) time.Time {
 	return lastStarted(entry)
 }
 
-// lastStarted is when a composition's run was last started: its entry's
-// UpdatedAt (a retry), else its acceptance.
+// lastStarted is when a composition's run was last started: its last
+// generation's start, else (an entry written before they were kept) its
+// acceptance.
 func lastStarted(entry Record) time.Time {
-	if !entry.UpdatedAt.IsZero() {
-		return entry.UpdatedAt
+	if n := len(entry.GenerationStarts); n > 0 {
+		return entry.GenerationStarts[n-1]
 	}
 	return entry.CreatedAt
 }
