@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/composition"
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
 )
@@ -103,4 +104,49 @@ func (s *stack) list() []events.WorkflowSummary {
 		s.t.Fatal(err)
 	}
 	return rows
+}
+
+// A cancel while a health gate is being checked stops the check on its
+// host (it ran on until the gate's timeout, 60 s here) and gives the gate
+// no verdict: the cancelled formula does not say its gate failed.
+func TestCancelStopsAGateBeingChecked(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	h := s.fleet.Hosts[0]
+	dir := t.TempDir()
+	sleep := fmt.Sprintf("1000.%06d", time.Now().UnixNano()%1000000)
+	c, err := composition.Load("gate.yaml", []byte(fmt.Sprintf(`name: gatecancel
+hosts: {h: {address: %q, user: %s}}
+formulas:
+  - id: db
+    server: h
+    nodes: [{name: install, run: 'true'}]
+    health_gate: {check: 'touch %s/checking; sleep %s', timeout: 60s, retries: 1}
+`, h.Addr, s.fleet.User, dir, sleep)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.mustSubmit(c)
+	s.waitFor("the gate's check to run", 30*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "checking"))
+		return err == nil
+	})
+	checking := func() string {
+		out, _ := exec.Command("pgrep", "-f", "sleep "+strings.ReplaceAll(sleep, ".", "[.]")).Output()
+		return strings.TrimSpace(string(out))
+	}
+	if checking() == "" {
+		t.Fatal("pgrep finds no check on the host: the check below could not fail")
+	}
+	if msg, code := s.control(id, events.VerbCancel); code != "" {
+		t.Fatalf("cancel: %s %s", code, msg)
+	}
+	s.waitFor("the check to stop on the host", 15*time.Second, func() bool { return checking() == "" })
+	doc := s.wait(id, 30*time.Second)
+	if doc.Status != dag.WorkflowCancelled {
+		t.Errorf("workflow %s", doc.Status)
+	}
+	time.Sleep(time.Second) // a verdict would come right after the check ended
+	if f := s.status(id).Formulas["db"]; f == nil || strings.Contains(f.Error, "health gate failed") {
+		t.Errorf("the cancelled formula: %+v", f)
+	}
 }

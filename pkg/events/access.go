@@ -140,13 +140,14 @@ func Uses(id Identity) Usage {
 		}
 	case HealthGate:
 		return Usage{
-			Publish:  []string{AllHealth},
-			Serve:    []string{StatusSubject(HealthGate)},
-			Streams:  []string{StreamEvents, StreamGates},
-			Consumes: []Durable{{StreamGates, ConsumerHealthGate}},
-			Checks:   []string{StreamEvents},
-			Read:     []string{BucketOutputs}, // the outputs its checks read
-			ByKey:    []string{BucketOutputs},
+			Publish:   []string{AllHealth},
+			Subscribe: []string{AllWorkflowLifecycle}, // a cancel stops the workflow's gates
+			Serve:     []string{StatusSubject(HealthGate)},
+			Streams:   []string{StreamEvents, StreamGates},
+			Consumes:  []Durable{{StreamGates, ConsumerHealthGate}},
+			Checks:    []string{StreamEvents},
+			Read:      []string{BucketOutputs}, // the outputs its checks read
+			ByKey:     []string{BucketOutputs},
 		}
 	case StateStore:
 		return Usage{

@@ -6,9 +6,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/consume"
+	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
@@ -66,6 +68,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		return fmt.Errorf("health-gate: %w", err)
 	}
 	c := &gate.Checker{Hosts: gateHosts{hosts}, Secrets: sec, Outputs: outs, Pub: &eventbus.Publisher{JS: js, NC: nc, Source: cfg.Instance, Log: log, Heal: heal.Heal}, Log: log, Tracer: cfg.Tracer}
+	// A cancelled workflow's gates stop being checked here.
+	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) { cancelGates(c, m, log) })
+	if err != nil {
+		return fmt.Errorf("health-gate: follow the workflows: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	svc, err := eventbus.AddService(nc, eventbus.ServiceSpec{ID: events.HealthGate, Version: buildinfo.Version(), Instance: cfg.Instance,
 		Description: "gantry health-gate: checks formulas' health gates on their hosts", Status: func() any {
 			gates, n := c.Status()
@@ -79,6 +87,27 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	log.Info("health-gate started", "secrets_dir", sec.Path(), "allow_local", cfg.Hosts.AllowLocal)
 	return consume.Run(ctx, cons, c.Handle, consume.Options{Name: "health-gate", Concurrency: cfg.Concurrency, AckWait: eventbus.WorkAckWait, Logger: log,
 		Repair: heal.Consumer(events.StreamGates, events.ConsumerHealthGate)})
+}
+
+// cancelGates stops the gates of a workflow a lifecycle event says is
+// cancelled (or cancelling).
+func cancelGates(c *gate.Checker, m *nats.Msg, log *slog.Logger) {
+	env, err := events.Parse(m.Data)
+	if err != nil || env.Type.Family() != events.FamilyWorkflow {
+		return
+	}
+	if err := events.Admit(m.Subject, env); err != nil {
+		log.Warn("event refused: not from where its type comes", "security", true, "subject", m.Subject, "type", string(env.Type), "err", err)
+		return
+	}
+	var w events.WorkflowEvent
+	if events.DecodeData(env, &w) != nil {
+		return
+	}
+	if w.Status == dag.WorkflowCancelled || w.Cancelling {
+		log.Info("workflow cancelled: its gates stop", "workflow_id", w.WorkflowID)
+		c.WorkflowCancelled(w.WorkflowID, w.Generation, time.Now())
+	}
 }
 
 // gateHosts gives the gate the runners of hosts: its checks are plain

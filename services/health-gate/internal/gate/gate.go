@@ -42,8 +42,9 @@ type Checker struct {
 	// Tracer records gate spans (nil: none).
 	Tracer *tracing.Tracer
 
-	mu    sync.Mutex
-	gates map[*inProgress]struct{} // being checked
+	mu      sync.Mutex
+	gates   map[*inProgress]struct{} // being checked
+	cancels cancels
 }
 
 // Runners gives the runner of a host (transport.Hosts; a scripted host in
@@ -121,17 +122,25 @@ func spread(span time.Duration, k, n int) time.Duration {
 // is simply checked again. The span context in ctx (the gate request's,
 // the formula's span) is the parent of the gate's span.
 func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	cancelled, untrack := c.cancels.track(g.WorkflowID, g.Generation, stop)
+	defer untrack()
+	if cancelled {
+		c.Log.Info("gate of a cancelled workflow: not checked", "workflow_id", g.WorkflowID, "host", g.Ref.Host, "formula", g.Formula)
+		return nil
+	}
 	defer c.begin(g)()
 	r := c.start(g)
 	r.parent = trace.SpanContextFromContext(ctx)
 	ctx = tracing.Context(ctx, r.parent, r.spanID())
 	for attempt := 1; ; attempt++ {
 		if err := r.waitTurn(ctx, attempt); err != nil {
-			return err
+			return r.stopped(ctx, err)
 		}
 		ev := r.check(ctx, attempt)
 		if err := ctx.Err(); err != nil {
-			return err // shutting down is no verdict: the gate is delivered again
+			return r.stopped(ctx, err) // shutting down is no verdict: the gate is delivered again
 		}
 		r.conclude(ev)
 		if err := r.publish(ctx, ev); err != nil {
@@ -144,6 +153,17 @@ func (c *Checker) Run(ctx context.Context, g *events.GateRequest) error {
 			return nil
 		}
 	}
+}
+
+// stopped is what a gate stopped by ctx ends with: nothing when its
+// workflow was cancelled (no verdict: the run is over), else err (the
+// worker stops: the gate is delivered again).
+func (r *gateRun) stopped(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errWorkflowCancelled) {
+		r.log.Info("gate stopped: its workflow was cancelled")
+		return nil
+	}
+	return err
 }
 
 // gateRun is one run of a gate: its clock, schedule and budget.
