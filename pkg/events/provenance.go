@@ -157,6 +157,26 @@ type about struct {
 	Node       string `json:"node"`
 }
 
+// WorkflowEventOn reads a message received on subject (a workflow's
+// lifecycle) as its workflow event: nil and no error when it is none
+// (another family, or it does not decode); an error wrapping
+// ErrNotAdmitted, with its type, when it did not come the way its type
+// comes.
+func WorkflowEventOn(subject string, data []byte) (*WorkflowEvent, error) {
+	env, err := Parse(data)
+	if err != nil || env.Type.Family() != FamilyWorkflow {
+		return nil, nil
+	}
+	if err := Admit(subject, env); err != nil {
+		return nil, fmt.Errorf("type %s: %w", env.Type, err)
+	}
+	var w WorkflowEvent
+	if DecodeData(env, &w) != nil {
+		return nil, nil
+	}
+	return &w, nil
+}
+
 // Admit checks that env, received on subject, came the way its type comes:
 // on the kind of subject its type travels on, about the host (and
 // workflow, and node of a log line) its subject names. Its error wraps

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -122,5 +123,44 @@ func TestAdmit(t *testing.T) {
 				t.Fatalf("error %q, want ErrNotAdmitted naming %q", err, c.refused)
 			}
 		})
+	}
+}
+
+// TestWorkflowEventOn: a message on a workflow's lifecycle is its workflow
+// event when it came the way workflow events come; an event of another
+// family, or bytes that are no event, are none (no error); one about
+// another workflow is refused, naming why.
+func TestWorkflowEventOn(t *testing.T) {
+	workflow := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: "wf1", Workflow: "w", Operation: dag.OpCreate, Generation: 2}, Status: dag.WorkflowCancelled}
+	formula := &events.FormulaEvent{Ref: events.Ref{WorkflowID: "wf1", Workflow: "w", Formula: "f", Host: "h1", Operation: dag.OpCreate, Generation: 1}, Status: dag.FormulaSucceeded}
+	data := func(p events.Payload) []byte {
+		b, err := json.Marshal(envelope(t, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name, subject string
+		data          []byte
+		want          bool   // a workflow event comes out
+		refused       string // "" none; else in the error
+	}{
+		{"its workflow's", "workflow.wf1.lifecycle", data(workflow), true, ""},
+		{"another workflow's subject", "workflow.wf2.lifecycle", data(workflow), false, `about workflow "wf1"`},
+		{"a formula event", "workflow.wf1.lifecycle", data(formula), false, ""},
+		{"not an event", "workflow.wf1.lifecycle", []byte("{not json"), false, ""},
+	} {
+		w, err := events.WorkflowEventOn(c.subject, c.data)
+		switch {
+		case c.refused != "" && (!errors.Is(err, events.ErrNotAdmitted) || !strings.Contains(err.Error(), c.refused)):
+			t.Errorf("%s: err %v, want refused with %q", c.name, err, c.refused)
+		case c.refused == "" && err != nil:
+			t.Errorf("%s: err %v", c.name, err)
+		case c.want != (w != nil):
+			t.Errorf("%s: event %+v, want one: %t", c.name, w, c.want)
+		case w != nil && (w.WorkflowID != "wf1" || w.Generation != 2 || w.Status != dag.WorkflowCancelled):
+			t.Errorf("%s: event %+v", c.name, w)
+		}
 	}
 }

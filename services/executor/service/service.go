@@ -178,16 +178,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	// here, and those of its formulas whose timeout passed; a resumed
 	// workflow's formulas held by its pause go on.
 	sub, err := nc.Subscribe(events.AllWorkflowLifecycle, func(m *nats.Msg) {
-		env, err := events.Parse(m.Data)
-		if err != nil || env.Type.Family() != events.FamilyWorkflow {
-			return
+		w, err := events.WorkflowEventOn(m.Subject, m.Data)
+		if err != nil {
+			log.Warn("event refused: not from where its type comes", "security", true, "subject", m.Subject, "err", err)
 		}
-		if err := events.Admit(m.Subject, env); err != nil {
-			log.Warn("event refused: not from where its type comes", "security", true, "subject", m.Subject, "type", string(env.Type), "err", err)
-			return
-		}
-		var w events.WorkflowEvent
-		if events.DecodeData(env, &w) != nil {
+		if w == nil {
 			return
 		}
 		if w.Status != dag.WorkflowPaused {
