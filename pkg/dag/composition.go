@@ -63,6 +63,16 @@ const MaxScript = 120 << 10
 // quoted again).
 func ScriptArgSize(s string) int { return len(s) + 12*strings.Count(s, "'") }
 
+// ScriptWithEnvSize is what a script and its environment take of that
+// argument: the script, and an export line a variable.
+func ScriptWithEnvSize(script string, env map[string]string) int {
+	n := ScriptArgSize(script)
+	for k, v := range env {
+		n += len(k) + ScriptArgSize(v) + len("export ='';\n")
+	}
+	return n
+}
+
 // ScriptTooLarge says why a script whose ScriptArgSize is n is refused; ""
 // when it fits.
 func ScriptTooLarge(n int) string {

@@ -134,7 +134,7 @@ func (sh *shell) run(what, script string) (hostexec.Result, error) {
 		}
 		env[changedEnv] = sh.changedList()
 	}
-	if why := dag.ScriptTooLarge(scriptSize(script, env)); why != "" {
+	if why := dag.ScriptTooLarge(dag.ScriptWithEnvSize(script, env)); why != "" {
 		return hostexec.Result{ExitCode: -1}, fmt.Errorf("%w: the %s script with its environment (its outputs in) is %s", errScriptTooLarge, what, why)
 	}
 	cmd := hostexec.Attempt{Command: hostexec.Command{Script: script, Env: env, Secrets: secret, Timeout: n.Timeout.D(), OnLine: sh.line,
@@ -416,16 +416,6 @@ func isUnreachable(err error) bool {
 // errScriptTooLarge: a script, once its outputs are in, is longer than a
 // host's shell takes; nothing ran.
 var errScriptTooLarge = errors.New("nothing ran")
-
-// scriptSize is what a script and its environment take of the one
-// argument a host's shell is handed.
-func scriptSize(script string, env map[string]string) int {
-	n := dag.ScriptArgSize(script)
-	for k, v := range env {
-		n += len(k) + dag.ScriptArgSize(v) + len("export ='';\n")
-	}
-	return n
-}
 
 func isPermanent(err error) bool {
 	for _, p := range []error{errUnreachable, errRefused, errSecret, errFiles, errOutputMissing, errScriptTooLarge, hostexec.ErrHostKeyUnknown, hostexec.ErrHostKeyChanged, hostexec.ErrHostKeyRevoked,

@@ -242,11 +242,7 @@ func (r *gateRun) fillOutputs() error {
 // fits refuses a check that, with its environment (its outputs in), is
 // longer than a host's shell takes.
 func (r *gateRun) fits() error {
-	n := dag.ScriptArgSize(r.script)
-	for k, v := range r.env {
-		n += len(k) + dag.ScriptArgSize(v) + len("export ='';\n")
-	}
-	if why := dag.ScriptTooLarge(n); why != "" {
+	if why := dag.ScriptTooLarge(dag.ScriptWithEnvSize(r.script, r.env)); why != "" {
 		return fmt.Errorf("nothing ran: the check with its environment (its outputs in) is %s", why)
 	}
 	return nil
