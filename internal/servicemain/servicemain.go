@@ -134,7 +134,7 @@ func serve(s Service, o natsconn.Options, metrics string, p Process) int {
 		if _, err := metricsserve.Start(ctx, metrics, p.Log); err != nil {
 			return err
 		}
-		return s.Run(ctx, nc, p)
+		return StopAsked(ctx, s.Run(ctx, nc, p))
 	}()
 	_ = nc.Drain()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/internal/servicemain"
 	"github.com/gantry-dev/gantry/pkg/busauth"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsconn"
@@ -118,7 +119,7 @@ func RunExecutor(ctx context.Context, cfg Config, o ExecutorOptions) error {
 	defer func() { _ = nc.Drain() }()
 	x := cfg.executorConfig(fmt.Sprintf("executor/%s-dev-%d-%s", host, os.Getpid(), o.Name))
 	x.Labels = o.Labels
-	return executor.Run(ctx, nc, x)
+	return servicemain.StopAsked(ctx, executor.Run(ctx, nc, x))
 }
 
 // RunPlanner runs one more planner on its own connection, as the planner
@@ -136,7 +137,7 @@ func RunPlanner(ctx context.Context, cfg Config, name string) error {
 	defer func() { _ = nc.Drain() }()
 	p := cfg.plannerConfig(fmt.Sprintf("planner/%s-dev-%d-%s", host, os.Getpid(), name))
 	p.Tracer, p.Retention = nil, planner.Retention{} // the first planner records spans and prunes
-	return planner.Run(ctx, nc, p)
+	return servicemain.StopAsked(ctx, planner.Run(ctx, nc, p))
 }
 
 // Run runs the four services, each on its own connection as its own
@@ -184,7 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() {
 			defer wg.Done()
 			defer func() { _ = nc.Drain() }()
-			if err := s.run(ctx, nc); err != nil {
+			if err := servicemain.StopAsked(ctx, s.run(ctx, nc)); err != nil {
 				errs <- fmt.Errorf("%s: %w", s.name, err)
 				cancel()
 			}
