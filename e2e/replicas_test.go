@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,4 +178,99 @@ func TestPauseHoldsAcrossPlannerReplicas(t *testing.T) {
 			t.Errorf("%s became ready while the workflow was paused", e.formula)
 		}
 	}
+}
+
+// A cancel sent to one planner replica at about the moment the other
+// steps the run's last formula to its end: whichever record write comes
+// first, the stream ends the run once, as the planner's record and
+// `status` do; a cancel answered OK ends it cancelled, and a refused one
+// ("already succeeded") leaves nothing of itself in the stream. Before,
+// the step published "succeeded" before it wrote the record, lost the
+// write to the cancel, and the run then ended cancelled: the stream said
+// succeeded, then cancelled (3 runs in 4 failed); a refused cancel's
+// "cancelling" was in the stream after "succeeded".
+func TestCancelRacingTheEndAcrossPlannerReplicas(t *testing.T) {
+	s := newStack(t, stackOptions{planners: []string{"b"}})
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	const rounds, par = 8, 5
+	type result struct{ id, code, body string }
+	for round := range rounds {
+		var wg sync.WaitGroup
+		out := make([]result, par)
+		for k := range par {
+			delay := time.Duration(230+rng.IntN(120)) * time.Millisecond // the node sleeps 300 ms
+			wg.Go(func() {
+				tag := fmt.Sprintf("%d-%d", round, k)
+				c := &dag.Composition{Name: fmt.Sprintf("cancel-end-%s-%d", tag, time.Now().UnixNano()%1e9), Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+					Formulas: []dag.Formula{{ID: "f", Server: "me", Nodes: []dag.Node{{Name: "a", Run: fmt.Sprintf("touch %s/started-%s; sleep 0.3", dir, tag)}}}}}
+				id := s.mustSubmit(c)
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					if _, err := os.Stat(fmt.Sprintf("%s/started-%s", dir, tag)); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("%s never started", id)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(delay)
+				body, code := s.control(id, events.VerbCancel)
+				out[k] = result{id, code, body}
+			})
+		}
+		wg.Wait()
+		for _, r := range out {
+			if r.id == "" {
+				continue
+			}
+			s.wait(r.id, 60*time.Second)
+			s.waitFor("the state-store to catch up", 10*time.Second, func() bool { return stateCaughtUp(s.js) })
+			d := s.status(r.id)
+			rec := s.plannerRecord(r.id)
+			var stream, finals []string
+			for _, e := range s.events(r.id) {
+				if e.typ.Family() != events.FamilyWorkflow {
+					continue
+				}
+				stream = append(stream, e.status)
+				if dag.WorkflowState(e.status).Terminal() {
+					finals = append(finals, e.status)
+				}
+			}
+			if len(finals) != 1 || finals[0] != string(d.Status) || rec != d.Status {
+				t.Errorf("%s: the stream %q, status %s, the planner's record %s: want one end, the same everywhere", r.id, stream, d.Status, rec)
+			}
+			switch {
+			case r.code == "" && d.Status != dag.WorkflowCancelled:
+				t.Errorf("%s: the cancel was answered OK, the run ended %s", r.id, d.Status)
+			case r.code != "" && (d.Status == dag.WorkflowCancelled || !strings.Contains(r.body, "already")):
+				t.Errorf("%s: the cancel was refused (%s %s), the run ended %s", r.id, r.code, r.body, d.Status)
+			case r.code != "" && len(stream) > 0 && stream[len(stream)-1] != string(d.Status):
+				t.Errorf("%s: the refused cancel left %q in the stream", r.id, stream)
+			}
+		}
+	}
+}
+
+// plannerRecord is the status in the planner's workflow record.
+func (s *stack) plannerRecord(id string) dag.WorkflowState {
+	s.t.Helper()
+	e, err := s.js.KeyValue(context.Background(), events.BucketWorkflows)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	v, err := e.Get(context.Background(), id)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var rec struct {
+		Status dag.WorkflowState `json:"status"`
+	}
+	if err := json.Unmarshal(v.Value(), &rec); err != nil {
+		s.t.Fatal(err)
+	}
+	return rec.Status
 }

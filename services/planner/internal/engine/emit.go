@@ -124,35 +124,54 @@ func (e *Engine) publishFormula(ctx context.Context, r *run, i int, st dag.Formu
 	e.Out.Emit(r.formulaCtx(ctx, i), events.HostLifecycle(ev.Ref.Host), ev, e.msgID(r, r.plan.Formulas[i].ID, string(st)))
 }
 
-// publishWorkflow publishes a workflow transition; by is who asked for it
-// (nil for the planner's own).
+// publishWorkflow announces a workflow transition; by is who asked for it
+// (nil for the planner's own). It goes out with the record's next write
+// (saveRecord), which every transition makes.
 func (e *Engine) publishWorkflow(ctx context.Context, r *run, st dag.WorkflowState, reason string, by *events.Principal) {
+	ev := e.workflowEvent(r, st, reason, by)
+	r.announce = append(r.announce, Announcement{Subject: events.WorkflowLifecycle(r.rec.ID), Event: ev,
+		MsgID: e.msgID(r, "workflow", string(st), strconv.Itoa(r.rec.Requests))})
+}
+
+// publishAccepted publishes an accepted run's accepted event, at once: its
+// record is written already.
+func (e *Engine) publishAccepted(ctx context.Context, r *run, by *events.Principal) {
+	ev := e.workflowEvent(r, dag.WorkflowAccepted, "", by)
+	at := r.rec.CreatedAt // when it was accepted, however late its event is published
+	ev.Run.StartedAt = &at
+	ev.Graph = events.GraphOf(r.plan) // what viewers draw
+	ev.Vars = dag.ShownVars(r.rec.Composition.ExtraVars)
+	// Requests 0: published again by acceptedFirst, maybe after a request.
+	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(dag.WorkflowAccepted), "0"))
+}
+
+// workflowEvent is a workflow transition's event.
+func (e *Engine) workflowEvent(r *run, st dag.WorkflowState, reason string, by *events.Principal) *events.WorkflowEvent {
 	now := e.now()
 	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
 		Status: st, Reason: reason, Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}, RequestedBy: by}
 	if st.Terminal() {
 		ev.EndedAt = &now
 		ev.Error = reason
-		e.ended = append(e.ended, st)
 	}
 	ev.Formulas = map[dag.FormulaState]int{}
 	for i := range r.plan.Formulas {
 		ev.Formulas[r.state.Formula(i)]++
 		ev.TotalNodes += len(r.plan.Formulas[i].Nodes)
 	}
-	if st == dag.WorkflowAccepted {
-		at := r.rec.CreatedAt // when it was accepted, however late its event is published
-		ev.Run.StartedAt = &at
-		ev.Graph = events.GraphOf(r.plan) // what viewers draw
-		ev.Vars = dag.ShownVars(r.rec.Composition.ExtraVars)
-	}
-	requests := r.rec.Requests
-	if st == dag.WorkflowAccepted {
-		requests = 0 // published again by acceptedFirst, maybe after a request
-	}
-	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", string(st), strconv.Itoa(requests)))
-	if st.Terminal() {
-		e.recordWorkflow(ctx, r, st, reason)
+	return ev
+}
+
+// announced publishes the workflow events r's record announces, and the
+// end of a finished run (its metric, its span), once the record is
+// written.
+func (e *Engine) announced(ctx context.Context, r *run) {
+	for _, a := range r.rec.Announce {
+		e.Out.Emit(r.workflowCtx(ctx), a.Subject, a.Event, a.MsgID)
+		if st := a.Event.Status; st.Terminal() {
+			e.ended = append(e.ended, st)
+			e.recordWorkflow(ctx, r, st, a.Event.Reason)
+		}
 	}
 }
 
@@ -175,5 +194,6 @@ func (e *Engine) publishCancelling(ctx context.Context, r *run, n int) {
 	ev := &events.WorkflowEvent{Ref: events.Ref{WorkflowID: r.rec.ID, Workflow: r.rec.Name, Operation: r.rec.Operation, Generation: r.rec.Generation},
 		Status: dag.WorkflowRunning, Reason: reason,
 		Run: events.Run{Attempt: r.rec.Generation, StartedAt: &now}, RequestedBy: r.rec.CancelledBy, Cancelling: true}
-	e.Out.Emit(r.workflowCtx(ctx), events.WorkflowLifecycle(r.rec.ID), ev, e.msgID(r, "workflow", "cancelling", strconv.Itoa(r.rec.Requests)))
+	r.announce = append(r.announce, Announcement{Subject: events.WorkflowLifecycle(r.rec.ID), Event: ev,
+		MsgID: e.msgID(r, "workflow", "cancelling", strconv.Itoa(r.rec.Requests))})
 }

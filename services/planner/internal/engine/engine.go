@@ -100,6 +100,9 @@ type run struct {
 	// acceptedStored: the submission saw its accepted event stored
 	// (acceptedFirst need not look for it).
 	acceptedStored bool
+	// announce are the workflow events decided in this unit of work, to
+	// be published once the record that says them is written (saveRecord).
+	announce []Announcement
 }
 
 func (e *Engine) now() time.Time {
@@ -183,7 +186,7 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 	if rec.Trace != nil {
 		reply.TraceID = rec.Trace.TraceID
 	}
-	e.publishWorkflow(ctx, r, dag.WorkflowAccepted, "", &by)
+	e.publishAccepted(ctx, r, &by)
 	fctx, cancel := context.WithTimeout(ctx, AcceptedEventWait)
 	defer cancel()
 	if err := e.Out.Flush(fctx); err != nil {
@@ -311,7 +314,7 @@ func (e *Engine) acceptedFirst(ctx context.Context, r *run) {
 		return
 	}
 	e.Out.Recheck(r.rec.CreatedAt)
-	e.publishWorkflow(ctx, r, dag.WorkflowAccepted, "", r.rec.SubmittedBy)
+	e.publishAccepted(ctx, r, r.rec.SubmittedBy)
 	e.Out.Recheck(time.Time{})
 }
 

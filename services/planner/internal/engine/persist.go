@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -63,6 +64,9 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	r.carry()
+	if err := e.announceLeft(ctx, r); err != nil {
+		return nil, err
+	}
 	e.repairStatus(r)
 	e.cacheRun(r)
 	e.awaitCancel(r)
@@ -200,11 +204,53 @@ func (e *Engine) saveSnapshot(ctx context.Context, r *run) error {
 }
 
 // saveRecord writes the workflow record with a compare-and-set, once every
-// event emitted is stored.
+// event emitted is stored; then publishes the workflow events the unit
+// decided (Record.Announce), which the record announced, and clears them.
 func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 	if err := e.Out.Flush(ctx); err != nil {
 		return err
 	}
+	r.rec.Announce, r.announce = r.announce, nil
+	if err := e.writeRecord(ctx, r); err != nil {
+		return err
+	}
+	return e.announce(ctx, r)
+}
+
+// announce publishes what r's record announces, waits for it to be
+// stored, and writes the record without it. When another planner replica
+// wrote the record first, it loaded it announcing them and published them
+// itself (the same message ids): nothing is left to clear here.
+func (e *Engine) announce(ctx context.Context, r *run) error {
+	if len(r.rec.Announce) == 0 {
+		return nil
+	}
+	e.announced(ctx, r)
+	if err := e.Out.Flush(ctx); err != nil {
+		return err
+	}
+	r.rec.Announce = nil
+	if err := e.writeRecord(ctx, r); err != nil && !errors.Is(err, events.ErrChanged) {
+		return err
+	}
+	return nil
+}
+
+// announceLeft publishes what a loaded record still announces: the
+// planner that wrote it stopped before it had (or before it cleared
+// them), so each is looked for in the stream first.
+func (e *Engine) announceLeft(ctx context.Context, r *run) error {
+	if len(r.rec.Announce) == 0 {
+		return nil
+	}
+	e.Log.Info("workflow record announces events not known to be published; publishing them", "workflow_id", r.rec.ID, "events", len(r.rec.Announce))
+	e.Out.Recheck(r.rec.UpdatedAt)
+	defer e.Out.Recheck(time.Time{})
+	return e.announce(ctx, r)
+}
+
+// writeRecord writes the workflow record with a compare-and-set.
+func (e *Engine) writeRecord(ctx context.Context, r *run) error {
 	r.rec.UpdatedAt = e.now()
 	rev, err := e.Workflows.Put(ctx, r.rec.ID, *r.rec, r.recRev)
 	if err != nil {

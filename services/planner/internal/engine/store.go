@@ -70,10 +70,26 @@ type Record struct {
 	Carried []string            `json:"carried,omitempty"`
 	// Trace is the workflow's trace (none when nothing traces it).
 	Trace *TraceRef `json:"trace,omitempty"`
+	// Announce are the workflow events the last write of this record
+	// announced (saveRecord): written with the record, published, then
+	// cleared. A workflow event goes out only once the record that says it
+	// is written, so a unit of work that loses the record to another
+	// planner replica's write has published none of its own (a "succeeded"
+	// beaten by a cancel, a "cancelling" beaten by the end). A planner that
+	// loads a record still announcing them publishes them, each looked for
+	// in the stream first: the one that wrote it stopped before it had.
+	Announce []Announcement `json:"announce,omitempty"`
 	// PrunedAt is set when a prune chose the finished workflow: its data
 	// is being removed, it takes no control request, and the next prune
 	// finishes the removal if this one stopped half way.
 	PrunedAt *time.Time `json:"pruned_at,omitempty"`
+}
+
+// Announcement is a workflow event a record announces (Record.Announce).
+type Announcement struct {
+	Subject string                `json:"subject"`
+	MsgID   string                `json:"msg_id"`
+	Event   *events.WorkflowEvent `json:"event"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.
