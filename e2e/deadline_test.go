@@ -252,3 +252,39 @@ func (r *remote) stillThere() bool {
 	out, _ := exec.Command("pgrep", "-f", r.pattern).Output()
 	return strings.TrimSpace(string(out)) != ""
 }
+
+// The composition's timeout passes while NATS is down, after its one node
+// ended on the host in time: the outcome could not be stored, so the
+// planner's deadline stops the run; the executor then says the node had
+// ended before the stop reached it. The run ends succeeded, as its
+// work did. Before, it ended failed, "1 formula(s) unfinished (f)", after
+// its stream said f succeeded.
+func TestADeadlinePassedInANATSOutageAfterTheWorkEnded(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	mark := filepath.Join(t.TempDir(), "mark")
+	c := &dag.Composition{Name: fmt.Sprintf("deadline-outage-%d", time.Now().UnixNano()%1e9), Timeout: dag.Duration(10 * time.Second),
+		Hosts: map[string]dag.Host{"me": {Transport: dag.TransportLocal}},
+		Formulas: []dag.Formula{{ID: "f", Server: "me", Nodes: []dag.Node{
+			{Name: "a", Run: fmt.Sprintf("echo start >> %[1]s; sleep 3; echo end >> %[1]s", mark)}}}}}
+	id := s.mustSubmit(c)
+	s.waitFor("a to start", 30*time.Second, func() bool { b, _ := os.ReadFile(mark); return strings.Contains(string(b), "start") })
+	s.ns.Stop()
+	time.Sleep(14 * time.Second) // the node ends at 3 s, the deadline passes at 10 s
+	s.ns.StartAgain()
+	d := s.wait(id, 60*time.Second)
+	if b, _ := os.ReadFile(mark); string(b) != "start\nend\n" {
+		t.Fatalf("the node did not run to its end once: %q", b)
+	}
+	if d.Status != dag.WorkflowSucceeded {
+		t.Errorf("workflow %s (%s), want succeeded: its only node ended within the timeout", d.Status, d.Error)
+	}
+	var finals []string
+	for _, e := range s.events(id) {
+		if e.typ.Family() == events.FamilyWorkflow && dag.WorkflowState(e.status).Terminal() {
+			finals = append(finals, e.status)
+		}
+	}
+	if len(finals) != 1 || finals[0] != string(dag.WorkflowSucceeded) {
+		t.Errorf("the stream ends the run as %q", finals)
+	}
+}

@@ -359,6 +359,18 @@ func (e *Engine) settleCancel(ctx context.Context, r *run) error {
 func (e *Engine) stopped(ctx context.Context, r *run, more string) error {
 	delete(e.cancelling, r.rec.ID)
 	st, reason, by := dag.WorkflowCancelled, "cancelled by request", r.rec.CancelledBy
+	if r.rec.CancelledBy == nil && r.rec.Expired != "" && more == "" {
+		if d := r.plan.Step(r.state); d.Done && d.Result == dag.WorkflowSucceeded {
+			// Every formula the deadline found running had ended on its
+			// host before the stop reached it (its executor said so, as
+			// for a formula's own timeout), and it found none to cancel:
+			// the deadline stopped nothing, so the run ends as its work
+			// did. (Its clock may have passed only for the planner: the
+			// outcomes were held up, by a NATS outage say.)
+			e.Log.Info("deadline passed, but every formula had ended before the stop reached it", "workflow_id", r.rec.ID)
+			return e.finish(ctx, r, dag.WorkflowSucceeded)
+		}
+	}
 	if r.rec.CancelledBy == nil && r.rec.Expired != "" {
 		st, reason = dag.WorkflowFailed, r.rec.Expired
 		if r.rec.Rollback != nil && r.rec.FailReason != "" {

@@ -290,3 +290,51 @@ func TestDeadlineOfAPausedRunAcrossRestart(t *testing.T) {
 		t.Fatalf("status %s", h.status())
 	}
 }
+
+// once is timed with a single formula.
+const once = `
+name: once
+timeout: 5s
+hosts: {h1: {transport: local}}
+formulas:
+  - id: a
+    server: h1
+    nodes: [{name: x, run: "sleep 3"}]
+`
+
+// The composition's deadline passes on the planner's clock while its one
+// formula's outcome is held up (a NATS outage: the node ended on its host
+// in time, its events could not be stored). The executor then reports it
+// succeeded (it had ended before the stop reached it): the deadline
+// stopped nothing, and the run ends succeeded, not failed with "1
+// formula unfinished", which its stream contradicted. A deadline that
+// cancelled something still fails the run.
+func TestADeadlineThatStoppedNothingDoesNotFailTheRun(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		yaml, want string
+		cancelled  []string
+	}{
+		{once, "workflow succeeded", nil},
+		{timed, "workflow failed: deadline: the composition's timeout of 5s passed with 2 formula(s) unfinished (a, b)",
+			[]string{"b/y cancelled: not started: the composition's timeout of 5s passed", "b cancelled"}},
+	} {
+		h := newHarness(t)
+		clk := &clock{t0}
+		h.e.Now, h.e.CancelWait = clk.Now, 30*time.Second
+		must(t, h.submit(c.yaml))
+		must(t, h.formula("a", 1, dag.FormulaRunning))
+		h.stored()
+		clk.now = t0.Add(5 * time.Second)
+		h.e.ExpireDeadlines(context.Background())
+		got := h.stored()
+		if len(got) != len(c.cancelled)+1 || !slices.Equal(got[:len(c.cancelled)], c.cancelled) {
+			t.Fatalf("at the deadline: %q", got)
+		}
+		clk.now = t0.Add(5500 * time.Millisecond)
+		must(t, h.formula("a", 1, dag.FormulaSucceeded))
+		if got := h.stored(); !slices.Equal(got, []string{c.want}) {
+			t.Errorf("%s: a's success: %q, want %q", c.yaml[6:11], got, c.want)
+		}
+	}
+}
