@@ -226,7 +226,9 @@ func TestCancelRacingTheEndAcrossPlannerReplicas(t *testing.T) {
 			if r.id == "" {
 				continue
 			}
-			s.wait(r.id, 60*time.Second)
+			// Well within the cancel wait (30 s): a run left cancelling
+			// after its formula's outcome came would end only then.
+			s.wait(r.id, 15*time.Second)
 			s.waitFor("the state-store to catch up", 10*time.Second, func() bool { return stateCaughtUp(s.js) })
 			d := s.status(r.id)
 			rec := s.plannerRecord(r.id)
