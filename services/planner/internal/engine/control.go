@@ -54,15 +54,27 @@ func (e *Engine) control(ctx context.Context, id, verb string, req events.Contro
 	defer e.mu.Unlock()
 	recorded := false
 	for try := 1; ; try++ {
+		var refused error
 		err = e.unit(ctx, func() error {
 			if recorded {
 				reply, err = e.finishControl(ctx, id, verb)
 				return err
 			}
 			reply, err = e.request(ctx, id, verb, req, &by)
+			if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+				// Refused for the state it found: what loading the run
+				// repaired (a snapshot behind its record: a pause the
+				// executors must read) is saved all the same.
+				refused = err
+				return nil
+			}
 			recorded = err == nil // its record is written (see finishControl)
 			return err
 		})
+		if refused != nil {
+			delete(e.cache, id) // the request's own changes in memory (its count) go
+			return nil, refused
+		}
 		if !errors.Is(err, events.ErrChanged) || try == controlTries || (recorded && verb == events.VerbRetry) {
 			return reply, err
 		}
@@ -423,7 +435,7 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *
 	delete(e.cancelling, r.rec.ID)
 	r.snap.Status = dag.WorkflowRunning
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)
-	if err := e.saveRecord(ctx, r); err != nil {
+	if err := e.saveGeneration(ctx, r); err != nil {
 		return err
 	}
 	e.activated(ctx, r.rec)

@@ -162,12 +162,17 @@ func (e *Engine) workflowEvent(r *run, st dag.WorkflowState, reason string, by *
 	return ev
 }
 
-// announced publishes the workflow events r's record announces, and the
-// end of a finished run (its metric, its span), once the record is
-// written.
+// announced publishes the workflow events r's record announces.
 func (e *Engine) announced(ctx context.Context, r *run) {
 	for _, a := range r.rec.Announce {
 		e.Out.Emit(r.workflowCtx(ctx), a.Subject, a.Event, a.MsgID)
+	}
+}
+
+// ending counts the end of a run among the events in as, and records its
+// span: once, by the planner whose record write ended it.
+func (e *Engine) ending(ctx context.Context, r *run, as []Announcement) {
+	for _, a := range as {
 		if st := a.Event.Status; st.Terminal() {
 			e.ended = append(e.ended, st)
 			e.recordWorkflow(ctx, r, st, a.Event.Reason)

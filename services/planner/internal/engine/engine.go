@@ -66,6 +66,10 @@ type Engine struct {
 	cache   map[string]*run
 	dirty   []*run // runs changed by the unit of work under way
 	checked []*run // cached runs found current in the unit of work under way
+	// recheck is since when the events emitted now are looked for in
+	// the stream before they are sent (Emitter.Recheck; zero: off), as
+	// recheckFrom set it.
+	recheck time.Time
 	// ended are the workflow ends the unit of work under way published:
 	// counted once it is stored.
 	ended []dag.WorkflowState
@@ -313,9 +317,26 @@ func (e *Engine) acceptedFirst(ctx context.Context, r *run) {
 	if r.rec.Status != dag.WorkflowAccepted || r.acceptedStored {
 		return
 	}
-	e.Out.Recheck(r.rec.CreatedAt)
+	restore := e.recheckFrom(r.rec.CreatedAt)
 	e.publishAccepted(ctx, r, r.rec.SubmittedBy)
-	e.Out.Recheck(time.Time{})
+	restore()
+}
+
+// recheckFrom has the events emitted from now on looked for in the
+// stream before they are sent, from since on (or from the earlier time a
+// caller already asked for), and returns what puts the setting back as it
+// was: a unit within a unit (a record's announcements read back within a
+// redelivered batch) does not turn off the outer one's.
+func (e *Engine) recheckFrom(since time.Time) (restore func()) {
+	prev := e.recheck
+	if prev.IsZero() || since.Before(prev) {
+		e.recheck = since
+		e.Out.Recheck(since)
+	}
+	return func() {
+		e.recheck = prev
+		e.Out.Recheck(prev)
+	}
 }
 
 // Resume restarts every unfinished workflow after a planner restart:
@@ -381,8 +402,7 @@ func (e *Engine) HandleBatch(ctx context.Context, evs []*consume.Event) []error 
 	if since, again := redelivered(evs); again {
 		// What an earlier unit decided on these events may be stored, maybe
 		// longer ago than the event stream's duplicate window.
-		e.Out.Recheck(since)
-		defer e.Out.Recheck(time.Time{})
+		defer e.recheckFrom(since)()
 	}
 	errs := make([]error, len(evs))
 	failed := e.unit(ctx, func() error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -214,7 +213,26 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 	if err := e.writeRecord(ctx, r); err != nil {
 		return err
 	}
+	e.ending(ctx, r, r.rec.Announce)
 	return e.announce(ctx, r)
+}
+
+// saveGeneration writes the record of a new generation (a retry, a
+// rollback) once its workflow event is stored, as every record was
+// written before records announced their events: its run snapshot, of
+// the generation before, cannot be brought up to the record from the
+// record alone, so the record is written only once nothing but its own
+// write can fail the unit. A replica that loses that write has published
+// the new generation's "running" under the message id the winner's has.
+func (e *Engine) saveGeneration(ctx context.Context, r *run) error {
+	for _, a := range r.announce {
+		e.Out.Emit(r.workflowCtx(ctx), a.Subject, a.Event, a.MsgID)
+	}
+	r.announce = nil
+	if err := e.Out.Flush(ctx); err != nil {
+		return err
+	}
+	return e.writeRecord(ctx, r)
 }
 
 // announce publishes what r's record announces, waits for it to be
@@ -244,8 +262,7 @@ func (e *Engine) announceLeft(ctx context.Context, r *run) error {
 		return nil
 	}
 	e.Log.Info("workflow record announces events not known to be published; publishing them", "workflow_id", r.rec.ID, "events", len(r.rec.Announce))
-	e.Out.Recheck(r.rec.UpdatedAt)
-	defer e.Out.Recheck(time.Time{})
+	defer e.recheckFrom(r.rec.UpdatedAt)()
 	return e.announce(ctx, r)
 }
 

@@ -333,6 +333,7 @@ func (e *Engine) claim(ctx context.Context, prune []*candidate, now time.Time, r
 		}
 		if err == nil {
 			rec.PrunedAt = &now
+			rec.Announce = nil // its events are removed: none is published again
 			c.rev, err = e.Workflows.Put(ctx, c.id, rec, rev)
 		}
 		if err != nil {
