@@ -2,20 +2,12 @@ package devstack_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/cmd/gantry/devstack"
-	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
-	"github.com/gantry-dev/gantry/pkg/hostexec/sshexec"
-	"github.com/gantry-dev/gantry/pkg/hostexec/transport"
-	"github.com/gantry-dev/gantry/pkg/natsconn"
+	"github.com/gantry-dev/gantry/cmd/gantry/devstack/devstacktest"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
-	executor "github.com/gantry-dev/gantry/services/executor/service"
-	healthgate "github.com/gantry-dev/gantry/services/health-gate/service"
 )
 
 // A stop asked for while the services start (creating their streams,
@@ -24,10 +16,7 @@ import (
 // context canceled", which failed a test that ended before the executor
 // had started.
 func TestStopWhileStartingIsNoFailure(t *testing.T) {
-	ns := natstest.Start(t)
-	hosts := transport.HostsConfig{AllowLocal: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}, Worker: localexec.WorkerEnvOf(os.LookupEnv)}
-	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
+	cfg := devstacktest.Config(natstest.Start(t))
 	run := map[string]func(context.Context) error{
 		"Run": func(ctx context.Context) error { return devstack.Run(ctx, cfg) },
 		"RunExecutor": func(ctx context.Context) error {

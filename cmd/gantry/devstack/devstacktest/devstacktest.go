@@ -26,9 +26,7 @@ func Start(t *testing.T, ns *natstest.Server) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	hosts := transport.HostsConfig{AllowLocal: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}, Worker: localexec.WorkerEnvOf(os.LookupEnv)}
-	cfg := devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
+	cfg := Config(ns)
 	go func() { done <- devstack.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
@@ -38,4 +36,12 @@ func Start(t *testing.T, ns *natstest.Server) {
 			t.Error("the dev stack did not stop within 30s")
 		}
 	})
+}
+
+// Config is the dev stack's configuration against ns: local transport
+// allowed, no SSH key, logs discarded.
+func Config(ns *natstest.Server) devstack.Config {
+	hosts := transport.HostsConfig{AllowLocal: true, SSH: sshexec.SSHConfig{KeyFile: "/nonexistent"}, Worker: localexec.WorkerEnvOf(os.LookupEnv)}
+	return devstack.Config{Conn: natsconn.Options{URL: ns.URL()}, Keys: ns.Keys, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Executor: executor.Config{Hosts: hosts}, HealthGate: healthgate.Config{Hosts: hosts}}
 }
