@@ -45,13 +45,7 @@ func TestAnnouncementsReadBackKeepTheBatchRecheck(t *testing.T) {
 	must(t, h.submit(chain))
 	w2 := h.id
 	// w2's pause is recorded, its announcement not stored (NATS down).
-	down := errors.New("nats down")
-	h.out.Fail = func(e eventbustest.Emitted) error {
-		if w, ok := e.Payload.(*events.WorkflowEvent); ok && w.Status == dag.WorkflowPaused {
-			return down
-		}
-		return nil
-	}
+	down := h.cannotStore(dag.WorkflowPaused)
 	if err := h.control(events.VerbPause); !errors.Is(err, down) {
 		t.Fatalf("pause: %v", err)
 	}
@@ -93,13 +87,7 @@ func TestARetryWhoseEventCannotBeStoredCanBeAskedAgain(t *testing.T) {
 		t.Fatalf("setup: %s", st)
 	}
 	h.stored()
-	down := errors.New("nats down")
-	h.out.Fail = func(e eventbustest.Emitted) error {
-		if w, ok := e.Payload.(*events.WorkflowEvent); ok && w.Status == dag.WorkflowRunning {
-			return down
-		}
-		return nil
-	}
+	down := h.cannotStore(dag.WorkflowRunning)
 	if err := h.control(events.VerbRetry); !errors.Is(err, down) {
 		t.Fatalf("the retry with NATS down: %v", err)
 	}
@@ -180,13 +168,7 @@ func TestAnEndIsCountedOnceAcrossReplicas(t *testing.T) {
 func TestAPauseWhoseEventCannotBeStoredStillHolds(t *testing.T) {
 	h := newHarness(t)
 	must(t, h.submit(chain))
-	down := errors.New("nats down")
-	h.out.Fail = func(e eventbustest.Emitted) error {
-		if w, ok := e.Payload.(*events.WorkflowEvent); ok && w.Status == dag.WorkflowPaused {
-			return down
-		}
-		return nil
-	}
+	down := h.cannotStore(dag.WorkflowPaused)
 	if err := h.control(events.VerbPause); !errors.Is(err, down) {
 		t.Fatalf("the pause with NATS down: %v", err)
 	}

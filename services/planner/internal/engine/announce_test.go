@@ -44,6 +44,19 @@ func (h *harness) workflowStatuses() []string {
 	return out
 }
 
+// cannotStore has the outbox fail to store workflow events of status st
+// (NATS down, or the planner stopping), with the error it returns.
+func (h *harness) cannotStore(st dag.WorkflowState) error {
+	down := errors.New("cannot store " + string(st) + ": NATS down")
+	h.out.Fail = func(e eventbustest.Emitted) error {
+		if w, ok := e.Payload.(*events.WorkflowEvent); ok && w.Status == st {
+			return down
+		}
+		return nil
+	}
+	return down
+}
+
 func finals(statuses []string) []string {
 	return slices.DeleteFunc(slices.Clone(statuses), func(s string) bool { return !dag.WorkflowState(s).Terminal() })
 }
@@ -134,13 +147,7 @@ func TestAnnouncedEventsAreNotLostWhenThePlannerStops(t *testing.T) {
 	if err := h.formula("a", 1, dag.FormulaSucceeded); err != nil {
 		t.Fatal(err)
 	}
-	stop := errors.New("the planner stopped")
-	h.out.Fail = func(e eventbustest.Emitted) error {
-		if w, ok := e.Payload.(*events.WorkflowEvent); ok && w.Status == dag.WorkflowSucceeded {
-			return stop
-		}
-		return nil
-	}
+	stop := h.cannotStore(dag.WorkflowSucceeded)
 	if err := h.formula("b", 1, dag.FormulaSucceeded); !errors.Is(err, stop) {
 		t.Fatalf("the step: %v, want it stopped", err)
 	}
