@@ -18,7 +18,7 @@ func StopAsked(ctx context.Context, err error) error {
 // onlyCancelled says whether err is context.Canceled, or wraps it and
 // nothing else (every error an errors.Join holds wraps it).
 func onlyCancelled(err error) bool {
-	if err == context.Canceled { //nolint:errorlint // the leaf itself, not what it wraps
+	if err == context.Canceled { // the leaf itself: what it wraps is read below
 		return true
 	}
 	switch e := err.(type) {

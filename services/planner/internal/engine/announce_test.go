@@ -69,12 +69,8 @@ func finals(statuses []string) []string {
 // cancelled, for one run, and a success that did not happen was reported.
 func TestACancelThatWinsTheRecordLeavesNoSuccessInTheStream(t *testing.T) {
 	h := newHarness(t)
-	if err := h.submit(chain); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.formula("a", 1, dag.FormulaSucceeded); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
 	stepper := h.replica()
 	hooked := &beforePut{MemoryBucket: h.workflows}
 	stepper.Workflows = hooked
@@ -111,12 +107,8 @@ func TestACancelThatWinsTheRecordLeavesNoSuccessInTheStream(t *testing.T) {
 // its record write lost, and executors killed on it.
 func TestARefusedCancelLeavesNothingInTheStream(t *testing.T) {
 	h := newHarness(t)
-	if err := h.submit(chain); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.formula("a", 1, dag.FormulaSucceeded); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
 	stepper := h.replica()
 	canceller := h.replica()
 	hooked := &beforePut{MemoryBucket: h.workflows}
@@ -141,12 +133,8 @@ func TestARefusedCancelLeavesNothingInTheStream(t *testing.T) {
 // publishes them, once, and clears them.
 func TestAnnouncedEventsAreNotLostWhenThePlannerStops(t *testing.T) {
 	h := newHarness(t)
-	if err := h.submit(chain); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.formula("a", 1, dag.FormulaSucceeded); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
 	stop := h.cannotStore(dag.WorkflowSucceeded)
 	if err := h.formula("b", 1, dag.FormulaSucceeded); !errors.Is(err, stop) {
 		t.Fatalf("the step: %v, want it stopped", err)
