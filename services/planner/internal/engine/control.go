@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -404,36 +403,48 @@ func (e *Engine) stopped(ctx context.Context, r *run, more string) error {
 // or was cancelled; succeeded and skipped nodes stay as they are (the
 // executor's records keep them from running again).
 func (e *Engine) retry(ctx context.Context, r *run, by *events.Principal) error {
+	var rerun []string
 	for i := range r.plan.Formulas {
 		switch r.state.Formula(i) {
 		case dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled, dag.FormulaUnhealthy,
 			dag.FormulaReady, dag.FormulaRunning, dag.FormulaGating:
-			if err := r.state.SetFormula(i, dag.FormulaPending, -1); err != nil {
-				return fmt.Errorf("retry %s: %w", r.plan.Formulas[i].ID, err)
-			}
+			rerun = append(rerun, r.plan.Formulas[i].ID)
 		}
 	}
+	if err := r.rerun(rerun); err != nil {
+		return err
+	}
 	r.rec.Held, r.rec.Carried = nil, nil
-	return e.nextGeneration(ctx, r, fmt.Sprintf("retry: generation %d", r.rec.Generation+1), by)
+	return e.nextGeneration(ctx, r, rerun, fmt.Sprintf("retry: generation %d", r.rec.Generation+1), by)
 }
 
-// nextGeneration starts the retried run as a new generation.
-func (e *Engine) nextGeneration(ctx context.Context, r *run, reason string, by *events.Principal) error {
+// rerun sets the formulas of a retry back to pending.
+func (r *run) rerun(ids []string) error {
+	for _, id := range ids {
+		i, ok := r.plan.Index(id)
+		if !ok {
+			return fmt.Errorf("retry %s: no such formula in the plan", id)
+		}
+		if err := r.state.SetFormula(i, dag.FormulaPending, -1); err != nil {
+			return fmt.Errorf("retry %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// nextGeneration starts the retried run as a new generation, which
+// re-runs the formulas rerun.
+func (e *Engine) nextGeneration(ctx context.Context, r *run, rerun []string, reason string, by *events.Principal) error {
 	if r.rec.Status.Terminal() {
 		r.nextWorkflowSpan(e.now())
 	}
 	r.rec.Generation++
+	r.rec.Began = &Began{Generation: r.rec.Generation, Rerun: rerun}
 	r.rec.Status = dag.WorkflowRunning
 	r.rec.CancelledBy, r.rec.CancelledAt, r.rec.Expired = nil, nil, ""
 	r.rec.setDeadline(e.now()) // a retry has the whole timeout again
-	r.snap.Deadlines, r.snap.Expired = nil, nil
-	for id := range r.snap.Failures { // a failure a retry carries stays, with why
-		if !slices.Contains(r.rec.Carried, id) {
-			delete(r.snap.Failures, id)
-		}
-	}
+	r.newGenerationSnapshot()
 	delete(e.cancelling, r.rec.ID)
-	r.snap.Status = dag.WorkflowRunning
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)
 	if err := e.saveGeneration(ctx, r); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/events"
@@ -55,11 +56,17 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load workflow %s: %w", id, err)
 	}
-	r := &run{rec: &rec, recRev: recRev, plan: rec.plan(), done: toSet(rec.AlreadyDone)}
+	r := &run{rec: &rec, recRev: recRev, plan: rec.plan(), done: rec.alreadyDone()}
 	if r.snap, r.snapRev, err = e.Runs.Get(ctx, id); err != nil {
 		return nil, fmt.Errorf("load run %s: %w", id, err)
 	}
-	if r.state, err = restore(r.plan, r.snap); err != nil {
+	again := r.snap.Generation < rec.Generation
+	if again {
+		r.state, err = e.beginAgain(ctx, r)
+	} else {
+		r.state, err = restore(r.plan, r.snap)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	r.carry()
@@ -73,7 +80,75 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	e.waitingAgain(r)
 	r.checked = true
 	e.checked = append(e.checked, r)
+	if again {
+		if err := e.advance(ctx, r); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// beginAgain is the state the record's generation began with, when the
+// run snapshot is of the generation before: the unit of work that began
+// it (a retry, a rollback) wrote the record, then stopped before its
+// dispatches were stored or its snapshot written. The record says how the
+// generation began (Record.Began); load then steps the run, which
+// dispatches what the unit did not.
+func (e *Engine) beginAgain(ctx context.Context, r *run) (*dag.RunState, error) {
+	b := r.rec.Began
+	if b == nil || b.Generation != r.rec.Generation {
+		return nil, fmt.Errorf("the run snapshot is of generation %d, the workflow record of %d, and the record does not say how that began", r.snap.Generation, r.rec.Generation)
+	}
+	e.Log.Warn("run state of the generation before its workflow record's: beginning the generation again",
+		"workflow_id", r.rec.ID, "generation", r.rec.Generation, "snapshot_generation", r.snap.Generation)
+	defer e.touched(r)
+	if b.Rollback {
+		r.rollbackSnapshot()
+		return r.plan.NewRunState(), nil
+	}
+	state, err := restore(r.plan, r.snap)
+	if err != nil {
+		return nil, err
+	}
+	r.state = state
+	if err := r.rerun(b.Rerun); err != nil {
+		return nil, err
+	}
+	r.newGenerationSnapshot()
+	e.activated(ctx, r.rec)
+	return state, nil
+}
+
+// newGenerationSnapshot is the snapshot of a retry's new generation, before
+// anything of it ran.
+func (r *run) newGenerationSnapshot() {
+	r.snap.Generation = r.rec.Generation
+	r.snap.Status = r.rec.Status
+	r.snap.Deadlines, r.snap.Expired = nil, nil
+	for id := range r.snap.Failures { // a failure a retry carries stays, with why
+		if !slices.Contains(r.rec.Carried, id) {
+			delete(r.snap.Failures, id)
+		}
+	}
+}
+
+// rollbackSnapshot is the snapshot of a rollback's generation, before
+// anything of it ran: its formulas have no timeout (the composition's still
+// holds) and no failure yet.
+func (r *run) rollbackSnapshot() {
+	r.snap.Generation = r.rec.Generation
+	r.snap.Status = r.rec.Status
+	r.snap.Deadlines, r.snap.Expired = nil, nil
+	r.snap.Failures = nil
+}
+
+// alreadyDone is what the run's dispatches mark already done: nothing in a
+// rollback (its plan deletes what this run did).
+func (r *Record) alreadyDone() map[string]bool {
+	if r.Rollback != nil {
+		return map[string]bool{}
+	}
+	return toSet(r.AlreadyDone)
 }
 
 // repairStatus gives a run's snapshot the status its workflow record

@@ -26,10 +26,12 @@ func (e *Engine) retryNodes(ctx context.Context, r *run, refs []string, by *even
 	if err != nil {
 		return err
 	}
-	for _, i := range sc.Rerun {
-		if err := r.state.SetFormula(i, dag.FormulaPending, -1); err != nil {
-			return fmt.Errorf("retry %s: %w", r.plan.Formulas[i].ID, err)
-		}
+	rerun := make([]string, len(sc.Rerun))
+	for k, i := range sc.Rerun {
+		rerun[k] = r.plan.Formulas[i].ID
+	}
+	if err := r.rerun(rerun); err != nil {
+		return err
 	}
 	r.rec.Held, r.rec.Carried = nil, nil
 	for i, js := range sc.Hold {
@@ -46,7 +48,7 @@ func (e *Engine) retryNodes(ctx context.Context, r *run, refs []string, by *even
 		r.rec.Carried = append(r.rec.Carried, r.plan.Formulas[i].ID)
 	}
 	e.Log.Info("retry of nodes", "workflow_id", r.rec.ID, "nodes", refs, "formulas", len(sc.Rerun), "carried", r.rec.Carried)
-	return e.nextGeneration(ctx, r, fmt.Sprintf("retry of %s: generation %d", strings.Join(refs, ", "), r.rec.Generation+1), by)
+	return e.nextGeneration(ctx, r, rerun, fmt.Sprintf("retry of %s: generation %d", strings.Join(refs, ", "), r.rec.Generation+1), by)
 }
 
 // carry marks again, after a load, the failures the current generation's

@@ -30,11 +30,11 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 	r.rec.Rollback = rb
 	r.rec.Held, r.rec.Carried = nil, nil
 	r.rec.Generation++
+	r.rec.Began = &Began{Generation: r.rec.Generation, Rollback: true}
 	r.plan = dag.PlanLoaded(rb)
 	r.state = r.plan.NewRunState()
 	r.done = map[string]bool{}
-	r.snap.Deadlines, r.snap.Expired = nil, nil // the rollback's formulas have no timeout; the composition's still holds
-	r.snap.Failures = nil
+	r.rollbackSnapshot()
 	msg := fmt.Sprintf("rolling back after %s: deleting %d formulas", reason, len(r.plan.Formulas))
 	if skipped > 0 {
 		msg += fmt.Sprintf(" (%d succeeded nodes have no delete and stay)", skipped)

@@ -79,6 +79,13 @@ type Record struct {
 	// loads a record still announcing them publishes them, each looked for
 	// in the stream first: the one that wrote it stopped before it had.
 	Announce []Announcement `json:"announce,omitempty"`
+	// Began says how a retry or a rollback began the current generation.
+	// The unit of work that begins one writes this record before it
+	// dispatches and saves the run snapshot, so a planner that loads the
+	// record with the snapshot of the generation before (that unit
+	// stopped in between: NATS down, a crash) begins the generation again
+	// from it (beginAgain).
+	Began *Began `json:"began,omitempty"`
 	// PrunedAt is set when a prune chose the finished workflow: its data
 	// is being removed, it takes no control request, and the next prune
 	// finishes the removal if this one stopped half way.
@@ -90,6 +97,16 @@ type Announcement struct {
 	Subject string                `json:"subject"`
 	MsgID   string                `json:"msg_id"`
 	Event   *events.WorkflowEvent `json:"event"`
+}
+
+// Began is how a generation began (Record.Began).
+type Began struct {
+	Generation int `json:"generation"`
+	// Rollback: a rollback began it; every formula of the rollback's plan
+	// starts pending.
+	Rollback bool `json:"rollback,omitempty"`
+	// Rerun are the formulas a retry set back to pending.
+	Rerun []string `json:"rerun,omitempty"`
 }
 
 // plan returns the plan the run is on: the rollback once it started.

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
+	"github.com/gantry-dev/gantry/pkg/events"
+)
+
+// A new generation (a retry, a rollback) writes its workflow record, then
+// dispatches and writes the run snapshot. A planner that stops in between
+// (NATS down for the dispatch, a crash) left the record at the new
+// generation and the snapshot at the old: before, the run stayed running
+// with nothing dispatched, every retry refused ("running"), and after a
+// rollback every load failed (the snapshot's formulas are the create
+// plan's). Each test fails on the code before.
+
+// cannotDispatch has the outbox fail to store dispatches (the planner
+// stopping right after the record's write).
+func (h *harness) cannotDispatch() error {
+	down := errors.New("cannot store a dispatch: NATS down")
+	h.out.Fail = func(e eventbustest.Emitted) error {
+		if _, ok := e.Payload.(*events.Dispatch); ok {
+			return down
+		}
+		return nil
+	}
+	return down
+}
+
+// generations are the generations of the run's record and snapshot.
+func (h *harness) generations() (record, snapshot int) {
+	rec, _, err := h.workflows.Get(context.Background(), h.id)
+	must(h.t, err)
+	snap, _, err := h.runs.Get(context.Background(), h.id)
+	must(h.t, err)
+	return rec.Generation, snap.Generation
+}
+
+func wantGeneration(t *testing.T, h *harness, gen int, st dag.WorkflowState) {
+	t.Helper()
+	rec, snap := h.generations()
+	if rec != gen || snap != gen || h.status() != st {
+		t.Errorf("record g%d %s, snapshot g%d; want both g%d, %s", rec, h.status(), snap, gen, st)
+	}
+}
+
+func TestARetryWhoseDispatchWasNotStoredStartsWhenAskedAgain(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	h.stored()
+	down := h.cannotDispatch()
+	if err := h.control(events.VerbRetry); !errors.Is(err, down) {
+		t.Fatalf("the retry with NATS down: %v", err)
+	}
+	h.out.Fail = nil
+	err := h.control(events.VerbRetry)
+	if err != nil && !errors.Is(err, ErrConflict) {
+		t.Fatalf("the retry asked again: %v", err)
+	}
+	if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
+		t.Fatalf("a not dispatched in generation 2: %q", got)
+	}
+	wantGeneration(t, h, 2, dag.WorkflowRunning)
+	must(t, h.formula("a", 2, dag.FormulaSucceeded))
+	must(t, h.formula("b", 2, dag.FormulaSucceeded))
+	if st := h.status(); st != dag.WorkflowSucceeded {
+		t.Errorf("the retried run ended %s, want succeeded", st)
+	}
+}
+
+func TestARetryLeftBehindItsRecordStartsWhenThePlannerStarts(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	h.stored()
+	h.cannotDispatch()
+	if err := h.control(events.VerbRetry); err == nil {
+		t.Fatal("the retry with NATS down succeeded")
+	}
+	h.out.Fail = nil
+	h.fresh()
+	failed, err := h.e.Resume(context.Background())
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("resume: %v %v", failed, err)
+	}
+	if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
+		t.Fatalf("a not dispatched in generation 2: %q", got)
+	}
+	wantGeneration(t, h, 2, dag.WorkflowRunning)
+}
+
+func TestARollbackLeftBehindItsRecordStartsWhenThePlannerStarts(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(rollback))
+	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
+	h.recordNode(dag.OpCreate, "a", "keep", dag.NodeSucceeded)
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
+	h.stored()
+	h.cannotDispatch()
+	if err := h.formula("b", 1, dag.FormulaFailed); err == nil {
+		t.Fatal("the rollback's start with NATS down succeeded")
+	}
+	h.out.Fail = nil
+	h.fresh()
+	failed, err := h.e.Resume(context.Background())
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("resume: %v %v", failed, err)
+	}
+	if got := h.stored(); !slices.Contains(got, "dispatch a delete g2") {
+		t.Fatalf("the rollback's a not dispatched: %q", got)
+	}
+	wantGeneration(t, h, 2, dag.WorkflowRunning)
+	h.recordNode(dag.OpDelete, "a", "x", dag.NodeSucceeded)
+	must(t, h.formula("a", 2, dag.FormulaSucceeded))
+	wantStored(t, h, "workflow failed: formula b failed; rolled back: 1 of 1 succeeded nodes deleted")
+}
+
+// A retry of one node of two failures: what it re-runs comes from the
+// node records and the names asked for, which the snapshot of the
+// generation before does not hold. Begun again, the generation is as the
+// retry would have begun it.
+func TestARetryOfNodesLeftBehindItsRecordRerunsOnlyThem(t *testing.T) {
+	want := newHarness(t)
+	failBoth(t, want, "x")
+	must(t, want.retryNodes("a/x"))
+	h := newHarness(t)
+	failBoth(t, h, "x")
+	h.cannotDispatch()
+	if err := h.retryNodes("a/x"); err == nil {
+		t.Fatal("the retry with NATS down succeeded")
+	}
+	h.out.Fail = nil
+	h.fresh()
+	failed, err := h.e.Resume(context.Background())
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("resume: %v %v", failed, err)
+	}
+	got, wantGot := h.stored(), want.stored()
+	if !slices.Equal(got, wantGot) {
+		t.Errorf("stored %q, want %q as the retry stores", got, wantGot)
+	}
+	wantGeneration(t, h, 2, dag.WorkflowRunning)
+	if s, w := h.snapshot(), want.snapshot(); s != w {
+		t.Errorf("snapshot %q, want %q as the retry leaves it", s, w)
+	}
+	must(t, h.formula("a", 2, dag.FormulaSucceeded))
+	must(t, h.formula("c", 2, dag.FormulaSucceeded))
+	must(t, h.formula("e", 2, dag.FormulaSucceeded))
+	if st := h.status(); st != dag.WorkflowFailed {
+		t.Errorf("status %s, want failed (b's failure carried)", st)
+	}
+}
