@@ -59,6 +59,8 @@ func TestARetryWhoseDispatchWasNotStoredStartsWhenAskedAgain(t *testing.T) {
 		t.Fatalf("the retry with NATS down: %v", err)
 	}
 	h.out.Fail = nil
+	// The retry asked again finds the run running, begun again on load
+	// ("only a failed or cancelled workflow can be retried").
 	err := h.control(events.VerbRetry)
 	if err != nil && !errors.Is(err, ErrConflict) {
 		t.Fatalf("the retry asked again: %v", err)
