@@ -155,15 +155,18 @@ func (e *Engine) submit(ctx context.Context, data []byte, validateOnly bool, by 
 			"composition " + c.Name + ": its plan is too large for a reply: " + err.Error() + "; split it into several compositions (for example one per group or zone)"}}, nil
 	}
 	if validateOnly {
+		// as submitted, less what it would skip as already done
+		if reply := e.unrecordable(&Record{ID: strings.Repeat("0", 36), Name: c.Name, Operation: c.Operation, Composition: c}); reply != nil {
+			return reply, nil
+		}
 		return &events.SubmitReply{Status: "valid", Plan: plan}, nil
 	}
 	rec, err := e.newRecord(ctx, c, plan, by)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := eventbus.EncodeRecord(rec); errors.Is(err, eventbus.ErrTooLarge) {
-		return &events.SubmitReply{Status: "rejected", Errors: []string{
-			"composition " + c.Name + " is too large to record: " + err.Error() + "; split it into several compositions (for example one per group or zone)"}}, nil
+	if reply := e.unrecordable(rec); reply != nil {
+		return reply, nil
 	}
 	if err := e.lockFor(ctx); err != nil {
 		return nil, err

@@ -79,17 +79,22 @@ func (e *Engine) rollbackComposition(ctx context.Context, r *run) (*dag.Composit
 	if err != nil || len(keep) == 0 {
 		return nil, skipped, err
 	}
-	src := r.rec.Composition
+	c := rollbackOf(r.rec.Composition, keep)
+	if _, err := dag.NewPlan(c); err != nil { // validates and normalizes a subset of a valid plan
+		return nil, skipped, fmt.Errorf("rollback plan of %s: %w", r.rec.ID, err)
+	}
+	return c, skipped, nil
+}
+
+// rollbackOf is the delete composition of src's nodes kept (per formula).
+func rollbackOf(src *dag.Composition, keep map[string]map[string]bool) *dag.Composition {
 	c := &dag.Composition{Name: src.Name, Operation: dag.OpDelete, Hosts: src.Hosts, Retry: src.Retry, OnFailure: dag.OnFailureContinue}
 	for _, f := range src.Formulas {
 		if nodes := keep[f.ID]; nodes != nil {
 			c.Formulas = append(c.Formulas, subset(f, nodes, keep))
 		}
 	}
-	if _, err := dag.NewPlan(c); err != nil { // validates and normalizes a subset of a valid plan
-		return nil, skipped, fmt.Errorf("rollback plan of %s: %w", r.rec.ID, err)
-	}
-	return c, skipped, nil
+	return c
 }
 
 // succeededNodes lists, per formula, the nodes the executor recorded
