@@ -36,9 +36,10 @@ type follower struct {
 	log *slog.Logger
 	// followFn replaces consume.Follow (tests).
 	followFn func(ctx context.Context, from uint64) error
-	// stallAfter (StallAfter when 0) and watchEvery
-	// (eventbus.StreamWatchInterval when 0): tests make them short.
-	stallAfter, watchEvery time.Duration
+	// stallAfter (StallAfter when 0), watchEvery
+	// (eventbus.StreamWatchInterval when 0), retry and maxRetry
+	// (followRetry and maxFollowRetry when 0): tests make them short.
+	stallAfter, watchEvery, retry, maxRetry time.Duration
 
 	handed   atomic.Uint64 // the last stream sequence handed to the projection
 	applying atomic.Bool   // a batch is in the projection's hands
@@ -54,11 +55,11 @@ const StallAfter = 10 * time.Second
 var errStalled = errors.New("the event stream's reader delivered nothing while the stream held more events")
 
 func (f *follower) run(ctx context.Context, from uint64) error {
-	wait := followRetry
+	var wait time.Duration
 	for ctx.Err() == nil {
 		next, err := f.round(ctx, from)
 		if err == nil {
-			from, wait = next, followRetry
+			from, wait = next, 0
 			continue
 		}
 		if ctx.Err() != nil {
@@ -66,22 +67,37 @@ func (f *follower) run(ctx context.Context, from uint64) error {
 		}
 		// The bus or the stream is away (a quorum loss, a partition): the
 		// projection waits for it, it does not end the state-store.
+		wait = f.nextWait(wait, f.handed.Load() >= from)
 		from = max(from, f.p.Applied()+1)
 		f.log.Warn("cannot follow the event stream; trying again", "stream", events.StreamEvents, "from_seq", from, "retry_in", wait.String(), "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, maxFollowRetry)
 	}
 	return nil
+}
+
+// nextWait is the wait before following again after a round that failed:
+// the first wait after a round that handed events to the projection (the
+// follow worked until the bus went away), else twice the wait before, up
+// to the longest. Before, the waits of an earlier outage carried over: a
+// reader lost in a partition after one in a quorum loss waited 10 s
+// before each try, and the projection (gantry status) stood still for
+// most of a 35 s partition while runs went on.
+func (f *follower) nextWait(prev time.Duration, progressed bool) time.Duration {
+	first, longest := cmp.Or(f.retry, followRetry), cmp.Or(f.maxRetry, maxFollowRetry)
+	if progressed || prev == 0 {
+		return first
+	}
+	return min(2*prev, longest)
 }
 
 // followRetry and maxFollowRetry bound the waits between tries to follow
 // the event stream again.
 const (
 	followRetry    = 500 * time.Millisecond
-	maxFollowRetry = 10 * time.Second
+	maxFollowRetry = 5 * time.Second
 )
 
 // round follows the stream from from until it is re-created (then it
