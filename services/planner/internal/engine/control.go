@@ -74,7 +74,7 @@ func (e *Engine) control(ctx context.Context, id, verb string, req events.Contro
 			delete(e.cache, id) // the request's own changes in memory (its count) go
 			return nil, refused
 		}
-		if !errors.Is(err, events.ErrChanged) || try == controlTries || (recorded && verb == events.VerbRetry) {
+		if !errors.Is(err, events.ErrChanged) || try == controlTries {
 			return reply, err
 		}
 		e.Log.Info("control request met another planner replica's write; applying it again", "workflow_id", id, "verb", verb, "recorded", recorded)
@@ -86,9 +86,8 @@ func (e *Engine) control(ctx context.Context, id, verb string, req events.Contro
 // snapshot's status from the record (a pause reaches the executors), a
 // running workflow is stepped (what a resume made ready starts), a
 // stopping one is stopped again (its cancellations, with the same message
-// ids). A retry is not finished here: its snapshot holds the new
-// generation's formula states, which a reload does not have (the request
-// fails, as it did).
+// ids). A retry's too: a snapshot still of the generation before is begun
+// again from the record (beginAgain); one another replica wrote is read.
 func (e *Engine) finishControl(ctx context.Context, id, verb string) (*ControlReply, error) {
 	r, err := e.load(ctx, id)
 	if err != nil {

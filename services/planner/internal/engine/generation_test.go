@@ -159,3 +159,45 @@ func TestARetryOfNodesLeftBehindItsRecordRerunsOnlyThem(t *testing.T) {
 		t.Errorf("status %s, want failed (b's failure carried)", st)
 	}
 }
+
+// runsBetween runs between before the first write of a generation-2 run
+// snapshot.
+type runsBetween struct {
+	*eventbustest.MemoryBucket[Snapshot]
+	between func()
+}
+
+func (b *runsBetween) Put(ctx context.Context, key string, v Snapshot, rev uint64) (uint64, error) {
+	if f := b.between; f != nil && v.Generation == 2 {
+		b.between = nil
+		f()
+	}
+	return b.MemoryBucket.Put(ctx, key, v, rev)
+}
+
+// Another planner replica loads the run between the retry's record write
+// and its snapshot write (its start, an event of the run), and begins the
+// generation itself. The retry loses its snapshot write; it happened all
+// the same, and is answered so, not with the lost write's error (a
+// retry's loss was not finished, as a pause's is).
+func TestARetryWhoseSnapshotAnotherReplicaWroteIsAnsweredDone(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	other := h.replica()
+	runs := &runsBetween{MemoryBucket: h.runs}
+	runs.between = func() {
+		if failed, err := other.Resume(context.Background()); err != nil || len(failed) > 0 {
+			t.Errorf("the other replica's start: %v %v", failed, err)
+		}
+	}
+	h.e.Runs = runs
+	h.stored()
+	if err := h.control(events.VerbRetry); err != nil {
+		t.Errorf("the retry answered %v, though it started generation 2", err)
+	}
+	wantGeneration(t, h, 2, dag.WorkflowRunning)
+	if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
+		t.Errorf("a not dispatched in generation 2: %q", got)
+	}
+}
