@@ -43,6 +43,8 @@ type follower struct {
 
 	handed   atomic.Uint64 // the last stream sequence handed to the projection
 	applying atomic.Bool   // a batch is in the projection's hands
+	// delivered: the current round handed the projection events.
+	delivered atomic.Bool
 }
 
 // StallAfter is how long the event stream's reader may deliver nothing
@@ -66,9 +68,12 @@ func (f *follower) run(ctx context.Context, from uint64) error {
 			break
 		}
 		// The bus or the stream is away (a quorum loss, a partition): the
-		// projection waits for it, it does not end the state-store.
-		wait = f.nextWait(wait, f.handed.Load() >= from)
-		from = max(from, f.p.Applied()+1)
+		// projection waits for it, it does not end the state-store. It
+		// goes on from where the round followed (a rebased projection
+		// from the re-created stream's first event) or what the
+		// projection has written past it.
+		wait = f.nextWait(wait, f.delivered.Load())
+		from = max(next, f.p.Applied()+1)
 		f.log.Warn("cannot follow the event stream; trying again", "stream", events.StreamEvents, "from_seq", from, "retry_in", wait.String(), "err", err)
 		select {
 		case <-ctx.Done():
@@ -102,17 +107,21 @@ const (
 
 // round follows the stream from from until it is re-created (then it
 // returns the sequence to go on from, after a rebase) or following it
-// fails (an error, nil once ctx ends).
+// fails (an error, nil once ctx ends, with the sequence it followed from:
+// from, or the first of a stream it found re-created).
 func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
+	f.delivered.Store(false)
 	created, first, last, err := f.stream(ctx)
 	if err != nil {
-		return 0, err
+		return from, err
 	}
 	switch {
 	case from > last+1:
-		if from, err = f.rebase(ctx, from, last); err != nil {
-			return 0, err
+		next, err := f.rebase(ctx, from, last)
+		if err != nil {
+			return from, err
 		}
+		from = next
 	case from < first:
 		f.skip(ctx, from, first)
 		from = first
@@ -125,14 +134,18 @@ func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
 	stop(nil)
 	switch cause := context.Cause(fctx); {
 	case errors.Is(cause, errRecreated):
-		return f.rebase(ctx, from, 0)
+		next, err := f.rebase(ctx, from, 0)
+		if err != nil {
+			return from, err
+		}
+		return next, nil
 	case errors.Is(cause, errStalled) && ctx.Err() == nil:
-		return 0, cause
+		return from, cause
 	}
 	if err == nil && ctx.Err() == nil {
 		err = consume.ErrFollowEnded
 	}
-	return 0, err
+	return from, err
 }
 
 // errRecreated: the event stream was deleted and created again.
@@ -153,6 +166,7 @@ func (f *follower) apply(ctx context.Context, evs []*consume.Event, last uint64)
 	f.applying.Store(true)
 	defer f.applying.Store(false)
 	f.handed.Store(last)
+	f.delivered.Store(true)
 	f.p.Apply(ctx, evs, last)
 }
 

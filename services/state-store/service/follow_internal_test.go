@@ -167,15 +167,15 @@ func TestFollowRetriesStartOverAfterAFollowThatDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs lockedBuffer
-	f := &follower{js: js, p: &project.Projector{}, log: slog.New(slog.NewJSONHandler(&logs, nil)),
+	f := &follower{js: js, p: &project.Projector{Hold: time.Hour}, log: slog.New(slog.NewJSONHandler(&logs, nil)),
 		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
 	n := 0
 	last := make(chan struct{})
 	f.followFn = func(fctx context.Context, from uint64) error {
 		n++
 		switch {
-		case n == 6: // this follow delivers, then the bus goes away again
-			f.handed.Store(from + 2)
+		case n == 6: // this follow delivers (the writes held), then the bus goes away again
+			f.apply(fctx, nil, from+2)
 		case n == 9:
 			close(last)
 			<-fctx.Done()
@@ -192,18 +192,125 @@ func TestFollowRetriesStartOverAfterAFollowThatDelivered(t *testing.T) {
 	}
 	cancel()
 	<-done
+	waits := retryWaits(logs.String())
+	want := []string{"10ms", "20ms", "40ms", "80ms", "80ms", "10ms", "20ms", "40ms"}
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits %q, want %q (the first again after the follow that delivered)", waits, want)
+	}
+}
+
+// The waits grow while the bus stays away after a follow that delivered:
+// what that follow handed the projection (its writes held, as they are
+// for up to a second) is not progress of the tries after it, which fail
+// before they follow.
+func TestFollowRetriesGrowWhileTheBusStaysAway(t *testing.T) {
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.StateStore)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	f := &follower{js: js, p: &project.Projector{Hold: time.Hour}, log: slog.New(slog.NewJSONHandler(&logs, nil)),
+		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
+	first := true
+	f.followFn = func(fctx context.Context, from uint64) error {
+		if first {
+			first = false
+			f.apply(fctx, nil, from+2) // delivered; its writes are held
+			nc.Close()                 // then the bus goes away
+		}
+		return errors.New("nats: connection closed")
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.run(ctx, 1) }()
 	var waits []string
-	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+	for deadline := time.Now().Add(5 * time.Second); len(waits) < 6 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		waits = retryWaits(logs.String())
+	}
+	cancel()
+	<-done
+	want := []string{"10ms", "20ms", "40ms", "80ms", "80ms", "80ms"}
+	if len(waits) < 6 || !slices.Equal(waits[:6], want) {
+		t.Errorf("waits %q, want %q (nothing delivered after the first follow)", waits, want)
+	}
+}
+
+// retryWaits are the waits the follower logged, in order.
+func retryWaits(logs string) []string {
+	var waits []string
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
 		var l struct {
-			Msg     string `json:"msg"`
 			RetryIn string `json:"retry_in"`
 		}
 		if json.Unmarshal([]byte(line), &l) == nil && l.RetryIn != "" {
 			waits = append(waits, l.RetryIn)
 		}
 	}
-	want := []string{"10ms", "20ms", "40ms", "80ms", "80ms", "10ms", "20ms", "40ms"}
-	if !slices.Equal(waits, want) {
-		t.Errorf("waits %q, want %q (the first again after the follow that delivered)", waits, want)
+	return waits
+}
+
+// A round that found the stream re-created (it rebased the projection and
+// followed from the new stream's first event) and then failed goes on
+// from there, not from the checkpoint it had before the rebase: once the
+// new stream grew past that checkpoint, the old one was taken as current
+// and the new stream's events below it were never projected.
+func TestAFollowFailedAfterARebaseGoesOnFromTheNewStream(t *testing.T) {
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.StateStore)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := jetstream.New(ns.Connect(events.Planner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(n int) {
+		for range n {
+			if _, err := pub.Publish(ctx, events.WorkflowLifecycle("w1"), []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(2) // the re-created stream: 2 events, below the checkpoint of 4
+	var logs lockedBuffer
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Checkpoint: project.CheckpointKey, Hold: time.Hour}
+	f := &follower{js: js, kv: kv, p: p, log: slog.New(slog.NewJSONHandler(&logs, nil)),
+		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
+	froms := make(chan uint64, 10)
+	calls := 0
+	f.followFn = func(fctx context.Context, from uint64) error {
+		froms <- from
+		if calls++; calls == 1 {
+			publish(4) // the new stream grows past the old checkpoint meanwhile
+			return errors.New("nats: no heartbeat received")
+		}
+		<-fctx.Done()
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.run(ctx, 5) }()
+	var got []uint64
+	for len(got) < 2 {
+		select {
+		case from := <-froms:
+			got = append(got, from)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("followed from %v only", got)
+		}
+	}
+	cancel()
+	<-done
+	if got[0] != 1 || got[1] != 1 {
+		t.Errorf("followed from %v, want [1 1]: the rebased projection goes on from the new stream's first event", got)
 	}
 }
