@@ -189,6 +189,25 @@ func (m *Masker) spans(l []byte) [][2]int {
 	return merged
 }
 
+// cutStart masks the start of b when it is the end of a secret value
+// (the longest such end): b was cut from a longer output, maybe inside a
+// value, which whole-value masking does not see.
+func (m *Masker) cutStart(b []byte) []byte {
+	longest := 0
+	for _, v := range m.vals {
+		for k := len(v) - 1; k > longest; k-- {
+			if bytes.HasPrefix(b, v[len(v)-k:]) {
+				longest = k
+				break
+			}
+		}
+	}
+	if longest == 0 {
+		return b
+	}
+	return append([]byte(Masked), b[longest:]...)
+}
+
 // apply returns l with each span of secret values replaced by masked.
 func (m *Masker) apply(l []byte) []byte {
 	spans := m.spans(l)

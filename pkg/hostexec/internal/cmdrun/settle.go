@@ -25,7 +25,7 @@ func Settled(cmd hostexec.Attempt, where string, stdout, stderr []byte, werr err
 		return res, fmt.Errorf("%w on %s: settle attempt %s: %w (%s)", hostexec.ErrSession, where, cmd.ID, werr, strings.TrimSpace(string(stderr)))
 	}
 	mask := NewMasker(cmd.Secrets, cmd.Mask...)
-	res.Stdout, res.Stderr = MaskAll(mask, rest), MaskAll(mask, stderr)
+	res.Stdout, res.Stderr = maskTail(mask, rest), maskTail(mask, stderr)
 	how, status, _ := strings.Cut(what, " ")
 	switch how {
 	case "absent":
@@ -44,6 +44,16 @@ func Settled(cmd hostexec.Attempt, where string, stdout, stderr []byte, werr err
 		return res, fmt.Errorf("%w: attempt %s killed on %s (exit status %d)", hostexec.ErrCancelled, cmd.ID, where, code)
 	}
 	return res, nil // it ended by itself (or recorded its success as it was killed)
+}
+
+// maskTail masks the secrets in a tail the settle read (the last
+// hostsh.MaxTail bytes of an output file): each whole value, and, when the
+// tail is as long as a cut one, the end of a value the cut began inside.
+func maskTail(m *Masker, b []byte) string {
+	if m != nil && len(b) >= hostsh.MaxTail {
+		b = m.cutStart(b)
+	}
+	return MaskAll(m, b)
 }
 
 // maskAll masks the secrets in every line of b.

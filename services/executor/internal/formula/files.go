@@ -37,6 +37,36 @@ const changedEnv = "GANTRY_CHANGED"
 // node's output: a short one ("}", "-----") would hide text everywhere.
 const minMasked = 6
 
+// maskedLines are the lines of a secret file that output must hide.
+func maskedLines(b []byte) []string {
+	var mask []string
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if l = strings.TrimSuffix(l, "\r"); len(l) >= minMasked {
+			mask = append(mask, l)
+		}
+	}
+	return mask
+}
+
+// secretFileLines are the lines of the node's secret files that output
+// must hide; an error when one cannot be read.
+func (nr *nodeRun) secretFileLines() ([]string, error) {
+	var mask []string
+	var errs []error
+	for _, f := range nr.n.Files {
+		if f.Kind != events.FileSecret {
+			continue
+		}
+		b, err := nr.x.secrets().Bytes(f.Secret)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.Path, err))
+			continue
+		}
+		mask = append(mask, maskedLines(b)...)
+	}
+	return mask, errors.Join(errs...)
+}
+
 // filesDone is what the file step of an attempt decided: done says the
 // attempt ends with state (and permanent) without running its command.
 type filesDone struct {
@@ -81,11 +111,7 @@ func (sh *shell) wants() ([]hostfile.Want, []string, error) {
 			}
 			w.Size, w.SHA256, w.Open = hostfile.Bytes(b)
 			w.Secret = true
-			for l := range strings.SplitSeq(string(b), "\n") {
-				if l = strings.TrimSuffix(l, "\r"); len(l) >= minMasked {
-					mask = append(mask, l)
-				}
-			}
+			mask = append(mask, maskedLines(b)...)
 		default:
 			errs = append(errs, fmt.Errorf("%s: unknown kind %q", f.Path, f.Kind))
 			continue

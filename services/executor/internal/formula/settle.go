@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -219,8 +220,54 @@ func (nr *nodeRun) settle(ctx context.Context) (dag.NodeState, *events.NodeEvent
 
 // settleOn settles the script what ("run" or "check") of the attempt rec
 // records, with the node's environment (where its attempts are kept).
+// The output read back is masked as the attempt's run masked it; when
+// what it must hide cannot all be read now, none of it is kept.
 func (nr *nodeRun) settleOn(ctx context.Context, rec Record, what string) (hostexec.Result, error) {
-	env, secret, _ := secrets.Split(nr.x.secrets(), nr.n.Env) // a secret not readable now is not needed to find the files
-	return nr.runner.Settle(ctx, hostexec.Attempt{ID: nr.attemptIDAt(rec.Generation, rec.Attempt, what),
-		Command: hostexec.Command{Env: env, Secrets: secret, Become: nr.n.Become, BecomeUser: nr.n.BecomeUser}})
+	cmd, hidden := nr.settleCommand(what)
+	res, err := nr.runner.Settle(ctx, hostexec.Attempt{ID: nr.attemptIDAt(rec.Generation, rec.Attempt, what), Command: cmd})
+	if !hidden {
+		nr.log.Warn("the settled attempt's output is not shown: what it must hide could not all be read", "attempt", rec.Attempt)
+		res.Stdout, res.Stderr = "", ""
+	}
+	return res, err
+}
+
+// settleCommand is the command a settle of the script what runs: the
+// node's environment and become, and what its output must hide, as its
+// run hid it: the node's secrets, the lines of its secret files and the
+// secret outputs it read. hidden is false when some of these cannot be
+// read (a secret gone since): a settle does not need them to find the
+// attempt's files.
+func (nr *nodeRun) settleCommand(what string) (cmd hostexec.Command, hidden bool) {
+	env, secret, err := secrets.Split(nr.x.secrets(), nr.n.Env)
+	hidden = err == nil
+	if err != nil {
+		env = plainEnv(nr.n.Env) // where the attempt's files are (GANTRY_ATTEMPTS, HOME) is never a secret
+	}
+	mask, err := nr.secretFileLines()
+	hidden = hidden && err == nil
+	script := nr.n.Command
+	if what == "check" {
+		script = nr.n.Check
+	}
+	sh := &shell{nr: nr}
+	if _, _, filled, err := sh.fillOutputs(script, maps.Clone(env), maps.Clone(secret)); err == nil {
+		for _, v := range filled {
+			mask = append(mask, v) // the secret outputs read (and the node's secrets again)
+		}
+	} else {
+		hidden = false
+	}
+	return hostexec.Command{Env: env, Secrets: secret, Mask: mask, Become: nr.n.Become, BecomeUser: nr.n.BecomeUser}, hidden
+}
+
+// plainEnv is the variables of env that are not secrets.
+func plainEnv(env map[string]dag.EnvValue) map[string]string {
+	plain := map[string]string{}
+	for k, v := range env {
+		if !v.IsSecret() {
+			plain[k] = v.Text
+		}
+	}
+	return plain
 }

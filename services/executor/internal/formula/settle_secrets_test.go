@@ -1,0 +1,96 @@
+package formula
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/events"
+	"github.com/gantry-dev/gantry/pkg/hostexec"
+	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
+	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
+)
+
+// An executor died while node n ran script on this machine (its attempt
+// ended there, its output in the attempt's files); the run was cancelled
+// since, and the next executor settles the attempt: the tails it reads
+// back go into the node's event. settledTails is what that event shows.
+func settledTails(t *testing.T, n events.WorkNode, sec secretstest.Map, script string, runSecrets map[string]string, mask []string) string {
+	t.Helper()
+	h := newHarness()
+	h.x.Hosts = runners{r: localexec.Local{}}
+	h.x.Secrets = sec
+	env := map[string]string{}
+	for k, v := range n.Env {
+		if !v.IsSecret() {
+			env[k] = v.Text
+		}
+	}
+	_, err := localexec.Local{}.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
+		Command: hostexec.Command{Script: script, Env: env, Secrets: runSecrets, Mask: mask}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.records.Put(context.Background(), h.key(dag.OpCreate, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled})
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, n)); err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, e := range h.bus.out.Stored() {
+		if p, ok := e.Payload.(*events.NodeEvent); ok {
+			all.WriteString(p.StdoutTail + p.StderrTail + p.Error + p.Reason)
+		}
+	}
+	return all.String()
+}
+
+// The lines of a secret file are hidden in a settled attempt's output as
+// in a followed one's. Before, a settle masked only the node's env
+// secrets: the key's lines were in the event whole.
+func TestASettledAttemptHidesItsSecretFiles(t *testing.T) {
+	const key = "-----BEGIN PRIVATE KEY-----MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+	n := node("n", "cat /etc/app/tls.key", 1)
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(t.TempDir())}
+	n.Files = []events.WorkFile{{Path: "/etc/app/tls.key", Kind: events.FileSecret, Secret: "app_key", Mode: "0600"}}
+	got := settledTails(t, n, secretstest.Map{"app_key": key}, "echo "+key+"; echo "+key+" >&2", nil, []string{key})
+	if strings.Contains(got, key) || !strings.Contains(got, "***") {
+		t.Errorf("the settled node event shows the secret file's content: %q", got)
+	}
+}
+
+// The tail a settle reads is the last MaxTail bytes of the output: when
+// that cut falls inside a secret, the secret's end is hidden too. Before,
+// only whole copies were: the end of the password was in the event.
+func TestASettledTailCutInsideASecretHidesItsEnd(t *testing.T) {
+	const secret = "hunter2-VERY-SECRET-db-password-0123456789"
+	n := node("n", "x", 1)
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(t.TempDir()), "DB_PASS": dag.SecretRef("db_pass")}
+	script := `printf '%s' "$DB_PASS"; head -c 4064 /dev/zero | tr '\0' x` // the last 4096 bytes start 10 bytes into the secret
+	got := settledTails(t, n, secretstest.Map{"db_pass": secret}, script, map[string]string{"DB_PASS": secret}, nil)
+	if strings.Contains(got, secret[10:]) || !strings.HasPrefix(got, "***xxx") {
+		t.Errorf("the settled node event shows the end of the secret: %q", got[:min(len(got), 80)])
+	}
+}
+
+// A secret that cannot be read at the settle (removed since the attempt
+// ran) cannot be hidden: the output is not shown at all. The attempt is
+// found all the same (its files are where the node's plain environment
+// says): before, a secret not readable dropped the whole environment, and
+// an attempt that had run and ended was reported "cancelled: it had not
+// started on the host".
+func TestASettledAttemptWhoseSecretsAreGoneShowsNoOutput(t *testing.T) {
+	const secret = "s3cr3t-value-of-the-api-token"
+	n := node("n", "x", 1)
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(t.TempDir()), "TOKEN": dag.SecretRef("token")}
+	got := settledTails(t, n, secretstest.Map{}, `echo "token: $TOKEN"; echo done`, map[string]string{"TOKEN": secret}, nil)
+	if strings.Contains(got, secret) || strings.Contains(got, "done") {
+		t.Errorf("the settled node event shows output it cannot hide secrets in: %q", got)
+	}
+	if !strings.Contains(got, "it ended on the host while no executor followed it") {
+		t.Errorf("the settled node event says %q, want that it ended on the host", got)
+	}
+}
