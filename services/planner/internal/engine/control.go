@@ -445,7 +445,7 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, rerun []string, rea
 	r.newGenerationSnapshot()
 	delete(e.cancelling, r.rec.ID)
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, reason, by)
-	if err := e.saveGeneration(ctx, r); err != nil {
+	if err := e.saveRecord(ctx, r); err != nil {
 		return err
 	}
 	e.activated(ctx, r.rec)

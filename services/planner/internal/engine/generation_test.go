@@ -201,3 +201,99 @@ func TestARetryWhoseSnapshotAnotherReplicaWroteIsAnsweredDone(t *testing.T) {
 		t.Errorf("a not dispatched in generation 2: %q", got)
 	}
 }
+
+// A new generation's "running" goes out once the record that begins it is
+// written, as every workflow event does (Record.Announce). Before, a
+// retry's or a rollback's was stored first: a record write lost to
+// another replica, or failed, left the stream with a generation that
+// never began, which the state-store shows for good (it ignores what an
+// older generation says after it).
+
+// The retry's record write fails (NATS gone after the event's flush): the
+// stream must not say the run is running again.
+func TestARetryWhoseRecordCannotBeWrittenLeavesNoRunningInTheStream(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	h.stored()
+	down := errors.New("put: NATS down")
+	h.workflows.Fail = func(op, key string) error {
+		if op == "put" {
+			return down
+		}
+		return nil
+	}
+	if err := h.control(events.VerbRetry); !errors.Is(err, down) {
+		t.Fatalf("the retry with its record write failing: %v", err)
+	}
+	h.workflows.Fail = nil
+	h.fresh()
+	if failed, err := h.e.Resume(context.Background()); err != nil || len(failed) > 0 {
+		t.Fatalf("resume: %v %v", failed, err)
+	}
+	st := h.workflowStatuses()
+	if last := st[len(st)-1]; last != string(h.status()) || h.status() != dag.WorkflowFailed {
+		t.Errorf("the stream ends the run %q (%q), its record %s: a retry that never began is in the stream", last, st, h.status())
+	}
+}
+
+// Two retries race on two replicas (alice's plain one, bob's of a/x);
+// bob's wins the record, alice's is refused. The stream's generation 2
+// must be bob's, not alice's (whose event, stored first, made bob's a
+// duplicate).
+func TestTheRetryThatLosesTheRecordLeavesNothingInTheStream(t *testing.T) {
+	h := newHarness(t)
+	failBoth(t, h, "x")
+	alice := events.Principal{Name: "alice", Attested: true}
+	bob := events.Principal{Name: "bob", Attested: true}
+	other := h.replica()
+	hooked := &beforePut{MemoryBucket: h.workflows}
+	h.e.Workflows = hooked
+	var bobErr error
+	hooked.hook = func() {
+		_, bobErr = other.ControlRequest(context.Background(), h.id, events.VerbRetry, events.ControlRequest{Nodes: []string{"a/x"}}, bob)
+	}
+	_, aliceErr := h.e.ControlRequest(context.Background(), h.id, events.VerbRetry, events.ControlRequest{}, alice)
+	if bobErr != nil || !errors.Is(aliceErr, ErrConflict) {
+		t.Fatalf("setup: bob %v, alice %v; want bob's retry done and alice's refused", bobErr, aliceErr)
+	}
+	for _, e := range h.out.Stored() {
+		if w, ok := e.Payload.(*events.WorkflowEvent); ok && w.Generation == 2 && (w.RequestedBy == nil || w.RequestedBy.Name != "bob") {
+			t.Errorf("the stream says %q (requested by %s) began generation 2; bob's retry of a/x did", w.Reason, w.RequestedBy)
+		}
+	}
+}
+
+// A cancel wins the record over the step that starts a rollback: the
+// stream must not say the rollback began.
+func TestACancelThatWinsOverARollbackLeavesNoRollbackInTheStream(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(rollback))
+	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
+	h.recordNode(dag.OpCreate, "a", "keep", dag.NodeSucceeded)
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	must(t, h.formula("b", 1, dag.FormulaRunning))
+	h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
+	stepper := h.replica()
+	hooked := &beforePut{MemoryBucket: h.workflows}
+	stepper.Workflows = hooked
+	hooked.hook = func() {
+		if _, err := h.e.Control(context.Background(), h.id, events.VerbCancel, operator); err != nil {
+			t.Errorf("the cancel: %v", err)
+		}
+	}
+	h.stored()
+	ev := h.event(&events.FormulaEvent{Ref: h.ref("b", 1), Status: dag.FormulaFailed})
+	if err := stepper.Handle(context.Background(), ev); err == nil {
+		t.Fatal("the step that lost the record to the cancel succeeded")
+	}
+	ev.Delivered = 2
+	must(t, stepper.Handle(context.Background(), ev))
+	rec, _, err := h.workflows.Get(context.Background(), h.id)
+	must(t, err)
+	for _, e := range h.out.Stored() {
+		if w, ok := e.Payload.(*events.WorkflowEvent); ok && w.Generation > rec.Generation {
+			t.Errorf("the stream says generation %d %s (%q); the run is %s in generation %d", w.Generation, w.Status, w.Reason, rec.Status, rec.Generation)
+		}
+	}
+}

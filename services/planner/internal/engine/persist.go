@@ -292,24 +292,6 @@ func (e *Engine) saveRecord(ctx context.Context, r *run) error {
 	return e.announce(ctx, r)
 }
 
-// saveGeneration writes the record of a new generation (a retry, a
-// rollback) once its workflow event is stored, as every record was
-// written before records announced their events: its run snapshot, of
-// the generation before, cannot be brought up to the record from the
-// record alone, so the record is written only once nothing but its own
-// write can fail the unit. A replica that loses that write has published
-// the new generation's "running" under the message id the winner's has.
-func (e *Engine) saveGeneration(ctx context.Context, r *run) error {
-	for _, a := range r.announce {
-		e.Out.Emit(r.workflowCtx(ctx), a.Subject, a.Event, a.MsgID)
-	}
-	r.announce = nil
-	if err := e.Out.Flush(ctx); err != nil {
-		return err
-	}
-	return e.writeRecord(ctx, r)
-}
-
 // announce publishes what r's record announces, waits for it to be
 // stored, and writes the record without it. When another planner replica
 // wrote the record first, it loaded it announcing them and published them

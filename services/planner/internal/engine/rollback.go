@@ -41,7 +41,7 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 	}
 	e.Log.Info("rollback", "workflow_id", r.rec.ID, "formulas", len(r.plan.Formulas), "without_delete", skipped)
 	e.publishWorkflow(ctx, r, dag.WorkflowRunning, msg, nil)
-	if err := e.saveGeneration(ctx, r); err != nil {
+	if err := e.saveRecord(ctx, r); err != nil {
 		return err
 	}
 	return e.act(ctx, r, r.plan.Step(r.state))
