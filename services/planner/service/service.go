@@ -282,10 +282,11 @@ func retain(ctx context.Context, e *engine.Engine, rule engine.PruneRule, log *s
 	}
 }
 
-// starter starts accepted runs. A start that fails (a stream it needs
-// deleted, NATS away) is tried again, with a growing delay, until it goes
-// through or the planner stops: an accepted workflow never sits with
-// nothing to run.
+// starter starts accepted runs, and carries on workflows a failed control
+// request may have left part done (a retry's record written, its dispatch
+// not). A start that fails (a stream it needs deleted, NATS away) is tried
+// again, with a growing delay, until it goes through or the planner stops:
+// an accepted workflow never sits with nothing to run.
 type starter struct {
 	ctx  context.Context
 	e    *engine.Engine

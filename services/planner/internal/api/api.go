@@ -92,7 +92,7 @@ func Register(nc *nats.Conn, spec eventbus.ServiceSpec, e *engine.Engine, log *s
 		return nil, err
 	}
 	for _, verb := range []string{events.VerbCancel, events.VerbPause, events.VerbResume, events.VerbRetry} {
-		if err := svc.AddEndpoint(verb, eventbus.OnlyRequests(control(e, log)), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
+		if err := svc.AddEndpoint(verb, eventbus.OnlyRequests(control(e, log, start)), micro.WithEndpointSubject("workflow.*."+verb)); err != nil {
 			return nil, err
 		}
 	}
@@ -105,7 +105,14 @@ func Register(nc *nats.Conn, spec eventbus.ServiceSpec, e *engine.Engine, log *s
 // never a reply nobody waits for any more and a run nobody expects.
 const SubmitBudget = 20 * time.Second
 
-func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
+// control answers a control verb. A request that failed for another
+// reason than what it asks or finds (NATS away, a write without an
+// answer) may have taken effect in part: its record written, what it
+// decided not yet sent. The workflow is handed to start, which loads it
+// until it can (a new generation is begun again, what its record
+// announces is published), so it does not wait for the next event or
+// restart, and the answer says so.
+func control(e *engine.Engine, log *slog.Logger, start func(id string)) micro.HandlerFunc {
 	return func(req micro.Request) {
 		sub, err := events.ParseSubject(req.Subject())
 		if err != nil || sub.Kind != events.KindWorkflowControl {
@@ -127,7 +134,8 @@ func control(e *engine.Engine, log *slog.Logger) micro.HandlerFunc {
 			_ = req.Error("409", err.Error(), nil)
 		case err != nil:
 			log.Error("control failed", "workflow_id", sub.WorkflowID, "verb", sub.Verb, "err", err)
-			_ = req.Error("500", err.Error(), nil)
+			start(sub.WorkflowID)
+			_ = req.Error("500", err.Error()+"; it may have taken effect in part: the planner carries out what it recorded (gantry status shows the workflow)", nil)
 		default:
 			b, _ := json.Marshal(reply)
 			_ = req.Respond(b)

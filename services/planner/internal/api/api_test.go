@@ -143,3 +143,55 @@ func TestSubmitWhosePlanDoesNotFitAReplyIsRefused(t *testing.T) {
 		t.Fatalf("refused, yet recorded %v and started %v", keys, started)
 	}
 }
+
+// A control request that fails after it may have taken effect (its
+// record written, then NATS away) is answered so, and its workflow handed
+// to the starter, which loads it until it can: a retry whose dispatch was
+// not stored began its generation only at the next event of the run or
+// the planner's restart, and its requester was told only that it failed.
+func TestAFailedControlRequestHandsItsWorkflowToTheStarter(t *testing.T) {
+	ns := natstest.Start(t)
+	runs := &eventbustest.MemoryBucket[engine.Snapshot]{}
+	e := &engine.Engine{Workflows: &eventbustest.MemoryBucket[engine.Record]{}, Runs: runs,
+		Nodes: &eventbustest.MemoryBucket[events.NodeRecord]{}, Out: &eventbustest.MemoryOutbox{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	reply, err := e.Submit(context.Background(), []byte(composition), false, events.Principal{Name: "operator"})
+	if err != nil || reply.Status != "accepted" {
+		t.Fatalf("submit: %v %+v", err, reply)
+	}
+	if err := e.Start(context.Background(), reply.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 1)
+	served := ns.Connect(events.Planner)
+	svc, err := api.Register(served, eventbus.ServiceSpec{Version: "0.0.1"}, e, e.Log, func(id string) { started <- id })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	if err := served.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Errorf("put: %w", nats.ErrConnectionClosed)
+	runs.Fail = func(op, _ string) error {
+		if op == "put" {
+			return down
+		}
+		return nil
+	}
+	r, err := ns.Connect(events.Operator).Request(events.WorkflowControl(reply.WorkflowID, events.VerbPause), nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, why := r.Header.Get(micro.ErrorCodeHeader), r.Header.Get(micro.ErrorHeader); code != "500" || !strings.Contains(why, "may have taken effect") {
+		t.Errorf("answered %q %q, want 500 saying it may have taken effect", code, why)
+	}
+	select {
+	case id := <-started:
+		if id != reply.WorkflowID {
+			t.Errorf("the starter got %s, want %s", id, reply.WorkflowID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the workflow was not handed to the starter")
+	}
+}
