@@ -34,8 +34,14 @@ type follower struct {
 	kv  jetstream.KeyValue
 	p   *project.Projector
 	log *slog.Logger
-	// followFn replaces consume.Follow (tests).
+	// followFn replaces consume.Follow, streamFn the stream's info (tests).
 	followFn func(ctx context.Context, from uint64) error
+	streamFn func(ctx context.Context) (created time.Time, first, last uint64, err error)
+	// created is when the event stream this follower followed was
+	// created: a stream that ends below the checkpoint with the same
+	// creation time was not re-created; the server that answered has not
+	// caught up.
+	created time.Time
 	// stallAfter (StallAfter when 0), watchEvery
 	// (eventbus.StreamWatchInterval when 0), retry and maxRetry
 	// (followRetry and maxFollowRetry when 0): tests make them short.
@@ -116,6 +122,8 @@ func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
 		return from, err
 	}
 	switch {
+	case from > last+1 && created.Equal(f.created):
+		return from, fmt.Errorf("%w: it ends at sequence %d, the projection has applied up to %d", errBehind, last, from-1)
 	case from > last+1:
 		next, err := f.rebase(ctx, from, last)
 		if err != nil {
@@ -126,6 +134,7 @@ func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
 		f.skip(ctx, from, first)
 		from = first
 	}
+	f.created = created
 	fctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	f.handed.Store(from - 1)
@@ -151,6 +160,12 @@ func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
 // errRecreated: the event stream was deleted and created again.
 var errRecreated = errors.New("the event stream was re-created")
 
+// errBehind: the event stream's info, from a server that has not caught
+// up (one that rejoins after a partition answers for a moment as the
+// leader it was), ends below what the projection applied. Taken for a
+// re-created stream, it had the state-store rebase its projection.
+var errBehind = errors.New("the event stream's info is behind the projection (a NATS server that has not caught up)")
+
 // follow applies the stream from sequence from until ctx ends or the
 // client stops delivering it.
 func (f *follower) follow(ctx context.Context, from uint64) error {
@@ -173,6 +188,9 @@ func (f *follower) apply(ctx context.Context, evs []*consume.Event, last uint64)
 // stream is the event stream's creation time and its first and last
 // sequences.
 func (f *follower) stream(ctx context.Context) (created time.Time, first, last uint64, err error) {
+	if f.streamFn != nil {
+		return f.streamFn(ctx)
+	}
 	s, err := f.js.Stream(ctx, events.StreamEvents)
 	if err != nil {
 		return time.Time{}, 0, 0, err

@@ -314,3 +314,68 @@ func TestAFollowFailedAfterARebaseGoesOnFromTheNewStream(t *testing.T) {
 		t.Errorf("followed from %v, want [1 1]: the rebased projection goes on from the new stream's first event", got)
 	}
 }
+
+// A server that rejoins after a partition answers for a moment as the
+// stream leader it was, with the stream as it was at the cut: its last
+// sequence is below the projection's checkpoint. The stream was not
+// re-created (its creation time is the one followed): the state-store
+// tries again, and does not rebase its projection. Before, it took that
+// answer for a re-created stream and rebased (seen on the cluster stack:
+// "the event stream was re-created ... checkpoint 693, last_seq 439").
+func TestAStreamInfoBehindTheProjectionIsNoRecreation(t *testing.T) {
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.StateStore)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
+	var logs lockedBuffer
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Checkpoint: project.CheckpointKey, Hold: time.Hour}
+	f := &follower{js: js, kv: kv, p: p, log: slog.New(slog.NewJSONHandler(&logs, nil)),
+		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
+	infos := 0
+	f.streamFn = func(context.Context) (time.Time, uint64, uint64, error) {
+		infos++
+		if infos == 2 { // the rejoining server, as the stream was at the cut
+			return created, 1, 439, nil
+		}
+		return created, 1, 700, nil
+	}
+	froms := make(chan uint64, 10)
+	calls := 0
+	f.followFn = func(fctx context.Context, from uint64) error {
+		froms <- from
+		if calls++; calls == 1 {
+			f.apply(fctx, nil, 693) // followed up to 693, then the partition
+			return errors.New("nats: no heartbeat received")
+		}
+		<-fctx.Done()
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.run(ctx, 600) }()
+	var got []uint64
+	for len(got) < 2 {
+		select {
+		case from := <-froms:
+			got = append(got, from)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("followed from %v only", got)
+		}
+	}
+	cancel()
+	<-done
+	if strings.Contains(logs.String(), "re-created") {
+		t.Errorf("the state-store took a server behind for a re-created stream: %s", logs.String())
+	}
+	if got[1] != 600 && got[1] != 694 {
+		t.Errorf("followed again from %d, want where the projection was", got[1])
+	}
+}
