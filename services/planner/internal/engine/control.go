@@ -438,7 +438,7 @@ func (e *Engine) nextGeneration(ctx context.Context, r *run, rerun []string, rea
 		r.nextWorkflowSpan(e.now())
 	}
 	r.rec.Generation++
-	r.rec.Began = &Began{Generation: r.rec.Generation, Rerun: rerun}
+	r.rec.Began = &Began{Generation: r.rec.Generation, At: e.now(), Rerun: rerun}
 	r.rec.Status = dag.WorkflowRunning
 	r.rec.CancelledBy, r.rec.CancelledAt, r.rec.Expired = nil, nil, ""
 	r.rec.setDeadline(e.now()) // a retry has the whole timeout again

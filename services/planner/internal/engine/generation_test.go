@@ -297,3 +297,37 @@ func TestACancelThatWinsOverARollbackLeavesNoRollbackInTheStream(t *testing.T) {
 		}
 	}
 }
+
+// What a generation begun again dispatches, the unit that began it may
+// have stored, maybe longer ago than the event stream's duplicate window
+// (the planner restarted much later): each is looked for in the stream
+// first, since the generation began; what later units emit is not.
+func TestAGenerationBegunAgainLooksForWhatItDispatches(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	h.cannotDispatch()
+	if err := h.control(events.VerbRetry); err == nil {
+		t.Fatal("the retry with NATS down succeeded")
+	}
+	h.out.Fail = nil
+	rec, _, err := h.workflows.Get(context.Background(), h.id)
+	must(t, err)
+	h.fresh()
+	rc := &rechecking{MemoryOutbox: h.out}
+	h.e.Out = rc
+	if failed, err := h.e.Resume(context.Background()); err != nil || len(failed) > 0 {
+		t.Fatalf("resume: %v %v", failed, err)
+	}
+	if len(rc.emitted) == 0 {
+		t.Fatal("nothing dispatched")
+	}
+	for i, since := range rc.emitted {
+		if !since.Equal(rec.Began.At) {
+			t.Errorf("event %d looked for since %v, want since the generation began (%v)", i, since, rec.Began.At)
+		}
+	}
+	if !rc.since.IsZero() {
+		t.Errorf("later units' events looked for since %v", rc.since)
+	}
+}

@@ -81,7 +81,12 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	r.checked = true
 	e.checked = append(e.checked, r)
 	if again {
-		if err := e.advance(ctx, r); err != nil {
+		// What the unit that began it dispatched may be stored, maybe
+		// longer ago than the duplicate window: each is looked for first.
+		restore := e.recheckFrom(r.rec.Began.At)
+		err := e.advance(ctx, r)
+		restore()
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -30,7 +30,7 @@ func (e *Engine) startRollback(ctx context.Context, r *run, reason string) error
 	r.rec.Rollback = rb
 	r.rec.Held, r.rec.Carried = nil, nil
 	r.rec.Generation++
-	r.rec.Began = &Began{Generation: r.rec.Generation, Rollback: true}
+	r.rec.Began = &Began{Generation: r.rec.Generation, At: e.now(), Rollback: true}
 	r.plan = dag.PlanLoaded(rb)
 	r.state = r.plan.NewRunState()
 	r.done = map[string]bool{}

@@ -101,7 +101,8 @@ type Announcement struct {
 
 // Began is how a generation began (Record.Began).
 type Began struct {
-	Generation int `json:"generation"`
+	Generation int       `json:"generation"`
+	At         time.Time `json:"at"` // when (on the planner's clock)
 	// Rollback: a rollback began it; every formula of the rollback's plan
 	// starts pending.
 	Rollback bool `json:"rollback,omitempty"`
