@@ -32,18 +32,24 @@ const outputsWait = 30 * time.Second
 // fillOutputs puts the outputs script and env read into them; a secret
 // one goes to secret (made when nil).
 func (sh *shell) fillOutputs(script string, env, secret map[string]string) (string, map[string]string, map[string]string, error) {
+	return sh.nr.fillOutputs(sh.nr.stop, script, env, secret)
+}
+
+// fillOutputs is shell.fillOutputs within ctx (a settle's, which starts
+// nothing and has no attempt's stop).
+func (nr *nodeRun) fillOutputs(ctx context.Context, script string, env, secret map[string]string) (string, map[string]string, map[string]string, error) {
 	if !dag.HasOutputs(script) && !readsOutputs(env) {
 		return script, env, secret, nil
 	}
-	if sh.nr.x.Outputs == nil {
+	if nr.x.Outputs == nil {
 		return "", nil, nil, fmt.Errorf("%w: this executor keeps no outputs", errOutputMissing)
 	}
-	ctx, cancel := context.WithTimeout(sh.nr.stop, outputsWait)
+	ctx, cancel := context.WithTimeout(ctx, outputsWait)
 	defer cancel()
 	if secret == nil {
 		secret = map[string]string{}
 	}
-	f := &outputs.Filler{Store: sh.nr.x.Outputs, Workflow: sh.nr.d.Workflow}
+	f := &outputs.Filler{Store: nr.x.Outputs, Workflow: nr.d.Workflow}
 	filled, err := f.Script(ctx, script)
 	if err == nil {
 		env, err = f.Env(ctx, env, secret)

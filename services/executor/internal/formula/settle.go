@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -223,7 +224,7 @@ func (nr *nodeRun) settle(ctx context.Context) (dag.NodeState, *events.NodeEvent
 // The output read back is masked as the attempt's run masked it; when
 // what it must hide cannot all be read now, none of it is kept.
 func (nr *nodeRun) settleOn(ctx context.Context, rec Record, what string) (hostexec.Result, error) {
-	cmd, hidden := nr.settleCommand(what)
+	cmd, hidden := nr.settleCommand(ctx, what)
 	res, err := nr.runner.Settle(ctx, hostexec.Attempt{ID: nr.attemptIDAt(rec.Generation, rec.Attempt, what), Command: cmd})
 	if !hidden {
 		nr.log.Warn("the settled attempt's output is not shown: what it must hide could not all be read", "attempt", rec.Attempt)
@@ -236,9 +237,10 @@ func (nr *nodeRun) settleOn(ctx context.Context, rec Record, what string) (hoste
 // node's environment and become, and what its output must hide, as its
 // run hid it: the node's secrets, the lines of its secret files and the
 // secret outputs it read. hidden is false when some of these cannot be
-// read (a secret gone since): a settle does not need them to find the
-// attempt's files.
-func (nr *nodeRun) settleCommand(what string) (cmd hostexec.Command, hidden bool) {
+// read (a secret gone since), or cannot be known: the secret outputs the
+// node wrote itself, which a settle does not read back. A settle does not
+// need them to find the attempt's files.
+func (nr *nodeRun) settleCommand(ctx context.Context, what string) (cmd hostexec.Command, hidden bool) {
 	env, secret, err := secrets.Split(nr.x.secrets(), nr.n.Env)
 	hidden = err == nil
 	if err != nil {
@@ -250,12 +252,14 @@ func (nr *nodeRun) settleCommand(what string) (cmd hostexec.Command, hidden bool
 	if what == "check" {
 		script = nr.n.Check
 	}
-	sh := &shell{nr: nr}
-	if _, _, filled, err := sh.fillOutputs(script, maps.Clone(env), maps.Clone(secret)); err == nil {
+	if _, _, filled, err := nr.fillOutputs(ctx, script, maps.Clone(env), maps.Clone(secret)); err == nil {
 		for _, v := range filled {
 			mask = append(mask, v) // the secret outputs read (and the node's secrets again)
 		}
 	} else {
+		hidden = false
+	}
+	if slices.ContainsFunc(nr.n.Outputs, func(o dag.Output) bool { return o.Secret }) {
 		hidden = false
 	}
 	return hostexec.Command{Env: env, Secrets: secret, Mask: mask, Become: nr.n.Become, BecomeUser: nr.n.BecomeUser}, hidden

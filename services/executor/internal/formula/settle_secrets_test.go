@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
+	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/hostexec"
 	"github.com/gantry-dev/gantry/pkg/hostexec/localexec"
@@ -92,5 +93,77 @@ func TestASettledAttemptWhoseSecretsAreGoneShowsNoOutput(t *testing.T) {
 	}
 	if !strings.Contains(got, "it ended on the host while no executor followed it") {
 		t.Errorf("the settled node event says %q, want that it ended on the host", got)
+	}
+}
+
+// A settle of a node whose command reads an output, in a cancelled run
+// (a dispatch that starts nothing): the outputs are read within the
+// settle's own time. Before, they were read within the attempt's stop,
+// which such a dispatch does not have: the executor panicked ("cannot
+// create context from nil parent"), at every redelivery.
+func TestASettleOfANodeReadingOutputsInACancelledRun(t *testing.T) {
+	h := newHarness()
+	h.x.Hosts = runners{r: localexec.Local{}}
+	h.x.Secrets = secretstest.Map{}
+	store := &eventbustest.MemoryBucket[events.OutputRecord]{}
+	h.x.Outputs = store
+	ref := dag.OutputRef{Formula: "f", Node: "gen", Name: "port"}
+	if _, err := store.Put(context.Background(), events.OutputKey("w", "f", "gen"), events.OutputRecord{WorkflowID: "w1", Values: map[string]string{"port": "8080"}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	n := node("n", "echo port "+ref.Marker(), 1)
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(dir)}
+	if _, err := (localexec.Local{}).RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
+		Command: hostexec.Command{Script: "echo port 8080", Env: map[string]string{"GANTRY_ATTEMPTS": dir}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.records.Put(context.Background(), h.key(dag.OpCreate, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled})
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, n)); err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, e := range h.bus.out.Stored() {
+		if p, ok := e.Payload.(*events.NodeEvent); ok {
+			all.WriteString(p.StdoutTail)
+		}
+	}
+	if !strings.Contains(all.String(), "port 8080") {
+		t.Errorf("settled tails %q, want the output shown", all.String())
+	}
+}
+
+// A node's own secret outputs (what it wrote to $GANTRY_OUTPUT) are
+// hidden in its tails after a run; a settle does not read them back, so
+// it cannot hide them: the settled attempt's output is not shown. Before,
+// the generated password was in the event.
+func TestASettledAttemptDoesNotShowItsOwnSecretOutputs(t *testing.T) {
+	const pw = "generated-Pa55word-0123456789"
+	dir := t.TempDir()
+	n := node("n", "x", 1)
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(dir)}
+	n.Outputs = []dag.Output{{Name: "pw", Secret: true}}
+	h := newHarness()
+	h.x.Hosts = runners{r: localexec.Local{}}
+	h.x.Secrets = secretstest.Map{}
+	h.x.Outputs = &eventbustest.MemoryBucket[events.OutputRecord]{}
+	if _, err := (localexec.Local{}).RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
+		Command: hostexec.Command{Script: `echo "pw=` + pw + `" >> "$GANTRY_OUTPUT"; echo "admin password: ` + pw + `"`, Env: map[string]string{"GANTRY_ATTEMPTS": dir}}, Output: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.records.Put(context.Background(), h.key(dag.OpCreate, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled})
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, n)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range h.bus.out.Stored() {
+		if p, ok := e.Payload.(*events.NodeEvent); ok && strings.Contains(p.StdoutTail+p.StderrTail, pw) {
+			t.Errorf("the settled node event (%s) shows the node's own secret output: %q", p.Status, p.StdoutTail)
+		}
 	}
 }
