@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
@@ -151,7 +152,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	go keepTime(ctx, e, cfg.UnclaimedAfter)
 	s := &starter{ctx: ctx, e: e, heal: heal, log: log}
 	for _, id := range failed {
-		go s.retry(id)
+		s.background(id)
 	}
 	svc, err := api.Register(nc, eventbus.ServiceSpec{Version: buildinfo.Version(), Instance: cfg.Instance, Storage: storage}, e, log, s.start)
 	if err != nil {
@@ -292,14 +293,33 @@ type starter struct {
 	e    *engine.Engine
 	heal *eventbus.Healer
 	log  *slog.Logger
+
+	mu       sync.Mutex
+	retrying map[string]bool // the workflows tried again in the background
 }
 
-// start tries once in the caller, then keeps trying in the background.
+// start tries once in the caller, then keeps trying in the background
+// (once per workflow, however often it is handed over).
 func (s *starter) start(id string) {
 	if err := s.try(id); err != nil {
 		s.log.Warn("start failed; trying again", "workflow_id", id, "err", err)
-		go s.retry(id)
+		s.background(id)
 	}
+}
+
+// background keeps trying to start id in the background, unless that is
+// under way already.
+func (s *starter) background(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.retrying[id] {
+		return
+	}
+	if s.retrying == nil {
+		s.retrying = map[string]bool{}
+	}
+	s.retrying[id] = true
+	go s.retry(id)
 }
 
 func (s *starter) try(id string) error {
@@ -313,6 +333,11 @@ func (s *starter) try(id string) error {
 }
 
 func (s *starter) retry(id string) {
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.retrying, id)
+	}()
 	delay := 250 * time.Millisecond
 	for try := 2; ; try++ {
 		select {

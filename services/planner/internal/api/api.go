@@ -134,8 +134,8 @@ func control(e *engine.Engine, log *slog.Logger, start func(id string)) micro.Ha
 			_ = req.Error("409", err.Error(), nil)
 		case err != nil:
 			log.Error("control failed", "workflow_id", sub.WorkflowID, "verb", sub.Verb, "err", err)
-			start(sub.WorkflowID)
 			_ = req.Error("500", err.Error()+"; it may have taken effect in part: the planner carries out what it recorded (gantry status shows the workflow)", nil)
+			go start(sub.WorkflowID) // after the answer: a start waits for the planner's work in hand
 		default:
 			b, _ := json.Marshal(reply)
 			_ = req.Respond(b)

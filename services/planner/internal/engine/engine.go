@@ -331,6 +331,9 @@ func (e *Engine) acceptedFirst(ctx context.Context, r *run) {
 // was: a unit within a unit (a record's announcements read back within a
 // redelivered batch) does not turn off the outer one's.
 func (e *Engine) recheckFrom(since time.Time) (restore func()) {
+	if since.IsZero() { // not known (a record of an older planner): the recheck in force stays
+		return func() {}
+	}
 	prev := e.recheck
 	if prev.IsZero() || since.Before(prev) {
 		e.recheck = since

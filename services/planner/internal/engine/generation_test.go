@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dag"
 	"github.com/gantry-dev/gantry/pkg/eventbus/eventbustest"
@@ -329,5 +330,22 @@ func TestAGenerationBegunAgainLooksForWhatItDispatches(t *testing.T) {
 	}
 	if !rc.since.IsZero() {
 		t.Errorf("later units' events looked for since %v", rc.since)
+	}
+}
+
+// A generation begun again from a record of an older planner (no time in
+// its Began) keeps the recheck of the batch it is in: a zero time turned
+// it off.
+func TestARecheckFromAnUnknownTimeKeepsTheOneInForce(t *testing.T) {
+	e := &Engine{Out: &eventbustest.MemoryOutbox{}}
+	outer := time.Now().Add(-time.Hour)
+	defer e.recheckFrom(outer)()
+	restore := e.recheckFrom(time.Time{})
+	if !e.recheck.Equal(outer) {
+		t.Errorf("recheck from %v within recheckFrom(zero); want it kept from %v", e.recheck, outer)
+	}
+	restore()
+	if !e.recheck.Equal(outer) {
+		t.Errorf("recheck from %v after it; want %v", e.recheck, outer)
 	}
 }
