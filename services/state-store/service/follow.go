@@ -40,8 +40,13 @@ type follower struct {
 	// created is when the event stream this follower followed was
 	// created: a stream that ends below the checkpoint with the same
 	// creation time was not re-created; the server that answered has not
-	// caught up.
-	created time.Time
+	// caught up, for a moment. behindSince is when that was first seen;
+	// past behindFor (BehindFor when 0) the stream did lose its end (a
+	// server that lost writes it had not synced, a restore) and the
+	// projection is rebased, as for a re-created one.
+	created     time.Time
+	behindSince time.Time
+	behindFor   time.Duration
 	// stallAfter (StallAfter when 0), watchEvery
 	// (eventbus.StreamWatchInterval when 0), retry and maxRetry
 	// (followRetry and maxFollowRetry when 0): tests make them short.
@@ -121,10 +126,16 @@ func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
 	if err != nil {
 		return from, err
 	}
+	if from <= last+1 || !created.Equal(f.created) {
+		f.behindSince = time.Time{}
+	} else if f.behindSince.IsZero() {
+		f.behindSince = time.Now()
+	}
 	switch {
-	case from > last+1 && created.Equal(f.created):
+	case !f.behindSince.IsZero() && time.Since(f.behindSince) < cmp.Or(f.behindFor, BehindFor):
 		return from, fmt.Errorf("%w: it ends at sequence %d, the projection has applied up to %d", errBehind, last, from-1)
 	case from > last+1:
+		f.behindSince = time.Time{}
 		next, err := f.rebase(ctx, from, last)
 		if err != nil {
 			return from, err
@@ -159,6 +170,11 @@ func (f *follower) round(ctx context.Context, from uint64) (uint64, error) {
 
 // errRecreated: the event stream was deleted and created again.
 var errRecreated = errors.New("the event stream was re-created")
+
+// BehindFor is how long the event stream may end below the projection's
+// checkpoint, with the creation time the state-store followed, before it
+// is taken for a stream that lost its end and the projection is rebased.
+const BehindFor = 30 * time.Second
 
 // errBehind: the event stream's info, from a server that has not caught
 // up (one that rejoins after a partition answers for a moment as the

@@ -379,3 +379,65 @@ func TestAStreamInfoBehindTheProjectionIsNoRecreation(t *testing.T) {
 		t.Errorf("followed again from %d, want where the projection was", got[1])
 	}
 }
+
+// A stream that did lose its end (a server that lost writes it had not
+// synced, a restore from a backup) keeps its creation time: past
+// BehindFor it is taken for what it is, and the projection is rebased and
+// follows it from its first event. Waited on for good, the events stored
+// after the loss, below the old checkpoint, would never be projected.
+func TestAStreamThatLostItsEndIsRebasedAfterAWhile(t *testing.T) {
+	ns := natstest.Start(t)
+	nc := ns.Connect(events.StateStore)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
+	var logs lockedBuffer
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Checkpoint: project.CheckpointKey, Hold: time.Hour}
+	f := &follower{js: js, kv: kv, p: p, log: slog.New(slog.NewJSONHandler(&logs, nil)),
+		retry: 5 * time.Millisecond, maxRetry: 10 * time.Millisecond, stallAfter: time.Hour, behindFor: 200 * time.Millisecond}
+	infos := 0
+	f.streamFn = func(context.Context) (time.Time, uint64, uint64, error) {
+		if infos++; infos == 1 {
+			return created, 1, 700, nil
+		}
+		return created, 1, 439, nil // the end is gone for good
+	}
+	froms := make(chan uint64, 10)
+	calls := 0
+	f.followFn = func(fctx context.Context, from uint64) error {
+		froms <- from
+		if calls++; calls == 1 {
+			f.apply(fctx, nil, 693)
+			return errors.New("nats: no heartbeat received")
+		}
+		<-fctx.Done()
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.run(ctx, 600) }()
+	var got []uint64
+	for len(got) < 2 {
+		select {
+		case from := <-froms:
+			got = append(got, from)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("followed from %v only", got)
+		}
+	}
+	cancel()
+	<-done
+	if got[1] != 1 || !strings.Contains(logs.String(), "rebasing the projection") {
+		t.Errorf("followed again from %d (stream infos %d), want 1 after a rebase", got[1], infos)
+	}
+	if infos < 3 {
+		t.Errorf("rebased after %d stream infos: a stream behind is tried again first", infos)
+	}
+}
