@@ -17,6 +17,10 @@
   conns SINCE UNTIL PORT...    the services' connections per server now, and
                                those started between SINCE and UNTIL (unix s)
   wait-leader SECS PORT...     until a meta leader is known by every port
+  wait-current SECS PORT...    until every stream and consumer (but the
+                               system account's) has a leader and all its replicas
+                               current, as every port sees them: prints the
+                               seconds it took, or what is not current
 
 Exit status 1 when a check finds a problem, after printing it.
 """
@@ -251,6 +255,49 @@ def wait_leader(secs, ports):
     return 1
 
 
+def not_current(ports):
+    """What is not current: "server: stream[/consumer] (why)" for each
+    stream or consumer (of every account but the system's) without a leader or with a
+    replica offline or not current, as each port sees it."""
+    bad = []
+    for p in ports:
+        try:
+            d = get(p, "/jsz?accounts=true&streams=true&consumers=true")
+        except OSError as e:
+            bad.append(f"{p}: unreachable ({e.__class__.__name__})")
+            continue
+        server = d.get("server_name") or str(p)
+        for a in d.get("account_details") or []:
+            if a.get("name") == "$SYS":
+                continue
+            for st in a.get("stream_detail") or []:
+                groups = [(st.get("name"), st.get("cluster"))]
+                groups += [(st.get("name") + "/" + c.get("name", ""), c.get("cluster")) for c in st.get("consumer_detail") or []]
+                for name, cl in groups:
+                    cl = cl or {}
+                    if not cl.get("leader"):
+                        bad.append(f"{server}: {name} (no leader)")
+                        continue
+                    for r in cl.get("replicas") or []:
+                        if r.get("offline") or not r.get("current"):
+                            bad.append(f"{server}: {name} (replica {r.get('name')} {'offline' if r.get('offline') else 'not current'})")
+    return bad
+
+
+def wait_current(secs, ports):
+    start = time.time()
+    end = start + float(secs)
+    while True:
+        bad = not_current(ports)
+        if not bad:
+            print(f"{time.time() - start:.1f}")
+            return 0
+        if time.time() >= end:
+            print(f"{len(bad)} not current after {secs} s: " + "; ".join(sorted(set(bad))[:8]))
+            return 1
+        time.sleep(1)
+
+
 def ts(s):
     # 2026-11-26T09:55:42.311801326Z: nanoseconds are more than Python parses
     s = s.rstrip("Z")
@@ -309,6 +356,8 @@ def main(argv):
         return leader(args)
     if cmd == "wait-leader":
         return wait_leader(args[0], args[1:])
+    if cmd == "wait-current":
+        return wait_current(args[0], args[1:])
     if cmd == "conns":
         return conns(args[0], args[1], args[2:])
     print(__doc__, file=sys.stderr)
