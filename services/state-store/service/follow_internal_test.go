@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/events"
 	"github.com/gantry-dev/gantry/pkg/natsembed/natstest"
 	"github.com/gantry-dev/gantry/services/state-store/internal/project"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -150,92 +151,85 @@ func TestStalledReaderIsReplaced(t *testing.T) {
 	<-done
 }
 
-// The waits between tries to follow the event stream again start over
-// once a follow delivered events: a reader lost in one outage does not
-// wait the longest wait of the outage before it. Before, the waits only
-// grew (until the stream was re-created): after a quorum loss, a reader
-// lost in a partition waited 10 s before each try, and gantry status
-// showed nothing of a run for 8 to more than 20 s of a 35 s partition
-// while the run went on (cluster-chaos).
-func TestFollowRetriesStartOverAfterAFollowThatDelivered(t *testing.T) {
-	ns := natstest.Start(t)
-	nc := ns.Connect(events.StateStore)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs lockedBuffer
-	f := &follower{js: js, p: &project.Projector{Hold: time.Hour}, log: slog.New(slog.NewJSONHandler(&logs, nil)),
-		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
-	n := 0
-	last := make(chan struct{})
-	f.followFn = func(fctx context.Context, from uint64) error {
-		n++
-		switch {
-		case n == 6: // this follow delivers (the writes held), then the bus goes away again
-			f.apply(fctx, nil, from+2)
-		case n == 9:
-			close(last)
-			<-fctx.Done()
-			return nil
-		}
-		return errors.New("nats: no heartbeat received")
-	}
-	done := make(chan error, 1)
-	go func() { done <- f.run(ctx, 1) }()
-	select {
-	case <-last:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not followed a ninth time within 10s")
-	}
-	cancel()
-	<-done
-	waits := retryWaits(logs.String())
-	want := []string{"10ms", "20ms", "40ms", "80ms", "80ms", "10ms", "20ms", "40ms"}
-	if !slices.Equal(waits, want) {
-		t.Errorf("waits %q, want %q (the first again after the follow that delivered)", waits, want)
-	}
+// followTest is a follower of the event stream of a real JetStream (an
+// embedded server), with short waits, a follow of its own (follow) and
+// what it logs.
+type followTest struct {
+	t      *testing.T
+	f      *follower
+	ns     *natstest.Server
+	nc     *nats.Conn // the follower's connection
+	logs   *lockedBuffer
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan error
+	froms  chan uint64 // where each follow began
 }
 
-// The waits grow while the bus stays away after a follow that delivered:
-// what that follow handed the projection (its writes held, as they are
-// for up to a second) is not progress of the tries after it, which fail
-// before they follow.
-func TestFollowRetriesGrowWhileTheBusStaysAway(t *testing.T) {
+func newFollowTest(t *testing.T) *followTest {
 	ns := natstest.Start(t)
 	nc := ns.Connect(events.StateStore)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
-	f := &follower{js: js, p: &project.Projector{Hold: time.Hour}, log: slog.New(slog.NewJSONHandler(&logs, nil)),
+	kv, err := js.KeyValue(ctx, events.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Checkpoint: project.CheckpointKey, Hold: time.Hour}
+	f := &follower{js: js, kv: kv, p: p, log: slog.New(slog.NewJSONHandler(logs, nil)),
 		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
-	first := true
-	f.followFn = func(fctx context.Context, from uint64) error {
-		if first {
-			first = false
-			f.apply(fctx, nil, from+2) // delivered; its writes are held
-			nc.Close()                 // then the bus goes away
+	return &followTest{t: t, f: f, ns: ns, nc: nc, logs: logs, ctx: ctx, cancel: cancel, froms: make(chan uint64, 100)}
+}
+
+// run runs the follower from from, each follow of it being follow's n-th
+// call (from 1), which returns what the follow ends with.
+func (ft *followTest) run(from uint64, follow func(fctx context.Context, from uint64, n int) error) {
+	n := 0
+	ft.f.followFn = func(fctx context.Context, from uint64) error {
+		n++
+		ft.froms <- from
+		return follow(fctx, from, n)
+	}
+	ft.done = make(chan error, 1)
+	go func() { ft.done <- ft.f.run(ft.ctx, from) }()
+}
+
+// follows are where the first n follows began (the test fails after
+// 10 s without them).
+func (ft *followTest) follows(n int) []uint64 {
+	var got []uint64
+	for len(got) < n {
+		select {
+		case from := <-ft.froms:
+			got = append(got, from)
+		case <-time.After(10 * time.Second):
+			ft.t.Fatalf("followed from %v only", got)
 		}
-		return errors.New("nats: connection closed")
 	}
-	done := make(chan error, 1)
-	go func() { done <- f.run(ctx, 1) }()
-	var waits []string
-	for deadline := time.Now().Add(5 * time.Second); len(waits) < 6 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		waits = retryWaits(logs.String())
+	return got
+}
+
+// stop ends the follower and waits for it.
+func (ft *followTest) stop() {
+	ft.cancel()
+	<-ft.done
+}
+
+// until is fn's first result that says done, or its last after 5 s.
+func until[T any](fn func() (T, bool)) T {
+	var v T
+	var done bool
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if v, done = fn(); done {
+			break
+		}
 	}
-	cancel()
-	<-done
-	want := []string{"10ms", "20ms", "40ms", "80ms", "80ms", "80ms"}
-	if len(waits) < 6 || !slices.Equal(waits[:6], want) {
-		t.Errorf("waits %q, want %q (nothing delivered after the first follow)", waits, want)
-	}
+	return v
 }
 
 // retryWaits are the waits the follower logged, in order.
@@ -252,67 +246,116 @@ func retryWaits(logs string) []string {
 	return waits
 }
 
+var errNoHeartbeat = errors.New("nats: no heartbeat received")
+
+// The waits between tries to follow the event stream again start over
+// once a follow delivered events: a reader lost in one outage does not
+// wait the longest wait of the outage before it. Before, the waits only
+// grew (until the stream was re-created): after a quorum loss, a reader
+// lost in a partition waited 10 s before each try, and gantry status
+// showed nothing of a run for 8 to more than 20 s of a 35 s partition
+// while the run went on (cluster-chaos).
+func TestFollowRetriesStartOverAfterAFollowThatDelivered(t *testing.T) {
+	ft := newFollowTest(t)
+	ft.run(1, func(fctx context.Context, from uint64, n int) error {
+		switch n {
+		case 6: // this follow delivers (the writes held), then the bus goes away again
+			ft.f.apply(fctx, nil, from+2)
+		case 9:
+			<-fctx.Done()
+			return nil
+		}
+		return errNoHeartbeat
+	})
+	ft.follows(9)
+	ft.stop()
+	waits := retryWaits(ft.logs.String())
+	want := []string{"10ms", "20ms", "40ms", "80ms", "80ms", "10ms", "20ms", "40ms"}
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits %q, want %q (the first again after the follow that delivered)", waits, want)
+	}
+}
+
+// The waits grow while the bus stays away after a follow that delivered:
+// what that follow handed the projection (its writes held, as they are
+// for up to a second) is not progress of the tries after it, which fail
+// before they follow.
+func TestFollowRetriesGrowWhileTheBusStaysAway(t *testing.T) {
+	ft := newFollowTest(t)
+	ft.run(1, func(fctx context.Context, from uint64, n int) error {
+		if n == 1 {
+			ft.f.apply(fctx, nil, from+2) // delivered; its writes are held
+			ft.nc.Close()                 // then the bus goes away
+		}
+		return errors.New("nats: connection closed")
+	})
+	waits := until(func() ([]string, bool) {
+		w := retryWaits(ft.logs.String())
+		return w, len(w) >= 6
+	})
+	ft.stop()
+	want := []string{"10ms", "20ms", "40ms", "80ms", "80ms", "80ms"}
+	if len(waits) < 6 || !slices.Equal(waits[:6], want) {
+		t.Errorf("waits %q, want %q (nothing delivered after the first follow)", waits, want)
+	}
+}
+
 // A round that found the stream re-created (it rebased the projection and
 // followed from the new stream's first event) and then failed goes on
 // from there, not from the checkpoint it had before the rebase: once the
 // new stream grew past that checkpoint, the old one was taken as current
 // and the new stream's events below it were never projected.
 func TestAFollowFailedAfterARebaseGoesOnFromTheNewStream(t *testing.T) {
-	ns := natstest.Start(t)
-	nc := ns.Connect(events.StateStore)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, events.BucketState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := jetstream.New(ns.Connect(events.Planner))
+	ft := newFollowTest(t)
+	pub, err := jetstream.New(ft.ns.Connect(events.Planner))
 	if err != nil {
 		t.Fatal(err)
 	}
 	publish := func(n int) {
 		for range n {
-			if _, err := pub.Publish(ctx, events.WorkflowLifecycle("w1"), []byte(`{}`)); err != nil {
+			if _, err := pub.Publish(ft.ctx, events.WorkflowLifecycle("w1"), []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	publish(2) // the re-created stream: 2 events, below the checkpoint of 4
-	var logs lockedBuffer
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Checkpoint: project.CheckpointKey, Hold: time.Hour}
-	f := &follower{js: js, kv: kv, p: p, log: slog.New(slog.NewJSONHandler(&logs, nil)),
-		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
-	froms := make(chan uint64, 10)
-	calls := 0
-	f.followFn = func(fctx context.Context, from uint64) error {
-		froms <- from
-		if calls++; calls == 1 {
+	ft.run(5, func(fctx context.Context, from uint64, n int) error {
+		if n == 1 {
 			publish(4) // the new stream grows past the old checkpoint meanwhile
-			return errors.New("nats: no heartbeat received")
+			return errNoHeartbeat
 		}
 		<-fctx.Done()
 		return nil
-	}
-	done := make(chan error, 1)
-	go func() { done <- f.run(ctx, 5) }()
-	var got []uint64
-	for len(got) < 2 {
-		select {
-		case from := <-froms:
-			got = append(got, from)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("followed from %v only", got)
-		}
-	}
-	cancel()
-	<-done
+	})
+	got := ft.follows(2)
+	ft.stop()
 	if got[0] != 1 || got[1] != 1 {
 		t.Errorf("followed from %v, want [1 1]: the rebased projection goes on from the new stream's first event", got)
 	}
+}
+
+// behindOnce has the follower see the event stream as a server that has
+// not caught up shows it (ending at 439) in its stream infos from the
+// second to the n-th, and as it is (ending at 700) otherwise; the first
+// follow hands the projection up to 693, then the bus goes away.
+func (ft *followTest) behindOnce(n int) *int {
+	created := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
+	infos := 0
+	ft.f.streamFn = func(context.Context) (time.Time, uint64, uint64, error) {
+		if infos++; infos >= 2 && infos <= n {
+			return created, 1, 439, nil
+		}
+		return created, 1, 700, nil
+	}
+	ft.run(600, func(fctx context.Context, from uint64, n int) error {
+		if n == 1 {
+			ft.f.apply(fctx, nil, 693)
+			return errNoHeartbeat
+		}
+		<-fctx.Done()
+		return nil
+	})
+	return &infos
 }
 
 // A server that rejoins after a partition answers for a moment as the
@@ -323,57 +366,12 @@ func TestAFollowFailedAfterARebaseGoesOnFromTheNewStream(t *testing.T) {
 // answer for a re-created stream and rebased (seen on the cluster stack:
 // "the event stream was re-created ... checkpoint 693, last_seq 439").
 func TestAStreamInfoBehindTheProjectionIsNoRecreation(t *testing.T) {
-	ns := natstest.Start(t)
-	nc := ns.Connect(events.StateStore)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, events.BucketState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	created := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
-	var logs lockedBuffer
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Checkpoint: project.CheckpointKey, Hold: time.Hour}
-	f := &follower{js: js, kv: kv, p: p, log: slog.New(slog.NewJSONHandler(&logs, nil)),
-		retry: 10 * time.Millisecond, maxRetry: 80 * time.Millisecond, stallAfter: time.Hour}
-	infos := 0
-	f.streamFn = func(context.Context) (time.Time, uint64, uint64, error) {
-		infos++
-		if infos == 2 { // the rejoining server, as the stream was at the cut
-			return created, 1, 439, nil
-		}
-		return created, 1, 700, nil
-	}
-	froms := make(chan uint64, 10)
-	calls := 0
-	f.followFn = func(fctx context.Context, from uint64) error {
-		froms <- from
-		if calls++; calls == 1 {
-			f.apply(fctx, nil, 693) // followed up to 693, then the partition
-			return errors.New("nats: no heartbeat received")
-		}
-		<-fctx.Done()
-		return nil
-	}
-	done := make(chan error, 1)
-	go func() { done <- f.run(ctx, 600) }()
-	var got []uint64
-	for len(got) < 2 {
-		select {
-		case from := <-froms:
-			got = append(got, from)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("followed from %v only", got)
-		}
-	}
-	cancel()
-	<-done
-	if strings.Contains(logs.String(), "re-created") {
-		t.Errorf("the state-store took a server behind for a re-created stream: %s", logs.String())
+	ft := newFollowTest(t)
+	ft.behindOnce(2)
+	got := ft.follows(2)
+	ft.stop()
+	if strings.Contains(ft.logs.String(), "re-created") {
+		t.Errorf("the state-store took a server behind for a re-created stream: %s", ft.logs.String())
 	}
 	if got[1] != 600 && got[1] != 694 {
 		t.Errorf("followed again from %d, want where the projection was", got[1])
@@ -386,58 +384,15 @@ func TestAStreamInfoBehindTheProjectionIsNoRecreation(t *testing.T) {
 // follows it from its first event. Waited on for good, the events stored
 // after the loss, below the old checkpoint, would never be projected.
 func TestAStreamThatLostItsEndIsRebasedAfterAWhile(t *testing.T) {
-	ns := natstest.Start(t)
-	nc := ns.Connect(events.StateStore)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	js, err := eventbus.Open(ctx, nc, events.StateStore, 1, nil)
-	if err != nil {
-		t.Fatal(err)
+	ft := newFollowTest(t)
+	ft.f.retry, ft.f.maxRetry, ft.f.behindFor = 5*time.Millisecond, 10*time.Millisecond, 200*time.Millisecond
+	infos := ft.behindOnce(1 << 30) // the end is gone for good
+	got := ft.follows(2)
+	ft.stop()
+	if got[1] != 1 || !strings.Contains(ft.logs.String(), "rebasing the projection") {
+		t.Errorf("followed again from %d (stream infos %d), want 1 after a rebase", got[1], *infos)
 	}
-	kv, err := js.KeyValue(ctx, events.BucketState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	created := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
-	var logs lockedBuffer
-	p := &project.Projector{Store: &project.KVStore{JS: js, KV: kv}, Checkpoint: project.CheckpointKey, Hold: time.Hour}
-	f := &follower{js: js, kv: kv, p: p, log: slog.New(slog.NewJSONHandler(&logs, nil)),
-		retry: 5 * time.Millisecond, maxRetry: 10 * time.Millisecond, stallAfter: time.Hour, behindFor: 200 * time.Millisecond}
-	infos := 0
-	f.streamFn = func(context.Context) (time.Time, uint64, uint64, error) {
-		if infos++; infos == 1 {
-			return created, 1, 700, nil
-		}
-		return created, 1, 439, nil // the end is gone for good
-	}
-	froms := make(chan uint64, 10)
-	calls := 0
-	f.followFn = func(fctx context.Context, from uint64) error {
-		froms <- from
-		if calls++; calls == 1 {
-			f.apply(fctx, nil, 693)
-			return errors.New("nats: no heartbeat received")
-		}
-		<-fctx.Done()
-		return nil
-	}
-	done := make(chan error, 1)
-	go func() { done <- f.run(ctx, 600) }()
-	var got []uint64
-	for len(got) < 2 {
-		select {
-		case from := <-froms:
-			got = append(got, from)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("followed from %v only", got)
-		}
-	}
-	cancel()
-	<-done
-	if got[1] != 1 || !strings.Contains(logs.String(), "rebasing the projection") {
-		t.Errorf("followed again from %d (stream infos %d), want 1 after a rebase", got[1], infos)
-	}
-	if infos < 3 {
-		t.Errorf("rebased after %d stream infos: a stream behind is tried again first", infos)
+	if *infos < 3 {
+		t.Errorf("rebased after %d stream infos: a stream behind is tried again first", *infos)
 	}
 }
