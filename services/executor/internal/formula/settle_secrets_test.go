@@ -13,31 +13,45 @@ import (
 	"github.com/gantry-dev/gantry/pkg/secrets/secretstest"
 )
 
-// An executor died while node n ran script on this machine (its attempt
-// ended there, its output in the attempt's files); the run was cancelled
-// since, and the next executor settles the attempt: the tails it reads
-// back go into the node's event. settledTails is what that event shows.
+// An executor died while node n ran its attempt on this machine (the
+// attempt ended there, its output in the attempt's files); the run was
+// cancelled since, and the next executor settles the attempt: the tails it
+// reads back go into the node's event. settledTails is what that event
+// shows, the attempt having run script with runSecrets and mask.
 func settledTails(t *testing.T, n events.WorkNode, sec secretstest.Map, script string, runSecrets map[string]string, mask []string) string {
+	t.Helper()
+	return settle(t, settleCase{node: n, secrets: sec, attempt: hostexec.Attempt{Command: hostexec.Command{Script: script, Secrets: runSecrets, Mask: mask}}})
+}
+
+// settleCase is a node whose attempt an executor left, and the executor
+// that settles it.
+type settleCase struct {
+	node    events.WorkNode
+	secrets secretstest.Map
+	outputs *eventbustest.MemoryBucket[events.OutputRecord] // the executor's outputs store (none when nil)
+	attempt hostexec.Attempt                                // what the executor that died ran (its env: the node's plain env)
+}
+
+// settle is what the node's settled event shows: its tails, error and
+// reason.
+func settle(t *testing.T, c settleCase) string {
 	t.Helper()
 	h := newHarness()
 	h.x.Hosts = runners{r: localexec.Local{}}
-	h.x.Secrets = sec
-	env := map[string]string{}
-	for k, v := range n.Env {
-		if !v.IsSecret() {
-			env[k] = v.Text
-		}
+	h.x.Secrets = c.secrets
+	if c.outputs != nil {
+		h.x.Outputs = c.outputs
 	}
-	_, err := localexec.Local{}.RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
-		Command: hostexec.Command{Script: script, Env: env, Secrets: runSecrets, Mask: mask}})
-	if err != nil {
+	a := c.attempt
+	a.ID, a.Env = "w1.1.create.f.n.1.run", plainEnv(c.node.Env)
+	if _, err := (localexec.Local{}).RunAttempt(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.records.Put(context.Background(), h.key(dag.OpCreate, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled})
-	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, n)); err != nil {
+	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, c.node)); err != nil {
 		t.Fatal(err)
 	}
 	var all strings.Builder
@@ -102,37 +116,15 @@ func TestASettledAttemptWhoseSecretsAreGoneShowsNoOutput(t *testing.T) {
 // which such a dispatch does not have: the executor panicked ("cannot
 // create context from nil parent"), at every redelivery.
 func TestASettleOfANodeReadingOutputsInACancelledRun(t *testing.T) {
-	h := newHarness()
-	h.x.Hosts = runners{r: localexec.Local{}}
-	h.x.Secrets = secretstest.Map{}
 	store := &eventbustest.MemoryBucket[events.OutputRecord]{}
-	h.x.Outputs = store
-	ref := dag.OutputRef{Formula: "f", Node: "gen", Name: "port"}
 	if _, err := store.Put(context.Background(), events.OutputKey("w", "f", "gen"), events.OutputRecord{WorkflowID: "w1", Values: map[string]string{"port": "8080"}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	n := node("n", "echo port "+ref.Marker(), 1)
-	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(dir)}
-	if _, err := (localexec.Local{}).RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
-		Command: hostexec.Command{Script: "echo port 8080", Env: map[string]string{"GANTRY_ATTEMPTS": dir}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.records.Put(context.Background(), h.key(dag.OpCreate, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"}, 0); err != nil {
-		t.Fatal(err)
-	}
-	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled})
-	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, n)); err != nil {
-		t.Fatal(err)
-	}
-	var all strings.Builder
-	for _, e := range h.bus.out.Stored() {
-		if p, ok := e.Payload.(*events.NodeEvent); ok {
-			all.WriteString(p.StdoutTail)
-		}
-	}
-	if !strings.Contains(all.String(), "port 8080") {
-		t.Errorf("settled tails %q, want the output shown", all.String())
+	n := node("n", "echo port "+dag.OutputRef{Formula: "f", Node: "gen", Name: "port"}.Marker(), 1)
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(t.TempDir())}
+	got := settle(t, settleCase{node: n, secrets: secretstest.Map{}, outputs: store, attempt: hostexec.Attempt{Command: hostexec.Command{Script: "echo port 8080"}}})
+	if !strings.Contains(got, "port 8080") {
+		t.Errorf("settled tails %q, want the output shown", got)
 	}
 }
 
@@ -142,28 +134,12 @@ func TestASettleOfANodeReadingOutputsInACancelledRun(t *testing.T) {
 // the generated password was in the event.
 func TestASettledAttemptDoesNotShowItsOwnSecretOutputs(t *testing.T) {
 	const pw = "generated-Pa55word-0123456789"
-	dir := t.TempDir()
 	n := node("n", "x", 1)
-	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(dir)}
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(t.TempDir())}
 	n.Outputs = []dag.Output{{Name: "pw", Secret: true}}
-	h := newHarness()
-	h.x.Hosts = runners{r: localexec.Local{}}
-	h.x.Secrets = secretstest.Map{}
-	h.x.Outputs = &eventbustest.MemoryBucket[events.OutputRecord]{}
-	if _, err := (localexec.Local{}).RunAttempt(context.Background(), hostexec.Attempt{ID: "w1.1.create.f.n.1.run",
-		Command: hostexec.Command{Script: `echo "pw=` + pw + `" >> "$GANTRY_OUTPUT"; echo "admin password: ` + pw + `"`, Env: map[string]string{"GANTRY_ATTEMPTS": dir}}, Output: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.records.Put(context.Background(), h.key(dag.OpCreate, "n"), Record{Status: dag.NodeRunning, Attempt: 1, Generation: 1, GenAttempts: 1, SpecHash: "h-n"}, 0); err != nil {
-		t.Fatal(err)
-	}
-	h.snapshot(events.RunSnapshot{Generation: 1, Status: dag.WorkflowCancelled})
-	if err := h.x.Run(context.Background(), dispatch(dag.OpCreate, 1, n)); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range h.bus.out.Stored() {
-		if p, ok := e.Payload.(*events.NodeEvent); ok && strings.Contains(p.StdoutTail+p.StderrTail, pw) {
-			t.Errorf("the settled node event (%s) shows the node's own secret output: %q", p.Status, p.StdoutTail)
-		}
+	got := settle(t, settleCase{node: n, secrets: secretstest.Map{}, outputs: &eventbustest.MemoryBucket[events.OutputRecord]{},
+		attempt: hostexec.Attempt{Command: hostexec.Command{Script: `echo "pw=` + pw + `" >> "$GANTRY_OUTPUT"; echo "admin password: ` + pw + `"`}, Output: true}})
+	if strings.Contains(got, pw) {
+		t.Errorf("the settled node event shows the node's own secret output: %q", got)
 	}
 }
