@@ -33,6 +33,19 @@ func (h *harness) cannotDispatch() error {
 	return down
 }
 
+// restart is the planner after a restart (fresh) resuming its runs.
+func (h *harness) restart() { h.restartWith(h.out) }
+
+// restartWith is restart with the outbox out.
+func (h *harness) restartWith(out Emitter) {
+	h.t.Helper()
+	h.fresh()
+	h.e.Out = out
+	if failed, err := h.e.Resume(context.Background()); err != nil || len(failed) > 0 {
+		h.t.Fatalf("resume: %v %v", failed, err)
+	}
+}
+
 // generations are the generations of the run's record and snapshot.
 func (h *harness) generations() (record, snapshot int) {
 	rec, _, err := h.workflows.Get(context.Background(), h.id)
@@ -87,11 +100,7 @@ func TestARetryLeftBehindItsRecordStartsWhenThePlannerStarts(t *testing.T) {
 		t.Fatal("the retry with NATS down succeeded")
 	}
 	h.out.Fail = nil
-	h.fresh()
-	failed, err := h.e.Resume(context.Background())
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("resume: %v %v", failed, err)
-	}
+	h.restart()
 	if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
 		t.Fatalf("a not dispatched in generation 2: %q", got)
 	}
@@ -111,11 +120,7 @@ func TestARollbackLeftBehindItsRecordStartsWhenThePlannerStarts(t *testing.T) {
 		t.Fatal("the rollback's start with NATS down succeeded")
 	}
 	h.out.Fail = nil
-	h.fresh()
-	failed, err := h.e.Resume(context.Background())
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("resume: %v %v", failed, err)
-	}
+	h.restart()
 	if got := h.stored(); !slices.Contains(got, "dispatch a delete g2") {
 		t.Fatalf("the rollback's a not dispatched: %q", got)
 	}
@@ -140,11 +145,7 @@ func TestARetryOfNodesLeftBehindItsRecordRerunsOnlyThem(t *testing.T) {
 		t.Fatal("the retry with NATS down succeeded")
 	}
 	h.out.Fail = nil
-	h.fresh()
-	failed, err := h.e.Resume(context.Background())
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("resume: %v %v", failed, err)
-	}
+	h.restart()
 	got, wantGot := h.stored(), want.stored()
 	if !slices.Equal(got, wantGot) {
 		t.Errorf("stored %q, want %q as the retry stores", got, wantGot)
@@ -228,10 +229,7 @@ func TestARetryWhoseRecordCannotBeWrittenLeavesNoRunningInTheStream(t *testing.T
 		t.Fatalf("the retry with its record write failing: %v", err)
 	}
 	h.workflows.Fail = nil
-	h.fresh()
-	if failed, err := h.e.Resume(context.Background()); err != nil || len(failed) > 0 {
-		t.Fatalf("resume: %v %v", failed, err)
-	}
+	h.restart()
 	st := h.workflowStatuses()
 	if last := st[len(st)-1]; last != string(h.status()) || h.status() != dag.WorkflowFailed {
 		t.Errorf("the stream ends the run %q (%q), its record %s: a retry that never began is in the stream", last, st, h.status())
@@ -314,12 +312,8 @@ func TestAGenerationBegunAgainLooksForWhatItDispatches(t *testing.T) {
 	h.out.Fail = nil
 	rec, _, err := h.workflows.Get(context.Background(), h.id)
 	must(t, err)
-	h.fresh()
 	rc := &rechecking{MemoryOutbox: h.out}
-	h.e.Out = rc
-	if failed, err := h.e.Resume(context.Background()); err != nil || len(failed) > 0 {
-		t.Fatalf("resume: %v %v", failed, err)
-	}
+	h.restartWith(rc)
 	if len(rc.emitted) == 0 {
 		t.Fatal("nothing dispatched")
 	}
