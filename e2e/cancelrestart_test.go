@@ -55,13 +55,13 @@ func buildExecutor(t *testing.T) string {
 	return bin
 }
 
-// startExecutor starts an executor process for s's fleet; it is killed
-// when the test ends.
-func startExecutor(t *testing.T, s *stack) *executorProc {
+// startExecutor starts an executor process for s's fleet, with env more
+// in its environment; it is killed when the test ends.
+func startExecutor(t *testing.T, s *stack, env ...string) *executorProc {
 	t.Helper()
 	x := &executorProc{t: t, bin: buildExecutor(t), log: filepath.Join(t.TempDir(), "executor.log"),
-		env: []string{"NATS_URL=" + s.ns.URL(), "NATS_NKEY=" + s.ns.Keys.SeedFile(events.Executor),
-			"GANTRY_SSH_KEY=" + s.fleet.KeyFile, "GANTRY_KNOWN_HOSTS=" + s.fleet.KnownHosts, "GANTRY_EXECUTOR_LABELS=zone=" + farZone}}
+		env: append([]string{"NATS_URL=" + s.ns.URL(), "NATS_NKEY=" + s.ns.Keys.SeedFile(events.Executor),
+			"GANTRY_SSH_KEY=" + s.fleet.KeyFile, "GANTRY_KNOWN_HOSTS=" + s.fleet.KnownHosts, "GANTRY_EXECUTOR_LABELS=zone=" + farZone}, env...)}
 	t.Cleanup(func() {
 		x.kill9()
 		if t.Failed() {
