@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -402,19 +403,28 @@ func (e *Engine) stopped(ctx context.Context, r *run, more string) error {
 // or was cancelled; succeeded and skipped nodes stay as they are (the
 // executor's records keep them from running again).
 func (e *Engine) retry(ctx context.Context, r *run, by *events.Principal) error {
-	var rerun []string
-	for i := range r.plan.Formulas {
-		switch r.state.Formula(i) {
-		case dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled, dag.FormulaUnhealthy,
-			dag.FormulaReady, dag.FormulaRunning, dag.FormulaGating:
-			rerun = append(rerun, r.plan.Formulas[i].ID)
-		}
-	}
+	rerun := r.retried(nil)
 	if err := r.rerun(rerun); err != nil {
 		return err
 	}
 	r.rec.Held, r.rec.Carried = nil, nil
 	return e.nextGeneration(ctx, r, rerun, fmt.Sprintf("retry: generation %d", r.rec.Generation+1), by)
+}
+
+// retried are the formulas a retry runs again: what failed, was blocked
+// or cancelled, or had not ended; but the failures carried.
+func (r *run) retried(carried []string) []string {
+	var ids []string
+	for i := range r.plan.Formulas {
+		switch r.state.Formula(i) {
+		case dag.FormulaFailed, dag.FormulaBlocked, dag.FormulaCancelled, dag.FormulaUnhealthy,
+			dag.FormulaReady, dag.FormulaRunning, dag.FormulaGating:
+			if id := r.plan.Formulas[i].ID; !slices.Contains(carried, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
 }
 
 // rerun sets the formulas of a retry back to pending.

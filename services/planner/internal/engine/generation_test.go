@@ -343,3 +343,57 @@ func TestARecheckFromAnUnknownTimeKeepsTheOneInForce(t *testing.T) {
 		t.Errorf("recheck from %v after it; want %v", e.recheck, outer)
 	}
 }
+
+// forgetBegan has the run's record as a planner before Record.Began wrote
+// it.
+func (h *harness) forgetBegan() {
+	h.t.Helper()
+	rec, rev, err := h.workflows.Get(context.Background(), h.id)
+	must(h.t, err)
+	rec.Began = nil
+	_, err = h.workflows.Put(context.Background(), h.id, rec, rev)
+	must(h.t, err)
+}
+
+// A record left a generation ahead by a planner before Record.Began is
+// begun again as that planner began it: a retry runs again what failed, a
+// rollback starts its plan afresh. (Without this, each load of it failed
+// for good.)
+func TestAGenerationLeftByAnOlderPlannerIsBegunAgain(t *testing.T) {
+	t.Run("retry", func(t *testing.T) {
+		h := newHarness(t)
+		must(t, h.submit(chain))
+		must(t, h.formula("a", 1, dag.FormulaFailed))
+		h.stored()
+		h.cannotDispatch()
+		if err := h.control(events.VerbRetry); err == nil {
+			t.Fatal("the retry with NATS down succeeded")
+		}
+		h.out.Fail = nil
+		h.forgetBegan()
+		h.restart()
+		if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
+			t.Fatalf("a not dispatched in generation 2: %q", got)
+		}
+		wantGeneration(t, h, 2, dag.WorkflowRunning)
+	})
+	t.Run("rollback", func(t *testing.T) {
+		h := newHarness(t)
+		must(t, h.submit(rollback))
+		h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
+		must(t, h.formula("a", 1, dag.FormulaSucceeded))
+		h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
+		h.stored()
+		h.cannotDispatch()
+		if err := h.formula("b", 1, dag.FormulaFailed); err == nil {
+			t.Fatal("the rollback's start with NATS down succeeded")
+		}
+		h.out.Fail = nil
+		h.forgetBegan()
+		h.restart()
+		if got := h.stored(); !slices.Contains(got, "dispatch a delete g2") {
+			t.Fatalf("the rollback's a not dispatched: %q", got)
+		}
+		wantGeneration(t, h, 2, dag.WorkflowRunning)
+	})
+}

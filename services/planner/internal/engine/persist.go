@@ -83,7 +83,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if again {
 		// What the unit that began it dispatched may be stored, maybe
 		// longer ago than the duplicate window: each is looked for first.
-		restore := e.recheckFrom(r.rec.Began.At)
+		restore := e.recheckFrom(r.began().At)
 		err := e.advance(ctx, r)
 		restore()
 		if err != nil {
@@ -100,10 +100,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 // generation began (Record.Began); load then steps the run, which
 // dispatches what the unit did not.
 func (e *Engine) beginAgain(ctx context.Context, r *run) (*dag.RunState, error) {
-	b := r.rec.Began
-	if b == nil || b.Generation != r.rec.Generation {
-		return nil, fmt.Errorf("the run snapshot is of generation %d, the workflow record of %d, and the record does not say how that began", r.snap.Generation, r.rec.Generation)
-	}
+	b := r.began()
 	e.Log.Warn("run state of the generation before its workflow record's: beginning the generation again",
 		"workflow_id", r.rec.ID, "generation", r.rec.Generation, "snapshot_generation", r.snap.Generation)
 	defer e.touched(r)
@@ -122,6 +119,24 @@ func (e *Engine) beginAgain(ctx context.Context, r *run) (*dag.RunState, error) 
 	r.newGenerationSnapshot()
 	e.activated(ctx, r.rec)
 	return state, nil
+}
+
+// began is how the record's generation began: Record.Began, or, in a
+// record of a planner before it, what that planner did: a rollback starts
+// its plan afresh (a rolled back run takes no retry, so a generation with
+// a rollback is its start), a retry ran again what the run left failed,
+// but what it carries.
+func (r *run) began() Began {
+	if b := r.rec.Began; b != nil && b.Generation == r.rec.Generation {
+		return *b
+	}
+	b := Began{Generation: r.rec.Generation, At: r.rec.UpdatedAt, Rollback: r.rec.Rollback != nil}
+	if !b.Rollback {
+		if state, err := restore(r.plan, r.snap); err == nil {
+			b.Rerun = (&run{rec: r.rec, plan: r.plan, state: state}).retried(r.rec.Carried)
+		}
+	}
+	return b
 }
 
 // newGenerationSnapshot is the snapshot of a retry's new generation, before
