@@ -256,17 +256,18 @@ def wait_leader(secs, ports):
 
 
 def not_current(ports):
-    """What is not current: "server: stream[/consumer] (why)" for each
-    stream or consumer (of every account but the system's) without a leader or with a
-    replica offline or not current, as each port sees it."""
-    bad = []
+    """What is not current: "stream[/consumer] (why)" for each stream or
+    consumer (of every account but the system's) without a leader, or with
+    a replica offline or not current as its leader sees it (only the
+    leader knows: a follower shows the other followers not current)."""
+    bad, led, names = [], set(), set()
     for p in ports:
         try:
+            server = get(p, "/varz").get("server_name")
             d = get(p, "/jsz?accounts=true&streams=true&consumers=true")
         except OSError as e:
             bad.append(f"{p}: unreachable ({e.__class__.__name__})")
             continue
-        server = d.get("server_name") or str(p)
         for a in d.get("account_details") or []:
             if a.get("name") == "$SYS":
                 continue
@@ -275,12 +276,14 @@ def not_current(ports):
                 groups += [(st.get("name") + "/" + c.get("name", ""), c.get("cluster")) for c in st.get("consumer_detail") or []]
                 for name, cl in groups:
                     cl = cl or {}
-                    if not cl.get("leader"):
-                        bad.append(f"{server}: {name} (no leader)")
+                    names.add(name)
+                    if not cl.get("leader") or cl.get("leader") != server:
                         continue
+                    led.add(name)
                     for r in cl.get("replicas") or []:
                         if r.get("offline") or not r.get("current"):
-                            bad.append(f"{server}: {name} (replica {r.get('name')} {'offline' if r.get('offline') else 'not current'})")
+                            bad.append(f"{name} (replica {r.get('name')} {'offline' if r.get('offline') else 'not current'})")
+    bad += [f"{name} (no leader)" for name in sorted(names - led)]
     return bad
 
 
