@@ -397,3 +397,84 @@ func TestAGenerationLeftByAnOlderPlannerIsBegunAgain(t *testing.T) {
 		wantGeneration(t, h, 2, dag.WorkflowRunning)
 	})
 }
+
+// A retry by a planner before Record.Began that stopped with its record
+// still announcing its running: loading it publishes that (and rewrites
+// the record) before the generation's dispatches are looked for, which is
+// from when the retry began, not from the restart's own write.
+func TestAGenerationLeftByAnOlderPlannerIsLookedForFromItsBeginning(t *testing.T) {
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	down := errors.New("NATS down")
+	h.out.Fail = func(e eventbustest.Emitted) error {
+		switch e.Payload.(type) {
+		case *events.Dispatch, *events.WorkflowEvent:
+			return down
+		}
+		return nil
+	}
+	if err := h.control(events.VerbRetry); err == nil {
+		t.Fatal("the retry with NATS down succeeded")
+	}
+	h.out.Fail = nil
+	h.forgetBegan()
+	rec, _, err := h.workflows.Get(context.Background(), h.id)
+	must(t, err)
+	if len(rec.Announce) == 0 || rec.Generation != 2 {
+		t.Fatalf("setup: record g%d announcing %d", rec.Generation, len(rec.Announce))
+	}
+	h.e.Now = func() time.Time { return rec.UpdatedAt.Add(time.Hour) } // restarted an hour later
+	rc := &rechecking{MemoryOutbox: h.out}
+	h.restartWith(rc)
+	if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
+		t.Fatalf("a not dispatched in generation 2: %q", got)
+	}
+	for i, since := range rc.emitted {
+		if !since.Equal(rec.UpdatedAt) {
+			t.Errorf("event %d looked for since %v, want since the retry began (%v)", i, since, rec.UpdatedAt)
+		}
+	}
+}
+
+// twoFailuresAndLate is twoFailures with g, which ends after a and b
+// failed, and f on g, cancelled then (on_failure: stop).
+const twoFailuresAndLate = twoFailures + `  - id: g
+    server: h1
+    nodes: [{name: s, run: "true"}]
+  - id: f
+    server: h1
+    depends_on: [g]
+    nodes: [{name: r, run: "true"}]
+`
+
+// A retry of a/x (b's failure carried) by a planner before Record.Began is
+// begun again as dag.RetryNodes decided it: f, cancelled and not behind
+// a, stays as it was. Rerunning what the run left failed, blocked or
+// cancelled dispatched f.
+func TestARetryOfNodesLeftByAnOlderPlannerRerunsOnlyWhatItNamed(t *testing.T) {
+	stored := func(older bool) []string {
+		h := newHarness(t)
+		must(t, h.submit(twoFailuresAndLate))
+		h.recordNode(dag.OpCreate, "a", "x", dag.NodeFailed)
+		h.recordNode(dag.OpCreate, "a", "y", dag.NodeSucceeded)
+		h.recordNode(dag.OpCreate, "b", "v", dag.NodeFailed)
+		must(t, h.formula("a", 1, dag.FormulaFailed))
+		must(t, h.formula("b", 1, dag.FormulaFailed))
+		must(t, h.formula("g", 1, dag.FormulaSucceeded))
+		h.stored()
+		h.cannotDispatch()
+		if err := h.retryNodes("a/x"); err == nil {
+			t.Fatal("the retry with NATS down succeeded")
+		}
+		h.out.Fail = nil
+		if older {
+			h.forgetBegan()
+		}
+		h.restart()
+		return h.stored()
+	}
+	if with, without := stored(false), stored(true); !slices.Equal(with, without) {
+		t.Errorf("begun again with Record.Began: %q\nfrom an older planner's record: %q", with, without)
+	}
+}

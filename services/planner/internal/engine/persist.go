@@ -83,7 +83,7 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 	if again {
 		// What the unit that began it dispatched may be stored, maybe
 		// longer ago than the duplicate window: each is looked for first.
-		restore := e.recheckFrom(r.began().At)
+		restore := e.recheckFrom(r.rec.Began.At)
 		err := e.advance(ctx, r)
 		restore()
 		if err != nil {
@@ -100,7 +100,11 @@ func (e *Engine) load(ctx context.Context, id string) (*run, error) {
 // generation began (Record.Began); load then steps the run, which
 // dispatches what the unit did not.
 func (e *Engine) beginAgain(ctx context.Context, r *run) (*dag.RunState, error) {
-	b := r.began()
+	b, err := e.began(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	r.rec.Began = &b // written with the record's next write; load looks for its dispatches from b.At
 	e.Log.Warn("run state of the generation before its workflow record's: beginning the generation again",
 		"workflow_id", r.rec.ID, "generation", r.rec.Generation, "snapshot_generation", r.snap.Generation)
 	defer e.touched(r)
@@ -122,21 +126,56 @@ func (e *Engine) beginAgain(ctx context.Context, r *run) (*dag.RunState, error) 
 }
 
 // began is how the record's generation began: Record.Began, or, in a
-// record of a planner before it, what that planner did: a rollback starts
-// its plan afresh (a rolled back run takes no retry, so a generation with
-// a rollback is its start), a retry ran again what the run left failed,
-// but what it carries.
-func (r *run) began() Began {
+// record of a planner before it (with the run snapshot of the generation
+// before), what that planner did: a rollback starts its plan afresh (a
+// rolled back run takes no retry, so a generation with a rollback is its
+// start); a retry ran again what the run left failed, blocked or
+// cancelled; a retry of nodes, the nodes it named (the failed ones it
+// neither held nor carried), as dag.RetryNodes decides.
+func (e *Engine) began(ctx context.Context, r *run) (Began, error) {
 	if b := r.rec.Began; b != nil && b.Generation == r.rec.Generation {
-		return *b
+		return *b, nil
 	}
 	b := Began{Generation: r.rec.Generation, At: r.rec.UpdatedAt, Rollback: r.rec.Rollback != nil}
-	if !b.Rollback {
-		if state, err := restore(r.plan, r.snap); err == nil {
-			b.Rerun = (&run{rec: r.rec, plan: r.plan, state: state}).retried(r.rec.Carried)
+	if b.Rollback {
+		return b, nil
+	}
+	state, err := restore(r.plan, r.snap)
+	if err != nil {
+		return b, err
+	}
+	if len(r.rec.Held) == 0 && len(r.rec.Carried) == 0 {
+		b.Rerun = (&run{plan: r.plan, state: state}).retried(nil)
+		return b, nil
+	}
+	recorded := func(i, j int) (dag.NodeState, error) {
+		pf := &r.plan.Formulas[i]
+		return e.nodeState(ctx, r.rec.ID, r.plan.Operation, pf.ID, pf.Nodes[j].Name)
+	}
+	var named []string
+	for i := range r.plan.Formulas {
+		pf := &r.plan.Formulas[i]
+		if slices.Contains(r.rec.Carried, pf.ID) {
+			continue
+		}
+		for j := range pf.Nodes {
+			st, err := recorded(i, j)
+			if err != nil {
+				return b, err
+			}
+			if st == dag.NodeFailed && !slices.Contains(r.rec.Held[pf.ID], pf.Nodes[j].Name) {
+				named = append(named, pf.ID+"/"+pf.Nodes[j].Name)
+			}
 		}
 	}
-	return b
+	sc, err := r.plan.RetryNodes(state, named, recorded)
+	if err != nil {
+		return b, fmt.Errorf("the retry of nodes an older planner began: %w", err)
+	}
+	for _, i := range sc.Rerun {
+		b.Rerun = append(b.Rerun, r.plan.Formulas[i].ID)
+	}
+	return b, nil
 }
 
 // newGenerationSnapshot is the snapshot of a retry's new generation, before
