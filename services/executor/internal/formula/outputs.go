@@ -77,13 +77,20 @@ func readsOutputs(env map[string]string) bool {
 // wrote to $GANTRY_OUTPUT, and puts it on the node's event: the values
 // but the secret ones, which are masked in its output tails.
 func (sh *shell) keepOutputs() error {
-	nr := sh.nr
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(sh.nr.stop), outputsWait)
+	defer cancel()
+	return sh.nr.keepOutputs(ctx, sh.cmd, sh.attempt, sh.ev)
+}
+
+// keepOutputs reads back, parses and stores what the attempt a (the
+// node's attempt number attempt, ended) wrote to $GANTRY_OUTPUT, and puts
+// it on ev: the values but the secret ones, which are masked in ev's
+// output tails.
+func (nr *nodeRun) keepOutputs(ctx context.Context, a hostexec.Attempt, attempt int, ev *events.NodeEvent) error {
 	if nr.x.Outputs == nil {
 		return errors.New("outputs: this executor keeps no outputs")
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(nr.stop), outputsWait)
-	defer cancel()
-	data, err := hostexec.ReadOutput(ctx, nr.runner, sh.cmd, outputs.MaxFileBytes)
+	data, err := hostexec.ReadOutput(ctx, nr.runner, a, outputs.MaxFileBytes)
 	if err != nil {
 		return fmt.Errorf("outputs: %w", err)
 	}
@@ -91,11 +98,10 @@ func (sh *shell) keepOutputs() error {
 	if err != nil {
 		return fmt.Errorf("outputs: %w", err)
 	}
-	rec := outputs.Record(values, nr.n.Outputs, nr.d.Ref, sh.attempt, nr.n.SpecHash)
+	rec := outputs.Record(values, nr.n.Outputs, nr.d.Ref, attempt, nr.n.SpecHash)
 	if err := outputs.Save(ctx, nr.x.Outputs, events.OutputKey(nr.d.Workflow, nr.d.Formula, nr.n.Name), rec); err != nil {
 		return fmt.Errorf("outputs: %w", err)
 	}
-	ev := sh.ev
 	ev.Outputs, ev.SecretOutputs = outputs.Public(rec)
 	var secrets []string
 	for _, k := range ev.SecretOutputs {

@@ -193,12 +193,13 @@ func (nr *nodeRun) settle(ctx context.Context) (dag.NodeState, *events.NodeEvent
 	default: // the host did not answer, or the kill is not confirmed: the dispatch comes back
 		return dag.NodeRunning, nil, fmt.Errorf("settle the attempt %d recorded running on %s: %w", rec.Attempt, nr.d.Ref.Host, err)
 	}
-	ev.Status = st
 	if res.ExitCode >= 0 {
 		code := res.ExitCode
 		ev.ExitCode = &code
 	}
 	ev.StdoutTail, ev.StderrTail = events.BoundTail(res.Stdout, events.MaxTailBytes), events.BoundTail(res.Stderr, events.MaxTailBytes)
+	st = nr.settledOutputs(ctx, rec, st, what, ev)
+	ev.Status = st
 	now := time.Now().UTC()
 	ev.EndedAt = &now
 	nr.log.Info("attempt settled on the host", "attempt", rec.Attempt, "generation", rec.Generation, "status", st, "exit_code", res.ExitCode)
@@ -236,10 +237,10 @@ func (nr *nodeRun) settleOn(ctx context.Context, rec Record, what string) (hoste
 // settleCommand is the command a settle of the script what runs: the
 // node's environment and become, and what its output must hide, as its
 // run hid it: the node's secrets, the lines of its secret files and the
-// secret outputs it read. hidden is false when some of these cannot be
-// read (a secret gone since), or cannot be known: the secret outputs the
-// node wrote itself, which a settle does not read back. A settle does not
-// need them to find the attempt's files.
+// secret outputs it read (the secret outputs it wrote are masked once
+// they are read back: settledOutputs). hidden is false when some of these
+// cannot be read (a secret gone since): a settle does not need them to
+// find the attempt's files.
 func (nr *nodeRun) settleCommand(ctx context.Context, what string) (cmd hostexec.Command, hidden bool) {
 	env, secret, err := secrets.Split(nr.x.secrets(), nr.n.Env)
 	hidden = err == nil
@@ -259,10 +260,32 @@ func (nr *nodeRun) settleCommand(ctx context.Context, what string) (cmd hostexec
 	} else {
 		hidden = false
 	}
-	if slices.ContainsFunc(nr.n.Outputs, func(o dag.Output) bool { return o.Secret }) {
-		hidden = false
-	}
 	return hostexec.Command{Env: env, Secrets: secret, Mask: mask, Become: nr.n.Become, BecomeUser: nr.n.BecomeUser}, hidden
+}
+
+// settledOutputs keeps the outputs of a settled attempt that succeeded, as
+// a followed run's are (dependents read them; their secret values are
+// masked in ev's tails), and returns the node's state: failed when they
+// cannot be kept, as a run's node does. A node whose secret outputs are
+// not read back (its attempt did not succeed) shows no output: what it
+// wrote is not known, so not hidden.
+func (nr *nodeRun) settledOutputs(ctx context.Context, rec Record, st dag.NodeState, what string, ev *events.NodeEvent) dag.NodeState {
+	if len(nr.n.Outputs) == 0 || nr.d.Operation != dag.OpCreate {
+		return st
+	}
+	if st == dag.NodeSucceeded && what == "command" {
+		a := hostexec.Attempt{ID: nr.attemptIDAt(rec.Generation, rec.Attempt, "run"),
+			Command: hostexec.Command{Env: plainEnv(nr.n.Env), Become: nr.n.Become, BecomeUser: nr.n.BecomeUser}}
+		err := nr.keepOutputs(ctx, a, rec.Attempt, ev)
+		if err == nil {
+			return st
+		}
+		st, ev.Reason, ev.Error = dag.NodeFailed, "", events.BoundError(err.Error()+" (it ended on the host while no executor followed it)")
+	}
+	if slices.ContainsFunc(nr.n.Outputs, func(o dag.Output) bool { return o.Secret }) {
+		ev.StdoutTail, ev.StderrTail = "", ""
+	}
+	return st
 }
 
 // plainEnv is the variables of env that are not secrets.

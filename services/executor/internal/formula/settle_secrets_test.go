@@ -129,17 +129,37 @@ func TestASettleOfANodeReadingOutputsInACancelledRun(t *testing.T) {
 }
 
 // A node's own secret outputs (what it wrote to $GANTRY_OUTPUT) are
-// hidden in its tails after a run; a settle does not read them back, so
-// it cannot hide them: the settled attempt's output is not shown. Before,
-// the generated password was in the event.
-func TestASettledAttemptDoesNotShowItsOwnSecretOutputs(t *testing.T) {
+// hidden in its tails after a run; a settle of an attempt that succeeded
+// reads them back, stores them as the run would have (a dependent reads
+// them; before, it failed "output missing" after the settle), and hides
+// their values. Before, the generated password was in the event.
+func TestASettledAttemptKeepsAndHidesItsOwnOutputs(t *testing.T) {
+	const pw = "generated-Pa55word-0123456789"
+	n := node("n", "x", 1)
+	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(t.TempDir())}
+	n.Outputs = []dag.Output{{Name: "pw", Secret: true}, {Name: "port"}}
+	store := &eventbustest.MemoryBucket[events.OutputRecord]{}
+	got := settle(t, settleCase{node: n, secrets: secretstest.Map{}, outputs: store,
+		attempt: hostexec.Attempt{Command: hostexec.Command{Script: `printf 'pw=%s\nport=8080\n' ` + pw + ` >> "$GANTRY_OUTPUT"; echo "admin password: ` + pw + `"`}, Output: true}})
+	if strings.Contains(got, pw) || !strings.Contains(got, "admin password: ***") {
+		t.Errorf("the settled node event shows %q, want the node's own secret output masked", got)
+	}
+	rec, _, err := store.Get(context.Background(), events.OutputKey("w", "f", "n"))
+	if err != nil || rec.Values["port"] != "8080" || rec.Values["pw"] != pw {
+		t.Errorf("the outputs kept: %+v %v, want port 8080 and the password", rec.Values, err)
+	}
+}
+
+// A settled attempt that did not succeed, of a node that writes secret
+// outputs, shows no output: what it wrote is not read back, so not hidden.
+func TestAFailedSettledAttemptWithSecretOutputsShowsNoOutput(t *testing.T) {
 	const pw = "generated-Pa55word-0123456789"
 	n := node("n", "x", 1)
 	n.Env = map[string]dag.EnvValue{"GANTRY_ATTEMPTS": dag.Text(t.TempDir())}
 	n.Outputs = []dag.Output{{Name: "pw", Secret: true}}
 	got := settle(t, settleCase{node: n, secrets: secretstest.Map{}, outputs: &eventbustest.MemoryBucket[events.OutputRecord]{},
-		attempt: hostexec.Attempt{Command: hostexec.Command{Script: `echo "pw=` + pw + `" >> "$GANTRY_OUTPUT"; echo "admin password: ` + pw + `"`}, Output: true}})
-	if strings.Contains(got, pw) {
-		t.Errorf("the settled node event shows the node's own secret output: %q", got)
+		attempt: hostexec.Attempt{Command: hostexec.Command{Script: `echo "pw=` + pw + `" >> "$GANTRY_OUTPUT"; echo "admin password: ` + pw + `"; exit 3`}, Output: true}})
+	if strings.Contains(got, pw) || strings.Contains(got, "admin password") {
+		t.Errorf("the settled node event shows %q, want no output", got)
 	}
 }
