@@ -48,3 +48,37 @@ func TestASettledNodeShowsNoSecretOverSSH(t *testing.T) {
 		t.Errorf("the settled node's output tail begins %.60q, want the end of the password masked", tail)
 	}
 }
+
+// A node that writes outputs ends on its host while its executor is down;
+// the workflow is cancelled meanwhile, the next executor settles the
+// attempt over SSH and keeps its outputs, and a retry runs the node that
+// reads them with their values. Before, a settle kept no outputs: the
+// dependent failed "output missing".
+func TestASettledNodesOutputsAreKeptForItsDependents(t *testing.T) {
+	s := newStack(t, stackOptions{hosts: 1})
+	x := startExecutor(t, s)
+	h := s.fleet.Hosts[0]
+	m := filepath.Join(h.Dir, "markers")
+	port := dag.OutputRef{Formula: "work", Node: "gen", Name: "port"}.Marker()
+	c := farComp(s, "settled-outputs",
+		dag.Node{Name: "gen", Run: `echo port=8080 >> "$GANTRY_OUTPUT"; sleep 3`, Outputs: []dag.Output{{Name: "port"}}},
+		dag.Node{Name: "use", DependsOn: []string{"gen"}, Run: "echo use " + port + " >> " + m})
+	id := s.mustSubmit(c)
+	s.waitFor("the node to run", 20*time.Second, func() bool { return s.nodeState(id, "work", "gen") == dag.NodeRunning })
+	x.kill9()
+	if body, code := s.control(id, events.VerbCancel); code != "" {
+		t.Fatalf("cancel: %s %s", code, body)
+	}
+	s.waitFor("the node to end on its host", 10*time.Second, func() bool { _, st := s.hostAttempt(id, 1, "gen"); return st != "" })
+	x.start()
+	s.wantNodeEnd(id, "settled-outputs", "gen", dag.NodeSucceeded, 30*time.Second)
+	if body, code := s.control(id, events.VerbRetry); code != "" {
+		t.Fatalf("retry: %s %s", code, body)
+	}
+	if d := s.waitGen(id, 2, 30*time.Second); d.Status != dag.WorkflowSucceeded {
+		t.Errorf("retry: workflow %s (%+v)", d.Status, d.Formulas["work"])
+	}
+	if b, _ := os.ReadFile(m); strings.TrimSpace(string(b)) != "use 8080" {
+		t.Errorf("the dependent ran %q, want %q", b, "use 8080")
+	}
+}
