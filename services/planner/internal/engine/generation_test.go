@@ -46,6 +46,42 @@ func (h *harness) restartWith(out Emitter) {
 	}
 }
 
+// leftBehind does act, which begins a new generation, with its dispatches
+// not stored (the planner stopping right after the record's write): act
+// fails, and the outbox stores again after it.
+func (h *harness) leftBehind(act func() error) {
+	h.t.Helper()
+	down := h.cannotDispatch()
+	if err := act(); !errors.Is(err, down) {
+		h.t.Fatalf("with NATS down for its dispatches: %v, want %v", err, down)
+	}
+	h.out.Fail = nil
+}
+
+// retryLeftBehind is chain's a failed and retried, the retry left behind.
+func retryLeftBehind(t *testing.T) *harness {
+	h := newHarness(t)
+	must(t, h.submit(chain))
+	must(t, h.formula("a", 1, dag.FormulaFailed))
+	h.stored()
+	h.leftBehind(func() error { return h.control(events.VerbRetry) })
+	return h
+}
+
+// rollbackLeftBehind is rollback's b failed after a succeeded, the
+// rollback's start left behind.
+func rollbackLeftBehind(t *testing.T) *harness {
+	h := newHarness(t)
+	must(t, h.submit(rollback))
+	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
+	h.recordNode(dag.OpCreate, "a", "keep", dag.NodeSucceeded)
+	must(t, h.formula("a", 1, dag.FormulaSucceeded))
+	h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
+	h.stored()
+	h.leftBehind(func() error { return h.formula("b", 1, dag.FormulaFailed) })
+	return h
+}
+
 // generations are the generations of the run's record and snapshot.
 func (h *harness) generations() (record, snapshot int) {
 	rec, _, err := h.workflows.Get(context.Background(), h.id)
@@ -64,15 +100,7 @@ func wantGeneration(t *testing.T, h *harness, gen int, st dag.WorkflowState) {
 }
 
 func TestARetryWhoseDispatchWasNotStoredStartsWhenAskedAgain(t *testing.T) {
-	h := newHarness(t)
-	must(t, h.submit(chain))
-	must(t, h.formula("a", 1, dag.FormulaFailed))
-	h.stored()
-	down := h.cannotDispatch()
-	if err := h.control(events.VerbRetry); !errors.Is(err, down) {
-		t.Fatalf("the retry with NATS down: %v", err)
-	}
-	h.out.Fail = nil
+	h := retryLeftBehind(t)
 	// The retry asked again finds the run running, begun again on load
 	// ("only a failed or cancelled workflow can be retried").
 	err := h.control(events.VerbRetry)
@@ -91,15 +119,7 @@ func TestARetryWhoseDispatchWasNotStoredStartsWhenAskedAgain(t *testing.T) {
 }
 
 func TestARetryLeftBehindItsRecordStartsWhenThePlannerStarts(t *testing.T) {
-	h := newHarness(t)
-	must(t, h.submit(chain))
-	must(t, h.formula("a", 1, dag.FormulaFailed))
-	h.stored()
-	h.cannotDispatch()
-	if err := h.control(events.VerbRetry); err == nil {
-		t.Fatal("the retry with NATS down succeeded")
-	}
-	h.out.Fail = nil
+	h := retryLeftBehind(t)
 	h.restart()
 	if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
 		t.Fatalf("a not dispatched in generation 2: %q", got)
@@ -108,18 +128,7 @@ func TestARetryLeftBehindItsRecordStartsWhenThePlannerStarts(t *testing.T) {
 }
 
 func TestARollbackLeftBehindItsRecordStartsWhenThePlannerStarts(t *testing.T) {
-	h := newHarness(t)
-	must(t, h.submit(rollback))
-	h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
-	h.recordNode(dag.OpCreate, "a", "keep", dag.NodeSucceeded)
-	must(t, h.formula("a", 1, dag.FormulaSucceeded))
-	h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
-	h.stored()
-	h.cannotDispatch()
-	if err := h.formula("b", 1, dag.FormulaFailed); err == nil {
-		t.Fatal("the rollback's start with NATS down succeeded")
-	}
-	h.out.Fail = nil
+	h := rollbackLeftBehind(t)
 	h.restart()
 	if got := h.stored(); !slices.Contains(got, "dispatch a delete g2") {
 		t.Fatalf("the rollback's a not dispatched: %q", got)
@@ -140,11 +149,7 @@ func TestARetryOfNodesLeftBehindItsRecordRerunsOnlyThem(t *testing.T) {
 	must(t, want.retryNodes("a/x"))
 	h := newHarness(t)
 	failBoth(t, h, "x")
-	h.cannotDispatch()
-	if err := h.retryNodes("a/x"); err == nil {
-		t.Fatal("the retry with NATS down succeeded")
-	}
-	h.out.Fail = nil
+	h.leftBehind(func() error { return h.retryNodes("a/x") })
 	h.restart()
 	got, wantGot := h.stored(), want.stored()
 	if !slices.Equal(got, wantGot) {
@@ -302,14 +307,7 @@ func TestACancelThatWinsOverARollbackLeavesNoRollbackInTheStream(t *testing.T) {
 // (the planner restarted much later): each is looked for in the stream
 // first, since the generation began; what later units emit is not.
 func TestAGenerationBegunAgainLooksForWhatItDispatches(t *testing.T) {
-	h := newHarness(t)
-	must(t, h.submit(chain))
-	must(t, h.formula("a", 1, dag.FormulaFailed))
-	h.cannotDispatch()
-	if err := h.control(events.VerbRetry); err == nil {
-		t.Fatal("the retry with NATS down succeeded")
-	}
-	h.out.Fail = nil
+	h := retryLeftBehind(t)
 	rec, _, err := h.workflows.Get(context.Background(), h.id)
 	must(t, err)
 	rc := &rechecking{MemoryOutbox: h.out}
@@ -361,15 +359,7 @@ func (h *harness) forgetBegan() {
 // for good.)
 func TestAGenerationLeftByAnOlderPlannerIsBegunAgain(t *testing.T) {
 	t.Run("retry", func(t *testing.T) {
-		h := newHarness(t)
-		must(t, h.submit(chain))
-		must(t, h.formula("a", 1, dag.FormulaFailed))
-		h.stored()
-		h.cannotDispatch()
-		if err := h.control(events.VerbRetry); err == nil {
-			t.Fatal("the retry with NATS down succeeded")
-		}
-		h.out.Fail = nil
+		h := retryLeftBehind(t)
 		h.forgetBegan()
 		h.restart()
 		if got := h.stored(); !slices.Contains(got, "dispatch a create g2") {
@@ -378,17 +368,7 @@ func TestAGenerationLeftByAnOlderPlannerIsBegunAgain(t *testing.T) {
 		wantGeneration(t, h, 2, dag.WorkflowRunning)
 	})
 	t.Run("rollback", func(t *testing.T) {
-		h := newHarness(t)
-		must(t, h.submit(rollback))
-		h.recordNode(dag.OpCreate, "a", "x", dag.NodeSucceeded)
-		must(t, h.formula("a", 1, dag.FormulaSucceeded))
-		h.recordNode(dag.OpCreate, "b", "y", dag.NodeFailed)
-		h.stored()
-		h.cannotDispatch()
-		if err := h.formula("b", 1, dag.FormulaFailed); err == nil {
-			t.Fatal("the rollback's start with NATS down succeeded")
-		}
-		h.out.Fail = nil
+		h := rollbackLeftBehind(t)
 		h.forgetBegan()
 		h.restart()
 		if got := h.stored(); !slices.Contains(got, "dispatch a delete g2") {
@@ -463,11 +443,7 @@ func TestARetryOfNodesLeftByAnOlderPlannerRerunsOnlyWhatItNamed(t *testing.T) {
 		must(t, h.formula("b", 1, dag.FormulaFailed))
 		must(t, h.formula("g", 1, dag.FormulaSucceeded))
 		h.stored()
-		h.cannotDispatch()
-		if err := h.retryNodes("a/x"); err == nil {
-			t.Fatal("the retry with NATS down succeeded")
-		}
-		h.out.Fail = nil
+		h.leftBehind(func() error { return h.retryNodes("a/x") })
 		if older {
 			h.forgetBegan()
 		}
