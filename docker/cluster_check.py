@@ -19,7 +19,7 @@
   wait-leader SECS PORT...     until a meta leader is known by every port
   wait-current SECS PORT...    until every stream and consumer (but the
                                system account's) has a leader and all its replicas
-                               current, as every port sees them: prints the
+                               current, as its leader sees them: prints the
                                seconds it took, or what is not current
 
 Exit status 1 when a check finds a problem, after printing it.
